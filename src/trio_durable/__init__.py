@@ -1,0 +1,86 @@
+"""trio-durable: durable workflows for Trio applications.
+
+Write workflows as plain ``async def``s; every step, timer, signal and child
+run is checkpointed in a store, so a run survives crashes and restarts and
+resumes by replay on any engine.
+"""
+
+from ._app import App as App
+from ._app import Retry as Retry
+from ._app import Step as Step
+from ._app import Workflow as Workflow
+from ._clock import Clock as Clock
+from ._context import Context as Context
+from ._engine import Engine as Engine
+from ._engine import EngineStatistics as EngineStatistics
+from ._engine import open_engine as open_engine
+from ._exceptions import EngineClosedError as EngineClosedError
+from ._exceptions import FatalError as FatalError
+from ._exceptions import GatherError as GatherError
+from ._exceptions import GatherFailure as GatherFailure
+from ._exceptions import InvalidRunStateError as InvalidRunStateError
+from ._exceptions import InvalidURLError as InvalidURLError
+from ._exceptions import LeaseLostError as LeaseLostError
+from ._exceptions import NonDeterminismError as NonDeterminismError
+from ._exceptions import RegistrationError as RegistrationError
+from ._exceptions import RunCancelled as RunCancelled
+from ._exceptions import RunConflictError as RunConflictError
+from ._exceptions import RunFailed as RunFailed
+from ._exceptions import RunNotFoundError as RunNotFoundError
+from ._exceptions import SerializationError as SerializationError
+from ._exceptions import SignalTimeout as SignalTimeout
+from ._exceptions import StepFailed as StepFailed
+from ._exceptions import StoreError as StoreError
+from ._exceptions import TrioDurableError as TrioDurableError
+from ._exceptions import UnknownWorkflowError as UnknownWorkflowError
+from ._exceptions import UsageError as UsageError
+from ._observe import Event as Event
+from ._records import Checkpoint as Checkpoint
+from ._records import ErrorInfo as ErrorInfo
+from ._records import Run as Run
+from ._stores import open_store as open_store
+from ._stores._base import Store as Store
+from ._stores._base import StoreStatistics as StoreStatistics
+from ._stores._memory import MemoryStore as MemoryStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "Checkpoint",
+    "Clock",
+    "Context",
+    "Engine",
+    "EngineClosedError",
+    "EngineStatistics",
+    "ErrorInfo",
+    "Event",
+    "FatalError",
+    "GatherError",
+    "GatherFailure",
+    "InvalidRunStateError",
+    "InvalidURLError",
+    "LeaseLostError",
+    "MemoryStore",
+    "NonDeterminismError",
+    "RegistrationError",
+    "Retry",
+    "Run",
+    "RunCancelled",
+    "RunConflictError",
+    "RunFailed",
+    "RunNotFoundError",
+    "SerializationError",
+    "SignalTimeout",
+    "Step",
+    "StepFailed",
+    "Store",
+    "StoreError",
+    "StoreStatistics",
+    "TrioDurableError",
+    "UnknownWorkflowError",
+    "UsageError",
+    "Workflow",
+    "open_engine",
+    "open_store",
+]

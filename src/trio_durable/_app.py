@@ -1,0 +1,308 @@
+"""Registration: the `App`, its workflows and steps, and retry policies."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar, final
+
+import attrs
+
+from ._exceptions import FatalError, RegistrationError, UnknownWorkflowError
+
+if TYPE_CHECKING:
+    from ._context import Context
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,199}$")
+DEFAULT_VERSION: Final = "1"
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise RegistrationError(
+            f"{kind} name {name!r} is invalid: use letters, digits, '_', '.', '-' "
+            "(starting with a letter or '_', at most 200 characters)"
+        )
+    return name
+
+
+def _finite(name: str, value: float, *, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise RegistrationError(f"{name} must be a finite number, not {value!r}")
+    if value < minimum:
+        raise RegistrationError(f"{name} must be >= {minimum}, not {value!r}")
+    return float(value)
+
+
+@final
+@attrs.define(frozen=True)
+class Retry:
+    """How a step is retried.
+
+    Attempt ``n`` (counting from 1) that fails is followed, if attempts
+    remain, by a wait of ``min(max_backoff, backoff * 2 ** (n - 1))``, scaled
+    by a factor drawn uniformly from ``[1 - jitter, 1 + jitter]`` out of the
+    engine's seeded random source. A `FatalError`, or any exception whose
+    ``retryable`` attribute is False, is never retried.
+
+    Args:
+      attempts: How many attempts in all (1 means no retry).
+      backoff: The first wait, in seconds.
+      max_backoff: The cap on any wait, in seconds.
+      jitter: The fraction by which a wait may vary (0 to 1).
+
+    Raises:
+      RegistrationError: An argument is out of range.
+    """
+
+    attempts: int = 3
+    backoff: float = 1.0
+    max_backoff: float = 60.0
+    jitter: float = 0.1
+
+    def __attrs_post_init__(self) -> None:
+        if (
+            isinstance(self.attempts, bool)
+            or not isinstance(self.attempts, int)
+            or self.attempts < 1
+        ):
+            raise RegistrationError(
+                f"Retry attempts must be a positive integer, not {self.attempts!r}"
+            )
+        _finite("Retry backoff", self.backoff)
+        _finite("Retry max_backoff", self.max_backoff)
+        if not 0.0 <= _finite("Retry jitter", self.jitter) <= 1.0:
+            raise RegistrationError(f"Retry jitter must be between 0 and 1, not {self.jitter!r}")
+
+    def delay(self, failed_attempt: int, rng: random.Random) -> float:
+        """The wait after attempt ``failed_attempt`` (1-based) failed."""
+        base = min(self.max_backoff, self.backoff * 2.0 ** min(failed_attempt - 1, 64))
+        if self.jitter:
+            base *= rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)
+        return max(0.0, base)
+
+
+NO_RETRY: Final = Retry(attempts=1)
+
+
+@final
+class Step(Generic[P, R]):
+    """A registered step: a function whose result is checkpointed.
+
+    Made by `App.step`. Calling it directly runs the function, with no
+    checkpoint; inside a workflow use `Context.step`.
+
+    Attributes:
+      name: The registered name.
+      fn: The function.
+      retry: Its retry policy.
+      timeout: Seconds one attempt may take, or None.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[P, Awaitable[R]],
+        *,
+        name: str,
+        retry: Retry,
+        timeout: float | None,
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.retry = retry
+        self.timeout = timeout
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Step {self.name}>"
+
+
+@final
+class Workflow(Generic[P, R]):
+    """A registered workflow.
+
+    Made by `App.workflow`. Start it with `Engine.start`, or from another
+    workflow with `Context.child`. Calling it directly is an error: a
+    workflow's body only runs under the engine, which checkpoints it.
+
+    Attributes:
+      name: The registered name.
+      version: The registered version.
+      fn: The ``async def`` body; its first parameter is the `Context`.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        *,
+        name: str,
+        version: str,
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.version = version
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise FatalError(
+            f"workflow {self.name!r} was called directly; start it with engine.start(), "
+            "or from a workflow with ctx.child() or ctx.start_child()",
+            code="nested_workflow_call",
+        )
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self.name} v{self.version}>"
+
+
+@final
+class App:
+    """A set of workflows and steps, registered by decorators.
+
+    Args:
+      name: The application's name, for people and worker announcements.
+      version: The application's version, for people and announcements.
+    """
+
+    def __init__(self, name: str, *, version: str = "0") -> None:
+        self.name = _check_name("app", name)
+        self.version = version
+        self._workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
+        self._latest: dict[str, Workflow[Any, Any]] = {}
+        self._steps: dict[str, Step[Any, Any]] = {}
+
+    def workflow(
+        self, *, name: str | None = None, version: str = DEFAULT_VERSION
+    ) -> Callable[[Callable[..., Awaitable[R]]], Workflow[Any, R]]:
+        """Register an ``async def`` as a workflow.
+
+        The body takes a `Context` first, then its inputs. The name defaults
+        to the function's name and the version to ``"1"``; several versions
+        of one name may be registered (`Engine.start` by name takes the one
+        registered last).
+
+        Raises:
+          RegistrationError: The name and version are taken, the name is
+            invalid, or the function is not an ``async def``.
+        """
+        if not isinstance(version, str) or not version:
+            raise RegistrationError(f"workflow version must be a non-empty string, not {version!r}")
+
+        def register(fn: Callable[..., Awaitable[R]]) -> Workflow[Any, R]:
+            if not inspect.iscoroutinefunction(fn):
+                raise RegistrationError(f"workflow {fn!r} must be an async def")
+            wf_name = _check_name("workflow", name or fn.__name__)
+            key = (wf_name, version)
+            if key in self._workflows:
+                raise RegistrationError(
+                    f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
+                )
+            wf: Workflow[Any, R] = Workflow(fn, name=wf_name, version=version)
+            self._workflows[key] = wf
+            self._latest[wf_name] = wf
+            return wf
+
+        return register
+
+    def step(
+        self,
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Step[P, R]]:
+        """Register an ``async def`` as a step.
+
+        Args:
+          name: The registered name; defaults to the function's name.
+          retry: The retry policy; defaults to ``Retry()`` (3 attempts).
+          timeout: Seconds one attempt may take; a timed-out attempt fails
+            with code ``"timeout"`` and is retried like any other failure.
+
+        Raises:
+          RegistrationError: The name is taken or invalid, an option is out
+            of range, or the function is not an ``async def``.
+        """
+        if retry is not None and not isinstance(retry, Retry):
+            raise RegistrationError(f"retry must be a td.Retry, not {retry!r}")
+        if timeout is not None:
+            _finite("step timeout", timeout)
+            if timeout <= 0:
+                raise RegistrationError(f"step timeout must be positive, not {timeout!r}")
+
+        def register(fn: Callable[P, Awaitable[R]]) -> Step[P, R]:
+            if not inspect.iscoroutinefunction(fn):
+                raise RegistrationError(f"step {fn!r} must be an async def")
+            step_name = _check_name("step", name or fn.__name__)
+            if step_name in self._steps:
+                raise RegistrationError(
+                    f"step {step_name!r} is already registered in app {self.name!r}"
+                )
+            step: Step[P, R] = Step(fn, name=step_name, retry=retry or Retry(), timeout=timeout)
+            self._steps[step_name] = step
+            return step
+
+        return register
+
+    # -- lookups --------------------------------------------------------------
+
+    def get_workflow(self, name: str, version: str | None = None) -> Workflow[Any, Any]:
+        """The workflow registered as ``name`` (and ``version``, if given;
+        else the one registered last).
+
+        Raises:
+          UnknownWorkflowError: None is registered so.
+        """
+        wf = self._latest.get(name) if version is None else self._workflows.get((name, version))
+        if wf is None:
+            known = ", ".join(sorted({n for n, _ in self._workflows})) or "none"
+            what = repr(name) if version is None else f"{name!r} version {version!r}"
+            raise UnknownWorkflowError(f"no workflow {what} in app {self.name!r} (known: {known})")
+        return wf
+
+    def has_workflow(self, name: str, version: str) -> bool:
+        """Whether ``name`` is registered at ``version``."""
+        return (name, version) in self._workflows
+
+    def get_step(self, name: str) -> Step[Any, Any] | None:
+        """The step registered as ``name``, or None."""
+        return self._steps.get(name)
+
+    @property
+    def workflows(self) -> list[Workflow[Any, Any]]:
+        """Every registered workflow, in registration order."""
+        return list(self._workflows.values())
+
+    @property
+    def steps(self) -> list[Step[Any, Any]]:
+        """Every registered step, in registration order."""
+        return list(self._steps.values())
+
+
+def workflow_of(app: App, target: Workflow[Any, Any] | str) -> Workflow[Any, Any]:
+    """Resolve a workflow given as an object or a name against ``app``."""
+    if isinstance(target, Workflow):
+        if app.has_workflow(target.name, target.version):
+            registered = app.get_workflow(target.name, target.version)
+            if registered is target:
+                return target
+        raise UnknownWorkflowError(
+            f"workflow {target.name!r} version {target.version!r} is not registered in app {app.name!r}"
+        )
+    if isinstance(target, str):
+        return app.get_workflow(target)
+    raise UnknownWorkflowError(f"not a workflow: {target!r}")
+
+
+if TYPE_CHECKING:
+    _ = Context

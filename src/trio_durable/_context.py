@@ -1,0 +1,783 @@
+"""Replay: the `Context` a workflow body runs with.
+
+Every durable operation takes the next seq. If the run's checkpoint at that
+seq is settled, the operation returns (or raises) what was recorded, without
+running again. If it is missing, the operation runs: a local step runs here
+and its result is buffered as a write of this turn; a timer, a signal wait or
+a child start records a pending checkpoint and suspends the run. Suspending
+ends the turn (the body is abandoned by raising `Suspend`), so a suspended
+run holds no task; the next turn replays the body from the start.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, final
+
+import attrs
+import trio
+
+from . import _serde
+from ._app import Step, Workflow, workflow_of
+from ._exceptions import (
+    FatalError,
+    GatherError,
+    GatherFailure,
+    NonDeterminismError,
+    RunFailed,
+    SerializationError,
+    SignalTimeout,
+    StepFailed,
+    UsageError,
+)
+from ._observe import Event, EventKind
+from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode, Run
+from ._stores._base import (
+    CreateRun,
+    Op,
+    PutCheckpoint,
+    RemoveSignalWaiter,
+    SettleCheckpoint,
+    WaitSignal,
+)
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+R = TypeVar("R")
+
+FAN_CANCELLED: Final = "fan_cancelled"
+
+
+@final
+class Suspend(BaseException):
+    """Raised through a workflow body to end the turn at a durable wait.
+
+    It derives from BaseException so that ``except Exception`` in a body does
+    not swallow it; a body must not catch it.
+    """
+
+    def __init__(self, reason: str, wake_at: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wake_at = wake_at
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """The stored form of an exception: its message, code and JSON details."""
+    code = getattr(exc, "code", None)
+    details = getattr(exc, "details", None)
+    try:
+        json.dumps(details)
+    except (TypeError, ValueError):
+        details = repr(details)
+    message = getattr(exc, "message", None)
+    if not isinstance(message, str):
+        message = str(exc) or type(exc).__name__
+    return ErrorInfo(
+        message=message,
+        code=code if isinstance(code, str) else None,
+        details=details,
+        type=type(exc).__name__,
+    )
+
+
+def _retryable(exc: BaseException) -> bool:
+    return not isinstance(exc, FatalError) and getattr(exc, "retryable", True) is not False
+
+
+def completion(ok: bool, value_json: str | None = None, error: ErrorInfo | None = None) -> str:
+    """The JSON text a child's end writes onto its parent's checkpoint."""
+    if ok:
+        return '{"ok":true,"value":' + (value_json or "null") + "}"
+    assert error is not None
+    return json.dumps(
+        {"ok": False, "error": error.message, "code": error.code, "details": error.details},
+        separators=(",", ":"),
+    )
+
+
+@attrs.define(kw_only=True, eq=False)
+class TurnState:
+    """What one turn of a run has read and is about to write."""
+
+    run: Run
+    checkpoints: dict[int, Checkpoint]
+    ops: list[Op] = attrs.field(factory=list)
+    # Runs to wake once this turn's writes commit (children created, children
+    # told to cancel): they must not run before their rows exist.
+    wake_after: list[str] = attrs.field(factory=list)
+    started_children: list[Run] = attrs.field(factory=list)
+    nondeterminism: NonDeterminismError | None = None
+
+    def put(self, checkpoint: Checkpoint) -> None:
+        self.checkpoints[checkpoint.seq] = checkpoint
+        self.ops.append(PutCheckpoint(checkpoint))
+
+
+@final
+class Context:
+    """What a workflow body uses to do durable work.
+
+    A body is replayed from its start at every turn, so it must be
+    deterministic: the same inputs and recorded results must lead to the same
+    operations in the same order. Read time, randomness and the outside world
+    only inside steps. Do not run durable operations concurrently (use
+    `Context.all`), and do not catch ``BaseException`` in a body.
+    """
+
+    def __init__(self, engine: Engine, turn: TurnState) -> None:
+        self._engine = engine
+        self._turn = turn
+        self._seq = 0
+
+    # -- who am I -------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self._turn.run.id
+
+    @property
+    def workflow(self) -> str:
+        """The run's workflow name."""
+        return self._turn.run.workflow
+
+    @property
+    def version(self) -> str:
+        """The workflow version the run executes."""
+        return self._turn.run.version
+
+    @property
+    def namespace(self) -> str:
+        """The run's namespace (tenant)."""
+        return self._turn.run.namespace
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The run's tags."""
+        return self._turn.run.tags
+
+    # -- replay ---------------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _recorded(self, seq: int, name: str, kind: CheckpointKind) -> Checkpoint | None:
+        cp = self._turn.checkpoints.get(seq)
+        if cp is not None and (cp.name != name or cp.kind != kind):
+            error = NonDeterminismError(
+                f"at seq {seq} the run recorded {cp.kind} {cp.name!r}, "
+                f"but the workflow now asks for {kind} {name!r}",
+                details={"seq": seq, "recorded": cp.name, "requested": name},
+            )
+            if self._turn.nondeterminism is None:
+                self._turn.nondeterminism = error
+            raise error
+        return cp
+
+    def _emit(self, kind: EventKind, seq: int | None, name: str | None, **data: Any) -> None:
+        run = self._turn.run
+        self._engine._emit(
+            Event(
+                kind=kind,
+                run_id=run.id,
+                workflow=run.workflow,
+                at=self._engine.clock.now(),
+                seq=seq,
+                name=name,
+                data=data,
+            )
+        )
+
+    # -- steps ----------------------------------------------------------------
+
+    async def step(
+        self, step: Step[..., R], *args: Any, compensate: Step[..., Any] | None = None
+    ) -> R:
+        """Run a step once, durably, and return its result.
+
+        On replay the recorded result is returned and the step does not run.
+        A failed step raises `StepFailed`, every time.
+
+        Args:
+          step: A step registered with `App.step`.
+          *args: Its positional arguments (JSON-able values or attrs
+            instances).
+          compensate: A step that undoes this one. If the run later fails, or
+            is cancelled with ``compensate=True``, the undos of its completed
+            steps run in reverse order, each called with this step's
+            arguments.
+
+        Raises:
+          StepFailed: The step failed for good.
+          SerializationError: An argument cannot be serialized.
+          UsageError: ``step`` or ``compensate`` is not a registered step.
+        """
+        self._check_step(step)
+        if compensate is not None:
+            self._check_step(compensate)
+        seq = self._next_seq()
+        cp = self._recorded(seq, step.name, "local")
+        if cp is not None and cp.status == "completed":
+            return self._step_value(step, cp)  # type: ignore[no-any-return]
+        if cp is not None and cp.status == "failed":
+            raise _step_failed(cp)
+        input_json = _serde.dump_args(args)
+        return await self._execute(  # type: ignore[no-any-return]
+            step, seq, list(args), input_json, compensation=compensate.name if compensate else None
+        )
+
+    def _check_step(self, step: object) -> None:
+        if not isinstance(step, Step) or self._engine.app.get_step(step.name) is not step:
+            raise UsageError(f"{step!r} is not a step registered in app {self._engine.app.name!r}")
+
+    @staticmethod
+    def _step_value(step: Step[..., Any], cp: Checkpoint) -> Any:
+        _, returns = _serde.signature_types(step.fn)
+        return _serde.loads(cp.output, returns)
+
+    async def _execute(
+        self,
+        step: Step[..., Any],
+        seq: int,
+        args: list[Any],
+        input_json: str,
+        *,
+        compensation: str | None = None,
+        undo_of: int | None = None,
+    ) -> Any:
+        engine = self._engine
+        clock = engine.clock
+        retry = step.retry
+        errors: list[ErrorInfo] = []
+        started_at = clock.now()
+        last_exc: BaseException | None = None
+        extra = {} if undo_of is None else {"compensation": True, "undoes": undo_of}
+        attempt = 0
+        for attempt in range(1, retry.attempts + 1):
+            self._emit("step.started", seq, step.name, attempt=attempt, **extra)
+            attempt_start = trio.current_time()
+            value: Any = None
+            try:
+                with trio.CancelScope() as scope:
+                    if step.timeout is not None:
+                        scope.relative_deadline = step.timeout
+                    value = await step.fn(*args)
+                if scope.cancelled_caught:
+                    raise TimeoutError(f"step {step.name!r} timed out after {step.timeout} s")
+                output = _serde.dumps(value)
+            except Exception as exc:
+                last_exc = exc
+                info = error_info(exc)
+                if isinstance(exc, TimeoutError) and info.code is None:
+                    info = attrs.evolve(info, code="timeout")
+                errors.append(info)
+                retryable = _retryable(exc) and not isinstance(exc, SerializationError)
+                self._emit(
+                    "step.failed",
+                    seq,
+                    step.name,
+                    attempt=attempt,
+                    duration=trio.current_time() - attempt_start,
+                    error=info.message,
+                    code=info.code,
+                    final=not retryable or attempt == retry.attempts,
+                    **extra,
+                )
+                if not retryable:
+                    break
+                if attempt < retry.attempts:
+                    await trio.sleep(retry.delay(attempt, engine.rng))
+                continue
+            self._emit(
+                "step.completed",
+                seq,
+                step.name,
+                attempt=attempt,
+                duration=trio.current_time() - attempt_start,
+                **extra,
+            )
+            self._turn.put(
+                Checkpoint(
+                    run_id=self.run_id,
+                    seq=seq,
+                    name=step.name,
+                    kind="local",
+                    status="completed",
+                    input=input_json,
+                    output=output,
+                    errors=tuple(errors),
+                    attempts=attempt,
+                    compensation=compensation,
+                    enqueued_at=started_at,
+                    started_at=started_at,
+                    finished_at=clock.now(),
+                )
+            )
+            # Return what replay will return, not the live object, so the body
+            # sees the same value on every turn.
+            _, returns = _serde.signature_types(step.fn)
+            return _serde.loads(output, returns)
+        failed = Checkpoint(
+            run_id=self.run_id,
+            seq=seq,
+            name=step.name,
+            kind="local",
+            status="failed",
+            input=input_json,
+            error=errors[-1],
+            errors=tuple(errors),
+            attempts=attempt,
+            compensation=compensation,
+            enqueued_at=started_at,
+            started_at=started_at,
+            finished_at=clock.now(),
+        )
+        self._turn.put(failed)
+        raise _step_failed(failed) from last_exc
+
+    # -- timers ---------------------------------------------------------------
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep durably: the run suspends, holding no task, and resumes
+        after ``seconds``, across engine restarts.
+
+        Raises:
+          UsageError: ``seconds`` is negative or not finite.
+        """
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or seconds < 0
+        ):
+            raise UsageError(f"sleep seconds must be a finite number >= 0, not {seconds!r}")
+        await self._timer(lambda now: now + float(seconds))
+
+    async def sleep_until(self, when: float | datetime.datetime) -> None:
+        """Sleep durably until ``when``: seconds since the Unix epoch, or an
+        aware `datetime.datetime`.
+
+        Raises:
+          UsageError: ``when`` is not finite, or a naive datetime.
+        """
+        if isinstance(when, datetime.datetime):
+            if when.tzinfo is None:
+                raise UsageError("sleep_until needs an aware datetime (with tzinfo)")
+            target = when.timestamp()
+        elif isinstance(when, int | float) and not isinstance(when, bool) and math.isfinite(when):
+            target = float(when)
+        else:
+            raise UsageError(f"sleep_until needs epoch seconds or a datetime, not {when!r}")
+        await self._timer(lambda now: target)
+
+    async def _timer(self, due: Callable[[float], float]) -> None:
+        seq = self._next_seq()
+        cp = self._recorded(seq, "sleep", "timer")
+        now = self._engine.clock.now()
+        if cp is None:
+            wake_at = due(now)
+            cp = Checkpoint(
+                run_id=self.run_id,
+                seq=seq,
+                name="sleep",
+                kind="timer",
+                wake_at=wake_at,
+                enqueued_at=now,
+            )
+            if wake_at > now:
+                self._turn.put(cp)
+        if cp.status != "pending":
+            return
+        assert cp.wake_at is not None
+        if cp.wake_at > now:
+            raise Suspend("timer", cp.wake_at)
+        self._turn.put(attrs.evolve(cp, status="completed", finished_at=now))
+        await trio.lowlevel.checkpoint()
+
+    # -- signals --------------------------------------------------------------
+
+    async def wait_signal(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable timeout, not a cancel scope)
+        type: Any = Any,
+    ) -> Any:
+        """Wait durably for the signal ``name`` and return its payload.
+
+        A signal sent before the wait is buffered and taken by the first wait
+        for its name; several signals of one name are taken in order.
+
+        Args:
+          name: The signal's name.
+          timeout: Seconds to wait at most, or None to wait forever.
+          type: The type to structure the payload as (default: plain JSON).
+
+        Raises:
+          SignalTimeout: ``timeout`` passed first.
+        """
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"signal name must be a non-empty string, not {name!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout < 0
+        ):
+            raise UsageError(f"signal timeout must be a finite number >= 0, not {timeout!r}")
+        seq = self._next_seq()
+        cp = self._recorded(seq, name, "signal")
+        token = signal_token(self.run_id, name)
+        now = self._engine.clock.now()
+        if cp is None:
+            cp = Checkpoint(
+                run_id=self.run_id,
+                seq=seq,
+                name=name,
+                kind="signal",
+                input=json.dumps({"timeout": timeout}),
+                wake_at=None if timeout is None else now + timeout,
+                enqueued_at=now,
+            )
+            self._turn.put(cp)
+            # The store either hands over a buffered signal (settling the
+            # checkpoint in the same write) or registers the waiter; the
+            # engine wakes the run again when it handed one over.
+            self._turn.ops.append(WaitSignal(token, self.run_id, seq, now))
+            raise Suspend("signal", cp.wake_at)
+        if cp.status == "completed":
+            return _serde.loads(cp.output, type)
+        recorded_timeout = json.loads(cp.input or "{}").get("timeout")
+        if cp.status == "failed":
+            raise SignalTimeout(name, recorded_timeout)
+        if cp.wake_at is None or cp.wake_at > now:
+            raise Suspend("signal", cp.wake_at)
+        # The timeout is due. It settles the checkpoint by a claim, so that a
+        # signal delivered at the same moment either wins or loses whole.
+        store = self._engine.store
+        settled, _ = await store.apply(
+            [
+                SettleCheckpoint(
+                    self.run_id,
+                    seq,
+                    "failed",
+                    error=ErrorInfo(message=f"signal {name!r} timed out", code=SignalTimeout.code),
+                    finished_at=now,
+                ),
+                RemoveSignalWaiter(token),
+            ]
+        )
+        if settled is not None:
+            self._turn.checkpoints[seq] = settled
+            raise SignalTimeout(name, recorded_timeout)
+        [fresh] = await store.get_checkpoints(self.run_id, seq, seq)
+        self._turn.checkpoints[seq] = fresh
+        return _serde.loads(fresh.output, type)
+
+    # -- children -------------------------------------------------------------
+
+    async def child(self, workflow: Workflow[..., R] | str, *args: Any) -> R:
+        """Run a child workflow and wait for its result.
+
+        The child's id is ``<this run>.child.<seq>``. The parent suspends
+        while the child runs and resumes when it ends.
+
+        Raises:
+          RunFailed: The child failed or was cancelled; its error's code and
+            details are the exception's.
+        """
+        wf = workflow_of(self._engine.app, workflow)
+        seq = self._next_seq()
+        cp = self._recorded(seq, wf.name, "child")
+        if cp is None:
+            child_id = f"{self.run_id}.child.{seq}"
+            self._create_child(wf, seq, child_id, _serde.dump_args(args), awaited=True)
+            raise Suspend("child")
+        if cp.status == "pending":
+            raise Suspend("child")
+        value = self._child_outcome(wf, cp)
+        if isinstance(value, _Failed):
+            raise RunFailed(cp.child_id or "", value.error, value.code, value.details)
+        return value  # type: ignore[no-any-return]
+
+    async def start_child(self, workflow: Workflow[..., Any] | str, *args: Any) -> str:
+        """Start a child workflow without waiting for it; return its id.
+
+        The child starts once this turn's writes are durable. Its end does not
+        wake the parent, and cancelling the parent does not cancel it.
+        """
+        wf = workflow_of(self._engine.app, workflow)
+        seq = self._next_seq()
+        cp = self._recorded(seq, wf.name, "child")
+        if cp is not None:
+            return cp.child_id or ""
+        child_id = f"{self.run_id}.child.{seq}"
+        self._create_child(wf, seq, child_id, _serde.dump_args(args), awaited=False)
+        await trio.lowlevel.checkpoint()
+        return child_id
+
+    def _create_child(
+        self,
+        wf: Workflow[..., Any],
+        seq: int,
+        child_id: str,
+        input_json: str,
+        *,
+        awaited: bool,
+        fan: tuple[int, int, FanMode] | None = None,
+    ) -> None:
+        now = self._engine.clock.now()
+        run = self._turn.run
+        self._turn.put(
+            Checkpoint(
+                run_id=run.id,
+                seq=seq,
+                name=wf.name,
+                kind="child",
+                status="pending" if awaited else "completed",
+                input=input_json,
+                output=None if awaited else json.dumps(child_id),
+                child_id=child_id,
+                parallel_group=fan[0] if fan else None,
+                parallel_size=fan[1] if fan else None,
+                parallel_mode=fan[2] if fan else None,
+                enqueued_at=now,
+                started_at=now,
+                finished_at=None if awaited else now,
+            )
+        )
+        child = Run(
+            id=child_id,
+            workflow=wf.name,
+            version=wf.version,
+            namespace=run.namespace,
+            input=input_json,
+            parent_id=run.id,
+            parent_seq=seq if awaited else None,
+            created_at=now,
+            updated_at=now,
+        )
+        self._turn.ops.append(CreateRun(child))
+        self._turn.started_children.append(child)
+        self._turn.wake_after.append(child_id)
+
+    @staticmethod
+    def _child_outcome(wf: Workflow[..., Any], cp: Checkpoint) -> Any:
+        data = json.loads(cp.output) if cp.output else None
+        if not isinstance(data, dict):
+            error = cp.error or ErrorInfo(message="child ended without a completion")
+            return _Failed(error.message, error.code, error.details)
+        if data.get("ok"):
+            _, returns = _serde.signature_types(wf.fn)
+            return _serde.structure(data.get("value"), returns)
+        return _Failed(str(data.get("error")), data.get("code"), data.get("details"))
+
+    # -- fans -----------------------------------------------------------------
+
+    async def all(
+        self,
+        workflow: Workflow[..., R] | str,
+        inputs: Sequence[Any],
+        *,
+        concurrency: int | None = None,
+        mode: Literal["fail_fast", "wait_all"] = "fail_fast",
+    ) -> list[R]:
+        """Run a child workflow once per input and return their results in
+        input order.
+
+        Member ``i`` has the id ``<this run>.all.<first seq>.<i>`` and is
+        called with ``inputs[i]`` as its one argument. With ``concurrency``,
+        members start in waves of that size, each once the previous one
+        drained. The parent resumes once per wave, not once per member.
+
+        Args:
+          mode: ``"fail_fast"`` raises at the first failure and cancels the
+            members still running (with their compensation); members not yet
+            started never start. ``"wait_all"`` lets every member end first.
+
+        Raises:
+          GatherError: Members failed; it lists them in input order.
+        """
+        if mode not in ("fail_fast", "wait_all"):
+            raise UsageError(f"fan mode must be 'fail_fast' or 'wait_all', not {mode!r}")
+        outcomes = await self._fan(workflow, inputs, concurrency, mode)
+        failures = [
+            GatherFailure(index=i, id=o.id, error=o.error, code=o.code, details=o.details)
+            for i, o in enumerate(outcomes)
+            if isinstance(o, _Failed) and o.code != FAN_CANCELLED
+        ]
+        if failures:
+            raise GatherError(failures, len(outcomes))
+        return outcomes
+
+    async def all_settled(
+        self,
+        workflow: Workflow[..., Any] | str,
+        inputs: Sequence[Any],
+        *,
+        concurrency: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Like `Context.all`, but wait for every member and never raise for a
+        member's failure.
+
+        Returns:
+          One dict per input, in order: ``{"status": "fulfilled", "value": v}``
+          or ``{"status": "rejected", "id", "error", "code", "details"}``.
+        """
+        outcomes = await self._fan(workflow, inputs, concurrency, "settled")
+        settled: list[dict[str, Any]] = []
+        for outcome in outcomes:
+            if isinstance(outcome, _Failed):
+                settled.append(
+                    {
+                        "status": "rejected",
+                        "id": outcome.id,
+                        "error": outcome.error,
+                        "code": outcome.code,
+                        "details": outcome.details,
+                    }
+                )
+            else:
+                settled.append({"status": "fulfilled", "value": outcome})
+        return settled
+
+    async def _fan(
+        self,
+        workflow: Workflow[..., Any] | str,
+        inputs: Sequence[Any],
+        concurrency: int | None,
+        mode: FanMode,
+    ) -> list[Any]:
+        wf = workflow_of(self._engine.app, workflow)
+        if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
+            raise UsageError(f"fan inputs must be a sequence, not {type(inputs).__name__}")
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise UsageError(f"fan concurrency must be a positive integer, not {concurrency!r}")
+        total = len(inputs)
+        first = self._seq + 1
+        self._seq += total
+        if total == 0:
+            await trio.lowlevel.checkpoint()
+            return []
+        members = [self._recorded(first + i, wf.name, "child") for i in range(total)]
+        fan_id = f"{self.run_id}.all.{first}"
+
+        def failed(cp: Checkpoint | None) -> bool:
+            return cp is not None and cp.status == "failed" and not _cancelled_by_fan(cp)
+
+        if mode == "fail_fast" and any(failed(cp) for cp in members):
+            members = await self._freeze_fan(wf, first, fan_id, members)
+        elif any(cp is not None and cp.status == "pending" for cp in members):
+            raise Suspend("fan")
+        else:
+            unstarted = [i for i, cp in enumerate(members) if cp is None]
+            if unstarted:
+                wave = unstarted if concurrency is None else unstarted[:concurrency]
+                for i in wave:
+                    self._create_child(
+                        wf,
+                        first + i,
+                        f"{fan_id}.{i}",
+                        _serde.dump_args([inputs[i]]),
+                        awaited=True,
+                        fan=(first, total, mode),
+                    )
+                raise Suspend("fan")
+        outcomes: list[Any] = []
+        for i, cp in enumerate(members):
+            assert cp is not None
+            outcome = self._child_outcome(wf, cp)
+            if isinstance(outcome, _Failed):
+                outcome = attrs.evolve(outcome, id=cp.child_id or f"{fan_id}.{i}")
+            outcomes.append(outcome)
+        return outcomes
+
+    async def _freeze_fan(
+        self,
+        wf: Workflow[..., Any],
+        first: int,
+        fan_id: str,
+        members: list[Checkpoint | None],
+    ) -> list[Checkpoint | None]:
+        """End a fail_fast fan: settle every member still pending or not yet
+        started as cancelled, and tell the running children to cancel, in one
+        write, so that results arriving later change nothing."""
+        now = self._engine.clock.now()
+        error = ErrorInfo(message="cancelled: another member of the fan failed", code=FAN_CANCELLED)
+        cancelled_output = completion(False, error=error)
+        ops: list[Op] = []
+        pending: list[int] = []
+        for i, cp in enumerate(members):
+            if cp is None:
+                self._turn.put(
+                    Checkpoint(
+                        run_id=self.run_id,
+                        seq=first + i,
+                        name=wf.name,
+                        kind="child",
+                        status="failed",
+                        output=cancelled_output,
+                        error=error,
+                        child_id=None,
+                        parallel_group=first,
+                        parallel_size=len(members),
+                        parallel_mode="fail_fast",
+                        enqueued_at=now,
+                        finished_at=now,
+                    )
+                )
+            elif cp.status == "pending":
+                pending.append(i)
+                ops.append(
+                    SettleCheckpoint(
+                        self.run_id, cp.seq, "failed", cancelled_output, error, finished_at=now
+                    )
+                )
+                assert cp.child_id is not None
+                ops.append(self._engine.cancel_op(cp.child_id, compensate=True))
+        if ops:
+            results = await self._engine.store.apply(ops)
+            for n, i in enumerate(pending):
+                settled = results[2 * n]
+                child_id = members[i].child_id  # type: ignore[union-attr]
+                if settled is None:
+                    # The member settled on its own just before: keep its result.
+                    [settled] = await self._engine.store.get_checkpoints(
+                        self.run_id, first + i, first + i
+                    )
+                self._turn.checkpoints[first + i] = settled
+                if results[2 * n + 1] and child_id is not None:
+                    self._engine._wake(child_id)
+        return [self._turn.checkpoints.get(first + i) for i in range(len(members))]
+
+
+def _cancelled_by_fan(cp: Checkpoint) -> bool:
+    return cp.error is not None and cp.error.code == FAN_CANCELLED
+
+
+@attrs.define(frozen=True)
+class _Failed:
+    error: str
+    code: str | None
+    details: Any
+    id: str = ""
+
+
+def _step_failed(cp: Checkpoint) -> StepFailed:
+    error = cp.error or ErrorInfo(message="failed")
+    return StepFailed(
+        cp.name, error.message, code=error.code, details=error.details, attempts=cp.attempts
+    )
+
+
+def signal_token(run_id: str, name: str) -> str:
+    """The key under which a run's signal ``name`` is buffered and awaited."""
+    return json.dumps([run_id, name], separators=(",", ":"))

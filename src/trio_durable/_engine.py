@@ -1,0 +1,887 @@
+"""The engine: starts runs, drives their turns, and owns every background
+effect in one nursery.
+
+A run executes in turns. A turn leases the run, reads its checkpoints,
+replays the body (see `_context`) until it completes, fails, or reaches a
+durable wait, and then writes everything it did in one atomic batch, which
+also releases the lease. Effects that must follow a write (starting the
+children it created, waking a parent, waking the run again for a signal that
+was already buffered) happen only after that batch committed.
+
+Wakes of one run coalesce: while a turn of it is in flight, further wakes
+only ask for one more turn after it. The due-run poller picks up timers, runs
+whose lease lapsed (their engine died) and runs started by engines that went
+away, in shuffled batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from typing import Any, Final, final
+
+import attrs
+import trio
+
+from . import _serde
+from ._app import App, Workflow, workflow_of
+from ._clock import Clock
+from ._context import Context, Suspend, TurnState, completion, error_info, signal_token
+from ._exceptions import (
+    EngineClosedError,
+    InvalidRunStateError,
+    LeaseLostError,
+    NonDeterminismError,
+    RunCancelled,
+    RunConflictError,
+    RunFailed,
+    RunNotFoundError,
+    StoreError,
+    UsageError,
+)
+from ._observe import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Metrics
+from ._records import (
+    ACTIVE_STATUSES,
+    DEFAULT_NAMESPACE,
+    TERMINAL_STATUSES,
+    Checkpoint,
+    CheckpointStatus,
+    ErrorInfo,
+    Run,
+    RunStatus,
+)
+from ._saga import compensate, plan_retry
+from ._stores import open_store
+from ._stores._base import (
+    ChangeFeed,
+    Op,
+    ReleaseRun,
+    RemoveSignalWaiter,
+    SettleCheckpoint,
+    Store,
+    UpdateRun,
+    WaitSignal,
+    WriteConflict,
+)
+
+logger = logging.getLogger("trio_durable")
+
+DEFAULT_TIMER_BATCH_SIZE: Final = 500
+_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead"})
+_CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead", "cancelled"})
+_PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
+_RUN_ID_CHARS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:@"
+)
+_UNKNOWN_VERSION_BACKOFF: Final = 60.0
+
+
+@final
+@attrs.define(kw_only=True)
+class EngineStatistics:
+    """Counters an engine keeps.
+
+    Attributes:
+      turns: Turns executed.
+      runs_active: Runs with a turn in flight or queued now.
+      events_dropped: Events lost because a subscriber fell behind.
+    """
+
+    turns: int = 0
+    runs_active: int = 0
+    events_dropped: int = 0
+
+
+@attrs.define(eq=False)
+class _Slot:
+    """One run's place in the engine while a turn of it is queued or running."""
+
+    again: bool = False
+    body_scope: trio.CancelScope | None = None
+
+
+class Engine:
+    """Executes runs of an `App`'s workflows on a store.
+
+    Made by `open_engine`; all its background work lives in the nursery that
+    `open_engine` owns.
+
+    Attributes:
+      app: The application.
+      store: The store.
+      engine_id: This engine's id, the owner of the leases it takes.
+      clock: Its `Clock`.
+      rng: Its seeded random source (ids, jitter, shuffles).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        store: Store,
+        nursery: trio.Nursery,
+        *,
+        engine_id: str,
+        rng: random.Random,
+        clock: Clock,
+        timer_batch_size: int,
+        lease_ttl: float,
+        reconcile_interval: float,
+        result_poll_interval: float,
+        max_recoveries: int,
+    ) -> None:
+        self.app = app
+        self.store = store
+        self.engine_id = engine_id
+        self.rng = rng
+        self.clock = clock
+        self._nursery = nursery
+        self._timer_batch_size = timer_batch_size
+        self._lease_ttl = lease_ttl
+        self._reconcile_interval = reconcile_interval
+        self._result_poll_interval = result_poll_interval
+        self._max_recoveries = max_recoveries
+        self._active: dict[str, _Slot] = {}
+        self._idle = trio.Event()
+        self._idle.set()
+        self._poke = trio.Event()
+        self._poller_pass = trio.Event()
+        self._poller_deadline = math.inf
+        self._ended: dict[str, trio.Event] = {}
+        self._hub = EventHub()
+        self._metrics = Metrics()
+        self._stats = EngineStatistics()
+        self._closed = False
+
+    # -- public API -----------------------------------------------------------
+
+    async def start(
+        self,
+        workflow: Workflow[..., Any] | str,
+        *args: Any,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> Run:
+        """Start a run of ``workflow`` with positional ``args``.
+
+        Idempotent by ``run_id``: if a run with that id exists, it is returned
+        and nothing is written.
+
+        Args:
+          workflow: A registered workflow, or its name (then the version
+            registered last).
+          *args: The inputs, JSON-able values or attrs instances.
+          run_id: The run's id; without it the engine derives one from its
+            seeded random source.
+          namespace: The tenant the run belongs to.
+          tags: Labels stored on the run.
+
+        Returns:
+          The run as stored.
+
+        Raises:
+          UnknownWorkflowError: The workflow is not registered.
+          SerializationError: An input cannot be serialized.
+          RunConflictError: ``run_id`` belongs to a run of another workflow.
+          UsageError: ``run_id``, ``namespace`` or ``tags`` are malformed.
+        """
+        self._check_open()
+        wf = workflow_of(self.app, workflow)
+        input_json = _serde.dump_args(args)
+        if run_id is None:
+            run_id = f"{wf.name}-{self.rng.getrandbits(64):016x}"
+        _check_id("run_id", run_id)
+        _check_id("namespace", namespace)
+        tag_tuple = tuple(tags)
+        if not all(isinstance(tag, str) for tag in tag_tuple):
+            raise UsageError(f"tags must be strings, not {tags!r}")
+        existing = await self.store.get_run(run_id)
+        if existing is not None:
+            return self._same_workflow(existing, wf)
+        now = self.clock.now()
+        run = Run(
+            id=run_id,
+            workflow=wf.name,
+            version=wf.version,
+            namespace=namespace,
+            input=input_json,
+            tags=tag_tuple,
+            created_at=now,
+            updated_at=now,
+        )
+        stored, created = await self.store.create_run(run)
+        if not created:
+            return self._same_workflow(stored, wf)
+        self._emit_run("run.started", stored)
+        self._wake(run_id)
+        return stored
+
+    @staticmethod
+    def _same_workflow(run: Run, wf: Workflow[..., Any]) -> Run:
+        if run.workflow != wf.name:
+            raise RunConflictError(
+                f"run id {run.id!r} belongs to a run of workflow {run.workflow!r}, not {wf.name!r}"
+            )
+        return run
+
+    async def get(self, run_id: str) -> Run:
+        """The run as stored now.
+
+        Raises:
+          RunNotFoundError: No run has this id.
+        """
+        self._check_open()
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise RunNotFoundError(f"no run {run_id!r}")
+        return run
+
+    async def result(self, run_id: str) -> Any:
+        """Wait until the run ends and return its output.
+
+        The output is structured as the workflow's return annotation.
+
+        Raises:
+          RunNotFoundError: No run has this id.
+          RunFailed: The run failed or is dead (`RunCancelled` if cancelled);
+            the error's message, code and details are the exception's.
+        """
+        while True:
+            run = await self.get(run_id)
+            if run.status in TERMINAL_STATUSES:
+                return self._outcome(run)
+            if isinstance(self.store, ChangeFeed):
+                # Every writer shares this process: wait for the change itself.
+                await self.store.run_end_event(run_id).wait()
+                continue
+            ended = self._ended.setdefault(run_id, trio.Event())
+            with trio.move_on_after(self._result_poll_interval):
+                await ended.wait()
+
+    def _outcome(self, run: Run) -> Any:
+        if run.status == "completed":
+            returns: Any = Any
+            if self.app.has_workflow(run.workflow, run.version):
+                wf = self.app.get_workflow(run.workflow, run.version)
+                _, returns = _serde.signature_types(wf.fn)
+            return _serde.loads(run.output, returns)
+        error = run.error or ErrorInfo(message=run.status)
+        cls = RunCancelled if run.status == "cancelled" else RunFailed
+        raise cls(run.id, error.message, error.code, error.details)
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Send the signal ``name`` with ``payload`` to a run.
+
+        If the run is waiting for it, the run resumes; otherwise the signal is
+        buffered for its next wait of that name and never lost.
+
+        Raises:
+          RunNotFoundError: No run has this id.
+          InvalidRunStateError: The run already ended.
+          SerializationError: The payload cannot be serialized.
+        """
+        self._check_open()
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"signal name must be a non-empty string, not {name!r}")
+        payload_json = _serde.dumps(payload)
+        run = await self.get(run_id)
+        if run.status in TERMINAL_STATUSES:
+            raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it takes no signals")
+        waiter = await self.store.deliver_signal(
+            signal_token(run_id, name), payload_json, self.clock.now()
+        )
+        if waiter is not None:
+            self._wake(run_id)
+
+    async def cancel(self, run_id: str, *, compensate: bool = False) -> None:
+        """Cancel a run, and the children it awaits.
+
+        The run's turn in flight, if any, is interrupted; it is then marked
+        ``cancelling`` and ends ``cancelled``.
+
+        Args:
+          compensate: Run the undos of its completed steps first, in reverse
+            order.
+
+        Raises:
+          RunNotFoundError: No run has this id.
+          InvalidRunStateError: The run already ended.
+        """
+        self._check_open()
+        run = await self.get(run_id)
+        if run.status in TERMINAL_STATUSES:
+            raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it cannot be cancelled")
+        try:
+            await self.store.apply([attrs.evolve(self.cancel_op(run_id, compensate), strict=True)])
+        except WriteConflict as exc:
+            raise InvalidRunStateError(
+                f"run {run_id!r} ended before it could be cancelled"
+            ) from exc
+        slot = self._active.get(run_id)
+        if slot is not None and slot.body_scope is not None:
+            slot.body_scope.cancel()
+        self._wake(run_id)
+
+    def cancel_op(self, run_id: str, compensate: bool) -> UpdateRun:
+        """The write that asks a run to cancel (skipped if it already ended)."""
+        return UpdateRun(
+            run_id,
+            {"status": "cancelling", "compensate": compensate, "updated_at": self.clock.now()},
+            expect_status=ACTIVE_STATUSES,
+            strict=False,
+        )
+
+    async def retry(self, run_id: str) -> Run:
+        """Run a failed or dead run's body again from its checkpoints.
+
+        Completed steps are not run again (but for steps whose undo already
+        ran, which run again); failed steps, timed-out signal waits and
+        compensations are reset; a failed awaited child (or fan member) is
+        retried under its same id, so the parent picks up its new outcome.
+
+        Raises:
+          RunNotFoundError: No run has this id.
+          InvalidRunStateError: The run is not failed or dead; nothing changed.
+        """
+        self._check_open()
+        run = await self.get(run_id)
+        if run.status not in ("failed", "dead"):
+            raise InvalidRunStateError(
+                f"run {run_id!r} is {run.status}; only failed or dead runs can be retried"
+            )
+        ops: list[Op] = []
+        wakes: list[str] = []
+        await plan_retry(self, run, ops, wakes, _RETRYABLE)
+        try:
+            await self.store.apply(ops)
+        except WriteConflict as exc:
+            raise InvalidRunStateError(f"run {run_id!r} changed while being retried") from exc
+        for wake in wakes:
+            self._wake(wake)
+        return await self.get(run_id)
+
+    async def drain(self) -> None:
+        """Wait until no run is executing and no effect is pending.
+
+        Runs suspended on a timer that is not yet due, on a signal or on a
+        child of another engine do not count: drain returns while they wait.
+        After it returns, this engine writes nothing until it is given work or
+        a timer comes due.
+        """
+        self._check_open()
+        while True:
+            if self._active:
+                await self._idle.wait()
+                continue
+            due = await self.store.list_due_runs(self.clock.now(), 1)
+            if not due or self._active:
+                if not self._active:
+                    return
+                continue
+            # Something is due that the poller has not picked up yet.
+            passed = self._poller_pass = trio.Event()
+            self._poke.set()
+            await passed.wait()
+
+    @contextmanager
+    def subscribe(
+        self, buffer: float = DEFAULT_EVENT_BUFFER
+    ) -> Iterator[trio.MemoryReceiveChannel[Event]]:
+        """Receive this engine's events while the ``with`` block lasts.
+
+        Args:
+          buffer: How many events may wait unread; past that, new events are
+            dropped for this subscriber (and counted in `statistics`).
+        """
+        with self._hub.subscribe(buffer) as receive:
+            yield receive
+
+    def metrics(self) -> str:
+        """Counters in the Prometheus text exposition format."""
+        return self._metrics.render()
+
+    def statistics(self) -> EngineStatistics:
+        """A snapshot of this engine's counters."""
+        self._stats.runs_active = len(self._active)
+        self._stats.events_dropped = self._hub.dropped
+        return attrs.evolve(self._stats)
+
+    # -- scheduling -----------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineClosedError("the engine is closed")
+
+    def _wake(self, run_id: str) -> None:
+        if self._closed:
+            return
+        slot = self._active.get(run_id)
+        if slot is not None:
+            slot.again = True
+            return
+        self._active[run_id] = _Slot()
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        self._nursery.start_soon(self._drive, run_id, name=f"trio_durable turn {run_id}")
+
+    async def _drive(self, run_id: str) -> None:
+        slot = self._active[run_id]
+        try:
+            while True:
+                slot.again = False
+                try:
+                    await self._turn(run_id, slot)
+                except (StoreError, trio.ClosedResourceError) as exc:
+                    # Crash-only: the run keeps its checkpoints and its lease
+                    # lapses; the poller (here or on another engine) resumes it.
+                    logger.warning("turn of run %r failed on the store: %s", run_id, exc)
+                    return
+                self._stats.turns += 1
+                if not slot.again:
+                    return
+        finally:
+            del self._active[run_id]
+            if not self._active:
+                self._idle.set()
+
+    # -- one turn -------------------------------------------------------------
+
+    async def _turn(self, run_id: str, slot: _Slot) -> None:
+        now = self.clock.now()
+        state = await self.store.begin_turn(run_id, self.engine_id, now + self._lease_ttl, now)
+        if state is None:
+            return
+        run = state.run
+        turn = TurnState(run=run, checkpoints={cp.seq: cp for cp in state.checkpoints})
+        if run.recoveries > self._max_recoveries:
+            error = ErrorInfo(
+                message=f"run was taken over {run.recoveries} times from engines that died",
+                code="dead",
+            )
+            await self._end(turn, "dead", error=error)
+            return
+        if run.status == "cancelling":
+            await self._finish_cancel(turn)
+            return
+        if not self.app.has_workflow(run.workflow, run.version):
+            # Another engine of a newer or older deploy may know it: leave the
+            # run untouched but for a later wake.
+            logger.warning(
+                "run %r needs workflow %r version %r, which this engine lacks",
+                run_id,
+                run.workflow,
+                run.version,
+            )
+            await self._write(
+                turn,
+                UpdateRun(
+                    run.id,
+                    {
+                        "status": "suspended",
+                        "wake_at": now + _UNKNOWN_VERSION_BACKOFF,
+                        "lease_owner": None,
+                        "lease_expiry": None,
+                    },
+                    expect_status=frozenset({"running"}),
+                    expect_owner=self.engine_id,
+                ),
+            )
+            return
+        wf = self.app.get_workflow(run.workflow, run.version)
+        ctx = Context(self, turn)
+        outcome: tuple[str, Any] = ("interrupted", None)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._renew_lease, run.id, slot)
+            with trio.CancelScope() as slot.body_scope:
+                outcome = await self._run_body(wf, ctx, run)
+            slot.body_scope = None
+            nursery.cancel_scope.cancel()
+        kind, value = outcome
+        if kind == "interrupted":
+            # cancel() interrupted the body: write nothing of this turn, and
+            # let the next turn see the cancellation.
+            slot.again = True
+            await self.store.release_run_lock(run.id, self.engine_id)
+        elif kind == "suspended":
+            await self._suspend(turn, value)
+        elif kind == "completed":
+            await self._end(turn, "completed", output=value)
+        else:
+            await self._fail(turn, ctx, value)
+
+    async def _run_body(self, wf: Workflow[..., Any], ctx: Context, run: Run) -> tuple[str, Any]:
+        try:
+            args = _serde.load_args(run.input, wf.fn, skip=1)
+            value = await wf.fn(ctx, *args)
+            if ctx._turn.nondeterminism is not None:
+                return ("failed", ctx._turn.nondeterminism)
+            output = _serde.dumps(value)
+        except Suspend as suspend:
+            if ctx._turn.nondeterminism is not None:
+                return ("failed", ctx._turn.nondeterminism)
+            return ("suspended", suspend.wake_at)
+        except Exception as exc:
+            if ctx._turn.nondeterminism is not None:
+                return ("failed", ctx._turn.nondeterminism)
+            return ("failed", exc)
+        return ("completed", output)
+
+    async def _renew_lease(self, run_id: str, slot: _Slot) -> None:
+        while True:
+            await trio.sleep(self._lease_ttl / 3)
+            now = self.clock.now()
+            try:
+                held = await self.store.try_lock_run(
+                    run_id, self.engine_id, now + self._lease_ttl, now
+                )
+            except StoreError as exc:
+                logger.warning("could not renew the lease of run %r: %s", run_id, exc)
+                continue
+            if not held:
+                # Another engine took the run over: this turn must write nothing.
+                logger.warning("lost the lease of run %r; abandoning its turn", run_id)
+                if slot.body_scope is not None:
+                    slot.body_scope.cancel()
+                return
+
+    def _fence(self, run: Run, changes: dict[str, Any], expect: frozenset[Any]) -> UpdateRun:
+        changes = {
+            **changes,
+            "lease_owner": None,
+            "lease_expiry": None,
+            "updated_at": self.clock.now(),
+        }
+        return UpdateRun(run.id, changes, expect_status=expect, expect_owner=self.engine_id)
+
+    async def _write(self, turn: TurnState, *final_ops: Op) -> list[Any] | None:
+        """Commit the turn's writes; None if the run changed under it."""
+        try:
+            return await self.store.apply([*turn.ops, *final_ops])
+        except LeaseLostError:
+            logger.warning("run %r was taken over; dropping its turn", turn.run.id)
+            return None
+        except WriteConflict:
+            # Typically a cancel() landed during the turn: run another turn,
+            # which sees the new status.
+            self._active[turn.run.id].again = True
+            return None
+
+    async def _suspend(self, turn: TurnState, wake_at: float | None) -> None:
+        run = turn.run
+        results = await self._write(
+            turn,
+            self._fence(run, {"status": "suspended", "wake_at": wake_at}, frozenset({"running"})),
+        )
+        if results is None:
+            return
+        self._after_commit(turn)
+        if any(
+            isinstance(op, WaitSignal) and result is not None
+            for op, result in zip(turn.ops, results, strict=False)
+        ):
+            # A buffered signal was handed over by the same write.
+            self._active[run.id].again = True
+        self._emit_run("run.suspended", run, wake_at=wake_at)
+        if wake_at is not None and wake_at < self._poller_deadline:
+            self._poke.set()
+
+    async def _fail(self, turn: TurnState, ctx: Context, exc: BaseException) -> None:
+        error = error_info(exc)
+        if not isinstance(exc, NonDeterminismError):
+            await compensate(self, turn, ctx)
+        await self._end(turn, "failed", error=error)
+
+    async def _end(
+        self,
+        turn: TurnState,
+        status: str,
+        *,
+        output: str | None = None,
+        error: ErrorInfo | None = None,
+    ) -> None:
+        run = turn.run
+        expect = frozenset({"cancelling"}) if status == "cancelled" else frozenset({"running"})
+        ops: list[Op] = [
+            self._fence(
+                run,
+                {"status": status, "output": output, "error": error, "wake_at": None},
+                expect,
+            )
+        ]
+        if run.parent_id is not None and run.parent_seq is not None:
+            ops.append(
+                SettleCheckpoint(
+                    run.parent_id,
+                    run.parent_seq,
+                    "completed" if status == "completed" else "failed",
+                    completion(status == "completed", output, error),
+                    error,
+                    self.clock.now(),
+                )
+            )
+        results = await self._write(turn, *ops)
+        if results is None:
+            return
+        self._after_commit(turn)
+        kind: EventKind = {
+            "completed": "run.completed",
+            "cancelled": "run.cancelled",
+        }.get(status, "run.failed")  # type: ignore[assignment]
+        self._emit_run(
+            kind,
+            run,
+            **({} if error is None else {"error": error.message, "code": error.code}),
+        )
+        ended = self._ended.pop(run.id, None)
+        if ended is not None:
+            ended.set()
+        if len(ops) == 2:
+            settled = results[-1]
+            if settled is not None:
+                await self._join_barrier(settled)
+
+    async def _join_barrier(self, settled: Checkpoint) -> None:
+        """Wake a parent whose checkpoint a child just settled, unless it sits
+        in a fan that still has members pending: then the parent would only
+        replay to suspend again. A failure wakes a fail_fast fan at once."""
+        if settled.parallel_group is not None and settled.parallel_size is not None:
+            fail_fast = settled.parallel_mode == "fail_fast" and settled.status == "failed"
+            if not fail_fast:
+                pending = await self.store.count_checkpoints(
+                    settled.run_id,
+                    settled.parallel_group,
+                    settled.parallel_group + settled.parallel_size - 1,
+                    _PENDING,
+                    limit=1,
+                )
+                if pending:
+                    return
+        self._wake(settled.run_id)
+
+    def _after_commit(self, turn: TurnState) -> None:
+        for child in turn.started_children:
+            self._emit_run("run.started", child)
+        for run_id in turn.wake_after:
+            self._wake(run_id)
+
+    async def _finish_cancel(self, turn: TurnState) -> None:
+        run = turn.run
+        if run.compensate:
+            ctx = Context(self, turn)
+            await compensate(self, turn, ctx)
+        now = self.clock.now()
+        error = ErrorInfo(message="cancelled", code="cancelled")
+        for cp in sorted(turn.checkpoints.values(), key=lambda cp: cp.seq):
+            if cp.status != "pending":
+                continue
+            if cp.kind == "child" and cp.child_id is not None:
+                turn.ops.append(self.cancel_op(cp.child_id, run.compensate))
+                turn.ops.append(
+                    SettleCheckpoint(
+                        run.id, cp.seq, "failed", completion(False, error=error), error, now
+                    )
+                )
+                turn.wake_after.append(cp.child_id)
+            elif cp.kind == "signal":
+                turn.ops.append(RemoveSignalWaiter(signal_token(run.id, cp.name)))
+        await self._end(turn, "cancelled", error=error)
+
+    # -- due runs -------------------------------------------------------------
+
+    async def _poll_due(self) -> None:
+        """Resume runs that are due: timers, and runs whose engine went away.
+
+        Due runs are taken in batches of ``timer_batch_size`` and woken in
+        shuffled order, so that several engines polling one store spread over
+        the batch instead of contending for the same rows.
+        """
+        while True:
+            self._poke = trio.Event()
+            now = self.clock.now()
+            due = await self.store.list_due_runs(now, self._timer_batch_size)
+            fresh = [run_id for run_id in due if run_id not in self._active]
+            self.rng.shuffle(fresh)
+            for run_id in fresh:
+                self._wake(run_id)
+            self._poller_pass.set()
+            if fresh and len(due) >= self._timer_batch_size:
+                # A full batch: let it run before listing again, so the next
+                # listing does not return the same rows.
+                await self._idle.wait()
+                continue
+            next_due = await self.store.next_due_time()
+            deadline = now + self._reconcile_interval
+            if next_due is not None and next_due > now:
+                deadline = min(deadline, next_due)
+            elif next_due is not None and not fresh and self._active:
+                # Due but already executing here: wait for those turns.
+                deadline = min(deadline, now + self._lease_ttl)
+                with trio.move_on_at(self.clock.to_trio(deadline)):
+                    await self._idle.wait()
+                continue
+            self._poller_deadline = deadline
+            if isinstance(self.store, ChangeFeed):
+                # All writers are in this process and the store says when a
+                # run becomes due sooner, so no periodic scan is needed.
+                deadline = next_due if next_due is not None and next_due > now else math.inf
+                self._poller_deadline = deadline
+                async with trio.open_nursery() as race:
+                    race.start_soon(_set_when, self.store.due_event(deadline), race.cancel_scope)
+                    race.start_soon(_set_when, self._poke, race.cancel_scope)
+                    if deadline < math.inf:
+                        race.start_soon(
+                            _sleep_then_cancel, self.clock.to_trio(deadline), race.cancel_scope
+                        )
+            else:
+                with trio.move_on_at(self.clock.to_trio(deadline)):
+                    await self._poke.wait()
+            self._poller_deadline = math.inf
+
+    # -- events ---------------------------------------------------------------
+
+    def _emit(self, event: Event) -> None:
+        self._metrics.count(event)
+        self._hub.emit(event)
+
+    def _emit_run(self, kind: EventKind, run: Run, **data: Any) -> None:
+        self._emit(
+            Event(kind=kind, run_id=run.id, workflow=run.workflow, at=self.clock.now(), data=data)
+        )
+
+    async def _release_leases(self) -> None:
+        ops: list[Op] = [ReleaseRun(run_id, self.engine_id) for run_id in sorted(self._active)]
+        if ops:
+            await self.store.apply(ops)
+
+
+async def _set_when(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def _sleep_then_cancel(deadline: float, scope: trio.CancelScope) -> None:
+    await trio.sleep_until(deadline)
+    scope.cancel()
+
+
+def _check_id(what: str, value: object) -> None:
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > 255
+        or not set(value) <= _RUN_ID_CHARS
+    ):
+        raise UsageError(
+            f"{what} must be 1 to 255 characters of letters, digits and '_.-:@', not {value!r}"
+        )
+
+
+@asynccontextmanager
+async def open_engine(
+    app: App,
+    *,
+    store: str | Store = "memory://",
+    engine_id: str | None = None,
+    seed: int | None = None,
+    wall_clock: Callable[[], float] = time.time,
+    timer_batch_size: float = DEFAULT_TIMER_BATCH_SIZE,
+    lease_ttl: float = 30.0,
+    reconcile_interval: float = 60.0,
+    result_poll_interval: float = 1.0,
+    max_recoveries: int = 10,
+) -> AsyncIterator[Engine]:
+    """Open an engine that executes ``app``'s workflows on a store.
+
+    Every task the engine runs lives in a nursery this context manager owns;
+    leaving the block cancels and joins them all, after giving back the leases
+    of runs that were executing, so another engine can resume those at once.
+
+    Args:
+      app: The workflows and steps.
+      store: A store URL (``memory://``, ``sqlite:///path.db``) or an open
+        `Store` to share (the engine does not close a store it was given).
+      engine_id: The owner name of this engine's leases; derived from
+        ``seed`` if not given. Engines sharing a store need distinct ids.
+      seed: Seeds the engine's random source (run ids, jitter, shuffles).
+      wall_clock: Read once to anchor durable time (see `Clock`).
+      timer_batch_size: How many due runs the poller takes at a time
+        (a non-finite or < 1 value means the default, 500).
+      lease_ttl: Seconds a run's lease lasts; it is renewed while a turn runs.
+      reconcile_interval: Seconds between scans for due runs when no timer is
+        nearer.
+      result_poll_interval: Seconds between store reads in `Engine.result`
+        for runs that end on another engine.
+      max_recoveries: How often a run may be taken over from a dead engine
+        before it is marked ``dead``.
+
+    Raises:
+      InvalidURLError: The store URL is malformed.
+      UsageError: An option is out of range.
+    """
+    for name, value in (
+        ("lease_ttl", lease_ttl),
+        ("reconcile_interval", reconcile_interval),
+        ("result_poll_interval", result_poll_interval),
+    ):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise UsageError(f"{name} must be a positive finite number, not {value!r}")
+    if (
+        isinstance(max_recoveries, bool)
+        or not isinstance(max_recoveries, int)
+        or max_recoveries < 0
+    ):
+        raise UsageError(f"max_recoveries must be an integer >= 0, not {max_recoveries!r}")
+    batch = DEFAULT_TIMER_BATCH_SIZE
+    if (
+        isinstance(timer_batch_size, int | float)
+        and not isinstance(timer_batch_size, bool)
+        and math.isfinite(timer_batch_size)
+        and timer_batch_size >= 1
+    ):
+        batch = int(timer_batch_size)
+    if not isinstance(app, App):
+        raise UsageError(f"open_engine needs a td.App, not {app!r}")
+    rng = random.Random(seed)
+    if engine_id is None:
+        engine_id = f"engine-{rng.getrandbits(32):08x}"
+    _check_id("engine_id", engine_id)
+    async with AsyncExitStack() as stack:
+        if isinstance(store, str):
+            store_obj: Store = await stack.enter_async_context(open_store(store))
+        else:
+            store_obj = store
+        async with trio.open_nursery() as nursery:
+            engine = Engine(
+                app,
+                store_obj,
+                nursery,
+                engine_id=engine_id,
+                rng=rng,
+                clock=Clock(wall_clock),
+                timer_batch_size=batch,
+                lease_ttl=float(lease_ttl),
+                reconcile_interval=float(reconcile_interval),
+                result_poll_interval=float(result_poll_interval),
+                max_recoveries=max_recoveries,
+            )
+            nursery.start_soon(engine._poll_due, name="trio_durable due-run poller")
+            try:
+                yield engine
+            finally:
+                engine._closed = True
+                with trio.move_on_after(5) as cleanup:
+                    cleanup.shield = True
+                    try:
+                        await engine._release_leases()
+                    except (StoreError, trio.ClosedResourceError) as exc:
+                        logger.warning("could not release leases on close: %s", exc)
+                nursery.cancel_scope.cancel()

@@ -1,0 +1,239 @@
+"""The errors trio-durable raises.
+
+The set is small and flat. Errors that describe a failed piece of work
+(`FatalError`, `StepFailed`, `RunFailed`, `GatherError`) carry a ``code`` and
+JSON ``details`` that survive the store and the wire unchanged. Errors that
+describe bad input from the caller are raised before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, final
+
+import attrs
+
+JSON = Any
+"""A value that `json.dumps` accepts (dicts, lists, strings, numbers, bools, None)."""
+
+
+class TrioDurableError(Exception):
+    """Base class of every error trio-durable defines."""
+
+
+class FatalError(TrioDurableError):
+    """A failure that must not be retried.
+
+    Raise it from a step or a workflow body to stop retries at once. Its
+    ``code`` and JSON ``details`` travel with the failure: to the run's stored
+    error, to `RunFailed`, to a parent's `all_settled` item and to a
+    `GatherError` failure.
+
+    Args:
+      message: What went wrong, for people.
+      code: A short machine-readable code, such as ``"card_declined"``.
+      details: Any JSON-able value with more context.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, code: str | None = None, details: JSON = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.details = details
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, code={self.code!r})"
+
+
+@final
+class NonDeterminismError(FatalError):
+    """Replay found a different operation than the one recorded at a seq.
+
+    The workflow's code changed under a run in flight (a broken deploy), or it
+    depends on something that is not deterministic. The run fails with code
+    ``non_determinism``; such failures are never retried automatically.
+    """
+
+    def __init__(self, message: str, details: JSON = None) -> None:
+        super().__init__(message, code="non_determinism", details=details)
+
+
+@final
+class SignalTimeout(TrioDurableError):
+    """Raised inside a workflow when `Context.wait_signal` timed out.
+
+    Attributes:
+      name: The signal's name.
+      timeout: The timeout, in seconds, that passed.
+    """
+
+    code = "signal_timeout"
+
+    def __init__(self, name: str, timeout: float) -> None:
+        super().__init__(f"signal {name!r} did not arrive within {timeout} s")
+        self.name = name
+        self.timeout = timeout
+
+
+@final
+class StepFailed(TrioDurableError):
+    """Raised inside a workflow when a step failed for good.
+
+    The step either raised a non-retryable error or ran out of attempts. On
+    replay the same error is raised again from the record, so a workflow sees
+    the same exception every time it runs. The step's original exception is
+    the ``__cause__`` on the first execution only.
+
+    Attributes:
+      step: The step's name.
+      message: The last attempt's error message.
+      code: The error's code (the `FatalError` code, ``"timeout"`` for a step
+        that timed out, or None).
+      details: The error's JSON details.
+      attempts: How many attempts ran.
+    """
+
+    def __init__(
+        self,
+        step: str,
+        message: str,
+        *,
+        code: str | None = None,
+        details: JSON = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(f"step {step!r} failed: {message}")
+        self.step = step
+        self.message = message
+        self.code = code
+        self.details = details
+        self.attempts = attempts
+
+
+class RunFailed(TrioDurableError):
+    """A run ended in failure.
+
+    Raised by `Engine.result` for a failed run, and inside a parent workflow by
+    `Context.child` when the awaited child failed. The child's `FatalError`
+    code and details reach the parent through this exception.
+
+    Attributes:
+      run_id: The run that failed.
+      message: Its error message.
+      code: Its error code, or None.
+      details: Its error details (JSON), or None.
+    """
+
+    def __init__(
+        self, run_id: str, message: str, code: str | None = None, details: JSON = None
+    ) -> None:
+        super().__init__(f"run {run_id!r} failed: {message}")
+        self.run_id = run_id
+        self.message = message
+        self.code = code
+        self.details = details
+
+
+@final
+class RunCancelled(RunFailed):
+    """The run was cancelled (code ``"cancelled"``)."""
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class GatherFailure:
+    """One failed member of a fan, as carried by `GatherError`."""
+
+    index: int
+    id: str
+    error: str
+    code: str | None = None
+    details: JSON = None
+
+
+@final
+class GatherError(TrioDurableError):
+    """Raised by `Context.all` when members of the fan failed.
+
+    Attributes:
+      failures: The failed members, in input order.
+      total: How many members the fan had.
+    """
+
+    def __init__(self, failures: Sequence[GatherFailure], total: int) -> None:
+        super().__init__(f"{len(failures)} of {total} fan members failed")
+        self.failures = tuple(failures)
+        self.total = total
+
+    code = "gather_failed"
+
+    @property
+    def details(self) -> JSON:
+        return {
+            "total": self.total,
+            "failures": [attrs.asdict(failure) for failure in self.failures],
+        }
+
+
+class UsageError(TrioDurableError, ValueError):
+    """Base class of errors about bad input from the caller.
+
+    Every one is raised before anything is written to the store.
+    """
+
+
+@final
+class RegistrationError(UsageError):
+    """A workflow or step registration is invalid: a duplicate name and
+    version, a bad name, or a bad option."""
+
+
+@final
+class UnknownWorkflowError(UsageError):
+    """No workflow is registered under the given name (and version)."""
+
+
+@final
+class SerializationError(UsageError, TypeError):
+    """A value cannot be converted to JSON, or a stored value cannot be
+    converted back to the declared type."""
+
+
+@final
+class RunNotFoundError(UsageError, LookupError):
+    """No run has the given id."""
+
+
+@final
+class InvalidRunStateError(UsageError):
+    """The operation does not apply to the run in its current status: a retry
+    of a run that is not failed or dead, a cancel or a signal of a run that
+    already ended. Nothing was changed."""
+
+
+@final
+class RunConflictError(UsageError):
+    """`Engine.start` was given a ``run_id`` that already belongs to a run of
+    another workflow. The existing run is left untouched."""
+
+
+@final
+class InvalidURLError(UsageError):
+    """A store or broker URL is malformed or names an unknown scheme."""
+
+
+class StoreError(TrioDurableError):
+    """The store failed to read or write. The operation may be retried."""
+
+
+@final
+class LeaseLostError(StoreError):
+    """A write was fenced off because this engine no longer holds the run's
+    lease: another engine took the run over. The write changed nothing."""
+
+
+@final
+class EngineClosedError(TrioDurableError):
+    """The engine was used after `open_engine` exited."""

@@ -1,0 +1,192 @@
+"""The rows a store keeps: runs, checkpoints and the errors they carry.
+
+Payloads (inputs, outputs, signal payloads, error details) are kept as JSON
+text, so a record is immutable and a store never needs to understand what a
+workflow passes around. Times are durable times: seconds since the Unix epoch
+as read from the engine's `Clock`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, Literal, final
+
+import attrs
+
+RunStatus = Literal[
+    "pending", "running", "suspended", "completed", "failed", "cancelling", "cancelled", "dead"
+]
+CheckpointKind = Literal["local", "remote", "timer", "signal", "child"]
+CheckpointStatus = Literal["pending", "running", "completed", "failed"]
+FanMode = Literal["fail_fast", "wait_all", "settled"]
+
+TERMINAL_STATUSES: Final[frozenset[RunStatus]] = frozenset({"completed", "failed", "cancelled", "dead"})
+"""Run statuses that never change again (but by `Engine.retry`)."""
+
+ACTIVE_STATUSES: Final[frozenset[RunStatus]] = frozenset({"pending", "running", "suspended", "cancelling"})
+
+DEFAULT_NAMESPACE: Final = "default"
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class ErrorInfo:
+    """A failure as stored and as carried across the wire.
+
+    Attributes:
+      message: What went wrong, for people.
+      code: A machine-readable code, or None.
+      details: JSON details, or None.
+      type: The Python type name of the exception, for people.
+    """
+
+    message: str
+    code: str | None = None
+    details: Any = None
+    type: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"message": self.message}
+        if self.code is not None:
+            data["code"] = self.code
+        if self.details is not None:
+            data["details"] = self.details
+        if self.type is not None:
+            data["type"] = self.type
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ErrorInfo:
+        return cls(
+            message=str(data["message"]),
+            code=data.get("code"),
+            details=data.get("details"),
+            type=data.get("type"),
+        )
+
+
+def dump_error(error: ErrorInfo | None) -> str | None:
+    return None if error is None else json.dumps(error.to_json(), separators=(",", ":"))
+
+
+def load_error(text: str | None) -> ErrorInfo | None:
+    return None if text is None else ErrorInfo.from_json(json.loads(text))
+
+
+def dump_errors(errors: tuple[ErrorInfo, ...]) -> str:
+    return json.dumps([e.to_json() for e in errors], separators=(",", ":"))
+
+
+def load_errors(text: str | None) -> tuple[ErrorInfo, ...]:
+    if not text:
+        return ()
+    return tuple(ErrorInfo.from_json(item) for item in json.loads(text))
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class Run:
+    """A run of a workflow, as the store holds it.
+
+    Attributes:
+      id: The run's id, unique in the store.
+      workflow: The workflow's registered name.
+      version: The workflow's version the run executes.
+      namespace: The tenant the run belongs to.
+      status: One of ``pending``, ``running``, ``suspended``, ``completed``,
+        ``failed``, ``cancelling``, ``cancelled``, ``dead``.
+      input: The positional arguments, as JSON text of a list.
+      output: The return value as JSON text, once completed.
+      error: The failure, once failed or cancelled.
+      tags: Free-form labels.
+      parent_id: The run that started this one, if any.
+      parent_seq: The seq of the parent's checkpoint this run settles when it
+        ends (None for a child started with `Context.start_child`).
+      lease_owner: The engine executing the run, if any.
+      lease_expiry: When that lease lapses (durable time).
+      wake_at: When a suspended run is due to resume (durable time).
+      compensate: Whether a requested cancellation runs the saga's undos.
+      recoveries: How many times the run was taken over from an engine whose
+        lease had lapsed.
+      created_at: When the run was created (durable time).
+      updated_at: When the row last changed (durable time).
+    """
+
+    id: str
+    workflow: str
+    version: str = "1"
+    namespace: str = DEFAULT_NAMESPACE
+    status: RunStatus = "pending"
+    input: str = "[]"
+    output: str | None = None
+    error: ErrorInfo | None = None
+    tags: tuple[str, ...] = ()
+    parent_id: str | None = None
+    parent_seq: int | None = None
+    lease_owner: str | None = None
+    lease_expiry: float | None = None
+    wake_at: float | None = None
+    compensate: bool = False
+    recoveries: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        """Whether the run is in a terminal status."""
+        return self.status in TERMINAL_STATUSES
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class Checkpoint:
+    """One durable operation of a run, recorded under its seq.
+
+    Attributes:
+      run_id: The run the operation belongs to.
+      seq: Its position in the run's sequence of durable operations. Body
+        operations count up from 1; compensations sit at ``-seq`` of the step
+        they undo.
+      name: The step, workflow or signal name, or ``"sleep"`` for a timer.
+      kind: ``local``, ``remote``, ``timer``, ``signal`` or ``child``.
+      status: ``pending``, ``running``, ``completed`` or ``failed``.
+      input: The operation's input as JSON text, if any.
+      output: Its result as JSON text, once completed. For a child this is the
+        completion ``{"ok": true, "value": ...}`` or
+        ``{"ok": false, "error": ..., "code": ..., "details": ...}``.
+      error: The final error, once failed.
+      errors: Each failed attempt's error, in order.
+      attempts: How many attempts ran.
+      group: The worker group of a remote step.
+      child_id: The run id of a child operation.
+      compensation: The name of the step that undoes this one, if any.
+      parallel_group: The first seq of the fan this operation belongs to.
+      parallel_size: How many members that fan has.
+      parallel_mode: How that fan joins (``fail_fast``, ``wait_all``,
+        ``settled``).
+      wake_at: When a timer (or a signal's timeout) is due (durable time).
+      enqueued_at: When the operation was recorded.
+      started_at: When its first attempt started.
+      finished_at: When it settled.
+    """
+
+    run_id: str
+    seq: int
+    name: str
+    kind: CheckpointKind
+    status: CheckpointStatus = "pending"
+    input: str | None = None
+    output: str | None = None
+    error: ErrorInfo | None = None
+    errors: tuple[ErrorInfo, ...] = ()
+    attempts: int = 0
+    group: str | None = None
+    child_id: str | None = None
+    compensation: str | None = None
+    parallel_group: int | None = None
+    parallel_size: int | None = None
+    parallel_mode: FanMode | None = None
+    wake_at: float | None = None
+    enqueued_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None

@@ -1,0 +1,129 @@
+"""Undoing and redoing a run's work: saga compensation and retry planning.
+
+Compensation runs the undo of every completed step that declared one, newest
+first, each at ``-seq`` of the step it undoes. Retry puts a failed or dead run
+back to ``pending`` with its failures reset, in one write that spans the
+children it retries as well.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from . import _serde
+from ._app import App
+from ._context import Context, TurnState, completion
+from ._exceptions import StepFailed
+from ._records import Checkpoint, ErrorInfo, Run, RunStatus
+from ._stores._base import DeleteCheckpoints, Op, PutCheckpoint, UpdateRun
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+logger = logging.getLogger("trio_durable")
+
+CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead", "cancelled"})
+
+
+async def compensate(engine: Engine, turn: TurnState, ctx: Context) -> None:
+    """Run the undos of the completed steps, newest first.
+
+    Each undo sits at ``-seq`` of the step it undoes, so a turn that
+    crashed halfway skips the undos that already ran.
+    """
+    done = sorted(
+        (cp for cp in turn.checkpoints.values() if cp.seq > 0 and cp.compensation),
+        key=lambda cp: -cp.seq,
+    )
+    for cp in done:
+        if cp.status != "completed" or -cp.seq in turn.checkpoints:
+            continue
+        assert cp.compensation is not None
+        undo = engine.app.get_step(cp.compensation)
+        if undo is None:
+            turn.put(
+                Checkpoint(
+                    run_id=turn.run.id,
+                    seq=-cp.seq,
+                    name=cp.compensation,
+                    kind="local",
+                    status="failed",
+                    error=ErrorInfo(
+                        message=f"no step {cp.compensation!r} is registered",
+                        code="unknown_step",
+                    ),
+                )
+            )
+            continue
+        args = _serde.load_args(cp.input or "[]", cp_step_fn(engine.app, cp))
+        try:
+            await ctx._execute(undo, -cp.seq, args, cp.input or "[]", undo_of=cp.seq)
+        except StepFailed:
+            logger.warning("undo %r of run %r failed", undo.name, turn.run.id)
+
+
+async def plan_retry(
+    engine: Engine, run: Run, ops: list[Op], wakes: list[str], expect: frozenset[RunStatus]
+) -> None:
+    checkpoints = await engine.store.get_checkpoints(run.id)
+    undone = {-cp.seq for cp in checkpoints if cp.seq < 0}
+    deletes: list[int] = []
+    for cp in checkpoints:
+        if cp.seq < 0 or cp.seq in undone:
+            # A compensation record, or a step whose effect was undone: the
+            # retried body must run it again.
+            deletes.append(cp.seq)
+        elif cp.status == "failed" and cp.kind == "child" and cp.child_id is not None:
+            child = await engine.store.get_run(cp.child_id)
+            reset = attrs.evolve(cp, status="pending", output=None, error=None, finished_at=None)
+            if child is None:
+                deletes.append(cp.seq)
+            elif child.status == "completed":
+                ops.append(
+                    PutCheckpoint(
+                        attrs.evolve(
+                            reset, status="completed", output=completion(True, child.output)
+                        )
+                    )
+                )
+            elif child.status in ("failed", "dead", "cancelled"):
+                ops.append(PutCheckpoint(reset))
+                await plan_retry(engine, child, ops, wakes, CHILD_RETRYABLE)
+            else:
+                ops.append(PutCheckpoint(reset))
+        elif cp.status == "failed":
+            deletes.append(cp.seq)
+    if deletes:
+        ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
+    ops.append(
+        UpdateRun(
+            run.id,
+            {
+                "status": "pending",
+                "error": None,
+                "output": None,
+                "wake_at": None,
+                "compensate": False,
+                "recoveries": 0,
+                "updated_at": engine.clock.now(),
+            },
+            expect_status=expect,
+        )
+    )
+    wakes.append(run.id)
+
+
+def cp_step_fn(app: App, cp: Checkpoint) -> Callable[..., Any]:
+    """The function whose annotations structure a recorded step's input."""
+    step = app.get_step(cp.name)
+    if step is None:
+        return _untyped
+    return step.fn
+
+
+async def _untyped(*args: Any) -> None:
+    """Stands in for a step that is no longer registered."""

@@ -1,0 +1,95 @@
+"""The one converter: payloads to JSON text and back.
+
+Inputs and outputs are attrs classes or JSON-able values. They are
+unstructured with cattrs and dumped with `json`; on the way back they are
+structured into the type a function's annotations declare, so a step that
+returns a ``Receipt`` gives a ``Receipt`` on replay too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any
+
+import cattrs
+
+from ._exceptions import SerializationError
+
+converter = cattrs.Converter()
+"""The converter every payload goes through."""
+
+
+def dumps(value: Any) -> str:
+    """``value`` as compact JSON text.
+
+    Raises:
+      SerializationError: The value is not an attrs instance or JSON-able.
+    """
+    try:
+        plain = converter.unstructure(value)
+        return json.dumps(plain, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SerializationError(f"cannot serialize {type(value).__name__}: {exc}") from exc
+
+
+def loads(text: str | None, type_: Any = Any) -> Any:
+    """Parse JSON text and structure it as ``type_``.
+
+    Raises:
+      SerializationError: The text does not fit ``type_``.
+    """
+    return structure(None if text is None else json.loads(text), type_)
+
+
+def structure(plain: Any, type_: Any = Any) -> Any:
+    """Structure an already parsed JSON value as ``type_``.
+
+    Raises:
+      SerializationError: The value does not fit ``type_``.
+    """
+    if type_ is Any or type_ is object or type_ is inspect.Parameter.empty:
+        return plain
+    try:
+        return converter.structure(plain, type_)
+    except Exception as exc:
+        raise SerializationError(
+            f"stored value does not fit {getattr(type_, '__name__', type_)}: {exc}"
+        ) from exc
+
+
+@cache
+def signature_types(fn: Callable[..., Any], skip: int = 0) -> tuple[list[Any], Any]:
+    """The declared types of ``fn``'s positional parameters (after the first
+    ``skip``) and of its return value; `typing.Any` where undeclared."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ][skip:]
+    types = [hints.get(p.name, Any) for p in params if p.kind != p.VAR_POSITIONAL]
+    returns = hints.get("return", Any)
+    return types, returns
+
+
+def dump_args(args: Sequence[Any]) -> str:
+    """Positional arguments as the JSON text of a list."""
+    return dumps(list(args))
+
+
+def load_args(text: str, fn: Callable[..., Any], skip: int = 0) -> list[Any]:
+    """Positional arguments back from JSON, structured by ``fn``'s annotations."""
+    plain = json.loads(text)
+    types, _ = signature_types(fn, skip)
+    out: list[Any] = []
+    for index, value in enumerate(plain):
+        type_ = types[index] if index < len(types) else Any
+        out.append(structure(value, type_))
+    return out

@@ -1,0 +1,424 @@
+"""The store protocol: what the engine needs from a database.
+
+A store keeps runs, checkpoints, signal waiters and buffered signals. The
+engine writes through `Store.apply`, which applies a list of operations
+atomically (all or none) and returns one result per operation; the named
+methods (`Store.save_checkpoint_if_pending`, `Store.try_lock_run`, ...) are
+single-operation forms of it. Every implementation passes the suite in
+``tests/conformance/test_store.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any, Protocol, final, runtime_checkable
+
+import attrs
+import trio
+
+from .._exceptions import StoreError
+from .._records import Checkpoint, CheckpointStatus, ErrorInfo, Run, RunStatus
+
+
+@final
+class WriteConflict(StoreError):
+    """An `UpdateRun` with ``expect_status`` found the run in another status
+    (or missing). The whole batch it belonged to was rolled back."""
+
+
+# -- operations ---------------------------------------------------------------
+
+
+@final
+@attrs.define(frozen=True)
+class CreateRun:
+    """Insert ``run`` unless a run with its id exists.
+
+    Result: ``(stored run, created)``.
+    """
+
+    run: Run
+
+
+@final
+@attrs.define(frozen=True)
+class UpdateRun:
+    """Change fields of a run.
+
+    ``changes`` maps `Run` field names to new values (``updated_at`` is among
+    them when the caller wants it changed). With ``expect_status``, the run
+    must be in one of those statuses; with ``expect_owner``, its lease must be
+    held by that owner (and not lapsed at ``now``). A failed expectation rolls
+    back the whole batch and raises `WriteConflict` (status) or
+    `LeaseLostError` (owner). With ``strict=False`` a failed expectation
+    only skips this operation. Result: whether the run was changed.
+    """
+
+    run_id: str
+    changes: dict[str, Any]
+    expect_status: frozenset[RunStatus] | None = None
+    expect_owner: str | None = None
+    now: float | None = None
+    strict: bool = True
+
+
+@final
+@attrs.define(frozen=True)
+class PutCheckpoint:
+    """Insert or replace a checkpoint. Result: None."""
+
+    checkpoint: Checkpoint
+
+
+@final
+@attrs.define(frozen=True)
+class ClaimCheckpoint:
+    """Replace a checkpoint only if the stored one is ``pending``.
+
+    This is the claim write: of several deliveries racing to settle one
+    checkpoint, exactly one wins. Result: True if it was written.
+    """
+
+    checkpoint: Checkpoint
+
+
+@final
+@attrs.define(frozen=True)
+class SettleCheckpoint:
+    """Settle a ``pending`` checkpoint in place, keeping its other fields.
+
+    Result: the settled row, or None if the checkpoint was missing or no
+    longer pending (a duplicate or late settle changes nothing).
+    """
+
+    run_id: str
+    seq: int
+    status: CheckpointStatus
+    output: str | None = None
+    error: ErrorInfo | None = None
+    finished_at: float | None = None
+
+
+@final
+@attrs.define(frozen=True)
+class DeleteCheckpoints:
+    """Delete the checkpoints at ``seqs`` of a run. Result: None."""
+
+    run_id: str
+    seqs: tuple[int, ...]
+
+
+@final
+@attrs.define(frozen=True)
+class WaitSignal:
+    """Register a waiter for ``token`` at ``(run_id, seq)``, unless a signal is
+    buffered for it.
+
+    If a payload is buffered, the oldest one is consumed and the pending
+    checkpoint at ``(run_id, seq)`` is settled as completed with it, in the
+    same atomic write, so a consumed signal can never be lost; the result is
+    that payload (JSON text). Otherwise the waiter is registered and the
+    result is None.
+    """
+
+    token: str
+    run_id: str
+    seq: int
+    at: float | None = None
+
+
+@final
+@attrs.define(frozen=True)
+class DeliverSignal:
+    """Deliver a signal for ``token``.
+
+    If a waiter is registered, its pending checkpoint is settled as completed
+    with ``payload`` and the waiter removed; result ``(run_id, seq)``. If the
+    waiter's checkpoint is no longer pending, or there is no waiter, the
+    payload is buffered for the next wait; result None.
+    """
+
+    token: str
+    payload: str
+    at: float | None = None
+
+
+@final
+@attrs.define(frozen=True)
+class RemoveSignalWaiter:
+    """Remove the waiter for ``token``, if any. Result: None."""
+
+    token: str
+
+
+@final
+@attrs.define(frozen=True)
+class LockRun:
+    """Take or extend a run's lease.
+
+    Succeeds when the run's lease is free, lapsed at ``now``, or already held
+    by ``owner``; then the lease is ``owner`` until ``expiry``. Taking over a
+    lapsed lease of another owner increments the run's ``recoveries``. Result:
+    True if the lease is now held by ``owner``.
+    """
+
+    run_id: str
+    owner: str
+    expiry: float
+    now: float
+
+
+@final
+@attrs.define(frozen=True)
+class ReleaseRun:
+    """Give up a run's lease if ``owner`` holds it. Result: None."""
+
+    run_id: str
+    owner: str
+
+
+Op = (
+    CreateRun
+    | UpdateRun
+    | PutCheckpoint
+    | ClaimCheckpoint
+    | SettleCheckpoint
+    | DeleteCheckpoints
+    | WaitSignal
+    | DeliverSignal
+    | RemoveSignalWaiter
+    | LockRun
+    | ReleaseRun
+)
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class TurnState:
+    """What `Store.begin_turn` returns: the leased run and its checkpoints."""
+
+    run: Run
+    checkpoints: tuple[Checkpoint, ...]
+
+
+@final
+@attrs.define(kw_only=True)
+class StoreStatistics:
+    """Counters a store keeps, for benchmarks and tests.
+
+    Attributes:
+      checkpoint_rows_read: Checkpoint rows returned by reads.
+      run_rows_read: Run rows returned by reads.
+      batches: Calls of `Store.apply` (and `Store.begin_turn`).
+      ops: Operations applied.
+      transactions: Database transactions committed (a store that commits
+        several batches together counts one).
+    """
+
+    checkpoint_rows_read: int = 0
+    run_rows_read: int = 0
+    batches: int = 0
+    ops: int = 0
+    transactions: int = 0
+
+
+def run_due_at(run: Run) -> float | None:
+    """When a run needs an engine's attention without being woken.
+
+    A suspended run is due at its wake time; a run that should be executing
+    is due when its lease lapses (or at once if it has none); a terminal run
+    never. Stores index this value for `Store.list_due_runs`.
+    """
+    if run.status == "suspended":
+        return run.wake_at
+    if run.status in ("pending", "running", "cancelling"):
+        if run.lease_owner is not None and run.lease_expiry is not None:
+            return run.lease_expiry
+        return run.updated_at
+    return None
+
+
+class Store(Protocol):
+    """What the engine needs from a database.
+
+    All methods are safe to call from several tasks at once. Times are durable
+    times (seconds since the Unix epoch).
+    """
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        """Apply ``ops`` in order, atomically, and return one result each.
+
+        Raises:
+          WriteConflict: An `UpdateRun` expectation on status failed; nothing
+            was written.
+          LeaseLostError: An `UpdateRun` expectation on the lease failed;
+            nothing was written.
+          StoreError: The database failed; nothing was written.
+        """
+        ...
+
+    async def begin_turn(
+        self, run_id: str, owner: str, expiry: float, now: float
+    ) -> TurnState | None:
+        """Lease a run for a turn and read it with all its checkpoints.
+
+        Takes the lease as `LockRun` does and, if the run is ``pending`` or
+        ``suspended``, marks it ``running``. Returns None (and writes nothing)
+        if the run does not exist, is terminal, or another owner holds a live
+        lease.
+        """
+        ...
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run with this id, or None."""
+        ...
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Collection[RunStatus] | None = None,
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[Run]:
+        """Runs matching every given filter, oldest first, at most ``limit``."""
+        ...
+
+    async def get_checkpoints(
+        self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
+    ) -> list[Checkpoint]:
+        """A run's checkpoints with ``from_seq <= seq <= to_seq``, by seq."""
+        ...
+
+    async def count_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        statuses: Collection[CheckpointStatus],
+        limit: int | None = None,
+    ) -> int:
+        """How many of a run's checkpoints with ``from_seq <= seq <= to_seq``
+        have one of ``statuses``; counting stops at ``limit`` if given."""
+        ...
+
+    async def list_due_runs(self, now: float, limit: int) -> list[str]:
+        """Ids of runs due at ``now`` (see `run_due_at`), earliest first."""
+        ...
+
+    async def next_due_time(self) -> float | None:
+        """The earliest due time of any run, or None."""
+        ...
+
+    async def buffered_signals(self, token: str) -> list[str]:
+        """Payloads buffered for ``token``, oldest first."""
+        ...
+
+    async def signal_waiter(self, token: str) -> tuple[str, int] | None:
+        """The ``(run_id, seq)`` waiting on ``token``, or None."""
+        ...
+
+    def statistics(self) -> StoreStatistics:
+        """The store's counters (a live object)."""
+        ...
+
+    # Single-operation forms of `apply` (`StoreHelpers` implements them).
+
+    async def create_run(self, run: Run) -> tuple[Run, bool]: ...
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None: ...
+
+    async def save_checkpoint_if_pending(self, checkpoint: Checkpoint) -> bool: ...
+
+    async def save_checkpoints_if_pending(
+        self, checkpoints: Sequence[Checkpoint]
+    ) -> list[bool]: ...
+
+    async def try_lock_run(self, run_id: str, owner: str, expiry: float, now: float) -> bool: ...
+
+    async def release_run_lock(self, run_id: str, owner: str) -> None: ...
+
+    async def add_signal_waiter(
+        self, token: str, run_id: str, seq: int, at: float | None = None
+    ) -> str | None: ...
+
+    async def remove_signal_waiter(self, token: str) -> None: ...
+
+    async def deliver_signal(
+        self, token: str, payload: str, at: float | None = None
+    ) -> tuple[str, int] | None: ...
+
+    async def aclose(self) -> None:
+        """Close the store. Further calls raise `trio.ClosedResourceError`."""
+        ...
+
+
+@runtime_checkable
+class ChangeFeed(Protocol):
+    """A store whose every writer lives in this process can say when things
+    change, so engines wait for the change instead of polling for it."""
+
+    def run_end_event(self, run_id: str) -> trio.Event:
+        """Set when the run reaches a terminal status."""
+        ...
+
+    def due_event(self, before: float) -> trio.Event:
+        """Set when some run becomes due earlier than ``before``."""
+        ...
+
+
+class StoreHelpers:
+    """The protocol's single-operation forms, written on top of `apply`.
+
+    Store implementations inherit these so that every store offers them.
+    """
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        raise NotImplementedError
+
+    async def create_run(self, run: Run) -> tuple[Run, bool]:
+        """Insert ``run`` unless its id exists; return the stored run and
+        whether it was created."""
+        [result] = await self.apply([CreateRun(run)])
+        return result  # type: ignore[no-any-return]
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Insert or replace a checkpoint."""
+        await self.apply([PutCheckpoint(checkpoint)])
+
+    async def save_checkpoint_if_pending(self, checkpoint: Checkpoint) -> bool:
+        """The claim write: replace the checkpoint only if the stored one is
+        pending. Returns whether it was written."""
+        [result] = await self.apply([ClaimCheckpoint(checkpoint)])
+        return bool(result)
+
+    async def save_checkpoints_if_pending(self, checkpoints: Sequence[Checkpoint]) -> list[bool]:
+        """The batch claim: one atomic write, one result per checkpoint."""
+        return [bool(r) for r in await self.apply([ClaimCheckpoint(c) for c in checkpoints])]
+
+    async def try_lock_run(self, run_id: str, owner: str, expiry: float, now: float) -> bool:
+        """Take or extend a run's lease (see `LockRun`)."""
+        [result] = await self.apply([LockRun(run_id, owner, expiry, now)])
+        return bool(result)
+
+    async def release_run_lock(self, run_id: str, owner: str) -> None:
+        """Give up a run's lease if ``owner`` holds it."""
+        await self.apply([ReleaseRun(run_id, owner)])
+
+    async def add_signal_waiter(
+        self, token: str, run_id: str, seq: int, at: float | None = None
+    ) -> str | None:
+        """Register a waiter, or consume a buffered signal (see `WaitSignal`)."""
+        [result] = await self.apply([WaitSignal(token, run_id, seq, at)])
+        return result  # type: ignore[no-any-return]
+
+    async def remove_signal_waiter(self, token: str) -> None:
+        """Remove the waiter for ``token``, if any."""
+        await self.apply([RemoveSignalWaiter(token)])
+
+    async def deliver_signal(
+        self, token: str, payload: str, at: float | None = None
+    ) -> tuple[str, int] | None:
+        """Deliver a signal to its waiter or buffer it (see `DeliverSignal`)."""
+        [result] = await self.apply([DeliverSignal(token, payload, at)])
+        return result  # type: ignore[no-any-return]

@@ -1,0 +1,468 @@
+"""The in-memory store: dictionaries on the Trio thread.
+
+It keeps everything in this process, so it suits tests, simulations and
+benchmarks of the engine itself. It never touches a thread, which keeps
+`trio.testing.MockClock`'s autojump working. A batch is atomic: each mutation
+pushes an undo onto a journal, and a failed expectation replays the journal
+backwards.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, final
+
+import attrs
+import trio
+
+from .._exceptions import LeaseLostError, StoreError
+from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, RunStatus
+from ._base import (
+    ClaimCheckpoint,
+    CreateRun,
+    DeleteCheckpoints,
+    DeliverSignal,
+    LockRun,
+    Op,
+    PutCheckpoint,
+    ReleaseRun,
+    RemoveSignalWaiter,
+    SettleCheckpoint,
+    StoreHelpers,
+    StoreStatistics,
+    TurnState,
+    UpdateRun,
+    WaitSignal,
+    WriteConflict,
+    run_due_at,
+)
+
+_Undo = Callable[[], None]
+
+
+@final
+class MemoryStore(StoreHelpers):
+    """A `Store` that keeps its rows in this process's memory.
+
+    One instance may be shared by several engines in one Trio run (that is how
+    simulations model a fleet on one database). Nothing survives the process.
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[str, Run] = {}
+        self._checkpoints: dict[str, dict[int, Checkpoint]] = {}
+        # run id -> status -> sorted seqs, so a count over a seq range is two
+        # bisections instead of a scan (the join barrier asks once per batch).
+        self._by_status: dict[str, dict[str, list[int]]] = {}
+        self._due: dict[str, float] = {}
+        self._due_heap: list[tuple[float, str]] = []
+        self._waiters: dict[str, tuple[str, int]] = {}
+        self._buffered: dict[str, list[str]] = {}
+        self._stats = StoreStatistics()
+        self._closed = False
+        self._end_events: dict[str, trio.Event] = {}
+        self._due_watchers: list[tuple[float, trio.Event]] = []
+
+    # -- change feed ----------------------------------------------------------
+    # Engines sharing this store live in this process, so instead of polling
+    # they can wait for the change itself. That keeps a 30-day timer under
+    # MockClock from costing a poll every few virtual seconds.
+
+    def run_end_event(self, run_id: str) -> trio.Event:
+        """An event set when the run reaches a terminal status (at once if it
+        already has)."""
+        event = self._end_events.get(run_id)
+        if event is None:
+            event = self._end_events[run_id] = trio.Event()
+            run = self._runs.get(run_id)
+            if run is not None and run.status in TERMINAL_STATUSES:
+                event.set()
+        return event
+
+    def due_event(self, before: float) -> trio.Event:
+        """An event set when a run becomes due earlier than ``before``."""
+        event = trio.Event()
+        self._due_watchers.append((before, event))
+        return event
+
+    def _notify(self, run: Run, due: float | None) -> None:
+        if run.status in TERMINAL_STATUSES:
+            event = self._end_events.pop(run.id, None)
+            if event is not None:
+                event.set()
+        if due is not None and self._due_watchers:
+            keep: list[tuple[float, trio.Event]] = []
+            for before, event in self._due_watchers:
+                if event.is_set():
+                    continue
+                if due < before:
+                    event.set()
+                else:
+                    keep.append((before, event))
+            self._due_watchers = keep
+
+    # -- bookkeeping ----------------------------------------------------------
+
+    def statistics(self) -> StoreStatistics:
+        return self._stats
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await trio.lowlevel.checkpoint()
+
+    async def _enter(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the store is closed")
+        await trio.lowlevel.checkpoint()
+
+    def _set_run(self, run: Run, journal: list[_Undo]) -> None:
+        old = self._runs.get(run.id)
+        old_due = self._due.get(run.id)
+        self._runs[run.id] = run
+        self._set_due(run.id, run_due_at(run))
+
+        def undo() -> None:
+            if old is None:
+                del self._runs[run.id]
+            else:
+                self._runs[run.id] = old
+            self._set_due(run.id, old_due)
+
+        journal.append(undo)
+
+    def _set_due(self, run_id: str, due: float | None) -> None:
+        if due is None:
+            self._due.pop(run_id, None)
+        elif self._due.get(run_id) != due:
+            self._due[run_id] = due
+            heapq.heappush(self._due_heap, (due, run_id))
+
+    def _index_add(self, run_id: str, status: str, seq: int) -> None:
+        seqs = self._by_status.setdefault(run_id, {}).setdefault(status, [])
+        bisect.insort(seqs, seq)
+
+    def _index_remove(self, run_id: str, status: str, seq: int) -> None:
+        seqs = self._by_status[run_id][status]
+        del seqs[bisect.bisect_left(seqs, seq)]
+
+    def _set_checkpoint(
+        self, cp: Checkpoint | None, key: tuple[str, int], journal: list[_Undo]
+    ) -> None:
+        run_id, seq = key
+        table = self._checkpoints.setdefault(run_id, {})
+        old = table.get(seq)
+        self._replace_checkpoint(table, key, old, cp)
+
+        def undo() -> None:
+            self._replace_checkpoint(table, key, cp, old)
+
+        journal.append(undo)
+
+    def _replace_checkpoint(
+        self,
+        table: dict[int, Checkpoint],
+        key: tuple[str, int],
+        old: Checkpoint | None,
+        new: Checkpoint | None,
+    ) -> None:
+        run_id, seq = key
+        if old is not None:
+            self._index_remove(run_id, old.status, seq)
+        if new is None:
+            table.pop(seq, None)
+        else:
+            table[seq] = new
+            self._index_add(run_id, new.status, seq)
+
+    def _set_mapping(
+        self, mapping: dict[str, Any], key: str, value: Any, journal: list[_Undo]
+    ) -> None:
+        missing = key not in mapping
+        old = mapping.get(key)
+        if value is None:
+            mapping.pop(key, None)
+        else:
+            mapping[key] = value
+
+        def undo() -> None:
+            if missing:
+                mapping.pop(key, None)
+            else:
+                mapping[key] = old
+
+        journal.append(undo)
+
+    # -- writes ---------------------------------------------------------------
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        await self._enter()
+        journal: list[_Undo] = []
+        results: list[Any] = []
+        try:
+            for op in ops:
+                results.append(self._apply_one(op, journal))
+        except BaseException:
+            for undo in reversed(journal):
+                undo()
+            raise
+        for op in ops:
+            if isinstance(op, CreateRun | UpdateRun | LockRun | ReleaseRun):
+                run_id = op.run.id if isinstance(op, CreateRun) else op.run_id
+                run = self._runs.get(run_id)
+                if run is not None:
+                    self._notify(run, self._due.get(run_id))
+        self._stats.batches += 1
+        self._stats.ops += len(ops)
+        self._stats.transactions += 1
+        return results
+
+    def _apply_one(self, op: Op, journal: list[_Undo]) -> Any:
+        match op:
+            case CreateRun(run):
+                existing = self._runs.get(run.id)
+                if existing is not None:
+                    return (existing, False)
+                self._set_run(run, journal)
+                return (run, True)
+            case UpdateRun(run_id, changes, expect_status, expect_owner, now, strict):
+                current = self._runs.get(run_id)
+                problem: StoreError | None = None
+                if current is None:
+                    problem = WriteConflict(f"run {run_id!r} does not exist")
+                elif expect_status is not None and current.status not in expect_status:
+                    problem = WriteConflict(
+                        f"run {run_id!r} is {current.status}, expected one of {sorted(expect_status)}"
+                    )
+                elif expect_owner is not None and not _holds(current, expect_owner, now):
+                    problem = LeaseLostError(
+                        f"lease of run {run_id!r} is no longer held by {expect_owner!r}"
+                    )
+                if problem is not None:
+                    if strict:
+                        raise problem
+                    return False
+                assert current is not None
+                self._set_run(attrs.evolve(current, **changes), journal)
+                return True
+            case PutCheckpoint(cp):
+                self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
+                return None
+            case ClaimCheckpoint(cp):
+                existing_cp = self._checkpoints.get(cp.run_id, {}).get(cp.seq)
+                if existing_cp is None or existing_cp.status != "pending":
+                    return False
+                self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
+                return True
+            case SettleCheckpoint(run_id, seq, status, output, error, finished_at):
+                existing_cp = self._checkpoints.get(run_id, {}).get(seq)
+                if existing_cp is None or existing_cp.status != "pending":
+                    return None
+                settled = attrs.evolve(
+                    existing_cp, status=status, output=output, error=error, finished_at=finished_at
+                )
+                self._set_checkpoint(settled, (run_id, seq), journal)
+                return settled
+            case DeleteCheckpoints(run_id, seqs):
+                for seq in seqs:
+                    if seq in self._checkpoints.get(run_id, {}):
+                        self._set_checkpoint(None, (run_id, seq), journal)
+                return None
+            case WaitSignal(token, run_id, seq, at):
+                queue = self._buffered.get(token)
+                if queue:
+                    payload = queue[0]
+                    self._set_mapping(self._buffered, token, queue[1:] or None, journal)
+                    self._apply_one(
+                        SettleCheckpoint(run_id, seq, "completed", payload, None, at), journal
+                    )
+                    return payload
+                self._set_mapping(self._waiters, token, (run_id, seq), journal)
+                return None
+            case DeliverSignal(token, payload, at):
+                waiter = self._waiters.get(token)
+                if waiter is not None:
+                    self._set_mapping(self._waiters, token, None, journal)
+                    settled_cp = self._apply_one(
+                        SettleCheckpoint(waiter[0], waiter[1], "completed", payload, None, at),
+                        journal,
+                    )
+                    if settled_cp is not None:
+                        return waiter
+                queue = self._buffered.get(token, [])
+                self._set_mapping(self._buffered, token, [*queue, payload], journal)
+                return None
+            case RemoveSignalWaiter(token):
+                self._set_mapping(self._waiters, token, None, journal)
+                return None
+            case LockRun(run_id, owner, expiry, now):
+                return self._lock(run_id, owner, expiry, now, journal) is not None
+            case ReleaseRun(run_id, owner):
+                current = self._runs.get(run_id)
+                if current is not None and current.lease_owner == owner:
+                    self._set_run(
+                        attrs.evolve(current, lease_owner=None, lease_expiry=None), journal
+                    )
+                return None
+        raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+    def _lock(
+        self, run_id: str, owner: str, expiry: float, now: float, journal: list[_Undo]
+    ) -> Run | None:
+        current = self._runs.get(run_id)
+        if current is None:
+            return None
+        held_by_other = (
+            current.lease_owner is not None
+            and current.lease_owner != owner
+            and current.lease_expiry is not None
+            and current.lease_expiry > now
+        )
+        if held_by_other:
+            return None
+        recoveries = current.recoveries
+        if current.lease_owner is not None and current.lease_owner != owner:
+            recoveries += 1
+        locked = attrs.evolve(
+            current, lease_owner=owner, lease_expiry=expiry, recoveries=recoveries
+        )
+        self._set_run(locked, journal)
+        return locked
+
+    async def begin_turn(
+        self, run_id: str, owner: str, expiry: float, now: float
+    ) -> TurnState | None:
+        await self._enter()
+        current = self._runs.get(run_id)
+        if current is None or current.status in TERMINAL_STATUSES:
+            return None
+        journal: list[_Undo] = []
+        locked = self._lock(run_id, owner, expiry, now, journal)
+        if locked is None:
+            return None
+        if locked.status in ("pending", "suspended"):
+            locked = attrs.evolve(locked, status="running")
+            self._set_run(locked, journal)
+        checkpoints = tuple(
+            self._checkpoints[run_id][seq] for seq in sorted(self._checkpoints.get(run_id, {}))
+        )
+        self._stats.batches += 1
+        self._stats.transactions += 1
+        self._stats.run_rows_read += 1
+        self._stats.checkpoint_rows_read += len(checkpoints)
+        return TurnState(run=locked, checkpoints=checkpoints)
+
+    # -- reads ----------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run | None:
+        await self._enter()
+        run = self._runs.get(run_id)
+        if run is not None:
+            self._stats.run_rows_read += 1
+        return run
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Collection[RunStatus] | None = None,
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[Run]:
+        await self._enter()
+        found: list[Run] = []
+        for run in sorted(self._runs.values(), key=lambda r: (r.created_at, r.id)):
+            if statuses is not None and run.status not in statuses:
+                continue
+            if workflow is not None and run.workflow != workflow:
+                continue
+            if parent_id is not None and run.parent_id != parent_id:
+                continue
+            found.append(run)
+            if len(found) >= limit:
+                break
+        self._stats.run_rows_read += len(found)
+        return found
+
+    async def get_checkpoints(
+        self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
+    ) -> list[Checkpoint]:
+        await self._enter()
+        table = self._checkpoints.get(run_id, {})
+        found = [
+            table[seq]
+            for seq in sorted(table)
+            if (from_seq is None or seq >= from_seq) and (to_seq is None or seq <= to_seq)
+        ]
+        self._stats.checkpoint_rows_read += len(found)
+        return found
+
+    async def count_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        statuses: Collection[CheckpointStatus],
+        limit: int | None = None,
+    ) -> int:
+        await self._enter()
+        index = self._by_status.get(run_id, {})
+        total = 0
+        for status in statuses:
+            seqs = index.get(status, [])
+            total += bisect.bisect_right(seqs, to_seq) - bisect.bisect_left(seqs, from_seq)
+        return total if limit is None else min(total, limit)
+
+    async def list_due_runs(self, now: float, limit: int) -> list[str]:
+        await self._enter()
+        found: list[str] = []
+        kept: list[tuple[float, str]] = []
+        seen: set[str] = set()
+        while self._due_heap and len(found) < limit:
+            due, run_id = self._due_heap[0]
+            if due > now:
+                break
+            heapq.heappop(self._due_heap)
+            if self._due.get(run_id) != due or run_id in seen:
+                continue  # a stale heap entry: the run's due time moved
+            seen.add(run_id)
+            found.append(run_id)
+            kept.append((due, run_id))
+        for entry in kept:
+            heapq.heappush(self._due_heap, entry)
+        return found
+
+    async def next_due_time(self) -> float | None:
+        await self._enter()
+        while self._due_heap:
+            due, run_id = self._due_heap[0]
+            if self._due.get(run_id) == due:
+                return due
+            heapq.heappop(self._due_heap)
+        return None
+
+    async def buffered_signals(self, token: str) -> list[str]:
+        await self._enter()
+        return list(self._buffered.get(token, []))
+
+    async def signal_waiter(self, token: str) -> tuple[str, int] | None:
+        await self._enter()
+        return self._waiters.get(token)
+
+
+def _holds(run: Run, owner: str, now: float | None) -> bool:
+    if run.lease_owner != owner:
+        return False
+    return now is None or run.lease_expiry is None or run.lease_expiry > now
+
+
+@asynccontextmanager
+async def open_memory_store(url: str = "memory://") -> AsyncIterator[MemoryStore]:
+    """Open a fresh `MemoryStore` (the ``memory://`` URL takes no options)."""
+    store = MemoryStore()
+    try:
+        yield store
+    finally:
+        await store.aclose()

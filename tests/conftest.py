@@ -1,0 +1,41 @@
+"""Shared fixtures.
+
+pytest-trio runs every ``async def`` test (``trio_mode = true``). Tests that
+involve time take the ``autojump_clock`` fixture, pytest-trio's
+``MockClock(autojump_threshold=0)``, so virtual time jumps as soon as every
+task is blocked and asserted times are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import pytest
+
+import trio_durable as td
+
+WALL_START = 1_700_000_000.0
+"""The wall clock every test engine is anchored to, so durable times are exact."""
+
+
+def fixed_wall() -> float:
+    return WALL_START
+
+
+EngineFactory = Callable[..., AbstractAsyncContextManager[td.Engine]]
+
+
+@pytest.fixture
+def open_test_engine() -> EngineFactory:
+    """``open_engine`` with a fixed seed and wall clock (override as needed)."""
+
+    @asynccontextmanager
+    async def factory(app: td.App, **kwargs: Any) -> AsyncIterator[td.Engine]:
+        kwargs.setdefault("seed", 0)
+        kwargs.setdefault("wall_clock", fixed_wall)
+        async with td.open_engine(app, **kwargs) as engine:
+            yield engine
+
+    return factory
