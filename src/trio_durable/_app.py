@@ -201,7 +201,7 @@ class App:
         def register(fn: Callable[..., Awaitable[R]]) -> Workflow[Any, R]:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"workflow {fn!r} must be an async def")
-            wf_name = _check_name("workflow", name or fn.__name__)
+            wf_name = _check_name("workflow", fn.__name__ if name is None else name)
             key = (wf_name, version)
             if key in self._workflows:
                 raise RegistrationError(
@@ -243,7 +243,7 @@ class App:
         def register(fn: Callable[P, Awaitable[R]]) -> Step[P, R]:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"step {fn!r} must be an async def")
-            step_name = _check_name("step", name or fn.__name__)
+            step_name = _check_name("step", fn.__name__ if name is None else name)
             if step_name in self._steps:
                 raise RegistrationError(
                     f"step {step_name!r} is already registered in app {self.name!r}"

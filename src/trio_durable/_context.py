@@ -111,6 +111,9 @@ class TurnState:
     # told to cancel): they must not run before their rows exist.
     wake_after: list[str] = attrs.field(factory=list)
     started_children: list[Run] = attrs.field(factory=list)
+    # Awaited children this turn's writes tell to cancel: once the writes
+    # commit, their turns in flight are cut short, as `Engine.cancel` does.
+    cancelled_children: list[str] = attrs.field(factory=list)
     nondeterminism: NonDeterminismError | None = None
 
     def put(self, checkpoint: Checkpoint) -> None:
@@ -755,6 +758,7 @@ class Context:
                     )
                 self._turn.checkpoints[first + i] = settled
                 if results[2 * n + 1] and child_id is not None:
+                    self._engine._interrupt(child_id)
                     self._engine._wake(child_id)
         return [self._turn.checkpoints.get(first + i) for i in range(len(members))]
 

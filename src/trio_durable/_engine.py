@@ -33,6 +33,7 @@ from ._clock import Clock
 from ._context import Context, Suspend, TurnState, completion, error_info, signal_token
 from ._exceptions import (
     EngineClosedError,
+    InvalidURLError,
     InvalidRunStateError,
     LeaseLostError,
     NonDeterminismError,
@@ -97,11 +98,22 @@ class EngineStatistics:
 
 
 @attrs.define(eq=False)
+class _Ending:
+    """Callers of `Engine.result` waiting for a run this engine may end."""
+
+    event: trio.Event = attrs.field(factory=trio.Event)
+    run: Run | None = None
+
+
+@attrs.define(eq=False)
 class _Slot:
     """One run's place in the engine while a turn of it is queued or running."""
 
     again: bool = False
     body_scope: trio.CancelScope | None = None
+    # The first turn of a run this engine just created (and leased) starts
+    # from what it wrote, instead of reading it back.
+    initial: TurnState | None = None
 
 
 class Engine:
@@ -149,8 +161,9 @@ class Engine:
         self._idle.set()
         self._poke = trio.Event()
         self._poller_pass = trio.Event()
+        self._progress = trio.Event()
         self._poller_deadline = math.inf
-        self._ended: dict[str, trio.Event] = {}
+        self._ended: dict[str, _Ending] = {}
         self._hub = EventHub()
         self._metrics = Metrics()
         self._stats = EngineStatistics()
@@ -203,13 +216,19 @@ class Engine:
         if existing is not None:
             return self._same_workflow(existing, wf)
         now = self.clock.now()
+        # The run is created leased to this engine, so its first turn needs no
+        # write of its own; if this engine dies, the lease lapses and any
+        # engine takes the run over.
         run = Run(
             id=run_id,
             workflow=wf.name,
             version=wf.version,
             namespace=namespace,
+            status="running",
             input=input_json,
             tags=tag_tuple,
+            lease_owner=self.engine_id,
+            lease_expiry=now + self._lease_ttl,
             created_at=now,
             updated_at=now,
         )
@@ -217,7 +236,7 @@ class Engine:
         if not created:
             return self._same_workflow(stored, wf)
         self._emit_run("run.started", stored)
-        self._wake(run_id)
+        self._wake(run_id, initial=TurnState(run=stored, checkpoints={}))
         return stored
 
     @staticmethod
@@ -258,9 +277,12 @@ class Engine:
                 # Every writer shares this process: wait for the change itself.
                 await self.store.run_end_event(run_id).wait()
                 continue
-            ended = self._ended.setdefault(run_id, trio.Event())
+            ending = self._ended.setdefault(run_id, _Ending())
             with trio.move_on_after(self._result_poll_interval):
-                await ended.wait()
+                await ending.event.wait()
+            if ending.run is not None:
+                # Ended by this engine, which knows the row it wrote.
+                return self._outcome(ending.run)
 
     def _outcome(self, run: Run) -> Any:
         if run.status == "completed":
@@ -321,10 +343,15 @@ class Engine:
             raise InvalidRunStateError(
                 f"run {run_id!r} ended before it could be cancelled"
             ) from exc
+        self._interrupt(run_id)
+        self._wake(run_id)
+
+    def _interrupt(self, run_id: str) -> None:
+        """Cut short the body of a run's turn in flight (it was just told to
+        cancel), so it runs no further steps; its next turn ends it."""
         slot = self._active.get(run_id)
         if slot is not None and slot.body_scope is not None:
             slot.body_scope.cancel()
-        self._wake(run_id)
 
     def cancel_op(self, run_id: str, compensate: bool) -> UpdateRun:
         """The write that asks a run to cancel (skipped if it already ended)."""
@@ -416,14 +443,14 @@ class Engine:
         if self._closed:
             raise EngineClosedError("the engine is closed")
 
-    def _wake(self, run_id: str) -> None:
+    def _wake(self, run_id: str, *, initial: TurnState | None = None) -> None:
         if self._closed:
             return
         slot = self._active.get(run_id)
         if slot is not None:
             slot.again = True
             return
-        self._active[run_id] = _Slot()
+        self._active[run_id] = _Slot(initial=initial)
         if self._idle.is_set():
             self._idle = trio.Event()
         self._nursery.start_soon(self._drive, run_id, name=f"trio_durable turn {run_id}")
@@ -452,11 +479,16 @@ class Engine:
 
     async def _turn(self, run_id: str, slot: _Slot) -> None:
         now = self.clock.now()
-        state = await self.store.begin_turn(run_id, self.engine_id, now + self._lease_ttl, now)
-        if state is None:
-            return
-        run = state.run
-        turn = TurnState(run=run, checkpoints={cp.seq: cp for cp in state.checkpoints})
+        if slot.initial is not None:
+            turn, slot.initial = slot.initial, None
+            run = turn.run
+        else:
+            state = await self.store.begin_turn(run_id, self.engine_id, now + self._lease_ttl, now)
+            self._progress.set()
+            if state is None:
+                return
+            run = state.run
+            turn = TurnState(run=run, checkpoints={cp.seq: cp for cp in state.checkpoints})
         if run.recoveries > self._max_recoveries:
             error = ErrorInfo(
                 message=f"run was taken over {run.recoveries} times from engines that died",
@@ -502,10 +534,16 @@ class Engine:
             nursery.cancel_scope.cancel()
         kind, value = outcome
         if kind == "interrupted":
-            # cancel() interrupted the body: write nothing of this turn, and
-            # let the next turn see the cancellation.
+            # cancel() interrupted the body (or the lease was lost): let the
+            # next turn see the cancellation. Keep the steps the body did
+            # complete, since a cancel with compensation must undo them too;
+            # the lease fences that write, so a lost lease writes nothing.
             slot.again = True
-            await self.store.release_run_lock(run.id, self.engine_id)
+            if turn.ops and turn.nondeterminism is None:
+                if await self._write(turn, self._fence(run, {}, ACTIVE_STATUSES)) is not None:
+                    self._after_commit(turn)
+            else:
+                await self.store.release_run_lock(run.id, self.engine_id)
         elif kind == "suspended":
             await self._suspend(turn, value)
         elif kind == "completed":
@@ -636,9 +674,18 @@ class Engine:
             run,
             **({} if error is None else {"error": error.message, "code": error.code}),
         )
-        ended = self._ended.pop(run.id, None)
-        if ended is not None:
-            ended.set()
+        ending = self._ended.pop(run.id, None)
+        if ending is not None:
+            ending.run = attrs.evolve(
+                run,
+                status=status,
+                output=output,
+                error=error,
+                wake_at=None,
+                lease_owner=None,
+                lease_expiry=None,
+            )
+            ending.event.set()
         if len(ops) == 2:
             settled = results[-1]
             if settled is not None:
@@ -665,6 +712,8 @@ class Engine:
     def _after_commit(self, turn: TurnState) -> None:
         for child in turn.started_children:
             self._emit_run("run.started", child)
+        for run_id in turn.cancelled_children:
+            self._interrupt(run_id)
         for run_id in turn.wake_after:
             self._wake(run_id)
 
@@ -686,6 +735,7 @@ class Engine:
                     )
                 )
                 turn.wake_after.append(cp.child_id)
+                turn.cancelled_children.append(cp.child_id)
             elif cp.kind == "signal":
                 turn.ops.append(RemoveSignalWaiter(signal_token(run.id, cp.name)))
         await self._end(turn, "cancelled", error=error)
@@ -711,35 +761,43 @@ class Engine:
             if fresh and len(due) >= self._timer_batch_size:
                 # A full batch: let it run before listing again, so the next
                 # listing does not return the same rows.
-                await self._idle.wait()
-                continue
-            next_due = await self.store.next_due_time()
-            deadline = now + self._reconcile_interval
-            if next_due is not None and next_due > now:
-                deadline = min(deadline, next_due)
-            elif next_due is not None and not fresh and self._active:
-                # Due but already executing here: wait for those turns.
-                deadline = min(deadline, now + self._lease_ttl)
-                with trio.move_on_at(self.clock.to_trio(deadline)):
+                with trio.move_on_after(self._lease_ttl / 3):
                     await self._idle.wait()
                 continue
+            next_due = await self.store.next_due_time()
+            now = self.clock.now()
+            if next_due is not None and next_due <= now:
+                if not fresh:
+                    # What is due already has a turn queued here; wait until a
+                    # turn takes its lease (which moves its due time).
+                    self._progress = trio.Event()
+                    with trio.move_on_after(self._lease_ttl / 3):
+                        await self._progress.wait()
+                continue
+            await self._sleep_until_due(next_due, now)
+
+    async def _sleep_until_due(self, next_due: float | None, now: float) -> None:
+        if isinstance(self.store, ChangeFeed):
+            # All writers are in this process and the store says when a run
+            # becomes due sooner, so no periodic scan is needed.
+            deadline = math.inf if next_due is None else next_due
             self._poller_deadline = deadline
-            if isinstance(self.store, ChangeFeed):
-                # All writers are in this process and the store says when a
-                # run becomes due sooner, so no periodic scan is needed.
-                deadline = next_due if next_due is not None and next_due > now else math.inf
-                self._poller_deadline = deadline
-                async with trio.open_nursery() as race:
-                    race.start_soon(_set_when, self.store.due_event(deadline), race.cancel_scope)
-                    race.start_soon(_set_when, self._poke, race.cancel_scope)
-                    if deadline < math.inf:
-                        race.start_soon(
-                            _sleep_then_cancel, self.clock.to_trio(deadline), race.cancel_scope
-                        )
-            else:
-                with trio.move_on_at(self.clock.to_trio(deadline)):
-                    await self._poke.wait()
-            self._poller_deadline = math.inf
+            async with trio.open_nursery() as race:
+                race.start_soon(_set_when, self.store.due_event(deadline), race.cancel_scope)
+                race.start_soon(_set_when, self._poke, race.cancel_scope)
+                if deadline < math.inf:
+                    race.start_soon(
+                        _sleep_then_cancel, self.clock.to_trio(deadline), race.cancel_scope
+                    )
+        else:
+            # Other processes write too: scan at least every reconcile interval.
+            deadline = now + self._reconcile_interval
+            if next_due is not None:
+                deadline = min(deadline, next_due)
+            self._poller_deadline = deadline
+            with trio.move_on_at(self.clock.to_trio(deadline)):
+                await self._poke.wait()
+        self._poller_deadline = math.inf
 
     # -- events ---------------------------------------------------------------
 
@@ -857,8 +915,12 @@ async def open_engine(
     async with AsyncExitStack() as stack:
         if isinstance(store, str):
             store_obj: Store = await stack.enter_async_context(open_store(store))
-        else:
+        elif callable(getattr(store, "apply", None)) and callable(
+            getattr(store, "begin_turn", None)
+        ):
             store_obj = store
+        else:
+            raise InvalidURLError(f"store must be a URL or a Store, not {store!r}")
         async with trio.open_nursery() as nursery:
             engine = Engine(
                 app,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import typing
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -19,8 +20,26 @@ import cattrs
 
 from ._exceptions import SerializationError
 
+logger = logging.getLogger("trio_durable")
+
 converter = cattrs.Converter()
 """The converter every payload goes through."""
+
+# ``object`` in an annotation (``dict[str, object]``) means "any JSON value".
+# A predicate hook, not a class hook: a hook registered for the class
+# ``object`` would match every class (singledispatch) and leave attrs
+# payloads as dicts.
+converter.register_structure_hook_func(lambda type_: type_ is object, lambda value, _: value)
+
+
+def _structure_none(value: Any, _: Any) -> None:
+    if value is not None:
+        raise ValueError(f"expected null, not {value!r}")
+
+
+# ``-> None`` (a step that returns nothing) resolves to ``NoneType``, which
+# cattrs does not structure on its own.
+converter.register_structure_hook_func(lambda type_: type_ is type(None), _structure_none)
 
 
 def dumps(value: Any) -> str:
@@ -67,7 +86,9 @@ def signature_types(fn: Callable[..., Any], skip: int = 0) -> tuple[list[Any], A
     ``skip``) and of its return value; `typing.Any` where undeclared."""
     try:
         hints = typing.get_type_hints(fn)
-    except Exception:
+    except Exception as exc:
+        # Payloads still flow, as plain JSON: say so instead of failing runs.
+        logger.warning("cannot resolve the annotations of %r (%s); using plain JSON", fn, exc)
         hints = {}
     params = [
         p

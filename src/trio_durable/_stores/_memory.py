@@ -374,6 +374,8 @@ class MemoryStore(StoreHelpers):
         await self._enter()
         found: list[Run] = []
         for run in sorted(self._runs.values(), key=lambda r: (r.created_at, r.id)):
+            if len(found) >= limit:  # before appending, so that limit=0 returns nothing
+                break
             if statuses is not None and run.status not in statuses:
                 continue
             if workflow is not None and run.workflow != workflow:
@@ -381,8 +383,6 @@ class MemoryStore(StoreHelpers):
             if parent_id is not None and run.parent_id != parent_id:
                 continue
             found.append(run)
-            if len(found) >= limit:
-                break
         self._stats.run_rows_read += len(found)
         return found
 
@@ -410,7 +410,7 @@ class MemoryStore(StoreHelpers):
         await self._enter()
         index = self._by_status.get(run_id, {})
         total = 0
-        for status in statuses:
+        for status in dict.fromkeys(statuses):  # a status named twice counts once
             seqs = index.get(status, [])
             total += bisect.bisect_right(seqs, to_seq) - bisect.bisect_left(seqs, from_seq)
         return total if limit is None else min(total, limit)

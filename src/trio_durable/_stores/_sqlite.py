@@ -666,6 +666,11 @@ class SQLiteStore(StoreHelpers):
         """Run a trip's jobs (in the worker thread); return whether a
         transaction was committed."""
         cur = self._cursor
+        if self._connection.in_transaction:
+            # A trip whose COMMIT and ROLLBACK both failed left this behind;
+            # without clearing it, every later BEGIN would fail too.
+            with suppress(sqlite3.Error):
+                cur.execute("ROLLBACK")
         # Reads go first, outside the write transaction: they see only
         # committed rows, so a commit that fails below cannot have shown them
         # anything, and a busy write lock does not hold them up.

@@ -1,0 +1,493 @@
+"""Saga compensation, cancellation and retry of failed runs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import trio_durable as td
+
+from conftest import WALL_START, EngineFactory
+
+app = td.App("saga")
+
+calls: list[tuple[str, tuple[Any, ...], float]] = []
+"""(step name, its args, trio time) of every attempt of the steps below."""
+
+turns: Counter[str] = Counter()
+"""Body entries per run id: one per turn that replayed the body."""
+
+flaky: Counter[str] = Counter()
+"""How many more attempts of a step (by name) fail before one succeeds."""
+
+NO_JITTER = td.Retry(attempts=3, backoff=1.0, jitter=0.0)
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Iterator[None]:
+    calls.clear()
+    turns.clear()
+    flaky.clear()
+    yield
+    calls.clear()
+    turns.clear()
+    flaky.clear()
+
+
+def _attempt(name: str, *args: Any) -> None:
+    calls.append((name, args, trio.current_time()))
+    if flaky[name] > 0:
+        flaky[name] -= 1
+        raise RuntimeError(f"{name} is flaky")
+
+
+@app.step(retry=NO_JITTER)
+async def book_flight(city: str, seats: int) -> str:
+    _attempt("book_flight", city, seats)
+    return f"flight-{city}-{seats}"
+
+
+@app.step(retry=NO_JITTER)
+async def cancel_flight(city: str, seats: int) -> None:
+    _attempt("cancel_flight", city, seats)
+
+
+@app.step(retry=NO_JITTER)
+async def book_hotel(city: str) -> str:
+    _attempt("book_hotel", city)
+    return f"hotel-{city}"
+
+
+@app.step(retry=td.Retry(attempts=2, backoff=5.0, jitter=0.0))
+async def cancel_hotel(city: str) -> None:
+    _attempt("cancel_hotel", city)
+
+
+@app.step(retry=NO_JITTER)
+async def notify(city: str) -> None:
+    _attempt("notify", city)
+
+
+@app.step(retry=NO_JITTER)
+async def book_car(city: str) -> str:
+    _attempt("book_car", city)
+    return f"car-{city}"
+
+
+@app.step(retry=NO_JITTER)
+async def return_car(city: str) -> None:
+    _attempt("return_car", city)
+
+
+@app.step(retry=NO_JITTER)
+async def charge(city: str) -> str:
+    _attempt("charge", city)
+    if flaky["charge_fatal"] > 0:
+        flaky["charge_fatal"] -= 1
+        raise td.FatalError("card declined", code="card_declined", details={"city": city})
+    return f"paid-{city}"
+
+
+@app.step(retry=NO_JITTER)
+async def busy(seconds: float) -> None:
+    _attempt("busy", seconds)
+    await trio.sleep(seconds)
+
+
+@app.workflow()
+async def trip(ctx: td.Context, city: str, wait: str | None) -> list[str]:
+    """flight (undo) -> hotel (undo) -> notify (no undo) -> car (undo) ->
+    [wait for a signal] -> charge."""
+    turns[ctx.run_id] += 1
+    done = [
+        await ctx.step(book_flight, city, 2, compensate=cancel_flight),
+        await ctx.step(book_hotel, city, compensate=cancel_hotel),
+    ]
+    await ctx.step(notify, city)
+    done.append(await ctx.step(book_car, city, compensate=return_car))
+    if wait is not None:
+        await ctx.wait_signal(wait)
+    done.append(await ctx.step(charge, city))
+    return done
+
+
+@app.workflow()
+async def trip_parent(ctx: td.Context, city: str) -> list[str]:
+    turns[ctx.run_id] += 1
+    first = await ctx.step(book_car, "home", compensate=return_car)
+    return [first, *await ctx.child(trip, city, "go")]
+
+
+@app.workflow()
+async def busy_kid(ctx: td.Context, seconds: float) -> None:
+    turns[ctx.run_id] += 1
+    await ctx.step(book_car, "kid", compensate=return_car)
+    await ctx.step(busy, seconds)
+    await ctx.step(notify, "kid done")
+
+
+@app.workflow()
+async def busy_parent(ctx: td.Context, seconds: float) -> None:
+    turns[ctx.run_id] += 1
+    await ctx.child(busy_kid, seconds)
+
+
+@app.workflow()
+async def retry_parent(ctx: td.Context, city: str) -> list[str]:
+    turns[ctx.run_id] += 1
+    await ctx.step(notify, "parent")
+    return await ctx.child(trip, city, None)
+
+
+def _names() -> list[str]:
+    return [name for name, _, _ in calls]
+
+
+async def _events(rx: trio.MemoryReceiveChannel[td.Event]) -> list[td.Event]:
+    events: list[td.Event] = []
+    while True:
+        try:
+            events.append(rx.receive_nowait())
+        except trio.WouldBlock:
+            return events
+
+
+async def test_undos_run_newest_first_with_the_original_args_and_retry(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    flaky["charge_fatal"] = 1
+    flaky["cancel_flight"] = 2  # fails twice, then its third attempt succeeds
+    async with open_test_engine(app) as engine:
+        await engine.start(trip, "oslo", None, run_id="t")
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result("t")
+    assert (info.value.code, info.value.details) == ("card_declined", {"city": "oslo"})
+    undos = [c for c in calls if c[0] in ("return_car", "cancel_hotel", "cancel_flight")]
+    assert undos == [
+        ("return_car", ("oslo",), 0.0),
+        ("cancel_hotel", ("oslo",), 0.0),
+        ("cancel_flight", ("oslo", 2), 0.0),
+        # cancel_flight's own Retry: waits of 1 s, then 2 s.
+        ("cancel_flight", ("oslo", 2), 1.0),
+        ("cancel_flight", ("oslo", 2), 3.0),
+    ]
+    assert trio.current_time() == 3.0
+
+
+async def test_undo_records_and_run_error(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    flaky["charge_fatal"] = 1
+    flaky["cancel_flight"] = 1
+    async with open_test_engine(app) as engine:
+        await engine.start(trip, "rome", None, run_id="t")
+        with pytest.raises(td.RunFailed):
+            await engine.result("t")
+        run = await engine.get("t")
+        cps = {cp.seq: cp for cp in await engine.store.get_checkpoints("t")}
+    assert run.status == "failed"
+    assert run.error is not None
+    # The run's error is the body's failure, not anything the undos did.
+    assert (run.error.message, run.error.code) == ("card declined", "card_declined")
+    assert sorted(cps) == [-4, -2, -1, 1, 2, 3, 4, 5]
+    assert (cps[-4].name, cps[-4].status, cps[-4].attempts) == ("return_car", "completed", 1)
+    assert (cps[-2].name, cps[-2].status, cps[-2].attempts) == ("cancel_hotel", "completed", 1)
+    assert (cps[-1].name, cps[-1].status, cps[-1].attempts) == ("cancel_flight", "completed", 2)
+    assert [e.message for e in cps[-1].errors] == ["cancel_flight is flaky"]
+    assert cps[-1].input == cps[1].input == '["rome",2]'
+    assert (cps[5].name, cps[5].status) == ("charge", "failed")
+    assert cps[1].compensation == "cancel_flight"
+    assert cps[3].compensation is None
+
+
+async def test_an_undo_that_fails_for_good_is_recorded_and_the_rest_still_run(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    flaky["charge_fatal"] = 1
+    flaky["cancel_hotel"] = 5  # more than its 2 attempts
+    async with open_test_engine(app) as engine:
+        await engine.start(trip, "lima", None, run_id="t")
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result("t")
+        [hotel_undo] = await engine.store.get_checkpoints("t", -2, -2)
+        [flight_undo] = await engine.store.get_checkpoints("t", -1, -1)
+    assert info.value.code == "card_declined"
+    assert hotel_undo.status == "failed"
+    assert hotel_undo.attempts == 2
+    assert hotel_undo.error is not None
+    assert hotel_undo.error.message == "cancel_hotel is flaky"
+    assert len(hotel_undo.errors) == 2
+    assert flight_undo.status == "completed"
+    assert [(n, t) for n, _, t in calls if n in ("return_car", "cancel_hotel", "cancel_flight")] == [
+        ("return_car", 0.0),
+        ("cancel_hotel", 0.0),
+        ("cancel_hotel", 5.0),
+        ("cancel_flight", 5.0),
+    ]
+
+
+async def test_each_undo_outcome_is_a_step_event_marked_as_compensation(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    flaky["charge_fatal"] = 1
+    flaky["cancel_hotel"] = 5
+    async with open_test_engine(app) as engine:
+        with engine.subscribe() as rx:
+            await engine.start(trip, "kyiv", None, run_id="t")
+            with pytest.raises(td.RunFailed):
+                await engine.result("t")
+            events = await _events(rx)
+    undo_events = [
+        (e.kind, e.seq, e.name, e.data["attempt"], e.data.get("final"), e.data["undoes"])
+        for e in events
+        if e.data.get("compensation") is True
+    ]
+    assert undo_events == [
+        ("step.started", -4, "return_car", 1, None, 4),
+        ("step.completed", -4, "return_car", 1, None, 4),
+        ("step.started", -2, "cancel_hotel", 1, None, 2),
+        ("step.failed", -2, "cancel_hotel", 1, False, 2),
+        ("step.started", -2, "cancel_hotel", 2, None, 2),
+        ("step.failed", -2, "cancel_hotel", 2, True, 2),
+        ("step.started", -1, "cancel_flight", 1, None, 1),
+        ("step.completed", -1, "cancel_flight", 1, None, 1),
+    ]
+    # Body steps carry no compensation mark; the run's end comes after the undos.
+    assert all("compensation" not in e.data for e in events if e.seq is not None and e.seq > 0)
+    assert events[-1].kind == "run.failed"
+    assert events[-1].data["code"] == "card_declined"
+
+
+async def test_cancel_with_compensation_runs_the_undos_and_ends_cancelled(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app) as engine:
+        await engine.start(trip, "bern", "approve", run_id="t")
+        await engine.drain()
+        assert (await engine.get("t")).status == "suspended"
+        await trio.sleep(7)
+        await engine.cancel("t", compensate=True)
+        with pytest.raises(td.RunCancelled) as info:
+            await engine.result("t")
+        run = await engine.get("t")
+        cps = {cp.seq: cp for cp in await engine.store.get_checkpoints("t")}
+        # The cancelled run no longer waits for its signal.
+        assert await engine.store.signal_waiter('["t","approve"]') is None
+    assert isinstance(info.value, td.RunFailed)
+    assert (info.value.run_id, info.value.code) == ("t", "cancelled")
+    assert run.status == "cancelled"
+    assert run.error is not None
+    assert run.error.code == "cancelled"
+    assert run.updated_at == WALL_START + 7
+    assert [(n, a) for n, a, _ in calls if n.startswith(("cancel_", "return_"))] == [
+        ("return_car", ("bern",)),
+        ("cancel_hotel", ("bern",)),
+        ("cancel_flight", ("bern", 2)),
+    ]
+    assert [cps[s].status for s in (-4, -2, -1)] == ["completed"] * 3
+    assert "charge" not in _names()
+
+
+async def test_cancel_without_compensation_runs_no_undo(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app) as engine:
+        await engine.start(trip, "bern", "approve", run_id="t")
+        await engine.drain()
+        await engine.cancel("t")
+        with pytest.raises(td.RunCancelled) as info:
+            await engine.result("t")
+        cps = await engine.store.get_checkpoints("t")
+    assert info.value.code == "cancelled"
+    assert _names() == ["book_flight", "book_hotel", "notify", "book_car"]
+    assert all(cp.seq > 0 for cp in cps)
+
+
+@pytest.mark.parametrize("undo", [True, False])
+async def test_cancel_cascades_to_awaited_children(
+    undo: bool, autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app) as engine:
+        await engine.start(trip_parent, "gent", run_id="p")
+        await engine.drain()
+        assert (await engine.get("p.child.2")).status == "suspended"
+        await engine.cancel("p", compensate=undo)
+        for run_id in ("p", "p.child.2"):
+            with pytest.raises(td.RunCancelled) as info:
+                await engine.result(run_id)
+            assert info.value.code == "cancelled"
+        await engine.drain()
+        assert (await engine.get("p.child.2")).compensate is undo
+    undos = [(n, a) for n, a, _ in calls if n.startswith(("cancel_", "return_"))]
+    if undo:
+        # The parent's own undo in its cancelling turn, whose write tells the
+        # child to cancel; then the child's, newest first.
+        assert undos == [
+            ("return_car", ("home",)),
+            ("return_car", ("gent",)),
+            ("cancel_hotel", ("gent",)),
+            ("cancel_flight", ("gent", 2)),
+        ]
+    else:
+        assert undos == []
+
+
+async def test_cancel_cascade_cuts_short_a_child_busy_in_a_step(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app) as engine:
+        await engine.start(busy_parent, 100.0, run_id="p")
+        with trio.move_on_after(3):
+            await engine.drain()
+        assert (await engine.get("p.child.1")).status == "running"
+        await engine.cancel("p", compensate=True)
+        with pytest.raises(td.RunCancelled):
+            await engine.result("p.child.1")
+        # The child ended at once, not when its 100 s step would have.
+        assert trio.current_time() == 3.0
+        await engine.drain()
+        assert trio.current_time() == 3.0
+    assert [n for n, _, _ in calls] == ["book_car", "busy", "return_car"]
+
+
+async def test_cancel_interrupts_a_running_turn_and_undoes_what_it_completed(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app) as engine:
+        await engine.start(busy_kid, 100.0, run_id="k")
+        await trio.testing.wait_all_tasks_blocked()
+        assert (await engine.get("k")).status == "running"
+        await engine.cancel("k", compensate=True)
+        with pytest.raises(td.RunCancelled):
+            await engine.result("k")
+        assert trio.current_time() == 0.0
+        cps = await engine.store.get_checkpoints("k")
+    # book_car completed in the interrupted turn: it was kept, and undone.
+    assert [(cp.seq, cp.name, cp.status) for cp in cps] == [
+        (-1, "return_car", "completed"),
+        (1, "book_car", "completed"),
+    ]
+    assert _names() == ["book_car", "busy", "return_car"]
+
+
+async def test_cancel_of_a_terminal_run_raises_and_writes_nothing(
+    open_test_engine: EngineFactory,
+) -> None:
+    async with open_test_engine(app) as engine:
+        await engine.start(trip, "nice", None, run_id="t")
+        await engine.result("t")
+        await engine.drain()
+        before = await engine.get("t")
+        ops = engine.store.statistics().ops
+        for compensate in (False, True):
+            with pytest.raises(td.InvalidRunStateError):
+                await engine.cancel("t", compensate=compensate)
+        with pytest.raises(td.RunNotFoundError):
+            await engine.cancel("nope")
+        await engine.drain()
+        assert engine.store.statistics().ops == ops
+        assert await engine.get("t") == before
+
+
+async def test_retry_reruns_only_the_failed_part_and_redoes_undone_steps(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    flaky["charge_fatal"] = 1
+    async with open_test_engine(app) as engine:
+        await engine.start(trip, "riga", None, run_id="t")
+        with pytest.raises(td.RunFailed):
+            await engine.result("t")
+        assert _names() == [
+            "book_flight",
+            "book_hotel",
+            "notify",
+            "book_car",
+            "charge",
+            "return_car",
+            "cancel_hotel",
+            "cancel_flight",
+        ]
+        calls.clear()
+        retried = await engine.retry("t")
+        assert retried.status == "pending"
+        assert retried.error is None
+        assert await engine.result("t") == ["flight-riga-2", "hotel-riga", "car-riga", "paid-riga"]
+        cps = await engine.store.get_checkpoints("t")
+    # The undone steps run again; notify (completed, never undone) does not.
+    assert _names() == ["book_flight", "book_hotel", "book_car", "charge"]
+    assert [(cp.seq, cp.status) for cp in cps] == [(s, "completed") for s in range(1, 6)]
+
+
+async def test_retry_of_a_failed_child_reuses_its_id_and_the_parent_picks_it_up(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    flaky["charge_fatal"] = 1
+    async with open_test_engine(app) as engine:
+        await engine.start(retry_parent, "oslo", run_id="p")
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result("p")
+        assert info.value.code == "card_declined"
+        assert (await engine.get("p.child.2")).status == "failed"
+        calls.clear()
+        await engine.retry("p")
+        assert await engine.result("p") == ["flight-oslo-2", "hotel-oslo", "car-oslo", "paid-oslo"]
+        child = await engine.get("p.child.2")
+        runs = await engine.store.list_runs()
+        [_, child_cp] = await engine.store.get_checkpoints("p")
+    assert child.status == "completed"
+    assert sorted(r.id for r in runs) == ["p", "p.child.2"]
+    assert child_cp.status == "completed"
+    assert child_cp.child_id == "p.child.2"
+    # The parent's own completed step did not run again.
+    assert "notify" not in _names()
+    assert turns["p"] == 4  # two turns before the retry, two after
+
+
+async def test_retry_of_a_completed_run_raises_and_changes_nothing(
+    open_test_engine: EngineFactory,
+) -> None:
+    async with open_test_engine(app) as engine:
+        await engine.start(trip, "pisa", None, run_id="t")
+        await engine.result("t")
+        await engine.drain()
+        before = await engine.get("t")
+        cps = await engine.store.get_checkpoints("t")
+        ops = engine.store.statistics().ops
+        with pytest.raises(td.InvalidRunStateError):
+            await engine.retry("t")
+        with pytest.raises(td.RunNotFoundError):
+            await engine.retry("nope")
+        await engine.drain()
+        assert engine.store.statistics().ops == ops
+        assert await engine.get("t") == before
+        assert await engine.store.get_checkpoints("t") == cps
+
+
+async def test_retry_of_a_running_or_suspended_run_raises_and_changes_nothing(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app) as engine:
+        await engine.start(busy_kid, 10.0, run_id="k")
+        await trio.testing.wait_all_tasks_blocked()
+        running = await engine.get("k")
+        assert running.status == "running"
+        ops = engine.store.statistics().ops
+        with pytest.raises(td.InvalidRunStateError):
+            await engine.retry("k")
+        assert engine.store.statistics().ops == ops
+        assert await engine.get("k") == running
+        await engine.result("k")
+
+        await engine.start(trip, "bonn", "approve", run_id="t")
+        await engine.drain()
+        suspended = await engine.get("t")
+        ops = engine.store.statistics().ops
+        with pytest.raises(td.InvalidRunStateError):
+            await engine.retry("t")
+        assert engine.store.statistics().ops == ops
+        assert await engine.get("t") == suspended
