@@ -13,7 +13,6 @@ import trio
 import trio.testing
 
 import trio_durable as td
-
 from conftest import WALL_START, EngineFactory
 
 app = td.App("children")

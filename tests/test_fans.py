@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -12,9 +13,8 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from trio_durable._stores._base import SettleCheckpoint
-
 from conftest import EngineFactory
+from trio_durable._stores._base import SettleCheckpoint
 
 app = td.App("fans")
 
@@ -176,7 +176,7 @@ async def test_concurrency_starts_waves_and_the_parent_turns_once_per_wave(
     starts = {i: t for what, i, t in log if what == "start"}
     ends = {i: t for what, i, t in log if what == "end"}
     waves = [[0, 1, 2], [3, 4, 5], [6]]
-    for earlier, later in zip(waves, waves[1:], strict=False):
+    for earlier, later in itertools.pairwise(waves):
         assert min(starts[i] for i in later) >= max(ends[i] for i in earlier)
     # Each wave starts exactly when the slowest member of the previous one ended.
     assert starts == {0: 0.0, 1: 0.0, 2: 0.0, 3: 3.0, 4: 3.0, 5: 3.0, 6: 8.0}
@@ -271,9 +271,10 @@ async def test_fail_fast_cancels_survivors_and_never_starts_the_rest(
         assert cps[3].error is not None
         assert cps[3].error.code == "boom"
         for seq in (2, 4, 5, 6):
+            error = cps[seq].error
             assert cps[seq].status == "failed"
-            assert cps[seq].error is not None
-            assert cps[seq].error.code == "fan_cancelled"
+            assert error is not None
+            assert error.code == "fan_cancelled"
         assert cps[5].child_id is None
         assert cps[6].child_id is None
         # The survivors' own ends ("cancelled") arrived after the fan froze:

@@ -234,6 +234,37 @@ async def deployed_catching(ctx: td.Context, x: int) -> int:
     return 0
 
 
+carries_on = td.App("replay")
+
+
+@carries_on.step(name="second")
+async def carries_on_second(x: int) -> int:
+    calls["carries_on second"] += 1
+    return x
+
+
+@carries_on.step(name="new_step")
+async def carries_on_new(x: int) -> int:
+    calls["new step"] += 1
+    return x
+
+
+@carries_on.workflow(name="deployed")
+async def deployed_carrying_on(ctx: td.Context, x: int) -> int:
+    try:
+        await ctx.step(carries_on_second, x)
+    except td.NonDeterminismError:
+        seen.append("caught")
+    # The body goes on as if nothing happened: every further durable
+    # operation fails the same way, and nothing of it runs.
+    try:
+        await ctx.step(carries_on_new, x)
+    except td.NonDeterminismError as exc:
+        seen.append(("again", exc.details))
+    await ctx.sleep(5)
+    return x
+
+
 timer_instead = td.App("replay")
 
 
@@ -299,6 +330,30 @@ def _received(events: trio.MemoryReceiveChannel[td.Event]) -> list[td.Event]:
             out.append(events.receive_nowait())
         except trio.WouldBlock:
             return out
+
+
+async def test_after_non_determinism_the_body_runs_and_records_nothing_more(
+    open_test_engine: EngineFactory, autojump_clock: trio.abc.Clock
+) -> None:
+    store = td.MemoryStore()
+    run_id = await _start_deployed(open_test_engine, store)
+    async with open_test_engine(carries_on, store=store, engine_id="new-deploy") as engine:
+        await engine.signal(run_id, "go")
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result(run_id)
+        await engine.drain()
+        cps = await store.get_checkpoints(run_id)
+        stored = await engine.get(run_id)
+    assert info.value.code == "non_determinism"
+    # The error names the first divergence, not a later operation.
+    assert info.value.details == {"seq": 1, "recorded": "first", "requested": "second"}
+    assert seen == ["caught", ("again", info.value.details)]
+    assert calls == {"first": 1}
+    assert [(cp.seq, cp.name, cp.status) for cp in cps] == [
+        (1, "first", "completed"),
+        (2, "go", "completed"),
+    ]
+    assert stored.wake_at is None
 
 
 # -- typed results -------------------------------------------------------------

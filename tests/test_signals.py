@@ -81,6 +81,23 @@ async def wait_with_timeout(ctx: td.Context, seconds: float) -> dict[str, Any]:
 
 
 @app.workflow()
+async def wait_go_with_timeout(ctx: td.Context, seconds: float) -> Any:
+    try:
+        return await ctx.wait_signal("go", timeout=seconds)
+    except td.SignalTimeout:
+        seen.append(("timeout", trio.current_time()))
+        return "timed out"
+
+
+@app.workflow()
+async def nap_then_wait_with_timeout(ctx: td.Context, nap: float, seconds: float) -> Any:
+    await ctx.sleep(nap)
+    payload = await ctx.wait_signal("go", timeout=seconds)
+    seen.append(("got", payload, trio.current_time()))
+    return payload
+
+
+@app.workflow()
 async def fails(ctx: td.Context) -> None:
     raise ValueError("boom")
 
@@ -238,6 +255,41 @@ async def test_signal_before_the_timeout_wins(
         await engine.signal(run.id, "go", "second")
         assert await engine.result(run.id) == {"first": "in time", "second": "second"}
     assert seen == []
+
+
+async def test_buffered_signal_is_taken_at_once_by_a_wait_with_a_timeout(
+    open_test_engine: EngineFactory, autojump_clock: trio.abc.Clock
+) -> None:
+    async with open_test_engine(app) as engine:
+        t0 = trio.current_time()
+        run = await engine.start(nap_then_wait_with_timeout, 10, 30, run_id="r")
+        await engine.drain()
+        await engine.signal(run.id, "go", "waiting for you")
+        assert await engine.result(run.id) == "waiting for you"
+        assert trio.current_time() == t0 + 10
+    assert seen == [("got", "waiting for you", t0 + 10)]
+
+
+async def test_signal_sent_right_after_start_is_not_lost(
+    open_test_engine: EngineFactory, autojump_clock: trio.abc.Clock
+) -> None:
+    async with open_test_engine(app) as engine:
+        run = await engine.start(wait_go_with_timeout, 60, run_id="r")
+        await engine.signal(run.id, "go", "right away")
+        assert await engine.result(run.id) == "right away"
+    assert seen == []
+
+
+async def test_zero_timeout_with_nothing_buffered_times_out_at_once(
+    open_test_engine: EngineFactory, autojump_clock: trio.abc.Clock
+) -> None:
+    async with open_test_engine(app) as engine:
+        t0 = trio.current_time()
+        run = await engine.start(wait_go_with_timeout, 0, run_id="r")
+        assert await engine.result(run.id) == "timed out"
+        [cp] = await engine.store.get_checkpoints(run.id)
+    assert seen == [("timeout", t0)]
+    assert cp.status == "failed"
 
 
 # -- bad calls change nothing -------------------------------------------------

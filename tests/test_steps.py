@@ -27,16 +27,21 @@ starts: list[float] = []
 seen: list[Any] = []
 """What bodies observed, turn after turn."""
 
+causes: list[str | None] = []
+"""The type of each caught `StepFailed`'s ``__cause__``."""
+
 
 @pytest.fixture(autouse=True)
 def _reset() -> Iterator[None]:
     calls.clear()
     starts.clear()
     seen.clear()
+    causes.clear()
     yield
     calls.clear()
     starts.clear()
     seen.clear()
+    causes.clear()
 
 
 class Flaky(Exception):
@@ -114,6 +119,12 @@ async def always_slow(x: int) -> int:
     return x
 
 
+@app.step(retry=td.Retry(attempts=3, backoff=1.0, jitter=0.0))
+async def unserializable(x: int) -> object:
+    calls["unserializable"] += 1
+    return object()
+
+
 @app.step()
 async def after(x: int) -> int:
     calls["after"] += 1
@@ -135,6 +146,7 @@ async def catch_and_continue(ctx: td.Context, x: int) -> dict[str, Any]:
     except td.StepFailed as exc:
         info = _failed_info(exc)
         seen.append(info)
+        causes.append(type(exc.__cause__).__name__ if exc.__cause__ else None)
     else:  # pragma: no cover
         raise AssertionError("the step did not fail")
     await ctx.sleep(10)
@@ -297,12 +309,30 @@ async def test_step_failure_caught_in_the_body_continues_and_replays_identically
     # The first turn ran the step, the turn after the timer replayed its
     # failure from the record: the same StepFailed, without running it.
     assert seen == [expected, expected]
+    # Only the execution itself has the step's exception as the cause.
+    assert causes == ["FatalError", None]
     assert calls == {"fatal": 1, "after": 1}
     assert [(cp.seq, cp.name, cp.status) for cp in cps] == [
         (1, "fatal", "failed"),
         (2, "sleep", "completed"),
         (3, "after", "completed"),
     ]
+
+
+async def test_result_that_cannot_be_serialized_fails_the_step_without_retry(
+    open_test_engine: EngineFactory, autojump_clock: trio.abc.Clock
+) -> None:
+    async with open_test_engine(app) as engine:
+        t0 = trio.current_time()
+        run = await engine.start(run_step, "unserializable", 0, run_id="r")
+        with pytest.raises(td.RunFailed, match="cannot serialize"):
+            await engine.result(run.id)
+        assert trio.current_time() == t0
+        [cp] = await engine.store.get_checkpoints(run.id)
+    assert calls == {"unserializable": 1}
+    assert (cp.status, cp.attempts, cp.output) == ("failed", 1, None)
+    assert cp.error is not None
+    assert cp.error.type == "SerializationError"
 
 
 # -- timeouts -----------------------------------------------------------------

@@ -262,12 +262,31 @@ class RecordingStore(td.MemoryStore):  # type: ignore[misc]  # final, but a test
 
     def __init__(self) -> None:
         super().__init__()
-        self.due_calls: list[tuple[int, int]] = []
+        self.due_calls: list[tuple[int, list[str]]] = []
 
     async def list_due_runs(self, now: float, limit: int) -> list[str]:
         found = await super().list_due_runs(now, limit)
-        self.due_calls.append((limit, len(found)))
+        self.due_calls.append((limit, found))
         return found
+
+    def poller_batches(self) -> list[list[str]]:
+        """The non-empty listings of the poller (drain() lists with limit 1,
+        only to ask whether anything at all is due)."""
+        return [found for limit, found in self.due_calls if limit != 1 and found]
+
+
+def _check_batches(batches: list[list[str]], size: int, total: int) -> None:
+    """The first listings take the due runs ``size`` at a time, each run in
+    one of them; a later listing may only see again a run whose turn had not
+    yet taken it (it is then skipped, as it is queued already)."""
+    full, rest = divmod(total, size)
+    sizes = [size] * full + ([rest] if rest else [])
+    first = batches[: len(sizes)]
+    assert [len(batch) for batch in first] == sizes
+    listed = [run_id for batch in first for run_id in batch]
+    assert len(set(listed)) == total
+    for batch in batches[len(sizes) :]:
+        assert set(batch) <= set(first[-1])
 
 
 async def test_poller_takes_due_runs_in_batches(
@@ -289,9 +308,8 @@ async def test_poller_takes_due_runs_in_batches(
     assert {t for _, t in woke} == {t0 + 10}
     # drain() asks with limit 1 whether anything at all is due; every other
     # listing is the poller's.
-    poller = [(limit, n) for limit, n in store.due_calls if limit != 1]
-    assert [n for _, n in poller if n] == [500, 500, 200]
-    assert {limit for limit, _ in poller} == {500}
+    _check_batches(store.poller_batches(), 500, 1200)
+    assert {limit for limit, _ in store.due_calls if limit != 1} == {500}
 
 
 @pytest.mark.parametrize("size", [0, -1, math.inf, -math.inf, math.nan])
@@ -318,7 +336,8 @@ async def test_batch_size_is_used_as_given(
         await trio.sleep(5)
         await engine.drain()
     assert len(woke) == 20
-    assert [n for limit, n in store.due_calls if limit == 7 and n] == [7, 7, 6]
+    _check_batches(store.poller_batches(), 7, 20)
+    assert {limit for limit, _ in store.due_calls if limit != 1} == {7}
 
 
 # -- the shuffle ---------------------------------------------------------------

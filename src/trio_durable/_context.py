@@ -171,6 +171,10 @@ class Context:
         return self._seq
 
     def _recorded(self, seq: int, name: str, kind: CheckpointKind) -> Checkpoint | None:
+        if self._turn.nondeterminism is not None:
+            # Replay already diverged (and the body caught the error): the run
+            # fails, so it must not run steps or record anything more.
+            raise self._turn.nondeterminism
         cp = self._turn.checkpoints.get(seq)
         if cp is not None and (cp.name != name or cp.kind != kind):
             error = NonDeterminismError(

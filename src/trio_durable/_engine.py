@@ -636,7 +636,7 @@ class Engine:
     async def _end(
         self,
         turn: TurnState,
-        status: str,
+        status: RunStatus,
         *,
         output: str | None = None,
         error: ErrorInfo | None = None,

@@ -1,0 +1,53 @@
+"""Brokers: the protocol, the memory broker, and how a URL picks one.
+
+Adapters for other brokers register an opener under the entry-point group
+``trio_durable.brokers``, named by URL scheme: a callable taking the URL and
+returning an async context manager that yields a `Broker`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from .._exceptions import InvalidURLError
+from ._base import Broker
+
+
+class _BrokerOpener(Protocol):
+    def __call__(self, url: str) -> AbstractAsyncContextManager[Any]: ...
+
+
+def broker_opener(url: str) -> _BrokerOpener:
+    """The opener registered under the entry-point group
+    ``trio_durable.brokers`` for ``url``'s scheme.
+
+    Raises:
+      InvalidURLError: The URL has no scheme, or no broker serves it.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidURLError(f"not a broker URL: {url!r} (expected e.g. 'memory://')")
+    scheme = urlsplit(url).scheme.lower()
+    for entry in entry_points(group="trio_durable.brokers"):
+        if entry.name == scheme:
+            opener: _BrokerOpener = entry.load()
+            return opener
+    raise InvalidURLError(
+        f"no broker is registered for the scheme {scheme!r} in {url!r}"
+        " (is its extra installed? e.g. pip install 'trio-durable[rabbitmq]')"
+    )
+
+
+@asynccontextmanager
+async def open_broker(url: str) -> AsyncIterator[Broker]:
+    """Open the broker a URL names, and close it on exit.
+
+    Raises:
+      InvalidURLError: The URL is malformed or its scheme is unknown.
+    """
+    opener = broker_opener(url)
+    async with opener(url) as broker:
+        yield broker

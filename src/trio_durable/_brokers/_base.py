@@ -1,0 +1,177 @@
+"""The broker protocol: how tasks reach workers and results come back.
+
+A broker moves opaque message bodies (bytes) through named queues with
+at-least-once delivery: a consumer sees each message until it acks it, and a
+message a consumer took but did not ack before it went away is delivered
+again, maybe to another consumer, maybe more than once, maybe out of order.
+Everything above the broker is written for that: a task is idempotent by its
+checkpoint's claim, and a result settles a checkpoint only if it is still
+pending.
+
+Queues:
+
+- one per worker group, ``<group>`` or ``<group>@<namespace>`` for a tenant,
+  carrying tasks, with priorities (higher first);
+- `RESULTS`, carrying results back; any engine may consume it and settle what
+  it receives.
+
+Workers also announce a `WorkerDescriptor` with a time to live, refreshed by
+heartbeats; engines read them to know what is served where.
+
+Every implementation passes ``tests/conformance/test_broker.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Final, Protocol, final
+
+import attrs
+
+from .._exceptions import TrioDurableError
+
+RESULTS: Final = "trio_durable.results"
+"""The name of the queue that carries results back to engines."""
+
+_SAFE_TOKEN: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
+
+
+def is_broker_safe(token: str) -> bool:
+    """Whether ``token`` is usable as a group or namespace on every broker:
+    letters, digits, ``_``, ``.`` and ``-``, at most 100 characters, not
+    starting with ``.`` or ``-`` (RabbitMQ queue names and NATS subject tokens
+    both accept these)."""
+    return isinstance(token, str) and bool(_SAFE_TOKEN.match(token))
+
+
+class BrokerError(TrioDurableError):
+    """Base class of broker failures."""
+
+
+@final
+class BrokerUnavailable(BrokerError):
+    """The broker cannot be reached or refused the operation; the operation
+    may be retried. The client library's error is the ``__cause__``."""
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class Outgoing:
+    """A message to put on a queue.
+
+    Attributes:
+      queue: The queue's name (a worker group route, or `RESULTS`).
+      body: The message body.
+      priority: Higher is delivered first (0 to 9).
+    """
+
+    queue: str
+    body: bytes
+    priority: int = 0
+
+
+@final
+@attrs.define(frozen=True, kw_only=True, eq=False)
+class Delivery:
+    """A message as a consumer received it.
+
+    Attributes:
+      body: The message body.
+      deliveries: How many times it has been delivered, this time included.
+      tag: The adapter's handle for acking it.
+    """
+
+    body: bytes
+    deliveries: int = 1
+    tag: Any = None
+
+
+class Consumer(Protocol):
+    """Receives messages from one queue; made by `Broker.open_consumer`.
+
+    Messages received and not acked when the consumer closes are delivered
+    again.
+    """
+
+    async def receive(self, max_items: int) -> list[Delivery]:
+        """Wait for at least one message and return up to ``max_items``."""
+        ...
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Acknowledge messages: they are never delivered again."""
+        ...
+
+    async def reject(self, deliveries: Sequence[Delivery], *, requeue: bool) -> None:
+        """Give messages back: delivered again if ``requeue``, else dropped
+        (or dead-lettered, where the broker keeps a dead-letter queue)."""
+        ...
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class WorkerDescriptor:
+    """What a live worker announces about itself.
+
+    Attributes:
+      instance_id: Unique per worker process.
+      app: The application's name.
+      app_version: The application's version.
+      runtime: Python, trio and platform versions, for people.
+      groups: The worker group routes it consumes.
+      steps: For each step it serves: its group and required capabilities.
+      workflows: For each workflow it knows: its versions.
+      capabilities: What it offers to steps with ``requires=``.
+      registration_hash: The canonical hash of its registrations (a deploy).
+      announced_at: When it last announced (durable time).
+    """
+
+    instance_id: str
+    app: str
+    app_version: str = "0"
+    runtime: dict[str, str] = attrs.field(factory=dict)
+    groups: tuple[str, ...] = ()
+    steps: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    workflows: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    capabilities: tuple[str, ...] = ()
+    registration_hash: str = ""
+    announced_at: float = 0.0
+
+
+class Broker(Protocol):
+    """What the engine and workers need from a message broker."""
+
+    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        """Put messages on their queues, durably if the broker is durable.
+
+        Raises:
+          BrokerUnavailable: They could not be sent; some may have been.
+        """
+        ...
+
+    def open_consumer(self, queue: str, *, prefetch: int) -> AbstractAsyncContextManager[Consumer]:
+        """Consume ``queue``, with at most ``prefetch`` messages unacked."""
+        ...
+
+    async def announce(self, descriptor: WorkerDescriptor, ttl: float) -> None:
+        """Publish a worker's descriptor, forgotten ``ttl`` seconds after its
+        last announcement."""
+        ...
+
+    async def withdraw(self, instance_id: str) -> None:
+        """Forget a worker's descriptor now (a clean shutdown)."""
+        ...
+
+    async def worker_descriptors(self, group: str | None = None) -> list[WorkerDescriptor]:
+        """The descriptors of live workers (consuming ``group``, if given),
+        ordered by instance id."""
+        ...
+
+    async def worker_groups(self) -> list[str]:
+        """The group routes live workers consume, sorted."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the broker connection."""
+        ...
