@@ -119,35 +119,39 @@ async def main(db: Path) -> int:
 
     print("\n== engine A starts the checkout")
     with trio.CancelScope() as interrupt:
-        async with td.open_engine(app, store=url, engine_id="engine-A") as engine:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(watch, engine)
-                with engine.subscribe() as events:
-                    await engine.start(checkout, order, run_id="order-42")
-                    async for event in events:
-                        if event.kind == "run.suspended" and event.run_id == "order-42":
-                            break
-                run = await engine.get("order-42")
-                print(f"\n== order-42 is {run.status}, sleeping on its timer:")
-                print("== engine A is interrupted (its scope cancelled)")
-                interrupt.cancel()
+        async with (
+            td.open_engine(app, store=url, engine_id="engine-A") as engine,
+            trio.open_nursery() as nursery,
+        ):
+            await nursery.start(watch, engine)
+            with engine.subscribe() as events:
+                await engine.start(checkout, order, run_id="order-42")
+                async for event in events:
+                    if event.kind == "run.suspended" and event.run_id == "order-42":
+                        break
+            run = await engine.get("order-42")
+            print(f"\n== order-42 is {run.status}, sleeping on its timer:")
+            print("== engine A is interrupted (its scope cancelled)")
+            interrupt.cancel()
     steps_before = dict(ran)
 
     print("\n== engine B opens the same file and finishes the run")
-    async with td.open_engine(app, store=url, engine_id="engine-B") as engine:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(watch, engine)
-            with engine.subscribe() as events:
-                async for event in events:
-                    if event.kind == "run.suspended" and event.run_id == "order-42":
-                        checkpoints = await engine.store.get_checkpoints("order-42")
-                        if any(cp.kind == "signal" for cp in checkpoints):
-                            break  # past the timer, now waiting for the signal
-            print("\n== sending the 'approved' signal")
-            await engine.signal("order-42", "approved", True)
-            result = await engine.result("order-42")
-            await engine.drain()
-            nursery.cancel_scope.cancel()
+    async with (
+        td.open_engine(app, store=url, engine_id="engine-B") as engine,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(watch, engine)
+        with engine.subscribe() as events:
+            async for event in events:
+                if event.kind == "run.suspended" and event.run_id == "order-42":
+                    checkpoints = await engine.store.get_checkpoints("order-42")
+                    if any(cp.kind == "signal" for cp in checkpoints):
+                        break  # past the timer, now waiting for the signal
+        print("\n== sending the 'approved' signal")
+        await engine.signal("order-42", "approved", True)
+        result = await engine.result("order-42")
+        await engine.drain()
+        nursery.cancel_scope.cancel()
 
     print(f"\n== result: {result}")
     print(f"== steps run by engine A: {steps_before}")

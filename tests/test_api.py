@@ -9,7 +9,6 @@ import pytest
 import trio
 
 import trio_durable as td
-
 from conftest import EngineFactory
 
 
@@ -221,7 +220,7 @@ def test_duplicate_registration_is_refused() -> None:
     @local.workflow()
     async def flow(ctx: td.Context) -> None: ...
 
-    with pytest.raises(td.RegistrationError, match="flow.*already registered"):
+    with pytest.raises(td.RegistrationError, match=r"flow.*already registered"):
 
         @local.workflow(name="flow")
         async def other(ctx: td.Context) -> None: ...

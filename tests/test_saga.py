@@ -147,7 +147,7 @@ def _names() -> list[str]:
     return [name for name, _, _ in calls]
 
 
-async def _events(rx: trio.MemoryReceiveChannel[td.Event]) -> list[td.Event]:
+def _events(rx: trio.MemoryReceiveChannel[td.Event]) -> list[td.Event]:
     events: list[td.Event] = []
     while True:
         try:
@@ -178,7 +178,7 @@ async def test_undos_run_newest_first_with_the_original_args_and_retry(
     assert trio.current_time() == 3.0
 
 
-async def test_undo_records_and_run_error(
+async def test_undo_records_sit_at_minus_seq_and_the_run_keeps_its_error(
     autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
 ) -> None:
     flaky["charge_fatal"] = 1
@@ -232,6 +232,38 @@ async def test_an_undo_that_fails_for_good_is_recorded_and_the_rest_still_run(
     ]
 
 
+@app.step(retry=NO_JITTER)
+async def slow_undo(city: str) -> None:
+    _attempt("slow_undo", city)
+    await trio.sleep(10)
+
+
+@app.workflow()
+async def slow_saga(ctx: td.Context, city: str) -> str:
+    await ctx.step(book_car, city, compensate=slow_undo)
+    return await ctx.step(charge, city)
+
+
+async def test_undos_outlasting_the_lease_keep_it_and_run_once(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    flaky["charge_fatal"] = 1
+    store = td.MemoryStore()
+    async with (
+        open_test_engine(app, store=store, engine_id="one", lease_ttl=3) as one,
+        open_test_engine(app, store=store, engine_id="two", lease_ttl=3),
+    ):
+        await one.start(slow_saga, "ulm", run_id="s")
+        with pytest.raises(td.RunFailed) as info:
+            await one.result("s")
+        run = await one.get("s")
+    # The 10 s undo ran once, on the engine that failed the run; the other
+    # engine never took the run over, so its error is the body's own.
+    assert [(n, t) for n, _, t in calls if n == "slow_undo"] == [("slow_undo", 0.0)]
+    assert info.value.code == "card_declined"
+    assert (run.status, run.recoveries, run.updated_at) == ("failed", 0, WALL_START + 10)
+
+
 async def test_each_undo_outcome_is_a_step_event_marked_as_compensation(
     autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
 ) -> None:
@@ -242,7 +274,7 @@ async def test_each_undo_outcome_is_a_step_event_marked_as_compensation(
             await engine.start(trip, "kyiv", None, run_id="t")
             with pytest.raises(td.RunFailed):
                 await engine.result("t")
-            events = await _events(rx)
+            events = _events(rx)
     undo_events = [
         (e.kind, e.seq, e.name, e.data["attempt"], e.data.get("final"), e.data["undoes"])
         for e in events
@@ -379,20 +411,28 @@ async def test_cancel_interrupts_a_running_turn_and_undoes_what_it_completed(
 async def test_cancel_of_a_terminal_run_raises_and_writes_nothing(
     open_test_engine: EngineFactory,
 ) -> None:
+    flaky["charge_fatal"] = 1
     async with open_test_engine(app) as engine:
-        await engine.start(trip, "nice", None, run_id="t")
-        await engine.result("t")
+        await engine.start(trip, "nice", None, run_id="failed")
+        await engine.start(trip, "nice", None, run_id="completed")
+        await engine.start(trip, "nice", "approve", run_id="cancelled")
         await engine.drain()
-        before = await engine.get("t")
+        await engine.cancel("cancelled")
+        await engine.drain()
+        runs = {run.id: run for run in await engine.store.list_runs()}
+        assert {run.status for run in runs.values()} == {"failed", "completed", "cancelled"}
         ops = engine.store.statistics().ops
-        for compensate in (False, True):
-            with pytest.raises(td.InvalidRunStateError):
-                await engine.cancel("t", compensate=compensate)
+        for run_id in runs:
+            for compensate in (False, True):
+                with pytest.raises(td.InvalidRunStateError):
+                    await engine.cancel(run_id, compensate=compensate)
         with pytest.raises(td.RunNotFoundError):
             await engine.cancel("nope")
         await engine.drain()
         assert engine.store.statistics().ops == ops
-        assert await engine.get("t") == before
+        assert {run.id: run for run in await engine.store.list_runs()} == runs
+    # No undo ran for the completed or the cancelled run (nor twice for the failed one).
+    assert [a for n, a, _ in calls if n == "return_car"] == [("nice",)]
 
 
 async def test_retry_reruns_only_the_failed_part_and_redoes_undone_steps(
@@ -450,6 +490,46 @@ async def test_retry_of_a_failed_child_reuses_its_id_and_the_parent_picks_it_up(
     assert _names() == ["book_flight", "book_hotel", "book_car", "charge"]
     assert [cp.seq for cp in child_cps] == [1, 2, 3, 4, 5]
     assert turns["p"] == 4  # two turns before the retry, two after
+
+
+@app.workflow()
+async def member(ctx: td.Context, index: int) -> int:
+    await ctx.sleep(index)
+    if index == 1:
+        await ctx.step(charge, "member")
+    return index * 10
+
+
+@app.workflow()
+async def fan_parent(ctx: td.Context, n: int) -> list[int]:
+    turns[ctx.run_id] += 1
+    return await ctx.all(member, list(range(n)), concurrency=3)
+
+
+async def test_retry_of_a_failed_fan_retries_its_members_under_their_ids(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    flaky["charge_fatal"] = 1
+    async with open_test_engine(app) as engine:
+        await engine.start(fan_parent, 5, run_id="p")
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result("p")
+        assert info.value.code == "gather_failed"
+        await engine.drain()
+        statuses = {r.id: r.status for r in await engine.store.list_runs(parent_id="p")}
+        assert statuses == {
+            "p.all.1.0": "completed",
+            "p.all.1.1": "failed",
+            "p.all.1.2": "cancelled",
+        }
+        assert trio.current_time() == 1.0
+        await engine.retry("p")
+        assert await engine.result("p") == [0, 10, 20, 30, 40]
+        statuses = {r.id: r.status for r in await engine.store.list_runs(parent_id="p")}
+    assert statuses == {f"p.all.1.{i}": "completed" for i in range(5)}
+    # Member 2 keeps its timer (due at t=2); members 3 and 4 start after it.
+    assert trio.current_time() == 2.0 + 4.0
+    assert [a for n, a, _ in calls if n == "charge"] == [("member",), ("member",)]
 
 
 async def test_retry_of_a_completed_run_raises_and_changes_nothing(

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import math
 import random
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar, final
 
 import attrs
 
+from ._brokers._base import is_broker_safe
 from ._exceptions import FatalError, RegistrationError, UnknownWorkflowError
 
 if TYPE_CHECKING:
@@ -103,7 +106,14 @@ class Step(Generic[P, R]):
       fn: The function.
       retry: Its retry policy.
       timeout: Seconds one attempt may take, or None.
+      group: The worker group that runs it, or None for a local step.
+      requires: Capabilities a worker must offer to run it.
     """
+
+    @property
+    def remote(self) -> bool:
+        """Whether the step runs on workers rather than in the engine."""
+        return self.group is not None
 
     def __init__(
         self,
@@ -112,11 +122,15 @@ class Step(Generic[P, R]):
         name: str,
         retry: Retry,
         timeout: float | None,
+        group: str | None = None,
+        requires: tuple[str, ...] = (),
     ) -> None:
         self.fn = fn
         self.name = name
         self.retry = retry
         self.timeout = timeout
+        self.group = group
+        self.requires = requires
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -218,6 +232,8 @@ class App:
         self,
         *,
         name: str | None = None,
+        group: str | None = None,
+        requires: Sequence[str] = (),
         retry: Retry | None = None,
         timeout: float | None = None,
     ) -> Callable[[Callable[P, Awaitable[R]]], Step[P, R]]:
@@ -225,6 +241,11 @@ class App:
 
         Args:
           name: The registered name; defaults to the function's name.
+          group: Makes the step remote: it runs on workers serving this group
+            (a broker-safe token), reached through the broker. Without it the
+            step runs in the engine's process.
+          requires: Capabilities (such as ``"gpu"``) a worker must offer for
+            the step to be dispatched; only for remote steps.
           retry: The retry policy; defaults to ``Retry()`` (3 attempts).
           timeout: Seconds one attempt may take; a timed-out attempt fails
             with code ``"timeout"`` and is retried like any other failure.
@@ -235,6 +256,15 @@ class App:
         """
         if retry is not None and not isinstance(retry, Retry):
             raise RegistrationError(f"retry must be a td.Retry, not {retry!r}")
+        if group is not None and not is_broker_safe(group):
+            raise RegistrationError(
+                f"step group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
+                " (at most 100, not starting with '.' or '-')"
+            )
+        if isinstance(requires, str) or not all(isinstance(r, str) and r for r in requires):
+            raise RegistrationError(f"requires must be a list of capability names, not {requires!r}")
+        if requires and group is None:
+            raise RegistrationError("requires= only applies to remote steps (give a group=)")
         if timeout is not None:
             _finite("step timeout", timeout)
             if timeout <= 0:
@@ -287,6 +317,33 @@ class App:
     def steps(self) -> list[Step[Any, Any]]:
         """Every registered step, in registration order."""
         return list(self._steps.values())
+
+    @property
+    def groups(self) -> list[str]:
+        """The worker groups of the remote steps, sorted."""
+        return sorted({s.group for s in self._steps.values() if s.group is not None})
+
+    def registration_hash(self) -> str:
+        """A canonical hash of every registration: steps with their groups,
+        requirements, retries and timeouts, and workflows with their versions.
+
+        It does not depend on registration order, so two processes of one
+        deploy announce the same hash and a rollout shows as two hashes.
+        """
+        data = {
+            "steps": {
+                s.name: {
+                    "group": s.group,
+                    "requires": list(s.requires),
+                    "retry": attrs.asdict(s.retry),
+                    "timeout": s.timeout,
+                }
+                for s in sorted(self._steps.values(), key=lambda s: s.name)
+            },
+            "workflows": sorted([name, version] for name, version in self._workflows),
+        }
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def workflow_of(app: App, target: Workflow[Any, Any] | str) -> Workflow[Any, Any]:

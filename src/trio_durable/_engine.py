@@ -33,8 +33,8 @@ from ._clock import Clock
 from ._context import Context, Suspend, TurnState, completion, error_info, signal_token
 from ._exceptions import (
     EngineClosedError,
-    InvalidURLError,
     InvalidRunStateError,
+    InvalidURLError,
     LeaseLostError,
     NonDeterminismError,
     RunCancelled,
@@ -630,8 +630,17 @@ class Engine:
     async def _fail(self, turn: TurnState, ctx: Context, exc: BaseException) -> None:
         error = error_info(exc)
         if not isinstance(exc, NonDeterminismError):
-            await compensate(self, turn, ctx)
+            await self._compensate(turn, ctx)
         await self._end(turn, "failed", error=error)
+
+    async def _compensate(self, turn: TurnState, ctx: Context) -> None:
+        """Run the saga's undos, renewing the lease meanwhile: undos and their
+        retries may outlast it, and a lapsed lease would let another engine
+        take the run over and run the same undos again."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._renew_lease, turn.run.id, self._active[turn.run.id])
+            await compensate(self, turn, ctx)
+            nursery.cancel_scope.cancel()
 
     async def _end(
         self,
@@ -721,7 +730,7 @@ class Engine:
         run = turn.run
         if run.compensate:
             ctx = Context(self, turn)
-            await compensate(self, turn, ctx)
+            await self._compensate(turn, ctx)
         now = self.clock.now()
         error = ErrorInfo(message="cancelled", code="cancelled")
         for cp in sorted(turn.checkpoints.values(), key=lambda cp: cp.seq):

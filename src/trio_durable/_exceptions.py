@@ -112,6 +112,39 @@ class StepFailed(TrioDurableError):
         self.attempts = attempts
 
 
+@final
+class RemoteStepError(TrioDurableError):
+    """Raised inside a workflow when a remote step failed for good.
+
+    The worker's error (or the engine's, such as code ``"lost"`` for a step
+    no worker answered) with its code and JSON details, exactly as it came
+    back; raised again from the record on every replay.
+
+    Attributes:
+      step: The step's name.
+      message: The error message.
+      code: The error code, or None.
+      details: The error's JSON details, or None.
+      attempts: How many attempts were dispatched.
+    """
+
+    def __init__(
+        self,
+        step: str,
+        message: str,
+        *,
+        code: str | None = None,
+        details: JSON = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(f"remote step {step!r} failed: {message}")
+        self.step = step
+        self.message = message
+        self.code = code
+        self.details = details
+        self.attempts = attempts
+
+
 class RunFailed(TrioDurableError):
     """A run ended in failure.
 

@@ -87,6 +87,11 @@ class ClaimCheckpoint:
 class SettleCheckpoint:
     """Settle a ``pending`` checkpoint in place, keeping its other fields.
 
+    With ``attempt``, the checkpoint's ``attempts`` must equal it (a failure
+    of an attempt that was superseded changes nothing). With
+    ``unless_run_status``, nothing happens if the run is in one of those
+    statuses (results for cancelled or completed runs are dropped).
+
     Result: the settled row, or None if the checkpoint was missing or no
     longer pending (a duplicate or late settle changes nothing).
     """
@@ -97,6 +102,29 @@ class SettleCheckpoint:
     output: str | None = None
     error: ErrorInfo | None = None
     finished_at: float | None = None
+    attempt: int | None = None
+    unless_run_status: frozenset[RunStatus] | None = None
+
+
+@final
+@attrs.define(frozen=True)
+class RescheduleCheckpoint:
+    """Record a failed attempt of a pending checkpoint and schedule the next.
+
+    Applies only if the checkpoint is pending with ``attempts == attempt``
+    (a stale failure of an earlier attempt changes nothing) and the run's
+    status is not in ``unless_run_status``. Then ``attempts`` grows by one,
+    ``error`` is appended to ``errors``, ``started_at`` is cleared (the next
+    attempt is not dispatched yet) and ``wake_at`` is set to when it is due.
+    Result: the updated row, or None.
+    """
+
+    run_id: str
+    seq: int
+    attempt: int
+    error: ErrorInfo
+    wake_at: float
+    unless_run_status: frozenset[RunStatus] | None = None
 
 
 @final
@@ -183,6 +211,7 @@ Op = (
     | PutCheckpoint
     | ClaimCheckpoint
     | SettleCheckpoint
+    | RescheduleCheckpoint
     | DeleteCheckpoints
     | WaitSignal
     | DeliverSignal

@@ -30,6 +30,7 @@ from ._base import (
     PutCheckpoint,
     ReleaseRun,
     RemoveSignalWaiter,
+    RescheduleCheckpoint,
     SettleCheckpoint,
     StoreHelpers,
     StoreStatistics,
@@ -256,15 +257,38 @@ class MemoryStore(StoreHelpers):
                     return False
                 self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return True
-            case SettleCheckpoint(run_id, seq, status, output, error, finished_at):
+            case SettleCheckpoint(
+                run_id, seq, status, output, error, finished_at, attempt, unless_run_status
+            ):
                 existing_cp = self._checkpoints.get(run_id, {}).get(seq)
                 if existing_cp is None or existing_cp.status != "pending":
+                    return None
+                if attempt is not None and existing_cp.attempts != attempt:
+                    return None
+                if unless_run_status and self._run_status(run_id) in unless_run_status:
                     return None
                 settled = attrs.evolve(
                     existing_cp, status=status, output=output, error=error, finished_at=finished_at
                 )
                 self._set_checkpoint(settled, (run_id, seq), journal)
                 return settled
+            case RescheduleCheckpoint(run_id, seq, attempt, error, wake_at, unless_run_status):
+                existing_cp = self._checkpoints.get(run_id, {}).get(seq)
+                if existing_cp is None or existing_cp.status != "pending":
+                    return None
+                if existing_cp.attempts != attempt:
+                    return None
+                if unless_run_status and self._run_status(run_id) in unless_run_status:
+                    return None
+                rescheduled = attrs.evolve(
+                    existing_cp,
+                    attempts=attempt + 1,
+                    errors=(*existing_cp.errors, error),
+                    started_at=None,
+                    wake_at=wake_at,
+                )
+                self._set_checkpoint(rescheduled, (run_id, seq), journal)
+                return rescheduled
             case DeleteCheckpoints(run_id, seqs):
                 for seq in seqs:
                     if seq in self._checkpoints.get(run_id, {}):
@@ -307,6 +331,10 @@ class MemoryStore(StoreHelpers):
                     )
                 return None
         raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+    def _run_status(self, run_id: str) -> str | None:
+        run = self._runs.get(run_id)
+        return None if run is None else run.status
 
     def _lock(
         self, run_id: str, owner: str, expiry: float, now: float, journal: list[_Undo]

@@ -52,6 +52,7 @@ from ._base import (
     PutCheckpoint,
     ReleaseRun,
     RemoveSignalWaiter,
+    RescheduleCheckpoint,
     SettleCheckpoint,
     StoreHelpers,
     StoreStatistics,
@@ -376,12 +377,57 @@ def _claim(cur: sqlite3.Cursor, op: ClaimCheckpoint) -> Any:
     return cur.rowcount == 1
 
 
+def _conditions_hold(
+    cur: sqlite3.Cursor,
+    run_id: str,
+    seq: int,
+    attempt: int | None,
+    unless_run_status: frozenset[RunStatus] | None,
+) -> Checkpoint | None:
+    """The pending checkpoint, if the attempt and run-status conditions of a
+    settle or reschedule hold."""
+    rows = cur.execute(_SELECT_CHECKPOINTS, (run_id, seq, seq)).fetchall()
+    if not rows:
+        return None
+    cp = _load_checkpoint(rows[0])
+    if cp.status != "pending" or (attempt is not None and cp.attempts != attempt):
+        return None
+    if unless_run_status:
+        row = cur.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is not None and row[0] in unless_run_status:
+            return None
+    return cp
+
+
 def _settle(cur: sqlite3.Cursor, op: SettleCheckpoint) -> Any:
+    if (op.attempt is not None or op.unless_run_status) and _conditions_hold(
+        cur, op.run_id, op.seq, op.attempt, op.unless_run_status
+    ) is None:
+        return None
     rows = cur.execute(
         _SETTLE_CHECKPOINT,
         (op.status, op.output, dump_error(op.error), op.finished_at, op.run_id, op.seq),
     ).fetchall()
     return _load_checkpoint(rows[0]) if rows else None
+
+
+def _reschedule(cur: sqlite3.Cursor, op: RescheduleCheckpoint) -> Any:
+    cp = _conditions_hold(cur, op.run_id, op.seq, op.attempt, op.unless_run_status)
+    if cp is None:
+        return None
+    rescheduled = attrs.evolve(
+        cp,
+        attempts=op.attempt + 1,
+        errors=(*cp.errors, op.error),
+        started_at=None,
+        wake_at=op.wake_at,
+    )
+    cur.execute(
+        "UPDATE checkpoints SET attempts = ?, errors = ?, started_at = NULL, wake_at = ?"
+        " WHERE run_id = ? AND seq = ?",
+        (rescheduled.attempts, dump_errors(rescheduled.errors), op.wake_at, op.run_id, op.seq),
+    )
+    return rescheduled
 
 
 def _delete_checkpoints(cur: sqlite3.Cursor, op: DeleteCheckpoints) -> Any:
@@ -457,6 +503,7 @@ _OPS: Final[dict[type[Any], Callable[[sqlite3.Cursor, Any], Any]]] = {
     UpdateRun: _update,
     ClaimCheckpoint: _claim,
     SettleCheckpoint: _settle,
+    RescheduleCheckpoint: _reschedule,
     DeleteCheckpoints: _delete_checkpoints,
     WaitSignal: _wait_signal,
     DeliverSignal: _deliver_signal,

@@ -1,0 +1,410 @@
+"""The worker: runs remote steps for the groups it serves.
+
+For each group route it consumes tasks with a prefetch of ``concurrency``,
+runs each task's step once (retries are the engine's: it dispatches a new
+attempt when a result says the step may be retried), and hands the result to
+a publisher. The publisher sends results in batches and acks each task only
+after its result was published, so a worker that dies mid-step leaves its
+tasks to be delivered again. A heartbeat re-announces the worker's
+descriptor well within its time to live.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import random
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Final, Literal, final
+
+import attrs
+import trio
+
+from . import _serde
+from ._app import App, Step
+from ._brokers import open_broker
+from ._brokers._base import (
+    RESULTS,
+    Broker,
+    BrokerError,
+    Consumer,
+    Delivery,
+    Outgoing,
+    WorkerDescriptor,
+    is_broker_safe,
+)
+from ._clock import Clock
+from ._context import error_info
+from ._exceptions import FatalError, SerializationError, UsageError
+from ._wire import Result, Task, WireError
+
+logger = logging.getLogger("trio_durable")
+
+RESULT_BATCH: Final = 256
+
+
+def split_route(route: str) -> tuple[str, str | None]:
+    """``"<group>@<namespace>"`` as ``(group, namespace)``; the namespace is
+    None for a plain group."""
+    group, _, namespace = route.partition("@")
+    return group, namespace or None
+
+
+def check_routes(app: App, routes: Sequence[str], what: str) -> tuple[str, ...]:
+    """Validate routes to serve against the app's remote steps.
+
+    Raises:
+      UsageError: A route is malformed or names a group no step of the app has.
+    """
+    if isinstance(routes, str):
+        raise UsageError(f"{what} must be a list of group names, not the string {routes!r}")
+    known = set(app.groups)
+    checked: list[str] = []
+    for route in routes:
+        if not isinstance(route, str):
+            raise UsageError(f"{what} entries must be strings, not {route!r}")
+        group, namespace = split_route(route)
+        if not is_broker_safe(group) or (namespace is not None and not is_broker_safe(namespace)):
+            raise UsageError(f"{what} entry {route!r} is not a broker-safe group[@namespace]")
+        if group not in known:
+            raise UsageError(
+                f"{what} names the group {group!r}, which no step of app {app.name!r} has "
+                f"(known groups: {', '.join(sorted(known)) or 'none'})"
+            )
+        if route not in checked:
+            checked.append(route)
+    return tuple(checked)
+
+
+def runtime_info() -> dict[str, str]:
+    """The versions a worker reports about itself."""
+    return {
+        "python": platform.python_version(),
+        "implementation": sys.implementation.name,
+        "trio": trio.__version__,
+        "platform": platform.platform(terse=True),
+    }
+
+
+def describe(
+    app: App, instance_id: str, routes: Sequence[str], capabilities: Sequence[str], at: float
+) -> WorkerDescriptor:
+    """The descriptor a worker announces for ``app``."""
+    workflows: dict[str, dict[str, Any]] = {}
+    for wf in app.workflows:
+        entry = workflows.setdefault(wf.name, {"versions": []})
+        entry["versions"].append(wf.version)
+    groups = {split_route(route)[0] for route in routes}
+    return WorkerDescriptor(
+        instance_id=instance_id,
+        app=app.name,
+        app_version=app.version,
+        runtime=runtime_info(),
+        groups=tuple(routes),
+        steps={
+            s.name: {"group": s.group, "requires": list(s.requires)}
+            for s in app.steps
+            if s.group in groups
+        },
+        workflows=workflows,
+        capabilities=tuple(sorted(set(capabilities))),
+        registration_hash=app.registration_hash(),
+        announced_at=at,
+    )
+
+
+@final
+@attrs.define(kw_only=True)
+class WorkerStatistics:
+    """Counters a worker keeps.
+
+    Attributes:
+      received: Tasks received (redeliveries included).
+      completed: Tasks whose step returned.
+      failed: Tasks whose step raised.
+      rejected: Deliveries dropped because they did not decode.
+      in_flight: Tasks received and not yet acked.
+    """
+
+    received: int = 0
+    completed: int = 0
+    failed: int = 0
+    rejected: int = 0
+    in_flight: int = 0
+
+
+@final
+class Worker:
+    """Runs remote steps; made by `open_worker`.
+
+    Attributes:
+      instance_id: This worker's id, as announced.
+      routes: The group routes it serves.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        broker: Broker,
+        *,
+        instance_id: str,
+        routes: tuple[str, ...],
+        concurrency: int,
+        capabilities: tuple[str, ...],
+        clock: Clock,
+        heartbeat: float,
+        ttl: float,
+        rng: random.Random,
+    ) -> None:
+        self.app = app
+        self._rng = rng
+        self.broker = broker
+        self.instance_id = instance_id
+        self.routes = routes
+        self._concurrency = concurrency
+        self._limiter = trio.CapacityLimiter(concurrency)
+        self._capabilities = capabilities
+        self._clock = clock
+        self._heartbeat = heartbeat
+        self._ttl = ttl
+        self._stats = WorkerStatistics()
+        self._send_result, self._results = trio.open_memory_channel[
+            tuple[Consumer, Delivery, Result]
+        ](math.inf)
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def statistics(self) -> WorkerStatistics:
+        """A snapshot of this worker's counters."""
+        return attrs.evolve(self._stats)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a task is received and not yet acked."""
+        return self._stats.in_flight > 0
+
+    async def wait_idle(self) -> None:
+        """Wait until no task is in flight."""
+        await self._idle.wait()
+
+    def _track(self, delta: int) -> None:
+        self._stats.in_flight += delta
+        if self._stats.in_flight == 0:
+            self._idle.set()
+        elif self._idle.is_set():
+            self._idle = trio.Event()
+
+    def descriptor(self) -> WorkerDescriptor:
+        """What this worker announces."""
+        return describe(
+            self.app, self.instance_id, self.routes, self._capabilities, self._clock.now()
+        )
+
+    async def _announce_forever(self) -> None:
+        while True:
+            try:
+                await self.broker.announce(self.descriptor(), self._ttl)
+            except BrokerError as exc:
+                logger.warning("worker %s could not announce itself: %s", self.instance_id, exc)
+            await trio.sleep(self._heartbeat)
+
+    async def _consume(self, route: str, task_status: trio.TaskStatus[None]) -> None:
+        async with (
+            self.broker.open_consumer(route, prefetch=self._concurrency) as consumer,
+            trio.open_nursery() as nursery,
+        ):
+            task_status.started()
+            while True:
+                deliveries = await consumer.receive(self._concurrency)
+                self._stats.received += len(deliveries)
+                self._track(len(deliveries))
+                for delivery in deliveries:
+                    nursery.start_soon(self._run_task, consumer, delivery)
+
+    async def _run_task(self, consumer: Consumer, delivery: Delivery) -> None:
+        try:
+            task = Task.decode(delivery.body)
+        except WireError as exc:
+            # A task nobody can read would loop forever if requeued.
+            logger.error("dropping a task that does not decode: %s", exc)
+            self._stats.rejected += 1
+            await consumer.reject([delivery], requeue=False)
+            self._track(-1)
+            return
+        async with self._limiter:
+            result = await self._execute(task)
+        self._send_result.send_nowait((consumer, delivery, result))
+
+    async def _execute(self, task: Task) -> Result:
+        started_at = self._clock.now()
+        step = self.app.get_step(task.step)
+
+        def result(status: Literal["completed", "failed"], **fields: Any) -> Result:
+            return Result(
+                run_id=task.run_id,
+                seq=task.seq,
+                attempt=task.attempt,
+                step=task.step,
+                status=status,
+                started_at=started_at,
+                finished_at=self._clock.now(),
+                worker=self.instance_id,
+                **fields,
+            )
+
+        if step is None or not step.remote:
+            self._stats.failed += 1
+            return result(
+                "failed",
+                error=f"this worker has no remote step {task.step!r}",
+                code="unknown_step",
+                retryable=False,
+            )
+        try:
+            value = await self._call(step, task)
+            output = _serde.dumps(value)
+        except Exception as exc:
+            self._stats.failed += 1
+            info = error_info(exc)
+            code = info.code
+            if isinstance(exc, TimeoutError) and code is None:
+                code = "timeout"
+            retryable = not isinstance(exc, FatalError | SerializationError) and (
+                getattr(exc, "retryable", True) is not False
+            )
+            return result(
+                "failed", error=info.message, code=code, details=info.details, retryable=retryable
+            )
+        self._stats.completed += 1
+        return result("completed", output=output)
+
+    async def _call(self, step: Step[..., Any], task: Task) -> Any:
+        args = _serde.load_args(task.input, step.fn)
+        timeout = task.timeout if task.timeout is not None else step.timeout
+        with trio.CancelScope() as scope:
+            if timeout is not None:
+                scope.relative_deadline = timeout
+            return await step.fn(*args)
+        raise TimeoutError(f"step {step.name!r} timed out after {timeout} s")
+
+    async def _publish_forever(self) -> None:
+        """Publish results in batches; ack their tasks once published."""
+        while True:
+            batch = [await self._results.receive()]
+            while len(batch) < RESULT_BATCH:
+                try:
+                    batch.append(self._results.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            outgoing = [Outgoing(queue=RESULTS, body=result.encode()) for _, _, result in batch]
+            delay = 0.05
+            while True:
+                try:
+                    await self.broker.dispatch(outgoing)
+                    break
+                except BrokerError as exc:
+                    logger.warning("worker %s could not publish results: %s", self.instance_id, exc)
+                    await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
+                    delay = min(delay * 2, 5.0)
+            by_consumer: dict[int, tuple[Consumer, list[Delivery]]] = {}
+            for consumer, delivery, _ in batch:
+                by_consumer.setdefault(id(consumer), (consumer, []))[1].append(delivery)
+            for consumer, deliveries in by_consumer.values():
+                try:
+                    await consumer.ack(deliveries)
+                except (BrokerError, trio.ClosedResourceError) as exc:
+                    # The tasks come back; their results are duplicates the
+                    # engine's claim write ignores.
+                    logger.warning("worker %s could not ack tasks: %s", self.instance_id, exc)
+            self._track(-len(batch))
+
+
+@asynccontextmanager
+async def open_worker(
+    app: App,
+    *,
+    broker: str | Broker = "memory://",
+    groups: Sequence[str],
+    concurrency: int = 16,
+    capabilities: Sequence[str] = (),
+    instance_id: str | None = None,
+    heartbeat: float = 5.0,
+    ttl: float = 15.0,
+    wall_clock: Callable[[], float] | None = None,
+    seed: int | None = None,
+) -> AsyncIterator[Worker]:
+    """Run a worker for ``groups`` until the block exits.
+
+    Args:
+      app: The application whose remote steps it runs.
+      broker: A broker URL, or an open `Broker` to share.
+      groups: Group routes to serve: ``"<group>"`` or ``"<group>@<namespace>"``
+        for a tenant's own fleet.
+      concurrency: How many tasks run at once (and the prefetch per route).
+      capabilities: What this worker offers to steps with ``requires=``.
+      instance_id: Its id in announcements; derived at random if not given.
+      heartbeat: Seconds between announcements.
+      ttl: Seconds an announcement lives without a heartbeat.
+      wall_clock: Anchors durable time (see `Clock`); defaults to `time.time`.
+      seed: Seeds the worker's random source (its id, publish backoff jitter).
+
+    Raises:
+      UsageError: A group is unknown or malformed, or an option is out of range.
+      InvalidURLError: The broker URL is malformed.
+    """
+    routes = check_routes(app, groups, "groups")
+    if not routes:
+        raise UsageError("a worker needs at least one group to serve")
+    _check_concurrency(concurrency)
+    for name, value in (("heartbeat", heartbeat), ("ttl", ttl)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{name} must be a positive finite number, not {value!r}")
+    if heartbeat >= ttl:
+        raise UsageError(f"heartbeat ({heartbeat} s) must be shorter than ttl ({ttl} s)")
+    if isinstance(capabilities, str):
+        raise UsageError(f"capabilities must be a list, not the string {capabilities!r}")
+    rng = random.Random(seed)
+    if instance_id is None:
+        instance_id = f"worker-{rng.getrandbits(48):012x}"
+    async with AsyncExitStack() as stack:
+        if isinstance(broker, str):
+            broker_obj: Broker = await stack.enter_async_context(open_broker(broker))
+        else:
+            broker_obj = broker
+        clock = Clock() if wall_clock is None else Clock(wall_clock)
+        worker = Worker(
+            app,
+            broker_obj,
+            instance_id=instance_id,
+            routes=routes,
+            concurrency=concurrency,
+            capabilities=tuple(capabilities),
+            clock=clock,
+            heartbeat=float(heartbeat),
+            ttl=float(ttl),
+            rng=rng,
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker._publish_forever, name="trio_durable result publisher")
+            for route in routes:
+                await nursery.start(worker._consume, route, name=f"trio_durable consumer {route}")
+            await broker_obj.announce(worker.descriptor(), worker._ttl)
+            nursery.start_soon(worker._announce_forever, name="trio_durable heartbeat")
+            try:
+                yield worker
+            finally:
+                with trio.move_on_after(5) as cleanup:
+                    cleanup.shield = True
+                    try:
+                        await broker_obj.withdraw(instance_id)
+                    except BrokerError as exc:
+                        logger.warning("worker %s could not withdraw: %s", instance_id, exc)
+                nursery.cancel_scope.cancel()
+
+
+def _check_concurrency(concurrency: object) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise UsageError(f"concurrency must be a positive integer, not {concurrency!r}")
