@@ -278,7 +278,14 @@ class App:
                 raise RegistrationError(
                     f"step {step_name!r} is already registered in app {self.name!r}"
                 )
-            step: Step[P, R] = Step(fn, name=step_name, retry=retry or Retry(), timeout=timeout)
+            step: Step[P, R] = Step(
+                fn,
+                name=step_name,
+                retry=retry or Retry(),
+                timeout=timeout,
+                group=group,
+                requires=tuple(sorted(set(requires))),
+            )
             self._steps[step_name] = step
             return step
 

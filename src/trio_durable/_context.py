@@ -34,6 +34,8 @@ from ._exceptions import (
     UsageError,
 )
 from ._observe import Event, EventKind
+from ._remote import check_fan_target, remote_fan, remote_step
+from ._wire import Task
 from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode, Run
 from ._stores._base import (
     CreateRun,
@@ -114,6 +116,9 @@ class TurnState:
     # Awaited children this turn's writes tell to cancel: once the writes
     # commit, their turns in flight are cut short, as `Engine.cancel` does.
     cancelled_children: list[str] = attrs.field(factory=list)
+    # Tasks of remote steps to send once the writes commit, each with the
+    # index of the op that records it: a task whose claim lost is not sent.
+    dispatch: list[tuple[int, Task]] = attrs.field(factory=list)
     nondeterminism: NonDeterminismError | None = None
 
     def put(self, checkpoint: Checkpoint) -> None:
@@ -228,6 +233,12 @@ class Context:
         self._check_step(step)
         if compensate is not None:
             self._check_step(compensate)
+            if compensate.remote:
+                raise UsageError(f"compensate= must be a local step, not the remote {compensate.name!r}")
+        if step.remote:
+            return await remote_step(  # type: ignore[no-any-return]
+                self, step, args, compensation=compensate.name if compensate else None
+            )
         seq = self._next_seq()
         cp = self._recorded(seq, step.name, "local")
         if cp is not None and cp.status == "completed":
@@ -589,17 +600,18 @@ class Context:
 
     async def all(
         self,
-        workflow: Workflow[..., R] | str,
+        workflow: Workflow[..., R] | Step[..., R] | str,
         inputs: Sequence[Any],
         *,
         concurrency: int | None = None,
         mode: Literal["fail_fast", "wait_all"] = "fail_fast",
     ) -> list[R]:
-        """Run a child workflow once per input and return their results in
-        input order.
+        """Run a child workflow, or a remote step, once per input and return
+        their results in input order.
 
         Member ``i`` has the id ``<this run>.all.<first seq>.<i>`` and is
-        called with ``inputs[i]`` as its one argument. With ``concurrency``,
+        called with ``inputs[i]`` as its one argument. Each member takes one
+        seq, reserved up front. With ``concurrency``,
         members start in waves of that size, each once the previous one
         drained. The parent resumes once per wave, not once per member.
 
@@ -625,7 +637,7 @@ class Context:
 
     async def all_settled(
         self,
-        workflow: Workflow[..., Any] | str,
+        workflow: Workflow[..., Any] | Step[..., Any] | str,
         inputs: Sequence[Any],
         *,
         concurrency: int | None = None,
@@ -656,12 +668,16 @@ class Context:
 
     async def _fan(
         self,
-        workflow: Workflow[..., Any] | str,
+        workflow: Workflow[..., Any] | Step[..., Any] | str,
         inputs: Sequence[Any],
         concurrency: int | None,
         mode: FanMode,
     ) -> list[Any]:
-        wf = workflow_of(self._engine.app, workflow)
+        check_fan_target(workflow)
+        if isinstance(workflow, Step):
+            self._check_step(workflow)
+        else:
+            wf = workflow_of(self._engine.app, workflow)
         if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
             raise UsageError(f"fan inputs must be a sequence, not {type(inputs).__name__}")
         if concurrency is not None and (
@@ -674,6 +690,8 @@ class Context:
         if total == 0:
             await trio.lowlevel.checkpoint()
             return []
+        if isinstance(workflow, Step):
+            return await remote_fan(self, workflow, inputs, concurrency, mode, first)
         members = [self._recorded(first + i, wf.name, "child") for i in range(total)]
         fan_id = f"{self.run_id}.all.{first}"
 

@@ -20,7 +20,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, Final, final
 
@@ -56,7 +56,14 @@ from ._records import (
     RunStatus,
 )
 from ._saga import compensate, plan_retry
+from ._brokers import open_broker
+from ._brokers._base import RESULTS, Broker, BrokerError, Outgoing, WorkerDescriptor
+from ._brokers._memory import MemoryBroker
+from ._fleet import Fleet, aggregate
+from ._settle import consume_results
 from ._stores import open_store
+from ._wire import Task
+from ._worker import Worker, _check_concurrency, check_routes, open_worker
 from ._stores._base import (
     ChangeFeed,
     Op,
@@ -72,6 +79,9 @@ from ._stores._base import (
 logger = logging.getLogger("trio_durable")
 
 DEFAULT_TIMER_BATCH_SIZE: Final = 500
+WRITE_CHUNK: Final = 200
+DISPATCH_CHUNK: Final = 1000
+RESULT_BATCH: Final = 256
 _RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead"})
 _CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead", "cancelled"})
 _PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
@@ -125,6 +135,7 @@ class Engine:
     Attributes:
       app: The application.
       store: The store.
+      broker: The broker remote steps travel through.
       engine_id: This engine's id, the owner of the leases it takes.
       clock: Its `Clock`.
       rng: Its seeded random source (ids, jitter, shuffles).
@@ -144,9 +155,18 @@ class Engine:
         reconcile_interval: float,
         result_poll_interval: float,
         max_recoveries: int,
+        broker: Broker,
+        remote_redispatch: tuple[float, int] | None,
+        blocked_recheck: float,
     ) -> None:
         self.app = app
         self.store = store
+        self.broker = broker
+        self.remote_redispatch = remote_redispatch
+        self.blocked_recheck = blocked_recheck
+        self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
+        self._settling = 0
+        self._worker: Worker | None = None
         self.engine_id = engine_id
         self.rng = rng
         self.clock = clock
@@ -401,14 +421,22 @@ class Engine:
         """
         self._check_open()
         while True:
-            if self._active:
+            if self._busy():
                 await self._idle.wait()
                 continue
-            due = await self.store.list_due_runs(self.clock.now(), 1)
-            if not due or self._active:
-                if not self._active:
-                    return
+            if self._worker is not None and self._worker.busy:
+                await self._worker.wait_idle()
                 continue
+            if self._queued_here():
+                # A consumer of this engine takes them next (maybe after a
+                # delivery delay): let it.
+                await trio.sleep(0.001)
+                continue
+            due = await self.store.list_due_runs(self.clock.now(), 1)
+            if self._busy():
+                continue
+            if not due:
+                return
             # Something is due that the poller has not picked up yet.
             passed = self._poller_pass = trio.Event()
             self._poke.set()
@@ -443,6 +471,68 @@ class Engine:
         if self._closed:
             raise EngineClosedError("the engine is closed")
 
+    def _busy(self) -> bool:
+        return bool(self._active) or self._settling > 0
+
+    def _check_idle(self) -> None:
+        if self._busy():
+            if self._idle.is_set():
+                self._idle = trio.Event()
+        else:
+            self._idle.set()
+
+    def _queued_here(self) -> int:
+        """Messages waiting in an in-process broker for this engine's result
+        consumer or its embedded worker (effects that are not done yet)."""
+        if not isinstance(self.broker, MemoryBroker):
+            return 0
+        queues = [RESULTS, *(self._worker.routes if self._worker is not None else ())]
+        return sum(self.broker.depth(queue) for queue in queues)
+
+    async def _dispatch(self, tasks: list[Task]) -> None:
+        """Send tasks whose pending checkpoints just committed."""
+        for start in range(0, len(tasks), DISPATCH_CHUNK):
+            chunk = tasks[start : start + DISPATCH_CHUNK]
+            outgoing = [Outgoing(queue=task.route, body=task.encode()) for task in chunk]
+            delay = 0.05
+            for attempt in range(8):
+                try:
+                    await self.broker.dispatch(outgoing)
+                    break
+                except BrokerError as exc:
+                    if attempt == 7:
+                        # The checkpoints stay pending; remote_redispatch (if
+                        # enabled) sends them again when they count as lost.
+                        logger.error("could not dispatch %d tasks: %s", len(chunk), exc)
+                        break
+                    logger.warning("dispatch failed (%s); retrying", exc)
+                    await trio.sleep(delay * self.rng.uniform(0.5, 1.5))
+                    delay = min(delay * 2, 5.0)
+
+    async def capability_gap(self, route: str, requires: tuple[str, ...]) -> str | None:
+        """Why no live worker of ``route`` can run a step that ``requires``
+        these capabilities, or None if one can (or nothing is required)."""
+        if not requires:
+            return None
+        now = trio.current_time()
+        cached = self._descriptor_cache.get(route)
+        if cached is None or now - cached[0] >= min(1.0, self.blocked_recheck / 2):
+            try:
+                descriptors = await self.broker.worker_descriptors(route)
+            except BrokerError as exc:
+                return f"cannot read worker announcements: {exc}"
+            cached = self._descriptor_cache[route] = (now, descriptors)
+        needed = set(requires)
+        if any(needed <= set(d.capabilities) for d in cached[1]):
+            return None
+        live = "no live worker" if not cached[1] else "no live worker"
+        return f"blocked: {live} of group {route!r} offers {', '.join(sorted(needed))}"
+
+    async def fleet(self) -> Fleet:
+        """What live workers announce, aggregated per workflow, with their
+        disagreements (a rollout in progress, or a misconfigured worker)."""
+        return aggregate(await self.broker.worker_descriptors())
+
     def _wake(self, run_id: str, *, initial: TurnState | None = None) -> None:
         if self._closed:
             return
@@ -472,8 +562,7 @@ class Engine:
                     return
         finally:
             del self._active[run_id]
-            if not self._active:
-                self._idle.set()
+            self._check_idle()
 
     # -- one turn -------------------------------------------------------------
 
@@ -540,8 +629,9 @@ class Engine:
             # the lease fences that write, so a lost lease writes nothing.
             slot.again = True
             if turn.ops and turn.nondeterminism is None:
-                if await self._write(turn, self._fence(run, {}, ACTIVE_STATUSES)) is not None:
-                    self._after_commit(turn)
+                results = await self._write(turn, self._fence(run, {}, ACTIVE_STATUSES))
+                if results is not None:
+                    await self._after_commit(turn, results)
             else:
                 await self.store.release_run_lock(run.id, self.engine_id)
         elif kind == "suspended":
@@ -596,9 +686,23 @@ class Engine:
         return UpdateRun(run.id, changes, expect_status=expect, expect_owner=self.engine_id)
 
     async def _write(self, turn: TurnState, *final_ops: Op) -> list[Any] | None:
-        """Commit the turn's writes; None if the run changed under it."""
+        """Commit the turn's writes; None if the run changed under it.
+
+        A turn that records a wide fan writes its checkpoints in chunks of
+        `WRITE_CHUNK`, each fenced by the lease, before the final write that
+        suspends the run: a database transaction stays bounded, and every
+        member is durable before any of its tasks is sent.
+        """
+        ops = turn.ops
         try:
-            return await self.store.apply([*turn.ops, *final_ops])
+            results: list[Any] = []
+            start = 0
+            while len(ops) - start > WRITE_CHUNK:
+                fence = UpdateRun(turn.run.id, {}, expect_owner=self.engine_id)
+                results.extend((await self.store.apply([*ops[start : start + WRITE_CHUNK], fence]))[:-1])
+                start += WRITE_CHUNK
+            results.extend(await self.store.apply([*ops[start:], *final_ops]))
+            return results
         except LeaseLostError:
             logger.warning("run %r was taken over; dropping its turn", turn.run.id)
             return None
@@ -616,7 +720,7 @@ class Engine:
         )
         if results is None:
             return
-        self._after_commit(turn)
+        await self._after_commit(turn, results)
         if any(
             isinstance(op, WaitSignal) and result is not None
             for op, result in zip(turn.ops, results, strict=False)
@@ -673,7 +777,7 @@ class Engine:
         results = await self._write(turn, *ops)
         if results is None:
             return
-        self._after_commit(turn)
+        await self._after_commit(turn, results)
         kind: EventKind = {
             "completed": "run.completed",
             "cancelled": "run.cancelled",
@@ -718,7 +822,10 @@ class Engine:
                     return
         self._wake(settled.run_id)
 
-    def _after_commit(self, turn: TurnState) -> None:
+    async def _after_commit(self, turn: TurnState, results: list[Any]) -> None:
+        if turn.dispatch:
+            tasks = [task for index, task in turn.dispatch if results[index] is not False]
+            await self._dispatch(tasks)
         for child in turn.started_children:
             self._emit_run("run.started", child)
         for run_id in turn.cancelled_children:
@@ -825,6 +932,47 @@ class Engine:
             await self.store.apply(ops)
 
 
+async def _embedded_worker(
+    app: App,
+    broker: Broker,
+    routes: tuple[str, ...],
+    concurrency: int,
+    capabilities: tuple[str, ...],
+    wall_clock: Callable[[], float],
+    engine_id: str,
+    seed: int,
+    task_status: trio.TaskStatus[Worker],
+) -> None:
+    async with open_worker(
+        app,
+        broker=broker,
+        groups=routes,
+        concurrency=concurrency,
+        capabilities=capabilities,
+        instance_id=f"{engine_id}.worker",
+        wall_clock=wall_clock,
+        seed=seed,
+    ) as worker:
+        task_status.started(worker)
+        await trio.sleep_forever()
+
+
+def _redispatch_policy(policy: object) -> tuple[float, int]:
+    after: object
+    limit: object
+    try:
+        after, limit = policy  # type: ignore[misc]
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"remote_redispatch must be (seconds, maximum), not {policy!r}"
+        ) from None
+    if isinstance(after, bool) or not isinstance(after, int | float) or not math.isfinite(after) or after <= 0:
+        raise UsageError(f"remote_redispatch seconds must be positive, not {after!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise UsageError(f"remote_redispatch maximum must be an integer >= 0, not {limit!r}")
+    return float(after), limit
+
+
 async def _set_when(event: trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
@@ -860,6 +1008,12 @@ async def open_engine(
     reconcile_interval: float = 60.0,
     result_poll_interval: float = 1.0,
     max_recoveries: int = 10,
+    broker: str | Broker = "memory://",
+    serve: Sequence[str] = (),
+    worker_concurrency: int = 16,
+    capabilities: Sequence[str] = (),
+    remote_redispatch: tuple[float, int] | None = None,
+    blocked_recheck: float = 5.0,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -884,6 +1038,18 @@ async def open_engine(
         for runs that end on another engine.
       max_recoveries: How often a run may be taken over from a dead engine
         before it is marked ``dead``.
+      broker: A broker URL (``memory://`` by default) or an open `Broker`.
+      serve: Group routes to run a worker for inside this engine's nursery
+        (as `open_worker` would), e.g. ``["payments"]``.
+      worker_concurrency: Tasks that embedded worker runs at once.
+      capabilities: What the embedded worker offers to steps with
+        ``requires=``.
+      remote_redispatch: ``(seconds, maximum)``: a remote step with no result
+        ``seconds`` after it was sent is sent again with its attempt count
+        raised, at most ``maximum`` times; then it fails with code ``lost``.
+        Off by default (brokers redeliver what a dead worker held).
+      blocked_recheck: Seconds between checks of a step parked because no
+        live worker offers what it ``requires``.
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -907,6 +1073,19 @@ async def open_engine(
         or max_recoveries < 0
     ):
         raise UsageError(f"max_recoveries must be an integer >= 0, not {max_recoveries!r}")
+    if remote_redispatch is not None:
+        remote_redispatch = _redispatch_policy(remote_redispatch)
+    if (
+        isinstance(blocked_recheck, bool)
+        or not isinstance(blocked_recheck, int | float)
+        or not math.isfinite(blocked_recheck)
+        or blocked_recheck <= 0
+    ):
+        raise UsageError(f"blocked_recheck must be a positive finite number, not {blocked_recheck!r}")
+    if not isinstance(app, App):
+        raise UsageError(f"open_engine needs a td.App, not {app!r}")
+    routes = check_routes(app, serve, "serve")
+    _check_concurrency(worker_concurrency)
     batch = DEFAULT_TIMER_BATCH_SIZE
     if (
         isinstance(timer_batch_size, int | float)
@@ -930,6 +1109,12 @@ async def open_engine(
             store_obj = store
         else:
             raise InvalidURLError(f"store must be a URL or a Store, not {store!r}")
+        if isinstance(broker, str):
+            broker_obj: Broker = await stack.enter_async_context(open_broker(broker))
+        elif callable(getattr(broker, "dispatch", None)) and callable(getattr(broker, "open_consumer", None)):
+            broker_obj = broker
+        else:
+            raise InvalidURLError(f"broker must be a URL or a Broker, not {broker!r}")
         async with trio.open_nursery() as nursery:
             engine = Engine(
                 app,
@@ -943,7 +1128,24 @@ async def open_engine(
                 reconcile_interval=float(reconcile_interval),
                 result_poll_interval=float(result_poll_interval),
                 max_recoveries=max_recoveries,
+                broker=broker_obj,
+                remote_redispatch=remote_redispatch,
+                blocked_recheck=float(blocked_recheck),
             )
+            await nursery.start(consume_results, engine, name="trio_durable result consumer")
+            if routes:
+                engine._worker = await nursery.start(
+                    _embedded_worker,
+                    app,
+                    broker_obj,
+                    routes,
+                    worker_concurrency,
+                    tuple(capabilities),
+                    wall_clock,
+                    engine_id,
+                    rng.getrandbits(32),
+                    name="trio_durable embedded worker",
+                )
             nursery.start_soon(engine._poll_due, name="trio_durable due-run poller")
             try:
                 yield engine

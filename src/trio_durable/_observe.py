@@ -20,6 +20,7 @@ EventKind = Literal[
     "step.started",
     "step.completed",
     "step.failed",
+    "step.redispatched",
 ]
 
 

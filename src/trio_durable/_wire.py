@@ -33,6 +33,7 @@ class Task:
       seq: The step's checkpoint seq.
       attempt: Which attempt this is (1 for the first).
       step: The step's registered name.
+      workflow: The run's workflow, for events and logs.
       route: The queue it travels on (``<group>`` or ``<group>@<namespace>``).
       input: The arguments as the JSON text of a list.
       timeout: Seconds the attempt may take, or None.
@@ -43,6 +44,7 @@ class Task:
     seq: int
     attempt: int
     step: str
+    workflow: str
     route: str
     input: str
     timeout: float | None = None
@@ -62,6 +64,7 @@ class Task:
                 seq=_int(data, "seq"),
                 attempt=_int(data, "attempt"),
                 step=_str(data, "step"),
+                workflow=str(data.get("workflow", "")),
                 route=_str(data, "route"),
                 input=json.dumps(data["input"], separators=(",", ":")),
                 timeout=data.get("timeout"),
@@ -77,7 +80,7 @@ class Result:
     """A worker's outcome of one task.
 
     Attributes:
-      run_id, seq, attempt, step: The task it answers.
+      run_id, seq, attempt, step, workflow: The task it answers.
       status: ``completed`` or ``failed``.
       output: The return value as JSON text, if completed.
       error: The error message, if failed.
@@ -93,6 +96,7 @@ class Result:
     seq: int
     attempt: int
     step: str
+    workflow: str
     status: Literal["completed", "failed"]
     output: str | None = None
     error: str | None = None
@@ -121,6 +125,7 @@ class Result:
                 seq=_int(data, "seq"),
                 attempt=_int(data, "attempt"),
                 step=_str(data, "step"),
+                workflow=str(data.get("workflow", "")),
                 status=status,
                 output=None if status != "completed" else json.dumps(output, separators=(",", ":")),
                 error=None if data.get("error") is None else str(data["error"]),

@@ -248,6 +248,7 @@ class Worker:
                 seq=task.seq,
                 attempt=task.attempt,
                 step=task.step,
+                workflow=task.workflow,
                 status=status,
                 started_at=started_at,
                 finished_at=self._clock.now(),

@@ -1,0 +1,321 @@
+"""Remote steps inside a turn: dispatch, redispatch, and step fans.
+
+A remote step's checkpoint is written ``pending`` before its task is sent:
+the task goes out only after the turn's writes commit. While pending, the
+checkpoint says what it waits for:
+
+- ``started_at`` is None: the attempt in ``attempts`` is not dispatched yet.
+  It is due at ``wake_at`` (a retry's backoff), or was parked because no live
+  worker of its group offers what it ``requires`` (``error`` says why);
+- ``started_at`` is set: the attempt is out; ``wake_at``, if set, is when it
+  counts as lost (opt-in ``remote_redispatch``).
+
+Updates to an existing pending checkpoint are claims, so a result that
+settles it meanwhile always wins; a task whose claim lost is never sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from . import _serde
+from ._app import Step
+from ._exceptions import RemoteStepError, UsageError
+from ._records import Checkpoint, ErrorInfo, FanMode
+from ._stores._base import ClaimCheckpoint, SettleCheckpoint
+from ._wire import Task
+
+if TYPE_CHECKING:
+    from ._context import Context
+
+FAN_CANCELLED: Final = "fan_cancelled"
+
+
+def route_of(step: Step[..., Any], namespace: str) -> str:
+    """The queue a step's tasks travel on: its group, with the run's
+    namespace as a suffix outside the default namespace."""
+    assert step.group is not None
+    return step.group if namespace == "default" else f"{step.group}@{namespace}"
+
+
+def remote_error(cp: Checkpoint) -> RemoteStepError:
+    error = cp.error or ErrorInfo(message="failed")
+    return RemoteStepError(
+        cp.name, error.message, code=error.code, details=error.details, attempts=cp.attempts
+    )
+
+
+class _Planner:
+    """Dispatch decisions of one turn for one step (capability checks are
+    asked once per turn, not once per fan member)."""
+
+    def __init__(self, ctx: Context, step: Step[..., Any]) -> None:
+        self.ctx = ctx
+        self.step = step
+        self.engine = ctx._engine
+        self.route = route_of(step, ctx.namespace)
+        self._gap: str | None | bool = False
+
+    async def gap(self) -> str | None:
+        if self._gap is False:
+            self._gap = await self.engine.capability_gap(self.route, self.step.requires)
+        return self._gap  # type: ignore[return-value]
+
+    def lost_deadline(self, now: float) -> float | None:
+        policy = self.engine.remote_redispatch
+        return None if policy is None else now + policy[0]
+
+    def task(self, cp: Checkpoint, now: float) -> Task:
+        self.ctx._emit("step.started", cp.seq, cp.name, attempt=cp.attempts, route=self.route)
+        return Task(
+            run_id=cp.run_id,
+            seq=cp.seq,
+            attempt=cp.attempts,
+            step=self.step.name,
+            workflow=self.ctx.workflow,
+            route=self.route,
+            input=cp.input or "[]",
+            timeout=self.step.timeout,
+            dispatched_at=now,
+        )
+
+    async def new(
+        self,
+        seq: int,
+        input_json: str,
+        fan: tuple[int, int, FanMode] | None,
+        *,
+        compensation: str | None = None,
+    ) -> Checkpoint:
+        """Record a new member and, if a worker can take it, its first task."""
+        now = self.engine.clock.now()
+        cp = Checkpoint(
+            run_id=self.ctx.run_id,
+            seq=seq,
+            name=self.step.name,
+            kind="remote",
+            input=input_json,
+            attempts=1,
+            group=self.route,
+            compensation=compensation,
+            parallel_group=fan[0] if fan else None,
+            parallel_size=fan[1] if fan else None,
+            parallel_mode=fan[2] if fan else None,
+            enqueued_at=now,
+        )
+        gap = await self.gap()
+        turn = self.ctx._turn
+        if gap is not None:
+            cp = self._parked(cp, gap, now)
+            turn.put(cp)
+        else:
+            cp = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now))
+            turn.put(cp)
+            turn.dispatch.append((len(turn.ops) - 1, self.task(cp, now)))
+        return cp
+
+    def _parked(self, cp: Checkpoint, gap: str, now: float) -> Checkpoint:
+        return attrs.evolve(
+            cp,
+            started_at=None,
+            wake_at=now + self.engine.blocked_recheck,
+            error=ErrorInfo(message=gap, code="blocked"),
+        )
+
+    async def drive(self, cp: Checkpoint) -> Checkpoint:
+        """Move a pending member on if something is due: send the attempt it
+        waits to send, or give up on (or resend) an attempt that got lost."""
+        now = self.engine.clock.now()
+        if cp.wake_at is not None and cp.wake_at > now:
+            return cp
+        turn = self.ctx._turn
+        if cp.started_at is None:
+            gap = await self.gap()
+            if gap is not None:
+                parked = self._parked(cp, gap, now)
+                self._claim(parked)
+                return parked
+            sent = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now), error=None)
+            self._claim(sent)
+            turn.dispatch.append((len(turn.ops) - 1, self.task(sent, now)))
+            return sent
+        if cp.wake_at is None:
+            return cp
+        policy = self.engine.remote_redispatch
+        assert policy is not None
+        after, limit = policy
+        redispatches = sum(1 for e in cp.errors if e.code == "redispatched")
+        if redispatches >= limit:
+            return await self._lost(cp, redispatches, now)
+        resent = attrs.evolve(
+            cp,
+            attempts=cp.attempts + 1,
+            started_at=now,
+            wake_at=now + after,
+            errors=(
+                *cp.errors,
+                ErrorInfo(
+                    message=f"no result within {after} s; dispatched again",
+                    code="redispatched",
+                ),
+            ),
+        )
+        self._claim(resent)
+        turn.dispatch.append((len(turn.ops) - 1, self.task(resent, now)))
+        self.ctx._emit("step.redispatched", cp.seq, cp.name, attempt=resent.attempts)
+        return resent
+
+    async def _lost(self, cp: Checkpoint, redispatches: int, now: float) -> Checkpoint:
+        error = ErrorInfo(
+            message=f"no result after {redispatches + 1} dispatches of step {cp.name!r}",
+            code="lost",
+        )
+        store = self.engine.store
+        [settled] = await store.apply(
+            [SettleCheckpoint(cp.run_id, cp.seq, "failed", None, error, now)]
+        )
+        if settled is None:
+            [settled] = await store.get_checkpoints(cp.run_id, cp.seq, cp.seq)
+        self.ctx._turn.checkpoints[cp.seq] = settled
+        return settled  # type: ignore[no-any-return]
+
+    def _claim(self, cp: Checkpoint) -> None:
+        turn = self.ctx._turn
+        turn.checkpoints[cp.seq] = cp
+        turn.ops.append(ClaimCheckpoint(cp))
+
+
+def _value(step: Step[..., Any], cp: Checkpoint) -> Any:
+    _, returns = _serde.signature_types(step.fn)
+    return _serde.loads(cp.output, returns)
+
+
+async def remote_step(
+    ctx: Context, step: Step[..., Any], args: Sequence[Any], *, compensation: str | None = None
+) -> Any:
+    """`Context.step` for a step that runs on workers."""
+    from ._context import Suspend
+
+    seq = ctx._next_seq()
+    cp = ctx._recorded(seq, step.name, "remote")
+    planner = _Planner(ctx, step)
+    if cp is None:
+        cp = await planner.new(seq, _serde.dump_args(args), None, compensation=compensation)
+    elif cp.status == "pending":
+        cp = await planner.drive(cp)
+    if cp.status == "completed":
+        return _value(step, cp)
+    if cp.status == "failed":
+        raise remote_error(cp)
+    raise Suspend("remote", cp.wake_at)
+
+
+async def remote_fan(
+    ctx: Context,
+    step: Step[..., Any],
+    inputs: Sequence[Any],
+    concurrency: int | None,
+    mode: FanMode,
+    first: int,
+) -> list[Any]:
+    """`Context.all` / `Context.all_settled` over a remote step: one seq per
+    input from ``first``, sent in waves, joined by the engine's barrier."""
+    from ._context import Suspend, _Failed
+
+    total = len(inputs)
+    members = [ctx._recorded(first + i, step.name, "remote") for i in range(total)]
+    fan_id = f"{ctx.run_id}.all.{first}"
+    planner = _Planner(ctx, step)
+
+    def failed(cp: Checkpoint | None) -> bool:
+        return cp is not None and cp.status == "failed" and not _by_fan(cp)
+
+    if not (mode == "fail_fast" and any(failed(cp) for cp in members)):
+        for i, cp in enumerate(members):
+            if cp is not None and cp.status == "pending":
+                members[i] = await planner.drive(cp)
+    if mode == "fail_fast" and any(failed(cp) for cp in members):
+        members = await _freeze(ctx, step, first, members)
+    else:
+        pending = [cp for cp in members if cp is not None and cp.status == "pending"]
+        if pending:
+            wakes = [cp.wake_at for cp in pending if cp.wake_at is not None]
+            raise Suspend("fan", min(wakes) if wakes else None)
+        unstarted = [i for i, cp in enumerate(members) if cp is None]
+        if unstarted:
+            wave = unstarted if concurrency is None else unstarted[:concurrency]
+            wakes = []
+            for i in wave:
+                cp = await planner.new(
+                    first + i, _serde.dump_args([inputs[i]]), (first, total, mode)
+                )
+                if cp.wake_at is not None:
+                    wakes.append(cp.wake_at)
+            raise Suspend("fan", min(wakes) if wakes else None)
+    outcomes: list[Any] = []
+    for i, cp in enumerate(members):
+        assert cp is not None
+        if cp.status == "completed":
+            outcomes.append(_value(step, cp))
+        else:
+            error = cp.error or ErrorInfo(message="failed")
+            outcomes.append(_Failed(error.message, error.code, error.details, f"{fan_id}.{i}"))
+    return outcomes
+
+
+def _by_fan(cp: Checkpoint) -> bool:
+    return cp.error is not None and cp.error.code == FAN_CANCELLED
+
+
+async def _freeze(
+    ctx: Context, step: Step[..., Any], first: int, members: list[Checkpoint | None]
+) -> list[Checkpoint | None]:
+    """End a fail_fast step fan: members still pending or never sent are
+    settled as cancelled in one write, so results that arrive later for them
+    change nothing and unsent members are never sent."""
+    engine = ctx._engine
+    now = engine.clock.now()
+    error = ErrorInfo(message="cancelled: another member of the fan failed", code=FAN_CANCELLED)
+    ops: list[Any] = []
+    pending: list[int] = []
+    for i, cp in enumerate(members):
+        if cp is None:
+            ctx._turn.put(
+                Checkpoint(
+                    run_id=ctx.run_id,
+                    seq=first + i,
+                    name=step.name,
+                    kind="remote",
+                    status="failed",
+                    error=error,
+                    group=route_of(step, ctx.namespace),
+                    parallel_group=first,
+                    parallel_size=len(members),
+                    parallel_mode="fail_fast",
+                    enqueued_at=now,
+                    finished_at=now,
+                )
+            )
+        elif cp.status == "pending":
+            pending.append(i)
+            ops.append(SettleCheckpoint(ctx.run_id, cp.seq, "failed", None, error, now))
+    if ops:
+        results = await engine.store.apply(ops)
+        for n, i in enumerate(pending):
+            settled = results[n]
+            if settled is None:
+                [settled] = await engine.store.get_checkpoints(ctx.run_id, first + i, first + i)
+            ctx._turn.checkpoints[first + i] = settled
+    return [ctx._turn.checkpoints.get(first + i) for i in range(len(members))]
+
+
+def check_fan_target(target: object) -> None:
+    """Fans run child workflows or remote steps, not local steps."""
+    if isinstance(target, Step) and not target.remote:
+        raise UsageError(
+            f"a fan runs child workflows or remote steps; {target.name!r} is a local step"
+            " (give it a group=, or call ctx.step in a loop)"
+        )

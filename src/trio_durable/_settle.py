@@ -1,0 +1,187 @@
+"""Settling results of remote steps, in batches, behind a join barrier.
+
+The engine's result consumer takes up to `RESULT_BATCH` results at a time
+and settles them all in ONE store write of claims: a result changes its
+checkpoint only while that is pending, so duplicates, late deliveries and
+results for cancelled or completed runs change nothing. A failure that may be
+retried becomes a rescheduled attempt instead (its backoff is the
+checkpoint's due time; the run's next turn sends it). Only then are the
+results acked, each after its own write committed.
+
+Waking is batched too: a run is woken at most once per batch, and a fan's
+parent only once no member of the fan is pending (or at once on a failure in
+a ``fail_fast`` fan): the parent replays once per wave, not once per result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from ._app import NO_RETRY
+from ._brokers._base import RESULTS, BrokerError, Consumer, Delivery
+from ._exceptions import StoreError
+from ._observe import Event, EventKind
+from ._records import Checkpoint, CheckpointStatus, ErrorInfo, RunStatus
+from ._stores._base import Op, RescheduleCheckpoint, SettleCheckpoint
+from ._wire import Result, WireError
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+logger = logging.getLogger("trio_durable")
+
+RESULT_BATCH: Final = 256
+_DROP_FOR: Final[frozenset[RunStatus]] = frozenset({"cancelled", "completed"})
+_PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
+
+
+async def consume_results(engine: Engine, task_status: trio.TaskStatus[None]) -> None:
+    """Settle results from the broker until cancelled."""
+    async with engine.broker.open_consumer(RESULTS, prefetch=2 * RESULT_BATCH) as consumer:
+        task_status.started()
+        while True:
+            deliveries = await consumer.receive(RESULT_BATCH)
+            engine._settling += 1
+            try:
+                await settle_batch(engine, consumer, deliveries)
+            finally:
+                engine._settling -= 1
+                engine._check_idle()
+
+
+def _op_for(engine: Engine, result: Result) -> Op:
+    now = engine.clock.now()
+    if result.status == "completed":
+        return SettleCheckpoint(
+            result.run_id,
+            result.seq,
+            "completed",
+            result.output,
+            None,
+            now,
+            unless_run_status=_DROP_FOR,
+        )
+    error = ErrorInfo(message=result.error or "failed", code=result.code, details=result.details)
+    step = engine.app.get_step(result.step)
+    retry = step.retry if step is not None else NO_RETRY
+    if result.retryable and result.attempt < retry.attempts:
+        return RescheduleCheckpoint(
+            result.run_id,
+            result.seq,
+            result.attempt,
+            error,
+            now + retry.delay(result.attempt, engine.rng),
+            unless_run_status=_DROP_FOR,
+        )
+    return SettleCheckpoint(
+        result.run_id,
+        result.seq,
+        "failed",
+        None,
+        error,
+        now,
+        attempt=result.attempt,
+        unless_run_status=_DROP_FOR,
+    )
+
+
+async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[Delivery]) -> None:
+    """Settle one batch of result deliveries, ack them, wake their runs."""
+    readable: list[tuple[Delivery, Result]] = []
+    unreadable: list[Delivery] = []
+    for delivery in deliveries:
+        try:
+            readable.append((delivery, Result.decode(delivery.body)))
+        except WireError as exc:
+            logger.error("dropping a result that does not decode: %s", exc)
+            unreadable.append(delivery)
+    if unreadable:
+        await _ack(consumer, unreadable)
+    if not readable:
+        return
+    ops = [_op_for(engine, result) for _, result in readable]
+    outcomes: list[Any]
+    failed: list[Delivery] = []
+    try:
+        outcomes = await engine.store.apply(ops)
+    except StoreError as exc:
+        # Settle one by one, so one bad write sends back only its own result.
+        logger.warning("batch settle failed (%s); settling one by one", exc)
+        outcomes = []
+        for (delivery, _), op in zip(readable, ops, strict=True):
+            try:
+                [outcome] = await engine.store.apply([op])
+            except StoreError:
+                failed.append(delivery)
+                outcome = None
+            outcomes.append(outcome)
+    if failed:
+        try:
+            await consumer.reject(failed, requeue=True)
+        except BrokerError as exc:
+            logger.warning("could not return results for redelivery: %s", exc)
+    failed_ids = {id(d) for d in failed}
+    await _ack(consumer, [d for d, _ in readable if id(d) not in failed_ids])
+
+    wakes: dict[str, None] = {}
+    fans: dict[tuple[str, int, int], None] = {}
+    for (_, result), op, outcome in zip(readable, ops, outcomes, strict=True):
+        if not isinstance(outcome, Checkpoint):
+            continue  # a duplicate, a late or stale result, or one for an ended run
+        _emit_result(engine, result, outcome)
+        if isinstance(op, RescheduleCheckpoint):
+            # The run's next turn sends the attempt when its backoff is due.
+            wakes[outcome.run_id] = None
+        elif outcome.parallel_group is not None and outcome.parallel_size is not None:
+            if outcome.parallel_mode == "fail_fast" and outcome.status == "failed":
+                wakes[outcome.run_id] = None
+            else:
+                fans[(outcome.run_id, outcome.parallel_group, outcome.parallel_size)] = None
+        else:
+            wakes[outcome.run_id] = None
+    for run_id, first, size in fans:
+        if run_id in wakes:
+            continue
+        pending = await engine.store.count_checkpoints(
+            run_id, first, first + size - 1, _PENDING, limit=1
+        )
+        if not pending:
+            wakes[run_id] = None
+    for run_id in wakes:
+        engine._wake(run_id)
+
+
+async def _ack(consumer: Consumer, deliveries: Sequence[Delivery]) -> None:
+    if not deliveries:
+        return
+    try:
+        await consumer.ack(deliveries)
+    except (BrokerError, trio.ClosedResourceError) as exc:
+        # They come back; settling them again changes nothing.
+        logger.warning("could not ack results: %s", exc)
+
+
+def _emit_result(engine: Engine, result: Result, cp: Checkpoint) -> None:
+    kind: EventKind = "step.completed" if cp.status == "completed" else "step.failed"
+    data: dict[str, Any] = {
+        "attempt": result.attempt,
+        "duration": max(0.0, result.finished_at - result.started_at),
+        "worker": result.worker,
+    }
+    if result.status == "failed":
+        data.update(error=result.error, code=result.code, final=cp.status == "failed")
+    engine._emit(
+        Event(
+            kind=kind,
+            run_id=result.run_id,
+            workflow=result.workflow,
+            at=engine.clock.now(),
+            seq=result.seq,
+            name=result.step,
+            data=data,
+        )
+    )
