@@ -225,6 +225,7 @@ class Engine:
         self._check_open()
         wf = workflow_of(self.app, workflow)
         input_json = _serde.dump_args(args)
+        generated = run_id is None
         if run_id is None:
             run_id = f"{wf.name}-{self.rng.getrandbits(64):016x}"
         _check_id("run_id", run_id)
@@ -233,6 +234,11 @@ class Engine:
         if not all(isinstance(tag, str) for tag in tag_tuple):
             raise UsageError(f"tags must be strings, not {tags!r}")
         existing = await self.store.get_run(run_id)
+        while generated and existing is not None:
+            # A derived id must name a new run: with a fixed seed, an engine
+            # restarted on the same store derives the same ids again.
+            run_id = f"{wf.name}-{self.rng.getrandbits(64):016x}"
+            existing = await self.store.get_run(run_id)
         if existing is not None:
             return self._same_workflow(existing, wf)
         now = self.clock.now()
@@ -699,7 +705,9 @@ class Engine:
             start = 0
             while len(ops) - start > WRITE_CHUNK:
                 fence = UpdateRun(turn.run.id, {}, expect_owner=self.engine_id)
-                results.extend((await self.store.apply([*ops[start : start + WRITE_CHUNK], fence]))[:-1])
+                results.extend(
+                    (await self.store.apply([*ops[start : start + WRITE_CHUNK], fence]))[:-1]
+                )
                 start += WRITE_CHUNK
             results.extend(await self.store.apply([*ops[start:], *final_ops]))
             return results
@@ -926,11 +934,6 @@ class Engine:
             Event(kind=kind, run_id=run.id, workflow=run.workflow, at=self.clock.now(), data=data)
         )
 
-    async def _release_leases(self) -> None:
-        ops: list[Op] = [ReleaseRun(run_id, self.engine_id) for run_id in sorted(self._active)]
-        if ops:
-            await self.store.apply(ops)
-
 
 async def _embedded_worker(
     app: App,
@@ -957,16 +960,30 @@ async def _embedded_worker(
         await trio.sleep_forever()
 
 
+async def _release_leases(store: Store, engine_id: str, run_ids: list[str]) -> None:
+    if not run_ids:
+        return
+    with trio.move_on_after(5) as cleanup:
+        cleanup.shield = True
+        try:
+            await store.apply([ReleaseRun(run_id, engine_id) for run_id in run_ids])
+        except (StoreError, trio.ClosedResourceError) as exc:
+            logger.warning("could not release leases on close: %s", exc)
+
+
 def _redispatch_policy(policy: object) -> tuple[float, int]:
     after: object
     limit: object
     try:
         after, limit = policy  # type: ignore[misc]
     except (TypeError, ValueError):
-        raise UsageError(
-            f"remote_redispatch must be (seconds, maximum), not {policy!r}"
-        ) from None
-    if isinstance(after, bool) or not isinstance(after, int | float) or not math.isfinite(after) or after <= 0:
+        raise UsageError(f"remote_redispatch must be (seconds, maximum), not {policy!r}") from None
+    if (
+        isinstance(after, bool)
+        or not isinstance(after, int | float)
+        or not math.isfinite(after)
+        or after <= 0
+    ):
         raise UsageError(f"remote_redispatch seconds must be positive, not {after!r}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise UsageError(f"remote_redispatch maximum must be an integer >= 0, not {limit!r}")
@@ -1081,7 +1098,9 @@ async def open_engine(
         or not math.isfinite(blocked_recheck)
         or blocked_recheck <= 0
     ):
-        raise UsageError(f"blocked_recheck must be a positive finite number, not {blocked_recheck!r}")
+        raise UsageError(
+            f"blocked_recheck must be a positive finite number, not {blocked_recheck!r}"
+        )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")
     routes = check_routes(app, serve, "serve")
@@ -1111,50 +1130,54 @@ async def open_engine(
             raise InvalidURLError(f"store must be a URL or a Store, not {store!r}")
         if isinstance(broker, str):
             broker_obj: Broker = await stack.enter_async_context(open_broker(broker))
-        elif callable(getattr(broker, "dispatch", None)) and callable(getattr(broker, "open_consumer", None)):
+        elif callable(getattr(broker, "dispatch", None)) and callable(
+            getattr(broker, "open_consumer", None)
+        ):
             broker_obj = broker
         else:
             raise InvalidURLError(f"broker must be a URL or a Broker, not {broker!r}")
-        async with trio.open_nursery() as nursery:
-            engine = Engine(
-                app,
-                store_obj,
-                nursery,
-                engine_id=engine_id,
-                rng=rng,
-                clock=Clock(wall_clock),
-                timer_batch_size=batch,
-                lease_ttl=float(lease_ttl),
-                reconcile_interval=float(reconcile_interval),
-                result_poll_interval=float(result_poll_interval),
-                max_recoveries=max_recoveries,
-                broker=broker_obj,
-                remote_redispatch=remote_redispatch,
-                blocked_recheck=float(blocked_recheck),
-            )
-            await nursery.start(consume_results, engine, name="trio_durable result consumer")
-            if routes:
-                engine._worker = await nursery.start(
-                    _embedded_worker,
+        executing: list[str] = []
+        try:
+            async with trio.open_nursery() as nursery:
+                engine = Engine(
                     app,
-                    broker_obj,
-                    routes,
-                    worker_concurrency,
-                    tuple(capabilities),
-                    wall_clock,
-                    engine_id,
-                    rng.getrandbits(32),
-                    name="trio_durable embedded worker",
+                    store_obj,
+                    nursery,
+                    engine_id=engine_id,
+                    rng=rng,
+                    clock=Clock(wall_clock),
+                    timer_batch_size=batch,
+                    lease_ttl=float(lease_ttl),
+                    reconcile_interval=float(reconcile_interval),
+                    result_poll_interval=float(result_poll_interval),
+                    max_recoveries=max_recoveries,
+                    broker=broker_obj,
+                    remote_redispatch=remote_redispatch,
+                    blocked_recheck=float(blocked_recheck),
                 )
-            nursery.start_soon(engine._poll_due, name="trio_durable due-run poller")
-            try:
-                yield engine
-            finally:
-                engine._closed = True
-                with trio.move_on_after(5) as cleanup:
-                    cleanup.shield = True
-                    try:
-                        await engine._release_leases()
-                    except (StoreError, trio.ClosedResourceError) as exc:
-                        logger.warning("could not release leases on close: %s", exc)
-                nursery.cancel_scope.cancel()
+                await nursery.start(consume_results, engine, name="trio_durable result consumer")
+                if routes:
+                    engine._worker = await nursery.start(
+                        _embedded_worker,
+                        app,
+                        broker_obj,
+                        routes,
+                        worker_concurrency,
+                        tuple(capabilities),
+                        wall_clock,
+                        engine_id,
+                        rng.getrandbits(32),
+                        name="trio_durable embedded worker",
+                    )
+                nursery.start_soon(engine._poll_due, name="trio_durable due-run poller")
+                try:
+                    yield engine
+                finally:
+                    engine._closed = True
+                    executing = sorted(engine._active)
+                    nursery.cancel_scope.cancel()
+        finally:
+            # Only once every turn here is cancelled and joined are their
+            # leases given back, so no other engine runs a step of theirs
+            # while it still runs here.
+            await _release_leases(store_obj, engine_id, executing)

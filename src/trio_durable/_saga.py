@@ -32,8 +32,9 @@ CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead", "can
 async def compensate(engine: Engine, turn: TurnState, ctx: Context) -> None:
     """Run the undos of the completed steps, newest first.
 
-    Each undo sits at ``-seq`` of the step it undoes, so a turn that
-    crashed halfway skips the undos that already ran.
+    Each undo sits at ``-seq`` of the step it undoes and is written as soon
+    as it ends (fenced by the lease), so a turn that crashed halfway skips
+    the undos that already ran instead of repeating their effects.
     """
     done = sorted(
         (cp for cp in turn.checkpoints.values() if cp.seq > 0 and cp.compensation),
@@ -64,6 +65,10 @@ async def compensate(engine: Engine, turn: TurnState, ctx: Context) -> None:
             await ctx._execute(undo, -cp.seq, args, cp.input or "[]", undo_of=cp.seq)
         except StepFailed:
             logger.warning("undo %r of run %r failed", undo.name, turn.run.id)
+        if not turn.dispatch:
+            fence = UpdateRun(turn.run.id, {}, expect_owner=engine.engine_id)
+            await engine.store.apply([*turn.ops, fence])
+            turn.ops.clear()
 
 
 async def plan_retry(

@@ -206,10 +206,16 @@ async def assert_nothing_arrives(consumer: Consumer, factory: BrokerFactory) -> 
     assert [d.body for d in arrived] == []
 
 
-async def eventually(probe: Callable[[], Awaitable[T]], expected: T, factory: BrokerFactory) -> None:
-    """Wait (at most `EVENTUALLY` seconds) until ``probe()`` returns ``expected``."""
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    expected: T,
+    factory: BrokerFactory,
+    *,
+    patience: float = EVENTUALLY,
+) -> None:
+    """Wait (at most ``patience`` seconds) until ``probe()`` returns ``expected``."""
     last = await probe()
-    with trio.move_on_after(EVENTUALLY):
+    with trio.move_on_after(patience):
         while last != expected:
             await trio.sleep(factory.poll_interval)
             last = await probe()
@@ -477,7 +483,15 @@ async def test_higher_priorities_are_delivered_first(
     require(request, broker_factory, "priorities")
     # Queued lowest first, so a broker ignoring priorities delivers them in
     # the wrong order.
-    dispatched = [(0, b"p0-a"), (0, b"p0-b"), (0, b"p0-c"), (1, b"p1"), (5, b"p5"), (9, b"p9-a"), (9, b"p9-b")]
+    dispatched = [
+        (0, b"p0-a"),
+        (0, b"p0-b"),
+        (0, b"p0-c"),
+        (1, b"p1"),
+        (5, b"p5"),
+        (9, b"p9-a"),
+        (9, b"p9-b"),
+    ]
     for priority, body in dispatched:
         await broker.dispatch(outgoing(queue, body, priority=priority))
     delivered: list[bytes] = []
@@ -548,7 +562,9 @@ async def test_announce_withdraw_and_lookup_by_group(
         await broker.announce(moved, 60.0)
         await eventually(ours, [a.instance_id, b.instance_id, c.instance_id], broker_factory)
         await eventually(lambda: ours(shipping), [a.instance_id, c.instance_id], broker_factory)
-        assert [d for d in await broker.worker_descriptors(shipping) if d.instance_id == c.instance_id] == [moved]
+        assert [
+            d for d in await broker.worker_descriptors(shipping) if d.instance_id == c.instance_id
+        ] == [moved]
         assert await ours(payments) == [b.instance_id]
         assert await our_groups() == sorted([payments, shipping])
 
@@ -560,7 +576,8 @@ async def test_announce_withdraw_and_lookup_by_group(
     finally:
         for worker in (a, b, c):
             await broker.withdraw(worker.instance_id)
-    await eventually(ours, [], broker_factory)
+    nobody: list[str] = []
+    await eventually(ours, nobody, broker_factory)
     assert await our_groups() == []
 
 
@@ -575,10 +592,17 @@ async def test_descriptors_round_trip_every_field(
         groups=(f"{queue}.payments", f"{queue}.payments@acme"),
         steps={
             "charge": {"group": "payments", "requires": ["pci", "gpu"], "timeout": None},
-            "refund": {"group": "payments", "requires": [], "retry": {"attempts": 5, "backoff": 1.5}},
+            "refund": {
+                "group": "payments",
+                "requires": [],
+                "retry": {"attempts": 5, "backoff": 1.5},
+            },
         },
         workflows={
-            "checkout": {"versions": ["1", "2"], "on_error": [{"code": "card_declined", "workflow": "refund"}]},
+            "checkout": {
+                "versions": ["1", "2"],
+                "on_error": [{"code": "card_declined", "workflow": "refund"}],
+            },
             "refund": {"versions": ["1"], "on_error": []},
         },
         capabilities=("gpu", "pci"),
@@ -589,7 +613,9 @@ async def test_descriptors_round_trip_every_field(
         await broker.announce(full, 60.0)
 
         async def read() -> list[WorkerDescriptor]:
-            return [d for d in await broker.worker_descriptors() if d.instance_id == full.instance_id]
+            return [
+                d for d in await broker.worker_descriptors() if d.instance_id == full.instance_id
+            ]
 
         await eventually(read, [full], broker_factory)
         assert await broker.worker_descriptors(f"{queue}.payments@acme") == [full]
@@ -608,16 +634,21 @@ async def test_a_descriptor_is_forgotten_after_its_ttl(
     long_lived = descriptor(f"{queue}.z", f"{queue}.g")
 
     async def ours() -> list[str]:
-        return [d.instance_id for d in await broker.worker_descriptors() if d.instance_id.startswith(queue)]
+        return [
+            d.instance_id
+            for d in await broker.worker_descriptors()
+            if d.instance_id.startswith(queue)
+        ]
 
     try:
         await broker.announce(long_lived, 60.0)
         announced = trio.current_time()
         await broker.announce(worker, ttl)
-        assert await ours() in ([worker.instance_id, long_lived.instance_id], [long_lived.instance_id])
-        with trio.fail_after(ttl + EVENTUALLY):
-            while await ours() != [long_lived.instance_id]:
-                await trio.sleep(broker_factory.poll_interval)
+        assert await ours() in (
+            [worker.instance_id, long_lived.instance_id],
+            [long_lived.instance_id],
+        )
+        await eventually(ours, [long_lived.instance_id], broker_factory, patience=ttl + EVENTUALLY)
         assert trio.current_time() - announced >= ttl
         assert [g for g in await broker.worker_groups() if g.startswith(queue)] == [f"{queue}.g"]
     finally:
@@ -750,7 +781,9 @@ async def test_memory_without_reorder_delivery_is_fifo() -> None:
 
 async def test_memory_reorder_shuffles_but_loses_nothing() -> None:
     bodies = [f"m{i}".encode() for i in range(10)]
-    orders = [await delivery_order(BrokerFaults(reorder=True, seed=seed), bodies) for seed in range(10)]
+    orders = [
+        await delivery_order(BrokerFaults(reorder=True, seed=seed), bodies) for seed in range(10)
+    ]
     assert all(Counter(order) == Counter(bodies) for order in orders)
     assert any(order != bodies for order in orders)
 
@@ -769,15 +802,17 @@ async def test_memory_closing_a_consumer_wakes_a_pending_receive(
 ) -> None:
     broker = MemoryBroker()
     with trio.fail_after(EVENTUALLY):
-        async with trio.open_nursery() as nursery:
-            async with broker.open_consumer("q", prefetch=1) as consumer:
+        async with (
+            trio.open_nursery() as nursery,
+            broker.open_consumer("q", prefetch=1) as consumer,
+        ):
 
-                async def receive() -> None:
-                    with pytest.raises(trio.ClosedResourceError):
-                        await consumer.receive(1)
+            async def receive() -> None:
+                with pytest.raises(trio.ClosedResourceError):
+                    await consumer.receive(1)
 
-                nursery.start_soon(receive)
-                await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
     # And the closed consumer took nothing that was dispatched afterwards.
     await broker.dispatch(outgoing("q", b"m"))
     assert broker.depth("q") == 1

@@ -35,7 +35,7 @@ from .._exceptions import TrioDurableError
 RESULTS: Final = "trio_durable.results"
 """The name of the queue that carries results back to engines."""
 
-_SAFE_TOKEN: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
+_SAFE_TOKEN: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}")
 
 
 def is_broker_safe(token: str) -> bool:
@@ -43,7 +43,7 @@ def is_broker_safe(token: str) -> bool:
     letters, digits, ``_``, ``.`` and ``-``, at most 100 characters, not
     starting with ``.`` or ``-`` (RabbitMQ queue names and NATS subject tokens
     both accept these)."""
-    return isinstance(token, str) and bool(_SAFE_TOKEN.match(token))
+    return isinstance(token, str) and bool(_SAFE_TOKEN.fullmatch(token))
 
 
 class BrokerError(TrioDurableError):

@@ -216,6 +216,10 @@ class MemoryConsumer:
         self._closed = False
 
     async def receive(self, max_items: int) -> list[Delivery]:
+        # Cancelled only before anything is taken: messages taken by a receive
+        # that then raised Cancelled would sit unacked, holding prefetch room,
+        # until the consumer closes.
+        await trio.lowlevel.checkpoint_if_cancelled()
         broker = self._broker
         while True:
             if self._closed:
@@ -236,7 +240,7 @@ class MemoryConsumer:
                         Delivery(body=message.body, deliveries=message.deliveries, tag=message.order)
                     )
                 broker.delivered += len(taken)
-                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 return deliveries
             with trio.move_on_at(later):
                 await changed.wait()
@@ -265,6 +269,9 @@ class MemoryConsumer:
         pending = sorted(self._unacked.values(), key=lambda m: m.order)
         self._unacked.clear()
         self._broker._requeue(self._queue_name, pending)
+        # Wake a receive still waiting, so it raises ClosedResourceError
+        # rather than waiting for the next message.
+        self._broker._queue(self._queue_name).notify()
         self._acked_room.set()
 
 
@@ -276,10 +283,19 @@ async def open_memory_broker(url: str = "memory://") -> AsyncIterator[MemoryBrok
     """Open the process-wide memory broker that ``url`` names.
 
     Raises:
-      InvalidURLError: The URL has a path, a query or a port.
+      InvalidURLError: The URL has a path, a query, a fragment, a port or
+        user info.
     """
     parts = urlsplit(url)
-    if parts.scheme != "memory" or parts.path not in ("", "/") or parts.query or parts.port:
+    if (
+        parts.scheme != "memory"
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        # A port (even ":0", ":" or a non-number, which `.port` would raise
+        # ValueError for) or user info: not a plain name.
+        or any(c in parts.netloc for c in ":@")
+    ):
         raise InvalidURLError(f"a memory broker URL is 'memory://' or 'memory://name', not {url!r}")
     name = parts.netloc
     broker, users = _shared.get(name, (None, 0))
