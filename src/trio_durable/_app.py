@@ -95,6 +95,21 @@ NO_RETRY: Final = Retry(attempts=1)
 
 
 @final
+@attrs.define(frozen=True)
+class FlowQueue:
+    """A flow-control queue: at most ``concurrency`` of its steps run at once
+    across the whole fleet, higher ``priority`` admitted first.
+
+    Made by `App.queue`. Admission state lives in the store, so every engine
+    sharing the store shares the limit.
+    """
+
+    name: str
+    concurrency: int
+    priority: int = 0
+
+
+@final
 class Step(Generic[P, R]):
     """A registered step: a function whose result is checkpointed.
 
@@ -108,6 +123,7 @@ class Step(Generic[P, R]):
       timeout: Seconds one attempt may take, or None.
       group: The worker group that runs it, or None for a local step.
       requires: Capabilities a worker must offer to run it.
+      queue: The flow-control queue its calls go through by default.
     """
 
     @property
@@ -124,7 +140,9 @@ class Step(Generic[P, R]):
         timeout: float | None,
         group: str | None = None,
         requires: tuple[str, ...] = (),
+        queue: str | None = None,
     ) -> None:
+        self.queue = queue
         self.fn = fn
         self.name = name
         self.retry = retry
@@ -194,6 +212,35 @@ class App:
         self._workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
         self._latest: dict[str, Workflow[Any, Any]] = {}
         self._steps: dict[str, Step[Any, Any]] = {}
+        self._queues: dict[str, FlowQueue] = {}
+
+    def queue(self, name: str, *, concurrency: int, priority: int = 0) -> FlowQueue:
+        """Register a flow-control queue.
+
+        Args:
+          name: The queue's name.
+          concurrency: How many of its steps may run at once, fleet-wide.
+          priority: The default priority of steps sent through it (higher
+            is admitted first).
+
+        Raises:
+          RegistrationError: The name is taken or invalid, or an option is
+            out of range.
+        """
+        _check_name("queue", name)
+        if name in self._queues:
+            raise RegistrationError(f"queue {name!r} is already registered in app {self.name!r}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise RegistrationError(f"queue concurrency must be a positive integer, not {concurrency!r}")
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise RegistrationError(f"queue priority must be an integer, not {priority!r}")
+        flow = FlowQueue(name=name, concurrency=concurrency, priority=priority)
+        self._queues[name] = flow
+        return flow
+
+    def get_queue(self, name: str) -> FlowQueue | None:
+        """The flow-control queue registered as ``name``, or None."""
+        return self._queues.get(name)
 
     def workflow(
         self, *, name: str | None = None, version: str = DEFAULT_VERSION
@@ -234,6 +281,7 @@ class App:
         name: str | None = None,
         group: str | None = None,
         requires: Sequence[str] = (),
+        queue: str | None = None,
         retry: Retry | None = None,
         timeout: float | None = None,
     ) -> Callable[[Callable[P, Awaitable[R]]], Step[P, R]]:
@@ -246,6 +294,8 @@ class App:
             step runs in the engine's process.
           requires: Capabilities (such as ``"gpu"``) a worker must offer for
             the step to be dispatched; only for remote steps.
+          queue: A flow-control queue (see `App.queue`) every call of the step
+            goes through; only for remote steps.
           retry: The retry policy; defaults to ``Retry()`` (3 attempts).
           timeout: Seconds one attempt may take; a timed-out attempt fails
             with code ``"timeout"`` and is retried like any other failure.
@@ -265,6 +315,8 @@ class App:
             raise RegistrationError(f"requires must be a list of capability names, not {requires!r}")
         if requires and group is None:
             raise RegistrationError("requires= only applies to remote steps (give a group=)")
+        if queue is not None and group is None:
+            raise RegistrationError("queue= only applies to remote steps (give a group=)")
         if timeout is not None:
             _finite("step timeout", timeout)
             if timeout <= 0:
@@ -285,6 +337,7 @@ class App:
                 timeout=timeout,
                 group=group,
                 requires=tuple(sorted(set(requires))),
+                queue=queue,
             )
             self._steps[step_name] = step
             return step

@@ -34,9 +34,8 @@ from ._exceptions import (
     UsageError,
 )
 from ._observe import Event, EventKind
-from ._remote import check_fan_target, remote_fan, remote_step
-from ._wire import Task
 from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode, Run
+from ._remote import check_fan_target, remote_fan, remote_step
 from ._stores._base import (
     CreateRun,
     Op,
@@ -45,6 +44,7 @@ from ._stores._base import (
     SettleCheckpoint,
     WaitSignal,
 )
+from ._wire import Task
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -209,7 +209,12 @@ class Context:
     # -- steps ----------------------------------------------------------------
 
     async def step(
-        self, step: Step[..., R], *args: Any, compensate: Step[..., Any] | None = None
+        self,
+        step: Step[..., R],
+        *args: Any,
+        compensate: Step[..., Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> R:
         """Run a step once, durably, and return its result.
 
@@ -224,6 +229,10 @@ class Context:
             is cancelled with ``compensate=True``, the undos of its completed
             steps run in reverse order, each called with this step's
             arguments.
+          queue: A flow-control queue (`App.queue`) to send a remote step
+            through; defaults to the step's own ``queue=``.
+          priority: Its priority in that queue (higher first); defaults to
+            the queue's.
 
         Raises:
           StepFailed: The step failed for good.
@@ -237,8 +246,15 @@ class Context:
                 raise UsageError(f"compensate= must be a local step, not the remote {compensate.name!r}")
         if step.remote:
             return await remote_step(  # type: ignore[no-any-return]
-                self, step, args, compensation=compensate.name if compensate else None
+                self,
+                step,
+                args,
+                compensation=compensate.name if compensate else None,
+                queue=queue,
+                priority=priority,
             )
+        if queue is not None or priority is not None:
+            raise UsageError(f"queue= and priority= apply to remote steps; {step.name!r} is local")
         seq = self._next_seq()
         cp = self._recorded(seq, step.name, "local")
         if cp is not None and cp.status == "completed":

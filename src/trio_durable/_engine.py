@@ -29,6 +29,9 @@ import trio
 
 from . import _serde
 from ._app import App, Workflow, workflow_of
+from ._brokers import open_broker
+from ._brokers._base import RESULTS, Broker, BrokerError, Outgoing, WorkerDescriptor
+from ._brokers._memory import MemoryBroker
 from ._clock import Clock
 from ._context import Context, Suspend, TurnState, completion, error_info, signal_token
 from ._exceptions import (
@@ -44,6 +47,7 @@ from ._exceptions import (
     StoreError,
     UsageError,
 )
+from ._fleet import Fleet, aggregate
 from ._observe import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Metrics
 from ._records import (
     ACTIVE_STATUSES,
@@ -56,14 +60,8 @@ from ._records import (
     RunStatus,
 )
 from ._saga import compensate, plan_retry
-from ._brokers import open_broker
-from ._brokers._base import RESULTS, Broker, BrokerError, Outgoing, WorkerDescriptor
-from ._brokers._memory import MemoryBroker
-from ._fleet import Fleet, aggregate
 from ._settle import consume_results
 from ._stores import open_store
-from ._wire import Task
-from ._worker import Worker, _check_concurrency, check_routes, open_worker
 from ._stores._base import (
     ChangeFeed,
     Op,
@@ -75,6 +73,8 @@ from ._stores._base import (
     WaitSignal,
     WriteConflict,
 )
+from ._wire import Task
+from ._worker import Worker, _check_concurrency, check_routes, open_worker
 
 logger = logging.getLogger("trio_durable")
 
@@ -531,8 +531,7 @@ class Engine:
         needed = set(requires)
         if any(needed <= set(d.capabilities) for d in cached[1]):
             return None
-        live = "no live worker" if not cached[1] else "no live worker"
-        return f"blocked: {live} of group {route!r} offers {', '.join(sorted(needed))}"
+        return f"blocked: no live worker of group {route!r} offers {', '.join(sorted(needed))}"
 
     async def fleet(self) -> Fleet:
         """What live workers announce, aggregated per workflow, with their

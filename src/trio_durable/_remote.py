@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from . import _serde
-from ._app import Step
+from ._app import FlowQueue, Step
 from ._exceptions import RemoteStepError, UsageError
 from ._records import Checkpoint, ErrorInfo, FanMode
-from ._stores._base import ClaimCheckpoint, SettleCheckpoint
+from ._stores._base import AdmitToQueue, ClaimCheckpoint, PutCheckpoint, SettleCheckpoint
 from ._wire import Task
 
 if TYPE_CHECKING:
@@ -52,12 +52,20 @@ class _Planner:
     """Dispatch decisions of one turn for one step (capability checks are
     asked once per turn, not once per fan member)."""
 
-    def __init__(self, ctx: Context, step: Step[..., Any]) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        step: Step[..., Any],
+        flow: FlowQueue | None = None,
+        priority: int = 0,
+    ) -> None:
         self.ctx = ctx
         self.step = step
         self.engine = ctx._engine
         self.route = route_of(step, ctx.namespace)
-        self._gap: str | None | bool = False
+        self.flow = flow
+        self.priority = priority
+        self._gap: str | bool | None = False
 
     async def gap(self) -> str | None:
         if self._gap is False:
@@ -80,6 +88,7 @@ class _Planner:
             input=cp.input or "[]",
             timeout=self.step.timeout,
             dispatched_at=now,
+            queue=None if self.flow is None else self.flow.name,
         )
 
     async def new(
@@ -111,11 +120,46 @@ class _Planner:
         if gap is not None:
             cp = self._parked(cp, gap, now)
             turn.put(cp)
+        elif self.flow is not None:
+            return await self._admit(cp, now)
         else:
             cp = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now))
             turn.put(cp)
             turn.dispatch.append((len(turn.ops) - 1, self.task(cp, now)))
         return cp
+
+    async def _admit(self, cp: Checkpoint, now: float) -> Checkpoint:
+        """Ask the step's flow-control queue for a slot, in the store at once:
+        the admission state is shared by every engine."""
+        assert self.flow is not None
+        queued = attrs.evolve(
+            cp,
+            error=ErrorInfo(message=f"waiting for a slot of queue {self.flow.name!r}", code="queued"),
+        )
+        _, admitted = await self.engine.store.apply(
+            [
+                PutCheckpoint(queued),
+                AdmitToQueue(
+                    self.flow.name,
+                    cp.run_id,
+                    cp.seq,
+                    self.priority,
+                    self.flow.concurrency,
+                    now,
+                ),
+            ]
+        )
+        self.ctx._turn.checkpoints[cp.seq] = queued
+        if not admitted:
+            return queued
+        return self._send(attrs.evolve(queued, error=None), now)
+
+    def _send(self, cp: Checkpoint, now: float) -> Checkpoint:
+        sent = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now), error=None)
+        self._claim(sent)
+        turn = self.ctx._turn
+        turn.dispatch.append((len(turn.ops) - 1, self.task(sent, now)))
+        return sent
 
     def _parked(self, cp: Checkpoint, gap: str, now: float) -> Checkpoint:
         return attrs.evolve(
@@ -133,15 +177,16 @@ class _Planner:
             return cp
         turn = self.ctx._turn
         if cp.started_at is None:
+            if cp.error is not None and cp.error.code == "queued":
+                return cp  # in line for a slot: the release that frees one wakes the run
             gap = await self.gap()
             if gap is not None:
                 parked = self._parked(cp, gap, now)
                 self._claim(parked)
                 return parked
-            sent = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now), error=None)
-            self._claim(sent)
-            turn.dispatch.append((len(turn.ops) - 1, self.task(sent, now)))
-            return sent
+            if self.flow is not None and cp.error is not None and cp.error.code == "blocked":
+                return await self._admit(cp, now)
+            return self._send(cp, now)
         if cp.wake_at is None:
             return cp
         policy = self.engine.remote_redispatch
@@ -194,14 +239,30 @@ def _value(step: Step[..., Any], cp: Checkpoint) -> Any:
 
 
 async def remote_step(
-    ctx: Context, step: Step[..., Any], args: Sequence[Any], *, compensation: str | None = None
+    ctx: Context,
+    step: Step[..., Any],
+    args: Sequence[Any],
+    *,
+    compensation: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> Any:
     """`Context.step` for a step that runs on workers."""
     from ._context import Suspend
 
+    flow = None
+    name = queue if queue is not None else step.queue
+    if name is not None:
+        flow = ctx._engine.app.get_queue(name)
+        if flow is None:
+            raise UsageError(f"no flow-control queue {name!r} is registered in app {ctx._engine.app.name!r}")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise UsageError(f"priority must be an integer, not {priority!r}")
     seq = ctx._next_seq()
     cp = ctx._recorded(seq, step.name, "remote")
-    planner = _Planner(ctx, step)
+    planner = _Planner(
+        ctx, step, flow, priority if priority is not None else (flow.priority if flow else 0)
+    )
     if cp is None:
         cp = await planner.new(seq, _serde.dump_args(args), None, compensation=compensation)
     elif cp.status == "pending":
@@ -313,9 +374,15 @@ async def _freeze(
 
 
 def check_fan_target(target: object) -> None:
-    """Fans run child workflows or remote steps, not local steps."""
+    """Fans run child workflows or remote steps, not local steps, and not
+    steps behind a flow-control queue (the fan's own waves limit it)."""
     if isinstance(target, Step) and not target.remote:
         raise UsageError(
             f"a fan runs child workflows or remote steps; {target.name!r} is a local step"
             " (give it a group=, or call ctx.step in a loop)"
+        )
+    if isinstance(target, Step) and target.queue is not None:
+        raise UsageError(
+            f"step {target.name!r} goes through the flow-control queue {target.queue!r};"
+            " a fan cannot use a queue: limit it with concurrency= instead"
         )

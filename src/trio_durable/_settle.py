@@ -26,7 +26,7 @@ from ._brokers._base import RESULTS, BrokerError, Consumer, Delivery
 from ._exceptions import StoreError
 from ._observe import Event, EventKind
 from ._records import Checkpoint, CheckpointStatus, ErrorInfo, RunStatus
-from ._stores._base import Op, RescheduleCheckpoint, SettleCheckpoint
+from ._stores._base import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result, WireError
 
 if TYPE_CHECKING:
@@ -104,21 +104,31 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
     if not readable:
         return
     ops = [_op_for(engine, result) for _, result in readable]
-    outcomes: list[Any]
+    # Queue slots are given back in the same write that settles their steps
+    # (and only if it did, or the run ended: the store checks).
+    releases = _releases(engine, readable, ops)
     failed: list[Delivery] = []
+    outcomes: list[Any]
+    admitted: list[tuple[str, int]] = []
     try:
-        outcomes = await engine.store.apply(ops)
+        outcomes = await engine.store.apply([*ops, *releases])
+        for let_in in outcomes[len(ops) :]:
+            admitted.extend(let_in)
+        outcomes = outcomes[: len(ops)]
     except StoreError as exc:
         # Settle one by one, so one bad write sends back only its own result.
         logger.warning("batch settle failed (%s); settling one by one", exc)
         outcomes = []
-        for (delivery, _), op in zip(readable, ops, strict=True):
+        for (delivery, result), op in zip(readable, ops, strict=True):
+            own = _releases(engine, [(delivery, result)], [op])
             try:
-                [outcome] = await engine.store.apply([op])
+                outcome, *let_in = await engine.store.apply([op, *own])
             except StoreError:
                 failed.append(delivery)
-                outcome = None
+                outcome, let_in = None, []
             outcomes.append(outcome)
+            for entry in let_in:
+                admitted.extend(entry)
     if failed:
         try:
             await consumer.reject(failed, requeue=True)
@@ -151,8 +161,25 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
         )
         if not pending:
             wakes[run_id] = None
+    for run_id, _ in admitted:
+        wakes[run_id] = None
     for run_id in wakes:
         engine._wake(run_id)
+
+
+def _releases(
+    engine: Engine, readable: Sequence[tuple[Delivery, Result]], ops: Sequence[Op]
+) -> list[Op]:
+    releases: list[Op] = []
+    for (_, result), op in zip(readable, ops, strict=True):
+        if result.queue is None or isinstance(op, RescheduleCheckpoint):
+            continue  # a retry keeps its slot through its backoff
+        flow = engine.app.get_queue(result.queue)
+        if flow is None:
+            logger.error("result names the unknown queue %r; its slot stays held", result.queue)
+            continue
+        releases.append(ReleaseQueueSlot(flow.name, result.run_id, result.seq, flow.concurrency))
+    return releases
 
 
 async def _ack(consumer: Consumer, deliveries: Sequence[Delivery]) -> None:

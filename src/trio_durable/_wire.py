@@ -38,6 +38,7 @@ class Task:
       input: The arguments as the JSON text of a list.
       timeout: Seconds the attempt may take, or None.
       dispatched_at: When it was sent (durable time).
+      queue: The flow-control queue whose slot it holds, if any.
     """
 
     run_id: str
@@ -49,6 +50,7 @@ class Task:
     input: str
     timeout: float | None = None
     dispatched_at: float = 0.0
+    queue: str | None = None
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {"v": WIRE_VERSION, **attrs.asdict(self)}
@@ -69,6 +71,7 @@ class Task:
                 input=json.dumps(data["input"], separators=(",", ":")),
                 timeout=data.get("timeout"),
                 dispatched_at=float(data.get("dispatched_at", 0.0)),
+                queue=data.get("queue"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WireError(f"not a task: {exc}") from exc
@@ -90,6 +93,7 @@ class Result:
       started_at: When the worker started the attempt (durable time).
       finished_at: When it ended.
       worker: The worker's instance id.
+      queue: The task's flow-control queue, whose slot the result releases.
     """
 
     run_id: str
@@ -106,6 +110,7 @@ class Result:
     started_at: float = 0.0
     finished_at: float = 0.0
     worker: str = ""
+    queue: str | None = None
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {"v": WIRE_VERSION, **attrs.asdict(self)}
@@ -135,6 +140,7 @@ class Result:
                 started_at=float(data.get("started_at", 0.0)),
                 finished_at=float(data.get("finished_at", 0.0)),
                 worker=str(data.get("worker", "")),
+                queue=None if data.get("queue") is None else str(data["queue"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WireError(f"not a result: {exc}") from exc

@@ -253,6 +253,7 @@ class Worker:
                 started_at=started_at,
                 finished_at=self._clock.now(),
                 worker=self.instance_id,
+                queue=task.queue,
                 **fields,
             )
 

@@ -129,6 +129,47 @@ class RescheduleCheckpoint:
 
 @final
 @attrs.define(frozen=True)
+class AdmitToQueue:
+    """Ask a flow-control queue for a slot for the step at ``(run_id, seq)``.
+
+    The step's pending checkpoint must exist and carry the ``queued`` mark
+    (error code ``"queued"``). If fewer than ``limit`` steps hold a slot of
+    ``queue`` and no waiter of higher priority is ahead, the step takes a
+    slot and the mark is cleared (it may be sent); otherwise it waits in
+    line, by priority (higher first), then by arrival. Asking again while
+    holding or waiting changes nothing. Result: True if it holds a slot.
+    """
+
+    queue: str
+    run_id: str
+    seq: int
+    priority: int
+    limit: int
+    at: float
+
+
+@final
+@attrs.define(frozen=True)
+class ReleaseQueueSlot:
+    """Give back the slot of ``queue`` that ``(run_id, seq)`` holds, if its
+    checkpoint is no longer pending or its run has ended, then let waiters in
+    while fewer than ``limit`` hold slots.
+
+    The slot row is deleted once, so of several deliveries settling one step
+    exactly one releases it. A waiter whose checkpoint is no longer pending,
+    or whose run ended, is dropped instead of let in. Each waiter let in has
+    its ``queued`` mark cleared. Result: the ``(run_id, seq)`` of the steps
+    let in (their runs need a turn to send them).
+    """
+
+    queue: str
+    run_id: str
+    seq: int
+    limit: int
+
+
+@final
+@attrs.define(frozen=True)
 class DeleteCheckpoints:
     """Delete the checkpoints at ``seqs`` of a run. Result: None."""
 
@@ -212,6 +253,8 @@ Op = (
     | ClaimCheckpoint
     | SettleCheckpoint
     | RescheduleCheckpoint
+    | AdmitToQueue
+    | ReleaseQueueSlot
     | DeleteCheckpoints
     | WaitSignal
     | DeliverSignal

@@ -21,6 +21,7 @@ import trio
 from .._exceptions import LeaseLostError, StoreError
 from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, RunStatus
 from ._base import (
+    AdmitToQueue,
     ClaimCheckpoint,
     CreateRun,
     DeleteCheckpoints,
@@ -28,6 +29,7 @@ from ._base import (
     LockRun,
     Op,
     PutCheckpoint,
+    ReleaseQueueSlot,
     ReleaseRun,
     RemoveSignalWaiter,
     RescheduleCheckpoint,
@@ -65,6 +67,11 @@ class MemoryStore(StoreHelpers):
         self._stats = StoreStatistics()
         self._closed = False
         self._end_events: dict[str, trio.Event] = {}
+        # queue -> holders (run id, seq), and queue -> waiters in admission
+        # order; both immutable values so the journal can restore them.
+        self._holders: dict[str, frozenset[tuple[str, int]]] = {}
+        self._waiting: dict[str, tuple[tuple[int, float, int, str, int], ...]] = {}
+        self._arrivals = 0
         self._due_watchers: list[tuple[float, trio.Event]] = []
 
     # -- change feed ----------------------------------------------------------
@@ -289,6 +296,47 @@ class MemoryStore(StoreHelpers):
                 )
                 self._set_checkpoint(rescheduled, (run_id, seq), journal)
                 return rescheduled
+            case AdmitToQueue(qname, run_id, seq, priority, limit, at):
+                key = (run_id, seq)
+                holders = self._holders.get(qname, frozenset())
+                if key in holders:
+                    return True
+                waiting = self._waiting.get(qname, ())
+                mine = [w for w in waiting if (w[3], w[4]) == key]
+                ahead = [w for w in waiting if (w[3], w[4]) != key and -w[0] > priority]
+                if len(holders) < limit and not ahead:
+                    self._set_mapping(self._holders, qname, holders | {key}, journal)
+                    if mine:
+                        rest = tuple(w for w in waiting if (w[3], w[4]) != key)
+                        self._set_mapping(self._waiting, qname, rest or None, journal)
+                    self._unmark(run_id, seq, journal)
+                    return True
+                if not mine:
+                    self._arrivals += 1
+                    entry = (-priority, at, self._arrivals, run_id, seq)
+                    self._set_mapping(
+                        self._waiting, qname, tuple(sorted((*waiting, entry))), journal
+                    )
+                return False
+            case ReleaseQueueSlot(qname, run_id, seq, limit):
+                key = (run_id, seq)
+                holders = self._holders.get(qname, frozenset())
+                if key not in holders or not self._slot_done(run_id, seq):
+                    return []
+                holders = holders - {key}
+                line = list(self._waiting.get(qname, ()))
+                admitted: list[tuple[str, int]] = []
+                while line and len(holders) < limit:
+                    entry = line.pop(0)
+                    candidate = (entry[3], entry[4])
+                    if self._slot_done(*candidate):
+                        continue  # it ended while waiting: it needs no slot
+                    holders = holders | {candidate}
+                    self._unmark(*candidate, journal)
+                    admitted.append(candidate)
+                self._set_mapping(self._holders, qname, holders or None, journal)
+                self._set_mapping(self._waiting, qname, tuple(line) or None, journal)
+                return admitted
             case DeleteCheckpoints(run_id, seqs):
                 for seq in seqs:
                     if seq in self._checkpoints.get(run_id, {}):
@@ -331,6 +379,17 @@ class MemoryStore(StoreHelpers):
                     )
                 return None
         raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+
+    def _slot_done(self, run_id: str, seq: int) -> bool:
+        """Whether a step no longer needs a queue slot: its checkpoint is
+        settled (or gone), or its run ended."""
+        cp = self._checkpoints.get(run_id, {}).get(seq)
+        return cp is None or cp.status != "pending" or self._run_status(run_id) in TERMINAL_STATUSES
+
+    def _unmark(self, run_id: str, seq: int, journal: list[_Undo]) -> None:
+        cp = self._checkpoints.get(run_id, {}).get(seq)
+        if cp is not None and cp.error is not None and cp.error.code == "queued":
+            self._set_checkpoint(attrs.evolve(cp, error=None), (run_id, seq), journal)
 
     def _run_status(self, run_id: str) -> str | None:
         run = self._runs.get(run_id)

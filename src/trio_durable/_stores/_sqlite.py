@@ -43,6 +43,7 @@ from .._records import (
     load_errors,
 )
 from ._base import (
+    AdmitToQueue,
     ClaimCheckpoint,
     CreateRun,
     DeleteCheckpoints,
@@ -50,6 +51,7 @@ from ._base import (
     LockRun,
     Op,
     PutCheckpoint,
+    ReleaseQueueSlot,
     ReleaseRun,
     RemoveSignalWaiter,
     RescheduleCheckpoint,
@@ -149,6 +151,28 @@ _SCHEMA: Final = (
     )
     """,
     "CREATE INDEX IF NOT EXISTS buffered_signals_token ON buffered_signals (token, id)",
+    # Flow-control queues: who holds a slot, and who waits in line (by
+    # priority, then arrival, which the rowid orders).
+    """
+    CREATE TABLE IF NOT EXISTS queue_slots (
+        queue TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (queue, run_id, seq)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS queue_waiters (
+        id INTEGER PRIMARY KEY,
+        queue TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        priority INTEGER NOT NULL,
+        at REAL NOT NULL,
+        UNIQUE (queue, run_id, seq)
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS queue_waiters_line ON queue_waiters (queue, priority DESC, at, id)",
 )
 
 _RUN_FIELDS: Final = (
@@ -430,6 +454,93 @@ def _reschedule(cur: sqlite3.Cursor, op: RescheduleCheckpoint) -> Any:
     return rescheduled
 
 
+def _slot_done(cur: sqlite3.Cursor, run_id: str, seq: int) -> bool:
+    """Whether a step no longer needs a queue slot: its checkpoint is settled
+    (or gone), or its run ended."""
+    row = cur.execute(
+        "SELECT c.status, r.status FROM checkpoints c LEFT JOIN runs r ON r.id = c.run_id"
+        " WHERE c.run_id = ? AND c.seq = ?",
+        (run_id, seq),
+    ).fetchone()
+    return row is None or row[0] != "pending" or row[1] in TERMINAL_STATUSES
+
+
+def _unmark(cur: sqlite3.Cursor, run_id: str, seq: int) -> None:
+    cur.execute(
+        "UPDATE checkpoints SET error = NULL WHERE run_id = ? AND seq = ?"
+        " AND status = 'pending' AND json_extract(error, '$.code') = 'queued'",
+        (run_id, seq),
+    )
+
+
+def _admit(cur: sqlite3.Cursor, op: AdmitToQueue) -> Any:
+    held = cur.execute(
+        "SELECT 1 FROM queue_slots WHERE queue = ? AND run_id = ? AND seq = ?",
+        (op.queue, op.run_id, op.seq),
+    ).fetchone()
+    if held is not None:
+        return True
+    (holders,) = cur.execute(
+        "SELECT COUNT(*) FROM queue_slots WHERE queue = ?", (op.queue,)
+    ).fetchone()
+    ahead = cur.execute(
+        "SELECT 1 FROM queue_waiters WHERE queue = ? AND priority > ?"
+        " AND NOT (run_id = ? AND seq = ?) LIMIT 1",
+        (op.queue, op.priority, op.run_id, op.seq),
+    ).fetchone()
+    if holders < op.limit and ahead is None:
+        cur.execute(
+            "INSERT INTO queue_slots (queue, run_id, seq) VALUES (?, ?, ?)",
+            (op.queue, op.run_id, op.seq),
+        )
+        cur.execute(
+            "DELETE FROM queue_waiters WHERE queue = ? AND run_id = ? AND seq = ?",
+            (op.queue, op.run_id, op.seq),
+        )
+        _unmark(cur, op.run_id, op.seq)
+        return True
+    cur.execute(
+        "INSERT INTO queue_waiters (queue, run_id, seq, priority, at) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT (queue, run_id, seq) DO NOTHING",
+        (op.queue, op.run_id, op.seq, op.priority, op.at),
+    )
+    return False
+
+
+def _release_slot(cur: sqlite3.Cursor, op: ReleaseQueueSlot) -> Any:
+    if not _slot_done(cur, op.run_id, op.seq):
+        return []
+    cur.execute(
+        "DELETE FROM queue_slots WHERE queue = ? AND run_id = ? AND seq = ?",
+        (op.queue, op.run_id, op.seq),
+    )
+    if cur.rowcount != 1:
+        return []
+    (holders,) = cur.execute(
+        "SELECT COUNT(*) FROM queue_slots WHERE queue = ?", (op.queue,)
+    ).fetchone()
+    admitted: list[tuple[str, int]] = []
+    while holders < op.limit:
+        row = cur.execute(
+            "SELECT id, run_id, seq FROM queue_waiters WHERE queue = ?"
+            " ORDER BY priority DESC, at, id LIMIT 1",
+            (op.queue,),
+        ).fetchone()
+        if row is None:
+            break
+        waiter_id, run_id, seq = row
+        cur.execute("DELETE FROM queue_waiters WHERE id = ?", (waiter_id,))
+        if _slot_done(cur, run_id, seq):
+            continue  # it ended while waiting: it needs no slot
+        cur.execute(
+            "INSERT INTO queue_slots (queue, run_id, seq) VALUES (?, ?, ?)", (op.queue, run_id, seq)
+        )
+        _unmark(cur, run_id, seq)
+        admitted.append((run_id, seq))
+        holders += 1
+    return admitted
+
+
 def _delete_checkpoints(cur: sqlite3.Cursor, op: DeleteCheckpoints) -> Any:
     cur.executemany(
         "DELETE FROM checkpoints WHERE run_id = ? AND seq = ?",
@@ -504,6 +615,8 @@ _OPS: Final[dict[type[Any], Callable[[sqlite3.Cursor, Any], Any]]] = {
     ClaimCheckpoint: _claim,
     SettleCheckpoint: _settle,
     RescheduleCheckpoint: _reschedule,
+    AdmitToQueue: _admit,
+    ReleaseQueueSlot: _release_slot,
     DeleteCheckpoints: _delete_checkpoints,
     WaitSignal: _wait_signal,
     DeliverSignal: _deliver_signal,

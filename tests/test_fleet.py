@@ -1,0 +1,566 @@
+"""Worker announcements and the fleet: descriptors refreshed by heartbeats and
+forgotten after their time to live, `Engine.fleet` with its deploys and
+disagreements, `App.registration_hash`, and routing of steps that require a
+capability no live worker offers (parking with code ``blocked``)."""
+
+from __future__ import annotations
+
+import logging
+import platform
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import pytest
+import trio
+import trio.testing
+
+import trio_durable as td
+from conftest import WALL_START, EngineFactory, fixed_wall
+from trio_durable._brokers._base import (
+    Broker,
+    BrokerUnavailable,
+    Consumer,
+    Outgoing,
+    WorkerDescriptor,
+)
+from trio_durable._brokers._memory import MemoryBroker
+from trio_durable._fleet import Disagreement, aggregate
+from trio_durable._worker import Worker, open_worker
+
+HEARTBEAT = 5.0
+TTL = 15.0
+RECHECK = 5.0
+
+
+def running_worker(
+    app: td.App, broker: Broker, *, groups: Sequence[str], instance_id: str, **kwargs: object
+) -> AbstractAsyncContextManager[Worker]:
+    """`open_worker` with the fixed wall clock and this module's heartbeat."""
+    return open_worker(
+        app,
+        broker=broker,
+        groups=groups,
+        instance_id=instance_id,
+        heartbeat=HEARTBEAT,
+        ttl=TTL,
+        wall_clock=fixed_wall,
+        seed=0,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+
+class CrashingBroker:
+    """A view of a `MemoryBroker` whose ``withdraw`` fails, so a worker that
+    leaves its block goes away like a crashed process: its announcement stays
+    until its time to live runs out."""
+
+    def __init__(self, inner: MemoryBroker) -> None:
+        self.inner = inner
+        self.withdraw_attempts: list[str] = []
+
+    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        await self.inner.dispatch(messages)
+
+    def open_consumer(self, queue: str, *, prefetch: int) -> AbstractAsyncContextManager[Consumer]:
+        return self.inner.open_consumer(queue, prefetch=prefetch)
+
+    async def announce(self, descriptor: WorkerDescriptor, ttl: float) -> None:
+        await self.inner.announce(descriptor, ttl)
+
+    async def withdraw(self, instance_id: str) -> None:
+        self.withdraw_attempts.append(instance_id)
+        await trio.lowlevel.checkpoint()
+        raise BrokerUnavailable("the process died before it could withdraw")
+
+    async def worker_descriptors(self, group: str | None = None) -> list[WorkerDescriptor]:
+        return await self.inner.worker_descriptors(group)
+
+    async def worker_groups(self) -> list[str]:
+        return await self.inner.worker_groups()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+# -- A deploy, built on demand ----------------------------------------------------
+
+
+def build_app(
+    *,
+    reverse: bool = False,
+    charge_group: str = "payments",
+    charge_requires: Sequence[str] = (),
+    charge_retry: td.Retry | None = None,
+    charge_timeout: float | None = None,
+    checkout_versions: Sequence[str] = ("1",),
+    app_version: str = "1.0",
+) -> td.App:
+    """One build of the "shop" app; ``reverse`` registers everything in the
+    opposite order, which must not change what it announces."""
+    app = td.App("shop", version=app_version)
+
+    async def charge(amount: int) -> int:
+        return amount
+
+    async def ship(item: str) -> str:
+        return item
+
+    async def audit(note: str) -> str:
+        return note
+
+    async def checkout(ctx: td.Context, amount: int) -> int:
+        return amount
+
+    async def report(ctx: td.Context) -> None:
+        return None
+
+    registrations: list[Callable[[], object]] = [
+        lambda: app.step(
+            group=charge_group,
+            requires=charge_requires,
+            retry=charge_retry,
+            timeout=charge_timeout,
+        )(charge),
+        lambda: app.step(group="shipping", requires=["truck", "crane"])(ship),
+        lambda: app.step()(audit),
+        *(
+            (lambda version=version: app.workflow(name="checkout", version=version)(checkout))
+            for version in checkout_versions
+        ),
+        lambda: app.workflow()(report),
+    ]
+    for register in reversed(registrations) if reverse else registrations:
+        register()
+    return app
+
+
+# -- Descriptors and heartbeats ---------------------------------------------------
+
+
+async def test_descriptor_says_what_the_worker_serves(autojump_clock: trio.abc.Clock) -> None:
+    app = build_app(checkout_versions=("1", "2"), charge_requires=["gpu"])
+    broker = MemoryBroker()
+    async with running_worker(
+        app,
+        broker,
+        groups=["payments", "shipping@acme"],
+        instance_id="w-1",
+        capabilities=["gpu", "crane", "gpu"],
+    ):
+        [d] = await broker.worker_descriptors()
+    assert d.instance_id == "w-1"
+    assert d.app == "shop"
+    assert d.app_version == "1.0"
+    assert d.runtime["python"] == platform.python_version()
+    assert d.runtime["trio"] == trio.__version__
+    assert d.groups == ("payments", "shipping@acme")
+    # Only the remote steps of the groups it serves; the local step is not
+    # announced. Requirements are sorted.
+    assert d.steps == {
+        "charge": {"group": "payments", "requires": ["gpu"]},
+        "ship": {"group": "shipping", "requires": ["crane", "truck"]},
+    }
+    assert d.workflows == {"checkout": {"versions": ["1", "2"]}, "report": {"versions": ["1"]}}
+    assert d.capabilities == ("crane", "gpu")
+    assert d.registration_hash == app.registration_hash()
+    assert d.announced_at == WALL_START
+
+
+async def test_heartbeat_refreshes_the_announcement(autojump_clock: trio.abc.Clock) -> None:
+    app = build_app()
+    broker = MemoryBroker()
+    seen: list[tuple[float, float]] = []
+    async with running_worker(app, broker, groups=["payments"], instance_id="w-1"):
+        # Well past the time to live: heartbeats keep the worker announced.
+        for tick in range(10):
+            await trio.sleep_until(tick * HEARTBEAT + 1.0)
+            [d] = await broker.worker_descriptors()
+            seen.append((trio.current_time(), d.announced_at - WALL_START))
+    assert seen == [(tick * HEARTBEAT + 1.0, tick * HEARTBEAT) for tick in range(10)]
+
+
+async def test_clean_exit_withdraws_at_once(autojump_clock: trio.abc.Clock) -> None:
+    app = build_app()
+    broker = MemoryBroker()
+    async with running_worker(app, broker, groups=["payments"], instance_id="w-1"):
+        await trio.sleep(7.0)
+        assert [d.instance_id for d in await broker.worker_descriptors()] == ["w-1"]
+    assert trio.current_time() == 7.0
+    assert await broker.worker_descriptors() == []
+    assert await broker.worker_groups() == []
+
+
+@pytest.mark.parametrize("exit_at", [2 * HEARTBEAT, 2 * HEARTBEAT + 3.0])
+async def test_clean_exit_leaves_no_ghost_announcement(
+    autojump_clock: trio.abc.Clock, exit_at: float
+) -> None:
+    """Leaving at the very moment a heartbeat is due must not re-announce the
+    worker after it withdrew."""
+    app = build_app()
+    for _ in range(20):
+        broker = MemoryBroker()
+        start = trio.current_time()
+        async with running_worker(app, broker, groups=["payments"], instance_id="w-1"):
+            await trio.sleep_until(start + exit_at)
+        assert await broker.worker_descriptors() == []
+        await trio.sleep(1.0)
+        assert await broker.worker_descriptors() == []
+
+
+async def test_crashed_worker_is_forgotten_when_its_ttl_runs_out(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = build_app()
+    broker = MemoryBroker()
+    crashing = CrashingBroker(broker)
+    caplog.set_level(logging.WARNING, logger="trio_durable")
+    async with running_worker(app, crashing, groups=["payments"], instance_id="w-1"):
+        await trio.sleep_until(12.0)
+    # The last heartbeat was at 10; nothing withdrew the announcement.
+    assert crashing.withdraw_attempts == ["w-1"]
+    assert "w-1 could not withdraw" in caplog.text
+    await trio.sleep_until(10.0 + TTL - 0.5)
+    [d] = await broker.worker_descriptors()
+    assert d.announced_at == WALL_START + 10.0
+    await trio.sleep_until(10.0 + TTL)
+    assert await broker.worker_descriptors() == []
+    assert await broker.worker_groups() == []
+
+
+async def test_engine_sees_live_workers_by_group(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    app = build_app()
+    broker = MemoryBroker()
+    crashing = CrashingBroker(broker)
+    async with open_test_engine(app, broker=broker) as engine:
+        assert await engine.broker.worker_groups() == []
+        async with trio.open_nursery() as nursery:
+            stop_a = trio.Event()
+            stop_b = trio.Event()
+
+            async def serve(
+                b: Broker, groups: list[str], instance_id: str, stop: trio.Event
+            ) -> None:
+                async with running_worker(app, b, groups=groups, instance_id=instance_id):
+                    await stop.wait()
+
+            nursery.start_soon(serve, broker, ["payments"], "w-a", stop_a)
+            nursery.start_soon(serve, crashing, ["payments", "shipping@acme"], "w-b", stop_b)
+            await trio.testing.wait_all_tasks_blocked()
+            assert trio.current_time() == 0.0
+
+            async def ids(group: str | None = None) -> list[str]:
+                return [d.instance_id for d in await engine.broker.worker_descriptors(group)]
+
+            assert await ids() == ["w-a", "w-b"]
+            assert await ids("payments") == ["w-a", "w-b"]
+            assert await ids("shipping@acme") == ["w-b"]
+            assert await ids("shipping") == []
+            assert await engine.broker.worker_groups() == ["payments", "shipping@acme"]
+
+            # Still there long after one time to live, thanks to heartbeats.
+            await trio.sleep_until(3 * TTL)
+            assert await ids() == ["w-a", "w-b"]
+
+            stop_a.set()
+            await trio.testing.wait_all_tasks_blocked()
+            assert await ids("payments") == ["w-b"]
+            assert await engine.broker.worker_groups() == ["payments", "shipping@acme"]
+
+            # w-b "crashes" right after the heartbeat at 45.
+            stop_b.set()
+        assert trio.current_time() == 3 * TTL
+        assert await ids() == ["w-b"]
+        await trio.sleep_until(3 * TTL + TTL)
+        assert await ids() == []
+        assert await engine.broker.worker_groups() == []
+
+
+# -- The fleet --------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def fleet_of(
+    broker: Broker, *members: tuple[td.App, str, Sequence[str]]
+) -> AsyncIterator[None]:
+    """Run one worker per (app, instance id, groups) until the block exits."""
+    async with trio.open_nursery() as nursery:
+        stop = trio.Event()
+        for app, instance_id, groups in members:
+
+            async def serve(app: td.App = app, instance_id: str = instance_id,
+                            groups: Sequence[str] = groups) -> None:
+                async with running_worker(app, broker, groups=groups, instance_id=instance_id):
+                    await stop.wait()
+
+            nursery.start_soon(serve)
+        await trio.testing.wait_all_tasks_blocked()
+        try:
+            yield
+        finally:
+            stop.set()
+
+
+async def test_identical_workers_agree(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    broker = MemoryBroker()
+    # Two processes of one deploy: separate App objects, same registrations.
+    one, two = build_app(), build_app(reverse=True)
+    async with (
+        open_test_engine(one, broker=broker) as engine,
+        fleet_of(broker, (one, "w-1", ["payments", "shipping"]), (two, "w-2", ["payments"])),
+    ):
+        fleet = await engine.fleet()
+    assert [d.instance_id for d in fleet.workers] == ["w-1", "w-2"]
+    assert fleet.workflows == {"checkout": ("w-1", "w-2"), "report": ("w-1", "w-2")}
+    assert fleet.steps == {"charge": ("w-1", "w-2"), "ship": ("w-1",)}
+    assert fleet.deploys == {one.registration_hash(): ("w-1", "w-2")}
+    assert fleet.disagreements == ()
+
+
+async def test_rollout_shows_disagreements(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    broker = MemoryBroker()
+    old = build_app()
+    new = build_app(charge_group="billing", charge_requires=["pci"], checkout_versions=("1", "2"))
+    async with (
+        open_test_engine(old, broker=broker) as engine,
+        fleet_of(
+            broker,
+            (new, "w-new", ["billing"]),
+            (old, "w-old-1", ["payments"]),
+            (old, "w-old-2", ["payments", "shipping"]),
+        ),
+    ):
+        fleet = await engine.fleet()
+    assert fleet.steps == {"charge": ("w-new", "w-old-1", "w-old-2"), "ship": ("w-old-2",)}
+    assert fleet.workflows == {
+        "checkout": ("w-new", "w-old-1", "w-old-2"),
+        "report": ("w-new", "w-old-1", "w-old-2"),
+    }
+    assert fleet.deploys == {
+        new.registration_hash(): ("w-new",),
+        old.registration_hash(): ("w-old-1", "w-old-2"),
+    }
+    assert len(fleet.deploys) == 2
+    assert fleet.disagreements == (
+        Disagreement(
+            kind="group",
+            subject="charge",
+            values={'"billing"': ("w-new",), '"payments"': ("w-old-1", "w-old-2")},
+        ),
+        Disagreement(
+            kind="requires",
+            subject="charge",
+            values={'["pci"]': ("w-new",), "[]": ("w-old-1", "w-old-2")},
+        ),
+        Disagreement(
+            kind="version",
+            subject="checkout",
+            values={'["1","2"]': ("w-new",), '["1"]': ("w-old-1", "w-old-2")},
+        ),
+    )
+    # The same announcements in any order aggregate to the same fleet.
+    assert aggregate(list(reversed(fleet.workers))) == fleet
+
+
+async def test_rollout_ends_when_old_workers_go(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    broker = MemoryBroker()
+    old = build_app()
+    new = build_app(checkout_versions=("2",))
+    async with open_test_engine(old, broker=broker) as engine:
+        async with fleet_of(broker, (new, "w-new", ["payments"])):
+            async with fleet_of(broker, (old, "w-old", ["payments"])):
+                [disagreement] = (await engine.fleet()).disagreements
+                assert disagreement == Disagreement(
+                    kind="version",
+                    subject="checkout",
+                    values={'["1"]': ("w-old",), '["2"]': ("w-new",)},
+                )
+            fleet = await engine.fleet()
+            assert fleet.disagreements == ()
+            assert fleet.deploys == {new.registration_hash(): ("w-new",)}
+        assert (await engine.fleet()).workers == ()
+
+
+# -- Registration hashes ----------------------------------------------------------
+
+
+def test_registration_hash_ignores_registration_order() -> None:
+    assert build_app().registration_hash() == build_app(reverse=True).registration_hash()
+    assert (
+        build_app(checkout_versions=("1", "2")).registration_hash()
+        == build_app(checkout_versions=("2", "1"), reverse=True).registration_hash()
+    )
+    # Requirements are a set.
+    assert (
+        build_app(charge_requires=["gpu", "pci"]).registration_hash()
+        == build_app(charge_requires=["pci", "gpu", "gpu"]).registration_hash()
+    )
+    # Equal numbers are equal, however they are written.
+    assert (
+        build_app(charge_retry=td.Retry(attempts=3, backoff=2, max_backoff=60, jitter=0),
+                  charge_timeout=5).registration_hash()
+        == build_app(charge_retry=td.Retry(attempts=3, backoff=2.0, max_backoff=60.0, jitter=0.0),
+                     charge_timeout=5.0).registration_hash()
+    )
+    # The default retry, given or not.
+    assert build_app(charge_retry=td.Retry()).registration_hash() == build_app().registration_hash()
+    # The app's own version labels a build for people; it is not a registration.
+    assert build_app(app_version="2.0").registration_hash() == build_app().registration_hash()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"charge_retry": td.Retry(attempts=4)},
+        {"charge_retry": td.Retry(backoff=1.5)},
+        {"charge_retry": td.Retry(jitter=0.0)},
+        {"charge_timeout": 30.0},
+        {"charge_group": "billing"},
+        {"charge_requires": ["gpu"]},
+        {"checkout_versions": ("2",)},
+        {"checkout_versions": ("1", "2")},
+    ],
+)
+def test_registration_hash_changes_with_a_registration(change: dict[str, object]) -> None:
+    changed = build_app(**change)  # type: ignore[arg-type]
+    assert changed.registration_hash() != build_app().registration_hash()
+    assert changed.registration_hash() == build_app(reverse=True, **change).registration_hash()  # type: ignore[arg-type]
+
+
+# -- Capability routing -----------------------------------------------------------
+
+gpu_app = td.App("render")
+
+
+@gpu_app.step(group="render", requires=["gpu"])
+async def render(scene: str) -> str:
+    return f"rendered {scene}"
+
+
+@gpu_app.step(group="plain")
+async def tally(n: int) -> int:
+    return n + 1
+
+
+@gpu_app.workflow()
+async def film(ctx: td.Context, scene: str) -> str:
+    return await ctx.step(render, scene)
+
+
+@gpu_app.workflow()
+async def count(ctx: td.Context, n: int) -> int:
+    return await ctx.step(tally, n)
+
+
+async def serve_until(
+    app: td.App,
+    broker: Broker,
+    groups: Sequence[str],
+    instance_id: str,
+    stop: trio.Event,
+    capabilities: Sequence[str] = (),
+) -> None:
+    async with running_worker(
+        app, broker, groups=groups, instance_id=instance_id, capabilities=capabilities
+    ):
+        await stop.wait()
+
+
+async def test_step_parks_until_a_capable_worker_announces(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    broker = MemoryBroker()
+    stop = trio.Event()
+    async with (
+        open_test_engine(gpu_app, broker=broker, blocked_recheck=RECHECK) as engine,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(serve_until, gpu_app, broker, ["render"], "w-cpu", stop, ["avx"])
+        await trio.testing.wait_all_tasks_blocked()
+        with engine.subscribe() as events:
+            await engine.start(film, "intro", run_id="film-1")
+            await engine.drain()
+            assert trio.current_time() == 0.0
+
+            async def parked(recheck_at: float) -> None:
+                run = await engine.get("film-1")
+                assert run.status == "suspended"
+                assert run.wake_at == WALL_START + recheck_at
+                [cp] = await engine.store.get_checkpoints("film-1")
+                assert (cp.kind, cp.status, cp.attempts, cp.group) == ("remote", "pending", 1, "render")
+                # Not dispatched: no start stamp and nothing on the queue.
+                assert cp.started_at is None
+                assert cp.enqueued_at == WALL_START
+                assert cp.wake_at == WALL_START + recheck_at
+                assert cp.error is not None
+                assert cp.error.code == "blocked"
+                assert "gpu" in cp.error.message
+                assert "'render'" in cp.error.message
+                assert cp.errors == ()
+                assert broker.depth("render") == 0
+                assert broker.dispatched == 0
+
+            await parked(RECHECK)
+            # The recheck finds only the cpu worker again: parked once more.
+            await trio.sleep_until(RECHECK + 1.0)
+            await parked(2 * RECHECK)
+
+            nursery.start_soon(
+                serve_until, gpu_app, broker, ["render"], "w-gpu", stop, ["gpu", "avx"]
+            )
+            assert await engine.result("film-1") == "rendered intro"
+            assert trio.current_time() == 2 * RECHECK
+            [cp] = await engine.store.get_checkpoints("film-1")
+            assert cp.status == "completed"
+            assert cp.started_at == WALL_START + 2 * RECHECK
+            assert cp.error is None
+            assert cp.attempts == 1
+            assert broker.dispatched == 2  # the task, and its result
+            received = []
+            while True:
+                try:
+                    received.append(events.receive_nowait())
+                except trio.WouldBlock:
+                    break
+        stop.set()
+    steps = [(e.kind, e.at - WALL_START, e.data.get("worker")) for e in received if e.name == "render"]
+    assert steps == [
+        ("step.started", 2 * RECHECK, None),
+        ("step.completed", 2 * RECHECK, "w-gpu"),
+    ]
+
+
+async def test_step_without_requires_waits_on_the_queue_for_a_worker(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    broker = MemoryBroker()
+    stop = trio.Event()
+    async with (
+        open_test_engine(gpu_app, broker=broker, blocked_recheck=RECHECK) as engine,
+        trio.open_nursery() as nursery,
+    ):
+        await engine.start(count, 41, run_id="count-1")
+        await engine.drain()
+        assert trio.current_time() == 0.0
+        run = await engine.get("count-1")
+        assert (run.status, run.wake_at) == ("suspended", None)
+        [cp] = await engine.store.get_checkpoints("count-1")
+        assert (cp.status, cp.error, cp.started_at) == ("pending", None, WALL_START)
+        assert broker.depth("plain") == 1
+        await trio.sleep_until(100.0)
+        assert broker.depth("plain") == 1
+        assert (await engine.get("count-1")).status == "suspended"
+
+        nursery.start_soon(serve_until, gpu_app, broker, ["plain"], "w-1", stop)
+        assert await engine.result("count-1") == 42
+        assert trio.current_time() == 100.0
+        assert broker.depth("plain") == 0
+        stop.set()
