@@ -62,10 +62,15 @@ class Suspend(BaseException):
     not swallow it; a body must not catch it.
     """
 
-    def __init__(self, reason: str, wake_at: float | None = None) -> None:
+    def __init__(
+        self, reason: str, wake_at: float | None = None, watch: tuple[int, int] | None = None
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.wake_at = wake_at
+        # The seq range of remote checkpoints the run waits on, rechecked
+        # after the suspend commits (see `Engine._suspend`).
+        self.watch = watch
 
 
 def error_info(exc: BaseException) -> ErrorInfo:

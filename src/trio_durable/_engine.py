@@ -656,7 +656,7 @@ class Engine:
         except Suspend as suspend:
             if ctx._turn.nondeterminism is not None:
                 return ("failed", ctx._turn.nondeterminism)
-            return ("suspended", suspend.wake_at)
+            return ("suspended", suspend)
         except Exception as exc:
             if ctx._turn.nondeterminism is not None:
                 return ("failed", ctx._turn.nondeterminism)
@@ -719,8 +719,9 @@ class Engine:
             self._active[turn.run.id].again = True
             return None
 
-    async def _suspend(self, turn: TurnState, wake_at: float | None) -> None:
+    async def _suspend(self, turn: TurnState, suspend: Suspend) -> None:
         run = turn.run
+        wake_at = suspend.wake_at
         results = await self._write(
             turn,
             self._fence(run, {"status": "suspended", "wake_at": wake_at}, frozenset({"running"})),
@@ -737,6 +738,14 @@ class Engine:
         self._emit_run("run.suspended", run, wake_at=wake_at)
         if wake_at is not None and wake_at < self._poller_deadline:
             self._poke.set()
+        if suspend.watch is not None:
+            # A result that settled the last pending checkpoint while this
+            # turn held the lease woke nobody (its engine could not take the
+            # run): look once more, now that the lease is given back.
+            first, last = suspend.watch
+            pending = await self.store.count_checkpoints(run.id, first, last, _PENDING, limit=1)
+            if not pending:
+                self._active[run.id].again = True
 
     async def _fail(self, turn: TurnState, ctx: Context, exc: BaseException) -> None:
         error = error_info(exc)

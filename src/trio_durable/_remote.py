@@ -271,7 +271,7 @@ async def remote_step(
         return _value(step, cp)
     if cp.status == "failed":
         raise remote_error(cp)
-    raise Suspend("remote", cp.wake_at)
+    raise Suspend("remote", cp.wake_at, watch=(seq, seq))
 
 
 async def remote_fan(
@@ -304,7 +304,7 @@ async def remote_fan(
         pending = [cp for cp in members if cp is not None and cp.status == "pending"]
         if pending:
             wakes = [cp.wake_at for cp in pending if cp.wake_at is not None]
-            raise Suspend("fan", min(wakes) if wakes else None)
+            raise Suspend("fan", min(wakes) if wakes else None, watch=(first, first + total - 1))
         unstarted = [i for i, cp in enumerate(members) if cp is None]
         if unstarted:
             wave = unstarted if concurrency is None else unstarted[:concurrency]
@@ -315,7 +315,7 @@ async def remote_fan(
                 )
                 if cp.wake_at is not None:
                     wakes.append(cp.wake_at)
-            raise Suspend("fan", min(wakes) if wakes else None)
+            raise Suspend("fan", min(wakes) if wakes else None, watch=(first, first + total - 1))
     outcomes: list[Any] = []
     for i, cp in enumerate(members):
         assert cp is not None
