@@ -6,9 +6,17 @@ resumes by replay on any engine.
 """
 
 from ._app import App as App
+from ._app import FlowQueue as FlowQueue
 from ._app import Retry as Retry
 from ._app import Step as Step
 from ._app import Workflow as Workflow
+from ._brokers import open_broker as open_broker
+from ._brokers._base import Broker as Broker
+from ._brokers._base import BrokerError as BrokerError
+from ._brokers._base import BrokerUnavailable as BrokerUnavailable
+from ._brokers._base import WorkerDescriptor as WorkerDescriptor
+from ._brokers._memory import BrokerFaults as BrokerFaults
+from ._brokers._memory import MemoryBroker as MemoryBroker
 from ._clock import Clock as Clock
 from ._context import Context as Context
 from ._engine import Engine as Engine
@@ -23,6 +31,7 @@ from ._exceptions import InvalidURLError as InvalidURLError
 from ._exceptions import LeaseLostError as LeaseLostError
 from ._exceptions import NonDeterminismError as NonDeterminismError
 from ._exceptions import RegistrationError as RegistrationError
+from ._exceptions import RemoteStepError as RemoteStepError
 from ._exceptions import RunCancelled as RunCancelled
 from ._exceptions import RunConflictError as RunConflictError
 from ._exceptions import RunFailed as RunFailed
@@ -34,6 +43,8 @@ from ._exceptions import StoreError as StoreError
 from ._exceptions import TrioDurableError as TrioDurableError
 from ._exceptions import UnknownWorkflowError as UnknownWorkflowError
 from ._exceptions import UsageError as UsageError
+from ._fleet import Disagreement as Disagreement
+from ._fleet import Fleet as Fleet
 from ._observe import Event as Event
 from ._records import Checkpoint as Checkpoint
 from ._records import ErrorInfo as ErrorInfo
@@ -42,28 +53,40 @@ from ._stores import open_store as open_store
 from ._stores._base import Store as Store
 from ._stores._base import StoreStatistics as StoreStatistics
 from ._stores._memory import MemoryStore as MemoryStore
+from ._worker import Worker as Worker
+from ._worker import WorkerStatistics as WorkerStatistics
+from ._worker import open_worker as open_worker
 
 __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "Broker",
+    "BrokerError",
+    "BrokerFaults",
+    "BrokerUnavailable",
     "Checkpoint",
     "Clock",
     "Context",
+    "Disagreement",
     "Engine",
     "EngineClosedError",
     "EngineStatistics",
     "ErrorInfo",
     "Event",
     "FatalError",
+    "Fleet",
+    "FlowQueue",
     "GatherError",
     "GatherFailure",
     "InvalidRunStateError",
     "InvalidURLError",
     "LeaseLostError",
+    "MemoryBroker",
     "MemoryStore",
     "NonDeterminismError",
     "RegistrationError",
+    "RemoteStepError",
     "Retry",
     "Run",
     "RunCancelled",
@@ -80,7 +103,12 @@ __all__ = [
     "TrioDurableError",
     "UnknownWorkflowError",
     "UsageError",
+    "Worker",
+    "WorkerDescriptor",
+    "WorkerStatistics",
     "Workflow",
+    "open_broker",
     "open_engine",
     "open_store",
+    "open_worker",
 ]

@@ -385,20 +385,37 @@ class App:
 
     def registration_hash(self) -> str:
         """A canonical hash of every registration: steps with their groups,
-        requirements, retries and timeouts, and workflows with their versions.
+        requirements, flow-control queues, retries and timeouts, the queues,
+        and workflows with their versions.
 
-        It does not depend on registration order, so two processes of one
-        deploy announce the same hash and a rollout shows as two hashes.
+        It does not depend on registration order, nor on how an equal number
+        is written (``backoff=1`` or ``1.0``), so two processes of one deploy
+        announce the same hash and a rollout shows as two hashes.
         """
+
+        def number(value: float | None) -> float | None:
+            # json writes 1 and 1.0 differently; equal settings must hash alike.
+            return None if value is None else float(value)
+
         data = {
             "steps": {
                 s.name: {
                     "group": s.group,
                     "requires": list(s.requires),
-                    "retry": attrs.asdict(s.retry),
-                    "timeout": s.timeout,
+                    "queue": s.queue,
+                    "retry": {
+                        "attempts": s.retry.attempts,
+                        "backoff": number(s.retry.backoff),
+                        "max_backoff": number(s.retry.max_backoff),
+                        "jitter": number(s.retry.jitter),
+                    },
+                    "timeout": number(s.timeout),
                 }
                 for s in sorted(self._steps.values(), key=lambda s: s.name)
+            },
+            "queues": {
+                q.name: {"concurrency": q.concurrency, "priority": q.priority}
+                for q in sorted(self._queues.values(), key=lambda q: q.name)
             },
             "workflows": sorted([name, version] for name, version in self._workflows),
         }

@@ -176,6 +176,8 @@ class Worker:
         ](math.inf)
         self._idle = trio.Event()
         self._idle.set()
+        self._stopping = False
+        self._announcing = trio.Lock()
 
     def statistics(self) -> WorkerStatistics:
         """A snapshot of this worker's counters."""
@@ -205,11 +207,22 @@ class Worker:
 
     async def _announce_forever(self) -> None:
         while True:
-            try:
-                await self.broker.announce(self.descriptor(), self._ttl)
-            except BrokerError as exc:
-                logger.warning("worker %s could not announce itself: %s", self.instance_id, exc)
+            async with self._announcing:
+                if self._stopping:
+                    return
+                try:
+                    await self.broker.announce(self.descriptor(), self._ttl)
+                except BrokerError as exc:
+                    logger.warning("worker %s could not announce itself: %s", self.instance_id, exc)
             await trio.sleep(self._heartbeat)
+
+    async def _withdraw(self) -> None:
+        # A heartbeat due at the moment the worker leaves would otherwise
+        # announce it again after the withdraw, leaving a ghost for a whole
+        # ttl: one in flight finishes first, and none starts after.
+        self._stopping = True
+        async with self._announcing:
+            await self.broker.withdraw(self.instance_id)
 
     async def _consume(self, route: str, task_status: trio.TaskStatus[None]) -> None:
         async with (
@@ -401,7 +414,7 @@ async def open_worker(
                 with trio.move_on_after(5) as cleanup:
                     cleanup.shield = True
                     try:
-                        await broker_obj.withdraw(instance_id)
+                        await worker._withdraw()
                     except BrokerError as exc:
                         logger.warning("worker %s could not withdraw: %s", instance_id, exc)
                 nursery.cancel_scope.cancel()

@@ -21,14 +21,17 @@ from trio_durable._exceptions import InvalidURLError, LeaseLostError, StoreError
 from trio_durable._records import Checkpoint, ErrorInfo, Run, RunStatus
 from trio_durable._stores import _sqlite
 from trio_durable._stores._base import (
+    AdmitToQueue,
     ClaimCheckpoint,
     CreateRun,
     DeleteCheckpoints,
     DeliverSignal,
     LockRun,
     PutCheckpoint,
+    ReleaseQueueSlot,
     ReleaseRun,
     RemoveSignalWaiter,
+    RescheduleCheckpoint,
     SettleCheckpoint,
     Store,
     StoreStatistics,
