@@ -25,7 +25,7 @@ from trio_durable._brokers._base import (
 )
 from trio_durable._brokers._memory import MemoryBroker
 from trio_durable._fleet import Disagreement, aggregate
-from trio_durable._worker import Worker, open_worker
+from trio_durable._worker import Worker, open_worker, served_queues, task_queue
 
 HEARTBEAT = 5.0
 TTL = 15.0
@@ -47,7 +47,6 @@ def running_worker(
         seed=0,
         **kwargs,  # type: ignore[arg-type]
     )
-
 
 
 class CrashingBroker:
@@ -95,6 +94,7 @@ def build_app(
     charge_timeout: float | None = None,
     checkout_versions: Sequence[str] = ("1",),
     app_version: str = "1.0",
+    charge_queue: int | None = None,
 ) -> td.App:
     """One build of the "shop" app; ``reverse`` registers everything in the
     opposite order, which must not change what it announces."""
@@ -121,7 +121,13 @@ def build_app(
             requires=charge_requires,
             retry=charge_retry,
             timeout=charge_timeout,
+            queue=None if charge_queue is None else "charges",
         )(charge),
+        *(
+            [lambda: app.queue("charges", concurrency=charge_queue)]
+            if charge_queue is not None
+            else []
+        ),
         lambda: app.step(group="shipping", requires=["truck", "crane"])(ship),
         lambda: app.step()(audit),
         *(
@@ -269,9 +275,11 @@ async def test_engine_sees_live_workers_by_group(
             assert await ids("payments") == ["w-b"]
             assert await engine.broker.worker_groups() == ["payments", "shipping@acme"]
 
-            # w-b "crashes" right after the heartbeat at 45.
+            # w-b "crashes" right after its heartbeat at 45.
             stop_b.set()
         assert trio.current_time() == 3 * TTL
+        assert await ids() == ["w-b"]
+        await trio.sleep_until(3 * TTL + TTL - 0.5)
         assert await ids() == ["w-b"]
         await trio.sleep_until(3 * TTL + TTL)
         assert await ids() == []
@@ -290,8 +298,9 @@ async def fleet_of(
         stop = trio.Event()
         for app, instance_id, groups in members:
 
-            async def serve(app: td.App = app, instance_id: str = instance_id,
-                            groups: Sequence[str] = groups) -> None:
+            async def serve(
+                app: td.App = app, instance_id: str = instance_id, groups: Sequence[str] = groups
+            ) -> None:
                 async with running_worker(app, broker, groups=groups, instance_id=instance_id):
                     await stop.wait()
 
@@ -405,10 +414,13 @@ def test_registration_hash_ignores_registration_order() -> None:
     )
     # Equal numbers are equal, however they are written.
     assert (
-        build_app(charge_retry=td.Retry(attempts=3, backoff=2, max_backoff=60, jitter=0),
-                  charge_timeout=5).registration_hash()
-        == build_app(charge_retry=td.Retry(attempts=3, backoff=2.0, max_backoff=60.0, jitter=0.0),
-                     charge_timeout=5.0).registration_hash()
+        build_app(
+            charge_retry=td.Retry(attempts=3, backoff=2, max_backoff=60, jitter=0), charge_timeout=5
+        ).registration_hash()
+        == build_app(
+            charge_retry=td.Retry(attempts=3, backoff=2.0, max_backoff=60.0, jitter=0.0),
+            charge_timeout=5.0,
+        ).registration_hash()
     )
     # The default retry, given or not.
     assert build_app(charge_retry=td.Retry()).registration_hash() == build_app().registration_hash()
@@ -427,12 +439,20 @@ def test_registration_hash_ignores_registration_order() -> None:
         {"charge_requires": ["gpu"]},
         {"checkout_versions": ("2",)},
         {"checkout_versions": ("1", "2")},
+        {"charge_queue": 2},
     ],
 )
 def test_registration_hash_changes_with_a_registration(change: dict[str, object]) -> None:
     changed = build_app(**change)  # type: ignore[arg-type]
     assert changed.registration_hash() != build_app().registration_hash()
     assert changed.registration_hash() == build_app(reverse=True, **change).registration_hash()  # type: ignore[arg-type]
+
+
+def test_registration_hash_changes_with_a_flow_queue_limit() -> None:
+    assert (
+        build_app(charge_queue=2).registration_hash()
+        != build_app(charge_queue=3).registration_hash()
+    )
 
 
 # -- Capability routing -----------------------------------------------------------
@@ -445,6 +465,11 @@ async def render(scene: str) -> str:
     return f"rendered {scene}"
 
 
+@gpu_app.step(group="render")
+async def thumbnail(scene: str) -> str:
+    return f"thumbnail of {scene}"
+
+
 @gpu_app.step(group="plain")
 async def tally(n: int) -> int:
     return n + 1
@@ -453,6 +478,16 @@ async def tally(n: int) -> int:
 @gpu_app.workflow()
 async def film(ctx: td.Context, scene: str) -> str:
     return await ctx.step(render, scene)
+
+
+@gpu_app.workflow()
+async def preview(ctx: td.Context, scene: str) -> str:
+    return await ctx.step(thumbnail, scene)
+
+
+@gpu_app.workflow()
+async def reel(ctx: td.Context, scenes: list[str]) -> list[str]:
+    return await ctx.all(render, scenes, concurrency=2)
 
 
 @gpu_app.workflow()
@@ -495,7 +530,12 @@ async def test_step_parks_until_a_capable_worker_announces(
                 assert run.status == "suspended"
                 assert run.wake_at == WALL_START + recheck_at
                 [cp] = await engine.store.get_checkpoints("film-1")
-                assert (cp.kind, cp.status, cp.attempts, cp.group) == ("remote", "pending", 1, "render")
+                assert (cp.kind, cp.status, cp.attempts, cp.group) == (
+                    "remote",
+                    "pending",
+                    1,
+                    "render",
+                )
                 # Not dispatched: no start stamp and nothing on the queue.
                 assert cp.started_at is None
                 assert cp.enqueued_at == WALL_START
@@ -506,6 +546,7 @@ async def test_step_parks_until_a_capable_worker_announces(
                 assert "'render'" in cp.error.message
                 assert cp.errors == ()
                 assert broker.depth("render") == 0
+                assert broker.depth(task_queue("render", ["gpu"])) == 0
                 assert broker.dispatched == 0
 
             await parked(RECHECK)
@@ -524,14 +565,11 @@ async def test_step_parks_until_a_capable_worker_announces(
             assert cp.error is None
             assert cp.attempts == 1
             assert broker.dispatched == 2  # the task, and its result
-            received = []
-            while True:
-                try:
-                    received.append(events.receive_nowait())
-                except trio.WouldBlock:
-                    break
+            received = drain_events(events)
         stop.set()
-    steps = [(e.kind, e.at - WALL_START, e.data.get("worker")) for e in received if e.name == "render"]
+    steps = [
+        (e.kind, e.at - WALL_START, e.data.get("worker")) for e in received if e.name == "render"
+    ]
     assert steps == [
         ("step.started", 2 * RECHECK, None),
         ("step.completed", 2 * RECHECK, "w-gpu"),
@@ -563,4 +601,151 @@ async def test_step_without_requires_waits_on_the_queue_for_a_worker(
         assert await engine.result("count-1") == 42
         assert trio.current_time() == 100.0
         assert broker.depth("plain") == 0
+        stop.set()
+
+
+def drain_events(events: trio.MemoryReceiveChannel[td.Event]) -> list[td.Event]:
+    received = []
+    while True:
+        try:
+            received.append(events.receive_nowait())
+        except trio.WouldBlock:
+            return received
+
+
+def test_only_capable_workers_consume_a_steps_capability_queue() -> None:
+    assert task_queue("render", []) == "render"
+    assert task_queue("render@acme", ["gpu", "avx", "gpu"]) == "render@acme~avx~gpu"
+    assert served_queues(gpu_app, ["render"], ["avx"]) == ("render",)
+    assert served_queues(gpu_app, ["render", "plain@acme"], ["gpu"]) == (
+        "render",
+        "render~gpu",
+        "plain@acme",
+    )
+    assert served_queues(gpu_app, ["render@acme"], ["gpu", "avx"]) == (
+        "render@acme",
+        "render@acme~gpu",
+    )
+
+
+async def test_a_worker_without_the_capability_never_runs_the_step(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    """Both workers serve the group; only the one offering gpu may take a
+    step that requires it (the other would, from a queue they share)."""
+    broker = MemoryBroker()
+    stop = trio.Event()
+    async with (
+        open_test_engine(gpu_app, broker=broker, blocked_recheck=RECHECK) as engine,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(serve_until, gpu_app, broker, ["render"], "w-cpu", stop, ["avx"])
+        nursery.start_soon(serve_until, gpu_app, broker, ["render"], "w-gpu", stop, ["gpu"])
+        await trio.testing.wait_all_tasks_blocked()
+        with engine.subscribe() as events:
+            for i in range(20):
+                await engine.start(film, f"s{i}", run_id=f"film-{i}")
+                await engine.start(preview, f"s{i}", run_id=f"preview-{i}")
+            for i in range(20):
+                assert await engine.result(f"film-{i}") == f"rendered s{i}"
+                assert await engine.result(f"preview-{i}") == f"thumbnail of s{i}"
+            assert trio.current_time() == 0.0
+            done = [e for e in drain_events(events) if e.kind == "step.completed"]
+        stop.set()
+    assert {e.data["worker"] for e in done if e.name == "render"} == {"w-gpu"}
+    assert len([e for e in done if e.name == "render"]) == 20
+    assert len([e for e in done if e.name == "thumbnail"]) == 20
+
+
+async def test_an_embedded_worker_with_the_capability_serves_the_step(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(
+        gpu_app, broker=MemoryBroker(), serve=["render"], capabilities=["gpu"]
+    ) as engine:
+        await engine.start(reel, ["a", "b", "c"], run_id="reel-1")
+        await engine.drain()
+        run = await engine.get("reel-1")
+        assert run.status == "completed"
+        assert await engine.result("reel-1") == ["rendered a", "rendered b", "rendered c"]
+        assert trio.current_time() == 0.0
+
+
+async def test_a_fan_parks_every_member_and_sends_them_at_the_recheck(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    broker = MemoryBroker()
+    stop = trio.Event()
+    async with (
+        open_test_engine(gpu_app, broker=broker, blocked_recheck=RECHECK) as engine,
+        trio.open_nursery() as nursery,
+    ):
+        await engine.start(reel, ["a", "b", "c"], run_id="reel-1")
+        await engine.drain()
+        # concurrency=2: the first wave of two is recorded, parked.
+        cps = await engine.store.get_checkpoints("reel-1")
+        assert [(cp.seq, cp.status, cp.started_at) for cp in cps] == [
+            (1, "pending", None),
+            (2, "pending", None),
+        ]
+        assert all(cp.error is not None and cp.error.code == "blocked" for cp in cps)
+        assert (await engine.get("reel-1")).wake_at == WALL_START + RECHECK
+        assert broker.dispatched == 0
+
+        await trio.sleep_until(2.0)
+        nursery.start_soon(serve_until, gpu_app, broker, ["render"], "w-gpu", stop, ["gpu"])
+        assert await engine.result("reel-1") == ["rendered a", "rendered b", "rendered c"]
+        assert trio.current_time() == RECHECK
+        cps = await engine.store.get_checkpoints("reel-1")
+        assert [(cp.status, cp.started_at, cp.error) for cp in cps] == [
+            ("completed", WALL_START + RECHECK, None)
+        ] * 3
+        stop.set()
+
+
+async def test_a_crashed_capable_worker_counts_until_its_ttl_runs_out(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    broker = MemoryBroker()
+    stop_crashed = trio.Event()
+    stop = trio.Event()
+    async with (
+        open_test_engine(gpu_app, broker=broker, blocked_recheck=RECHECK) as engine,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(
+            serve_until,
+            gpu_app,
+            CrashingBroker(broker),
+            ["render"],
+            "w-gone",
+            stop_crashed,
+            ["gpu"],
+        )
+        await trio.testing.wait_all_tasks_blocked()
+        stop_crashed.set()
+        await trio.sleep_until(1.0)
+        # Its announcement (made at 0) still stands: the task is sent to the
+        # capability queue and waits there for a consumer.
+        await engine.start(film, "early", run_id="film-early")
+        await engine.drain()
+        [cp] = await engine.store.get_checkpoints("film-early")
+        assert (cp.status, cp.started_at, cp.error) == ("pending", WALL_START + 1.0, None)
+        assert broker.depth(task_queue("render", ["gpu"])) == 1
+        # Once it is forgotten, new steps park.
+        await trio.sleep_until(TTL)
+        await engine.start(film, "late", run_id="film-late")
+        await engine.drain()
+        [cp] = await engine.store.get_checkpoints("film-late")
+        assert cp.started_at is None
+        assert cp.error is not None
+        assert cp.error.code == "blocked"
+        assert cp.wake_at == WALL_START + TTL + RECHECK
+
+        await trio.sleep_until(TTL + 2.0)
+        nursery.start_soon(serve_until, gpu_app, broker, ["render"], "w-new", stop, ["gpu"])
+        assert await engine.result("film-early") == "rendered early"
+        assert trio.current_time() == TTL + 2.0
+        assert await engine.result("film-late") == "rendered late"
+        assert trio.current_time() == TTL + RECHECK
         stop.set()

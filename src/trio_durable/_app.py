@@ -231,7 +231,9 @@ class App:
         if name in self._queues:
             raise RegistrationError(f"queue {name!r} is already registered in app {self.name!r}")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise RegistrationError(f"queue concurrency must be a positive integer, not {concurrency!r}")
+            raise RegistrationError(
+                f"queue concurrency must be a positive integer, not {concurrency!r}"
+            )
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise RegistrationError(f"queue priority must be an integer, not {priority!r}")
         flow = FlowQueue(name=name, concurrency=concurrency, priority=priority)
@@ -312,7 +314,9 @@ class App:
                 " (at most 100, not starting with '.' or '-')"
             )
         if isinstance(requires, str) or not all(isinstance(r, str) and r for r in requires):
-            raise RegistrationError(f"requires must be a list of capability names, not {requires!r}")
+            raise RegistrationError(
+                f"requires must be a list of capability names, not {requires!r}"
+            )
         if requires and group is None:
             raise RegistrationError("requires= only applies to remote steps (give a group=)")
         if queue is not None and group is None:

@@ -248,7 +248,9 @@ class Context:
         if compensate is not None:
             self._check_step(compensate)
             if compensate.remote:
-                raise UsageError(f"compensate= must be a local step, not the remote {compensate.name!r}")
+                raise UsageError(
+                    f"compensate= must be a local step, not the remote {compensate.name!r}"
+                )
         if step.remote:
             return await remote_step(  # type: ignore[no-any-return]
                 self,

@@ -30,8 +30,8 @@ import trio
 from . import _serde
 from ._app import App, Workflow, workflow_of
 from ._brokers import open_broker
-from ._brokers._base import RESULTS, Broker, BrokerError, Outgoing, WorkerDescriptor
-from ._brokers._memory import MemoryBroker
+from ._brokers._base import RESULTS, Broker, BrokerError, Consumer, Outgoing, WorkerDescriptor
+from ._brokers._memory import MemoryBroker, MemoryConsumer
 from ._clock import Clock
 from ._context import Context, Suspend, TurnState, completion, error_info, signal_token
 from ._exceptions import (
@@ -74,7 +74,7 @@ from ._stores._base import (
     WriteConflict,
 )
 from ._wire import Task
-from ._worker import Worker, _check_concurrency, check_routes, open_worker
+from ._worker import Worker, _check_concurrency, check_routes, open_worker, task_queue
 
 logger = logging.getLogger("trio_durable")
 
@@ -166,6 +166,7 @@ class Engine:
         self.blocked_recheck = blocked_recheck
         self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
         self._settling = 0
+        self._results_consumer: Consumer | None = None
         self._worker: Worker | None = None
         self.engine_id = engine_id
         self.rng = rng
@@ -433,6 +434,12 @@ class Engine:
             if self._worker is not None and self._worker.busy:
                 await self._worker.wait_idle()
                 continue
+            if self._taken_here():
+                # A receive took them off their queue and has not returned
+                # them yet, so neither the result consumer nor the worker
+                # counts them as busy: let it return (no time passes).
+                await trio.lowlevel.checkpoint()
+                continue
             if self._queued_here():
                 # A consumer of this engine takes them next (maybe after a
                 # delivery delay): let it.
@@ -492,14 +499,29 @@ class Engine:
         consumer or its embedded worker (effects that are not done yet)."""
         if not isinstance(self.broker, MemoryBroker):
             return 0
-        queues = [RESULTS, *(self._worker.routes if self._worker is not None else ())]
+        queues = [RESULTS, *(self._worker.queues if self._worker is not None else ())]
         return sum(self.broker.depth(queue) for queue in queues)
+
+    def _taken_here(self) -> bool:
+        """Whether a memory consumer of this engine holds messages unacked
+        while nothing here is busy with them (a receive that took them is yet
+        to return)."""
+        consumers = [
+            self._results_consumer,
+            *(self._worker.consumers if self._worker is not None else ()),
+        ]
+        return any(isinstance(c, MemoryConsumer) and c.held for c in consumers)
 
     async def _dispatch(self, tasks: list[Task]) -> None:
         """Send tasks whose pending checkpoints just committed."""
         for start in range(0, len(tasks), DISPATCH_CHUNK):
             chunk = tasks[start : start + DISPATCH_CHUNK]
-            outgoing = [Outgoing(queue=task.route, body=task.encode()) for task in chunk]
+            outgoing = [
+                Outgoing(
+                    queue=task_queue(task.route, self._requires(task.step)), body=task.encode()
+                )
+                for task in chunk
+            ]
             delay = 0.05
             for attempt in range(8):
                 try:
@@ -514,6 +536,10 @@ class Engine:
                     logger.warning("dispatch failed (%s); retrying", exc)
                     await trio.sleep(delay * self.rng.uniform(0.5, 1.5))
                     delay = min(delay * 2, 5.0)
+
+    def _requires(self, step_name: str) -> tuple[str, ...]:
+        step = self.app.get_step(step_name)
+        return () if step is None else step.requires
 
     async def capability_gap(self, route: str, requires: tuple[str, ...]) -> str | None:
         """Why no live worker of ``route`` can run a step that ``requires``
@@ -699,17 +725,29 @@ class Engine:
         member is durable before any of its tasks is sent.
         """
         ops = turn.ops
+        results: list[Any] = []
         try:
-            results: list[Any] = []
-            start = 0
-            while len(ops) - start > WRITE_CHUNK:
-                fence = UpdateRun(turn.run.id, {}, expect_owner=self.engine_id)
-                results.extend(
-                    (await self.store.apply([*ops[start : start + WRITE_CHUNK], fence]))[:-1]
-                )
-                start += WRITE_CHUNK
-            results.extend(await self.store.apply([*ops[start:], *final_ops]))
-            return results
+            try:
+                start = 0
+                while len(ops) - start > WRITE_CHUNK:
+                    fence = UpdateRun(turn.run.id, {}, expect_owner=self.engine_id)
+                    results.extend(
+                        (await self.store.apply([*ops[start : start + WRITE_CHUNK], fence]))[:-1]
+                    )
+                    start += WRITE_CHUNK
+                results.extend(await self.store.apply([*ops[start:], *final_ops]))
+                return results
+            except StoreError:
+                # Chunks that did commit recorded their members as sent, so no
+                # later turn sends them: send them now, or a fan waits forever.
+                committed = [
+                    task
+                    for index, task in turn.dispatch
+                    if index < len(results) and results[index] is not False
+                ]
+                if committed:
+                    await self._dispatch(committed)
+                raise
         except LeaseLostError:
             logger.warning("run %r was taken over; dropping its turn", turn.run.id)
             return None

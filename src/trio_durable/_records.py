@@ -20,10 +20,14 @@ CheckpointKind = Literal["local", "remote", "timer", "signal", "child"]
 CheckpointStatus = Literal["pending", "running", "completed", "failed"]
 FanMode = Literal["fail_fast", "wait_all", "settled"]
 
-TERMINAL_STATUSES: Final[frozenset[RunStatus]] = frozenset({"completed", "failed", "cancelled", "dead"})
+TERMINAL_STATUSES: Final[frozenset[RunStatus]] = frozenset(
+    {"completed", "failed", "cancelled", "dead"}
+)
 """Run statuses that never change again (but by `Engine.retry`)."""
 
-ACTIVE_STATUSES: Final[frozenset[RunStatus]] = frozenset({"pending", "running", "suspended", "cancelling"})
+ACTIVE_STATUSES: Final[frozenset[RunStatus]] = frozenset(
+    {"pending", "running", "suspended", "cancelling"}
+)
 
 DEFAULT_NAMESPACE: Final = "default"
 

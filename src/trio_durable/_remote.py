@@ -134,7 +134,9 @@ class _Planner:
         assert self.flow is not None
         queued = attrs.evolve(
             cp,
-            error=ErrorInfo(message=f"waiting for a slot of queue {self.flow.name!r}", code="queued"),
+            error=ErrorInfo(
+                message=f"waiting for a slot of queue {self.flow.name!r}", code="queued"
+            ),
         )
         _, admitted = await self.engine.store.apply(
             [
@@ -190,7 +192,11 @@ class _Planner:
         if cp.wake_at is None:
             return cp
         policy = self.engine.remote_redispatch
-        assert policy is not None
+        if policy is None:
+            # Sent by an engine that redispatches lost steps; this one does
+            # not, so the attempt just waits for its result. Its lost deadline
+            # has passed: suspending on it would wake the run again at once.
+            return attrs.evolve(cp, wake_at=None)
         after, limit = policy
         redispatches = sum(1 for e in cp.errors if e.code == "redispatched")
         if redispatches >= limit:
@@ -255,7 +261,9 @@ async def remote_step(
     if name is not None:
         flow = ctx._engine.app.get_queue(name)
         if flow is None:
-            raise UsageError(f"no flow-control queue {name!r} is registered in app {ctx._engine.app.name!r}")
+            raise UsageError(
+                f"no flow-control queue {name!r} is registered in app {ctx._engine.app.name!r}"
+            )
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise UsageError(f"priority must be an integer, not {priority!r}")
     seq = ctx._next_seq()

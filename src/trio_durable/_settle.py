@@ -42,6 +42,7 @@ _PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
 async def consume_results(engine: Engine, task_status: trio.TaskStatus[None]) -> None:
     """Settle results from the broker until cancelled."""
     async with engine.broker.open_consumer(RESULTS, prefetch=2 * RESULT_BATCH) as consumer:
+        engine._results_consumer = consumer
         task_status.started()
         while True:
             deliveries = await consumer.receive(RESULT_BATCH)
@@ -64,6 +65,8 @@ def _op_for(engine: Engine, result: Result) -> Op:
             None,
             now,
             unless_run_status=_DROP_FOR,
+            kind="remote",
+            name=result.step,
         )
     error = ErrorInfo(message=result.error or "failed", code=result.code, details=result.details)
     step = engine.app.get_step(result.step)
@@ -76,6 +79,8 @@ def _op_for(engine: Engine, result: Result) -> Op:
             error,
             now + retry.delay(result.attempt, engine.rng),
             unless_run_status=_DROP_FOR,
+            kind="remote",
+            name=result.step,
         )
     return SettleCheckpoint(
         result.run_id,
@@ -86,6 +91,8 @@ def _op_for(engine: Engine, result: Result) -> Op:
         now,
         attempt=result.attempt,
         unless_run_status=_DROP_FOR,
+        kind="remote",
+        name=result.step,
     )
 
 

@@ -1,6 +1,8 @@
 """The worker: runs remote steps for the groups it serves.
 
-For each group route it consumes tasks with a prefetch of ``concurrency``,
+For each group route it consumes tasks with a prefetch of ``concurrency``
+(a step that requires capabilities has a queue of its own per route, which
+only workers offering them consume: see `task_queue`),
 runs each task's step once (retries are the engine's: it dispatches a new
 attempt when a result says the step may be retried), and hands the result to
 a publisher. The publisher sends results in batches and acks each task only
@@ -79,6 +81,37 @@ def check_routes(app: App, routes: Sequence[str], what: str) -> tuple[str, ...]:
     return tuple(checked)
 
 
+def task_queue(route: str, requires: Sequence[str]) -> str:
+    """The broker queue a step's tasks travel on: its route, or for a step
+    that requires capabilities, the route's queue for exactly those, which
+    only workers offering them consume. (The engine's check that a capable
+    worker is live does not keep a worker of the group without them from
+    taking the task off a queue they share.)"""
+    if not requires:
+        return route
+    return f"{route}~{'~'.join(sorted(set(requires)))}"
+
+
+def served_queues(app: App, routes: Sequence[str], capabilities: Sequence[str]) -> tuple[str, ...]:
+    """The queues a worker consumes: each route, and each route's queue for
+    the requirements of its steps that the worker's capabilities cover."""
+    offered = set(capabilities)
+    queues: list[str] = []
+    for route in routes:
+        group = split_route(route)[0]
+        for queue in (
+            route,
+            *(
+                task_queue(route, step.requires)
+                for step in app.steps
+                if step.group == group and step.requires and offered >= set(step.requires)
+            ),
+        ):
+            if queue not in queues:
+                queues.append(queue)
+    return tuple(queues)
+
+
 def runtime_info() -> dict[str, str]:
     """The versions a worker reports about itself."""
     return {
@@ -143,6 +176,7 @@ class Worker:
     Attributes:
       instance_id: This worker's id, as announced.
       routes: The group routes it serves.
+      queues: The broker queues it consumes (see `served_queues`).
     """
 
     def __init__(
@@ -164,6 +198,9 @@ class Worker:
         self.broker = broker
         self.instance_id = instance_id
         self.routes = routes
+        self.queues = served_queues(app, routes, capabilities)
+        # What `Engine.drain` inspects for tasks taken but not yet tracked.
+        self.consumers: list[Consumer] = []
         self._concurrency = concurrency
         self._limiter = trio.CapacityLimiter(concurrency)
         self._capabilities = capabilities
@@ -224,11 +261,12 @@ class Worker:
         async with self._announcing:
             await self.broker.withdraw(self.instance_id)
 
-    async def _consume(self, route: str, task_status: trio.TaskStatus[None]) -> None:
+    async def _consume(self, queue: str, task_status: trio.TaskStatus[None]) -> None:
         async with (
-            self.broker.open_consumer(route, prefetch=self._concurrency) as consumer,
+            self.broker.open_consumer(queue, prefetch=self._concurrency) as consumer,
             trio.open_nursery() as nursery,
         ):
+            self.consumers.append(consumer)
             task_status.started()
             while True:
                 deliveries = await consumer.receive(self._concurrency)
@@ -359,7 +397,8 @@ async def open_worker(
       groups: Group routes to serve: ``"<group>"`` or ``"<group>@<namespace>"``
         for a tenant's own fleet.
       concurrency: How many tasks run at once (and the prefetch per route).
-      capabilities: What this worker offers to steps with ``requires=``.
+      capabilities: What this worker offers to steps with ``requires=``; it
+        takes tasks only of the steps whose requirements these cover.
       instance_id: Its id in announcements; derived at random if not given.
       heartbeat: Seconds between announcements.
       ttl: Seconds an announcement lives without a heartbeat.
@@ -375,7 +414,12 @@ async def open_worker(
         raise UsageError("a worker needs at least one group to serve")
     _check_concurrency(concurrency)
     for name, value in (("heartbeat", heartbeat), ("ttl", ttl)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
             raise UsageError(f"{name} must be a positive finite number, not {value!r}")
     if heartbeat >= ttl:
         raise UsageError(f"heartbeat ({heartbeat} s) must be shorter than ttl ({ttl} s)")
@@ -404,8 +448,8 @@ async def open_worker(
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(worker._publish_forever, name="trio_durable result publisher")
-            for route in routes:
-                await nursery.start(worker._consume, route, name=f"trio_durable consumer {route}")
+            for queue in worker.queues:
+                await nursery.start(worker._consume, queue, name=f"trio_durable consumer {queue}")
             await broker_obj.announce(worker.descriptor(), worker._ttl)
             nursery.start_soon(worker._announce_forever, name="trio_durable heartbeat")
             try:

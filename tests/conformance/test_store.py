@@ -378,6 +378,169 @@ async def test_settle_returns_the_settled_row_once(store: AnyStore) -> None:
     assert await store.get_checkpoints("r1") == [settled]
 
 
+async def test_settle_of_a_superseded_attempt_changes_nothing(store: AnyStore) -> None:
+    pending = make_checkpoint(kind="remote", attempts=2, errors=(ErrorInfo(message="first"),))
+    await store.save_checkpoint(pending)
+    late = ErrorInfo(message="attempt 1 failed late", code="timeout")
+
+    assert await store.apply([SettleCheckpoint("r1", 1, "failed", error=late, attempt=1)]) == [None]
+    assert await store.apply([SettleCheckpoint("r1", 1, "failed", error=late, attempt=3)]) == [None]
+    assert await store.get_checkpoints("r1") == [pending]
+
+    [settled] = await store.apply(
+        [SettleCheckpoint("r1", 1, "completed", output='"ok"', finished_at=4.0, attempt=2)]
+    )
+    assert settled == attrs.evolve(pending, status="completed", output='"ok"', finished_at=4.0)
+    assert await store.get_checkpoints("r1") == [settled]
+
+
+@pytest.mark.parametrize("run_status", ["cancelled", "completed"])
+async def test_settle_unless_run_status_drops_results_of_ended_runs(
+    store: AnyStore, run_status: RunStatus
+) -> None:
+    unless: frozenset[RunStatus] = frozenset({"cancelled", "completed"})
+    await store.create_run(make_run("ended", status=run_status))
+    await store.create_run(make_run("live", status="suspended"))
+    await store.save_checkpoint(make_checkpoint("ended", kind="remote"))
+    await store.save_checkpoint(make_checkpoint("live", kind="remote"))
+
+    results = await store.apply(
+        [
+            SettleCheckpoint("ended", 1, "completed", output='"x"', unless_run_status=unless),
+            SettleCheckpoint("live", 1, "completed", output='"x"', unless_run_status=unless),
+        ]
+    )
+    settled = attrs.evolve(make_checkpoint("live", kind="remote"), status="completed", output='"x"')
+    assert results == [None, settled]
+    assert await store.get_checkpoints("ended") == [make_checkpoint("ended", kind="remote")]
+    assert await store.get_checkpoints("live") == [settled]
+    # The condition only guards: without it the ended run's checkpoint settles.
+    [forced] = await store.apply([SettleCheckpoint("ended", 1, "failed")])
+    assert forced is not None
+    assert forced.status == "failed"
+
+
+async def test_settle_and_reschedule_check_kind_and_name_when_given(store: AnyStore) -> None:
+    # A stray result for seq 1 of another operation (a deploy changed the
+    # body, or a retried run reused the seq) must not settle this one.
+    timer = make_checkpoint(seq=1, kind="timer", name="sleep")
+    remote = make_checkpoint(seq=2, kind="remote", name="charge", attempts=1)
+    await store.save_checkpoint(timer)
+    await store.save_checkpoint(remote)
+    error = ErrorInfo(message="x")
+
+    results = await store.apply(
+        [
+            SettleCheckpoint("r1", 1, "completed", output='"v"', kind="remote", name="sleep"),
+            SettleCheckpoint("r1", 2, "completed", output='"v"', kind="remote", name="refund"),
+            RescheduleCheckpoint("r1", 2, 1, error, 5.0, kind="timer", name="charge"),
+            RescheduleCheckpoint("r1", 2, 1, error, 5.0, kind="remote", name="refund"),
+        ]
+    )
+    assert results == [None, None, None, None]
+    assert await store.get_checkpoints("r1") == [timer, remote]
+
+    rescheduled = attrs.evolve(remote, attempts=2, errors=(error,), wake_at=5.0)
+    settled = attrs.evolve(rescheduled, status="completed", output='"v"')
+    results = await store.apply(
+        [
+            SettleCheckpoint("r1", 1, "completed", kind="timer"),
+            RescheduleCheckpoint("r1", 2, 1, error, 5.0, kind="remote", name="charge"),
+            SettleCheckpoint("r1", 2, "completed", output='"v"', name="charge"),
+        ]
+    )
+    assert results == [attrs.evolve(timer, status="completed"), rescheduled, settled]
+
+
+# -- RescheduleCheckpoint -----------------------------------------------------------
+
+
+async def test_reschedule_records_the_attempt_and_schedules_the_next(store: AnyStore) -> None:
+    await store.create_run(make_run(status="suspended"))
+    first = ErrorInfo(message="down", code="unavailable")
+    pending = make_checkpoint(
+        kind="remote", attempts=1, errors=(first,), group="g", enqueued_at=1.0, started_at=2.0
+    )
+    await store.save_checkpoint(pending)
+    second = ErrorInfo(message="still down", code="unavailable", details={"try": 2})
+
+    [rescheduled] = await store.apply([RescheduleCheckpoint("r1", 1, 1, second, wake_at=9.5)])
+    expected = attrs.evolve(
+        pending, attempts=2, errors=(first, second), started_at=None, wake_at=9.5
+    )
+    assert rescheduled == expected
+    assert await store.get_checkpoints("r1") == [expected]
+    # A stale failure of attempt 1 (a duplicate delivery) changes nothing.
+    assert await store.apply([RescheduleCheckpoint("r1", 1, 1, second, wake_at=50.0)]) == [None]
+    assert await store.get_checkpoints("r1") == [expected]
+    # The next attempt's failure builds on it.
+    third = ErrorInfo(message="again")
+    [again] = await store.apply([RescheduleCheckpoint("r1", 1, 2, third, wake_at=20.0)])
+    assert again == attrs.evolve(expected, attempts=3, errors=(first, second, third), wake_at=20.0)
+
+
+async def test_reschedule_applies_only_to_a_pending_checkpoint_of_a_live_run(
+    store: AnyStore,
+) -> None:
+    unless: frozenset[RunStatus] = frozenset({"cancelled", "completed"})
+    await store.create_run(make_run("done", status="completed"))
+    await store.create_run(make_run("r1", status="suspended"))
+    await store.save_checkpoint(make_checkpoint("done", kind="remote"))
+    await store.save_checkpoint(make_checkpoint("r1", 1, kind="remote", status="completed"))
+    await store.save_checkpoint(make_checkpoint("r1", 2, kind="remote", status="failed"))
+    await store.save_checkpoint(make_checkpoint("r1", 3, kind="remote"))
+    error = ErrorInfo(message="x")
+
+    results = await store.apply(
+        [
+            RescheduleCheckpoint("done", 1, 0, error, 5.0, unless_run_status=unless),
+            RescheduleCheckpoint("r1", 1, 0, error, 5.0),
+            RescheduleCheckpoint("r1", 2, 0, error, 5.0),
+            RescheduleCheckpoint("r1", 9, 0, error, 5.0),
+            RescheduleCheckpoint("r1", 3, 0, error, 5.0, unless_run_status=unless),
+        ]
+    )
+    live = attrs.evolve(make_checkpoint("r1", 3, kind="remote"), attempts=1, errors=(error,))
+    assert results == [None, None, None, None, attrs.evolve(live, wake_at=5.0)]
+    assert await store.get_checkpoints("done") == [make_checkpoint("done", kind="remote")]
+    assert [(cp.seq, cp.status, cp.attempts) for cp in await store.get_checkpoints("r1")] == [
+        (1, "completed", 0),
+        (2, "failed", 0),
+        (3, "pending", 1),
+    ]
+
+
+async def test_reschedule_and_conditional_settle_roll_back_with_their_batch(
+    store: AnyStore,
+) -> None:
+    await store.create_run(make_run(status="suspended"))
+    retried = make_checkpoint(seq=1, kind="remote", attempts=1, started_at=3.0)
+    settled = make_checkpoint(seq=2, kind="remote", attempts=1)
+    await store.save_checkpoint(retried)
+    await store.save_checkpoint(settled)
+
+    with pytest.raises(WriteConflict):
+        await store.apply(
+            [
+                RescheduleCheckpoint("r1", 1, 1, ErrorInfo(message="x"), wake_at=8.0),
+                SettleCheckpoint("r1", 2, "completed", output='"v"', attempt=1),
+                UpdateRun("r1", {"status": "running"}, expect_status=frozenset({"running"})),
+            ]
+        )
+    assert await store.get_checkpoints("r1") == [retried, settled]
+    # Nothing was used up: the same writes apply afterwards.
+    results = await store.apply(
+        [
+            RescheduleCheckpoint("r1", 1, 1, ErrorInfo(message="x"), wake_at=8.0),
+            SettleCheckpoint("r1", 2, "completed", output='"v"', attempt=1),
+        ]
+    )
+    assert [None if cp is None else (cp.attempts, cp.status) for cp in results] == [
+        (2, "pending"),
+        (1, "completed"),
+    ]
+
+
 async def test_delete_checkpoints(store: AnyStore) -> None:
     for seq in (1, 2, 3):
         await store.save_checkpoint(make_checkpoint(seq=seq))
@@ -426,6 +589,232 @@ async def test_count_checkpoints(store: AnyStore) -> None:
     await store.apply([SettleCheckpoint("r1", 1, "completed")])
     assert await store.count_checkpoints("r1", 1, 1, ["completed"]) == 1
     assert await store.count_checkpoints("r1", 1, 1, ["pending"]) == 0
+
+
+# -- flow-control queues ------------------------------------------------------------
+
+QUEUED = ErrorInfo(message="waiting for a slot of queue 'q'", code="queued")
+
+
+async def queued_steps(store: AnyStore, *keys: tuple[str, int]) -> None:
+    """Suspended runs with a pending remote step carrying the queued mark at
+    each ``(run_id, seq)``."""
+    for run_id in dict.fromkeys(run_id for run_id, _ in keys):
+        await store.create_run(make_run(run_id, status="suspended"))
+    for run_id, seq in keys:
+        await store.save_checkpoint(make_checkpoint(run_id, seq, kind="remote", error=QUEUED))
+
+
+async def marks(store: AnyStore, *keys: tuple[str, int]) -> list[str | None]:
+    """The error code of each checkpoint (``"queued"`` while it waits)."""
+    codes: list[str | None] = []
+    for run_id, seq in keys:
+        [cp] = await store.get_checkpoints(run_id, seq, seq)
+        codes.append(None if cp.error is None else cp.error.code)
+    return codes
+
+
+def admit(run_id: str, seq: int = 1, *, priority: int = 0, limit: int = 1, at: float = 0.0) -> Any:
+    return AdmitToQueue("q", run_id, seq, priority, limit, at)
+
+
+def release(run_id: str, seq: int = 1, *, limit: int = 1) -> Any:
+    return ReleaseQueueSlot("q", run_id, seq, limit)
+
+
+async def settle(store: AnyStore, run_id: str, seq: int = 1) -> None:
+    [settled] = await store.apply([SettleCheckpoint(run_id, seq, "completed", output='"ok"')])
+    assert settled is not None
+
+
+async def test_admission_respects_the_limit(store: AnyStore) -> None:
+    keys = [("a", 1), ("a", 2), ("b", 1)]
+    await queued_steps(store, *keys)
+
+    results = await store.apply(
+        [admit(r, s, limit=2, at=float(i)) for i, (r, s) in enumerate(keys)]
+    )
+    assert results == [True, True, False]
+    assert await marks(store, *keys) == [None, None, "queued"]
+    # Other queues are counted apart.
+    assert await store.apply([AdmitToQueue("other", "b", 1, 0, 1, 5.0)]) == [True]
+    assert await marks(store, ("b", 1)) == [None]
+
+
+async def test_asking_again_while_holding_or_waiting_changes_nothing(store: AnyStore) -> None:
+    await queued_steps(store, ("a", 1), ("b", 1), ("c", 1))
+    assert await store.apply([admit("a"), admit("b", at=1.0), admit("c", at=2.0)]) == [
+        True,
+        False,
+        False,
+    ]
+    before = [await store.get_checkpoints(r) for r in "abc"]
+
+    # A holder keeps its slot even when asking with a smaller limit; a waiter
+    # keeps its place in line (it is not moved behind c, nor given a second one).
+    results = await store.apply(
+        [admit("a", limit=0), admit("a", at=9.0), admit("b", at=9.0, priority=5), admit("b")]
+    )
+    assert results == [True, True, False, False]
+    assert [await store.get_checkpoints(r) for r in "abc"] == before
+
+    await settle(store, "a")
+    assert await store.apply([release("a")]) == [[("b", 1)]]
+    await settle(store, "b")
+    assert await store.apply([release("b")]) == [[("c", 1)]]
+    await settle(store, "c")
+    assert await store.apply([release("c")]) == [[]]
+
+
+async def test_admission_clears_only_the_queued_mark(store: AnyStore) -> None:
+    await store.create_run(make_run(status="suspended"))
+    blocked = ErrorInfo(message="no worker offers gpu", code="blocked")
+    await store.save_checkpoint(make_checkpoint(seq=1, kind="remote", error=blocked))
+    await store.save_checkpoint(make_checkpoint(seq=2, kind="remote", error=QUEUED))
+    await store.save_checkpoint(make_checkpoint(seq=3, kind="remote", error=blocked))
+
+    assert await store.apply([admit("r1", 1, limit=2), admit("r1", 2, limit=2)]) == [True, True]
+    assert await store.apply([admit("r1", 3, limit=2)]) == [False]
+    assert await marks(store, ("r1", 1), ("r1", 2), ("r1", 3)) == ["blocked", None, "blocked"]
+
+    # Let in by a release, a waiter keeps a mark that is not "queued" too.
+    await settle(store, "r1", 1)
+    assert await store.apply([release("r1", 1, limit=2)]) == [[("r1", 3)]]
+    assert await marks(store, ("r1", 3)) == ["blocked"]
+
+
+async def test_waiters_are_let_in_by_priority_then_arrival(store: AnyStore) -> None:
+    keys = [(name, 1) for name in ("holder", "low1", "high1", "mid", "high2", "low2")]
+    await queued_steps(store, *keys)
+    priorities = {"holder": 0, "low1": 0, "high1": 9, "mid": 4, "high2": 9, "low2": 0}
+    results = await store.apply(
+        [admit(r, priority=priorities[r], at=float(i)) for i, (r, _) in enumerate(keys)]
+    )
+    assert results == [True, False, False, False, False, False]
+
+    order: list[str] = []
+    current = "holder"
+    for _ in range(5):
+        await settle(store, current)
+        [admitted] = await store.apply([release(current)])
+        [(current, _seq)] = admitted
+        order.append(current)
+        # Only the one let in loses its mark; the others still wait.
+        assert (await marks(store, (current, 1))) == [None]
+    assert order == ["high1", "high2", "mid", "low1", "low2"]
+    await settle(store, current)
+    assert await store.apply([release(current)]) == [[]]
+
+
+async def test_a_higher_priority_arrival_goes_ahead_of_earlier_waiters(store: AnyStore) -> None:
+    await queued_steps(store, ("holder", 1), ("early", 1), ("urgent", 1))
+    assert await store.apply(
+        [admit("holder"), admit("early", at=1.0), admit("urgent", priority=1, at=2.0)]
+    ) == [True, False, False]
+    await settle(store, "holder")
+    assert await store.apply([release("holder")]) == [[("urgent", 1)]]
+    assert await marks(store, ("early", 1), ("urgent", 1)) == ["queued", None]
+
+
+async def test_release_needs_the_step_to_be_over(store: AnyStore) -> None:
+    await queued_steps(store, ("a", 1), ("b", 1))
+    assert await store.apply([admit("a"), admit("b", at=1.0)]) == [True, False]
+
+    # Still pending in a live run: the slot stays taken.
+    assert await store.apply([release("a")]) == [[]]
+    assert await marks(store, ("b", 1)) == ["queued"]
+    assert await store.apply([admit("a")]) == [True]
+
+    # The run ended with the step still pending: the slot is given back.
+    await store.apply([UpdateRun("a", {"status": "cancelled"})])
+    assert await store.apply([release("a")]) == [[("b", 1)]]
+    [cp] = await store.get_checkpoints("a")
+    assert (cp.status, cp.error) == ("pending", None)
+    assert await marks(store, ("b", 1)) == [None]
+
+
+async def test_a_slot_is_released_exactly_once(store: AnyStore) -> None:
+    await queued_steps(store, ("a", 1), ("b", 1), ("c", 1))
+    assert await store.apply([admit("a"), admit("b", at=1.0), admit("c", at=2.0)]) == [
+        True,
+        False,
+        False,
+    ]
+    await settle(store, "a")
+
+    # Two deliveries of a's result race to release its slot: one wins. The
+    # loser gives back nothing, so it lets nobody in even with room to spare
+    # (its limit raised by a deploy in between).
+    results = await store.apply([release("a"), release("a", limit=3)])
+    assert results == [[("b", 1)], []]
+    assert await store.apply([release("a", limit=3)]) == [[]]
+    # A step that never held a slot releases nothing either.
+    assert await store.apply([release("nobody", limit=3), release("c", limit=3)]) == [[], []]
+    assert await marks(store, ("b", 1), ("c", 1)) == [None, "queued"]
+    # b holds the only slot: c is still in line behind it.
+    assert await store.apply([admit("c", at=3.0)]) == [False]
+    await settle(store, "b")
+    assert await store.apply([release("b")]) == [[("c", 1)]]
+
+
+async def test_release_lets_waiters_in_while_slots_are_free(store: AnyStore) -> None:
+    keys = [(name, 1) for name in ("a", "b", "c", "d", "e")]
+    await queued_steps(store, *keys)
+    results = await store.apply([admit(r, limit=2, at=float(i)) for i, (r, _) in enumerate(keys)])
+    assert results == [True, True, False, False, False]
+
+    await settle(store, "a")
+    # The limit is the releaser's: raised to 4, three slots are free.
+    assert await store.apply([release("a", limit=4)]) == [[("c", 1), ("d", 1), ("e", 1)]]
+    assert await marks(store, *keys) == [None] * 5
+
+
+async def test_release_drops_waiters_that_no_longer_need_a_slot(store: AnyStore) -> None:
+    keys = [(name, 1) for name in ("holder", "settled", "ended", "next", "last")]
+    await queued_steps(store, *keys)
+    results = await store.apply([admit(r, at=float(i)) for i, (r, _) in enumerate(keys)])
+    assert results == [True, False, False, False, False]
+    await settle(store, "settled")
+    await store.apply([UpdateRun("ended", {"status": "failed"})])
+    await settle(store, "holder")
+
+    assert await store.apply([release("holder")]) == [[("next", 1)]]
+    assert await marks(store, ("ended", 1), ("next", 1), ("last", 1)) == ["queued", None, "queued"]
+    # The skipped ones left the line for good: even pending again (a retried
+    # run), they are not let in ahead of "last".
+    await store.save_checkpoint(make_checkpoint("settled", 1, kind="remote", error=QUEUED))
+    await store.apply([UpdateRun("ended", {"status": "suspended"})])
+    await settle(store, "next")
+    assert await store.apply([release("next")]) == [[("last", 1)]]
+    await settle(store, "last")
+    assert await store.apply([release("last")]) == [[]]
+
+
+async def test_queue_operations_roll_back_with_their_batch(store: AnyStore) -> None:
+    keys = [(name, 1) for name in ("a", "b", "c", "d")]
+    await queued_steps(store, *keys)
+    assert await store.apply([admit("a"), admit("b", at=1.0)]) == [True, False]
+    await settle(store, "a")
+    checkpoints = [await store.get_checkpoints(r) for r in "abcd"]
+
+    with pytest.raises(WriteConflict):
+        await store.apply(
+            [
+                release("a"),
+                admit("c", at=2.0),
+                AdmitToQueue("other", "d", 1, 0, 1, 3.0),
+                UpdateRun("a", {}, expect_status=frozenset({"running"})),
+            ]
+        )
+    assert [await store.get_checkpoints(r) for r in "abcd"] == checkpoints
+
+    # a still holds its slot (so its release lets b in), c never joined the
+    # line, and d never took the other queue's slot.
+    assert await store.apply([AdmitToQueue("other", "c", 1, 0, 1, 4.0)]) == [True]
+    assert await store.apply([release("a")]) == [[("b", 1)]]
+    assert await store.apply([admit("d", at=5.0)]) == [False]
+    await settle(store, "b")
+    assert await store.apply([release("b")]) == [[("d", 1)]]
 
 
 # -- signals ------------------------------------------------------------------------

@@ -118,7 +118,9 @@ class MemoryBroker:
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         now = trio.current_time()
         for outgoing in messages:
-            copies = 2 if self.faults.duplicate and self._rng.random() < self.faults.duplicate else 1
+            copies = (
+                2 if self.faults.duplicate and self._rng.random() < self.faults.duplicate else 1
+            )
             for _ in range(copies):
                 delay = self._rng.uniform(0, self.faults.delay) if self.faults.delay else 0.0
                 self._enqueue(
@@ -215,6 +217,11 @@ class MemoryConsumer:
         self._acked_room = trio.Event()
         self._closed = False
 
+    @property
+    def held(self) -> int:
+        """Messages this consumer received and has not acked or rejected."""
+        return len(self._unacked)
+
     async def receive(self, max_items: int) -> list[Delivery]:
         # Cancelled only before anything is taken: messages taken by a receive
         # that then raised Cancelled would sit unacked, holding prefetch room,
@@ -237,7 +244,9 @@ class MemoryConsumer:
                     message.deliveries += 1
                     self._unacked[message.order] = message
                     deliveries.append(
-                        Delivery(body=message.body, deliveries=message.deliveries, tag=message.order)
+                        Delivery(
+                            body=message.body, deliveries=message.deliveries, tag=message.order
+                        )
                     )
                 broker.delivered += len(taken)
                 await trio.lowlevel.cancel_shielded_checkpoint()

@@ -17,7 +17,7 @@ import attrs
 import trio
 
 from .._exceptions import StoreError
-from .._records import Checkpoint, CheckpointStatus, ErrorInfo, Run, RunStatus
+from .._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
 
 
 @final
@@ -90,7 +90,9 @@ class SettleCheckpoint:
     With ``attempt``, the checkpoint's ``attempts`` must equal it (a failure
     of an attempt that was superseded changes nothing). With
     ``unless_run_status``, nothing happens if the run is in one of those
-    statuses (results for cancelled or completed runs are dropped).
+    statuses (results for cancelled or completed runs are dropped). With
+    ``kind`` and ``name``, the checkpoint must be of that kind and name (a
+    stray result for the same seq of another operation changes nothing).
 
     Result: the settled row, or None if the checkpoint was missing or no
     longer pending (a duplicate or late settle changes nothing).
@@ -104,6 +106,8 @@ class SettleCheckpoint:
     finished_at: float | None = None
     attempt: int | None = None
     unless_run_status: frozenset[RunStatus] | None = None
+    kind: CheckpointKind | None = None
+    name: str | None = None
 
 
 @final
@@ -112,8 +116,9 @@ class RescheduleCheckpoint:
     """Record a failed attempt of a pending checkpoint and schedule the next.
 
     Applies only if the checkpoint is pending with ``attempts == attempt``
-    (a stale failure of an earlier attempt changes nothing) and the run's
-    status is not in ``unless_run_status``. Then ``attempts`` grows by one,
+    (a stale failure of an earlier attempt changes nothing), of ``kind`` and
+    ``name`` when given, and the run's status is not in
+    ``unless_run_status``. Then ``attempts`` grows by one,
     ``error`` is appended to ``errors``, ``started_at`` is cleared (the next
     attempt is not dispatched yet) and ``wake_at`` is set to when it is due.
     Result: the updated row, or None.
@@ -125,6 +130,8 @@ class RescheduleCheckpoint:
     error: ErrorInfo
     wake_at: float
     unless_run_status: frozenset[RunStatus] | None = None
+    kind: CheckpointKind | None = None
+    name: str | None = None
 
 
 @final

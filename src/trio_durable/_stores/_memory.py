@@ -265,10 +265,21 @@ class MemoryStore(StoreHelpers):
                 self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return True
             case SettleCheckpoint(
-                run_id, seq, status, output, error, finished_at, attempt, unless_run_status
+                run_id,
+                seq,
+                status,
+                output,
+                error,
+                finished_at,
+                attempt,
+                unless_run_status,
+                kind,
+                name,
             ):
                 existing_cp = self._checkpoints.get(run_id, {}).get(seq)
                 if existing_cp is None or existing_cp.status != "pending":
+                    return None
+                if not _is(existing_cp, kind, name):
                     return None
                 if attempt is not None and existing_cp.attempts != attempt:
                     return None
@@ -279,9 +290,13 @@ class MemoryStore(StoreHelpers):
                 )
                 self._set_checkpoint(settled, (run_id, seq), journal)
                 return settled
-            case RescheduleCheckpoint(run_id, seq, attempt, error, wake_at, unless_run_status):
+            case RescheduleCheckpoint(
+                run_id, seq, attempt, error, wake_at, unless_run_status, kind, name
+            ):
                 existing_cp = self._checkpoints.get(run_id, {}).get(seq)
                 if existing_cp is None or existing_cp.status != "pending":
+                    return None
+                if not _is(existing_cp, kind, name):
                     return None
                 if existing_cp.attempts != attempt:
                     return None
@@ -537,6 +552,10 @@ class MemoryStore(StoreHelpers):
     async def signal_waiter(self, token: str) -> tuple[str, int] | None:
         await self._enter()
         return self._waiters.get(token)
+
+
+def _is(cp: Checkpoint, kind: str | None, name: str | None) -> bool:
+    return (kind is None or cp.kind == kind) and (name is None or cp.name == name)
 
 
 def _holds(run: Run, owner: str, now: float | None) -> bool:

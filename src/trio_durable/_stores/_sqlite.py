@@ -407,14 +407,18 @@ def _conditions_hold(
     seq: int,
     attempt: int | None,
     unless_run_status: frozenset[RunStatus] | None,
+    kind: str | None = None,
+    name: str | None = None,
 ) -> Checkpoint | None:
-    """The pending checkpoint, if the attempt and run-status conditions of a
-    settle or reschedule hold."""
+    """The pending checkpoint, if the attempt, kind, name and run-status
+    conditions of a settle or reschedule hold."""
     rows = cur.execute(_SELECT_CHECKPOINTS, (run_id, seq, seq)).fetchall()
     if not rows:
         return None
     cp = _load_checkpoint(rows[0])
     if cp.status != "pending" or (attempt is not None and cp.attempts != attempt):
+        return None
+    if (kind is not None and cp.kind != kind) or (name is not None and cp.name != name):
         return None
     if unless_run_status:
         row = cur.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -424,10 +428,15 @@ def _conditions_hold(
 
 
 def _settle(cur: sqlite3.Cursor, op: SettleCheckpoint) -> Any:
-    if (op.attempt is not None or op.unless_run_status) and _conditions_hold(
-        cur, op.run_id, op.seq, op.attempt, op.unless_run_status
-    ) is None:
-        return None
+    conditional = (
+        op.attempt is not None or op.unless_run_status or op.kind is not None or op.name is not None
+    )
+    if conditional:
+        cp = _conditions_hold(
+            cur, op.run_id, op.seq, op.attempt, op.unless_run_status, op.kind, op.name
+        )
+        if cp is None:
+            return None
     rows = cur.execute(
         _SETTLE_CHECKPOINT,
         (op.status, op.output, dump_error(op.error), op.finished_at, op.run_id, op.seq),
@@ -436,7 +445,9 @@ def _settle(cur: sqlite3.Cursor, op: SettleCheckpoint) -> Any:
 
 
 def _reschedule(cur: sqlite3.Cursor, op: RescheduleCheckpoint) -> Any:
-    cp = _conditions_hold(cur, op.run_id, op.seq, op.attempt, op.unless_run_status)
+    cp = _conditions_hold(
+        cur, op.run_id, op.seq, op.attempt, op.unless_run_status, op.kind, op.name
+    )
     if cp is None:
         return None
     rescheduled = attrs.evolve(
