@@ -207,7 +207,9 @@ async def test_result_raises_run_failed_with_code_and_details(
         )
 
 
-async def test_result_of_a_run_that_ends_on_another_engine(autojump_clock: trio.testing.MockClock) -> None:
+async def test_result_of_a_run_that_ends_on_another_engine(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     store = td.MemoryStore()
     async with td.open_engine(app, store=store, seed=1) as a:
         await a.start(waits, run_id="w")
@@ -378,3 +380,22 @@ async def test_a_closed_engine_refuses_work(open_test_engine: EngineFactory) -> 
         await engine.start(pipeline, 1)
     with pytest.raises(td.EngineClosedError):
         await engine.drain()
+
+
+def test_the_adapter_api_is_pinned() -> None:
+    from trio_durable import brokers
+
+    assert sorted(brokers.__all__) == [
+        "Broker",
+        "BrokerError",
+        "BrokerFaults",
+        "BrokerUnavailable",
+        "Consumer",
+        "Delivery",
+        "MemoryBroker",
+        "Outgoing",
+        "RESULTS",
+        "WorkerDescriptor",
+        "is_broker_safe",
+        "open_broker",
+    ]

@@ -251,7 +251,7 @@ def watch_broker(
     async def dispatch(messages: Sequence[Outgoing]) -> None:
         for message in messages:
             checkpoint = None
-            if message.queue != RESULTS:
+            if not message.queue.startswith(RESULTS):
                 task = Task.decode(message.body)
                 [checkpoint] = await store.get_checkpoints(task.run_id, task.seq, task.seq)
             sent.append(
@@ -270,11 +270,11 @@ def watch_broker(
 
 
 def tasks_of(sent: list[Sent]) -> list[Sent]:
-    return [s for s in sent if s.queue != RESULTS]
+    return [s for s in sent if not s.queue.startswith(RESULTS)]
 
 
 def results_of(sent: list[Sent]) -> list[Result]:
-    return [s.result() for s in sent if s.queue == RESULTS]
+    return [s.result() for s in sent if s.queue.startswith(RESULTS)]
 
 
 def received(events: trio.MemoryReceiveChannel[td.Event]) -> list[td.Event]:
@@ -360,6 +360,7 @@ async def test_remote_step_runs_on_a_worker_and_holds_no_task_meanwhile(
         input='[{"value":3,"seconds":10.0,"fail":null}]',
         timeout=None,
         dispatched_at=WALL_START,
+        reply_to=f"{RESULTS}.{store.scope}",
     )
     [result] = results_of(sent)
     assert result == Result(
@@ -434,7 +435,7 @@ async def test_worker_acks_a_task_only_after_its_result_is_published(
 
     async def dispatch(messages: Sequence[Outgoing]) -> None:
         nonlocal failures_left
-        if any(m.queue == RESULTS for m in messages):
+        if any(m.queue.startswith(RESULTS) for m in messages):
             state = (broker.acked, broker.depth("math"), w.statistics().in_flight)
             if failures_left:
                 failures_left -= 1
@@ -565,25 +566,25 @@ async def test_a_result_delivered_twice_by_hand_settles_once(
                 status="completed",
                 output="9",
             )
-            await broker.dispatch([Outgoing(queue=RESULTS, body=answer.encode())])
+            await broker.dispatch([Outgoing(queue=engine.results_queue, body=answer.encode())])
             await engine.drain()
             assert entries["r"] == 2
             after_first = await snapshot(store)
             # The same result again (and a contradicting late one): changes
             # nothing, wakes nothing, sends nothing.
             late = attrs.evolve(answer, output="100")
-            await broker.dispatch([Outgoing(queue=RESULTS, body=answer.encode())])
-            await broker.dispatch([Outgoing(queue=RESULTS, body=late.encode())])
+            await broker.dispatch([Outgoing(queue=engine.results_queue, body=answer.encode())])
+            await broker.dispatch([Outgoing(queue=engine.results_queue, body=late.encode())])
             await engine.drain()
             assert await snapshot(store) == after_first
             assert entries["r"] == 2
-            assert broker.depth(RESULTS) == 0
+            assert broker.depth(engine.results_queue) == 0
             [second] = await tasks.receive(10)
             assert Task.decode(second.body).seq == 2
             assert Task.decode(second.body).input == '[{"value":9,"seconds":0.0,"fail":null}]'
             # A duplicate inside one batch resumes the run once too.
             answer2 = attrs.evolve(answer, seq=2, output="81")
-            await broker.dispatch([Outgoing(queue=RESULTS, body=answer2.encode())] * 2)
+            await broker.dispatch([Outgoing(queue=engine.results_queue, body=answer2.encode())] * 2)
             assert await engine.result("r") == 81
             await engine.drain()
             await tasks.ack([first, second])
@@ -642,10 +643,10 @@ async def test_a_result_for_a_completed_run_is_dropped(
         stray = Result(
             run_id="r", seq=1, attempt=1, step="act", workflow="one", status="failed", error="x"
         )
-        await broker.dispatch([Outgoing(queue=RESULTS, body=stray.encode())])
+        await broker.dispatch([Outgoing(queue=engine.results_queue, body=stray.encode())])
         await engine.drain()
         assert await snapshot(store) == before
-        assert broker.depth(RESULTS) == 0
+        assert broker.depth(engine.results_queue) == 0
 
 
 async def test_a_late_success_for_a_failed_run_is_salvaged_without_resuming(
@@ -777,10 +778,12 @@ async def test_stray_and_unreadable_results_are_acked_and_change_nothing(
             b"[1, 2]",
         ]
         with caplog.at_level(logging.ERROR, logger="trio_durable"):
-            await broker.dispatch([Outgoing(queue=RESULTS, body=body) for body in bodies])
+            await broker.dispatch(
+                [Outgoing(queue=engine.results_queue, body=body) for body in bodies]
+            )
             await engine.drain()
         assert broker.acked == acked + len(bodies)
-        assert broker.depth(RESULTS) == 0
+        assert broker.depth(engine.results_queue) == 0
         assert await snapshot(store) == before
         assert entries["r"] == 1
     dropped = [r for r in caplog.records if "does not decode" in r.getMessage()]
@@ -808,7 +811,7 @@ async def test_a_stray_result_for_a_timer_changes_nothing(
             status="completed",
             output="1",
         )
-        await broker.dispatch([Outgoing(queue=RESULTS, body=stray.encode())])
+        await broker.dispatch([Outgoing(queue=engine.results_queue, body=stray.encode())])
         await engine.drain()
         assert await snapshot(store) == before
         assert await engine.result("nap") == "woke"
@@ -1086,7 +1089,7 @@ async def test_drain_waits_for_the_embedded_worker_and_then_nothing_happens(
         assert [t for _, _, t in calls] == [0] * 4 + [1] * 4 + [2] * 2
         writes = attrs.evolve(store.statistics())
         assert broker.depth("math") == 0
-        assert broker.depth(RESULTS) == 0
+        assert broker.depth(engine.results_queue) == 0
         assert engine.statistics().runs_active == 0
         assert engine._worker is not None
         assert not engine._worker.busy
@@ -1096,4 +1099,28 @@ async def test_drain_waits_for_the_embedded_worker_and_then_nothing_happens(
             writes.ops,
         )
         assert broker.depth("math") == 0
-        assert broker.depth(RESULTS) == 0
+        assert broker.depth(engine.results_queue) == 0
+
+
+async def test_engines_of_different_stores_never_take_each_others_results(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Two fleets in one process on one broker: each store's engines have a
+    # results queue of their own, so no result is taken (and dropped) by an
+    # engine that does not know its run.
+    broker = MemoryBroker()
+    async with (
+        td.open_engine(
+            app, store=td.MemoryStore(), broker=broker, serve=["math"], engine_id="a", seed=1
+        ) as a,
+        td.open_engine(
+            app, store=td.MemoryStore(), broker=broker, serve=["math"], engine_id="b", seed=2
+        ) as b,
+    ):
+        assert a.results_queue != b.results_queue
+        for engine in (a, b):
+            for i in range(10):
+                await engine.start(one, Job(value=i, seconds=1.0), run_id=f"r-{i}")
+        for engine in (a, b):
+            for i in range(10):
+                assert await engine.result(f"r-{i}") == i * i

@@ -285,7 +285,7 @@ class RecordingConsumer(MemoryConsumer):  # type: ignore[misc]
 
     def __init__(self, broker: MemoryBroker, queue: str, prefetch: int, log: list[Entry]) -> None:
         super().__init__(broker, queue, prefetch)
-        self._log = log if queue == RESULTS else None
+        self._log = log if queue.startswith(RESULTS) else None
 
     def _record(
         self, what: Literal["receive", "ack", "reject"], batch: Sequence[Delivery], requeue: bool
@@ -319,7 +319,7 @@ class RecordingBroker(MemoryBroker):  # type: ignore[misc]
         self.on_send: Callable[[tuple[Task, ...]], Awaitable[None]] | None = None
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
-        tasks = tuple(Task.decode(m.body) for m in messages if m.queue != RESULTS)
+        tasks = tuple(Task.decode(m.body) for m in messages if not m.queue.startswith(RESULTS))
         if tasks:
             if self.on_send is not None:
                 await self.on_send(tasks)

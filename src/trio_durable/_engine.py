@@ -167,6 +167,10 @@ class Engine:
         self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
         self._settling = 0
         self._results_consumer: Consumer | None = None
+        scope = getattr(store, "scope", None)
+        # Engines sharing a store share a results queue; engines of other
+        # stores on the same broker must never take each other's results.
+        self.results_queue = RESULTS if not isinstance(scope, str) else f"{RESULTS}.{scope}"
         self._worker: Worker | None = None
         self.engine_id = engine_id
         self.rng = rng
@@ -499,7 +503,7 @@ class Engine:
         consumer or its embedded worker (effects that are not done yet)."""
         if not isinstance(self.broker, MemoryBroker):
             return 0
-        queues = [RESULTS, *(self._worker.queues if self._worker is not None else ())]
+        queues = [self.results_queue, *(self._worker.queues if self._worker is not None else ())]
         return sum(self.broker.depth(queue) for queue in queues)
 
     def _taken_here(self) -> bool:
@@ -518,7 +522,9 @@ class Engine:
             chunk = tasks[start : start + DISPATCH_CHUNK]
             outgoing = [
                 Outgoing(
-                    queue=task_queue(task.route, self._requires(task.step)), body=task.encode()
+                    queue=task_queue(task.route, self._requires(task.step)),
+                    body=attrs.evolve(task, reply_to=self.results_queue).encode(),
+                    priority=task.priority,
                 )
                 for task in chunk
             ]
@@ -1110,7 +1116,10 @@ async def open_engine(
       remote_redispatch: ``(seconds, maximum)``: a remote step with no result
         ``seconds`` after it was sent is sent again with its attempt count
         raised, at most ``maximum`` times; then it fails with code ``lost``.
-        Off by default (brokers redeliver what a dead worker held).
+        Off by default: brokers redeliver what a dead worker held, but a task
+        that never reached the broker (this engine died between committing a
+        step and sending it, or the broker refused it eight times) is only
+        sent again with this on.
       blocked_recheck: Seconds between checks of a step parked because no
         live worker offers what it ``requires``.
 

@@ -25,7 +25,13 @@ from . import _serde
 from ._app import FlowQueue, Step
 from ._exceptions import RemoteStepError, UsageError
 from ._records import Checkpoint, ErrorInfo, FanMode
-from ._stores._base import AdmitToQueue, ClaimCheckpoint, PutCheckpoint, SettleCheckpoint
+from ._stores._base import (
+    AdmitToQueue,
+    ClaimCheckpoint,
+    PutCheckpoint,
+    ReleaseQueueSlot,
+    SettleCheckpoint,
+)
 from ._wire import Task
 
 if TYPE_CHECKING:
@@ -89,6 +95,7 @@ class _Planner:
             timeout=self.step.timeout,
             dispatched_at=now,
             queue=None if self.flow is None else self.flow.name,
+            priority=max(0, min(9, self.priority)),
         )
 
     async def new(
@@ -225,11 +232,26 @@ class _Planner:
             code="lost",
         )
         store = self.engine.store
-        [settled] = await store.apply(
-            [SettleCheckpoint(cp.run_id, cp.seq, "failed", None, error, now)]
-        )
+        ops: list[Any] = [SettleCheckpoint(cp.run_id, cp.seq, "failed", None, error, now)]
+        if self.flow is not None:
+            # No result will come to give the slot back: give it back here.
+            ops.append(ReleaseQueueSlot(self.flow.name, cp.run_id, cp.seq, self.flow.concurrency))
+        settled, *released = await store.apply(ops)
         if settled is None:
             [settled] = await store.get_checkpoints(cp.run_id, cp.seq, cp.seq)
+        else:
+            self.ctx._emit(
+                "step.failed",
+                cp.seq,
+                cp.name,
+                attempt=cp.attempts,
+                error=error.message,
+                code=error.code,
+                final=True,
+            )
+        for admitted in released:
+            for run_id, _ in admitted:
+                self.engine._wake(run_id)
         self.ctx._turn.checkpoints[cp.seq] = settled
         return settled  # type: ignore[no-any-return]
 

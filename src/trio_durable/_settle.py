@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from ._app import NO_RETRY
-from ._brokers._base import RESULTS, BrokerError, Consumer, Delivery
+from ._brokers._base import BrokerError, Consumer, Delivery
 from ._exceptions import StoreError
 from ._observe import Event, EventKind
 from ._records import Checkpoint, CheckpointStatus, ErrorInfo, RunStatus
@@ -41,17 +41,37 @@ _PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
 
 async def consume_results(engine: Engine, task_status: trio.TaskStatus[None]) -> None:
     """Settle results from the broker until cancelled."""
-    async with engine.broker.open_consumer(RESULTS, prefetch=2 * RESULT_BATCH) as consumer:
-        engine._results_consumer = consumer
-        task_status.started()
-        while True:
-            deliveries = await consumer.receive(RESULT_BATCH)
-            engine._settling += 1
-            try:
-                await settle_batch(engine, consumer, deliveries)
-            finally:
-                engine._settling -= 1
-                engine._check_idle()
+    delay = 0.05
+    started = False
+    while True:
+        try:
+            async with engine.broker.open_consumer(
+                engine.results_queue, prefetch=2 * RESULT_BATCH
+            ) as consumer:
+                engine._results_consumer = consumer
+                if not started:
+                    task_status.started()
+                    started = True
+                delay = 0.05
+                await _settle_forever(engine, consumer)
+        except BrokerError as exc:
+            # Unacked results come back to whichever engine consumes next.
+            logger.warning("the result consumer lost the broker (%s); reconnecting", exc)
+            if not started:
+                raise
+            await trio.sleep(delay * engine.rng.uniform(0.5, 1.5))
+            delay = min(delay * 2, 5.0)
+
+
+async def _settle_forever(engine: Engine, consumer: Consumer) -> None:
+    while True:
+        deliveries = await consumer.receive(RESULT_BATCH)
+        engine._settling += 1
+        try:
+            await settle_batch(engine, consumer, deliveries)
+        finally:
+            engine._settling -= 1
+            engine._check_idle()
 
 
 def _op_for(engine: Engine, result: Result) -> Op:

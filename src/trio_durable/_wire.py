@@ -13,6 +13,7 @@ from typing import Any, Final, Literal, final
 
 import attrs
 
+from ._brokers._base import RESULTS
 from ._exceptions import TrioDurableError
 
 WIRE_VERSION: Final = 1
@@ -39,6 +40,9 @@ class Task:
       timeout: Seconds the attempt may take, or None.
       dispatched_at: When it was sent (durable time).
       queue: The flow-control queue whose slot it holds, if any.
+      reply_to: The queue its result goes to: the results queue of the
+        engines sharing the run's store.
+      priority: Its delivery priority on the broker (0 to 9).
     """
 
     run_id: str
@@ -51,6 +55,8 @@ class Task:
     timeout: float | None = None
     dispatched_at: float = 0.0
     queue: str | None = None
+    reply_to: str = RESULTS
+    priority: int = 0
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {"v": WIRE_VERSION, **attrs.asdict(self)}
@@ -72,6 +78,8 @@ class Task:
                 timeout=data.get("timeout"),
                 dispatched_at=float(data.get("dispatched_at", 0.0)),
                 queue=data.get("queue"),
+                reply_to=str(data.get("reply_to") or RESULTS),
+                priority=int(data.get("priority", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WireError(f"not a task: {exc}") from exc

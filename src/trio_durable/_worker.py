@@ -29,7 +29,6 @@ from . import _serde
 from ._app import App, Step
 from ._brokers import open_broker
 from ._brokers._base import (
-    RESULTS,
     Broker,
     BrokerError,
     Consumer,
@@ -209,7 +208,7 @@ class Worker:
         self._ttl = ttl
         self._stats = WorkerStatistics()
         self._send_result, self._results = trio.open_memory_channel[
-            tuple[Consumer, Delivery, Result]
+            tuple[Consumer, Delivery, Result, str]
         ](math.inf)
         self._idle = trio.Event()
         self._idle.set()
@@ -287,7 +286,7 @@ class Worker:
             return
         async with self._limiter:
             result = await self._execute(task)
-        self._send_result.send_nowait((consumer, delivery, result))
+        self._send_result.send_nowait((consumer, delivery, result, task.reply_to))
 
     async def _execute(self, task: Task) -> Result:
         started_at = self._clock.now()
@@ -352,7 +351,9 @@ class Worker:
                     batch.append(self._results.receive_nowait())
                 except trio.WouldBlock:
                     break
-            outgoing = [Outgoing(queue=RESULTS, body=result.encode()) for _, _, result in batch]
+            outgoing = [
+                Outgoing(queue=reply_to, body=result.encode()) for _, _, result, reply_to in batch
+            ]
             delay = 0.05
             while True:
                 try:
@@ -363,7 +364,7 @@ class Worker:
                     await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
                     delay = min(delay * 2, 5.0)
             by_consumer: dict[int, tuple[Consumer, list[Delivery]]] = {}
-            for consumer, delivery, _ in batch:
+            for consumer, delivery, _, _ in batch:
                 by_consumer.setdefault(id(consumer), (consumer, []))[1].append(delivery)
             for consumer, deliveries in by_consumer.values():
                 try:
@@ -423,8 +424,8 @@ async def open_worker(
             raise UsageError(f"{name} must be a positive finite number, not {value!r}")
     if heartbeat >= ttl:
         raise UsageError(f"heartbeat ({heartbeat} s) must be shorter than ttl ({ttl} s)")
-    if isinstance(capabilities, str):
-        raise UsageError(f"capabilities must be a list, not the string {capabilities!r}")
+    if isinstance(capabilities, str) or not all(is_broker_safe(c) for c in capabilities):
+        raise UsageError(f"capabilities must be a list of broker-safe names, not {capabilities!r}")
     rng = random.Random(seed)
     if instance_id is None:
         instance_id = f"worker-{rng.getrandbits(48):012x}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, final
@@ -44,6 +45,7 @@ from ._base import (
 )
 
 _Undo = Callable[[], None]
+_instances = itertools.count(1)
 
 
 @final
@@ -55,6 +57,9 @@ class MemoryStore(StoreHelpers):
     """
 
     def __init__(self) -> None:
+        # Names the fleet of engines sharing this store, so their results
+        # queue on a shared broker is theirs alone.
+        self.scope = f"memory-{next(_instances)}"
         self._runs: dict[str, Run] = {}
         self._checkpoints: dict[str, dict[int, Checkpoint]] = {}
         # run id -> status -> sorted seqs, so a count over a seq range is two

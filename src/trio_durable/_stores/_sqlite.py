@@ -20,7 +20,9 @@ caller's trip are woken with their results and make no trip of their own.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -734,6 +736,8 @@ class SQLiteStore(StoreHelpers):
 
     def __init__(self, connection: sqlite3.Connection, *, path: str, synchronous: str) -> None:
         self.path = path
+        # Engines sharing this file share a results queue on the broker.
+        self.scope = "sqlite-" + hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]
         self.synchronous = synchronous
         self._connection = connection
         self._cursor = connection.cursor()
