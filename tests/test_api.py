@@ -39,6 +39,7 @@ def test_public_api_is_pinned() -> None:
         "MemoryBroker",
         "MemoryStore",
         "NonDeterminismError",
+        "OnError",
         "RegistrationError",
         "RemoteStepError",
         "Retry",
@@ -56,15 +57,18 @@ def test_public_api_is_pinned() -> None:
         "StoreStatistics",
         "TrioDurableError",
         "UnknownWorkflowError",
+        "UnservedRoute",
         "UsageError",
         "Worker",
         "WorkerDescriptor",
         "WorkerStatistics",
         "Workflow",
+        "lineage",
         "open_broker",
         "open_engine",
         "open_store",
         "open_worker",
+        "parent_of",
     ]
     public = {name for name in dir(td) if not name.startswith("_")}
     assert public - set(td.__all__) == set()

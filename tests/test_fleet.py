@@ -167,7 +167,10 @@ async def test_descriptor_says_what_the_worker_serves(autojump_clock: trio.abc.C
         "charge": {"group": "payments", "requires": ["gpu"]},
         "ship": {"group": "shipping", "requires": ["crane", "truck"]},
     }
-    assert d.workflows == {"checkout": {"versions": ["1", "2"]}, "report": {"versions": ["1"]}}
+    assert d.workflows == {
+        "checkout": {"versions": ["1", "2"], "on_error": []},
+        "report": {"versions": ["1"], "on_error": []},
+    }
     assert d.capabilities == ("crane", "gpu")
     assert d.registration_hash == app.registration_hash()
     assert d.announced_at == WALL_START

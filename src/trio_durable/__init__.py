@@ -21,6 +21,7 @@ from ._clock import Clock as Clock
 from ._context import Context as Context
 from ._engine import Engine as Engine
 from ._engine import EngineStatistics as EngineStatistics
+from ._engine import UnservedRoute as UnservedRoute
 from ._engine import open_engine as open_engine
 from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import FatalError as FatalError
@@ -49,6 +50,9 @@ from ._observe import Event as Event
 from ._records import Checkpoint as Checkpoint
 from ._records import ErrorInfo as ErrorInfo
 from ._records import Run as Run
+from ._routing import OnError as OnError
+from ._routing import lineage as lineage
+from ._routing import parent_of as parent_of
 from ._stores import open_store as open_store
 from ._stores._base import Store as Store
 from ._stores._base import StoreStatistics as StoreStatistics
@@ -85,6 +89,7 @@ __all__ = [
     "MemoryBroker",
     "MemoryStore",
     "NonDeterminismError",
+    "OnError",
     "RegistrationError",
     "RemoteStepError",
     "Retry",
@@ -102,13 +107,16 @@ __all__ = [
     "StoreStatistics",
     "TrioDurableError",
     "UnknownWorkflowError",
+    "UnservedRoute",
     "UsageError",
     "Worker",
     "WorkerDescriptor",
     "WorkerStatistics",
     "Workflow",
+    "lineage",
     "open_broker",
     "open_engine",
     "open_store",
     "open_worker",
+    "parent_of",
 ]

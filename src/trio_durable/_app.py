@@ -15,6 +15,8 @@ import attrs
 
 from ._brokers._base import is_broker_safe
 from ._exceptions import FatalError, RegistrationError, UnknownWorkflowError
+from ._routing import OnError
+from ._routing import check_routes as check_on_error
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -171,6 +173,7 @@ class Workflow(Generic[P, R]):
       name: The registered name.
       version: The registered version.
       fn: The ``async def`` body; its first parameter is the `Context`.
+      on_error: Its on-error routes (see `OnError`).
     """
 
     def __init__(
@@ -179,10 +182,12 @@ class Workflow(Generic[P, R]):
         *,
         name: str,
         version: str,
+        on_error: tuple[OnError, ...] = (),
     ) -> None:
         self.fn = fn
         self.name = name
         self.version = version
+        self.on_error = on_error
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -245,7 +250,11 @@ class App:
         return self._queues.get(name)
 
     def workflow(
-        self, *, name: str | None = None, version: str = DEFAULT_VERSION
+        self,
+        *,
+        name: str | None = None,
+        version: str = DEFAULT_VERSION,
+        on_error: Sequence[OnError] = (),
     ) -> Callable[[Callable[..., Awaitable[R]]], Workflow[Any, R]]:
         """Register an ``async def`` as a workflow.
 
@@ -254,9 +263,17 @@ class App:
         of one name may be registered (`Engine.start` by name takes the one
         registered last).
 
+        Args:
+          name: The registered name; defaults to the function's name.
+          version: The version; defaults to ``"1"``.
+          on_error: Routes that hand a failed run to a handler workflow by
+            its error's code: at most one `OnError` per code and one
+            catch-all.
+
         Raises:
           RegistrationError: The name and version are taken, the name is
-            invalid, or the function is not an ``async def``.
+            invalid, the function is not an ``async def``, or two routes
+            share a code.
         """
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow version must be a non-empty string, not {version!r}")
@@ -270,7 +287,8 @@ class App:
                 raise RegistrationError(
                     f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
                 )
-            wf: Workflow[Any, R] = Workflow(fn, name=wf_name, version=version)
+            routes = check_on_error(wf_name, on_error)
+            wf: Workflow[Any, R] = Workflow(fn, name=wf_name, version=version, on_error=routes)
             self._workflows[key] = wf
             self._latest[wf_name] = wf
             return wf
@@ -421,7 +439,10 @@ class App:
                 q.name: {"concurrency": q.concurrency, "priority": q.priority}
                 for q in sorted(self._queues.values(), key=lambda q: q.name)
             },
-            "workflows": sorted([name, version] for name, version in self._workflows),
+            "workflows": sorted(
+                [name, version, sorted([r.code or "", r.workflow] for r in wf.on_error)]
+                for (name, version), wf in self._workflows.items()
+            ),
         }
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]

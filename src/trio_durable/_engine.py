@@ -16,6 +16,7 @@ away, in shuffled batches.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -45,6 +46,7 @@ from ._exceptions import (
     RunFailed,
     RunNotFoundError,
     StoreError,
+    UnknownWorkflowError,
     UsageError,
 )
 from ._fleet import Fleet, aggregate
@@ -59,11 +61,22 @@ from ._records import (
     Run,
     RunStatus,
 )
+from ._routing import (
+    HANDOFF_BASE,
+    OnError,
+    active_handoff,
+    handler_input,
+    handoffs,
+    pick_route,
+    route_tag,
+    without_route_tags,
+)
 from ._saga import compensate, plan_retry
 from ._settle import consume_results
 from ._stores import open_store
 from ._stores._base import (
     ChangeFeed,
+    CreateRun,
     Op,
     ReleaseRun,
     RemoveSignalWaiter,
@@ -105,6 +118,24 @@ class EngineStatistics:
     turns: int = 0
     runs_active: int = 0
     events_dropped: int = 0
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class UnservedRoute:
+    """An on-error route whose handler nothing here or in the fleet runs.
+
+    Attributes:
+      workflow: The workflow declaring the route.
+      version: Its version.
+      code: The route's code (None for the catch-all).
+      handler: The handler workflow's name that nothing serves.
+    """
+
+    workflow: str
+    version: str
+    code: str | None
+    handler: str
 
 
 @attrs.define(eq=False)
@@ -599,6 +630,9 @@ class Engine:
                     return
         finally:
             del self._active[run_id]
+            # The poller may be waiting for this turn to end before it looks
+            # at the run again (it came due while the turn held it).
+            self._progress.set()
             self._check_idle()
 
     # -- one turn -------------------------------------------------------------
@@ -624,6 +658,10 @@ class Engine:
             return
         if run.status == "cancelling":
             await self._finish_cancel(turn)
+            return
+        handoff = active_handoff(turn.checkpoints)
+        if handoff is not None:
+            await self._follow_handoff(turn, handoff)
             return
         if not self.app.has_workflow(run.workflow, run.version):
             # Another engine of a newer or older deploy may know it: leave the
@@ -676,7 +714,7 @@ class Engine:
         elif kind == "completed":
             await self._end(turn, "completed", output=value)
         else:
-            await self._fail(turn, ctx, value)
+            await self._fail(turn, ctx, value, wf)
 
     async def _run_body(self, wf: Workflow[..., Any], ctx: Context, run: Run) -> tuple[str, Any]:
         try:
@@ -791,11 +829,164 @@ class Engine:
             if not pending:
                 self._active[run.id].again = True
 
-    async def _fail(self, turn: TurnState, ctx: Context, exc: BaseException) -> None:
+    async def _fail(
+        self, turn: TurnState, ctx: Context, exc: BaseException, wf: Workflow[..., Any]
+    ) -> None:
         error = error_info(exc)
         if not isinstance(exc, NonDeterminismError):
             await self._compensate(turn, ctx)
+        route = pick_route(wf.on_error, error)
+        if route is not None:
+            reason = await self._routes_in_doubt(wf.name)
+            if reason is None:
+                await self._hand_off(turn, route, error)
+                return
+            self._emit_run("run.unrouted", turn.run, code=error.code, reason=reason)
         await self._end(turn, "failed", error=error)
+
+    async def _routes_in_doubt(self, workflow: str) -> str | None:
+        """Why the fleet's routes for ``workflow`` cannot be trusted now (live
+        workers announce different route sets: a rollout), or None."""
+        try:
+            fleet = aggregate(await self.broker.worker_descriptors())
+        except BrokerError as exc:
+            logger.warning("cannot read worker announcements to route a failure: %s", exc)
+            return None
+        for disagreement in fleet.disagreements:
+            if disagreement.kind == "on_error" and disagreement.subject == workflow:
+                sets = "; ".join(
+                    f"{', '.join(who)}: {value}" for value, who in disagreement.values.items()
+                )
+                return f"live workers announce different on-error routes for {workflow!r}: {sets}"
+        return None
+
+    def _handler_workflow(self, name: str) -> tuple[str, str]:
+        """The (name, version) a handler child runs: the version registered
+        here last, else "1" for an engine of another deploy to run."""
+        try:
+            wf = self.app.get_workflow(name)
+        except UnknownWorkflowError:
+            return name, "1"
+        return wf.name, wf.version
+
+    async def _hand_off(self, turn: TurnState, route: OnError, error: ErrorInfo) -> None:
+        """Hand the failed run to its route's handler, in one write: the
+        handoff checkpoint, the handler's run and the run's tag."""
+        run = turn.run
+        attempt = len(handoffs(turn.checkpoints))
+        seq = HANDOFF_BASE + attempt
+        handler_id = f"{run.id}.onError.{attempt}"
+        name, version = self._handler_workflow(route.workflow)
+        now = self.clock.now()
+        input_json = handler_input(run, error)
+        turn.put(
+            Checkpoint(
+                run_id=run.id,
+                seq=seq,
+                name=name,
+                kind="child",
+                input=input_json,
+                child_id=handler_id,
+                error=error,
+                enqueued_at=now,
+                started_at=now,
+            )
+        )
+        handler = Run(
+            id=handler_id,
+            workflow=name,
+            version=version,
+            namespace=run.namespace,
+            input=input_json,
+            parent_id=run.id,
+            parent_seq=seq,
+            created_at=now,
+            updated_at=now,
+        )
+        turn.ops.append(CreateRun(handler))
+        turn.started_children.append(handler)
+        turn.wake_after.append(handler_id)
+        tags = (*without_route_tags(run.tags), route_tag(route))
+        results = await self._write(
+            turn,
+            self._fence(
+                run, {"status": "suspended", "wake_at": None, "tags": tags}, frozenset({"running"})
+            ),
+        )
+        if results is None:
+            return
+        await self._after_commit(turn, results)
+        self._emit_run(
+            "run.routed", run, code=error.code, handler=handler_id, workflow_handler=name
+        )
+
+    async def _follow_handoff(self, turn: TurnState, handoff: Checkpoint) -> None:
+        """A turn of a run that handed off: it only follows its handler."""
+        run = turn.run
+        if handoff.status == "pending":
+            # The handler's run was created with the handoff; creating it
+            # again is a no-op, and starts it if that write was ever lost.
+            name, version = self._handler_workflow(handoff.name)
+            assert handoff.child_id is not None
+            now = self.clock.now()
+            handler = Run(
+                id=handoff.child_id,
+                workflow=name,
+                version=version,
+                namespace=run.namespace,
+                input=handoff.input or "[]",
+                parent_id=run.id,
+                parent_seq=handoff.seq,
+                created_at=now,
+                updated_at=now,
+            )
+            turn.ops.append(CreateRun(handler))
+            turn.wake_after.append(handler.id)
+            results = await self._write(
+                turn,
+                self._fence(run, {"status": "suspended", "wake_at": None}, frozenset({"running"})),
+            )
+            if results is not None:
+                await self._after_commit(turn, results)
+            return
+        outcome = json.loads(handoff.output) if handoff.output else {}
+        if handoff.status == "completed" and outcome.get("ok"):
+            value = json.dumps(outcome.get("value"), separators=(",", ":"))
+            await self._end(turn, "completed", output=value)
+            return
+        error = ErrorInfo(
+            message=str(
+                outcome.get("error") or (handoff.error.message if handoff.error else "failed")
+            ),
+            code=outcome.get("code"),
+            details=outcome.get("details"),
+            type="RunFailed",
+        )
+        await self._end(turn, "failed", error=error)
+
+    async def unserved_on_error_routes(self) -> list[UnservedRoute]:
+        """Routes whose handler workflow is neither registered on this engine
+        nor known to any live worker: likely a typo in a handler's name."""
+        try:
+            descriptors = await self.broker.worker_descriptors()
+        except BrokerError as exc:
+            logger.warning("cannot read worker announcements: %s", exc)
+            descriptors = []
+        served = {name for d in descriptors for name in d.workflows}
+        local = {wf.name for wf in self.app.workflows}
+        unserved: list[UnservedRoute] = []
+        for wf in self.app.workflows:
+            for route in wf.on_error:
+                if route.workflow not in local and route.workflow not in served:
+                    entry = UnservedRoute(
+                        workflow=wf.name,
+                        version=wf.version,
+                        code=route.code,
+                        handler=route.workflow,
+                    )
+                    if entry not in unserved:
+                        unserved.append(entry)
+        return unserved
 
     async def _compensate(self, turn: TurnState, ctx: Context) -> None:
         """Run the saga's undos, renewing the lease meanwhile: undos and their
@@ -1225,6 +1416,13 @@ async def open_engine(
                         name="trio_durable embedded worker",
                     )
                 nursery.start_soon(engine._poll_due, name="trio_durable due-run poller")
+                for unserved in await engine.unserved_on_error_routes():
+                    logger.warning(
+                        "workflow %r routes %s to %r, which no engine or live worker knows",
+                        unserved.workflow,
+                        "every failure" if unserved.code is None else f"code {unserved.code!r}",
+                        unserved.handler,
+                    )
                 try:
                     yield engine
                 finally:

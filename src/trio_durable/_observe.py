@@ -17,6 +17,8 @@ EventKind = Literal[
     "run.failed",
     "run.suspended",
     "run.cancelled",
+    "run.routed",
+    "run.unrouted",
     "step.started",
     "step.completed",
     "step.failed",
@@ -31,8 +33,10 @@ class Event:
 
     Attributes:
       kind: ``run.started``, ``run.completed``, ``run.failed``,
-        ``run.suspended``, ``run.cancelled``, ``step.started``,
-        ``step.completed`` or ``step.failed``.
+        ``run.suspended``, ``run.cancelled``, ``run.routed`` (handed to an
+        on-error handler), ``run.unrouted`` (a route matched but live
+        workers disagree on the routes), ``step.started``,
+        ``step.completed``, ``step.failed`` or ``step.redispatched``.
       run_id: The run.
       workflow: The run's workflow name.
       at: When it happened (durable time).
@@ -121,6 +125,10 @@ class Metrics:
         "trio_durable_runs_total": ("counter", "Run events by workflow and event."),
         "trio_durable_steps_total": ("counter", "Step events by step and event."),
         "trio_durable_step_duration_seconds": ("summary", "Step attempt durations in seconds."),
+        "durable_runs_routed_total": (
+            "counter",
+            "Failed runs handed to an on-error handler, by code.",
+        ),
     }
 
     def __init__(self) -> None:
@@ -130,6 +138,11 @@ class Metrics:
         group, _, what = event.kind.partition(".")
         if group == "run":
             self._add("trio_durable_runs_total", (("workflow", event.workflow), ("event", what)))
+            if what == "routed":
+                code = event.data.get("code")
+                self._add(
+                    "durable_runs_routed_total", (("code", "*" if code is None else str(code)),)
+                )
         else:
             step = event.name or ""
             self._add("trio_durable_steps_total", (("step", step), ("event", what)))

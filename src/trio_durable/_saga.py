@@ -19,6 +19,7 @@ from ._app import App
 from ._context import Context, TurnState, completion
 from ._exceptions import StepFailed
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus
+from ._routing import HANDOFF_BASE, RETIRED_PREFIX, without_route_tags
 from ._stores._base import DeleteCheckpoints, Op, PutCheckpoint, UpdateRun
 
 if TYPE_CHECKING:
@@ -78,6 +79,14 @@ async def plan_retry(
     undone = {-cp.seq for cp in checkpoints if cp.seq < 0}
     deletes: list[int] = []
     for cp in checkpoints:
+        if cp.seq >= HANDOFF_BASE:
+            if not cp.name.startswith(RETIRED_PREFIX):
+                # Retire the handoff: kept in the timeline, never followed
+                # again, and its handler no longer settles it.
+                ops.append(PutCheckpoint(attrs.evolve(cp, name=f"{RETIRED_PREFIX}{cp.child_id}")))
+                if cp.child_id is not None:
+                    ops.append(UpdateRun(cp.child_id, {"parent_seq": None}, strict=False))
+            continue
         if cp.seq < 0 or cp.seq in undone:
             # A compensation record, or a step whose effect was undone: the
             # retried body must run it again.
@@ -114,6 +123,7 @@ async def plan_retry(
                 "wake_at": None,
                 "compensate": False,
                 "recoveries": 0,
+                "tags": without_route_tags(run.tags),
                 "updated_at": engine.clock.now(),
             },
             expect_status=expect,

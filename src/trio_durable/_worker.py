@@ -127,8 +127,13 @@ def describe(
     """The descriptor a worker announces for ``app``."""
     workflows: dict[str, dict[str, Any]] = {}
     for wf in app.workflows:
-        entry = workflows.setdefault(wf.name, {"versions": []})
+        entry = workflows.setdefault(wf.name, {"versions": [], "on_error": []})
         entry["versions"].append(wf.version)
+        for route in wf.on_error:
+            if route.to_json() not in entry["on_error"]:
+                entry["on_error"].append(route.to_json())
+    for entry in workflows.values():
+        entry["on_error"].sort(key=lambda r: (r["code"] or "", r["workflow"]))
     groups = {split_route(route)[0] for route in routes}
     return WorkerDescriptor(
         instance_id=instance_id,
