@@ -63,6 +63,7 @@ from ._records import (
 )
 from ._routing import (
     HANDOFF_BASE,
+    RETIRED_PREFIX,
     OnError,
     active_handoff,
     handler_input,
@@ -102,6 +103,8 @@ _RUN_ID_CHARS: Final = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:@"
 )
 _UNKNOWN_VERSION_BACKOFF: Final = 60.0
+_TURN_RETRIES: Final = 5
+_TURN_RETRY_DELAY: Final = 1.0
 
 
 @final
@@ -198,6 +201,9 @@ class Engine:
         self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
         self._settling = 0
         self._results_consumer: Consumer | None = None
+        # The turn whose last write raised StoreError, by run: it may have been
+        # applied, and `_repair` redoes what its effects would have done.
+        self._failed_writes: dict[str, TurnState] = {}
         scope = getattr(store, "scope", None)
         # Engines sharing a store share a results queue; engines of other
         # stores on the same broker must never take each other's results.
@@ -224,6 +230,7 @@ class Engine:
         self._metrics = Metrics()
         self._stats = EngineStatistics()
         self._closed = False
+        self._crashed = False
 
     # -- public API -----------------------------------------------------------
 
@@ -601,6 +608,47 @@ class Engine:
         disagreements (a rollout in progress, or a misconfigured worker)."""
         return aggregate(await self.broker.worker_descriptors())
 
+    async def _repair(self, run_id: str, turn: TurnState | None) -> None:
+        """After a turn's write raised StoreError, do what its effects would
+        have done if it was applied anyway (the database may commit a write
+        whose answer is lost): send the tasks whose checkpoints are now
+        recorded as sent, wake the children it created, and wake the parent a
+        final write settled. Each of these is harmless if the write did not
+        apply: a task is sent only if its checkpoint says so, and a wake only
+        costs a turn."""
+        if turn is None:
+            return
+        tasks: list[Task] = []
+        for _, task in turn.dispatch:
+            found = await self.store.get_checkpoints(run_id, task.seq, task.seq)
+            cp = found[0] if found else None
+            if (
+                cp is not None
+                and cp.status == "pending"
+                and cp.attempts == task.attempt
+                and cp.started_at is not None
+            ):
+                tasks.append(task)
+        if tasks:
+            await self._dispatch(tasks)
+        for child in turn.wake_after:
+            self._wake(child)
+        run = await self.store.get_run(run_id)
+        if (
+            run is not None
+            and run.done
+            and run.parent_id is not None
+            and run.parent_seq is not None
+        ):
+            found = await self.store.get_checkpoints(run.parent_id, run.parent_seq, run.parent_seq)
+            settled = found[0] if found else None
+            if settled is not None and settled.status != "pending":
+                await self._join_barrier(settled)
+        if run is not None and run.done:
+            ending = self._ended.pop(run_id, None)
+            if ending is not None:
+                ending.event.set()
+
     def _wake(self, run_id: str, *, initial: TurnState | None = None) -> None:
         if self._closed:
             return
@@ -615,16 +663,30 @@ class Engine:
 
     async def _drive(self, run_id: str) -> None:
         slot = self._active[run_id]
+        failures = 0
         try:
             while True:
                 slot.again = False
                 try:
                     await self._turn(run_id, slot)
-                except (StoreError, trio.ClosedResourceError) as exc:
-                    # Crash-only: the run keeps its checkpoints and its lease
-                    # lapses; the poller (here or on another engine) resumes it.
-                    logger.warning("turn of run %r failed on the store: %s", run_id, exc)
+                    failures = 0
+                except trio.ClosedResourceError:
                     return
+                except StoreError as exc:
+                    # The write may have been applied or not: repair what its
+                    # effects would have done, then run the turn again. After
+                    # repeated failures, give up: the lease lapses and the
+                    # poller (here or on another engine) resumes the run.
+                    logger.warning("turn of run %r failed on the store: %s", run_id, exc)
+                    failures += 1
+                    if failures > _TURN_RETRIES:
+                        return
+                    await trio.sleep(_TURN_RETRY_DELAY * failures)
+                    try:
+                        await self._repair(run_id, self._failed_writes.pop(run_id, None))
+                    except StoreError as again:
+                        logger.warning("repair of run %r failed: %s", run_id, again)
+                    slot.again = True
                 self._stats.turns += 1
                 if not slot.again:
                     return
@@ -697,6 +759,8 @@ class Engine:
             slot.body_scope = None
             nursery.cancel_scope.cancel()
         kind, value = outcome
+        if kind == "store_error":
+            raise value
         if kind == "interrupted":
             # cancel() interrupted the body (or the lease was lost): let the
             # next turn see the cancellation. Keep the steps the body did
@@ -727,6 +791,10 @@ class Engine:
             if ctx._turn.nondeterminism is not None:
                 return ("failed", ctx._turn.nondeterminism)
             return ("suspended", suspend)
+        except StoreError as exc:
+            # A durable operation's own write failed: that is no failure of
+            # the run; the turn is abandoned and run again.
+            return ("store_error", exc)
         except Exception as exc:
             if ctx._turn.nondeterminism is not None:
                 return ("failed", ctx._turn.nondeterminism)
@@ -781,7 +849,9 @@ class Engine:
                     start += WRITE_CHUNK
                 results.extend(await self.store.apply([*ops[start:], *final_ops]))
                 return results
-            except StoreError:
+            except StoreError as exc:
+                if not isinstance(exc, LeaseLostError | WriteConflict):
+                    self._failed_writes[turn.run.id] = turn
                 # Chunks that did commit recorded their members as sent, so no
                 # later turn sends them: send them now, or a fan waits forever.
                 committed = [
@@ -992,10 +1062,17 @@ class Engine:
         """Run the saga's undos, renewing the lease meanwhile: undos and their
         retries may outlast it, and a lapsed lease would let another engine
         take the run over and run the same undos again."""
+        failure: StoreError | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._renew_lease, turn.run.id, self._active[turn.run.id])
-            await compensate(self, turn, ctx)
+            try:
+                await compensate(self, turn, ctx)
+            except StoreError as exc:
+                # Raised after the nursery, so it is not wrapped in a group.
+                failure = exc
             nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
 
     async def _end(
         self,
@@ -1092,7 +1169,9 @@ class Engine:
         now = self.clock.now()
         error = ErrorInfo(message="cancelled", code="cancelled")
         for cp in sorted(turn.checkpoints.values(), key=lambda cp: cp.seq):
-            if cp.status != "pending":
+            if cp.status != "pending" or cp.name.startswith(RETIRED_PREFIX):
+                # A retired handoff's handler is no longer the run's to wait
+                # for or to cancel, and its record stays as it was.
                 continue
             if cp.kind == "child" and cp.child_id is not None:
                 turn.ops.append(self.cancel_op(cp.child_id, run.compensate))
@@ -1383,6 +1462,13 @@ async def open_engine(
         else:
             raise InvalidURLError(f"broker must be a URL or a Broker, not {broker!r}")
         executing: list[str] = []
+        engine_ref: list[Engine] = []
+
+        def crashed() -> bool:
+            # A simulated crash (trio_durable.testing) leaves the leases to
+            # lapse, as a killed process would.
+            return bool(engine_ref) and engine_ref[0]._crashed
+
         try:
             async with trio.open_nursery() as nursery:
                 engine = Engine(
@@ -1415,6 +1501,7 @@ async def open_engine(
                         rng.getrandbits(32),
                         name="trio_durable embedded worker",
                     )
+                engine_ref.append(engine)
                 nursery.start_soon(engine._poll_due, name="trio_durable due-run poller")
                 for unserved in await engine.unserved_on_error_routes():
                     logger.warning(
@@ -1433,4 +1520,5 @@ async def open_engine(
             # Only once every turn here is cancelled and joined are their
             # leases given back, so no other engine runs a step of theirs
             # while it still runs here.
-            await _release_leases(store_obj, engine_id, executing)
+            if not crashed():
+                await _release_leases(store_obj, engine_id, executing)

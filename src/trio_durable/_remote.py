@@ -139,11 +139,15 @@ class _Planner:
         """Ask the step's flow-control queue for a slot, in the store at once:
         the admission state is shared by every engine."""
         assert self.flow is not None
+        # A waiter is woken by the release that lets it in; it also looks
+        # again every blocked_recheck, in case that wake was lost (a release
+        # whose write was applied though its caller was told it failed).
         queued = attrs.evolve(
             cp,
             error=ErrorInfo(
                 message=f"waiting for a slot of queue {self.flow.name!r}", code="queued"
             ),
+            wake_at=now + self.engine.blocked_recheck,
         )
         _, admitted = await self.engine.store.apply(
             [
@@ -187,7 +191,10 @@ class _Planner:
         turn = self.ctx._turn
         if cp.started_at is None:
             if cp.error is not None and cp.error.code == "queued":
-                return cp  # in line for a slot: the release that frees one wakes the run
+                # Still in line: look again later.
+                waiting = attrs.evolve(cp, wake_at=now + self.engine.blocked_recheck)
+                self._claim(waiting)
+                return waiting
             gap = await self.gap()
             if gap is not None:
                 parked = self._parked(cp, gap, now)

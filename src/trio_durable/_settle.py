@@ -137,6 +137,7 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
     failed: list[Delivery] = []
     outcomes: list[Any]
     admitted: list[tuple[str, int]] = []
+    uncertain = False
     try:
         outcomes = await engine.store.apply([*ops, *releases])
         for let_in in outcomes[len(ops) :]:
@@ -144,7 +145,10 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
         outcomes = outcomes[: len(ops)]
     except StoreError as exc:
         # Settle one by one, so one bad write sends back only its own result.
+        # The batch may have been applied all the same (its answer lost), so
+        # its claims now find nothing pending: wake every run it touched.
         logger.warning("batch settle failed (%s); settling one by one", exc)
+        uncertain = True
         outcomes = []
         for (delivery, result), op in zip(readable, ops, strict=True):
             own = _releases(engine, [(delivery, result)], [op])
@@ -156,6 +160,11 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
             outcomes.append(outcome)
             for entry in let_in:
                 admitted.extend(entry)
+    # Events first, in the order of the writes they report (the acks below
+    # give other tasks a turn, which may act on these writes at once).
+    for (_, result), outcome in zip(readable, outcomes, strict=True):
+        if isinstance(outcome, Checkpoint):
+            _emit_result(engine, result, outcome)
     if failed:
         try:
             await consumer.reject(failed, requeue=True)
@@ -166,10 +175,9 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
 
     wakes: dict[str, None] = {}
     fans: dict[tuple[str, int, int], None] = {}
-    for (_, result), op, outcome in zip(readable, ops, outcomes, strict=True):
+    for op, outcome in zip(ops, outcomes, strict=True):
         if not isinstance(outcome, Checkpoint):
             continue  # a duplicate, a late or stale result, or one for an ended run
-        _emit_result(engine, result, outcome)
         if isinstance(op, RescheduleCheckpoint):
             # The run's next turn sends the attempt when its backoff is due.
             wakes[outcome.run_id] = None
@@ -190,6 +198,9 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
             wakes[run_id] = None
     for run_id, _ in admitted:
         wakes[run_id] = None
+    if uncertain:
+        for _, result in readable:
+            wakes[result.run_id] = None
     for run_id in wakes:
         engine._wake(run_id)
 

@@ -1,0 +1,211 @@
+"""Fault injection for simulations: a store whose writes fail on purpose.
+
+`FaultyStore` wraps a `MemoryStore`. Each write may fail *before* it is
+applied (nothing changed) or *after* (everything changed, yet the caller is
+told it failed: the case of a timeout on a commit that went through). Both
+raise `StoreError`, which the engine must survive without losing or
+duplicating work. Every choice comes from the simulation's seeded random
+source. The wrapper also records every checkpoint that a write moves from
+pending to settled, so the harness can check that each one settles once.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Sequence
+from typing import Any, final
+
+import attrs
+import trio
+
+from .._exceptions import StoreError
+from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
+from .._stores._base import (
+    ChangeFeed,
+    DeleteCheckpoints,
+    Op,
+    StoreHelpers,
+    StoreStatistics,
+    TurnState,
+)
+from .._stores._memory import MemoryStore
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class Faults:
+    """Which faults a simulation injects, and how often (all drawn from the
+    simulation's seed).
+
+    Attributes:
+      duplicate: Probability that the broker delivers a message twice.
+      delay: Messages become visible after up to this many seconds.
+      reorder: The broker delivers visible messages in random order.
+      store_fail_before: Probability that a store write fails unapplied.
+      store_fail_after: Probability that a store write is applied and then
+        reported as failed.
+      engine_crashes: How many engine crashes (its nursery cancelled, its
+        leases left to lapse) happen over the simulation; each engine comes
+        back after a downtime.
+      worker_crashes: The same for workers (their unacked tasks go back to
+        the broker, their announcements expire).
+      clock_jumps: How many times the clock jumps ahead, across lease and
+        timer deadlines.
+    """
+
+    duplicate: float = 0.0
+    delay: float = 0.0
+    reorder: bool = False
+    store_fail_before: float = 0.0
+    store_fail_after: float = 0.0
+    engine_crashes: int = 0
+    worker_crashes: int = 0
+    clock_jumps: int = 0
+
+    @classmethod
+    def none(cls) -> Faults:
+        """No faults: the reference execution."""
+        return cls()
+
+    @classmethod
+    def everything(cls) -> Faults:
+        """A mix of every fault, at rates that keep a run of an hour busy."""
+        return cls(
+            duplicate=0.05,
+            delay=2.0,
+            reorder=True,
+            store_fail_before=0.01,
+            store_fail_after=0.01,
+            engine_crashes=3,
+            worker_crashes=3,
+            clock_jumps=2,
+        )
+
+
+@final
+class FaultyStore(StoreHelpers, ChangeFeed):
+    """A `MemoryStore` whose writes fail on purpose (see `Faults`)."""
+
+    def __init__(self, inner: MemoryStore, rng: random.Random, faults: Faults) -> None:
+        self.inner = inner
+        self.scope = inner.scope
+        self._rng = rng
+        self._faults = faults
+        self.armed = True
+        self.injected: list[str] = []
+        # (run id, seq) -> how many times a write settled it, and how many
+        # times a retry reset it (after which it may settle again).
+        self.settles: dict[tuple[str, int], int] = {}
+        self.resets: dict[tuple[str, int], int] = {}
+
+    def _fault(self, kind: str, probability: float) -> bool:
+        if not self.armed or probability <= 0 or self._rng.random() >= probability:
+            return False
+        self.injected.append(kind)
+        return True
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        if self._fault("store.fail_before", self._faults.store_fail_before):
+            await trio.lowlevel.checkpoint()
+            raise StoreError("injected: the write failed before it was applied")
+        before = self._pending_states(ops)
+        results = await self.inner.apply(ops)
+        self._record(before, ops)
+        if self._fault("store.fail_after", self._faults.store_fail_after):
+            raise StoreError("injected: the write was applied, then reported as failed")
+        return results
+
+    def _pending_states(self, ops: Sequence[Op]) -> dict[tuple[str, int], str | None]:
+        keys: set[tuple[str, int]] = set()
+        for op in ops:
+            if isinstance(op, DeleteCheckpoints):
+                keys.update((op.run_id, seq) for seq in op.seqs)
+            else:
+                checkpoint = getattr(op, "checkpoint", None)
+                if isinstance(checkpoint, Checkpoint):
+                    keys.add((checkpoint.run_id, checkpoint.seq))
+                elif hasattr(op, "run_id") and hasattr(op, "seq"):
+                    keys.add((op.run_id, op.seq))
+            token = getattr(op, "token", None)
+            if token is not None and token in self.inner._waiters:
+                keys.add(self.inner._waiters[token])
+        return {key: self._status(key) for key in keys}
+
+    def _status(self, key: tuple[str, int]) -> str | None:
+        cp = self.inner._checkpoints.get(key[0], {}).get(key[1])
+        return None if cp is None else cp.status
+
+    def _record(self, before: dict[tuple[str, int], str | None], ops: Sequence[Op]) -> None:
+        for key, old in before.items():
+            new = self._status(key)
+            if old == "pending" and new in ("completed", "failed"):
+                self.settles[key] = self.settles.get(key, 0) + 1
+            elif old in ("completed", "failed") and new in ("pending", None):
+                self.resets[key] = self.resets.get(key, 0) + 1
+            elif old is None and new in ("completed", "failed"):
+                # Recorded settled at once (a local step, a timer that was due).
+                self.settles[key] = self.settles.get(key, 0) + 1
+
+    # -- everything else goes straight through --------------------------------
+
+    async def begin_turn(
+        self, run_id: str, owner: str, expiry: float, now: float
+    ) -> TurnState | None:
+        if self._fault("store.fail_before", self._faults.store_fail_before):
+            await trio.lowlevel.checkpoint()
+            raise StoreError("injected: the lease write failed")
+        return await self.inner.begin_turn(run_id, owner, expiry, now)
+
+    async def get_run(self, run_id: str) -> Run | None:
+        return await self.inner.get_run(run_id)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Collection[RunStatus] | None = None,
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[Run]:
+        return await self.inner.list_runs(
+            statuses=statuses, workflow=workflow, parent_id=parent_id, limit=limit
+        )
+
+    async def get_checkpoints(
+        self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
+    ) -> list[Checkpoint]:
+        return await self.inner.get_checkpoints(run_id, from_seq, to_seq)
+
+    async def count_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        statuses: Collection[CheckpointStatus],
+        limit: int | None = None,
+    ) -> int:
+        return await self.inner.count_checkpoints(run_id, from_seq, to_seq, statuses, limit)
+
+    async def list_due_runs(self, now: float, limit: int) -> list[str]:
+        return await self.inner.list_due_runs(now, limit)
+
+    async def next_due_time(self) -> float | None:
+        return await self.inner.next_due_time()
+
+    async def buffered_signals(self, token: str) -> list[str]:
+        return await self.inner.buffered_signals(token)
+
+    async def signal_waiter(self, token: str) -> tuple[str, int] | None:
+        return await self.inner.signal_waiter(token)
+
+    def statistics(self) -> StoreStatistics:
+        return self.inner.statistics()
+
+    def run_end_event(self, run_id: str) -> trio.Event:
+        return self.inner.run_end_event(run_id)
+
+    def due_event(self, before: float) -> trio.Event:
+        return self.inner.due_event(before)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,0 +1,101 @@
+"""``python -m trio_durable.testing.simulate --seeds 1..N``: the built-in
+workload over many seeds, one line per seed, then a summary.
+
+Exits non-zero when any seed fails; the first failing seed is then run again
+alone with its full trace printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Sequence
+
+from ._faults import Faults
+from ._harness import simulate
+from ._workloads import app, default_workload
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"1..200"``, ``"7"`` or ``"1,5,9"``."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        if ".." in part:
+            first, last = part.split("..", 1)
+            seeds.extend(range(int(first), int(last) + 1))
+        else:
+            seeds.append(int(part))
+    return seeds
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trio_durable.testing.simulate")
+    parser.add_argument("--seeds", default="1..20", help="e.g. 1..200, 7, or 1,5,9")
+    parser.add_argument("--engines", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--duration", type=float, default=3600.0)
+    parser.add_argument("--no-faults", action="store_true", help="inject no faults")
+    parser.add_argument("--verbose", action="store_true", help="show the engines' log")
+    args = parser.parse_args(argv)
+    if not args.verbose:
+        # Injected faults make the engines log a warning each; the report
+        # says what was injected.
+        logging.getLogger("trio_durable").disabled = True
+    faults = Faults.none() if args.no_faults else Faults.everything()
+    failed: list[int] = []
+    simulated = 0.0
+    started = time.perf_counter()
+    for seed in parse_seeds(args.seeds):
+        report = simulate(
+            app,
+            default_workload,
+            seed=seed,
+            engines=args.engines,
+            workers=args.workers,
+            faults=faults,
+            duration=args.duration,
+        )
+        simulated += report.simulated_time
+        injected = sum(report.faults.values())
+        outcome = "ok  " if report.ok else "FAIL"
+        print(
+            f"seed {seed:>6} {outcome} trace {report.trace_hash} "
+            f"faults {injected:>3} simulated {report.simulated_time / 3600:6.2f} h "
+            f"runs {report.statuses}",
+            flush=True,
+        )
+        for violation in report.violations:
+            print(f"    {violation}")
+        if not report.ok:
+            failed.append(seed)
+    elapsed = time.perf_counter() - started
+    total = len(parse_seeds(args.seeds))
+    print(
+        f"{total - len(failed)} passed, {len(failed)} failed"
+        f" ({simulated / 3600:.1f} simulated hours in {elapsed:.1f} s)"
+    )
+    if failed:
+        seed = failed[0]
+        print(f"\nseed {seed} again, with its trace:")
+        report = simulate(
+            app,
+            default_workload,
+            seed=seed,
+            engines=args.engines,
+            workers=args.workers,
+            faults=faults,
+            duration=args.duration,
+            keep_trace=True,
+        )
+        for line in report.trace:
+            print(f"  {line}")
+        for violation in report.violations:
+            print(f"  violation: {violation}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
