@@ -21,7 +21,6 @@ from ._clock import Clock as Clock
 from ._context import Context as Context
 from ._engine import Engine as Engine
 from ._engine import EngineStatistics as EngineStatistics
-from ._engine import UnservedRoute as UnservedRoute
 from ._engine import open_engine as open_engine
 from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import FatalError as FatalError
@@ -46,6 +45,7 @@ from ._exceptions import UnknownWorkflowError as UnknownWorkflowError
 from ._exceptions import UsageError as UsageError
 from ._fleet import Disagreement as Disagreement
 from ._fleet import Fleet as Fleet
+from ._handoff import UnservedRoute as UnservedRoute
 from ._observe import Event as Event
 from ._records import Checkpoint as Checkpoint
 from ._records import ErrorInfo as ErrorInfo

@@ -16,7 +16,6 @@ away, in shuffled batches.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -46,11 +45,13 @@ from ._exceptions import (
     RunFailed,
     RunNotFoundError,
     StoreError,
-    UnknownWorkflowError,
     UsageError,
 )
 from ._fleet import Fleet, aggregate
+from ._handoff import UnservedRoute, follow_handoff, hand_off, routes_in_doubt
+from ._handoff import unserved_on_error_routes as _unserved
 from ._observe import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Metrics
+from ._poller import poll_due
 from ._records import (
     ACTIVE_STATUSES,
     DEFAULT_NAMESPACE,
@@ -62,22 +63,15 @@ from ._records import (
     RunStatus,
 )
 from ._routing import (
-    HANDOFF_BASE,
     RETIRED_PREFIX,
-    OnError,
     active_handoff,
-    handler_input,
-    handoffs,
     pick_route,
-    route_tag,
-    without_route_tags,
 )
 from ._saga import compensate, plan_retry
 from ._settle import consume_results
 from ._stores import open_store
 from ._stores._base import (
     ChangeFeed,
-    CreateRun,
     Op,
     ReleaseRun,
     RemoveSignalWaiter,
@@ -121,24 +115,6 @@ class EngineStatistics:
     turns: int = 0
     runs_active: int = 0
     events_dropped: int = 0
-
-
-@final
-@attrs.define(frozen=True, kw_only=True)
-class UnservedRoute:
-    """An on-error route whose handler nothing here or in the fleet runs.
-
-    Attributes:
-      workflow: The workflow declaring the route.
-      version: Its version.
-      code: The route's code (None for the catch-all).
-      handler: The handler workflow's name that nothing serves.
-    """
-
-    workflow: str
-    version: str
-    code: str | None
-    handler: str
 
 
 @attrs.define(eq=False)
@@ -723,7 +699,7 @@ class Engine:
             return
         handoff = active_handoff(turn.checkpoints)
         if handoff is not None:
-            await self._follow_handoff(turn, handoff)
+            await follow_handoff(self, turn, handoff)
             return
         if not self.app.has_workflow(run.workflow, run.version):
             # Another engine of a newer or older deploy may know it: leave the
@@ -907,156 +883,17 @@ class Engine:
             await self._compensate(turn, ctx)
         route = pick_route(wf.on_error, error)
         if route is not None:
-            reason = await self._routes_in_doubt(wf.name)
+            reason = await routes_in_doubt(self, wf.name)
             if reason is None:
-                await self._hand_off(turn, route, error)
+                await hand_off(self, turn, route, error)
                 return
             self._emit_run("run.unrouted", turn.run, code=error.code, reason=reason)
-        await self._end(turn, "failed", error=error)
-
-    async def _routes_in_doubt(self, workflow: str) -> str | None:
-        """Why the fleet's routes for ``workflow`` cannot be trusted now (live
-        workers announce different route sets: a rollout), or None."""
-        try:
-            fleet = aggregate(await self.broker.worker_descriptors())
-        except BrokerError as exc:
-            logger.warning("cannot read worker announcements to route a failure: %s", exc)
-            return None
-        for disagreement in fleet.disagreements:
-            if disagreement.kind == "on_error" and disagreement.subject == workflow:
-                sets = "; ".join(
-                    f"{', '.join(who)}: {value}" for value, who in disagreement.values.items()
-                )
-                return f"live workers announce different on-error routes for {workflow!r}: {sets}"
-        return None
-
-    def _handler_workflow(self, name: str) -> tuple[str, str]:
-        """The (name, version) a handler child runs: the version registered
-        here last, else "1" for an engine of another deploy to run."""
-        try:
-            wf = self.app.get_workflow(name)
-        except UnknownWorkflowError:
-            return name, "1"
-        return wf.name, wf.version
-
-    async def _hand_off(self, turn: TurnState, route: OnError, error: ErrorInfo) -> None:
-        """Hand the failed run to its route's handler, in one write: the
-        handoff checkpoint, the handler's run and the run's tag."""
-        run = turn.run
-        attempt = len(handoffs(turn.checkpoints))
-        seq = HANDOFF_BASE + attempt
-        handler_id = f"{run.id}.onError.{attempt}"
-        name, version = self._handler_workflow(route.workflow)
-        now = self.clock.now()
-        input_json = handler_input(run, error)
-        turn.put(
-            Checkpoint(
-                run_id=run.id,
-                seq=seq,
-                name=name,
-                kind="child",
-                input=input_json,
-                child_id=handler_id,
-                error=error,
-                enqueued_at=now,
-                started_at=now,
-            )
-        )
-        handler = Run(
-            id=handler_id,
-            workflow=name,
-            version=version,
-            namespace=run.namespace,
-            input=input_json,
-            parent_id=run.id,
-            parent_seq=seq,
-            created_at=now,
-            updated_at=now,
-        )
-        turn.ops.append(CreateRun(handler))
-        turn.started_children.append(handler)
-        turn.wake_after.append(handler_id)
-        tags = (*without_route_tags(run.tags), route_tag(route))
-        results = await self._write(
-            turn,
-            self._fence(
-                run, {"status": "suspended", "wake_at": None, "tags": tags}, frozenset({"running"})
-            ),
-        )
-        if results is None:
-            return
-        await self._after_commit(turn, results)
-        self._emit_run(
-            "run.routed", run, code=error.code, handler=handler_id, workflow_handler=name
-        )
-
-    async def _follow_handoff(self, turn: TurnState, handoff: Checkpoint) -> None:
-        """A turn of a run that handed off: it only follows its handler."""
-        run = turn.run
-        if handoff.status == "pending":
-            # The handler's run was created with the handoff; creating it
-            # again is a no-op, and starts it if that write was ever lost.
-            name, version = self._handler_workflow(handoff.name)
-            assert handoff.child_id is not None
-            now = self.clock.now()
-            handler = Run(
-                id=handoff.child_id,
-                workflow=name,
-                version=version,
-                namespace=run.namespace,
-                input=handoff.input or "[]",
-                parent_id=run.id,
-                parent_seq=handoff.seq,
-                created_at=now,
-                updated_at=now,
-            )
-            turn.ops.append(CreateRun(handler))
-            turn.wake_after.append(handler.id)
-            results = await self._write(
-                turn,
-                self._fence(run, {"status": "suspended", "wake_at": None}, frozenset({"running"})),
-            )
-            if results is not None:
-                await self._after_commit(turn, results)
-            return
-        outcome = json.loads(handoff.output) if handoff.output else {}
-        if handoff.status == "completed" and outcome.get("ok"):
-            value = json.dumps(outcome.get("value"), separators=(",", ":"))
-            await self._end(turn, "completed", output=value)
-            return
-        error = ErrorInfo(
-            message=str(
-                outcome.get("error") or (handoff.error.message if handoff.error else "failed")
-            ),
-            code=outcome.get("code"),
-            details=outcome.get("details"),
-            type="RunFailed",
-        )
         await self._end(turn, "failed", error=error)
 
     async def unserved_on_error_routes(self) -> list[UnservedRoute]:
         """Routes whose handler workflow is neither registered on this engine
         nor known to any live worker: likely a typo in a handler's name."""
-        try:
-            descriptors = await self.broker.worker_descriptors()
-        except BrokerError as exc:
-            logger.warning("cannot read worker announcements: %s", exc)
-            descriptors = []
-        served = {name for d in descriptors for name in d.workflows}
-        local = {wf.name for wf in self.app.workflows}
-        unserved: list[UnservedRoute] = []
-        for wf in self.app.workflows:
-            for route in wf.on_error:
-                if route.workflow not in local and route.workflow not in served:
-                    entry = UnservedRoute(
-                        workflow=wf.name,
-                        version=wf.version,
-                        code=route.code,
-                        handler=route.workflow,
-                    )
-                    if entry not in unserved:
-                        unserved.append(entry)
-        return unserved
+        return await _unserved(self)
 
     async def _compensate(self, turn: TurnState, ctx: Context) -> None:
         """Run the saga's undos, renewing the lease meanwhile: undos and their
@@ -1188,65 +1025,6 @@ class Engine:
 
     # -- due runs -------------------------------------------------------------
 
-    async def _poll_due(self) -> None:
-        """Resume runs that are due: timers, and runs whose engine went away.
-
-        Due runs are taken in batches of ``timer_batch_size`` and woken in
-        shuffled order, so that several engines polling one store spread over
-        the batch instead of contending for the same rows.
-        """
-        while True:
-            self._poke = trio.Event()
-            now = self.clock.now()
-            due = await self.store.list_due_runs(now, self._timer_batch_size)
-            fresh = [run_id for run_id in due if run_id not in self._active]
-            self.rng.shuffle(fresh)
-            for run_id in fresh:
-                self._wake(run_id)
-            self._poller_pass.set()
-            if fresh and len(due) >= self._timer_batch_size:
-                # A full batch: let it run before listing again, so the next
-                # listing does not return the same rows.
-                with trio.move_on_after(self._lease_ttl / 3):
-                    await self._idle.wait()
-                continue
-            next_due = await self.store.next_due_time()
-            now = self.clock.now()
-            if next_due is not None and next_due <= now:
-                if not fresh:
-                    # What is due already has a turn queued here; wait until a
-                    # turn takes its lease (which moves its due time).
-                    self._progress = trio.Event()
-                    with trio.move_on_after(self._lease_ttl / 3):
-                        await self._progress.wait()
-                continue
-            await self._sleep_until_due(next_due, now)
-
-    async def _sleep_until_due(self, next_due: float | None, now: float) -> None:
-        if isinstance(self.store, ChangeFeed):
-            # All writers are in this process and the store says when a run
-            # becomes due sooner, so no periodic scan is needed.
-            deadline = math.inf if next_due is None else next_due
-            self._poller_deadline = deadline
-            async with trio.open_nursery() as race:
-                race.start_soon(_set_when, self.store.due_event(deadline), race.cancel_scope)
-                race.start_soon(_set_when, self._poke, race.cancel_scope)
-                if deadline < math.inf:
-                    race.start_soon(
-                        _sleep_then_cancel, self.clock.to_trio(deadline), race.cancel_scope
-                    )
-        else:
-            # Other processes write too: scan at least every reconcile interval.
-            deadline = now + self._reconcile_interval
-            if next_due is not None:
-                deadline = min(deadline, next_due)
-            self._poller_deadline = deadline
-            with trio.move_on_at(self.clock.to_trio(deadline)):
-                await self._poke.wait()
-        self._poller_deadline = math.inf
-
-    # -- events ---------------------------------------------------------------
-
     def _emit(self, event: Event) -> None:
         self._metrics.count(event)
         self._hub.emit(event)
@@ -1310,16 +1088,6 @@ def _redispatch_policy(policy: object) -> tuple[float, int]:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise UsageError(f"remote_redispatch maximum must be an integer >= 0, not {limit!r}")
     return float(after), limit
-
-
-async def _set_when(event: trio.Event, scope: trio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
-
-
-async def _sleep_then_cancel(deadline: float, scope: trio.CancelScope) -> None:
-    await trio.sleep_until(deadline)
-    scope.cancel()
 
 
 def _check_id(what: str, value: object) -> None:
@@ -1502,7 +1270,7 @@ async def open_engine(
                         name="trio_durable embedded worker",
                     )
                 engine_ref.append(engine)
-                nursery.start_soon(engine._poll_due, name="trio_durable due-run poller")
+                nursery.start_soon(poll_due, engine, name="trio_durable due-run poller")
                 for unserved in await engine.unserved_on_error_routes():
                     logger.warning(
                         "workflow %r routes %s to %r, which no engine or live worker knows",

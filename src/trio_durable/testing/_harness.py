@@ -47,6 +47,7 @@ class SimulationReport:
       simulated_time: Virtual seconds the simulation covered.
       trace_hash: A hash of the event trace (same seed, same hash).
       violations: Invariants that did not hold (empty when all is well).
+      ledger: How often each effect recorded by a step ran, by key.
       trace: The event trace, if asked for.
     """
 
@@ -57,6 +58,7 @@ class SimulationReport:
     simulated_time: float
     trace_hash: str
     violations: tuple[str, ...]
+    ledger: dict[str, int] = attrs.field(factory=dict)
     trace: tuple[str, ...] = ()
 
     @property
@@ -195,7 +197,7 @@ def simulate(
     workers: int = 2,
     faults: Faults | None = None,
     duration: float = 3600.0,
-    reference: dict[str, tuple[str, Any]] | None = None,
+    reference: SimulationReport | None = None,
     keep_trace: bool = False,
 ) -> SimulationReport:
     """Run ``workload`` on a simulated fleet and check the invariants.
@@ -210,7 +212,7 @@ def simulate(
       faults: What to inject (`Faults.everything()` by default).
       duration: Virtual seconds during which faults are injected; the runs
         may take longer to end.
-      reference: Outcomes of a fault-free execution of the same workload;
+      reference: The report of a fault-free execution of the same workload;
         computed with one engine and one worker if not given.
       keep_trace: Keep the full event trace in the report.
 
@@ -222,7 +224,7 @@ def simulate(
     if reference is None and faults != Faults.none():
         reference = simulate(
             app, workload, seed=seed, engines=1, workers=1, faults=Faults.none(), duration=duration
-        ).outputs
+        )
     with deterministic_scheduling(seed):
         return trio.run(
             _simulation,
@@ -247,7 +249,7 @@ async def _simulation(
     worker_count: int,
     faults: Faults,
     duration: float,
-    reference: dict[str, tuple[str, Any]] | None,
+    reference: SimulationReport | None,
     keep_trace: bool,
 ) -> SimulationReport:
     rng = random.Random(seed)
@@ -412,12 +414,17 @@ async def _simulation(
             violations.append(f"checkpoint {run_id}@{seq} settled {settles} times")
     if reference is not None:
         for run_id, outcome in sorted(outputs.items()):
-            if run_id in sim.may_differ or run_id not in reference:
+            if run_id in sim.may_differ or run_id not in reference.outputs:
                 continue
-            if reference[run_id] != outcome:
+            if reference.outputs[run_id] != outcome:
                 violations.append(
-                    f"run {run_id} ended {outcome}, the fault-free execution {reference[run_id]}"
+                    f"run {run_id} ended {outcome},"
+                    f" the fault-free execution {reference.outputs[run_id]}"
                 )
+        # Every effect the fault-free execution had ran here too (maybe more
+        # than once: steps run at least once).
+        for key in sorted(set(reference.ledger) - set(sim.ledger)):
+            violations.append(f"the effect {key!r} never ran")
     for kind in store.injected:
         injected[kind] = injected.get(kind, 0) + 1
     digest = hashlib.sha256("\n".join(trace).encode()).hexdigest()[:16]
@@ -429,6 +436,7 @@ async def _simulation(
         simulated_time=trio.current_time(),
         trace_hash=digest,
         violations=tuple(violations),
+        ledger=dict(sorted(sim.ledger.items())),
         trace=tuple(trace) if keep_trace else (),
     )
 

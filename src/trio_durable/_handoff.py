@@ -1,0 +1,186 @@
+"""On-error handoffs inside the engine: routing a failure, following the
+handler, and listing routes nothing serves (see `_routing` for the rules)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, final
+
+import attrs
+
+from ._brokers._base import BrokerError
+from ._context import TurnState
+from ._exceptions import UnknownWorkflowError
+from ._fleet import aggregate
+from ._records import Checkpoint, ErrorInfo, Run
+from ._routing import HANDOFF_BASE, OnError, handler_input, handoffs, route_tag, without_route_tags
+from ._stores._base import CreateRun
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+logger = logging.getLogger("trio_durable")
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class UnservedRoute:
+    """An on-error route whose handler nothing here or in the fleet runs.
+
+    Attributes:
+      workflow: The workflow declaring the route.
+      version: Its version.
+      code: The route's code (None for the catch-all).
+      handler: The handler workflow's name that nothing serves.
+    """
+
+    workflow: str
+    version: str
+    code: str | None
+    handler: str
+
+
+async def routes_in_doubt(engine: Engine, workflow: str) -> str | None:
+    """Why the fleet's routes for ``workflow`` cannot be trusted now (live
+    workers announce different route sets: a rollout), or None."""
+    try:
+        fleet = aggregate(await engine.broker.worker_descriptors())
+    except BrokerError as exc:
+        logger.warning("cannot read worker announcements to route a failure: %s", exc)
+        return None
+    for disagreement in fleet.disagreements:
+        if disagreement.kind == "on_error" and disagreement.subject == workflow:
+            sets = "; ".join(
+                f"{', '.join(who)}: {value}" for value, who in disagreement.values.items()
+            )
+            return f"live workers announce different on-error routes for {workflow!r}: {sets}"
+    return None
+
+
+def handler_workflow(engine: Engine, name: str) -> tuple[str, str]:
+    """The (name, version) a handler child runs: the version registered
+    here last, else "1" for an engine of another deploy to run."""
+    try:
+        wf = engine.app.get_workflow(name)
+    except UnknownWorkflowError:
+        return name, "1"
+    return wf.name, wf.version
+
+
+async def hand_off(engine: Engine, turn: TurnState, route: OnError, error: ErrorInfo) -> None:
+    """Hand the failed run to its route's handler, in one write: the
+    handoff checkpoint, the handler's run and the run's tag."""
+    run = turn.run
+    attempt = len(handoffs(turn.checkpoints))
+    seq = HANDOFF_BASE + attempt
+    handler_id = f"{run.id}.onError.{attempt}"
+    name, version = handler_workflow(engine, route.workflow)
+    now = engine.clock.now()
+    input_json = handler_input(run, error)
+    turn.put(
+        Checkpoint(
+            run_id=run.id,
+            seq=seq,
+            name=name,
+            kind="child",
+            input=input_json,
+            child_id=handler_id,
+            error=error,
+            enqueued_at=now,
+            started_at=now,
+        )
+    )
+    handler = Run(
+        id=handler_id,
+        workflow=name,
+        version=version,
+        namespace=run.namespace,
+        input=input_json,
+        parent_id=run.id,
+        parent_seq=seq,
+        created_at=now,
+        updated_at=now,
+    )
+    turn.ops.append(CreateRun(handler))
+    turn.started_children.append(handler)
+    turn.wake_after.append(handler_id)
+    tags = (*without_route_tags(run.tags), route_tag(route))
+    results = await engine._write(
+        turn,
+        engine._fence(
+            run, {"status": "suspended", "wake_at": None, "tags": tags}, frozenset({"running"})
+        ),
+    )
+    if results is None:
+        return
+    await engine._after_commit(turn, results)
+    engine._emit_run("run.routed", run, code=error.code, handler=handler_id, workflow_handler=name)
+
+
+async def follow_handoff(engine: Engine, turn: TurnState, handoff: Checkpoint) -> None:
+    """A turn of a run that handed off: it only follows its handler."""
+    run = turn.run
+    if handoff.status == "pending":
+        # The handler's run was created with the handoff; creating it
+        # again is a no-op, and starts it if that write was ever lost.
+        name, version = handler_workflow(engine, handoff.name)
+        assert handoff.child_id is not None
+        now = engine.clock.now()
+        handler = Run(
+            id=handoff.child_id,
+            workflow=name,
+            version=version,
+            namespace=run.namespace,
+            input=handoff.input or "[]",
+            parent_id=run.id,
+            parent_seq=handoff.seq,
+            created_at=now,
+            updated_at=now,
+        )
+        turn.ops.append(CreateRun(handler))
+        turn.wake_after.append(handler.id)
+        results = await engine._write(
+            turn,
+            engine._fence(run, {"status": "suspended", "wake_at": None}, frozenset({"running"})),
+        )
+        if results is not None:
+            await engine._after_commit(turn, results)
+        return
+    outcome = json.loads(handoff.output) if handoff.output else {}
+    if handoff.status == "completed" and outcome.get("ok"):
+        value = json.dumps(outcome.get("value"), separators=(",", ":"))
+        await engine._end(turn, "completed", output=value)
+        return
+    error = ErrorInfo(
+        message=str(outcome.get("error") or (handoff.error.message if handoff.error else "failed")),
+        code=outcome.get("code"),
+        details=outcome.get("details"),
+        type="RunFailed",
+    )
+    await engine._end(turn, "failed", error=error)
+
+
+async def unserved_on_error_routes(engine: Engine) -> list[UnservedRoute]:
+    """Routes whose handler workflow is neither registered on this engine
+    nor known to any live worker: likely a typo in a handler's name."""
+    try:
+        descriptors = await engine.broker.worker_descriptors()
+    except BrokerError as exc:
+        logger.warning("cannot read worker announcements: %s", exc)
+        descriptors = []
+    served = {name for d in descriptors for name in d.workflows}
+    local = {wf.name for wf in engine.app.workflows}
+    unserved: list[UnservedRoute] = []
+    for wf in engine.app.workflows:
+        for route in wf.on_error:
+            if route.workflow not in local and route.workflow not in served:
+                entry = UnservedRoute(
+                    workflow=wf.name,
+                    version=wf.version,
+                    code=route.code,
+                    handler=route.workflow,
+                )
+                if entry not in unserved:
+                    unserved.append(entry)
+    return unserved

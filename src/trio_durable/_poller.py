@@ -1,0 +1,86 @@
+"""The due-run poller: resumes runs whose timer is due or whose engine went
+away, in shuffled batches of ``timer_batch_size``."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import trio
+
+from ._stores._base import ChangeFeed
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+
+async def poll_due(engine: Engine) -> None:
+    """Resume runs that are due: timers, and runs whose engine went away.
+
+    Due runs are taken in batches of ``timer_batch_size`` and woken in
+    shuffled order, so that several engines polling one store spread over
+    the batch instead of contending for the same rows.
+    """
+    while True:
+        engine._poke = trio.Event()
+        now = engine.clock.now()
+        due = await engine.store.list_due_runs(now, engine._timer_batch_size)
+        fresh = [run_id for run_id in due if run_id not in engine._active]
+        engine.rng.shuffle(fresh)
+        for run_id in fresh:
+            engine._wake(run_id)
+        engine._poller_pass.set()
+        if fresh and len(due) >= engine._timer_batch_size:
+            # A full batch: let it run before listing again, so the next
+            # listing does not return the same rows.
+            with trio.move_on_after(engine._lease_ttl / 3):
+                await engine._idle.wait()
+            continue
+        next_due = await engine.store.next_due_time()
+        now = engine.clock.now()
+        if next_due is not None and next_due <= now:
+            if not fresh:
+                # What is due already has a turn queued here; wait until a
+                # turn takes its lease (which moves its due time).
+                engine._progress = trio.Event()
+                with trio.move_on_after(engine._lease_ttl / 3):
+                    await engine._progress.wait()
+            continue
+        await sleep_until_due(engine, next_due, now)
+
+
+async def sleep_until_due(engine: Engine, next_due: float | None, now: float) -> None:
+    if isinstance(engine.store, ChangeFeed):
+        # All writers are in this process and the store says when a run
+        # becomes due sooner, so no periodic scan is needed.
+        deadline = math.inf if next_due is None else next_due
+        engine._poller_deadline = deadline
+        async with trio.open_nursery() as race:
+            race.start_soon(_set_when, engine.store.due_event(deadline), race.cancel_scope)
+            race.start_soon(_set_when, engine._poke, race.cancel_scope)
+            if deadline < math.inf:
+                race.start_soon(
+                    _sleep_then_cancel, engine.clock.to_trio(deadline), race.cancel_scope
+                )
+    else:
+        # Other processes write too: scan at least every reconcile interval.
+        deadline = now + engine._reconcile_interval
+        if next_due is not None:
+            deadline = min(deadline, next_due)
+        engine._poller_deadline = deadline
+        with trio.move_on_at(engine.clock.to_trio(deadline)):
+            await engine._poke.wait()
+    engine._poller_deadline = math.inf
+
+
+# -- events ---------------------------------------------------------------
+
+
+async def _set_when(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def _sleep_then_cancel(deadline: float, scope: trio.CancelScope) -> None:
+    await trio.sleep_until(deadline)
+    scope.cancel()
