@@ -115,7 +115,9 @@ class FaultyStore(StoreHelpers, ChangeFeed):
             raise StoreError("injected: the write was applied, then reported as failed")
         return results
 
-    def _pending_states(self, ops: Sequence[Op]) -> dict[tuple[str, int], str | None]:
+    def _pending_states(
+        self, ops: Sequence[Op]
+    ) -> dict[tuple[str, int], tuple[str | None, Checkpoint | None]]:
         keys: set[tuple[str, int]] = set()
         for op in ops:
             if isinstance(op, DeleteCheckpoints):
@@ -129,20 +131,32 @@ class FaultyStore(StoreHelpers, ChangeFeed):
             token = getattr(op, "token", None)
             if token is not None and token in self.inner._waiters:
                 keys.add(self.inner._waiters[token])
-        return {key: self._status(key) for key in keys}
+        return {key: (self._status(key), self._row(key)) for key in keys}
+
+    def _row(self, key: tuple[str, int]) -> Checkpoint | None:
+        return self.inner._checkpoints.get(key[0], {}).get(key[1])
 
     def _status(self, key: tuple[str, int]) -> str | None:
-        cp = self.inner._checkpoints.get(key[0], {}).get(key[1])
+        cp = self._row(key)
         return None if cp is None else cp.status
 
-    def _record(self, before: dict[tuple[str, int], str | None], ops: Sequence[Op]) -> None:
-        for key, old in before.items():
+    def _record(
+        self, before: dict[tuple[str, int], tuple[str | None, Checkpoint | None]], ops: Sequence[Op]
+    ) -> None:
+        for key, (old, old_row) in before.items():
             new = self._status(key)
-            if old == "pending" and new in ("completed", "failed"):
+            new_row = self._row(key)
+            settled = ("completed", "failed")
+            if old in settled and new in settled and new_row != old_row:
+                # A settled checkpoint written again with another record: a
+                # second settle (retirements of handoffs rename, not settle).
+                if new_row is not None and old_row is not None and new_row.name == old_row.name:
+                    self.settles[key] = self.settles.get(key, 0) + 1
+            elif old == "pending" and new in settled:
                 self.settles[key] = self.settles.get(key, 0) + 1
-            elif old in ("completed", "failed") and new in ("pending", None):
+            elif old in settled and new in ("pending", None):
                 self.resets[key] = self.resets.get(key, 0) + 1
-            elif old is None and new in ("completed", "failed"):
+            elif old is None and new in settled:
                 # Recorded settled at once (a local step, a timer that was due).
                 self.settles[key] = self.settles.get(key, 0) + 1
 

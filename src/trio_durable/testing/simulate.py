@@ -11,7 +11,9 @@ import argparse
 import logging
 import sys
 import time
+import types
 from collections.abc import Sequence
+from typing import Any
 
 from ._faults import Faults
 from ._harness import simulate
@@ -39,10 +41,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-faults", action="store_true", help="inject no faults")
     parser.add_argument("--verbose", action="store_true", help="show the engines' log")
     args = parser.parse_args(argv)
+    engine_log = logging.getLogger("trio_durable")
+    was_disabled = engine_log.disabled
     if not args.verbose:
         # Injected faults make the engines log a warning each; the report
         # says what was injected.
-        logging.getLogger("trio_durable").disabled = True
+        engine_log.disabled = True
+    try:
+        return _run(args)
+    finally:
+        engine_log.disabled = was_disabled
+
+
+def _run(args: argparse.Namespace) -> int:
     faults = Faults.none() if args.no_faults else Faults.everything()
     failed: list[int] = []
     simulated = 0.0
@@ -95,6 +106,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  violation: {violation}")
         return 1
     return 0
+
+
+class _CallableModule(types.ModuleType):
+    """Importing this module rebinds ``trio_durable.testing.simulate`` from
+    the harness function to the module: keep it callable as the function."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return simulate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 
 if __name__ == "__main__":
