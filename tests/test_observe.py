@@ -226,7 +226,10 @@ async def test_metrics_are_valid_prometheus_text_with_exact_values(
         "trio_durable_runs_total": ("counter", "Run events by workflow and event."),
         "trio_durable_steps_total": ("counter", "Step events by step and event."),
         "trio_durable_step_duration_seconds": ("summary", "Step attempt durations in seconds."),
-        "durable_runs_routed_total": ("counter", "Failed runs handed to an on-error handler, by code."),
+        "durable_runs_routed_total": (
+            "counter",
+            "Failed runs handed to an on-error handler, by code.",
+        ),
     }
     runs = "trio_durable_runs_total"
     steps = "trio_durable_steps_total"

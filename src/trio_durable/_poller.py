@@ -23,6 +23,9 @@ async def poll_due(engine: Engine) -> None:
     """
     while True:
         engine._poke = trio.Event()
+        # Made before listing, so a turn that ends while this pass looks at
+        # the store still wakes the wait below (no lost wake-up).
+        progress = engine._progress = trio.Event()
         now = engine.clock.now()
         due = await engine.store.list_due_runs(now, engine._timer_batch_size)
         fresh = [run_id for run_id in due if run_id not in engine._active]
@@ -42,9 +45,8 @@ async def poll_due(engine: Engine) -> None:
             if not fresh:
                 # What is due already has a turn queued here; wait until a
                 # turn takes its lease (which moves its due time).
-                engine._progress = trio.Event()
                 with trio.move_on_after(engine._lease_ttl / 3):
-                    await engine._progress.wait()
+                    await progress.wait()
             continue
         await sleep_until_due(engine, next_due, now)
 
@@ -55,13 +57,19 @@ async def sleep_until_due(engine: Engine, next_due: float | None, now: float) ->
         # becomes due sooner, so no periodic scan is needed.
         deadline = math.inf if next_due is None else next_due
         engine._poller_deadline = deadline
-        async with trio.open_nursery() as race:
-            race.start_soon(_set_when, engine.store.due_event(deadline), race.cancel_scope)
-            race.start_soon(_set_when, engine._poke, race.cancel_scope)
-            if deadline < math.inf:
-                race.start_soon(
-                    _sleep_then_cancel, engine.clock.to_trio(deadline), race.cancel_scope
-                )
+        watch = engine.store.due_event(deadline)
+        try:
+            async with trio.open_nursery() as race:
+                race.start_soon(_set_when, watch, race.cancel_scope)
+                race.start_soon(_set_when, engine._poke, race.cancel_scope)
+                if deadline < math.inf:
+                    race.start_soon(
+                        _sleep_then_cancel, engine.clock.to_trio(deadline), race.cancel_scope
+                    )
+        finally:
+            # Spent either way: setting it lets the store drop it, instead of
+            # keeping one stale watcher per pass.
+            watch.set()
     else:
         # Other processes write too: scan at least every reconcile interval.
         deadline = now + engine._reconcile_interval

@@ -167,6 +167,30 @@ class _Planner:
             return queued
         return self._send(attrs.evolve(queued, error=None), now)
 
+    async def _recheck_admission(self, cp: Checkpoint, now: float) -> Checkpoint:
+        """A waiter's periodic look: renew its wait and ask again, in one
+        write, so a slot given to it meanwhile (whose wake may be lost) is
+        found, and a concurrent admission is never undone by a stale copy."""
+        assert self.flow is not None
+        waiting = attrs.evolve(cp, wake_at=now + self.engine.blocked_recheck)
+        claimed, admitted = await self.engine.store.apply(
+            [
+                ClaimCheckpoint(waiting),
+                AdmitToQueue(
+                    self.flow.name, cp.run_id, cp.seq, self.priority, self.flow.concurrency, now
+                ),
+            ]
+        )
+        if not claimed:
+            # Settled meanwhile (its run was cancelled, or a fan froze it).
+            [fresh] = await self.engine.store.get_checkpoints(cp.run_id, cp.seq, cp.seq)
+            self.ctx._turn.checkpoints[cp.seq] = fresh
+            return fresh
+        self.ctx._turn.checkpoints[cp.seq] = waiting
+        if not admitted:
+            return waiting
+        return self._send(attrs.evolve(waiting, error=None), now)
+
     def _send(self, cp: Checkpoint, now: float) -> Checkpoint:
         sent = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now), error=None)
         self._claim(sent)
@@ -191,10 +215,7 @@ class _Planner:
         turn = self.ctx._turn
         if cp.started_at is None:
             if cp.error is not None and cp.error.code == "queued":
-                # Still in line: look again later.
-                waiting = attrs.evolve(cp, wake_at=now + self.engine.blocked_recheck)
-                self._claim(waiting)
-                return waiting
+                return await self._recheck_admission(cp, now)
             gap = await self.gap()
             if gap is not None:
                 parked = self._parked(cp, gap, now)

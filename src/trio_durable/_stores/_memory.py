@@ -96,8 +96,13 @@ class MemoryStore(StoreHelpers):
         return event
 
     def due_event(self, before: float) -> trio.Event:
-        """An event set when a run becomes due earlier than ``before``."""
+        """An event set when a run becomes due earlier than ``before``.
+
+        Set it yourself once you no longer wait for it: the store then drops
+        it.
+        """
         event = trio.Event()
+        self._due_watchers = [w for w in self._due_watchers if not w[1].is_set()]
         self._due_watchers.append((before, event))
         return event
 
@@ -320,6 +325,7 @@ class MemoryStore(StoreHelpers):
                 key = (run_id, seq)
                 holders = self._holders.get(qname, frozenset())
                 if key in holders:
+                    self._unmark(run_id, seq, journal)
                     return True
                 waiting = self._waiting.get(qname, ())
                 mine = [w for w in waiting if (w[3], w[4]) == key]

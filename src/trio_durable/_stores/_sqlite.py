@@ -492,6 +492,7 @@ def _admit(cur: sqlite3.Cursor, op: AdmitToQueue) -> Any:
         (op.queue, op.run_id, op.seq),
     ).fetchone()
     if held is not None:
+        _unmark(cur, op.run_id, op.seq)
         return True
     (holders,) = cur.execute(
         "SELECT COUNT(*) FROM queue_slots WHERE queue = ?", (op.queue,)
