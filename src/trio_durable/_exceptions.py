@@ -77,8 +77,31 @@ class SignalTimeout(TrioDurableError):
         self.timeout = timeout
 
 
+class _StepFailure(TrioDurableError):
+    """What `StepFailed` and `RemoteStepError` share: a step's final error,
+    with its code, JSON details and attempt count."""
+
+    _kind = "step"
+
+    def __init__(
+        self,
+        step: str,
+        message: str,
+        *,
+        code: str | None = None,
+        details: JSON = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(f"{self._kind} {step!r} failed: {message}")
+        self.step = step
+        self.message = message
+        self.code = code
+        self.details = details
+        self.attempts = attempts
+
+
 @final
-class StepFailed(TrioDurableError):
+class StepFailed(_StepFailure):
     """Raised inside a workflow when a step failed for good.
 
     The step either raised a non-retryable error or ran out of attempts. On
@@ -95,25 +118,10 @@ class StepFailed(TrioDurableError):
       attempts: How many attempts ran.
     """
 
-    def __init__(
-        self,
-        step: str,
-        message: str,
-        *,
-        code: str | None = None,
-        details: JSON = None,
-        attempts: int = 1,
-    ) -> None:
-        super().__init__(f"step {step!r} failed: {message}")
-        self.step = step
-        self.message = message
-        self.code = code
-        self.details = details
-        self.attempts = attempts
 
 
 @final
-class RemoteStepError(TrioDurableError):
+class RemoteStepError(_StepFailure):
     """Raised inside a workflow when a remote step failed for good.
 
     The worker's error (or the engine's, such as code ``"lost"`` for a step
@@ -128,21 +136,8 @@ class RemoteStepError(TrioDurableError):
       attempts: How many attempts were dispatched.
     """
 
-    def __init__(
-        self,
-        step: str,
-        message: str,
-        *,
-        code: str | None = None,
-        details: JSON = None,
-        attempts: int = 1,
-    ) -> None:
-        super().__init__(f"remote step {step!r} failed: {message}")
-        self.step = step
-        self.message = message
-        self.code = code
-        self.details = details
-        self.attempts = attempts
+    _kind = "remote step"
+
 
 
 class RunFailed(TrioDurableError):
