@@ -51,7 +51,7 @@ from ._fleet import Fleet, aggregate
 from ._handoff import UnservedRoute, follow_handoff, hand_off, routes_in_doubt
 from ._handoff import unserved_on_error_routes as _unserved
 from ._observe import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Metrics
-from ._poller import poll_due
+from ._poller import poll_due, reconcile_stalled
 from ._records import (
     ACTIVE_STATUSES,
     DEFAULT_NAMESPACE,
@@ -110,11 +110,13 @@ class EngineStatistics:
       turns: Turns executed.
       runs_active: Runs with a turn in flight or queued now.
       events_dropped: Events lost because a subscriber fell behind.
+      reconciled: Stalled runs (a lost wake-up) the reconcile pass woke.
     """
 
     turns: int = 0
     runs_active: int = 0
     events_dropped: int = 0
+    reconciled: int = 0
 
 
 @attrs.define(eq=False)
@@ -1271,6 +1273,7 @@ async def open_engine(
                     )
                 engine_ref.append(engine)
                 nursery.start_soon(poll_due, engine, name="trio_durable due-run poller")
+                nursery.start_soon(reconcile_stalled, engine, name="trio_durable reconcile")
                 for unserved in await engine.unserved_on_error_routes():
                     logger.warning(
                         "workflow %r routes %s to %r, which no engine or live worker knows",

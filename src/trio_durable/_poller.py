@@ -1,17 +1,27 @@
-"""The due-run poller: resumes runs whose timer is due or whose engine went
-away, in shuffled batches of ``timer_batch_size``."""
+"""The due-run poller and the reconcile pass.
+
+The poller resumes runs whose timer is due or whose engine went away, in
+shuffled batches of ``timer_batch_size``. The reconcile pass resumes runs
+whose wake-up was lost: an engine that died after settling what a run waited
+for (a child's end, a fan's last member, a remote result) and before waking
+it leaves the run suspended with nothing left to wake it.
+"""
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING
 
 import trio
 
+from ._exceptions import StoreError
 from ._stores._base import ChangeFeed
 
 if TYPE_CHECKING:
     from ._engine import Engine
+
+logger = logging.getLogger("trio_durable")
 
 
 async def poll_due(engine: Engine) -> None:
@@ -49,6 +59,44 @@ async def poll_due(engine: Engine) -> None:
                     await progress.wait()
             continue
         await sleep_until_due(engine, next_due, now)
+
+
+async def reconcile_stalled(engine: Engine) -> None:
+    """Every ``reconcile_interval``, wake the runs the store finds stalled
+    (`Store.list_stalled_runs`): suspended with nothing pending, so a wake-up
+    was lost. A wake costs one turn at most; a run that was not stalled after
+    all replays and suspends again.
+
+    Engines take stalled runs in shuffled batches of ``timer_batch_size``, so
+    several engines on one store spread over a batch instead of contending
+    for the same rows.
+    """
+    store = engine.store
+    while True:
+        if isinstance(store, ChangeFeed):
+            # Every writer is in this process: with no run suspended without
+            # a wake time nothing can stall, so wait for one instead of
+            # scanning (a 30-day timer under MockClock costs no passes).
+            while not store.unwoken_runs():
+                await store.unwoken_event().wait()
+        await trio.sleep(engine._reconcile_interval)
+        while True:
+            try:
+                stalled = await engine.store.list_stalled_runs(engine._timer_batch_size)
+            except StoreError as exc:
+                logger.warning("the reconcile pass could not list stalled runs: %s", exc)
+                break
+            fresh = [run_id for run_id in stalled if run_id not in engine._active]
+            engine.rng.shuffle(fresh)
+            for run_id in fresh:
+                logger.warning("run %s was suspended with nothing left to wake it; waking it", run_id)
+                engine._stats.reconciled += 1
+                engine._wake(run_id)
+            if not fresh or len(stalled) < engine._timer_batch_size:
+                break
+            # A full batch: let it run before listing again.
+            with trio.move_on_after(engine._lease_ttl / 3):
+                await engine._idle.wait()
 
 
 async def sleep_until_due(engine: Engine, next_due: float | None, now: float) -> None:

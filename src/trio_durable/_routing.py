@@ -26,6 +26,7 @@ import attrs
 
 from ._exceptions import RegistrationError
 from ._records import Checkpoint, ErrorInfo, Run
+from ._stores._base import STALL_IGNORED_PREFIX
 
 HANDOFF_BASE: Final = 1_000_000_000
 """Handoffs sit at seqs from here on: past every seq a body can reach."""
@@ -33,7 +34,7 @@ HANDOFF_BASE: Final = 1_000_000_000
 NEVER_ROUTED: Final = frozenset({"non_determinism", "nested_workflow_call"})
 """Codes that mark a broken deploy or program, never handed to a handler."""
 
-RETIRED_PREFIX: Final = "onError:retried:"
+RETIRED_PREFIX: Final = STALL_IGNORED_PREFIX
 TAG_PREFIX: Final = "onError:"
 
 

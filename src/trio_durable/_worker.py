@@ -46,6 +46,20 @@ logger = logging.getLogger("trio_durable")
 
 RESULT_BATCH: Final = 256
 
+DEFAULT_MAX_DELIVERIES: Final = 5
+"""How often a task may be delivered before it counts as poison."""
+
+
+@attrs.frozen
+class _Outcome:
+    """A task's result, waiting to be published and its delivery settled."""
+
+    consumer: Consumer
+    delivery: Delivery
+    result: Result
+    reply_to: str
+    dead_letter: bool
+
 
 def split_route(route: str) -> tuple[str, str | None]:
     """``"<group>@<namespace>"`` as ``(group, namespace)``; the namespace is
@@ -163,6 +177,8 @@ class WorkerStatistics:
       completed: Tasks whose step returned.
       failed: Tasks whose step raised.
       rejected: Deliveries dropped because they did not decode.
+      poisoned: Tasks delivered more than ``max_deliveries`` times, failed
+        with code ``poison`` without running (see `open_worker`).
       in_flight: Tasks received and not yet acked.
     """
 
@@ -170,6 +186,7 @@ class WorkerStatistics:
     completed: int = 0
     failed: int = 0
     rejected: int = 0
+    poisoned: int = 0
     in_flight: int = 0
 
 
@@ -196,8 +213,10 @@ class Worker:
         heartbeat: float,
         ttl: float,
         rng: random.Random,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
     ) -> None:
         self.app = app
+        self._max_deliveries = max_deliveries
         self._rng = rng
         self.broker = broker
         self.instance_id = instance_id
@@ -213,7 +232,7 @@ class Worker:
         self._ttl = ttl
         self._stats = WorkerStatistics()
         self._send_result, self._results = trio.open_memory_channel[
-            tuple[Consumer, Delivery, Result, str]
+            _Outcome
         ](math.inf)
         self._idle = trio.Event()
         self._idle.set()
@@ -290,9 +309,44 @@ class Worker:
             await consumer.reject([delivery], requeue=False)
             self._track(-1)
             return
+        if delivery.deliveries > self._max_deliveries:
+            # Each delivery so far ended without a result (the worker that
+            # took it died, or its ack never reached the broker): running it
+            # again would likely kill this worker too. Fail the step for good
+            # and dead-letter the message instead of looping forever.
+            self._stats.poisoned += 1
+            logger.error(
+                "task %s/%d (step %r) was delivered %d times; failing it as poison",
+                task.run_id,
+                task.seq,
+                task.step,
+                delivery.deliveries,
+            )
+            now = self._clock.now()
+            result = Result(
+                run_id=task.run_id,
+                seq=task.seq,
+                attempt=task.attempt,
+                step=task.step,
+                workflow=task.workflow,
+                status="failed",
+                error=(
+                    f"the task was delivered {delivery.deliveries} times without a result"
+                    f" (more than max_deliveries={self._max_deliveries}); not run again"
+                ),
+                code="poison",
+                details={"deliveries": delivery.deliveries},
+                retryable=False,
+                started_at=now,
+                finished_at=now,
+                worker=self.instance_id,
+                queue=task.queue,
+            )
+            self._send_result.send_nowait(_Outcome(consumer, delivery, result, task.reply_to, True))
+            return
         async with self._limiter:
             result = await self._execute(task)
-        self._send_result.send_nowait((consumer, delivery, result, task.reply_to))
+        self._send_result.send_nowait(_Outcome(consumer, delivery, result, task.reply_to, False))
 
     async def _execute(self, task: Task) -> Result:
         started_at = self._clock.now()
@@ -357,9 +411,7 @@ class Worker:
                     batch.append(self._results.receive_nowait())
                 except trio.WouldBlock:
                     break
-            outgoing = [
-                Outgoing(queue=reply_to, body=result.encode()) for _, _, result, reply_to in batch
-            ]
+            outgoing = [Outgoing(queue=o.reply_to, body=o.result.encode()) for o in batch]
             delay = 0.05
             while True:
                 try:
@@ -369,12 +421,21 @@ class Worker:
                     logger.warning("worker %s could not publish results: %s", self.instance_id, exc)
                     await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
                     delay = min(delay * 2, 5.0)
-            by_consumer: dict[int, tuple[Consumer, list[Delivery]]] = {}
-            for consumer, delivery, _, _ in batch:
-                by_consumer.setdefault(id(consumer), (consumer, []))[1].append(delivery)
-            for consumer, deliveries in by_consumer.values():
+            # Keyed by position of first appearance, not id(): the order of
+            # acks must not depend on memory addresses.
+            by_consumer: dict[tuple[int, bool], tuple[Consumer, list[Delivery]]] = {}
+            consumers: list[Consumer] = []
+            for outcome in batch:
+                if outcome.consumer not in consumers:
+                    consumers.append(outcome.consumer)
+                key = (consumers.index(outcome.consumer), outcome.dead_letter)
+                by_consumer.setdefault(key, (outcome.consumer, []))[1].append(outcome.delivery)
+            for (_, dead_letter), (consumer, deliveries) in by_consumer.items():
                 try:
-                    await consumer.ack(deliveries)
+                    if dead_letter:
+                        await consumer.reject(deliveries, requeue=False)
+                    else:
+                        await consumer.ack(deliveries)
                 except (BrokerError, trio.ClosedResourceError) as exc:
                     # The tasks come back; their results are duplicates the
                     # engine's claim write ignores.
@@ -395,6 +456,7 @@ async def open_worker(
     ttl: float = 15.0,
     wall_clock: Callable[[], float] | None = None,
     seed: int | None = None,
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES,
 ) -> AsyncIterator[Worker]:
     """Run a worker for ``groups`` until the block exits.
 
@@ -411,6 +473,11 @@ async def open_worker(
       ttl: Seconds an announcement lives without a heartbeat.
       wall_clock: Anchors durable time (see `Clock`); defaults to `time.time`.
       seed: Seeds the worker's random source (its id, publish backoff jitter).
+      max_deliveries: A task the broker delivers more often than this (each
+        earlier delivery ended with no result: the worker died running it)
+        is a poison message: it is not run again; its step fails for good
+        with code ``poison`` and the message is rejected without requeue,
+        which dead-letters it on brokers that keep a dead-letter queue.
 
     Raises:
       UsageError: A group is unknown or malformed, or an option is out of range.
@@ -430,6 +497,8 @@ async def open_worker(
             raise UsageError(f"{name} must be a positive finite number, not {value!r}")
     if heartbeat >= ttl:
         raise UsageError(f"heartbeat ({heartbeat} s) must be shorter than ttl ({ttl} s)")
+    if isinstance(max_deliveries, bool) or not isinstance(max_deliveries, int) or max_deliveries < 1:
+        raise UsageError(f"max_deliveries must be a positive integer, not {max_deliveries!r}")
     if isinstance(capabilities, str) or not all(is_broker_safe(c) for c in capabilities):
         raise UsageError(f"capabilities must be a list of broker-safe names, not {capabilities!r}")
     rng = random.Random(seed)
@@ -452,6 +521,7 @@ async def open_worker(
             heartbeat=float(heartbeat),
             ttl=float(ttl),
             rng=rng,
+            max_deliveries=max_deliveries,
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(worker._publish_forever, name="trio_durable result publisher")

@@ -788,6 +788,32 @@ async def test_memory_reorder_shuffles_but_loses_nothing() -> None:
     assert any(order != bodies for order in orders)
 
 
+async def test_memory_counts_the_faults_it_injects(autojump_clock: trio.testing.MockClock) -> None:
+    bodies = [f"m{i}".encode() for i in range(8)]
+    brokers = {
+        "clean": MemoryBroker(),
+        "duplicating": MemoryBroker(BrokerFaults(duplicate=1.0, seed=2)),
+        "delaying": MemoryBroker(BrokerFaults(delay=5.0, seed=2)),
+    }
+    orders: dict[str, list[bytes]] = {}
+    for name, broker in brokers.items():
+        await broker.dispatch(outgoing("q", *bodies))
+        async with broker.open_consumer("q", prefetch=100) as consumer:
+            orders[name] = [d.body for d in await receive_exactly(consumer, broker.depth("q"))]
+    counts = {name: (b.duplicated, b.delayed, b.reordered) for name, b in brokers.items()}
+    assert counts["clean"] == (0, 0, 0)
+    assert counts["duplicating"] == (len(bodies), 0, 0)
+    # Delays deliver out of order: a message counts when it is older than
+    # one delivered before it.
+    newest, late = -1, 0
+    for body in orders["delaying"]:
+        index = bodies.index(body)
+        late += index < newest
+        newest = max(newest, index)
+    assert late > 0
+    assert counts["delaying"] == (0, len(bodies), late)
+
+
 async def test_memory_faults_replay_by_seed() -> None:
     bodies = [f"m{i}".encode() for i in range(20)]
     faults = BrokerFaults(reorder=True, duplicate=0.5, seed=11)

@@ -1070,6 +1070,46 @@ async def test_list_due_runs(store: AnyStore) -> None:
     assert await store.next_due_time() == 10.0
 
 
+async def test_list_stalled_runs(store: AnyStore) -> None:
+    runs = [
+        # Suspended, no wake time, nothing pending: stalled.
+        make_run("lost", status="suspended", created_at=3.0),
+        make_run("bare", status="suspended", created_at=1.0),
+        make_run("retired", status="suspended", created_at=2.0),
+        # Suspended with something still to come: not stalled.
+        make_run("child-waits", status="suspended", created_at=1.0),
+        make_run("remote-runs", status="suspended", created_at=1.0),
+        make_run("sleeper", status="suspended", wake_at=50.0, created_at=1.0),
+        # Not suspended: never stalled (the due listing covers them).
+        make_run("fresh", status="pending", created_at=1.0),
+        make_run("busy", status="running", lease_owner="e", lease_expiry=9.0),
+        make_run("done", status="completed", created_at=1.0),
+    ]
+    for run in runs:
+        await store.create_run(run)
+    await store.save_checkpoint(make_checkpoint("lost", 1, kind="child", status="completed"))
+    await store.save_checkpoint(make_checkpoint("lost", 2, kind="remote", status="failed"))
+    # A retired handoff may stay pending for good: it does not count.
+    await store.save_checkpoint(
+        make_checkpoint("retired", 1_000_000_001, kind="child", name="onError:retried:x")
+    )
+    await store.save_checkpoint(make_checkpoint("child-waits", 1, kind="child"))
+    await store.save_checkpoint(make_checkpoint("remote-runs", 1, kind="remote", status="running"))
+
+    # Oldest first, at most `limit`.
+    assert await store.list_stalled_runs(limit=10) == ["bare", "retired", "lost"]
+    assert await store.list_stalled_runs(limit=2) == ["bare", "retired"]
+    assert await store.list_stalled_runs(limit=0) == []
+
+    # Settling what a run waits for makes it stalled until it is woken.
+    await store.save_checkpoint_if_pending(
+        make_checkpoint("child-waits", 1, kind="child", status="completed")
+    )
+    assert "child-waits" in await store.list_stalled_runs(limit=10)
+    await store.apply([UpdateRun("child-waits", {"status": "running"})])
+    assert "child-waits" not in await store.list_stalled_runs(limit=10)
+
+
 async def test_due_times_follow_every_run_write(store: AnyStore) -> None:
     assert await store.next_due_time() is None
     await store.create_run(make_run(status="completed"))

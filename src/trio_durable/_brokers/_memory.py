@@ -68,6 +68,7 @@ class _Queue:
     ready: list[tuple[int, int, _Message]] = attrs.field(factory=list)
     delayed: list[tuple[float, int, _Message]] = attrs.field(factory=list)
     changed: trio.Event = attrs.field(factory=trio.Event)
+    newest_delivered: int = -1
 
     def notify(self) -> None:
         self.changed.set()
@@ -97,6 +98,12 @@ class MemoryBroker:
         self.dispatched = 0
         self.delivered = 0
         self.acked = 0
+        # What `faults` did, for reports: messages enqueued twice, messages
+        # held back, and first deliveries of a message older than one
+        # delivered before it on its queue (by random picks or by delays).
+        self.duplicated = 0
+        self.delayed = 0
+        self.reordered = 0
 
     def _queue(self, name: str) -> _Queue:
         queue = self._queues.get(name)
@@ -121,8 +128,10 @@ class MemoryBroker:
             copies = (
                 2 if self.faults.duplicate and self._rng.random() < self.faults.duplicate else 1
             )
+            self.duplicated += copies - 1
             for _ in range(copies):
                 delay = self._rng.uniform(0, self.faults.delay) if self.faults.delay else 0.0
+                self.delayed += delay > 0
                 self._enqueue(
                     outgoing.queue,
                     _Message(
@@ -163,6 +172,11 @@ class MemoryBroker:
         else:
             while queue.ready and len(taken) < limit:
                 taken.append(heapq.heappop(queue.ready)[2])
+        for message in taken:
+            if message.deliveries == 0:
+                if message.order < queue.newest_delivered:
+                    self.reordered += 1
+                queue.newest_delivered = max(queue.newest_delivered, message.order)
         return taken, later
 
     def _requeue(self, name: str, messages: Sequence[_Message]) -> None:

@@ -11,7 +11,7 @@ single-operation forms of it. Every implementation passes the suite in
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any, Protocol, final, runtime_checkable
+from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 import trio
@@ -301,6 +301,11 @@ class StoreStatistics:
     transactions: int = 0
 
 
+STALL_IGNORED_PREFIX: Final = "onError:retried:"
+"""Checkpoints named so (retired on-error handoffs) may stay pending for
+good; `Store.list_stalled_runs` looks past them."""
+
+
 def run_due_at(run: Run) -> float | None:
     """When a run needs an engine's attention without being woken.
 
@@ -389,6 +394,17 @@ class Store(Protocol):
         """The earliest due time of any run, or None."""
         ...
 
+    async def list_stalled_runs(self, limit: int) -> list[str]:
+        """Ids of runs whose wake was lost, oldest first, at most ``limit``.
+
+        A run is stalled when it is ``suspended`` with no wake time and none
+        of its checkpoints is ``pending`` or ``running`` (retired handoffs,
+        named with `STALL_IGNORED_PREFIX`, aside): nothing it waits for is still
+        to come, so only a lost wake-up (an engine that died between settling
+        what the run waited for and waking it) can have left it there.
+        """
+        ...
+
     async def buffered_signals(self, token: str) -> list[str]:
         """Payloads buffered for ``token``, oldest first."""
         ...
@@ -443,6 +459,15 @@ class ChangeFeed(Protocol):
 
     def due_event(self, before: float) -> trio.Event:
         """Set when some run becomes due earlier than ``before``."""
+        ...
+
+    def unwoken_runs(self) -> int:
+        """How many runs are suspended with no wake time (the runs that
+        `Store.list_stalled_runs` looks at)."""
+        ...
+
+    def unwoken_event(self) -> trio.Event:
+        """Set when a run becomes suspended with no wake time."""
         ...
 
 

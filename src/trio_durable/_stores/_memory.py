@@ -22,6 +22,7 @@ import trio
 from .._exceptions import LeaseLostError, StoreError
 from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, RunStatus
 from ._base import (
+    STALL_IGNORED_PREFIX,
     AdmitToQueue,
     ClaimCheckpoint,
     CreateRun,
@@ -78,6 +79,9 @@ class MemoryStore(StoreHelpers):
         self._waiting: dict[str, tuple[tuple[int, float, int, str, int], ...]] = {}
         self._arrivals = 0
         self._due_watchers: list[tuple[float, trio.Event]] = []
+        # Suspended runs with no wake time: the only ones that can stall.
+        self._unwoken: dict[str, None] = {}
+        self._unwoken_event = trio.Event()
 
     # -- change feed ----------------------------------------------------------
     # Engines sharing this store live in this process, so instead of polling
@@ -105,6 +109,14 @@ class MemoryStore(StoreHelpers):
         self._due_watchers = [w for w in self._due_watchers if not w[1].is_set()]
         self._due_watchers.append((before, event))
         return event
+
+    def unwoken_runs(self) -> int:
+        """How many runs are suspended with no wake time."""
+        return len(self._unwoken)
+
+    def unwoken_event(self) -> trio.Event:
+        """An event set when a run becomes suspended with no wake time."""
+        return self._unwoken_event
 
     def _notify(self, run: Run, due: float | None) -> None:
         if run.status in TERMINAL_STATUSES:
@@ -141,15 +153,27 @@ class MemoryStore(StoreHelpers):
         old_due = self._due.get(run.id)
         self._runs[run.id] = run
         self._set_due(run.id, run_due_at(run))
+        self._set_unwoken(run)
 
         def undo() -> None:
             if old is None:
                 del self._runs[run.id]
+                self._unwoken.pop(run.id, None)
             else:
                 self._runs[run.id] = old
+                self._set_unwoken(old)
             self._set_due(run.id, old_due)
 
         journal.append(undo)
+
+    def _set_unwoken(self, run: Run) -> None:
+        if run.status == "suspended" and run.wake_at is None:
+            if run.id not in self._unwoken:
+                self._unwoken[run.id] = None
+                self._unwoken_event.set()
+                self._unwoken_event = trio.Event()
+        else:
+            self._unwoken.pop(run.id, None)
 
     def _set_due(self, run_id: str, due: float | None) -> None:
         if due is None:
@@ -555,6 +579,24 @@ class MemoryStore(StoreHelpers):
                 return due
             heapq.heappop(self._due_heap)
         return None
+
+    async def list_stalled_runs(self, limit: int) -> list[str]:
+        await self._enter()
+        stalled: list[str] = []
+        # A scan of the suspended runs without a wake time, once per
+        # reconcile interval at most.
+        candidates = sorted(
+            (self._runs[run_id] for run_id in self._unwoken), key=lambda r: (r.created_at, r.id)
+        )
+        for run in candidates:
+            if len(stalled) >= limit:
+                break
+            if not any(
+                cp.status in ("pending", "running") and not cp.name.startswith(STALL_IGNORED_PREFIX)
+                for cp in self._checkpoints.get(run.id, {}).values()
+            ):
+                stalled.append(run.id)
+        return stalled
 
     async def buffered_signals(self, token: str) -> list[str]:
         await self._enter()

@@ -45,6 +45,7 @@ from .._records import (
     load_errors,
 )
 from ._base import (
+    STALL_IGNORED_PREFIX,
     AdmitToQueue,
     ClaimCheckpoint,
     CreateRun,
@@ -104,6 +105,11 @@ _SCHEMA: Final = (
     # `list_due_runs` reads the index alone.
     "CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at, id) WHERE due_at IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at, id)",
+    # Partial: the few runs a reconcile pass may find stalled.
+    """
+    CREATE INDEX IF NOT EXISTS runs_waiting ON runs (created_at, id)
+    WHERE status = 'suspended' AND wake_at IS NULL
+    """,
     """
     CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_id, created_at, id)
     WHERE parent_id IS NOT NULL
@@ -996,6 +1002,26 @@ class SQLiteStore(StoreHelpers):
         def work(cur: sqlite3.Cursor) -> tuple[list[str], None]:
             rows = cur.execute(
                 "SELECT id FROM runs WHERE due_at <= ? ORDER BY due_at, id LIMIT ?", params
+            ).fetchall()
+            return [row[0] for row in rows], None
+
+        return await self._submit(work, writes=False)  # type: ignore[no-any-return]
+
+    async def list_stalled_runs(self, limit: int) -> list[str]:
+        params = (STALL_IGNORED_PREFIX + "%", max(limit, 0))
+
+        def work(cur: sqlite3.Cursor) -> tuple[list[str], None]:
+            rows = cur.execute(
+                """
+                SELECT id FROM runs
+                WHERE status = 'suspended' AND wake_at IS NULL AND NOT EXISTS (
+                    SELECT 1 FROM checkpoints
+                    WHERE run_id = runs.id AND status IN ('pending', 'running')
+                    AND name NOT LIKE ?
+                )
+                ORDER BY created_at, id LIMIT ?
+                """,
+                params,
             ).fetchall()
             return [row[0] for row in rows], None
 

@@ -203,6 +203,9 @@ class FaultyStore(StoreHelpers, ChangeFeed):
     async def list_due_runs(self, now: float, limit: int) -> list[str]:
         return await self.inner.list_due_runs(now, limit)
 
+    async def list_stalled_runs(self, limit: int) -> list[str]:
+        return await self.inner.list_stalled_runs(limit)
+
     async def next_due_time(self) -> float | None:
         return await self.inner.next_due_time()
 
@@ -220,6 +223,12 @@ class FaultyStore(StoreHelpers, ChangeFeed):
 
     def due_event(self, before: float) -> trio.Event:
         return self.inner.due_event(before)
+
+    def unwoken_runs(self) -> int:
+        return self.inner.unwoken_runs()
+
+    def unwoken_event(self) -> trio.Event:
+        return self.inner.unwoken_event()
 
     async def aclose(self) -> None:
         await self.inner.aclose()

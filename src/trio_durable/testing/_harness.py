@@ -427,6 +427,14 @@ async def _simulation(
             violations.append(f"the effect {key!r} never ran")
     for kind in store.injected:
         injected[kind] = injected.get(kind, 0) + 1
+    # Broker faults are counted by the broker, not traced.
+    for kind, times in (
+        ("broker.duplicate", broker.duplicated),
+        ("broker.delay", broker.delayed),
+        ("broker.reorder", broker.reordered),
+    ):
+        if times:
+            injected[kind] = times
     digest = hashlib.sha256("\n".join(trace).encode()).hexdigest()[:16]
     return SimulationReport(
         seed=seed,

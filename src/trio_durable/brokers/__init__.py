@@ -1,0 +1,36 @@
+"""What a broker adapter is written against.
+
+An adapter implements `Broker` (and its `Consumer`), translates its client
+library's errors into `BrokerUnavailable`, and registers an opener under the
+entry-point group ``trio_durable.brokers`` by URL scheme. It must pass the
+suites in ``tests/conformance/test_broker.py`` and
+``tests/conformance/test_broker_engine.py``; see ``docs/brokers.md``.
+"""
+
+from .._brokers import open_broker as open_broker
+from .._brokers._base import RESULTS as RESULTS
+from .._brokers._base import Broker as Broker
+from .._brokers._base import BrokerError as BrokerError
+from .._brokers._base import BrokerUnavailable as BrokerUnavailable
+from .._brokers._base import Consumer as Consumer
+from .._brokers._base import Delivery as Delivery
+from .._brokers._base import Outgoing as Outgoing
+from .._brokers._base import WorkerDescriptor as WorkerDescriptor
+from .._brokers._base import is_broker_safe as is_broker_safe
+from .._brokers._memory import BrokerFaults as BrokerFaults
+from .._brokers._memory import MemoryBroker as MemoryBroker
+
+__all__ = [
+    "RESULTS",
+    "Broker",
+    "BrokerError",
+    "BrokerFaults",
+    "BrokerUnavailable",
+    "Consumer",
+    "Delivery",
+    "MemoryBroker",
+    "Outgoing",
+    "WorkerDescriptor",
+    "is_broker_safe",
+    "open_broker",
+]

@@ -1,0 +1,210 @@
+"""The Trio-asyncio bridge of the broker adapters, in both modes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+
+from trio_durable import InvalidURLError
+from trio_durable.brokers._bridge import (
+    DEFAULT_BRIDGE,
+    Bridge,
+    BridgeMode,
+    Inbox,
+    bridge_mode,
+    open_bridge,
+)
+
+MODES: list[BridgeMode] = ["thread", "trio-asyncio"]
+
+
+@pytest.fixture(params=MODES)
+async def bridge(request: pytest.FixtureRequest) -> AsyncIterator[Bridge]:
+    async with open_bridge(request.param) as opened:
+        yield opened
+
+
+async def test_run_returns_what_the_coroutine_returns(bridge: Bridge) -> None:
+    async def add() -> int:
+        await asyncio.sleep(0)
+        return 1 + 2
+
+    assert await bridge.run(add) == 3
+
+
+async def test_run_raises_what_the_coroutine_raises(bridge: Bridge) -> None:
+    class Boom(Exception):
+        pass
+
+    async def fail() -> None:
+        await asyncio.sleep(0)
+        raise Boom("asyncio side")
+
+    with pytest.raises(Boom, match="asyncio side"):
+        await bridge.run(fail)
+
+
+async def test_the_coroutine_runs_on_an_asyncio_loop(bridge: Bridge) -> None:
+    async def where() -> tuple[bool, int]:
+        return asyncio.get_running_loop() is not None, threading.get_ident()
+
+    running, ident = await bridge.run(where)
+    assert running
+    # Thread mode runs the client library off the Trio thread.
+    assert (ident != threading.get_ident()) == (bridge.mode == "thread")
+
+
+async def test_cancelling_the_caller_cancels_the_coroutine_first(bridge: Bridge) -> None:
+    started = trio.Event()
+    ended: list[str] = []
+    token = trio.lowlevel.current_trio_token()
+
+    async def forever() -> None:
+        token.run_sync_soon(started.set)
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bridge.run, forever)
+            await started.wait()
+            scope.cancel()
+    # The call returned only once the asyncio side had stopped.
+    assert ended == ["cancelled"]
+
+
+async def test_inbox_hands_over_in_batches_in_order(bridge: Bridge) -> None:
+    inbox: Inbox[int] = bridge.inbox()
+
+    async def produce() -> None:
+        for i in range(10):
+            inbox.put(i)
+
+    await bridge.run(produce)
+    assert await inbox.get_batch(4) == [0, 1, 2, 3]
+    assert await inbox.get_batch(100) == [4, 5, 6, 7, 8, 9]
+
+
+async def test_inbox_wakes_a_waiting_receiver(bridge: Bridge) -> None:
+    inbox: Inbox[str] = bridge.inbox()
+    got: list[list[str]] = []
+
+    async def receive() -> None:
+        got.append(await inbox.get_batch(10))
+
+    async def produce() -> None:
+        inbox.put("a")
+        inbox.put("b")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(receive)
+        await trio.testing.wait_all_tasks_blocked()
+        await bridge.run(produce)
+    assert got == [["a", "b"]]
+
+
+async def test_a_cancelled_get_batch_loses_nothing(bridge: Bridge) -> None:
+    inbox: Inbox[int] = bridge.inbox()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(inbox.get_batch, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+
+    async def produce() -> None:
+        inbox.put(7)
+
+    await bridge.run(produce)
+    assert inbox.drain_nowait() == [7]
+    assert inbox.drain_nowait() == []
+
+
+async def test_inbox_failure_comes_after_the_items(bridge: Bridge) -> None:
+    inbox: Inbox[int] = bridge.inbox()
+
+    class Gone(Exception):
+        pass
+
+    async def produce() -> None:
+        inbox.put(1)
+        inbox.fail(Gone("connection closed"))
+
+    await bridge.run(produce)
+    assert await inbox.get_batch(10) == [1]
+    with pytest.raises(Gone):
+        await inbox.get_batch(10)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_closed_bridge_refuses_calls(mode: BridgeMode) -> None:
+    async with open_bridge(mode) as bridge:
+        pass
+
+    async def nothing() -> None:
+        pass
+
+    with pytest.raises(trio.ClosedResourceError):
+        await bridge.run(nothing)
+
+
+async def test_closing_the_thread_bridge_ends_its_tasks_and_thread() -> None:
+    threads = threading.active_count()
+    stopped: list[str] = []
+    started = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    async def spawn() -> None:
+        async def background() -> None:
+            token.run_sync_soon(started.set)
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                stopped.append("background")
+
+        asyncio.get_running_loop().create_task(background())
+
+    async with open_bridge("thread") as bridge:
+        await bridge.run(spawn)
+        await started.wait()
+    assert stopped == ["background"]
+    assert threading.active_count() <= threads
+
+
+async def test_a_cancelled_block_still_joins_the_thread() -> None:
+    with trio.CancelScope() as scope:
+        async with open_bridge("thread"):
+            scope.cancel()
+            await trio.sleep_forever()
+    assert scope.cancelled_caught
+
+
+@pytest.mark.parametrize(
+    ("url", "mode"),
+    [
+        ("amqp://localhost", DEFAULT_BRIDGE),
+        ("amqp://localhost/?bridge=thread", "thread"),
+        ("nats://localhost:4222?bridge=trio-asyncio", "trio-asyncio"),
+    ],
+)
+def test_bridge_mode_from_the_url(url: str, mode: BridgeMode) -> None:
+    assert bridge_mode(url) == mode
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["amqp://h/?bridge=", "amqp://h/?bridge=asyncio", "amqp://h/?bridge=thread&bridge=thread"],
+)
+def test_bad_bridge_modes_are_refused(url: str) -> None:
+    with pytest.raises(InvalidURLError, match="bridge="):
+        bridge_mode(url)
+
+
+def test_thread_is_the_default() -> None:
+    assert DEFAULT_BRIDGE == "thread"

@@ -1,0 +1,145 @@
+"""The reconcile pass: runs whose wake-up was lost are resumed.
+
+An engine that dies after the write that settles what a run waits for (a
+child's end, a fan's last member, a remote result) and before it wakes the
+run leaves the run suspended with nothing pending. These tests lose that
+wake on purpose (the join barrier, or the result consumer's wake, does
+nothing once) and check that the reconcile pass resumes the run after
+``reconcile_interval``, exactly then, and leaves waiting runs alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+import trio_durable as td
+from conftest import EngineFactory
+from trio_durable._engine import Engine
+from trio_durable._records import Checkpoint
+
+app = td.App("reconcile")
+
+INTERVAL = 60.0
+
+
+@app.workflow()
+async def kid(ctx: td.Context, x: int) -> int:
+    return 2 * x
+
+
+@app.workflow()
+async def parent(ctx: td.Context, x: int) -> int:
+    return await ctx.child(kid, x) + 1
+
+
+@app.workflow()
+async def fan_parent(ctx: td.Context, n: int) -> list[int]:
+    return await ctx.all(kid, list(range(n)))
+
+
+@app.workflow()
+async def waiter(ctx: td.Context) -> str:
+    payload: str = await ctx.wait_signal("go")
+    return payload
+
+
+@app.step(group="math")
+async def triple(x: int) -> int:
+    return 3 * x
+
+
+@app.workflow()
+async def remote_parent(ctx: td.Context, x: int) -> int:
+    return await ctx.step(triple, x)
+
+
+@pytest.fixture
+def lose_barrier_wakes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Makes the join barrier drop its wakes, as an engine dying right after
+    the settling write would; yields the ids of the runs it dropped."""
+    lost: list[str] = []
+
+    async def barrier(self: Engine, settled: Checkpoint) -> None:
+        lost.append(settled.run_id)
+
+    monkeypatch.setattr(Engine, "_join_barrier", barrier)
+    return lost
+
+
+async def test_a_parent_whose_wake_was_lost_resumes_after_the_interval(
+    autojump_clock: trio.testing.MockClock,
+    open_test_engine: EngineFactory,
+    lose_barrier_wakes: list[str],
+) -> None:
+    async with open_test_engine(app, reconcile_interval=INTERVAL) as engine:
+        run = await engine.start(parent, 5, run_id="p")
+        await engine.drain()
+        assert lose_barrier_wakes == ["p"]
+        stored = await engine.get("p")
+        assert stored is not None
+        assert stored.status == "suspended"
+        assert engine.statistics().reconciled == 0
+
+        with trio.fail_after(2 * INTERVAL):
+            assert await engine.result(run.id) == 11
+        # Resumed by the first reconcile pass, not before.
+        assert trio.current_time() == INTERVAL
+        assert engine.statistics().reconciled == 1
+
+
+async def test_a_fan_parent_whose_last_wake_was_lost_resumes(
+    autojump_clock: trio.testing.MockClock,
+    open_test_engine: EngineFactory,
+    lose_barrier_wakes: list[str],
+) -> None:
+    async with open_test_engine(app, reconcile_interval=INTERVAL) as engine:
+        run = await engine.start(fan_parent, 4, run_id="f")
+        with trio.fail_after(2 * INTERVAL):
+            assert await engine.result(run.id) == [0, 2, 4, 6]
+        assert trio.current_time() == INTERVAL
+        assert engine.statistics().reconciled == 1
+
+
+async def test_a_run_whose_remote_result_wake_was_lost_resumes(
+    autojump_clock: trio.testing.MockClock,
+    open_test_engine: EngineFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    woken: list[str] = []
+    real_wake = Engine._wake
+
+    def wake(self: Engine, run_id: str, **kwargs: object) -> None:
+        # The result consumer's wake of the run after its settle write is
+        # lost once; every other wake goes through.
+        if run_id == "r" and not woken and self._settling:
+            woken.append(run_id)
+            return
+        real_wake(self, run_id, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Engine, "_wake", wake)
+    async with open_test_engine(
+        app, broker="memory://reconcile", serve=["math"], reconcile_interval=INTERVAL
+    ) as engine:
+        run = await engine.start(remote_parent, 7, run_id="r")
+        with trio.fail_after(2 * INTERVAL):
+            assert await engine.result(run.id) == 21
+        assert woken == ["r"]
+        assert trio.current_time() == INTERVAL
+        assert engine.statistics().reconciled == 1
+
+
+async def test_waiting_runs_are_left_alone(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app, reconcile_interval=INTERVAL) as engine:
+        await engine.start(waiter, run_id="w")
+        await engine.drain()
+        turns = engine.statistics().turns
+        await trio.sleep(10 * INTERVAL)
+        # Ten passes found nothing stalled: a signal is still to come.
+        assert engine.statistics().reconciled == 0
+        assert engine.statistics().turns == turns
+        await engine.signal("w", "go", "now")
+        assert await engine.result("w") == "now"
