@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("trio_durable")
 
+_OUTAGE_BACKOFF: Final = 0.1
+"""Seconds the poller first waits after the store failed to list due runs;
+doubled on each failure in a row, up to the reconcile interval."""
+
 
 async def poll_due(engine: Engine) -> None:
     """Resume runs that are due: timers, and runs whose engine went away.
@@ -31,13 +35,19 @@ async def poll_due(engine: Engine) -> None:
     shuffled order, so that several engines polling one store spread over
     the batch instead of contending for the same rows.
     """
+    outage = 0
     while True:
         engine._poke = trio.Event()
         # Made before listing, so a turn that ends while this pass looks at
         # the store still wakes the wait below (no lost wake-up).
         progress = engine._progress = trio.Event()
         now = engine.clock.now()
-        due = await engine.store.list_due_runs(now, engine._timer_batch_size)
+        try:
+            due = await engine.store.list_due_runs(now, engine._timer_batch_size)
+        except StoreError as exc:
+            outage += 1
+            await _outage_backoff(engine, outage, exc)
+            continue
         fresh = [run_id for run_id in due if run_id not in engine._active]
         engine.rng.shuffle(fresh)
         for run_id in fresh:
@@ -49,7 +59,15 @@ async def poll_due(engine: Engine) -> None:
             with trio.move_on_after(engine._lease_ttl / 3):
                 await engine._idle.wait()
             continue
-        next_due = await engine.store.next_due_time()
+        try:
+            next_due = await engine.store.next_due_time()
+        except StoreError as exc:
+            outage += 1
+            await _outage_backoff(engine, outage, exc)
+            continue
+        if outage:
+            logger.warning("the poller reaches the store again")
+            outage = 0
         now = engine.clock.now()
         if next_due is not None and next_due <= now:
             if not fresh:
@@ -59,6 +77,15 @@ async def poll_due(engine: Engine) -> None:
                     await progress.wait()
             continue
         await sleep_until_due(engine, next_due, now)
+
+
+async def _outage_backoff(engine: Engine, outage: int, exc: StoreError) -> None:
+    """The database is away: nothing can run meanwhile (turns fail on it
+    too). Wait a growing, jittered delay before asking again; what came due
+    is still there when the database is back."""
+    delay = min(_OUTAGE_BACKOFF * 2 ** min(outage - 1, 10), engine._reconcile_interval)
+    logger.warning("the poller cannot read the store (%s); retrying in %.2f s", exc, delay)
+    await trio.sleep(delay * engine.rng.uniform(0.5, 1.0))
 
 
 async def reconcile_stalled(engine: Engine) -> None:

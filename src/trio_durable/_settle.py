@@ -64,14 +64,23 @@ async def consume_results(engine: Engine, task_status: trio.TaskStatus[None]) ->
 
 
 async def _settle_forever(engine: Engine, consumer: Consumer) -> None:
+    outage = 0
     while True:
         deliveries = await consumer.receive(RESULT_BATCH)
         engine._settling += 1
         try:
-            await settle_batch(engine, consumer, deliveries)
+            returned = await settle_batch(engine, consumer, deliveries)
         finally:
             engine._settling -= 1
             engine._check_idle()
+        if returned and returned == len(deliveries):
+            # The store refused every write (the database is away): the
+            # results went back to the broker. Wait before taking them again
+            # rather than spin on them; the wait grows while it lasts.
+            outage += 1
+            await trio.sleep(min(0.05 * 2 ** min(outage, 10), 5.0) * engine.rng.uniform(0.5, 1.0))
+        else:
+            outage = 0
 
 
 def _op_for(engine: Engine, result: Result) -> Op:
@@ -116,8 +125,13 @@ def _op_for(engine: Engine, result: Result) -> Op:
     )
 
 
-async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[Delivery]) -> None:
-    """Settle one batch of result deliveries, ack them, wake their runs."""
+async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[Delivery]) -> int:
+    """Settle one batch of result deliveries, ack them, wake their runs.
+
+    Returns:
+      How many results the store refused to settle; they were given back
+      to the broker for redelivery.
+    """
     readable: list[tuple[Delivery, Result]] = []
     unreadable: list[Delivery] = []
     for delivery in deliveries:
@@ -129,7 +143,7 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
     if unreadable:
         await _ack(consumer, unreadable)
     if not readable:
-        return
+        return 0
     ops = [_op_for(engine, result) for _, result in readable]
     # Queue slots are given back in the same write that settles their steps
     # (and only if it did, or the run ended: the store checks).
@@ -191,9 +205,14 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
     for run_id, first, size in fans:
         if run_id in wakes:
             continue
-        pending = await engine.store.count_checkpoints(
-            run_id, first, first + size - 1, _PENDING, limit=1
-        )
+        try:
+            pending = await engine.store.count_checkpoints(
+                run_id, first, first + size - 1, _PENDING, limit=1
+            )
+        except StoreError as exc:
+            # Not knowing, wake it: a wake costs a turn at most.
+            logger.warning("could not count a fan's pending members: %s", exc)
+            pending = 0
         if not pending:
             wakes[run_id] = None
     for run_id, _ in admitted:
@@ -203,6 +222,7 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
             wakes[result.run_id] = None
     for run_id in wakes:
         engine._wake(run_id)
+    return len(failed)
 
 
 def _releases(
