@@ -18,6 +18,7 @@ import trio_durable as td
 from conftest import EngineFactory
 from trio_durable._engine import Engine
 from trio_durable._records import Checkpoint
+from trio_durable._stores._base import TurnState
 
 app = td.App("reconcile")
 
@@ -143,3 +144,92 @@ async def test_waiting_runs_are_left_alone(
         assert engine.statistics().turns == turns
         await engine.signal("w", "go", "now")
         assert await engine.result("w") == "now"
+
+
+# -- a child that ends while another engine holds its parent ------------------
+
+
+@app.workflow()
+async def gated_kid(ctx: td.Context, tag: str = "") -> str:
+    payload: str = await ctx.wait_signal("go")
+    return payload
+
+
+@app.workflow()
+async def waits_for_kid(ctx: td.Context) -> str:
+    return await ctx.child(gated_kid)
+
+
+@app.workflow()
+async def waits_for_kids(ctx: td.Context) -> list[str]:
+    return await ctx.all(gated_kid, ["x", "y"])
+
+
+class GatedStore:
+    """Delegates to a store, but holds the turn of one run right after it
+    took the lease and read the checkpoints, until released."""
+
+    def __init__(self, inner: td.MemoryStore) -> None:
+        self.inner = inner
+        self.run_id: str | None = None
+        self.holding = trio.Event()
+        self.release = trio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def begin_turn(
+        self, run_id: str, owner: str, expiry: float, now: float
+    ) -> TurnState | None:
+        state = await self.inner.begin_turn(run_id, owner, expiry, now)
+        if run_id == self.run_id:
+            self.run_id = None
+            self.holding.set()
+            await self.release.wait()
+        return state
+
+
+@pytest.mark.parametrize(
+    ("workflow", "kids", "expected"),
+    [
+        (waits_for_kid, ["p.child.1"], "now"),
+        (waits_for_kids, ["p.all.1.0", "p.all.1.1"], ["now", "now"]),
+    ],
+)
+async def test_a_child_ending_while_another_engine_holds_the_parent_wakes_it(
+    autojump_clock: trio.testing.MockClock,
+    open_test_engine: EngineFactory,
+    workflow: td.Workflow[..., object],
+    kids: list[str],
+    expected: object,
+) -> None:
+    store = td.MemoryStore()
+    gated = GatedStore(store)
+    # No reconcile pass within the test: only the engines' own wakes count.
+    async with (
+        open_test_engine(
+            app, store=gated, engine_id="a", reconcile_interval=10 * INTERVAL
+        ) as a,
+        open_test_engine(app, store=store, engine_id="b", reconcile_interval=10 * INTERVAL) as b,
+    ):
+        await a.start(workflow, run_id="p")
+        await a.drain()
+        for kid in kids[:-1]:
+            await b.signal(kid, "go", "now")
+        await b.drain()
+        # A turn of the parent on engine a reads the child still pending and
+        # holds the lease...
+        gated.run_id = "p"
+        a._wake("p")
+        await gated.holding.wait()
+        # ...while the last child ends on engine b, whose wake of the parent
+        # cannot take the lease.
+        await b.signal(kids[-1], "go", "now")
+        await b.drain()
+        stored = await b.get(kids[-1])
+        assert stored is not None
+        assert stored.status == "completed"
+        gated.release.set()
+        with trio.fail_after(INTERVAL):
+            assert await a.result("p") == expected
+        assert a.statistics().reconciled == b.statistics().reconciled == 0

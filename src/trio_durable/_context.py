@@ -68,8 +68,9 @@ class Suspend(BaseException):
         super().__init__(reason)
         self.reason = reason
         self.wake_at = wake_at
-        # The seq range of remote checkpoints the run waits on, rechecked
-        # after the suspend commits (see `Engine._suspend`).
+        # The seq range of checkpoints (remote steps, children) the run
+        # waits on, rechecked after the suspend commits (see
+        # `Engine._suspend`).
         self.watch = watch
 
 
@@ -541,7 +542,8 @@ class Context:
             self._create_child(wf, seq, child_id, _serde.dump_args(args), awaited=True)
             raise Suspend("child")
         if cp.status == "pending":
-            raise Suspend("child")
+            # Watched: the child may end while this turn holds the lease.
+            raise Suspend("child", watch=(seq, seq))
         value = self._child_outcome(wf, cp)
         if isinstance(value, _Failed):
             raise RunFailed(cp.child_id or "", value.error, value.code, value.details)
@@ -724,7 +726,7 @@ class Context:
         if mode == "fail_fast" and any(failed(cp) for cp in members):
             members = await self._freeze_fan(wf, first, fan_id, members)
         elif any(cp is not None and cp.status == "pending" for cp in members):
-            raise Suspend("fan")
+            raise Suspend("fan", watch=(first, first + total - 1))
         else:
             unstarted = [i for i, cp in enumerate(members) if cp is None]
             if unstarted:

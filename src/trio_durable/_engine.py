@@ -869,9 +869,10 @@ class Engine:
         if wake_at is not None and wake_at < self._poller_deadline:
             self._poke.set()
         if suspend.watch is not None:
-            # A result that settled the last pending checkpoint while this
-            # turn held the lease woke nobody (its engine could not take the
-            # run): look once more, now that the lease is given back.
+            # A remote result or a child's end that settled the last pending
+            # checkpoint while this turn held the lease woke nobody (the
+            # engine that settled it could not take the run): look once
+            # more, now that the lease is given back.
             first, last = suspend.watch
             pending = await self.store.count_checkpoints(run.id, first, last, _PENDING, limit=1)
             if not pending:
