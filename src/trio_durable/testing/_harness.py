@@ -344,7 +344,9 @@ async def _simulation(
             if len(alive) < 1:
                 continue
             index = rng.choice(alive)
-            engine = live_engines[index]
+            # Down from this moment: the fleet must not count it live (nor
+            # drain it) while its block is still unwinding (seed 3921).
+            engine = live_engines.pop(index)
             sim._engine_down(engine)
             engine._crashed = True
             engine_scopes[index].cancel()
@@ -357,7 +359,7 @@ async def _simulation(
             if not alive:
                 continue
             index = rng.choice(alive)
-            live_workers[index]._crashed = True
+            live_workers.pop(index)._crashed = True
             worker_scopes[index].cancel()
             count("worker.crash")
 
