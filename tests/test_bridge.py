@@ -208,3 +208,28 @@ def test_bad_bridge_modes_are_refused(url: str) -> None:
 
 def test_thread_is_the_default() -> None:
     assert DEFAULT_BRIDGE == "thread"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_what_the_block_raises_comes_out_as_itself(mode: BridgeMode) -> None:
+    class Refused(Exception):
+        pass
+
+    with pytest.raises(Refused, match="no broker there"):
+        async with open_bridge(mode):
+            raise Refused("no broker there")
+
+
+async def test_closing_the_thread_bridge_joins_its_executor() -> None:
+    names: list[str] = []
+
+    async def blocking_call() -> None:
+        def where() -> None:
+            names.append(threading.current_thread().name)
+
+        await asyncio.get_running_loop().run_in_executor(None, where)
+
+    async with open_bridge("thread") as bridge:
+        await bridge.run(blocking_call)
+    assert len(names) == 1
+    assert names[0] not in {thread.name for thread in threading.enumerate()}

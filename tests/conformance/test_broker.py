@@ -21,6 +21,7 @@ The second part is about what only the memory broker has: injected faults
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import re
@@ -90,9 +91,25 @@ class BrokerFactory:
     quiet_period: float = 0.0
     poll_interval: float = 0.05
     short_ttl: float = 1.0
+    server: str | None = None
+    """The real server it needs (a ``tests/servers`` name): the fixtures
+    resolve its URL with ``real_server`` into `SERVER_URLS` before ``open``
+    is called, so ``open`` reads ``SERVER_URLS[server]``."""
 
     def __call__(self) -> AbstractAsyncContextManager[Broker]:
         return self.open()
+
+
+SERVER_URLS: Final[dict[str, str]] = {}
+"""The URLs of the real servers in use, by ``tests/servers`` name."""
+
+
+def use_server(request: pytest.FixtureRequest, factory: BrokerFactory) -> None:
+    """Resolve the URL of the real server ``factory`` needs (starting it, or
+    skipping the test, through the session fixture ``real_server``)."""
+    if factory.server is not None and factory.server not in SERVER_URLS:
+        real_server = request.getfixturevalue("real_server")
+        SERVER_URLS[factory.server] = real_server(factory.server)
 
 
 @asynccontextmanager
@@ -109,16 +126,41 @@ def _open_memory_url() -> AbstractAsyncContextManager[Broker]:
     return open_broker(f"memory://conformance-{next(_serial)}")
 
 
+def _open_amqp(bridge: str) -> AbstractAsyncContextManager[Broker]:
+    return open_broker(f"{SERVER_URLS['rabbitmq']}?bridge={bridge}")
+
+
+def _open_nats(bridge: str) -> AbstractAsyncContextManager[Broker]:
+    return open_broker(f"{SERVER_URLS['nats']}?bridge={bridge}")
+
+
 BROKER_FACTORIES: Final = [
     pytest.param(BrokerFactory(open=_open_memory_instance, trio_clock=True), id="memory"),
     pytest.param(BrokerFactory(open=_open_memory_url, trio_clock=True), id="memory-url"),
-    # An adapter adds itself here, e.g.
-    #   pytest.param(
-    #       BrokerFactory(open=lambda: open_broker(os.environ["AMQP_URL"]), quiet_period=0.5),
-    #       id="amqp",
-    #       marks=pytest.mark.skipif("AMQP_URL" not in os.environ, reason="no RabbitMQ"),
-    #   ),
-    #   pytest.param(BrokerFactory(open=..., priorities=False, quiet_period=0.5), id="nats", ...),
+    *(
+        pytest.param(
+            BrokerFactory(
+                open=functools.partial(_open_amqp, bridge), server="rabbitmq", quiet_period=0.5
+            ),
+            id=f"amqp-{bridge}",
+        )
+        for bridge in ("thread", "trio-asyncio")
+    ),
+    *(
+        pytest.param(
+            # No priorities on NATS (docs/nats.md); a short TTL that is not
+            # a whole number of seconds (the server's per-message TTL is).
+            BrokerFactory(
+                open=functools.partial(_open_nats, bridge),
+                server="nats",
+                priorities=False,
+                quiet_period=0.5,
+                short_ttl=1.5,
+            ),
+            id=f"nats-{bridge}",
+        )
+        for bridge in ("thread", "trio-asyncio")
+    ),
 ]
 
 
@@ -126,6 +168,7 @@ BROKER_FACTORIES: Final = [
 def broker_factory(request: pytest.FixtureRequest) -> BrokerFactory:
     """Each kind of broker in turn."""
     factory: BrokerFactory = request.param
+    use_server(request, factory)
     return factory
 
 

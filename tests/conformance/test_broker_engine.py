@@ -32,7 +32,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from test_broker import BROKER_FACTORIES, EVENTUALLY, BrokerFactory, settle
+from test_broker import BROKER_FACTORIES, EVENTUALLY, BrokerFactory, settle, use_server
 
 import trio_durable as td
 from trio_durable._brokers._base import RESULTS, Broker
@@ -237,6 +237,7 @@ ENGINE_BROKER_FACTORIES: Final = [
 def broker_factory(request: pytest.FixtureRequest) -> BrokerFactory:
     """Each kind of broker in turn."""
     factory: BrokerFactory = request.param
+    use_server(request, factory)
     return factory
 
 

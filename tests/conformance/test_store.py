@@ -1,6 +1,7 @@
 """The store conformance suite: every `Store` behaves like `MemoryStore`.
 
-Each test runs against every store (the ``store`` fixture, memory and SQLite);
+Each test runs against every store (the ``store`` fixture: memory, SQLite and
+PostgreSQL, the last in a fresh schema of the ``real_server`` per test);
 the tests at the end are about what only the SQLite store has (a file, a URL,
 group commit).
 """
@@ -8,7 +9,7 @@ group commit).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,11 @@ from trio_durable._stores._base import (
     WriteConflict,
 )
 from trio_durable._stores._memory import MemoryStore, open_memory_store
+from trio_durable._stores._postgres import PostgresStore, open_postgres_store
 from trio_durable._stores._sqlite import SQLiteStore, open_sqlite_store
 
-AnyStore = MemoryStore | SQLiteStore
-"""A store the suite runs against (both offer the `StoreHelpers` forms)."""
+AnyStore = MemoryStore | SQLiteStore | PostgresStore
+"""A store the suite runs against (all offer the `StoreHelpers` forms)."""
 
 
 # The fixtures live here rather than in a conftest.py: tests elsewhere import
@@ -57,15 +59,25 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, sqlite_url: str) -> AsyncIterator[AnyStore]:
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def store(
+    request: pytest.FixtureRequest, sqlite_url: str, real_server: Callable[[str], str]
+) -> AsyncIterator[AnyStore]:
     """An open, empty store of each kind; closed after the test."""
     if request.param == "memory":
         async with open_memory_store() as memory_store:
             yield memory_store
-    else:
+    elif request.param == "sqlite":
         async with open_sqlite_store(sqlite_url) as sqlite_store:
             yield sqlite_store
+    else:
+        from servers.postgres import scratch_schema
+
+        async with (
+            scratch_schema(real_server("postgres")) as url,
+            open_postgres_store(url) as postgres_store,
+        ):
+            yield postgres_store
 
 
 def make_run(run_id: str = "r1", **fields: Any) -> Run:

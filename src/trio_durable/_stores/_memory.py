@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import os
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, final
@@ -59,8 +60,9 @@ class MemoryStore(StoreHelpers):
 
     def __init__(self) -> None:
         # Names the fleet of engines sharing this store, so their results
-        # queue on a shared broker is theirs alone.
-        self.scope = f"memory-{next(_instances)}"
+        # queue on a shared broker is theirs alone: also against memory
+        # stores of other processes on one broker server (hence the pid).
+        self.scope = f"memory-{os.getpid()}-{next(_instances)}"
         self._runs: dict[str, Run] = {}
         self._checkpoints: dict[str, dict[int, Checkpoint]] = {}
         # run id -> status -> sorted seqs, so a count over a seq range is two

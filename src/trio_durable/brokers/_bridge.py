@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Final, Generic, Literal, TypeVar, final, get_args
 from urllib.parse import parse_qs, urlsplit
 
@@ -237,7 +237,11 @@ async def _finish_tasks() -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await asyncio.get_running_loop().shutdown_asyncgens()
+    loop = asyncio.get_running_loop()
+    await loop.shutdown_asyncgens()
+    # Its threads ran the client's blocking calls (DNS lookups): joined
+    # here, so none outlives the bridge.
+    await loop.shutdown_default_executor()
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -257,42 +261,54 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
 async def open_bridge(mode: BridgeMode = DEFAULT_BRIDGE) -> AsyncIterator[Bridge]:
     """Open a bridge in ``mode`` for the duration of the block.
 
-    In thread mode the loop's thread belongs to a nursery of this context:
-    leaving the block stops the loop, cancels what is left on it and joins
-    the thread. An adapter closes its connection (shielded, with a timeout)
-    before the block ends.
+    In thread mode the loop's thread belongs to this context: leaving the
+    block stops the loop, cancels what is left on it, shuts down its default
+    executor and joins the thread, even when the block is cancelled. What
+    the block raises comes out as itself. An adapter closes its connection
+    (shielded, with a timeout) before the block ends.
     """
     if mode == "trio-asyncio":
         import trio_asyncio
 
-        async with trio_asyncio.open_loop():
-            bridge = Bridge(mode, None)
-            try:
-                yield bridge
-            finally:
-                bridge._closed = True
+        try:
+            async with trio_asyncio.open_loop():
+                bridge = Bridge(mode, None)
+                try:
+                    yield bridge
+                finally:
+                    bridge._closed = True
+        except BaseExceptionGroup as group:
+            # trio-asyncio's loop runs in nurseries, which wrap what the
+            # block raised in groups: raise a lone error as itself, as the
+            # thread mode does (its own __cause__ stays).
+            lone: BaseException = group
+            while isinstance(lone, BaseExceptionGroup) and len(lone.exceptions) == 1:
+                lone = lone.exceptions[0]
+            if lone is group:
+                raise
+            raise lone  # noqa: B904 (the group is its context)
         return
     if mode != "thread":
         raise InvalidURLError(f"unknown bridge mode {mode!r}")
     # Not asyncio.new_event_loop(): once trio-asyncio is imported, its event
     # loop policy refuses to make a loop from within Trio.
     loop = asyncio.SelectorEventLoop()
+    token = trio.lowlevel.current_trio_token()
+    stopped = trio.Event()
+    # The thread is joined below, whatever happens in the block, so it never
+    # outlives it. Not a nursery task: a nursery would wrap whatever the
+    # block raises (a failure to connect, the caller's own error) in an
+    # exception group.
+    trio.lowlevel.start_thread_soon(
+        functools.partial(_run_loop, loop),
+        lambda _: token.run_sync_soon(stopped.set),
+        name="trio_durable asyncio bridge",
+    )
+    bridge = Bridge(mode, loop)
     try:
-        async with trio.open_nursery() as nursery:
-            # abandon_on_cancel=False: the nursery joins the thread even when
-            # cancelled, so the loop never outlives this block.
-            nursery.start_soon(
-                partial(trio.to_thread.run_sync, _run_loop, loop, abandon_on_cancel=False),
-                name="trio_durable asyncio bridge",
-            )
-            bridge = Bridge(mode, loop)
-            try:
-                yield bridge
-            finally:
-                bridge._closed = True
-                loop.call_soon_threadsafe(loop.stop)
+        yield bridge
     finally:
-        # The thread closes the loop; this is for a block cancelled before
-        # the thread started.
-        if not loop.is_closed():
-            loop.close()
+        bridge._closed = True
+        loop.call_soon_threadsafe(loop.stop)
+        with trio.CancelScope(shield=True):
+            await stopped.wait()

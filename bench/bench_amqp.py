@@ -1,0 +1,266 @@
+"""Remote steps over RabbitMQ, against the raw ceiling of aio-pika.
+
+Prints, in one run:
+
+(a) the raw round-trip ceiling of plain asyncio aio-pika, no Trio: a driver
+    publishes a task, a worker process consumes it and publishes a result,
+    the driver consumes the result (persistent messages, publisher confirms,
+    manual acks; ``--raw`` round trips of 200 bytes, 1,000 in flight, the
+    worker's prefetch 256);
+(b) trio-durable's remote steps per second for one fan of ``--fan`` steps,
+(c) and for ``--runs`` concurrent runs of one remote step each,
+
+for each bridge mode, and their ratios to (a). The engine runs in this
+process on a memory store (so the figures measure the broker path, not a
+database); the worker is a separate process (`open_worker`, concurrency 256),
+as the raw worker is. Usage:
+``python bench/bench_amqp.py [--url amqp://...] [--raw 20000] [--fan 10000] [--runs 1000]``
+(the URL defaults to ``$AMQP_URL``, else a local RabbitMQ on 5672).
+
+It prints figures and never passes or fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import subprocess
+import sys
+import time
+from typing import Any
+
+import trio
+
+import trio_durable as td
+
+BODY_SIZE = 200
+WINDOW = 1000
+PREFETCH = 256
+
+app = td.App("bench-amqp")
+
+
+@app.step(group="square")
+async def square(x: int) -> int:
+    return x * x
+
+
+@app.workflow()
+async def one_step(ctx: td.Context, x: int) -> int:
+    return await ctx.step(square, x)
+
+
+@app.workflow()
+async def fan(ctx: td.Context, n: int) -> int:
+    values = await ctx.all(square, list(range(n)))
+    return sum(values)
+
+
+# -- (a) plain asyncio aio-pika ----------------------------------------------------------
+
+
+async def raw_worker(url: str, tasks: str, results: str) -> None:
+    """Consume tasks; for each, publish a result (confirmed), then ack the task."""
+    import aio_pika
+
+    connection = await aio_pika.connect(url)
+    async with connection:
+        consume = await connection.channel(publisher_confirms=False)
+        await consume.set_qos(prefetch_count=PREFETCH)
+        publish = await connection.channel(publisher_confirms=True)
+        queue = await consume.declare_queue(tasks, durable=True)
+        await publish.declare_queue(results, durable=True)
+
+        async def handle(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            await publish.default_exchange.publish(
+                aio_pika.Message(message.body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                routing_key=results,
+            )
+            await message.ack()
+
+        await queue.consume(handle)
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+
+async def raw_driver(url: str, tasks: str, results: str, count: int) -> float:
+    """Keep WINDOW tasks in flight until ``count`` results came back; the
+    round trips per second."""
+    import aio_pika
+
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel(publisher_confirms=True)
+        consume = await connection.channel(publisher_confirms=False)
+        await consume.set_qos(prefetch_count=WINDOW)
+        await channel.declare_queue(tasks, durable=True)
+        result_queue = await consume.declare_queue(results, durable=True)
+        body = b"x" * BODY_SIZE
+        done = asyncio.Event()
+        received = 0
+        sent = 0
+
+        async def send(n: int) -> None:
+            nonlocal sent
+            batch = min(n, count - sent)
+            sent += batch
+            await asyncio.gather(
+                *(
+                    channel.default_exchange.publish(
+                        aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                        routing_key=tasks,
+                    )
+                    for _ in range(batch)
+                )
+            )
+
+        async def on_result(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            nonlocal received
+            await message.ack()
+            received += 1
+            if received == count:
+                done.set()
+            elif sent < count:
+                await send(1)
+
+        await result_queue.consume(on_result)
+        start = time.perf_counter()
+        await send(WINDOW)
+        await done.wait()
+        return count / (time.perf_counter() - start)
+
+
+def raw_ceiling(url: str, count: int) -> float:
+    tag = secrets.token_hex(4)
+    tasks, results = f"bench.raw.{tag}.tasks", f"bench.raw.{tag}.results"
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--role",
+            "raw-worker",
+            "--url",
+            url,
+            "--queues",
+            tasks,
+            results,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "ready"
+        return asyncio.run(raw_driver(url, tasks, results, count))
+    finally:
+        assert worker.stdin is not None
+        worker.stdin.close()
+        worker.wait(timeout=30)
+
+
+# -- (b), (c) trio-durable ----------------------------------------------------------------
+
+
+async def td_worker(url: str, route: str) -> None:
+    async with td.open_worker(app, broker=url, groups=[route], concurrency=PREFETCH):
+        print("ready", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
+
+
+def with_bridge(url: str, bridge: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}bridge={bridge}"
+
+
+async def td_figures(url: str, fan_size: int, runs: int) -> tuple[float, float]:
+    namespace = f"bench{secrets.token_hex(4)}"
+    route = f"square@{namespace}"
+    worker = await trio.lowlevel.open_process(
+        [sys.executable, __file__, "--role", "td-worker", "--url", url, "--queues", route],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert worker.stdout is not None
+        assert worker.stdin is not None
+        line = b""
+        while not line.endswith(b"\n"):
+            chunk = await worker.stdout.receive_some(1)
+            if not chunk:
+                raise RuntimeError("the worker process ended before it was ready")
+            line += chunk
+        assert line.strip() == b"ready"
+        async with td.open_engine(app, broker=url, seed=1) as engine:
+            start = time.perf_counter()
+            run = await engine.start(fan, fan_size, run_id=f"{namespace}.fan", namespace=namespace)
+            assert await engine.result(run.id) == sum(i * i for i in range(fan_size))
+            fan_rate = fan_size / (time.perf_counter() - start)
+
+            async def one(i: int) -> None:
+                run = await engine.start(
+                    one_step, i, run_id=f"{namespace}.r{i}", namespace=namespace
+                )
+                assert await engine.result(run.id) == i * i
+
+            start = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for i in range(runs):
+                    nursery.start_soon(one, i)
+            runs_rate = runs / (time.perf_counter() - start)
+            await engine.drain()
+        await worker.stdin.aclose()
+        with trio.fail_after(30):
+            await worker.wait()
+        return fan_rate, runs_rate
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--url", default=os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+    )
+    parser.add_argument("--raw", type=int, default=20_000)
+    parser.add_argument("--fan", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=1_000)
+    parser.add_argument("--bridges", default="thread,trio-asyncio")
+    parser.add_argument("--role", default="bench", help=argparse.SUPPRESS)
+    parser.add_argument("--queues", nargs="*", default=[], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "raw-worker":
+        asyncio.run(raw_worker(args.url, *args.queues))
+        return
+    if args.role == "td-worker":
+        trio.run(td_worker, args.url, *args.queues)
+        return
+
+    print(
+        f"RabbitMQ benchmark, Python {sys.version.split()[0]}, trio {trio.__version__}, {args.url}"
+    )
+    print(
+        f"round trips of {BODY_SIZE} B, persistent, confirmed, manually acked; worker prefetch {PREFETCH}"
+    )
+    ceiling = raw_ceiling(args.url, args.raw)
+    print(f"(a) raw aio-pika, asyncio, {args.raw} round trips, window {WINDOW}: {ceiling:8.0f}/s")
+    figures: dict[str, Any] = {}
+    for bridge in args.bridges.split(","):
+        fan_rate, runs_rate = trio.run(
+            td_figures, with_bridge(args.url, bridge), args.fan, args.runs
+        )
+        figures[bridge] = (fan_rate, runs_rate)
+        print(
+            f"(b) bridge={bridge:<12} fan of {args.fan}: {fan_rate:8.0f} steps/s"
+            f" = {fan_rate / ceiling:5.0%} of (a)   (target 70%)"
+        )
+        print(
+            f"(c) bridge={bridge:<12} {args.runs} one-step runs at once: {runs_rate:8.0f} steps/s"
+            f" = {runs_rate / ceiling:5.0%} of (a)   (target 40%)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,562 @@
+"""The operations of the PostgreSQL store, as SQL on one cursor.
+
+Everything here runs in a worker thread, inside the transaction a trip of
+`PostgresStore` opened (or, for reads, outside any). Every decision a write
+takes is taken by the write itself: claims, settles, leases and status
+expectations are single conditional ``UPDATE`` statements, which PostgreSQL
+re-evaluates on the newest row version after waiting for a concurrent
+writer, so of several engines racing for a result or a run exactly one wins.
+Signal and queue operations, which read several rows before they write, first
+take a transaction-scoped advisory lock on their token or queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Final
+
+import psycopg
+
+from .._exceptions import LeaseLostError, StoreError
+from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, dump_error
+from ._base import (
+    AdmitToQueue,
+    ClaimCheckpoint,
+    CreateRun,
+    DeleteCheckpoints,
+    DeliverSignal,
+    LockRun,
+    Op,
+    PutCheckpoint,
+    ReleaseQueueSlot,
+    ReleaseRun,
+    RemoveSignalWaiter,
+    RescheduleCheckpoint,
+    SettleCheckpoint,
+    TurnState,
+    UpdateRun,
+    WaitSignal,
+    WriteConflict,
+)
+
+# The row codecs are the SQLite store's: both keep the same columns.
+from ._sqlite import _checkpoint_values, _dump_tags, _run_row
+from ._sqlite import _load_checkpoint as load_checkpoint
+from ._sqlite import _load_run as load_run
+
+# Seeds of the advisory locks that serialize writes to one signal token or
+# one queue (a hash collision only serializes two of them needlessly).
+_SIGNAL_LOCK_SEED: Final = 1
+_QUEUE_LOCK_SEED: Final = 2
+
+_TERMINAL: Final = sorted(TERMINAL_STATUSES)
+
+_RUN_FIELDS: Final = (
+    "id", "workflow", "version", "namespace", "status", "input", "output", "error", "tags",
+    "parent_id", "parent_seq", "lease_owner", "lease_expiry", "wake_at", "compensate",
+    "recoveries", "created_at", "updated_at",
+)  # fmt: skip
+RUN_COLUMNS: Final = ", ".join(_RUN_FIELDS)
+_CHECKPOINT_FIELDS: Final = (
+    "run_id", "seq", "name", "kind", "status", "input", "output", "error", "errors", "attempts",
+    "worker_group", "child_id", "compensation", "parallel_group", "parallel_size",
+    "parallel_mode", "wake_at", "enqueued_at", "started_at", "finished_at",
+)  # fmt: skip
+_CHECKPOINT_COLUMNS: Final = ", ".join(_CHECKPOINT_FIELDS)
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+_SELECT_RUN: Final = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s"
+_INSERT_RUN: Final = (
+    f"INSERT INTO runs ({RUN_COLUMNS}) VALUES ({', '.join(['%s'] * len(_RUN_FIELDS))})"
+    " ON CONFLICT (id) DO NOTHING"
+)
+SELECT_CHECKPOINTS: Final = (
+    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints"
+    " WHERE run_id = %s AND seq >= %s AND seq <= %s ORDER BY seq"
+)
+_UPSERT_CHECKPOINT: Final = (
+    f"INSERT INTO checkpoints ({_CHECKPOINT_COLUMNS})"
+    f" VALUES ({', '.join(['%s'] * len(_CHECKPOINT_FIELDS))})"
+    " ON CONFLICT (run_id, seq) DO UPDATE SET "
+    + ", ".join(f"{column} = excluded.{column}" for column in _CHECKPOINT_FIELDS[2:])
+)
+_CLAIM_CHECKPOINT: Final = (
+    "UPDATE checkpoints SET "
+    + ", ".join(f"{column} = %s" for column in _CHECKPOINT_FIELDS[2:])
+    + " WHERE run_id = %s AND seq = %s AND status = 'pending' RETURNING true"
+)
+# The conditions of a settle or a reschedule, each off when its parameter is
+# NULL (or the status list empty), so one prepared statement serves them all.
+_CONDITIONS: Final = (
+    " WHERE run_id = %(run_id)s AND seq = %(seq)s AND status = 'pending'"
+    " AND (%(attempt)s::bigint IS NULL OR attempts = %(attempt)s::bigint)"
+    " AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)"
+    " AND (%(name)s::text IS NULL OR name = %(name)s::text)"
+    " AND NOT EXISTS (SELECT FROM runs"
+    " WHERE id = %(run_id)s AND status = ANY(%(unless)s::text[]))"
+)
+_SETTLE_CHECKPOINT: Final = (
+    "UPDATE checkpoints SET status = %(status)s, output = %(output)s, error = %(error)s,"
+    f" finished_at = %(finished_at)s::double precision{_CONDITIONS}"
+    f" RETURNING {_CHECKPOINT_COLUMNS}"
+)
+# ``errors`` is the compact JSON text `dump_errors` writes, so appending one
+# more error is text surgery: the result equals dump_errors(errors + (e,)).
+_RESCHEDULE_CHECKPOINT: Final = (
+    "UPDATE checkpoints SET attempts = attempts + 1,"
+    " errors = CASE WHEN errors IS NULL OR errors = '[]' THEN '[' || %(error)s || ']'"
+    " ELSE left(errors, -1) || ',' || %(error)s || ']' END,"
+    f" started_at = NULL, wake_at = %(wake_at)s::double precision{_CONDITIONS}"
+    f" RETURNING {_CHECKPOINT_COLUMNS}"
+)
+_SETTLE_SIGNAL: Final = (
+    "UPDATE checkpoints SET status = 'completed', output = %s, error = NULL, finished_at = %s"
+    " WHERE run_id = %s AND seq = %s AND status = 'pending'"
+)
+# The rules of `LockRun` in one statement: taken when free, lapsed or ours,
+# and a takeover from another owner counts a recovery.
+_LEASE_ASSIGNMENTS: Final = (
+    "lease_owner = %(owner)s, lease_expiry = %(expiry)s,"
+    " recoveries = recoveries"
+    " + CASE WHEN lease_owner IS NOT NULL AND lease_owner <> %(owner)s THEN 1 ELSE 0 END"
+)
+_LEASE_FREE: Final = (
+    "(lease_owner IS NULL OR lease_owner = %(owner)s OR lease_expiry IS NULL"
+    " OR lease_expiry <= %(now)s)"
+)
+_LOCK_RUN: Final = f"UPDATE runs SET {_LEASE_ASSIGNMENTS} WHERE id = %(run_id)s AND {_LEASE_FREE}"
+_BEGIN_TURN: Final = (
+    f"UPDATE runs SET {_LEASE_ASSIGNMENTS},"
+    " status = CASE WHEN status IN ('pending', 'suspended') THEN 'running' ELSE status END"
+    f" WHERE id = %(run_id)s AND status <> ALL(%(terminal)s::text[]) AND {_LEASE_FREE}"
+    f" RETURNING {RUN_COLUMNS}"
+)
+LOCK_RUNS: Final = "SELECT FROM runs WHERE id = ANY(%s::text[]) ORDER BY id FOR NO KEY UPDATE"
+LIST_STALLED: Final = (
+    "SELECT r.id FROM runs r WHERE r.status = 'suspended' AND r.wake_at IS NULL"
+    " AND NOT EXISTS (SELECT FROM checkpoints c WHERE c.run_id = r.id"
+    " AND c.status IN ('pending', 'running') AND c.name NOT LIKE %s)"
+    " ORDER BY r.created_at, r.id LIMIT %s"
+)
+
+# What a job adds to the statistics once it is committed:
+# (batches, ops, run_rows_read, checkpoint_rows_read).
+Counts = tuple[int, int, int, int]
+
+
+# -- writes -------------------------------------------------------------------------
+
+
+_RUN_ENCODERS: Final[dict[str, Callable[[Any], Any]]] = {
+    "error": dump_error,
+    "tags": _dump_tags,
+}
+_update_run_sql: dict[tuple[tuple[str, ...], bool, bool, bool], str] = {}
+
+
+def select_run(cur: psycopg.Cursor[Any], run_id: str) -> Run | None:
+    row = cur.execute(_SELECT_RUN, (run_id,)).fetchone()
+    return None if row is None else load_run(row)
+
+
+def _create_run(cur: psycopg.Cursor[Any], op: CreateRun) -> Any:
+    cur.execute(_INSERT_RUN, _run_row(op.run)[:-1])
+    if cur.rowcount == 1:
+        return (op.run, True)
+    return (select_run(cur, op.run.id), False)
+
+
+def _update(cur: psycopg.Cursor[Any], op: UpdateRun) -> Any:
+    fields = tuple(op.changes)
+    for field in fields:
+        # Also keeps the SQL text built from the names to known columns.
+        if field not in _RUN_FIELDS:
+            raise TypeError(f"Run has no field {field!r}")
+    key = (fields, op.expect_status is not None, op.expect_owner is not None, op.now is not None)
+    statement = _update_run_sql.get(key)
+    if statement is None:
+        # With no changes the row is still written, so that it is locked and
+        # the expectations are checked by the one statement.
+        assignments = ", ".join(f"{field} = %s" for field in fields) or "status = status"
+        conditions = ["id = %s"]
+        if key[1]:
+            conditions.append("status = ANY(%s::text[])")
+        if key[2]:
+            conditions.append("lease_owner = %s")
+            if key[3]:
+                conditions.append("(lease_expiry IS NULL OR lease_expiry > %s)")
+        statement = _update_run_sql[key] = (
+            f"UPDATE runs SET {assignments} WHERE {' AND '.join(conditions)}"
+        )
+    params: list[Any] = []
+    for field, value in op.changes.items():
+        encode = _RUN_ENCODERS.get(field)
+        params.append(value if encode is None else encode(value))
+    params.append(op.run_id)
+    if op.expect_status is not None:
+        params.append(sorted(op.expect_status))
+    if op.expect_owner is not None:
+        params.append(op.expect_owner)
+        if op.now is not None:
+            params.append(op.now)
+    cur.execute(statement, params)
+    if cur.rowcount == 1:
+        return True
+    if op.strict:
+        raise _why_not_updated(cur, op)
+    return False
+
+
+def _why_not_updated(cur: psycopg.Cursor[Any], op: UpdateRun) -> StoreError:
+    """The error an `UpdateRun` whose statement changed nothing raises."""
+    run_id = op.run_id
+    current = select_run(cur, run_id)
+    if current is None:
+        return WriteConflict(f"run {run_id!r} does not exist")
+    if op.expect_status is not None and current.status not in op.expect_status:
+        return WriteConflict(
+            f"run {run_id!r} is {current.status}, expected one of {sorted(op.expect_status)}"
+        )
+    if op.expect_owner is not None:
+        return LeaseLostError(f"lease of run {run_id!r} is no longer held by {op.expect_owner!r}")
+    # The row changed between the update and this read (another engine wrote
+    # it): report what the update saw as a conflict.
+    return WriteConflict(f"run {run_id!r} changed concurrently")  # pragma: no cover
+
+
+def _claim_params(cp: Checkpoint) -> tuple[Any, ...]:
+    return (*_checkpoint_values(cp), cp.run_id, cp.seq)
+
+
+def _settle_params(op: SettleCheckpoint) -> dict[str, Any]:
+    return {
+        "run_id": op.run_id,
+        "seq": op.seq,
+        "status": op.status,
+        "output": op.output,
+        "error": dump_error(op.error),
+        "finished_at": op.finished_at,
+        "attempt": op.attempt,
+        "kind": op.kind,
+        "name": op.name,
+        "unless": sorted(op.unless_run_status or ()),
+    }
+
+
+def _reschedule_params(op: RescheduleCheckpoint) -> dict[str, Any]:
+    return {
+        "run_id": op.run_id,
+        "seq": op.seq,
+        "error": dump_error(op.error),
+        "wake_at": op.wake_at,
+        "attempt": op.attempt,
+        "kind": op.kind,
+        "name": op.name,
+        "unless": sorted(op.unless_run_status or ()),
+    }
+
+
+def _reschedule(cur: psycopg.Cursor[Any], op: RescheduleCheckpoint) -> Any:
+    row = cur.execute(_RESCHEDULE_CHECKPOINT, _reschedule_params(op)).fetchone()
+    return None if row is None else load_checkpoint(row)
+
+
+def _lock(cur: psycopg.Cursor[Any], key: str, seed: int) -> None:
+    cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", (key, seed))
+
+
+def _slot_done(cur: psycopg.Cursor[Any], run_id: str, seq: int) -> bool:
+    """Whether a step no longer needs a queue slot: its checkpoint is settled
+    (or gone), or its run ended."""
+    row = cur.execute(
+        "SELECT c.status, r.status FROM checkpoints c LEFT JOIN runs r ON r.id = c.run_id"
+        " WHERE c.run_id = %s AND c.seq = %s",
+        (run_id, seq),
+    ).fetchone()
+    return row is None or row[0] != "pending" or row[1] in TERMINAL_STATUSES
+
+
+def _unmark(cur: psycopg.Cursor[Any], run_id: str, seq: int) -> None:
+    cur.execute(
+        "UPDATE checkpoints SET error = NULL WHERE run_id = %s AND seq = %s"
+        " AND status = 'pending' AND error::jsonb ->> 'code' = 'queued'",
+        (run_id, seq),
+    )
+
+
+def _holders(cur: psycopg.Cursor[Any], queue: str) -> int:
+    row = cur.execute("SELECT count(*) FROM queue_slots WHERE queue = %s", (queue,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _admit(cur: psycopg.Cursor[Any], op: AdmitToQueue) -> Any:
+    # Counting holders and then taking a slot must not interleave with
+    # another transaction doing the same.
+    _lock(cur, op.queue, _QUEUE_LOCK_SEED)
+    key = (op.queue, op.run_id, op.seq)
+    held = cur.execute(
+        "SELECT 1 FROM queue_slots WHERE queue = %s AND run_id = %s AND seq = %s", key
+    ).fetchone()
+    if held is not None:
+        _unmark(cur, op.run_id, op.seq)
+        return True
+    holders = _holders(cur, op.queue)
+    ahead = cur.execute(
+        "SELECT 1 FROM queue_waiters WHERE queue = %s AND priority > %s"
+        " AND NOT (run_id = %s AND seq = %s) LIMIT 1",
+        (op.queue, op.priority, op.run_id, op.seq),
+    ).fetchone()
+    if holders < op.limit and ahead is None:
+        cur.execute("INSERT INTO queue_slots (queue, run_id, seq) VALUES (%s, %s, %s)", key)
+        cur.execute("DELETE FROM queue_waiters WHERE queue = %s AND run_id = %s AND seq = %s", key)
+        _unmark(cur, op.run_id, op.seq)
+        return True
+    cur.execute(
+        "INSERT INTO queue_waiters (queue, run_id, seq, priority, at)"
+        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (queue, run_id, seq) DO NOTHING",
+        (*key, op.priority, op.at),
+    )
+    return False
+
+
+def _release_slot(cur: psycopg.Cursor[Any], op: ReleaseQueueSlot) -> Any:
+    if not _slot_done(cur, op.run_id, op.seq):
+        return []
+    _lock(cur, op.queue, _QUEUE_LOCK_SEED)
+    cur.execute(
+        "DELETE FROM queue_slots WHERE queue = %s AND run_id = %s AND seq = %s",
+        (op.queue, op.run_id, op.seq),
+    )
+    if cur.rowcount != 1:
+        return []
+    holders = _holders(cur, op.queue)
+    admitted: list[tuple[str, int]] = []
+    while holders < op.limit:
+        row = cur.execute(
+            "DELETE FROM queue_waiters WHERE id = (SELECT id FROM queue_waiters"
+            " WHERE queue = %s ORDER BY priority DESC, at, id LIMIT 1) RETURNING run_id, seq",
+            (op.queue,),
+        ).fetchone()
+        if row is None:
+            break
+        run_id, seq = row
+        if _slot_done(cur, run_id, seq):
+            continue  # it ended while waiting: it needs no slot
+        cur.execute(
+            "INSERT INTO queue_slots (queue, run_id, seq) VALUES (%s, %s, %s)",
+            (op.queue, run_id, seq),
+        )
+        _unmark(cur, run_id, seq)
+        admitted.append((run_id, seq))
+        holders += 1
+    return admitted
+
+
+def _delete_checkpoints(cur: psycopg.Cursor[Any], op: DeleteCheckpoints) -> Any:
+    cur.execute(
+        "DELETE FROM checkpoints WHERE run_id = %s AND seq = ANY(%s::bigint[])",
+        (op.run_id, list(op.seqs)),
+    )
+    return None
+
+
+def _wait_signal(cur: psycopg.Cursor[Any], op: WaitSignal) -> Any:
+    # A wait and a delivery for one token must not interleave, or each could
+    # miss the other (a waiter registered and a payload buffered).
+    _lock(cur, op.token, _SIGNAL_LOCK_SEED)
+    row = cur.execute(
+        "DELETE FROM buffered_signals WHERE id = (SELECT id FROM buffered_signals"
+        " WHERE token = %s ORDER BY id LIMIT 1) RETURNING payload",
+        (op.token,),
+    ).fetchone()
+    if row is not None:
+        (payload,) = row
+        # Settled in the same transaction that consumes the payload, so a
+        # consumed signal cannot be lost.
+        cur.execute(_SETTLE_SIGNAL, (payload, op.at, op.run_id, op.seq))
+        return payload
+    cur.execute(
+        "INSERT INTO signal_waiters (token, run_id, seq) VALUES (%s, %s, %s)"
+        " ON CONFLICT (token) DO UPDATE SET run_id = excluded.run_id, seq = excluded.seq",
+        (op.token, op.run_id, op.seq),
+    )
+    return None
+
+
+def _deliver_signal(cur: psycopg.Cursor[Any], op: DeliverSignal) -> Any:
+    _lock(cur, op.token, _SIGNAL_LOCK_SEED)
+    row = cur.execute(
+        "DELETE FROM signal_waiters WHERE token = %s RETURNING run_id, seq", (op.token,)
+    ).fetchone()
+    if row is not None:
+        run_id, seq = row
+        cur.execute(_SETTLE_SIGNAL, (op.payload, op.at, run_id, seq))
+        if cur.rowcount == 1:
+            return (run_id, seq)
+    # No waiter, or its checkpoint settled already (a timeout won the race):
+    # keep the payload for the next wait on this token.
+    cur.execute(
+        "INSERT INTO buffered_signals (token, payload) VALUES (%s, %s)", (op.token, op.payload)
+    )
+    return None
+
+
+def _remove_signal_waiter(cur: psycopg.Cursor[Any], op: RemoveSignalWaiter) -> Any:
+    cur.execute("DELETE FROM signal_waiters WHERE token = %s", (op.token,))
+    return None
+
+
+def _lock_run(cur: psycopg.Cursor[Any], op: LockRun) -> Any:
+    cur.execute(
+        _LOCK_RUN, {"run_id": op.run_id, "owner": op.owner, "expiry": op.expiry, "now": op.now}
+    )
+    return cur.rowcount == 1
+
+
+def _release_run(cur: psycopg.Cursor[Any], op: ReleaseRun) -> Any:
+    cur.execute(
+        "UPDATE runs SET lease_owner = NULL, lease_expiry = NULL"
+        " WHERE id = %s AND lease_owner = %s",
+        (op.run_id, op.owner),
+    )
+    return None
+
+
+_OPS: Final[dict[type[Any], Callable[[psycopg.Cursor[Any], Any], Any]]] = {
+    CreateRun: _create_run,
+    UpdateRun: _update,
+    RescheduleCheckpoint: _reschedule,
+    AdmitToQueue: _admit,
+    ReleaseQueueSlot: _release_slot,
+    DeleteCheckpoints: _delete_checkpoints,
+    WaitSignal: _wait_signal,
+    DeliverSignal: _deliver_signal,
+    RemoveSignalWaiter: _remove_signal_waiter,
+    LockRun: _lock_run,
+    ReleaseRun: _release_run,
+}
+
+
+def _each_result(cur: psycopg.Cursor[Any]) -> list[Any]:
+    """The first row of each result of an ``executemany(returning=True)``."""
+    rows = []
+    while True:
+        rows.append(cur.fetchone())
+        if not cur.nextset():
+            return rows
+
+
+def _run_group(cur: psycopg.Cursor[Any], kind: type[Any], ops: list[Any]) -> list[Any]:
+    """Apply a row of consecutive puts, claims or settles in one round trip
+    (psycopg pipelines an ``executemany``)."""
+    if kind is PutCheckpoint:
+        cur.executemany(_UPSERT_CHECKPOINT, [_checkpoint_row(op.checkpoint) for op in ops])
+        return [None] * len(ops)
+    params: list[Any]
+    if kind is ClaimCheckpoint:
+        statement, params = _CLAIM_CHECKPOINT, [_claim_params(op.checkpoint) for op in ops]
+    else:
+        statement, params = _SETTLE_CHECKPOINT, [_settle_params(op) for op in ops]
+    if len(ops) == 1:
+        rows = [cur.execute(statement, params[0]).fetchone()]
+    else:
+        cur.executemany(statement, params, returning=True)
+        rows = _each_result(cur)
+    if kind is ClaimCheckpoint:
+        return [row is not None for row in rows]
+    return [None if row is None else load_checkpoint(row) for row in rows]
+
+
+def _checkpoint_row(cp: Checkpoint) -> tuple[Any, ...]:
+    return (cp.run_id, cp.seq, *_checkpoint_values(cp))
+
+
+_GROUPED: Final = (PutCheckpoint, ClaimCheckpoint, SettleCheckpoint)
+
+
+def runs_written(ops: Sequence[Op]) -> tuple[str, ...]:
+    """The runs whose rows (or checkpoints) ``ops`` write."""
+    runs: list[str] = []
+    for op in ops:
+        if isinstance(op, CreateRun):
+            runs.append(op.run.id)
+        elif isinstance(op, PutCheckpoint | ClaimCheckpoint):
+            runs.append(op.checkpoint.run_id)
+        else:
+            # Unknown objects are refused later, inside the transaction.
+            run_id = getattr(op, "run_id", None)
+            if isinstance(run_id, str):
+                runs.append(run_id)
+    return tuple(runs)
+
+
+def apply_ops(cur: psycopg.Cursor[Any], ops: Sequence[Op]) -> list[Any]:
+    results: list[Any] = []
+    group: list[Any] = []
+    for op in ops:
+        kind = type(op)
+        if group and type(group[0]) is not kind:
+            results.extend(_run_group(cur, type(group[0]), group))
+            group = []
+        if kind in _GROUPED:
+            group.append(op)
+            continue
+        handler = _OPS.get(kind)
+        if handler is None:
+            raise TypeError(f"unknown store operation {op!r}")
+        results.append(handler(cur, op))
+    if group:
+        results.extend(_run_group(cur, type(group[0]), group))
+    return results
+
+
+def begin_turn(
+    cur: psycopg.Cursor[Any], run_id: str, owner: str, expiry: float, now: float
+) -> tuple[TurnState | None, Counts | None]:
+    row = cur.execute(
+        _BEGIN_TURN,
+        {"run_id": run_id, "owner": owner, "expiry": expiry, "now": now, "terminal": _TERMINAL},
+    ).fetchone()
+    if row is None:
+        return None, None
+    run = load_run(row)
+    # A statement of its own (not a join in the update): it reads the
+    # checkpoints as committed after the update waited out any other writer
+    # of the run, while the update's own snapshot predates that wait.
+    rows = cur.execute(SELECT_CHECKPOINTS, (run_id, INT64_MIN, INT64_MAX)).fetchall()
+    checkpoints = tuple(map(load_checkpoint, rows))
+    return TurnState(run=run, checkpoints=checkpoints), (1, 0, 1, len(checkpoints))
+
+
+# -- reads --------------------------------------------------------------------------
+
+
+LIST_DUE_RUNS: Final = "SELECT id FROM runs WHERE due_at <= %s ORDER BY due_at, id LIMIT %s"
+"""The due listing; the partial index ``runs_due`` answers it (see the tests)."""
+
+NEXT_DUE_TIME: Final = "SELECT min(due_at) FROM runs WHERE due_at IS NOT NULL"
+
+
+def count_checkpoints_query(
+    run_id: str,
+    from_seq: int,
+    to_seq: int,
+    statuses: Collection[CheckpointStatus],
+    limit: int | None = None,
+) -> tuple[str, list[Any]]:
+    """The statement and parameters of `PostgresStore.count_checkpoints`, for
+    showing its plan; the index ``checkpoints_status`` answers it."""
+    matching = (
+        "FROM checkpoints WHERE run_id = %s AND status = ANY(%s::text[])"
+        " AND seq >= %s AND seq <= %s"
+    )
+    params: list[Any] = [run_id, sorted(set(statuses)), from_seq, to_seq]
+    if limit is None:
+        return f"SELECT count(*) {matching}", params
+    # The barrier only needs to know whether a threshold is reached: stop
+    # reading the index there.
+    params.append(max(limit, 0))
+    return f"SELECT count(*) FROM (SELECT 1 {matching} LIMIT %s) AS reached", params

@@ -1,0 +1,314 @@
+"""Reaching a PostgreSQL store: its URL, its connections and its schema.
+
+The schema is versioned: the table ``schema_version`` holds the versions
+applied, and `open_first` applies the missing migrations in one transaction
+under an advisory lock, so several engines starting at once on an empty
+database migrate it once. A database whose schema is newer than this code
+refuses to open.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from contextlib import suppress
+from typing import Any, Final, final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import attrs
+import psycopg
+from psycopg import sql
+
+from .._exceptions import InvalidURLError, StoreError
+
+SCHEMA_VERSION: Final = 1
+"""The newest schema version this module knows (rows of ``schema_version``)."""
+
+DEFAULT_POOL_SIZE: Final = 4
+"""Connections a store opens at most, unless the URL says ``?pool_size=``."""
+
+CONNECT_TIMEOUT: Final = 10
+"""Seconds a connection attempt waits, unless the URL says ``?connect_timeout=``."""
+
+# Serializes migrations of one database by every process that opens it.
+_MIGRATION_LOCK: Final = 0x7472696F5F6475  # "trio_du"
+
+# Each migration is the statements that take the schema from the version
+# before it to its own (migration i makes version i + 1). Append only.
+_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        """
+        CREATE TABLE runs (
+            id text PRIMARY KEY,
+            workflow text NOT NULL,
+            version text NOT NULL,
+            namespace text NOT NULL,
+            status text NOT NULL,
+            input text NOT NULL,
+            output text,
+            error text,
+            tags text NOT NULL,
+            parent_id text,
+            parent_seq bigint,
+            lease_owner text,
+            lease_expiry double precision,
+            wake_at double precision,
+            compensate boolean NOT NULL,
+            recoveries integer NOT NULL,
+            created_at double precision NOT NULL,
+            updated_at double precision NOT NULL,
+            -- run_due_at, kept by the database itself so that no write can
+            -- forget it.
+            due_at double precision GENERATED ALWAYS AS (
+                CASE
+                    WHEN status = 'suspended' THEN wake_at
+                    WHEN status IN ('pending', 'running', 'cancelling') THEN
+                        CASE WHEN lease_owner IS NOT NULL AND lease_expiry IS NOT NULL
+                            THEN lease_expiry ELSE updated_at END
+                END
+            ) STORED
+        )
+        """,
+        # Partial: terminal runs (most rows, in time) are never due and stay
+        # out of the index; ordered by id too, so ties come out as in
+        # MemoryStore and the due listing reads the index alone.
+        "CREATE INDEX runs_due ON runs (due_at, id) WHERE due_at IS NOT NULL",
+        "CREATE INDEX runs_created ON runs (created_at, id)",
+        "CREATE INDEX runs_parent ON runs (parent_id, created_at, id) WHERE parent_id IS NOT NULL",
+        # Suspended runs with no wake time are the candidates for a lost wake.
+        """
+        CREATE INDEX runs_waiting ON runs (created_at, id)
+        WHERE status = 'suspended' AND wake_at IS NULL
+        """,
+        """
+        CREATE TABLE checkpoints (
+            run_id text NOT NULL,
+            seq bigint NOT NULL,
+            name text NOT NULL,
+            kind text NOT NULL,
+            status text NOT NULL,
+            input text,
+            output text,
+            error text,
+            errors text,
+            attempts integer NOT NULL,
+            worker_group text,
+            child_id text,
+            compensation text,
+            parallel_group bigint,
+            parallel_size bigint,
+            parallel_mode text,
+            wake_at double precision,
+            enqueued_at double precision,
+            started_at double precision,
+            finished_at double precision,
+            PRIMARY KEY (run_id, seq)
+        )
+        """,
+        # The join barrier counts a fan's settled members by status over a
+        # seq range; this index answers that without touching the rows.
+        "CREATE INDEX checkpoints_status ON checkpoints (run_id, status, seq)",
+        """
+        CREATE TABLE signal_waiters (
+            token text PRIMARY KEY,
+            run_id text NOT NULL,
+            seq bigint NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE buffered_signals (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            token text NOT NULL,
+            payload text NOT NULL
+        )
+        """,
+        "CREATE INDEX buffered_signals_token ON buffered_signals (token, id)",
+        """
+        CREATE TABLE queue_slots (
+            queue text NOT NULL,
+            run_id text NOT NULL,
+            seq bigint NOT NULL,
+            PRIMARY KEY (queue, run_id, seq)
+        )
+        """,
+        """
+        CREATE TABLE queue_waiters (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            queue text NOT NULL,
+            run_id text NOT NULL,
+            seq bigint NOT NULL,
+            priority bigint NOT NULL,
+            at double precision NOT NULL,
+            UNIQUE (queue, run_id, seq)
+        )
+        """,
+        "CREATE INDEX queue_waiters_line ON queue_waiters (queue, priority DESC, at, id)",
+    ),
+)
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class Target:
+    """What a ``postgresql://`` URL asks for: the libpq connection string
+    (without our options), the URL to show, and our options."""
+
+    conninfo: str
+    masked: str
+    pool_size: int
+    schema: str | None
+    scope: str
+
+
+def mask_password(url: str) -> str:
+    """``url`` with its password (in the authority or the query) replaced by
+    ``***``, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<malformed URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        if ":" in userinfo:
+            netloc = f"{userinfo.partition(':')[0]}:***@{hostport}"
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def parse_url(url: str) -> Target:
+    """Read a ``postgresql://`` (or ``postgres://``) URL; nothing connects.
+
+    Raises:
+      InvalidURLError: The URL is malformed or one of our options is bad.
+    """
+    usage = "use postgresql://user:password@host:port/database[?pool_size=N&schema=NAME]"
+    masked = mask_password(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidURLError(f"malformed store URL {masked!r}: {exc}") from exc
+    if parts.scheme.lower() not in ("postgresql", "postgres"):
+        raise InvalidURLError(f"not a postgresql URL: {masked!r} ({usage})")
+    if parts.fragment:
+        raise InvalidURLError(f"a postgresql URL takes no fragment: {masked!r}")
+    try:
+        options = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as exc:
+        raise InvalidURLError(f"malformed query in the postgresql URL {masked!r}: {exc}") from exc
+    pool_size = DEFAULT_POOL_SIZE
+    schema: str | None = None
+    passed: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for name, value in options:
+        if name in seen:
+            raise InvalidURLError(f"option {name!r} given twice in the postgresql URL {masked!r}")
+        seen.add(name)
+        if name == "pool_size":
+            if not value.isdigit() or not 1 <= int(value) <= 1000:
+                raise InvalidURLError(
+                    f"pool_size={value!r} in the postgresql URL {masked!r} must be an"
+                    " integer from 1 to 1000"
+                )
+            pool_size = int(value)
+        elif name == "schema":
+            if not _SCHEMA_NAME.fullmatch(value):
+                raise InvalidURLError(
+                    f"schema={value!r} in the postgresql URL {masked!r} must be a plain"
+                    " identifier (letters, digits and _, at most 63)"
+                )
+            schema = value
+        else:
+            # Everything else is libpq's (sslmode, application_name, ...); it
+            # checks those when it connects.
+            passed.append((name, value))
+    if "connect_timeout" not in seen:
+        passed.append(("connect_timeout", str(CONNECT_TIMEOUT)))
+    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed), ""))
+    # What names the fleet: the server, the database and the schema (not the
+    # user, nor the options).
+    place = f"{parts.hostname or ''}:{port or 5432}{parts.path or '/'}#{schema or ''}"
+    scope = "postgres-" + hashlib.sha256(place.encode()).hexdigest()[:16]
+    return Target(conninfo=conninfo, masked=masked, pool_size=pool_size, schema=schema, scope=scope)
+
+
+def connect(conninfo: str, schema: str | None) -> psycopg.Connection[Any]:
+    """Open and prepare one connection (in a worker thread)."""
+    conn = psycopg.connect(conninfo, autocommit=True)
+    try:
+        # A commit is acknowledged once it is on disk, whatever the server's
+        # or the role's default says.
+        conn.execute("SET synchronous_commit = on")
+        conn.execute("SET default_transaction_isolation = 'read committed'")
+        if schema is not None:
+            conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def close_all(connections: list[psycopg.Connection[Any]]) -> None:
+    """Close connections (in a worker thread), whatever state they are in."""
+    for conn in connections:
+        with suppress(psycopg.Error):
+            conn.close()
+
+
+def _current_version(conn: psycopg.Connection[Any]) -> int:
+    exists = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+    if exists is None or not exists[0]:
+        return 0
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str | None, masked: str) -> None:
+    """Bring the schema up to `SCHEMA_VERSION` (in a worker thread).
+
+    Raises:
+      StoreError: The database's schema is newer than this code knows.
+    """
+
+    def check(version: int) -> int:
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"the PostgreSQL store at {masked} has schema version {version}, newer than"
+                f" {SCHEMA_VERSION}, the newest this trio-durable knows: upgrade trio-durable"
+            )
+        return version
+
+    if check(_current_version(conn)) == SCHEMA_VERSION:
+        return
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        if schema is not None:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            " version integer PRIMARY KEY,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        # Another process may have migrated while we waited for the lock.
+        for version in range(check(_current_version(conn)), SCHEMA_VERSION):
+            for statement in _MIGRATIONS[version]:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version + 1,))
+
+
+def open_first(target: Target) -> psycopg.Connection[Any]:
+    """Open the store's first connection and bring the schema up to date (in
+    a worker thread)."""
+    conn = connect(target.conninfo, target.schema)
+    try:
+        migrate(conn, target.schema, target.masked)
+    except BaseException:
+        conn.close()
+        raise
+    return conn

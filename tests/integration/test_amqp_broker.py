@@ -1,0 +1,173 @@
+"""The RabbitMQ adapter beyond the conformance suites: its URL, its errors,
+its prefetch cap, queues made by others, and what it leaves behind."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+
+import aio_pika
+import pytest
+import trio
+
+from trio_durable import InvalidURLError
+from trio_durable._brokers import open_broker
+from trio_durable._brokers._base import BrokerUnavailable, Delivery, Outgoing
+from trio_durable.brokers._amqp import (
+    AmqpBroker,
+    open_amqp_broker,
+    parse_amqp_url,
+    queue_arguments,
+)
+
+
+def threads() -> list[str]:
+    """The threads running now, but for Trio's idle cached workers (which
+    ran the bridge's loop and wait, idle, to be reused)."""
+    return sorted(t.name for t in threading.enumerate() if not t.name.startswith("Trio thread"))
+
+
+def with_query(url: str, query: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{query}"
+
+
+def test_url_options_are_parsed() -> None:
+    options = parse_amqp_url(
+        "amqps://u:p@rabbit.example:5671/vh?bridge=trio-asyncio&prefetch=32"
+        "&publish_timeout=2.5&reconnect_interval=0.5&connect_timeout=3&heartbeat=0&name=shop"
+    )
+    assert options.bridge == "trio-asyncio"
+    assert options.prefetch == 32
+    assert (options.publish_timeout, options.reconnect_interval, options.connect_timeout) == (
+        2.5,
+        0.5,
+        3.0,
+    )
+    # Only aio-pika's own options reach aio-pika.
+    assert options.client_url == "amqps://u:p@rabbit.example:5671/vh?heartbeat=0&name=shop"
+    defaults = parse_amqp_url("amqp://localhost")
+    assert (defaults.bridge, defaults.prefetch, defaults.publish_timeout) == ("thread", None, 30.0)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "amqp://",
+        "amqp://host:port/",
+        "amqp://host?bridge=asyncio",
+        "amqp://host?prefetch=0",
+        "amqp://host?prefetch=many",
+        "amqp://host?prefetch=1&prefetch=2",
+        "amqp://host?publish_timeout=-1",
+        "amqp://host?reconnect_interval=nan",
+        "amqp://host?heartbeat=-5",
+        "amqp://host?durable=1",
+        "nats://host",
+    ],
+)
+async def test_bad_urls_are_refused(url: str) -> None:
+    with pytest.raises(InvalidURLError):
+        parse_amqp_url(url)
+    with pytest.raises(InvalidURLError):
+        async with open_amqp_broker(url):
+            pass  # pragma: no cover
+
+
+async def test_an_unreachable_server_is_broker_unavailable() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    before = threads()
+    with pytest.raises(BrokerUnavailable) as caught:
+        async with open_broker(f"amqp://guest:guest@127.0.0.1:{port}/?connect_timeout=5"):
+            pass  # pragma: no cover
+    assert caught.value.__cause__ is not None
+    assert threads() == before
+
+
+@pytest.mark.parametrize("bridge", ["thread", "trio-asyncio"])
+async def test_the_entry_point_opens_it_and_closing_leaves_nothing(
+    real_server: Callable[[str], str], bridge: str
+) -> None:
+    before = threads()
+    url = with_query(real_server("rabbitmq"), f"bridge={bridge}")
+    async with open_broker(url) as broker:
+        assert isinstance(broker, AmqpBroker)
+        assert broker.bridge.mode == bridge
+    assert threads() == before
+    # Cancelled while it waits for a message: it closes cleanly too.
+    queue = f"amqp-test.{secrets.token_hex(4)}"
+    with trio.move_on_after(0.5):
+        async with open_broker(url) as broker, broker.open_consumer(queue, prefetch=1) as consumer:
+            await consumer.receive(1)
+    assert threads() == before
+
+
+async def test_the_url_caps_prefetch(real_server: Callable[[str], str]) -> None:
+    queue = f"amqp-test.{secrets.token_hex(4)}"
+    async with open_broker(with_query(real_server("rabbitmq"), "prefetch=2")) as broker:
+        await broker.dispatch([Outgoing(queue=queue, body=b"m%d" % i) for i in range(5)])
+        async with broker.open_consumer(queue, prefetch=100) as consumer:
+            held: list[Delivery] = []
+            with trio.fail_after(10):
+                while len(held) < 2:
+                    held.extend(await consumer.receive(100))
+            with trio.move_on_after(0.5):
+                held.extend(await consumer.receive(100))
+            assert len(held) == 2
+            await consumer.ack(held)
+
+
+async def test_a_queue_made_with_other_arguments_is_used_as_it_is(
+    real_server: Callable[[str], str],
+) -> None:
+    url = real_server("rabbitmq")
+    queue = f"amqp-test.{secrets.token_hex(4)}"
+    async with open_amqp_broker(url) as broker:
+        connection = broker._connection
+        assert connection is not None
+
+        async def declare_plain() -> None:
+            channel = await connection.channel()
+            await channel.declare_queue(queue, durable=True)
+            await channel.close()
+
+        await broker.bridge.run(declare_plain)
+        assert queue_arguments(queue)  # ours would differ
+        await broker.dispatch([Outgoing(queue=queue, body=b"kept")])
+        async with broker.open_consumer(queue, prefetch=1) as consumer:
+            with trio.fail_after(10):
+                [delivery] = await consumer.receive(1)
+            assert delivery.body == b"kept"
+            await consumer.ack([delivery])
+
+
+def test_aio_pika_is_the_client() -> None:
+    assert aio_pika.__version__
+
+
+async def test_a_queue_deleted_behind_its_back_is_declared_again(
+    real_server: Callable[[str], str],
+) -> None:
+    queue = f"amqp-test.{secrets.token_hex(4)}"
+    async with open_amqp_broker(real_server("rabbitmq")) as broker:
+        await broker.dispatch([Outgoing(queue=queue, body=b"first")])
+        connection = broker._connection
+        assert connection is not None
+
+        async def delete() -> None:
+            channel = await connection.channel()
+            await channel.queue_delete(queue)
+            await channel.close()
+
+        await broker.bridge.run(delete)
+        # Returned unroutable, the message makes the broker declare its
+        # queue again and send it once more: it is not silently dropped.
+        await broker.dispatch([Outgoing(queue=queue, body=b"second")])
+        async with broker.open_consumer(queue, prefetch=1) as consumer:
+            with trio.fail_after(10):
+                [delivery] = await consumer.receive(1)
+            assert delivery.body == b"second"
+            await consumer.ack([delivery])
