@@ -160,7 +160,13 @@ def _report(
         f"  round {round_number}: {n / elapsed:6.0f} workflows/s"
         f" ({n} three-step workflows at once in {elapsed:.2f} s);"
         f" CPU per workflow: engine {1000 * engine_used / n:.2f} ms,"
-        f" server {1000 * server_used / n:.2f} ms"
+        + (
+            f" server {1000 * server_used / n:.2f} ms"
+            if server_used >= 0
+            # A backend counted before the round exited and was not reaped
+            # yet: its time is in neither place.
+            else " server n/a (a backend exited mid-round)"
+        )
     )
 
 

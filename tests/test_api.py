@@ -238,6 +238,58 @@ async def test_result_of_a_run_that_ends_on_another_engine(
             assert results == ["hi"]
 
 
+class NoFeed:
+    """A memory store seen as one other processes write too (no change
+    feed), whose reads of one run can be held back."""
+
+    _HIDDEN = frozenset({"run_end_event", "due_event", "unwoken_runs", "unwoken_event"})
+
+    def __init__(self, inner: td.MemoryStore) -> None:
+        self.inner = inner
+        self.hold: str | None = None
+        self.reading = trio.Event()
+        self.release = trio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._HIDDEN:
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    async def get_run(self, run_id: str) -> td.Run | None:
+        run = await self.inner.get_run(run_id)
+        if run_id == self.hold:
+            self.hold = None
+            self.reading.set()
+            await self.release.wait()
+        return run
+
+
+async def test_result_sees_an_end_that_lands_while_it_reads_the_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = NoFeed(td.MemoryStore())
+    async with td.open_engine(app, store=store, seed=1, result_poll_interval=10.0) as engine:
+        await engine.start(waits, run_id="w")
+        await engine.drain()
+        results: list[Any] = []
+
+        async def wait_result() -> None:
+            results.append(await engine.result("w"))
+
+        async with trio.open_nursery() as nursery:
+            store.hold = "w"
+            nursery.start_soon(wait_result)
+            # result() read the run still suspended; it ends before the read
+            # returns...
+            await store.reading.wait()
+            await engine.signal("w", "go", "hi")
+            await engine.drain()
+            store.release.set()
+        # ...and result() saw the end at once, not at its next poll.
+        assert results == ["hi"]
+        assert trio.current_time() < 10.0
+
+
 # -- bad input ----------------------------------------------------------------
 
 

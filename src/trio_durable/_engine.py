@@ -317,19 +317,37 @@ class Engine:
             the error's message, code and details are the exception's.
         """
         while True:
-            run = await self.get(run_id)
-            if run.status in TERMINAL_STATUSES:
-                return self._outcome(run)
             if isinstance(self.store, ChangeFeed):
+                run = await self.get(run_id)
+                if run.status in TERMINAL_STATUSES:
+                    return self._outcome(run)
                 # Every writer shares this process: wait for the change itself.
                 await self.store.run_end_event(run_id).wait()
                 continue
+            # Registered before the read: a run that this engine ends while
+            # the read is in flight still sets it (registered after, the end
+            # would go unseen until the next poll).
             ending = self._ended.setdefault(run_id, _Ending())
+            try:
+                run = await self.get(run_id)
+            except BaseException:
+                self._forget_ending(run_id, ending)
+                raise
+            if run.status in TERMINAL_STATUSES:
+                self._forget_ending(run_id, ending)
+                return self._outcome(run)
             with trio.move_on_after(self._result_poll_interval):
                 await ending.event.wait()
             if ending.run is not None:
                 # Ended by this engine, which knows the row it wrote.
                 return self._outcome(ending.run)
+
+    def _forget_ending(self, run_id: str, ending: _Ending) -> None:
+        """Drop a registration nobody will set (the run ended elsewhere, or
+        does not exist); its other waiters wake and read the row too."""
+        if not ending.event.is_set() and self._ended.get(run_id) is ending:
+            del self._ended[run_id]
+            ending.event.set()
 
     def _outcome(self, run: Run) -> Any:
         if run.status == "completed":
