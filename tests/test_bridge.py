@@ -233,3 +233,13 @@ async def test_closing_the_thread_bridge_joins_its_executor() -> None:
         await bridge.run(blocking_call)
     assert len(names) == 1
     assert names[0] not in {thread.name for thread in threading.enumerate()}
+
+
+async def test_both_sides_read_trios_clock(bridge: Bridge) -> None:
+    async def stamp() -> float:
+        return bridge.now()
+
+    before = trio.current_time()
+    stamped = await bridge.run(stamp)
+    assert before <= stamped <= trio.current_time()
+    assert bridge.now() <= trio.current_time()

@@ -40,7 +40,6 @@ import logging
 import math
 import secrets
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, TypeVar, final
@@ -631,7 +630,7 @@ class AmqpBroker:
         if origin == self._origin:
             return  # applied when it was sent
         if kind == "sync":
-            now = time.monotonic()
+            now = self.bridge.now()
             with self._own_lock:
                 own = [(body, expires - now) for body, expires in self._own.values()]
             for body, left in own:
@@ -643,7 +642,9 @@ class AmqpBroker:
                     except _CLIENT_ERRORS as exc:
                         logger.debug("could not announce again: %s", exc)
             return
-        self._view_inbox.put((data, time.monotonic()))
+        # Stamped on arrival, on Trio's clock: the view may be read much
+        # later, and a worker's time to live runs from now.
+        self._view_inbox.put((data, self.bridge.now()))
 
     def _refresh_view(self) -> None:
         """Apply the announcements received since the last look, and forget
@@ -653,10 +654,9 @@ class AmqpBroker:
             try:
                 if data["kind"] == "announce":
                     descriptor = _serde.converter.structure(data["descriptor"], WorkerDescriptor)
-                    age = max(0.0, time.monotonic() - received)
                     self._view[descriptor.instance_id] = (
                         descriptor,
-                        now - age + float(data["ttl"]),
+                        received + float(data["ttl"]),
                     )
                 elif data["kind"] == "withdraw":
                     self._view.pop(str(data["instance_id"]), None)
@@ -685,7 +685,7 @@ class AmqpBroker:
             }
         ).encode()
         with self._own_lock:
-            self._own[descriptor.instance_id] = (body, time.monotonic() + ttl)
+            self._own[descriptor.instance_id] = (body, trio.current_time() + ttl)
         await self._run(lambda: self._publish_raw(body, ttl))
 
     async def withdraw(self, instance_id: str) -> None:

@@ -156,7 +156,14 @@ class Bridge:
         self.mode = mode
         self._loop = loop
         self._token = trio.lowlevel.current_trio_token()
+        self._clock = trio.lowlevel.current_clock()
         self._closed = False
+
+    def now(self) -> float:
+        """Trio's clock: what `trio.current_time()` returns, readable on the
+        asyncio side too (where there is no Trio run to ask), so both sides
+        stamp times on the one clock."""
+        return self._clock.current_time()
 
     async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Run ``fn()`` on the asyncio loop and return its result: one

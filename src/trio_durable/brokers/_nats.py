@@ -29,7 +29,6 @@ import functools
 import json
 import logging
 import math
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, TypeVar, final
@@ -39,6 +38,7 @@ import attrs
 import trio
 
 from .._brokers._base import BrokerUnavailable, Delivery, Outgoing, WorkerDescriptor
+from .._clock import Clock
 from ._bridge import Bridge, BridgeMode, Inbox, open_bridge
 from ._nats_url import (
     DEAD_MAX_AGE,
@@ -474,6 +474,9 @@ class NatsBroker:
         self._closed = False
         self._outbox: list[_Dispatch] = []
         self._outbox_ready = trio.Event()
+        # Announcement expiries are compared across processes, so they are
+        # durable times: the wall clock read once, then Trio's clock.
+        self._clock = Clock()
 
     @property
     def bridge_mode(self) -> BridgeMode:
@@ -586,7 +589,7 @@ class NatsBroker:
           BrokerUnavailable: The server did not store it.
         """
         value = json.dumps(
-            {"expires_at": time.time() + ttl, "descriptor": attrs.asdict(descriptor)},
+            {"expires_at": self._clock.now() + ttl, "descriptor": attrs.asdict(descriptor)},
             ensure_ascii=False,
         ).encode()
         subject = f"$KV.{WORKERS_BUCKET}.{token(descriptor.instance_id)}"
@@ -613,7 +616,7 @@ class NatsBroker:
         values = await self._call(
             lambda: _read_descriptors(self._kv, timeout), "read worker announcements"
         )
-        now = time.time()
+        now = self._clock.now()
         live: dict[str, WorkerDescriptor] = {}
         for value in values:
             try:
