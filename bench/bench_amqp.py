@@ -29,34 +29,12 @@ import secrets
 import subprocess
 import sys
 import time
-from typing import Any
 
 import trio
-
-import trio_durable as td
+from _remote_figures import PREFETCH, report
 
 BODY_SIZE = 200
 WINDOW = 1000
-PREFETCH = 256
-
-app = td.App("bench-amqp")
-
-
-@app.step(group="square")
-async def square(x: int) -> int:
-    return x * x
-
-
-@app.workflow()
-async def one_step(ctx: td.Context, x: int) -> int:
-    return await ctx.step(square, x)
-
-
-@app.workflow()
-async def fan(ctx: td.Context, n: int) -> int:
-    values = await ctx.all(square, list(range(n)))
-    return sum(values)
-
 
 # -- (a) plain asyncio aio-pika ----------------------------------------------------------
 
@@ -161,64 +139,6 @@ def raw_ceiling(url: str, count: int) -> float:
         worker.wait(timeout=30)
 
 
-# -- (b), (c) trio-durable ----------------------------------------------------------------
-
-
-async def td_worker(url: str, route: str) -> None:
-    async with td.open_worker(app, broker=url, groups=[route], concurrency=PREFETCH):
-        print("ready", flush=True)
-        await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
-
-
-def with_bridge(url: str, bridge: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}bridge={bridge}"
-
-
-async def td_figures(url: str, fan_size: int, runs: int) -> tuple[float, float]:
-    namespace = f"bench{secrets.token_hex(4)}"
-    route = f"square@{namespace}"
-    worker = await trio.lowlevel.open_process(
-        [sys.executable, __file__, "--role", "td-worker", "--url", url, "--queues", route],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert worker.stdout is not None
-        assert worker.stdin is not None
-        line = b""
-        while not line.endswith(b"\n"):
-            chunk = await worker.stdout.receive_some(1)
-            if not chunk:
-                raise RuntimeError("the worker process ended before it was ready")
-            line += chunk
-        assert line.strip() == b"ready"
-        async with td.open_engine(app, broker=url, seed=1) as engine:
-            start = time.perf_counter()
-            run = await engine.start(fan, fan_size, run_id=f"{namespace}.fan", namespace=namespace)
-            assert await engine.result(run.id) == sum(i * i for i in range(fan_size))
-            fan_rate = fan_size / (time.perf_counter() - start)
-
-            async def one(i: int) -> None:
-                run = await engine.start(
-                    one_step, i, run_id=f"{namespace}.r{i}", namespace=namespace
-                )
-                assert await engine.result(run.id) == i * i
-
-            start = time.perf_counter()
-            async with trio.open_nursery() as nursery:
-                for i in range(runs):
-                    nursery.start_soon(one, i)
-            runs_rate = runs / (time.perf_counter() - start)
-            await engine.drain()
-        await worker.stdin.aclose()
-        with trio.fail_after(30):
-            await worker.wait()
-        return fan_rate, runs_rate
-    finally:
-        if worker.returncode is None:
-            worker.kill()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -234,9 +154,6 @@ def main() -> None:
     if args.role == "raw-worker":
         asyncio.run(raw_worker(args.url, *args.queues))
         return
-    if args.role == "td-worker":
-        trio.run(td_worker, args.url, *args.queues)
-        return
 
     print(
         f"RabbitMQ benchmark, Python {sys.version.split()[0]}, trio {trio.__version__}, {args.url}"
@@ -246,20 +163,7 @@ def main() -> None:
     )
     ceiling = raw_ceiling(args.url, args.raw)
     print(f"(a) raw aio-pika, asyncio, {args.raw} round trips, window {WINDOW}: {ceiling:8.0f}/s")
-    figures: dict[str, Any] = {}
-    for bridge in args.bridges.split(","):
-        fan_rate, runs_rate = trio.run(
-            td_figures, with_bridge(args.url, bridge), args.fan, args.runs
-        )
-        figures[bridge] = (fan_rate, runs_rate)
-        print(
-            f"(b) bridge={bridge:<12} fan of {args.fan}: {fan_rate:8.0f} steps/s"
-            f" = {fan_rate / ceiling:5.0%} of (a)   (target 70%)"
-        )
-        print(
-            f"(c) bridge={bridge:<12} {args.runs} one-step runs at once: {runs_rate:8.0f} steps/s"
-            f" = {runs_rate / ceiling:5.0%} of (a)   (target 40%)"
-        )
+    report(args.url, ceiling, args.bridges, args.fan, args.runs)
 
 
 if __name__ == "__main__":

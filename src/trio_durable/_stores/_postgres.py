@@ -58,8 +58,7 @@ from ._postgres_ops import (
     select_run,
 )
 from ._postgres_schema import close_all, connect, open_first, parse_url
-from ._sqlite import _load_checkpoint as load_checkpoint
-from ._sqlite import _load_run as load_run
+from ._rows import load_checkpoint, load_run
 
 logger = logging.getLogger("trio_durable")
 

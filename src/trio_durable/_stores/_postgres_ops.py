@@ -39,10 +39,18 @@ from ._base import (
     WriteConflict,
 )
 
-# The row codecs are the SQLite store's: both keep the same columns.
-from ._sqlite import _checkpoint_values, _dump_tags, _run_row
-from ._sqlite import _load_checkpoint as load_checkpoint
-from ._sqlite import _load_run as load_run
+# The row codecs are shared with the SQLite store: both keep the same columns.
+from ._rows import CHECKPOINT_COLUMNS as _CHECKPOINT_COLUMNS
+from ._rows import CHECKPOINT_FIELDS as _CHECKPOINT_FIELDS
+from ._rows import INT64_MAX as INT64_MAX
+from ._rows import INT64_MIN as INT64_MIN
+from ._rows import RUN_COLUMNS as RUN_COLUMNS
+from ._rows import RUN_FIELDS as _RUN_FIELDS
+from ._rows import checkpoint_values as _checkpoint_values
+from ._rows import dump_tags as _dump_tags
+from ._rows import load_checkpoint as load_checkpoint
+from ._rows import load_run as load_run
+from ._rows import run_row as _run_row
 
 # Seeds of the advisory locks that serialize writes to one signal token or
 # one queue (a hash collision only serializes two of them needlessly).
@@ -50,22 +58,6 @@ _SIGNAL_LOCK_SEED: Final = 1
 _QUEUE_LOCK_SEED: Final = 2
 
 _TERMINAL: Final = sorted(TERMINAL_STATUSES)
-
-_RUN_FIELDS: Final = (
-    "id", "workflow", "version", "namespace", "status", "input", "output", "error", "tags",
-    "parent_id", "parent_seq", "lease_owner", "lease_expiry", "wake_at", "compensate",
-    "recoveries", "created_at", "updated_at",
-)  # fmt: skip
-RUN_COLUMNS: Final = ", ".join(_RUN_FIELDS)
-_CHECKPOINT_FIELDS: Final = (
-    "run_id", "seq", "name", "kind", "status", "input", "output", "error", "errors", "attempts",
-    "worker_group", "child_id", "compensation", "parallel_group", "parallel_size",
-    "parallel_mode", "wake_at", "enqueued_at", "started_at", "finished_at",
-)  # fmt: skip
-_CHECKPOINT_COLUMNS: Final = ", ".join(_CHECKPOINT_FIELDS)
-
-INT64_MIN: Final = -(2**63)
-INT64_MAX: Final = 2**63 - 1
 
 _SELECT_RUN: Final = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s"
 _INSERT_RUN: Final = (

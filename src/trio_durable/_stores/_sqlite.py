@@ -21,7 +21,6 @@ caller's trip are woken with their results and make no trip of their own.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
@@ -41,8 +40,6 @@ from .._records import (
     RunStatus,
     dump_error,
     dump_errors,
-    load_error,
-    load_errors,
 )
 from ._base import (
     STALL_IGNORED_PREFIX,
@@ -67,6 +64,15 @@ from ._base import (
     WriteConflict,
     run_due_at,
 )
+from ._rows import CHECKPOINT_COLUMNS as _CHECKPOINT_COLUMNS
+from ._rows import INT64_MAX as _INT64_MAX
+from ._rows import INT64_MIN as _INT64_MIN
+from ._rows import RUN_COLUMNS as _RUN_COLUMNS
+from ._rows import checkpoint_values as _checkpoint_values
+from ._rows import dump_tags as _dump_tags
+from ._rows import load_checkpoint as _load_checkpoint
+from ._rows import load_run as _load_run
+from ._rows import run_row as _run_row
 
 SCHEMA_VERSION: Final = 1
 """The schema version this module writes, kept in ``PRAGMA user_version``."""
@@ -183,21 +189,6 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS queue_waiters_line ON queue_waiters (queue, priority DESC, at, id)",
 )
 
-_RUN_FIELDS: Final = (
-    "id", "workflow", "version", "namespace", "status", "input", "output", "error", "tags",
-    "parent_id", "parent_seq", "lease_owner", "lease_expiry", "wake_at", "compensate",
-    "recoveries", "created_at", "updated_at",
-)  # fmt: skip
-_RUN_COLUMNS: Final = ", ".join(_RUN_FIELDS)
-_CHECKPOINT_COLUMNS: Final = (
-    "run_id, seq, name, kind, status, input, output, error, errors, attempts, worker_group,"
-    " child_id, compensation, parallel_group, parallel_size, parallel_mode, wake_at,"
-    " enqueued_at, started_at, finished_at"
-)
-
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
-
 _SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?"
 _INSERT_RUN: Final = (
     f"INSERT INTO runs ({_RUN_COLUMNS}, due_at) VALUES ({', '.join('?' * 19)})"
@@ -230,88 +221,6 @@ _SETTLE_SIGNAL: Final = (
 # (batches, ops, run_rows_read, checkpoint_rows_read).
 _Counts = tuple[int, int, int, int]
 _Work = Callable[[sqlite3.Cursor], tuple[Any, "_Counts | None"]]
-
-
-# -- rows -----------------------------------------------------------------------
-
-
-def _dump_tags(tags: tuple[str, ...]) -> str:
-    return json.dumps(list(tags), separators=(",", ":")) if tags else "[]"
-
-
-def _load_tags(text: str) -> tuple[str, ...]:
-    # Most runs have no tags; skip the JSON decoder for them.
-    return () if text == "[]" else tuple(json.loads(text))
-
-
-def _run_row(run: Run) -> tuple[Any, ...]:
-    return (
-        run.id, run.workflow, run.version, run.namespace, run.status, run.input, run.output,
-        dump_error(run.error), _dump_tags(run.tags), run.parent_id, run.parent_seq,
-        run.lease_owner, run.lease_expiry, run.wake_at, run.compensate, run.recoveries,
-        run.created_at, run.updated_at, run_due_at(run),
-    )  # fmt: skip
-
-
-def _load_run(row: Any) -> Run:
-    return Run(
-        id=row[0],
-        workflow=row[1],
-        version=row[2],
-        namespace=row[3],
-        status=row[4],
-        input=row[5],
-        output=row[6],
-        error=load_error(row[7]),
-        tags=_load_tags(row[8]),
-        parent_id=row[9],
-        parent_seq=row[10],
-        lease_owner=row[11],
-        lease_expiry=row[12],
-        wake_at=row[13],
-        compensate=bool(row[14]),
-        recoveries=row[15],
-        created_at=row[16],
-        updated_at=row[17],
-    )
-
-
-def _checkpoint_values(cp: Checkpoint) -> tuple[Any, ...]:
-    """The columns after the key, in `_CHECKPOINT_COLUMNS` order."""
-    return (
-        cp.name, cp.kind, cp.status, cp.input, cp.output, dump_error(cp.error),
-        # NULL rather than "[]": most checkpoints never fail, and load_errors
-        # reads NULL as no errors.
-        dump_errors(cp.errors) if cp.errors else None,
-        cp.attempts, cp.group, cp.child_id, cp.compensation, cp.parallel_group,
-        cp.parallel_size, cp.parallel_mode, cp.wake_at, cp.enqueued_at, cp.started_at,
-        cp.finished_at,
-    )  # fmt: skip
-
-
-def _load_checkpoint(row: Any) -> Checkpoint:
-    return Checkpoint(
-        run_id=row[0],
-        seq=row[1],
-        name=row[2],
-        kind=row[3],
-        status=row[4],
-        input=row[5],
-        output=row[6],
-        error=load_error(row[7]),
-        errors=load_errors(row[8]),
-        attempts=row[9],
-        group=row[10],
-        child_id=row[11],
-        compensation=row[12],
-        parallel_group=row[13],
-        parallel_size=row[14],
-        parallel_mode=row[15],
-        wake_at=row[16],
-        enqueued_at=row[17],
-        started_at=row[18],
-        finished_at=row[19],
-    )
 
 
 _RUN_ENCODERS: Final[dict[str, Callable[[Any], Any]]] = {

@@ -1,0 +1,113 @@
+"""Run and checkpoint rows as the SQL stores (SQLite, PostgreSQL) keep them:
+their columns, and the encoding of records to rows and back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from .._records import (
+    Checkpoint,
+    Run,
+    dump_error,
+    dump_errors,
+    load_error,
+    load_errors,
+)
+from ._base import run_due_at
+
+RUN_FIELDS: Final = (
+    "id", "workflow", "version", "namespace", "status", "input", "output", "error", "tags",
+    "parent_id", "parent_seq", "lease_owner", "lease_expiry", "wake_at", "compensate",
+    "recoveries", "created_at", "updated_at",
+)  # fmt: skip
+RUN_COLUMNS: Final = ", ".join(RUN_FIELDS)
+CHECKPOINT_FIELDS: Final = (
+    "run_id", "seq", "name", "kind", "status", "input", "output", "error", "errors", "attempts",
+    "worker_group", "child_id", "compensation", "parallel_group", "parallel_size",
+    "parallel_mode", "wake_at", "enqueued_at", "started_at", "finished_at",
+)  # fmt: skip
+CHECKPOINT_COLUMNS: Final = ", ".join(CHECKPOINT_FIELDS)
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+"""The seq range of every checkpoint (compensation seqs are negative)."""
+
+
+def dump_tags(tags: tuple[str, ...]) -> str:
+    return json.dumps(list(tags), separators=(",", ":")) if tags else "[]"
+
+
+def load_tags(text: str) -> tuple[str, ...]:
+    # Most runs have no tags; skip the JSON decoder for them.
+    return () if text == "[]" else tuple(json.loads(text))
+
+
+def run_row(run: Run) -> tuple[Any, ...]:
+    return (
+        run.id, run.workflow, run.version, run.namespace, run.status, run.input, run.output,
+        dump_error(run.error), dump_tags(run.tags), run.parent_id, run.parent_seq,
+        run.lease_owner, run.lease_expiry, run.wake_at, run.compensate, run.recoveries,
+        run.created_at, run.updated_at, run_due_at(run),
+    )  # fmt: skip
+
+
+def load_run(row: Any) -> Run:
+    return Run(
+        id=row[0],
+        workflow=row[1],
+        version=row[2],
+        namespace=row[3],
+        status=row[4],
+        input=row[5],
+        output=row[6],
+        error=load_error(row[7]),
+        tags=load_tags(row[8]),
+        parent_id=row[9],
+        parent_seq=row[10],
+        lease_owner=row[11],
+        lease_expiry=row[12],
+        wake_at=row[13],
+        compensate=bool(row[14]),
+        recoveries=row[15],
+        created_at=row[16],
+        updated_at=row[17],
+    )
+
+
+def checkpoint_values(cp: Checkpoint) -> tuple[Any, ...]:
+    """The columns after the key, in `CHECKPOINT_COLUMNS` order."""
+    return (
+        cp.name, cp.kind, cp.status, cp.input, cp.output, dump_error(cp.error),
+        # NULL rather than "[]": most checkpoints never fail, and load_errors
+        # reads NULL as no errors.
+        dump_errors(cp.errors) if cp.errors else None,
+        cp.attempts, cp.group, cp.child_id, cp.compensation, cp.parallel_group,
+        cp.parallel_size, cp.parallel_mode, cp.wake_at, cp.enqueued_at, cp.started_at,
+        cp.finished_at,
+    )  # fmt: skip
+
+
+def load_checkpoint(row: Any) -> Checkpoint:
+    return Checkpoint(
+        run_id=row[0],
+        seq=row[1],
+        name=row[2],
+        kind=row[3],
+        status=row[4],
+        input=row[5],
+        output=row[6],
+        error=load_error(row[7]),
+        errors=load_errors(row[8]),
+        attempts=row[9],
+        group=row[10],
+        child_id=row[11],
+        compensation=row[12],
+        parallel_group=row[13],
+        parallel_size=row[14],
+        parallel_mode=row[15],
+        wake_at=row[16],
+        enqueued_at=row[17],
+        started_at=row[18],
+        finished_at=row[19],
+    )
