@@ -93,7 +93,10 @@ def start(workdir: Path, port: int = PORT) -> str:
     url = f"amqp://guest:guest@127.0.0.1:{port}/"
     (workdir / "port").write_text(str(port))
     if _answers(port):
-        (workdir / "reused").write_text(url)
+        # A node this workdir started earlier stays ours to stop; any other
+        # is someone else's.
+        if not (workdir / "epmd.pids").exists():
+            (workdir / "reused").write_text(url)
         return url
     (workdir / "enabled_plugins").write_text("[].\n")
     env = _environment(workdir, port)
