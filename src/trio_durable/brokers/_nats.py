@@ -322,15 +322,28 @@ async def _read_descriptors(kv: KeyValue, limit: float) -> list[bytes]:
     once it has delivered the initial values."""
     watcher = await kv.watchall(ignore_deletes=True, inactive_threshold=limit)
     values: list[bytes] = []
+    wait = limit
     try:
         while True:
-            entry = await watcher.updates(limit)  # type: ignore[no-untyped-call]
-            if entry is None:
+            try:
+                entry = await watcher.updates(wait)  # type: ignore[no-untyped-call]
+            except nats.errors.TimeoutError:
+                if not values:
+                    raise
+                # The watcher counted the values pending when it started; an
+                # announcement that expired before it was delivered never
+                # comes, and neither does nats-py's end-of-values marker. The
+                # values arrive in one burst: a pause means they are all in.
+                break
+            if entry is None or entry.delta == 0:
+                if entry is not None and entry.value and entry.operation is None:
+                    values.append(entry.value)
                 break
             # Purges and expiry markers carry no value (nats-py reports some
             # of them as entries with value None).
             if entry.value and entry.operation is None:
                 values.append(entry.value)
+            wait = min(limit, _BURST_PAUSE)
     finally:
         await watcher.stop()  # type: ignore[no-untyped-call]
     return values
@@ -369,6 +382,10 @@ class _Dispatch:
     done: trio.Event = attrs.field(factory=trio.Event)
     error: BaseException | None = None
 
+
+_BURST_PAUSE: Final = 0.5
+"""Seconds without a value after which the initial values of a bucket
+watcher count as all delivered (see `_read_descriptors`)."""
 
 _CLIENT_ERRORS: Final = (nats.errors.Error, OSError, asyncio.TimeoutError, ValueError)
 
