@@ -93,6 +93,7 @@ RESULT_BATCH: Final = 256
 _RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead"})
 _CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead", "cancelled"})
 _PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
+_CANCELLING: Final[frozenset[RunStatus]] = frozenset({"cancelling"})
 _RUN_ID_CHARS: Final = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:@"
 )
@@ -827,6 +828,10 @@ class Engine:
     async def _write(self, turn: TurnState, *final_ops: Op) -> list[Any] | None:
         """Commit the turn's writes; None if the run changed under it.
 
+        If a cancel moved the run to ``cancelling`` meanwhile, the turn's
+        writes are committed without ``final_ops`` (and their effects
+        follow), and None is returned: a step that ran is always recorded.
+
         A turn that records a wide fan writes its checkpoints in chunks of
         `WRITE_CHUNK`, each fenced by the lease, before the final write that
         suspends the run: a database transaction stays bounded, and every
@@ -843,8 +848,20 @@ class Engine:
                         (await self.store.apply([*ops[start : start + WRITE_CHUNK], fence]))[:-1]
                     )
                     start += WRITE_CHUNK
-                results.extend(await self.store.apply([*ops[start:], *final_ops]))
-                return results
+                try:
+                    results.extend(await self.store.apply([*ops[start:], *final_ops]))
+                    return results
+                except WriteConflict:
+                    # A cancel() moved the run to cancelling while the turn ran
+                    # (on another engine, or here after the body's last step,
+                    # where no interrupt reaches it). The steps this turn
+                    # completed did run: record them all the same, so that the
+                    # cancel undoes them, in one write fenced by the lease
+                    # that leaves the run for the next turn to end.
+                    kept = await self.store.apply(
+                        [*ops[start:], self._fence(turn.run, {}, _CANCELLING)]
+                    )
+                    results.extend(kept[:-1])
             except StoreError as exc:
                 if not isinstance(exc, LeaseLostError | WriteConflict):
                     self._failed_writes[turn.run.id] = turn
@@ -866,6 +883,9 @@ class Engine:
             # which sees the new status.
             self._active[turn.run.id].again = True
             return None
+        self._active[turn.run.id].again = True
+        await self._after_commit(turn, results)
+        return None
 
     async def _suspend(self, turn: TurnState, suspend: Suspend) -> None:
         run = turn.run
