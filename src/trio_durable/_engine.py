@@ -210,6 +210,7 @@ class Engine:
         self._stats = EngineStatistics()
         self._closed = False
         self._crashed = False
+        self._cut_off: list[str] = []
 
     # -- public API -----------------------------------------------------------
 
@@ -687,6 +688,13 @@ class Engine:
                 self._stats.turns += 1
                 if not slot.again:
                     return
+        except BaseException:
+            # Cut off: by the engine closing, or by a KeyboardInterrupt or
+            # SystemExit out of a body or step, which closes it too. The
+            # lease this turn may hold is given back once everything here
+            # has stopped, so another engine resumes the run at once.
+            self._cut_off.append(run_id)
+            raise
         finally:
             del self._active[run_id]
             # The poller may be waiting for this turn to end before it looks
@@ -1166,8 +1174,10 @@ async def open_engine(
     """Open an engine that executes ``app``'s workflows on a store.
 
     Every task the engine runs lives in a nursery this context manager owns;
-    leaving the block cancels and joins them all, after giving back the leases
+    leaving the block cancels and joins them all, then gives back the leases
     of runs that were executing, so another engine can resume those at once.
+    That holds too when a ``KeyboardInterrupt`` or ``SystemExit`` raised
+    inside a step or a workflow body ends the block.
 
     Args:
       app: The workflows and steps.
@@ -1331,4 +1341,8 @@ async def open_engine(
             # leases given back, so no other engine runs a step of theirs
             # while it still runs here.
             if not crashed():
+                if engine_ref:
+                    # A turn that raised KeyboardInterrupt or SystemExit left
+                    # `_active` before the block learned of it.
+                    executing = sorted({*executing, *engine_ref[0]._cut_off})
                 await _release_leases(store_obj, engine_id, executing)
