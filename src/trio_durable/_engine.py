@@ -224,8 +224,10 @@ class Engine:
     ) -> Run:
         """Start a run of ``workflow`` with positional ``args``.
 
-        Idempotent by ``run_id``: if a run with that id exists, it is returned
-        and nothing is written.
+        Idempotent by ``run_id``: if a run with that id exists in
+        ``namespace``, it is returned and nothing is written. Run ids are
+        unique across the whole store, not per namespace: an id that a run
+        of another namespace holds is refused.
 
         Args:
           workflow: A registered workflow, or its name (then the version
@@ -242,7 +244,9 @@ class Engine:
         Raises:
           UnknownWorkflowError: The workflow is not registered.
           SerializationError: An input cannot be serialized.
-          RunConflictError: ``run_id`` belongs to a run of another workflow.
+          RunConflictError: ``run_id`` belongs to a run of another workflow,
+            or to a run of another namespace (the error says nothing of
+            that run).
           UsageError: ``run_id``, ``namespace`` or ``tags`` are malformed.
         """
         self._check_open()
@@ -263,7 +267,7 @@ class Engine:
             run_id = f"{wf.name}-{self.rng.getrandbits(64):016x}"
             existing = await self.store.get_run(run_id)
         if existing is not None:
-            return self._same_workflow(existing, wf)
+            return self._same_workflow(existing, wf, namespace)
         now = self.clock.now()
         # The run is created leased to this engine, so its first turn needs no
         # write of its own; if this engine dies, the lease lapses and any
@@ -283,44 +287,64 @@ class Engine:
         )
         stored, created = await self.store.create_run(run)
         if not created:
-            return self._same_workflow(stored, wf)
+            return self._same_workflow(stored, wf, namespace)
         self._emit_run("run.started", stored)
         self._wake(run_id, initial=TurnState(run=stored, checkpoints={}))
         return stored
 
     @staticmethod
-    def _same_workflow(run: Run, wf: Workflow[..., Any]) -> Run:
+    def _same_workflow(run: Run, wf: Workflow[..., Any], namespace: str) -> Run:
+        if run.namespace != namespace:
+            # Checked first, and told without a word of the other run: a
+            # tenant learns that the id is taken, nothing more.
+            raise RunConflictError(
+                f"run id {run.id!r} is taken by a run outside namespace {namespace!r}"
+            )
         if run.workflow != wf.name:
             raise RunConflictError(
                 f"run id {run.id!r} belongs to a run of workflow {run.workflow!r}, not {wf.name!r}"
             )
         return run
 
-    async def get(self, run_id: str) -> Run:
+    async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
         """The run as stored now.
 
+        Args:
+          run_id: The run's id.
+          namespace: If given, a run of another namespace counts as missing.
+
         Raises:
-          RunNotFoundError: No run has this id.
+          RunNotFoundError: No run has this id (in ``namespace``).
+          UsageError: ``namespace`` is malformed.
         """
         self._check_open()
+        if namespace is not None:
+            _check_id("namespace", namespace)
         run = await self.store.get_run(run_id)
         if run is None:
             raise RunNotFoundError(f"no run {run_id!r}")
+        if namespace is not None and run.namespace != namespace:
+            # Worded as for a missing run: another tenant's run stays unseen.
+            raise RunNotFoundError(f"no run {run_id!r} in namespace {namespace!r}")
         return run
 
-    async def result(self, run_id: str) -> Any:
+    async def result(self, run_id: str, *, namespace: str | None = None) -> Any:
         """Wait until the run ends and return its output.
 
         The output is structured as the workflow's return annotation.
 
+        Args:
+          run_id: The run's id.
+          namespace: If given, a run of another namespace counts as missing.
+
         Raises:
-          RunNotFoundError: No run has this id.
+          RunNotFoundError: No run has this id (in ``namespace``).
           RunFailed: The run failed or is dead (`RunCancelled` if cancelled);
             the error's message, code and details are the exception's.
         """
         while True:
             if isinstance(self.store, ChangeFeed):
-                run = await self.get(run_id)
+                run = await self.get(run_id, namespace=namespace)
                 if run.status in TERMINAL_STATUSES:
                     return self._outcome(run)
                 # Every writer shares this process: wait for the change itself.
@@ -331,7 +355,7 @@ class Engine:
             # would go unseen until the next poll).
             ending = self._ended.setdefault(run_id, _Ending())
             try:
-                run = await self.get(run_id)
+                run = await self.get(run_id, namespace=namespace)
             except BaseException:
                 self._forget_ending(run_id, ending)
                 raise
@@ -362,14 +386,23 @@ class Engine:
         cls = RunCancelled if run.status == "cancelled" else RunFailed
         raise cls(run.id, error.message, error.code, error.details)
 
-    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, *, namespace: str | None = None
+    ) -> None:
         """Send the signal ``name`` with ``payload`` to a run.
 
         If the run is waiting for it, the run resumes; otherwise the signal is
         buffered for its next wait of that name and never lost.
 
+        Args:
+          run_id: The run's id.
+          name: The signal's name.
+          payload: Its payload (a JSON-able value or an attrs instance).
+          namespace: If given, a run of another namespace counts as missing
+            (and nothing is buffered for it).
+
         Raises:
-          RunNotFoundError: No run has this id.
+          RunNotFoundError: No run has this id (in ``namespace``).
           InvalidRunStateError: The run already ended.
           SerializationError: The payload cannot be serialized.
         """
@@ -377,7 +410,7 @@ class Engine:
         if not isinstance(name, str) or not name:
             raise UsageError(f"signal name must be a non-empty string, not {name!r}")
         payload_json = _serde.dumps(payload)
-        run = await self.get(run_id)
+        run = await self.get(run_id, namespace=namespace)
         if run.status in TERMINAL_STATUSES:
             raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it takes no signals")
         waiter = await self.store.deliver_signal(
@@ -386,22 +419,27 @@ class Engine:
         if waiter is not None:
             self._wake(run_id)
 
-    async def cancel(self, run_id: str, *, compensate: bool = False) -> None:
+    async def cancel(
+        self, run_id: str, *, compensate: bool = False, namespace: str | None = None
+    ) -> None:
         """Cancel a run, and the children it awaits.
 
         The run's turn in flight, if any, is interrupted; it is then marked
         ``cancelling`` and ends ``cancelled``.
 
         Args:
+          run_id: The run's id.
           compensate: Run the undos of its completed steps first, in reverse
             order.
+          namespace: If given, a run of another namespace counts as missing
+            (and is left alone).
 
         Raises:
-          RunNotFoundError: No run has this id.
+          RunNotFoundError: No run has this id (in ``namespace``).
           InvalidRunStateError: The run already ended.
         """
         self._check_open()
-        run = await self.get(run_id)
+        run = await self.get(run_id, namespace=namespace)
         if run.status in TERMINAL_STATUSES:
             raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it cannot be cancelled")
         try:
@@ -429,7 +467,7 @@ class Engine:
             strict=False,
         )
 
-    async def retry(self, run_id: str) -> Run:
+    async def retry(self, run_id: str, *, namespace: str | None = None) -> Run:
         """Run a failed or dead run's body again from its checkpoints.
 
         Completed steps are not run again (but for steps whose undo already
@@ -437,12 +475,17 @@ class Engine:
         compensations are reset; a failed awaited child (or fan member) is
         retried under its same id, so the parent picks up its new outcome.
 
+        Args:
+          run_id: The run's id.
+          namespace: If given, a run of another namespace counts as missing
+            (and is left alone).
+
         Raises:
-          RunNotFoundError: No run has this id.
+          RunNotFoundError: No run has this id (in ``namespace``).
           InvalidRunStateError: The run is not failed or dead; nothing changed.
         """
         self._check_open()
-        run = await self.get(run_id)
+        run = await self.get(run_id, namespace=namespace)
         if run.status not in ("failed", "dead"):
             raise InvalidRunStateError(
                 f"run {run_id!r} is {run.status}; only failed or dead runs can be retried"
