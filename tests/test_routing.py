@@ -24,7 +24,7 @@ import trio
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
 from trio_durable._routing import HANDOFF_BASE, NEVER_ROUTED, pick_route
-from trio_durable._stores._base import CreateRun, Op, PutCheckpoint, ReleaseRun
+from trio_durable._stores._base import CreateRun, Op, PutCheckpoint, ReleaseRun, UpdateRun
 
 app = td.App("routing")
 
@@ -1284,6 +1284,129 @@ async def test_fan_members_that_hand_off_settle_with_their_handlers_outcome(
     assert td.lineage("s.all.1.1.onError.0") == ["s.all.1.1.onError.0", "s.all.1.1", "s"]
     # The join barrier woke the parent once, when both members had ended.
     assert bodies["s"] == 2
+
+
+# -- the output of a handed-off run -------------------------------------------
+
+
+@attrs.define(frozen=True)
+class Apology:
+    run_id: str
+    note: str
+
+
+@app.workflow()
+async def apologise(ctx: td.Context, info: dict[str, Any]) -> Apology:
+    return Apology(info["run_id"], "sorry")
+
+
+@app.workflow()
+async def explain(ctx: td.Context, info: dict[str, Any]) -> str:
+    return f"explained {info['run_id']}"
+
+
+@app.workflow(on_error=[td.OnError("oops", workflow="apologise")])
+async def apologise_or_explain(ctx: td.Context, info: dict[str, Any]) -> int:
+    """A handler that hands off itself: to `apologise` on "oops"."""
+    if info["error"]["code"] == "nested":
+        raise td.FatalError("handler failed too", code="oops")
+    return 7
+
+
+@app.workflow(
+    on_error=[
+        td.OnError("sorry", workflow="apologise"),
+        td.OnError("nested", workflow="apologise_or_explain"),
+        td.OnError(workflow="explain"),
+    ]
+)
+async def count(ctx: td.Context, code: str | None) -> int:
+    if code is None:
+        return 3
+    raise td.FatalError("could not count", code=code)
+
+
+children_seen: dict[str, Any] = {}
+"""What a parent's body got back from each child, by the child's code."""
+
+
+@app.workflow()
+async def counting_parent(ctx: td.Context, codes: list[str | None]) -> None:
+    for code in codes:
+        children_seen[str(code)] = await ctx.child(count, code)
+    members = await ctx.all(count, codes)
+    for code, member in zip(codes, members, strict=True):
+        children_seen[f"all {code}"] = member
+
+
+CODES: list[str | None] = [None, "sorry", "other", "nested"]
+
+
+def _counted(code: str | None, run_id: str) -> Any:
+    """What a run of `count` with ``code`` and id ``run_id`` outputs."""
+    if code is None:
+        return 3
+    if code == "sorry":
+        return Apology(run_id, "sorry")
+    if code == "nested":
+        # The handler handed off in turn: the output is its own handler's.
+        return Apology(f"{run_id}.onError.0", "sorry")
+    return f"explained {run_id}"
+
+
+@pytest.mark.parametrize("code", CODES)
+async def test_a_handed_off_runs_result_has_its_handlers_output_type(
+    open_test_engine: EngineFactory, autojump_clock: trio.abc.Clock, code: str | None
+) -> None:
+    async with open_test_engine(app) as engine:
+        await engine.start(count, code, run_id="r")
+        assert await engine.result("r") == _counted(code, "r")
+        run = await engine.get("r")
+    assert run.status == "completed"
+
+
+async def test_a_parent_gets_a_routed_childs_output_as_its_handler_returns_it(
+    open_test_engine: EngineFactory, autojump_clock: trio.abc.Clock
+) -> None:
+    children_seen.clear()
+    async with open_test_engine(app) as engine:
+        await engine.start(counting_parent, CODES, run_id="p")
+        await engine.result("p")
+    for n, code in enumerate(CODES):
+        assert children_seen[str(code)] == _counted(code, f"p.child.{n + 1}")
+        assert children_seen[f"all {code}"] == _counted(code, f"p.all.5.{n}")
+
+
+@app.workflow()
+async def one_count(ctx: td.Context, code: str | None) -> str:
+    children_seen["child"] = await ctx.child(count, code)
+    return "counted"
+
+
+async def test_retrying_a_parent_types_a_routed_childs_output_by_its_handler(
+    open_test_engine: EngineFactory, autojump_clock: trio.abc.Clock
+) -> None:
+    """A retry that finds an awaited child completed (its checkpoint in the
+    parent failed meanwhile) hands the parent the handler's output."""
+    children_seen.clear()
+    async with open_test_engine(app) as engine:
+        await engine.start(one_count, "sorry", run_id="q")
+        assert await engine.result("q") == "counted"
+        assert children_seen == {"child": Apology("q.child.1", "sorry")}
+        # As if the parent had lost its wait for the child: a failed
+        # checkpoint and a failed run, while the child itself completed.
+        [cp] = await engine.store.get_checkpoints("q")
+        error = td.ErrorInfo(message="lost", code="lost")
+        await engine.store.apply(
+            [
+                PutCheckpoint(attrs.evolve(cp, status="failed", output=None, error=error)),
+                UpdateRun("q", {"status": "failed", "output": None, "error": error}),
+            ]
+        )
+        children_seen.clear()
+        await engine.retry("q")
+        assert await engine.result("q") == "counted"
+    assert children_seen == {"child": Apology("q.child.1", "sorry")}
 
 
 # -- 6. unserved routes -------------------------------------------------------

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from . import _serde
-from ._app import Step, Workflow, workflow_of
+from ._app import App, Step, Workflow, workflow_of
 from ._exceptions import (
     FatalError,
     GatherError,
@@ -97,15 +97,49 @@ def _retryable(exc: BaseException) -> bool:
     return not isinstance(exc, FatalError) and getattr(exc, "retryable", True) is not False
 
 
-def completion(ok: bool, value_json: str | None = None, error: ErrorInfo | None = None) -> str:
-    """The JSON text a child's end writes onto its parent's checkpoint."""
+def completion(
+    ok: bool,
+    value_json: str | None = None,
+    error: ErrorInfo | None = None,
+    *,
+    returned_by: tuple[str, str] | None = None,
+) -> str:
+    """The JSON text a child's end writes onto its parent's checkpoint.
+
+    ``returned_by`` is the ``(workflow, version)`` whose return annotation
+    types the value when that is not the child's own workflow: a child that
+    handed off returns its handler's output.
+    """
     if ok:
-        return '{"ok":true,"value":' + (value_json or "null") + "}"
+        source = ""
+        if returned_by is not None:
+            source = (
+                f',"workflow":{json.dumps(returned_by[0])},"version":{json.dumps(returned_by[1])}'
+            )
+        return '{"ok":true,"value":' + (value_json or "null") + source + "}"
     assert error is not None
     return json.dumps(
         {"ok": False, "error": error.message, "code": error.code, "details": error.details},
         separators=(",", ":"),
     )
+
+
+def completion_source(data: dict[str, Any]) -> tuple[str, str] | None:
+    """The ``(workflow, version)`` a completion names as the source of its
+    value (see `completion`), or None."""
+    workflow, version = data.get("workflow"), data.get("version")
+    if isinstance(workflow, str) and isinstance(version, str):
+        return workflow, version
+    return None
+
+
+def output_type(app: App, workflow: str, version: str) -> Any:
+    """The return annotation of a registered workflow version (``Any`` if
+    this app lacks it): what its output is structured as."""
+    if not app.has_workflow(workflow, version):
+        return Any
+    _, returns = _serde.signature_types(app.get_workflow(workflow, version).fn)
+    return returns
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -610,14 +644,18 @@ class Context:
         self._turn.started_children.append(child)
         self._turn.wake_after.append(child_id)
 
-    @staticmethod
-    def _child_outcome(wf: Workflow[..., Any], cp: Checkpoint) -> Any:
+    def _child_outcome(self, wf: Workflow[..., Any], cp: Checkpoint) -> Any:
         data = json.loads(cp.output) if cp.output else None
         if not isinstance(data, dict):
             error = cp.error or ErrorInfo(message="child ended without a completion")
             return _Failed(error.message, error.code, error.details)
         if data.get("ok"):
-            _, returns = _serde.signature_types(wf.fn)
+            source = completion_source(data)
+            if source is not None:
+                # The child handed off: the value is its handler's output.
+                returns = output_type(self._engine.app, *source)
+            else:
+                _, returns = _serde.signature_types(wf.fn)
             return _serde.structure(data.get("value"), returns)
         return _Failed(str(data.get("error")), data.get("code"), data.get("details"))
 

@@ -33,7 +33,15 @@ from ._brokers import open_broker
 from ._brokers._base import RESULTS, Broker, BrokerError, Consumer, Outgoing, WorkerDescriptor
 from ._brokers._memory import MemoryBroker, MemoryConsumer
 from ._clock import Clock
-from ._context import Context, Suspend, TurnState, completion, error_info, signal_token
+from ._context import (
+    Context,
+    Suspend,
+    TurnState,
+    completion,
+    error_info,
+    output_type,
+    signal_token,
+)
 from ._exceptions import (
     EngineClosedError,
     InvalidRunStateError,
@@ -48,7 +56,7 @@ from ._exceptions import (
     UsageError,
 )
 from ._fleet import Fleet, aggregate
-from ._handoff import UnservedRoute, follow_handoff, hand_off, routes_in_doubt
+from ._handoff import UnservedRoute, follow_handoff, hand_off, output_source, routes_in_doubt
 from ._handoff import unserved_on_error_routes as _unserved
 from ._observe import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Metrics
 from ._poller import poll_due, reconcile_stalled
@@ -331,7 +339,8 @@ class Engine:
     async def result(self, run_id: str, *, namespace: str | None = None) -> Any:
         """Wait until the run ends and return its output.
 
-        The output is structured as the workflow's return annotation.
+        The output is structured as the workflow's return annotation or,
+        for a run handed to an on-error handler, as the handler's.
 
         Args:
           run_id: The run's id.
@@ -346,7 +355,7 @@ class Engine:
             if isinstance(self.store, ChangeFeed):
                 run = await self.get(run_id, namespace=namespace)
                 if run.status in TERMINAL_STATUSES:
-                    return self._outcome(run)
+                    return await self._outcome(run)
                 # Every writer shares this process: wait for the change itself.
                 await self.store.run_end_event(run_id).wait()
                 continue
@@ -361,12 +370,12 @@ class Engine:
                 raise
             if run.status in TERMINAL_STATUSES:
                 self._forget_ending(run_id, ending)
-                return self._outcome(run)
+                return await self._outcome(run)
             with trio.move_on_after(self._result_poll_interval):
                 await ending.event.wait()
             if ending.run is not None:
                 # Ended by this engine, which knows the row it wrote.
-                return self._outcome(ending.run)
+                return await self._outcome(ending.run)
 
     def _forget_ending(self, run_id: str, ending: _Ending) -> None:
         """Drop a registration nobody will set (the run ended elsewhere, or
@@ -375,13 +384,11 @@ class Engine:
             del self._ended[run_id]
             ending.event.set()
 
-    def _outcome(self, run: Run) -> Any:
+    async def _outcome(self, run: Run) -> Any:
         if run.status == "completed":
-            returns: Any = Any
-            if self.app.has_workflow(run.workflow, run.version):
-                wf = self.app.get_workflow(run.workflow, run.version)
-                _, returns = _serde.signature_types(wf.fn)
-            return _serde.loads(run.output, returns)
+            # A run that handed off ended with its handler's output.
+            source = await output_source(self, run) or (run.workflow, run.version)
+            return _serde.loads(run.output, output_type(self.app, *source))
         error = run.error or ErrorInfo(message=run.status)
         cls = RunCancelled if run.status == "cancelled" else RunFailed
         raise cls(run.id, error.message, error.code, error.details)
@@ -1010,6 +1017,7 @@ class Engine:
         *,
         output: str | None = None,
         error: ErrorInfo | None = None,
+        returned_by: tuple[str, str] | None = None,
     ) -> None:
         run = turn.run
         expect = frozenset({"cancelling"}) if status == "cancelled" else frozenset({"running"})
@@ -1026,7 +1034,7 @@ class Engine:
                     run.parent_id,
                     run.parent_seq,
                     "completed" if status == "completed" else "failed",
-                    completion(status == "completed", output, error),
+                    completion(status == "completed", output, error, returned_by=returned_by),
                     error,
                     self.clock.now(),
                 )

@@ -10,11 +10,20 @@ from typing import TYPE_CHECKING, final
 import attrs
 
 from ._brokers._base import BrokerError
-from ._context import TurnState
+from ._context import TurnState, completion_source
 from ._exceptions import UnknownWorkflowError
 from ._fleet import aggregate
 from ._records import Checkpoint, ErrorInfo, Run
-from ._routing import HANDOFF_BASE, OnError, handler_input, handoffs, route_tag, without_route_tags
+from ._routing import (
+    HANDOFF_BASE,
+    TAG_PREFIX,
+    OnError,
+    active_handoff,
+    handler_input,
+    handoffs,
+    route_tag,
+    without_route_tags,
+)
 from ._stores._base import CreateRun
 
 if TYPE_CHECKING:
@@ -150,7 +159,10 @@ async def follow_handoff(engine: Engine, turn: TurnState, handoff: Checkpoint) -
     outcome = json.loads(handoff.output) if handoff.output else {}
     if handoff.status == "completed" and outcome.get("ok"):
         value = json.dumps(outcome.get("value"), separators=(",", ":"))
-        await engine._end(turn, "completed", output=value)
+        # The output is the handler's: a parent that awaits this run types
+        # it by the handler's return annotation, not this run's.
+        source = None if run.parent_id is None else await handler_source(engine, handoff)
+        await engine._end(turn, "completed", output=value, returned_by=source)
         return
     error = ErrorInfo(
         message=str(outcome.get("error") or (handoff.error.message if handoff.error else "failed")),
@@ -159,6 +171,35 @@ async def follow_handoff(engine: Engine, turn: TurnState, handoff: Checkpoint) -
         type="RunFailed",
     )
     await engine._end(turn, "failed", error=error)
+
+
+async def handler_source(engine: Engine, handoff: Checkpoint) -> tuple[str, str]:
+    """The ``(workflow, version)`` whose return annotation types the output
+    a completed handoff carries: its handler's, or, if the handler handed
+    off in turn, the one its own completion names."""
+    outcome = json.loads(handoff.output) if handoff.output else None
+    if isinstance(outcome, dict):
+        source = completion_source(outcome)
+        if source is not None:
+            return source
+    handler = None if handoff.child_id is None else await engine.store.get_run(handoff.child_id)
+    if handler is not None:
+        return handler.workflow, handler.version
+    return handler_workflow(engine, handoff.name)
+
+
+async def output_source(engine: Engine, run: Run) -> tuple[str, str] | None:
+    """For a completed run that ended as its on-error handler did, the
+    ``(workflow, version)`` whose return annotation types its output; None
+    for a run whose output is its own workflow's."""
+    if not any(tag.startswith(TAG_PREFIX) for tag in run.tags):
+        # Only a run that handed off (and was not retried since) has the tag.
+        return None
+    found = await engine.store.get_checkpoints(run.id, HANDOFF_BASE)
+    handoff = active_handoff({cp.seq: cp for cp in found})
+    if handoff is None or handoff.status != "completed":
+        return None
+    return await handler_source(engine, handoff)
 
 
 async def unserved_on_error_routes(engine: Engine) -> list[UnservedRoute]:

@@ -18,6 +18,7 @@ from . import _serde
 from ._app import App
 from ._context import Context, TurnState, completion
 from ._exceptions import StepFailed
+from ._handoff import output_source
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus
 from ._routing import HANDOFF_BASE, RETIRED_PREFIX, without_route_tags
 from ._stores._base import DeleteCheckpoints, Op, PutCheckpoint, UpdateRun
@@ -97,13 +98,9 @@ async def plan_retry(
             if child is None:
                 deletes.append(cp.seq)
             elif child.status == "completed":
-                ops.append(
-                    PutCheckpoint(
-                        attrs.evolve(
-                            reset, status="completed", output=completion(True, child.output)
-                        )
-                    )
-                )
+                source = await output_source(engine, child)
+                output = completion(True, child.output, returned_by=source)
+                ops.append(PutCheckpoint(attrs.evolve(reset, status="completed", output=output)))
             elif child.status in ("failed", "dead", "cancelled"):
                 ops.append(PutCheckpoint(reset))
                 await plan_retry(engine, child, ops, wakes, CHILD_RETRYABLE)
