@@ -18,7 +18,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import EngineFactory
+from conftest import WALL_START, EngineFactory
 from trio_durable._stores._base import Op, UpdateRun
 
 app = td.App("cancel-window")
@@ -179,3 +179,47 @@ async def test_a_cancel_during_the_final_write_of_a_turn_undoes_its_step(
             await engine.result("t")
         await engine.drain()
         await _assert_undone_once(store.inner)
+
+
+class _CountedTurns:
+    """A memory store that fails the test once a run begins too many turns
+    (a loop of turns that never idles would stop virtual time, and hang)."""
+
+    def __init__(self) -> None:
+        self.inner = td.MemoryStore()
+        self.turns = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def begin_turn(self, run_id: str, owner: str, expiry: float, now: float) -> Any:
+        self.turns += 1
+        assert self.turns < 10, "the run's turns loop"
+        return await self.inner.begin_turn(run_id, owner, expiry, now)
+
+
+async def test_a_cancelling_run_past_its_recoveries_ends_dead(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    """Taken over from a dead engine while cancelling, once too often: the
+    run ends dead, instead of its turns looping on a write that expects it
+    running."""
+    store = _CountedTurns()
+    # An engine died holding the lease of a run told to cancel.
+    ghost = td.Run(
+        id="t",
+        workflow="trip",
+        status="cancelling",
+        input='["x"]',
+        lease_owner="ghost",
+        lease_expiry=WALL_START + 30,
+        created_at=WALL_START,
+        updated_at=WALL_START,
+    )
+    await store.inner.create_run(ghost)
+    async with open_test_engine(app, store=store, max_recoveries=0) as engine:
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result("t")
+    assert info.value.code == "dead"
+    assert trio.current_time() == 30
+    assert store.turns == 1

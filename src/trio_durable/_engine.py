@@ -102,6 +102,14 @@ _RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead"})
 _CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead", "cancelled"})
 _PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
 _CANCELLING: Final[frozenset[RunStatus]] = frozenset({"cancelling"})
+_RUNNING: Final[frozenset[RunStatus]] = frozenset({"running"})
+# What the write that ends a run expects it to be. A run taken over too often
+# is dead whether or not it was told to cancel (expecting it running would
+# loop its turns on a write conflict).
+_END_EXPECTS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
+    "cancelled": _CANCELLING,
+    "dead": frozenset({"running", "cancelling"}),
+}
 _RUN_ID_CHARS: Final = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:@"
 )
@@ -1020,7 +1028,7 @@ class Engine:
         returned_by: tuple[str, str] | None = None,
     ) -> None:
         run = turn.run
-        expect = frozenset({"cancelling"}) if status == "cancelled" else frozenset({"running"})
+        expect = _END_EXPECTS.get(status, _RUNNING)
         ops: list[Op] = [
             self._fence(
                 run,
