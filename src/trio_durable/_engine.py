@@ -62,6 +62,7 @@ from ._records import (
     Run,
     RunStatus,
 )
+from ._remote import let_in_meanwhile
 from ._routing import (
     RETIRED_PREFIX,
     active_handoff,
@@ -895,6 +896,10 @@ class Engine:
             pending = await self.store.count_checkpoints(run.id, first, last, _PENDING, limit=1)
             if not pending:
                 self._active[run.id].again = True
+        if suspend.admission is not None and await let_in_meanwhile(
+            self.store, run.id, suspend.admission
+        ):
+            self._active[run.id].again = True
 
     async def _fail(
         self, turn: TurnState, ctx: Context, exc: BaseException, wf: Workflow[..., Any]

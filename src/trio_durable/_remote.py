@@ -31,6 +31,7 @@ from ._stores._base import (
     PutCheckpoint,
     ReleaseQueueSlot,
     SettleCheckpoint,
+    Store,
 )
 from ._wire import Task
 
@@ -329,7 +330,25 @@ async def remote_step(
         return _value(step, cp)
     if cp.status == "failed":
         raise remote_error(cp)
-    raise Suspend("remote", cp.wake_at, watch=(seq, seq))
+    raise Suspend("remote", cp.wake_at, watch=(seq, seq), admission=seq if _in_line(cp) else None)
+
+
+def _in_line(cp: Checkpoint) -> bool:
+    return cp.error is not None and cp.error.code == "queued"
+
+
+async def let_in_meanwhile(store: Store, run_id: str, seq: int) -> bool:
+    """Whether the step at ``seq``, which a turn saw waiting in a queue, has
+    been let in (or settled) since.
+
+    A release lets waiters in on whichever engine settles the result, and
+    that engine wakes their runs; a run whose turn another engine holds then
+    is not taken, and that turn, having read the step still in line,
+    suspends it until its next look. Asked once the suspend committed (and
+    the lease is free again), this closes that gap.
+    """
+    found = await store.get_checkpoints(run_id, seq, seq)
+    return not found or not _in_line(found[0])
 
 
 async def remote_fan(

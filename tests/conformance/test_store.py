@@ -695,6 +695,28 @@ async def test_admission_clears_only_the_queued_mark(store: AnyStore) -> None:
     assert await marks(store, ("r1", 3)) == ["blocked"]
 
 
+async def test_a_waiter_let_in_is_due_at_once(store: AnyStore) -> None:
+    # A waiter's next look at the line is its checkpoint's wake time; let in,
+    # it is due at once, so the wake of its run sends it without waiting.
+    for run_id in ("a", "b", "c"):
+        await store.create_run(make_run(run_id, status="suspended", wake_at=50.0))
+        await store.save_checkpoint(
+            make_checkpoint(run_id, 1, kind="remote", error=QUEUED, wake_at=50.0)
+        )
+    assert await store.apply([admit("a"), admit("b", at=1.0), admit("c", at=2.0)]) == [
+        True,
+        False,
+        False,
+    ]
+    await settle(store, "a")
+    assert await store.apply([release("a")]) == [[("b", 1)]]
+    [b] = await store.get_checkpoints("b")
+    [c] = await store.get_checkpoints("c")
+    assert (b.error, b.wake_at) == (None, None)
+    assert c.error == QUEUED
+    assert c.wake_at == 50.0
+
+
 async def test_waiters_are_let_in_by_priority_then_arrival(store: AnyStore) -> None:
     keys = [(name, 1) for name in ("holder", "low1", "high1", "mid", "high2", "low2")]
     await queued_steps(store, *keys)

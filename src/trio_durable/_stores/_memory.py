@@ -441,7 +441,8 @@ class MemoryStore(StoreHelpers):
     def _unmark(self, run_id: str, seq: int, journal: list[_Undo]) -> None:
         cp = self._checkpoints.get(run_id, {}).get(seq)
         if cp is not None and cp.error is not None and cp.error.code == "queued":
-            self._set_checkpoint(attrs.evolve(cp, error=None), (run_id, seq), journal)
+            # Due at once: its run's next turn sends it, not its next look.
+            self._set_checkpoint(attrs.evolve(cp, error=None, wake_at=None), (run_id, seq), journal)
 
     def _run_status(self, run_id: str) -> str | None:
         run = self._runs.get(run_id)

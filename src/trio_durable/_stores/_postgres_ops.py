@@ -271,8 +271,9 @@ def _slot_done(cur: psycopg.Cursor[Any], run_id: str, seq: int) -> bool:
 
 
 def _unmark(cur: psycopg.Cursor[Any], run_id: str, seq: int) -> None:
+    # Due at once: its run's next turn sends it, not its next look.
     cur.execute(
-        "UPDATE checkpoints SET error = NULL WHERE run_id = %s AND seq = %s"
+        "UPDATE checkpoints SET error = NULL, wake_at = NULL WHERE run_id = %s AND seq = %s"
         " AND status = 'pending' AND error::jsonb ->> 'code' = 'queued'",
         (run_id, seq),
     )

@@ -394,8 +394,9 @@ def _slot_done(cur: sqlite3.Cursor, run_id: str, seq: int) -> bool:
 
 
 def _unmark(cur: sqlite3.Cursor, run_id: str, seq: int) -> None:
+    # Due at once: its run's next turn sends it, not its next look.
     cur.execute(
-        "UPDATE checkpoints SET error = NULL WHERE run_id = ? AND seq = ?"
+        "UPDATE checkpoints SET error = NULL, wake_at = NULL WHERE run_id = ? AND seq = ?"
         " AND status = 'pending' AND json_extract(error, '$.code') = 'queued'",
         (run_id, seq),
     )
