@@ -93,6 +93,10 @@ class SettleCheckpoint:
     statuses (results for cancelled or completed runs are dropped). With
     ``kind`` and ``name``, the checkpoint must be of that kind and name (a
     stray result for the same seq of another operation changes nothing).
+    With ``or_failed_with`` (an error code), a checkpoint that is ``failed``
+    with that code is settled too, as if it were pending: a ``fail_fast``
+    fan settles the members it cancels as failed (code ``fan_cancelled``),
+    and a success that arrives for one of them later is kept on it.
 
     Result: the settled row, or None if the checkpoint was missing or no
     longer pending (a duplicate or late settle changes nothing).
@@ -108,6 +112,7 @@ class SettleCheckpoint:
     unless_run_status: frozenset[RunStatus] | None = None
     kind: CheckpointKind | None = None
     name: str | None = None
+    or_failed_with: str | None = None
 
 
 @final
