@@ -379,3 +379,37 @@ async def test_a_waiter_let_in_while_another_engine_holds_its_run_is_sent_at_onc
         assert await a.result("waiter") == 10
         assert trio.current_time() == 20.0
         assert started == [0, 1]
+
+
+@app.workflow()
+async def awaits_through(ctx: td.Context, x: int) -> int:
+    return await ctx.child(through, x, "single", None)
+
+
+async def test_a_step_sent_again_after_a_retry_asks_its_queue_for_a_slot_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with td.open_engine(
+        app, serve=["work"], seed=1, wall_clock=fixed_wall, broker=td.MemoryBroker()
+    ) as engine:
+        await engine.start(awaits_through, 1, run_id="p")
+        await trio.sleep(1)
+        # The child is cancelled while its step is out; the step ends at
+        # t=10, its result is dropped and its slot given back.
+        await engine.cancel("p.child.1")
+        with pytest.raises(td.RunFailed):
+            await engine.result("p")
+        await engine.drain()
+        assert trio.current_time() == 10.0
+        await engine.start(through, 2, "single", None, run_id="other")
+        await trio.testing.wait_all_tasks_blocked()
+        assert running == [2]
+        # Retried, the child sends its step again, through the queue: it
+        # waits for the slot "other" holds.
+        await engine.retry("p")
+        assert await engine.result("p") == 10
+        assert trio.current_time() == 30.0
+        assert started == [1, 2, 1]
+        assert peak[0] == 1
+        [cp] = await engine.store.get_checkpoints("p.child.1")
+        assert (cp.status, cp.attempts, cp.error) == ("completed", 2, None)

@@ -435,6 +435,8 @@ class Engine:
         ran, which run again); failed steps, timed-out signal waits and
         compensations are reset; a failed awaited child (or fan member) is
         retried under its same id, so the parent picks up its new outcome.
+        A retried child that was cancelled gets back its signal waits, and
+        sends again the remote steps whose results the cancel dropped.
 
         Raises:
           RunNotFoundError: No run has this id.

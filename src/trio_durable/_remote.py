@@ -6,7 +6,9 @@ checkpoint says what it waits for:
 
 - ``started_at`` is None: the attempt in ``attempts`` is not dispatched yet.
   It is due at ``wake_at`` (a retry's backoff), or was parked because no live
-  worker of its group offers what it ``requires`` (``error`` says why);
+  worker of its group offers what it ``requires``, or waits for a slot of a
+  flow-control queue, or is to be sent again because its run was retried
+  after a cancel dropped its result (``error`` says which);
 - ``started_at`` is set: the attempt is out; ``wake_at``, if set, is when it
   counts as lost (opt-in ``remote_redispatch``).
 
@@ -39,6 +41,9 @@ if TYPE_CHECKING:
     from ._context import Context
 
 FAN_CANCELLED: Final = "fan_cancelled"
+RESEND: Final = "resend"
+"""The mark of a step to send again as a new attempt: its run was cancelled
+while an attempt was out (its result was dropped), then retried."""
 
 
 def route_of(step: Step[..., Any], namespace: str) -> str:
@@ -222,7 +227,11 @@ class _Planner:
                 parked = self._parked(cp, gap, now)
                 self._claim(parked)
                 return parked
-            if self.flow is not None and cp.error is not None and cp.error.code == "blocked":
+            if (
+                self.flow is not None
+                and cp.error is not None
+                and cp.error.code in ("blocked", RESEND)
+            ):
                 return await self._admit(cp, now)
             return self._send(cp, now)
         if cp.wake_at is None:
