@@ -244,20 +244,20 @@ async def brief_through(ctx: td.Context, x: int) -> int:
     return await ctx.step(brief, x, queue="gpu")
 
 
-@pytest.mark.parametrize(
-    "store_kind",
-    [
-        "memory",
-        pytest.param(
-            "sqlite",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="SQLite runs its queries on threads, so autojump moves time meanwhile"
-                " (issue 12, item 10)",
-            ),
+STORE_KINDS = [
+    "memory",
+    pytest.param(
+        "sqlite",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="SQLite runs its queries on threads, so autojump moves time meanwhile"
+            " (issue 12, item 10)",
         ),
-    ],
-)
+    ),
+]
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_released_slot_admits_the_next_waiter_at_once(
     autojump_clock: trio.testing.MockClock, store_kind: str, tmp_path: Path
 ) -> None:
@@ -276,10 +276,15 @@ async def test_a_released_slot_admits_the_next_waiter_at_once(
         await engine.drain()
 
 
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
 async def test_a_release_on_one_engine_admits_a_waiter_of_another_at_once(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, store_kind: str, tmp_path: Path
 ) -> None:
-    store = td.MemoryStore()
+    # Two engines on one store: one MemoryStore, or one SQLite file each
+    # engine opens on its own (as engine processes would).
+    store: str | td.MemoryStore = (
+        td.MemoryStore() if store_kind == "memory" else f"sqlite:///{tmp_path / 'q.db'}"
+    )
     broker = td.MemoryBroker()
     async with (
         td.open_engine(
