@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
 
 import trio_durable as td
 from conftest import fixed_wall
+from trio_durable._stores._base import TurnState
 
 app = td.App("queues")
 gpu = app.queue("gpu", concurrency=2)
@@ -226,3 +230,191 @@ def test_queue_registration_is_checked() -> None:
         async def local_step() -> None: ...
 
     assert local.get_queue("q") == td.FlowQueue(name="q", concurrency=1, priority=0)
+
+
+@app.step(group="work")
+async def brief(x: int) -> int:
+    started.append(x)
+    await trio.sleep(0.1)
+    return x
+
+
+@app.workflow()
+async def brief_through(ctx: td.Context, x: int) -> int:
+    return await ctx.step(brief, x, queue="gpu")
+
+
+STORE_KINDS = [
+    "memory",
+    pytest.param(
+        "sqlite",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="SQLite runs its queries on threads, so autojump moves time meanwhile"
+            " (issue 12, item 10)",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_a_released_slot_admits_the_next_waiter_at_once(
+    autojump_clock: trio.testing.MockClock, store_kind: str, tmp_path: Path
+) -> None:
+    store = "memory://" if store_kind == "memory" else f"sqlite:///{tmp_path / 'q.db'}"
+    async with td.open_engine(
+        app, store=store, serve=["work"], seed=1, wall_clock=fixed_wall, broker=td.MemoryBroker()
+    ) as engine:
+        for i in range(6):
+            await engine.start(brief_through, i, run_id=f"b-{i}")
+        for i in range(6):
+            assert await engine.result(f"b-{i}") == i
+        # Six steps of 0.1 s, two at a time: each release lets the next
+        # waiter in at once, not at its next look in blocked_recheck (5 s).
+        assert trio.current_time() == pytest.approx(0.3)
+        assert sorted(started) == list(range(6))
+        await engine.drain()
+
+
+@pytest.mark.parametrize("store_kind", STORE_KINDS)
+async def test_a_release_on_one_engine_admits_a_waiter_of_another_at_once(
+    autojump_clock: trio.testing.MockClock, store_kind: str, tmp_path: Path
+) -> None:
+    # Two engines on one store: one MemoryStore, or one SQLite file each
+    # engine opens on its own (as engine processes would).
+    store: str | td.MemoryStore = (
+        td.MemoryStore() if store_kind == "memory" else f"sqlite:///{tmp_path / 'q.db'}"
+    )
+    broker = td.MemoryBroker()
+    async with (
+        td.open_engine(
+            app,
+            store=store,
+            broker=broker,
+            serve=["work"],
+            engine_id="a",
+            seed=1,
+            wall_clock=fixed_wall,
+        ) as a,
+        td.open_engine(
+            app, store=store, broker=broker, engine_id="b", seed=2, wall_clock=fixed_wall
+        ) as b,
+    ):
+        # Engine a's runs take both slots and b's runs wait in line; the
+        # results that release the slots are settled by either engine.
+        for i in range(4):
+            engine = a if i < 2 else b
+            await engine.start(brief_through, i, run_id=f"f-{i}")
+            await trio.testing.wait_all_tasks_blocked()
+        for i in range(4):
+            assert await b.result(f"f-{i}") == i
+        assert trio.current_time() == pytest.approx(0.2)
+        await a.drain()
+        await b.drain()
+
+
+class GatedStore:
+    """Delegates to a store, but holds the turn of one run right after it
+    took the lease and read the checkpoints, until released."""
+
+    def __init__(self, inner: td.MemoryStore) -> None:
+        self.inner = inner
+        self.run_id: str | None = None
+        self.holding = trio.Event()
+        self.release = trio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def begin_turn(
+        self, run_id: str, owner: str, expiry: float, now: float
+    ) -> TurnState | None:
+        state = await self.inner.begin_turn(run_id, owner, expiry, now)
+        if run_id == self.run_id:
+            self.run_id = None
+            self.holding.set()
+            await self.release.wait()
+        return state
+
+
+async def test_a_waiter_let_in_while_another_engine_holds_its_run_is_sent_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+    gated = GatedStore(store)
+    async with (
+        td.open_engine(
+            app,
+            store=gated,
+            broker=td.MemoryBroker(),
+            serve=["work"],
+            engine_id="a",
+            seed=1,
+            wall_clock=fixed_wall,
+            blocked_recheck=100,
+        ) as a,
+        td.open_engine(
+            app,
+            store=store,
+            broker=td.MemoryBroker(),
+            serve=["work"],
+            engine_id="b",
+            seed=2,
+            wall_clock=fixed_wall,
+            blocked_recheck=100,
+        ) as b,
+    ):
+        await b.start(through, 0, "single", None, run_id="holder")
+        await trio.testing.wait_all_tasks_blocked()
+        await a.start(through, 1, "single", None, run_id="waiter")
+        await a.drain()
+        # A turn of the waiter on engine a reads it still in line (its next
+        # look due at +100 s) and holds the lease...
+        gated.run_id = "waiter"
+        a._wake("waiter")
+        await gated.holding.wait()
+        # ...while the holder's step ends on engine b at +10 s: b lets the
+        # waiter in, but its wake of the run cannot take the lease.
+        assert await b.result("holder") == 0
+        await b.drain()
+        [cp] = await store.get_checkpoints("waiter")
+        assert cp.status == "pending"
+        assert cp.error is None
+        gated.release.set()
+        assert await a.result("waiter") == 10
+        assert trio.current_time() == 20.0
+        assert started == [0, 1]
+
+
+@app.workflow()
+async def awaits_through(ctx: td.Context, x: int) -> int:
+    return await ctx.child(through, x, "single", None)
+
+
+async def test_a_step_sent_again_after_a_retry_asks_its_queue_for_a_slot_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with td.open_engine(
+        app, serve=["work"], seed=1, wall_clock=fixed_wall, broker=td.MemoryBroker()
+    ) as engine:
+        await engine.start(awaits_through, 1, run_id="p")
+        await trio.sleep(1)
+        # The child is cancelled while its step is out; the step ends at
+        # t=10, its result is dropped and its slot given back.
+        await engine.cancel("p.child.1")
+        with pytest.raises(td.RunFailed):
+            await engine.result("p")
+        await engine.drain()
+        assert trio.current_time() == 10.0
+        await engine.start(through, 2, "single", None, run_id="other")
+        await trio.testing.wait_all_tasks_blocked()
+        assert running == [2]
+        # Retried, the child sends its step again, through the queue: it
+        # waits for the slot "other" holds.
+        await engine.retry("p")
+        assert await engine.result("p") == 10
+        assert trio.current_time() == 30.0
+        assert started == [1, 2, 1]
+        assert peak[0] == 1
+        [cp] = await engine.store.get_checkpoints("p.child.1")
+        assert (cp.status, cp.attempts, cp.error) == ("completed", 2, None)

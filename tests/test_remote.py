@@ -177,8 +177,8 @@ async def fan_fast(
     try:
         await ctx.all(act, jobs, concurrency=concurrency, mode="fail_fast")
     except td.GatherError as exc:
-        # Stay suspended (not completed) while late results arrive: only the
-        # frozen checkpoints keep them out.
+        # Stay suspended (not completed) while late results arrive: the
+        # frozen checkpoints keep them from changing the fan's outcome.
         await ctx.sleep(100)
         return [(f.index, f.code) for f in exc.failures]
     raise AssertionError("the fan should have failed")
@@ -693,7 +693,7 @@ async def test_a_late_success_for_a_failed_run_is_salvaged_without_resuming(
     assert calls == [("act", 3, 0.0)]
 
 
-async def test_a_late_success_in_a_failed_fail_fast_fan_changes_nothing(
+async def test_a_late_success_in_a_failed_fail_fast_fan_is_kept_and_changes_no_outcome(
     autojump_clock: trio.testing.MockClock,
     open_test_engine: EngineFactory,
     monkeypatch: pytest.MonkeyPatch,
@@ -716,14 +716,20 @@ async def test_a_late_success_in_a_failed_fail_fast_fan_changes_nothing(
         assert entries["r"] == 2
         assert await engine.result(run.id) == [(1, "boom")]
         assert trio.current_time() == 101
-    # Both successes came back (at 10 and 20) and were not written over the
-    # frozen members.
+    # Both successes came back (at 10 and 20): each is kept on its frozen
+    # member (so a retry would not run it again), without waking the run,
+    # whose fan outcome stays the one failure.
     assert [(r.seq, r.status, r.finished_at) for r in results_of(sent)] == [
         (2, "failed", WALL_START + 1),
         (1, "completed", WALL_START + 10),
         (3, "completed", WALL_START + 20),
     ]
-    assert await store.get_checkpoints("r", 1, 3) == frozen
+    kept = await store.get_checkpoints("r", 1, 3)
+    assert kept[1] == frozen[1]
+    for cp, was, output, at in ((kept[0], frozen[0], "1", 10), (kept[2], frozen[2], "9", 20)):
+        assert cp == attrs.evolve(
+            was, status="completed", output=output, error=None, finished_at=WALL_START + at
+        )
     assert entries["r"] == 3
 
 
@@ -741,13 +747,13 @@ async def test_unstarted_members_of_a_failed_fail_fast_fan_are_never_sent(
         assert await engine.result(run.id) == [(0, "boom")]
         assert trio.current_time() == 101
     # Only the first wave went out; the late success of member 1 (at 10)
-    # changed nothing.
+    # changed nothing of the outcome, and was kept on its checkpoint.
     assert [s.task().seq for s in tasks_of(sent)] == [1, 2]
     assert [(r.seq, r.status) for r in results_of(sent)] == [(1, "failed"), (2, "completed")]
     members = await store.get_checkpoints("r", 1, 4)
     assert [(cp.status, cp.error.code if cp.error else None) for cp in members] == [
         ("failed", "boom"),
-        ("failed", "fan_cancelled"),
+        ("completed", None),
         ("failed", "fan_cancelled"),
         ("failed", "fan_cancelled"),
     ]

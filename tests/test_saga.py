@@ -12,6 +12,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory
+from trio_durable._context import signal_token
 
 app = td.App("saga")
 
@@ -575,3 +576,177 @@ async def test_retry_of_a_running_or_suspended_run_raises_and_changes_nothing(
             await engine.retry("t")
         assert engine.store.statistics().ops == ops
         assert await engine.get("t") == suspended
+
+
+# -- retry re-arms what a cancel disarmed ---------------------------------------------
+# A child cancelled (by `engine.cancel`, or by its fail_fast fan) lost its
+# signal waiter, and the results of its remote steps that were out were
+# dropped. Retrying its parent retries the child too, and must give it those
+# back so it can finish. The reconcile pass never runs in these tests.
+
+NO_RECONCILE = 1e9
+
+
+@app.step(group="saga-remote", retry=td.Retry(attempts=1))
+async def far(seconds: float) -> str:
+    _attempt("far", seconds)
+    await trio.sleep(seconds)
+    return f"far-{seconds}"
+
+
+@app.workflow()
+async def waits_for_go(ctx: td.Context) -> str:
+    turns[ctx.run_id] += 1
+    payload: str = await ctx.wait_signal("go")
+    return payload
+
+
+@app.workflow()
+async def works_far(ctx: td.Context, seconds: float) -> str:
+    turns[ctx.run_id] += 1
+    return await ctx.step(far, seconds)
+
+
+@app.workflow()
+async def naps(ctx: td.Context, seconds: float) -> str:
+    turns[ctx.run_id] += 1
+    await ctx.sleep(seconds)
+    return "rested"
+
+
+@app.workflow()
+async def awaits(ctx: td.Context, kid: str, arg: float | None) -> Any:
+    turns[ctx.run_id] += 1
+    if kid == "waits_for_go":
+        return await ctx.child(waits_for_go)
+    return await ctx.child(kid, arg)
+
+
+@app.workflow()
+async def fails_unless_fixed(ctx: td.Context, index: int) -> str:
+    await ctx.sleep(1)
+    return await ctx.step(charge, f"member-{index}")
+
+
+@app.workflow()
+async def member_far(ctx: td.Context, index: int) -> str:
+    if index == 0:
+        return await ctx.child(fails_unless_fixed, index)
+    # A step fan of two, both out when the member is cancelled.
+    return "+".join(await ctx.all(far, [10.0, 10.0]))
+
+
+@app.workflow()
+async def fast_fan(ctx: td.Context) -> list[str]:
+    turns[ctx.run_id] += 1
+    return await ctx.all(member_far, [0, 1])
+
+
+async def _cancel_child(engine: td.Engine, parent: str, child: str) -> None:
+    """Cancel ``child``; its parent, awaiting it, fails with code cancelled."""
+    await engine.cancel(child)
+    with pytest.raises(td.RunFailed) as info:
+        await engine.result(parent)
+    assert info.value.code == "cancelled"
+    assert (await engine.get(child)).status == "cancelled"
+
+
+async def test_retry_gives_a_child_cancelled_in_a_signal_wait_its_waiter_back(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app, reconcile_interval=NO_RECONCILE) as engine:
+        await engine.start(awaits, "waits_for_go", None, run_id="p")
+        await engine.drain()
+        await _cancel_child(engine, "p", "p.child.1")
+        await engine.retry("p")
+        await engine.drain()
+        assert (await engine.get("p.child.1")).status == "suspended"
+        await engine.signal("p.child.1", "go", "now")
+        with trio.fail_after(1):
+            assert await engine.result("p") == "now"
+        assert engine.statistics().reconciled == 0
+
+
+async def test_retry_hands_a_signal_buffered_for_a_cancelled_child_over(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app, reconcile_interval=NO_RECONCILE) as engine:
+        await engine.start(awaits, "waits_for_go", None, run_id="p")
+        await engine.drain()
+        await _cancel_child(engine, "p", "p.child.1")
+        # A signal that reached the store with no waiter left (engines cannot
+        # send one to a cancelled run, but the store keeps what it is given).
+        await engine.store.deliver_signal(signal_token("p.child.1", "go"), '"early"')
+        await engine.retry("p")
+        with trio.fail_after(1):
+            assert await engine.result("p") == "early"
+        assert await engine.store.buffered_signals(signal_token("p.child.1", "go")) == []
+
+
+async def test_retry_sends_again_the_step_a_cancelled_child_had_out(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(
+        app, broker=td.MemoryBroker(), serve=["saga-remote"], reconcile_interval=NO_RECONCILE
+    ) as engine:
+        await engine.start(awaits, "works_far", 10.0, run_id="p")
+        await trio.sleep(1)
+        await _cancel_child(engine, "p", "p.child.1")
+        # The step ends on its worker at t=10; its result is dropped.
+        await engine.drain()
+        assert trio.current_time() == 10.0
+        [cp] = await engine.store.get_checkpoints("p.child.1")
+        assert (cp.status, cp.attempts) == ("pending", 1)
+        assert cp.started_at is not None
+        await engine.retry("p")
+        with trio.fail_after(100):
+            assert await engine.result("p") == "far-10.0"
+        assert trio.current_time() == 20.0
+        [cp] = await engine.store.get_checkpoints("p.child.1")
+        assert engine.statistics().reconciled == 0
+    assert [(n, a, t) for n, a, t in calls if n == "far"] == [
+        ("far", (10.0,), 0.0),
+        ("far", (10.0,), 10.0),
+    ]
+    # Sent again as a new attempt, which records why.
+    assert (cp.status, cp.attempts) == ("completed", 2)
+    assert [e.code for e in cp.errors] == ["cancelled"]
+
+
+async def test_retry_of_a_fail_fast_fan_sends_again_what_its_cancelled_member_had_out(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    flaky["charge_fatal"] = 1
+    async with open_test_engine(
+        app, broker=td.MemoryBroker(), serve=["saga-remote"], reconcile_interval=NO_RECONCILE
+    ) as engine:
+        await engine.start(fast_fan, run_id="p")
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result("p")
+        assert info.value.code == "gather_failed"
+        await engine.drain()
+        assert trio.current_time() == 10.0
+        assert (await engine.get("p.all.1.1")).status == "cancelled"
+        # The fault is fixed (charge succeeds from now on).
+        await engine.retry("p")
+        with trio.fail_after(100):
+            assert await engine.result("p") == ["paid-member-0", "far-10.0+far-10.0"]
+        assert trio.current_time() == 20.0
+        assert engine.statistics().reconciled == 0
+        cps = await engine.store.get_checkpoints("p.all.1.1")
+    assert [t for n, _, t in calls if n == "far"] == [0.0, 0.0, 10.0, 10.0]
+    assert [(cp.status, cp.attempts) for cp in cps] == [("completed", 2), ("completed", 2)]
+
+
+async def test_a_retried_child_keeps_the_timer_it_was_cancelled_in(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app, reconcile_interval=NO_RECONCILE) as engine:
+        await engine.start(awaits, "naps", 100.0, run_id="p")
+        await trio.sleep(1)
+        await _cancel_child(engine, "p", "p.child.1")
+        await engine.retry("p")
+        assert await engine.result("p") == "rested"
+        # Due when it was first due: 100 s after the child started.
+        assert trio.current_time() == 100.0
+        assert engine.statistics().reconciled == 0

@@ -58,6 +58,8 @@ class World:
     # Jobs with hold=True wait for the gate (once it exists) and set held.
     gate: trio.Event | None = None
     held: trio.Event | None = None
+    # Once set, jobs with fail= succeed (the fault was fixed).
+    fixed: bool = False
 
 
 world = World()
@@ -104,7 +106,7 @@ async def work(job: Job) -> int:
         world.held.set()
         await world.gate.wait()
     await trio.sleep(job.seconds)
-    if job.fail is not None:
+    if job.fail is not None and not world.fixed:
         raise td.FatalError(f"job {job.index} failed", code=job.fail, details={"index": job.index})
     return job.index * 10
 
@@ -157,6 +159,12 @@ async def fan(
         await ctx.sleep(linger)
         return {"failures": [attrs.asdict(f) for f in exc.failures], "total": exc.total}
     return {"results": results}
+
+
+@app.workflow()
+async def strict_fan(ctx: td.Context, jobs: list[Job]) -> list[int]:
+    world.bodies.append((ctx.run_id, trio.current_time()))
+    return await ctx.all(work, jobs)
 
 
 @app.workflow()
@@ -631,22 +639,32 @@ async def test_fail_fast_freezes_the_fan(
     # survivors ran to their end at t=10.
     assert [s.seqs for s in sent(log)] == [[1, 2, 3, 4]]
     assert sorted(world.executions) == [(0, 0.0), (1, 0.0), (2, 0.0), (3, 0.0)]
+    frozen_cps = {cp.seq: cp for cp in frozen if cp.kind == "remote"}
     cps = {cp.seq: cp for cp in await store.get_checkpoints("p") if cp.kind == "remote"}
-    assert cps[3].status == "failed"
-    assert cps[3].error == td.ErrorInfo(message="job 2 failed", code="boom", details={"index": 2})
+    for each in (frozen_cps, cps):
+        assert each[3].status == "failed"
+        assert each[3].error == td.ErrorInfo(
+            message="job 2 failed", code="boom", details={"index": 2}
+        )
+        for seq in range(1, 11):
+            assert (each[seq].parallel_group, each[seq].parallel_size) == (1, 10)
     for seq in (1, 2, 4, 5, 6, 7, 8, 9, 10):
-        error = cps[seq].error
-        assert (cps[seq].status, error and error.code) == ("failed", "fan_cancelled")
-        assert (cps[seq].parallel_group, cps[seq].parallel_size) == (1, 10)
+        error = frozen_cps[seq].error
+        assert (frozen_cps[seq].status, error and error.code) == ("failed", "fan_cancelled")
     # Members 0, 1 and 3 had been sent; 4..9 never were.
     assert [seq for seq in sorted(cps) if cps[seq].started_at is not None] == [1, 2, 3, 4]
-    # The late results (t=10) changed nothing, emitted nothing, woke nobody.
-    assert [cp for cp in await store.get_checkpoints("p") if cp.kind == "remote"] == [
-        cp for cp in frozen if cp.kind == "remote"
-    ]
+    # The late results (t=10) changed nothing of the fan's outcome and woke
+    # nobody, but their successes were kept on the members' checkpoints (so
+    # a retry of a failed run would not run them again).
+    for seq in (1, 2, 4):
+        assert (cps[seq].status, cps[seq].error) == ("completed", None)
+        assert cps[seq].output == str((seq - 1) * 10)
+    for seq in range(5, 11):
+        assert cps[seq] == frozen_cps[seq]
     late = [w for w in settle_writes(log) if w.at == 10.0]
-    assert sorted(seq for w in late for seq in w.settles) == [1, 2, 4]
-    assert not [e for e in events if e.kind == "step.completed"]
+    # Each was a claim of a pending step first (which found none), then kept.
+    assert sorted(seq for w in late for seq in w.settles) == [1, 1, 2, 2, 4, 4]
+    assert sorted(e.seq or 0 for e in events if e.kind == "step.completed") == [1, 2, 4]
     assert [(e.kind, e.at - WALL_START) for e in events if e.kind.startswith("run.")] == [
         ("run.started", 0.0),
         ("run.suspended", 0.0),
@@ -1114,3 +1132,51 @@ async def test_a_retryable_member_is_sent_again_at_its_backoff_inside_the_fan(
     # time (t=1, t=4); the due time sends it (t=3, t=8); the last result
     # ends the fan (t=9).
     assert [t for _, t in world.bodies] == [0.0, 1.0, 3.0, 4.0, 8.0, 9.0]
+
+
+async def test_a_late_success_of_a_cancelled_member_is_kept_so_retry_does_not_run_it_again(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    log: list[Entry] = []
+    store = RecordingStore(log)
+    jobs = [
+        Job(index=0, seconds=10),
+        Job(index=1, seconds=1, fail="boom"),
+        Job(index=2, seconds=10),
+        Job(index=3, seconds=10, fail="late"),
+    ]
+    async with open_test_engine(
+        app, store=store, broker=RecordingBroker(log), serve=["g"]
+    ) as engine:
+        with engine.subscribe() as rx:
+            await engine.start(strict_fan, jobs, run_id="p")
+            with pytest.raises(td.RunFailed) as failure:
+                await engine.result("p")
+            assert failure.value.code == "gather_failed"
+            # The run failed at t=1; the members it cancelled end at t=10.
+            assert trio.current_time() == 1.0
+            await engine.drain()
+            assert trio.current_time() == 10.0
+            events = run_events(rx, "p")
+        cps = {cp.seq: cp for cp in await store.get_checkpoints("p")}
+        # The successes are kept; the late failure changes nothing.
+        assert [(cps[seq].status, cps[seq].output) for seq in (1, 3)] == [
+            ("completed", "0"),
+            ("completed", "20"),
+        ]
+        assert all(cps[seq].error is None for seq in (1, 3))
+        assert cps[2].error is not None
+        assert cps[2].error.code == "boom"
+        assert cps[4].error is not None
+        assert cps[4].error.code == "fan_cancelled"
+        assert (await engine.get("p")).status == "failed"
+        # Kept without waking the failed run, and reported as completed steps.
+        assert [t for _, t in world.bodies] == [0.0, 1.0]
+        completed = [(e.seq, e.at - WALL_START) for e in events if e.kind == "step.completed"]
+        assert sorted(completed) == [(1, 10.0), (3, 10.0)]
+
+        world.fixed = True
+        await engine.retry("p")
+        assert await engine.result("p") == [0, 10, 20, 30]
+    # Only the failed member and the one whose result was a failure ran again.
+    assert world.calls == Counter({0: 1, 1: 2, 2: 1, 3: 2})

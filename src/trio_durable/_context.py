@@ -63,7 +63,11 @@ class Suspend(BaseException):
     """
 
     def __init__(
-        self, reason: str, wake_at: float | None = None, watch: tuple[int, int] | None = None
+        self,
+        reason: str,
+        wake_at: float | None = None,
+        watch: tuple[int, int] | None = None,
+        admission: int | None = None,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
@@ -72,6 +76,9 @@ class Suspend(BaseException):
         # waits on, rechecked after the suspend commits (see
         # `Engine._suspend`).
         self.watch = watch
+        # The seq of a remote step waiting in a flow-control queue, rechecked
+        # after the suspend commits: a release may have let it in meanwhile.
+        self.admission = admission
 
 
 def error_info(exc: BaseException) -> ErrorInfo:

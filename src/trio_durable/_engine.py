@@ -70,6 +70,7 @@ from ._records import (
     Run,
     RunStatus,
 )
+from ._remote import let_in_meanwhile
 from ._routing import (
     RETIRED_PREFIX,
     active_handoff,
@@ -489,6 +490,8 @@ class Engine:
         ran, which run again); failed steps, timed-out signal waits and
         compensations are reset; a failed awaited child (or fan member) is
         retried under its same id, so the parent picks up its new outcome.
+        A retried child that was cancelled gets back its signal waits, and
+        sends again the remote steps whose results the cancel dropped.
 
         Args:
           run_id: The run's id.
@@ -981,6 +984,10 @@ class Engine:
             pending = await self.store.count_checkpoints(run.id, first, last, _PENDING, limit=1)
             if not pending:
                 self._active[run.id].again = True
+        if suspend.admission is not None and await let_in_meanwhile(
+            self.store, run.id, suspend.admission
+        ):
+            self._active[run.id].again = True
 
     async def _fail(
         self, turn: TurnState, ctx: Context, exc: BaseException, wf: Workflow[..., Any]

@@ -6,7 +6,9 @@ checkpoint says what it waits for:
 
 - ``started_at`` is None: the attempt in ``attempts`` is not dispatched yet.
   It is due at ``wake_at`` (a retry's backoff), or was parked because no live
-  worker of its group offers what it ``requires`` (``error`` says why);
+  worker of its group offers what it ``requires``, or waits for a slot of a
+  flow-control queue, or is to be sent again because its run was retried
+  after a cancel dropped its result (``error`` says which);
 - ``started_at`` is set: the attempt is out; ``wake_at``, if set, is when it
   counts as lost (opt-in ``remote_redispatch``).
 
@@ -31,6 +33,7 @@ from ._stores._base import (
     PutCheckpoint,
     ReleaseQueueSlot,
     SettleCheckpoint,
+    Store,
 )
 from ._wire import Task
 
@@ -38,6 +41,9 @@ if TYPE_CHECKING:
     from ._context import Context
 
 FAN_CANCELLED: Final = "fan_cancelled"
+RESEND: Final = "resend"
+"""The mark of a step to send again as a new attempt: its run was cancelled
+while an attempt was out (its result was dropped), then retried."""
 
 
 def route_of(step: Step[..., Any], namespace: str) -> str:
@@ -221,7 +227,11 @@ class _Planner:
                 parked = self._parked(cp, gap, now)
                 self._claim(parked)
                 return parked
-            if self.flow is not None and cp.error is not None and cp.error.code == "blocked":
+            if (
+                self.flow is not None
+                and cp.error is not None
+                and cp.error.code in ("blocked", RESEND)
+            ):
                 return await self._admit(cp, now)
             return self._send(cp, now)
         if cp.wake_at is None:
@@ -329,7 +339,25 @@ async def remote_step(
         return _value(step, cp)
     if cp.status == "failed":
         raise remote_error(cp)
-    raise Suspend("remote", cp.wake_at, watch=(seq, seq))
+    raise Suspend("remote", cp.wake_at, watch=(seq, seq), admission=seq if _in_line(cp) else None)
+
+
+def _in_line(cp: Checkpoint) -> bool:
+    return cp.error is not None and cp.error.code == "queued"
+
+
+async def let_in_meanwhile(store: Store, run_id: str, seq: int) -> bool:
+    """Whether the step at ``seq``, which a turn saw waiting in a queue, has
+    been let in (or settled) since.
+
+    A release lets waiters in on whichever engine settles the result, and
+    that engine wakes their runs; a run whose turn another engine holds then
+    is not taken, and that turn, having read the step still in line,
+    suspends it until its next look. Asked once the suspend committed (and
+    the lease is free again), this closes that gap.
+    """
+    found = await store.get_checkpoints(run_id, seq, seq)
+    return not found or not _in_line(found[0])
 
 
 async def remote_fan(

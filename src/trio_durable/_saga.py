@@ -4,6 +4,13 @@ Compensation runs the undo of every completed step that declared one, newest
 first, each at ``-seq`` of the step it undoes. Retry puts a failed or dead run
 back to ``pending`` with its failures reset, in one write that spans the
 children it retries as well.
+
+Retry also re-arms what a cancel disarmed, since it retries cancelled
+children: a signal wait gets its waiter back (a signal buffered meanwhile is
+handed over in the same write), and a remote step whose attempt was out when
+its run was cancelled (its result was dropped) is sent again as a new
+attempt. Timers need nothing: the run's first turn after the retry suspends
+on their recorded due time again.
 """
 
 from __future__ import annotations
@@ -16,12 +23,20 @@ import attrs
 
 from . import _serde
 from ._app import App
-from ._context import Context, TurnState, completion
+from ._context import Context, TurnState, completion, signal_token
 from ._exceptions import StepFailed
 from ._handoff import output_source
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus
+from ._remote import RESEND
 from ._routing import HANDOFF_BASE, RETIRED_PREFIX, without_route_tags
-from ._stores._base import DeleteCheckpoints, Op, PutCheckpoint, UpdateRun
+from ._stores._base import (
+    ClaimCheckpoint,
+    DeleteCheckpoints,
+    Op,
+    PutCheckpoint,
+    UpdateRun,
+    WaitSignal,
+)
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -108,6 +123,8 @@ async def plan_retry(
                 ops.append(PutCheckpoint(reset))
         elif cp.status == "failed":
             deletes.append(cp.seq)
+        elif cp.status == "pending":
+            ops.extend(_rearm(engine, run, cp))
     if deletes:
         ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
     ops.append(
@@ -127,6 +144,48 @@ async def plan_retry(
         )
     )
     wakes.append(run.id)
+
+
+def _rearm(engine: Engine, run: Run, cp: Checkpoint) -> list[Op]:
+    """What a retry writes so that a pending checkpoint can still settle."""
+    now = engine.clock.now()
+    if cp.kind == "signal":
+        # A cancel removed the waiter; a run that failed or died kept it,
+        # and registering it again changes nothing.
+        return [WaitSignal(signal_token(run.id, cp.name), run.id, cp.seq, now)]
+    if cp.kind != "remote" or run.status != "cancelled":
+        # A result for a failed or dead run still settles its checkpoint, so
+        # an attempt that is out needs nothing.
+        return []
+    if cp.started_at is not None:
+        # Out when the run was cancelled: its result was (or will be)
+        # dropped. A new attempt, so a late failure of the old one changes
+        # nothing; a late success of it still settles the step. It is due
+        # at once, and asks its flow-control queue for a slot again if it
+        # goes through one (the slot went back when the run ended).
+        dropped = ErrorInfo(
+            message=f"attempt {cp.attempts} was out when the run was cancelled;"
+            " its result was dropped",
+            code="cancelled",
+        )
+        resend = ErrorInfo(message="to be sent again: its run was retried", code=RESEND)
+        return [
+            ClaimCheckpoint(
+                attrs.evolve(
+                    cp,
+                    attempts=cp.attempts + 1,
+                    errors=(*cp.errors, dropped),
+                    error=resend,
+                    started_at=None,
+                    wake_at=None,
+                )
+            )
+        ]
+    if cp.error is not None and cp.error.code == "queued":
+        # Its place in line may be gone (a release skips the waiters of
+        # ended runs): ask again at once rather than at its next look.
+        return [ClaimCheckpoint(attrs.evolve(cp, wake_at=None))]
+    return []
 
 
 def cp_step_fn(app: App, cp: Checkpoint) -> Callable[..., Any]:

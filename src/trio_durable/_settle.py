@@ -26,6 +26,7 @@ from ._brokers._base import BrokerError, Consumer, Delivery
 from ._exceptions import StoreError
 from ._observe import Event, EventKind
 from ._records import Checkpoint, CheckpointStatus, ErrorInfo, RunStatus
+from ._remote import FAN_CANCELLED
 from ._stores._base import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result, WireError
 
@@ -179,6 +180,8 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
     for (_, result), outcome in zip(readable, outcomes, strict=True):
         if isinstance(outcome, Checkpoint):
             _emit_result(engine, result, outcome)
+    for result, outcome in await _salvage(engine, readable, outcomes, failed):
+        _emit_result(engine, result, outcome)
     if failed:
         try:
             await consumer.reject(failed, requeue=True)
@@ -223,6 +226,63 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
     for run_id in wakes:
         engine._wake(run_id)
     return len(failed)
+
+
+async def _salvage(
+    engine: Engine,
+    readable: Sequence[tuple[Delivery, Result]],
+    outcomes: Sequence[Any],
+    failed: list[Delivery],
+) -> list[tuple[Result, Checkpoint]]:
+    """Keep the late successes of members that a fail_fast fan cancelled.
+
+    Freezing a fail_fast fan settles its members still out as failed (code
+    ``fan_cancelled``), so their results find nothing pending. A success
+    among them is kept on its checkpoint all the same: the fan's outcome was
+    decided and stays as it is (it lists real failures only), but
+    `Engine.retry` of the failed run then does not run that step again. The
+    run needs no wake for it. Only successes that settled nothing (mostly
+    duplicates) are asked about, in one write; a write that fails sends
+    them back for redelivery.
+
+    Returns:
+      The results kept, with the checkpoints they settled.
+    """
+    given_back = {id(d) for d in failed}
+    late = [
+        (delivery, result)
+        for (delivery, result), outcome in zip(readable, outcomes, strict=True)
+        if outcome is None and result.status == "completed" and id(delivery) not in given_back
+    ]
+    if not late:
+        return []
+    now = engine.clock.now()
+    ops: list[Op] = [
+        SettleCheckpoint(
+            result.run_id,
+            result.seq,
+            "completed",
+            result.output,
+            None,
+            now,
+            unless_run_status=_DROP_FOR,
+            kind="remote",
+            name=result.step,
+            or_failed_with=FAN_CANCELLED,
+        )
+        for _, result in late
+    ]
+    try:
+        settled = await engine.store.apply(ops)
+    except StoreError as exc:
+        logger.warning("could not keep late successes of a cancelled fan: %s", exc)
+        failed.extend(delivery for delivery, _ in late)
+        return []
+    return [
+        (result, cp)
+        for (_, result), cp in zip(late, settled, strict=True)
+        if isinstance(cp, Checkpoint)
+    ]
 
 
 def _releases(

@@ -464,6 +464,61 @@ async def test_settle_and_reschedule_check_kind_and_name_when_given(store: AnySt
     assert results == [attrs.evolve(timer, status="completed"), rescheduled, settled]
 
 
+async def test_settle_or_failed_with_also_settles_a_checkpoint_failed_with_that_code(
+    store: AnyStore,
+) -> None:
+    # A fail_fast fan settles the members it cancels as failed; a success
+    # that arrives for one of them later is kept on it.
+    unless: frozenset[RunStatus] = frozenset({"cancelled", "completed"})
+    cancelled = ErrorInfo(message="cancelled: another member failed", code="fan_cancelled")
+    await store.create_run(make_run("r1", status="failed"))
+    await store.create_run(make_run("ended", status="cancelled"))
+    frozen = make_checkpoint(
+        seq=1, kind="remote", name="w", status="failed", error=cancelled, attempts=2
+    )
+    failed = make_checkpoint(
+        seq=2, kind="remote", name="w", status="failed", error=ErrorInfo(message="x", code="boom")
+    )
+    done = make_checkpoint(seq=3, kind="remote", name="w", status="completed", output='"a"')
+    pending = make_checkpoint(seq=4, kind="remote", name="w")
+    for cp in (frozen, failed, done, pending):
+        await store.save_checkpoint(cp)
+    await store.save_checkpoint(attrs.evolve(frozen, run_id="ended"))
+
+    def keep(run_id: str, seq: int, **conditions: Any) -> SettleCheckpoint:
+        return SettleCheckpoint(
+            run_id,
+            seq,
+            "completed",
+            output='"late"',
+            finished_at=9.0,
+            unless_run_status=unless,
+            or_failed_with="fan_cancelled",
+            **conditions,
+        )
+
+    # Without it, the frozen member is settled already.
+    assert await store.apply([SettleCheckpoint("r1", 1, "completed", output='"late"')]) == [None]
+    results = await store.apply(
+        [
+            keep("r1", 1, kind="remote", name="other"),
+            keep("ended", 1),
+            keep("r1", 2),
+            keep("r1", 3),
+        ]
+    )
+    assert results == [None, None, None, None]
+    kept = attrs.evolve(frozen, status="completed", output='"late"', error=None, finished_at=9.0)
+    settled = attrs.evolve(pending, status="completed", output='"late"', finished_at=9.0)
+    assert await store.apply([keep("r1", 1, kind="remote", name="w"), keep("r1", 4)]) == [
+        kept,
+        settled,
+    ]
+    assert await store.get_checkpoints("r1") == [kept, failed, done, settled]
+    assert await store.count_checkpoints("r1", 1, 4, ["completed"]) == 3
+    assert await store.apply([keep("r1", 1)]) == [None]
+
+
 # -- RescheduleCheckpoint -----------------------------------------------------------
 
 
@@ -693,6 +748,28 @@ async def test_admission_clears_only_the_queued_mark(store: AnyStore) -> None:
     await settle(store, "r1", 1)
     assert await store.apply([release("r1", 1, limit=2)]) == [[("r1", 3)]]
     assert await marks(store, ("r1", 3)) == ["blocked"]
+
+
+async def test_a_waiter_let_in_is_due_at_once(store: AnyStore) -> None:
+    # A waiter's next look at the line is its checkpoint's wake time; let in,
+    # it is due at once, so the wake of its run sends it without waiting.
+    for run_id in ("a", "b", "c"):
+        await store.create_run(make_run(run_id, status="suspended", wake_at=50.0))
+        await store.save_checkpoint(
+            make_checkpoint(run_id, 1, kind="remote", error=QUEUED, wake_at=50.0)
+        )
+    assert await store.apply([admit("a"), admit("b", at=1.0), admit("c", at=2.0)]) == [
+        True,
+        False,
+        False,
+    ]
+    await settle(store, "a")
+    assert await store.apply([release("a")]) == [[("b", 1)]]
+    [b] = await store.get_checkpoints("b")
+    [c] = await store.get_checkpoints("c")
+    assert (b.error, b.wake_at) == (None, None)
+    assert c.error == QUEUED
+    assert c.wake_at == 50.0
 
 
 async def test_waiters_are_let_in_by_priority_then_arrival(store: AnyStore) -> None:

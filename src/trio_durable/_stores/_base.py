@@ -93,6 +93,10 @@ class SettleCheckpoint:
     statuses (results for cancelled or completed runs are dropped). With
     ``kind`` and ``name``, the checkpoint must be of that kind and name (a
     stray result for the same seq of another operation changes nothing).
+    With ``or_failed_with`` (an error code), a checkpoint that is ``failed``
+    with that code is settled too, as if it were pending: a ``fail_fast``
+    fan settles the members it cancels as failed (code ``fan_cancelled``),
+    and a success that arrives for one of them later is kept on it.
 
     Result: the settled row, or None if the checkpoint was missing or no
     longer pending (a duplicate or late settle changes nothing).
@@ -108,6 +112,7 @@ class SettleCheckpoint:
     unless_run_status: frozenset[RunStatus] | None = None
     kind: CheckpointKind | None = None
     name: str | None = None
+    or_failed_with: str | None = None
 
 
 @final
@@ -142,7 +147,8 @@ class AdmitToQueue:
     The step's pending checkpoint must exist and carry the ``queued`` mark
     (error code ``"queued"``). If fewer than ``limit`` steps hold a slot of
     ``queue`` and no waiter of higher priority is ahead, the step takes a
-    slot and the mark is cleared (it may be sent); otherwise it waits in
+    slot and the mark is cleared, with the checkpoint's ``wake_at`` (its next
+    look at the line): it may be sent at once. Otherwise it waits in
     line, by priority (higher first), then by arrival. Asking again while
     holding or waiting changes nothing. Result: True if it holds a slot.
     """
@@ -165,8 +171,9 @@ class ReleaseQueueSlot:
     The slot row is deleted once, so of several deliveries settling one step
     exactly one releases it. A waiter whose checkpoint is no longer pending,
     or whose run ended, is dropped instead of let in. Each waiter let in has
-    its ``queued`` mark cleared. Result: the ``(run_id, seq)`` of the steps
-    let in (their runs need a turn to send them).
+    its ``queued`` mark and its ``wake_at`` cleared, so it is due at once.
+    Result: the ``(run_id, seq)`` of the steps let in (their runs need a turn
+    to send them).
     """
 
     queue: str

@@ -311,9 +311,12 @@ class MemoryStore(StoreHelpers):
                 unless_run_status,
                 kind,
                 name,
+                or_failed_with,
             ):
                 existing_cp = self._checkpoints.get(run_id, {}).get(seq)
-                if existing_cp is None or existing_cp.status != "pending":
+                if existing_cp is None or not (
+                    existing_cp.status == "pending" or _failed_with(existing_cp, or_failed_with)
+                ):
                     return None
                 if not _is(existing_cp, kind, name):
                     return None
@@ -441,7 +444,8 @@ class MemoryStore(StoreHelpers):
     def _unmark(self, run_id: str, seq: int, journal: list[_Undo]) -> None:
         cp = self._checkpoints.get(run_id, {}).get(seq)
         if cp is not None and cp.error is not None and cp.error.code == "queued":
-            self._set_checkpoint(attrs.evolve(cp, error=None), (run_id, seq), journal)
+            # Due at once: its run's next turn sends it, not its next look.
+            self._set_checkpoint(attrs.evolve(cp, error=None, wake_at=None), (run_id, seq), journal)
 
     def _run_status(self, run_id: str) -> str | None:
         run = self._runs.get(run_id)
@@ -607,6 +611,15 @@ class MemoryStore(StoreHelpers):
     async def signal_waiter(self, token: str) -> tuple[str, int] | None:
         await self._enter()
         return self._waiters.get(token)
+
+
+def _failed_with(cp: Checkpoint, code: str | None) -> bool:
+    return (
+        code is not None
+        and cp.status == "failed"
+        and cp.error is not None
+        and cp.error.code == code
+    )
 
 
 def _is(cp: Checkpoint, kind: str | None, name: str | None) -> bool:

@@ -82,7 +82,9 @@ _CLAIM_CHECKPOINT: Final = (
 # The conditions of a settle or a reschedule, each off when its parameter is
 # NULL (or the status list empty), so one prepared statement serves them all.
 _CONDITIONS: Final = (
-    " WHERE run_id = %(run_id)s AND seq = %(seq)s AND status = 'pending'"
+    " WHERE run_id = %(run_id)s AND seq = %(seq)s"
+    " AND (status = 'pending' OR (status = 'failed'"
+    " AND error::jsonb ->> 'code' = %(or_failed_with)s::text))"
     " AND (%(attempt)s::bigint IS NULL OR attempts = %(attempt)s::bigint)"
     " AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)"
     " AND (%(name)s::text IS NULL OR name = %(name)s::text)"
@@ -234,6 +236,7 @@ def _settle_params(op: SettleCheckpoint) -> dict[str, Any]:
         "kind": op.kind,
         "name": op.name,
         "unless": sorted(op.unless_run_status or ()),
+        "or_failed_with": op.or_failed_with,
     }
 
 
@@ -247,6 +250,7 @@ def _reschedule_params(op: RescheduleCheckpoint) -> dict[str, Any]:
         "kind": op.kind,
         "name": op.name,
         "unless": sorted(op.unless_run_status or ()),
+        "or_failed_with": None,
     }
 
 
@@ -271,8 +275,9 @@ def _slot_done(cur: psycopg.Cursor[Any], run_id: str, seq: int) -> bool:
 
 
 def _unmark(cur: psycopg.Cursor[Any], run_id: str, seq: int) -> None:
+    # Due at once: its run's next turn sends it, not its next look.
     cur.execute(
-        "UPDATE checkpoints SET error = NULL WHERE run_id = %s AND seq = %s"
+        "UPDATE checkpoints SET error = NULL, wake_at = NULL WHERE run_id = %s AND seq = %s"
         " AND status = 'pending' AND error::jsonb ->> 'code' = 'queued'",
         (run_id, seq),
     )

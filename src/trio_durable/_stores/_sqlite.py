@@ -212,6 +212,12 @@ _SETTLE_CHECKPOINT: Final = (
     "UPDATE checkpoints SET status = ?, output = ?, error = ?, finished_at = ?"
     f" WHERE run_id = ? AND seq = ? AND status = 'pending' RETURNING {_CHECKPOINT_COLUMNS}"
 )
+# A settle whose conditions `_conditions_hold` checked in the same
+# transaction (it may settle a checkpoint that is not pending).
+_SETTLE_CHECKED: Final = (
+    "UPDATE checkpoints SET status = ?, output = ?, error = ?, finished_at = ?"
+    f" WHERE run_id = ? AND seq = ? RETURNING {_CHECKPOINT_COLUMNS}"
+)
 _SETTLE_SIGNAL: Final = (
     "UPDATE checkpoints SET status = 'completed', output = ?, error = NULL, finished_at = ?"
     " WHERE run_id = ? AND seq = ? AND status = 'pending'"
@@ -326,14 +332,24 @@ def _conditions_hold(
     unless_run_status: frozenset[RunStatus] | None,
     kind: str | None = None,
     name: str | None = None,
+    or_failed_with: str | None = None,
 ) -> Checkpoint | None:
-    """The pending checkpoint, if the attempt, kind, name and run-status
-    conditions of a settle or reschedule hold."""
+    """The pending checkpoint (or one failed with ``or_failed_with``), if the
+    attempt, kind, name and run-status conditions of a settle or reschedule
+    hold."""
     rows = cur.execute(_SELECT_CHECKPOINTS, (run_id, seq, seq)).fetchall()
     if not rows:
         return None
     cp = _load_checkpoint(rows[0])
-    if cp.status != "pending" or (attempt is not None and cp.attempts != attempt):
+    frozen = (
+        or_failed_with is not None
+        and cp.status == "failed"
+        and cp.error is not None
+        and cp.error.code == or_failed_with
+    )
+    if not (cp.status == "pending" or frozen):
+        return None
+    if attempt is not None and cp.attempts != attempt:
         return None
     if (kind is not None and cp.kind != kind) or (name is not None and cp.name != name):
         return None
@@ -346,16 +362,27 @@ def _conditions_hold(
 
 def _settle(cur: sqlite3.Cursor, op: SettleCheckpoint) -> Any:
     conditional = (
-        op.attempt is not None or op.unless_run_status or op.kind is not None or op.name is not None
+        op.attempt is not None
+        or op.unless_run_status
+        or op.kind is not None
+        or op.name is not None
+        or op.or_failed_with is not None
     )
     if conditional:
         cp = _conditions_hold(
-            cur, op.run_id, op.seq, op.attempt, op.unless_run_status, op.kind, op.name
+            cur,
+            op.run_id,
+            op.seq,
+            op.attempt,
+            op.unless_run_status,
+            op.kind,
+            op.name,
+            op.or_failed_with,
         )
         if cp is None:
             return None
     rows = cur.execute(
-        _SETTLE_CHECKPOINT,
+        _SETTLE_CHECKPOINT if op.or_failed_with is None else _SETTLE_CHECKED,
         (op.status, op.output, dump_error(op.error), op.finished_at, op.run_id, op.seq),
     ).fetchall()
     return _load_checkpoint(rows[0]) if rows else None
@@ -394,8 +421,9 @@ def _slot_done(cur: sqlite3.Cursor, run_id: str, seq: int) -> bool:
 
 
 def _unmark(cur: sqlite3.Cursor, run_id: str, seq: int) -> None:
+    # Due at once: its run's next turn sends it, not its next look.
     cur.execute(
-        "UPDATE checkpoints SET error = NULL WHERE run_id = ? AND seq = ?"
+        "UPDATE checkpoints SET error = NULL, wake_at = NULL WHERE run_id = ? AND seq = ?"
         " AND status = 'pending' AND json_extract(error, '$.code') = 'queued'",
         (run_id, seq),
     )

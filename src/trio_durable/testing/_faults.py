@@ -20,6 +20,7 @@ import trio
 
 from .._exceptions import StoreError
 from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
+from .._remote import FAN_CANCELLED
 from .._stores._base import (
     ChangeFeed,
     DeleteCheckpoints,
@@ -80,6 +81,15 @@ class Faults:
             worker_crashes=3,
             clock_jumps=2,
         )
+
+
+def _kept_late(old: Checkpoint, new: Checkpoint) -> bool:
+    return (
+        old.status == "failed"
+        and old.error is not None
+        and old.error.code == FAN_CANCELLED
+        and new.status == "completed"
+    )
 
 
 @final
@@ -149,8 +159,15 @@ class FaultyStore(StoreHelpers, ChangeFeed):
             settled = ("completed", "failed")
             if old in settled and new in settled and new_row != old_row:
                 # A settled checkpoint written again with another record: a
-                # second settle (retirements of handoffs rename, not settle).
-                if new_row is not None and old_row is not None and new_row.name == old_row.name:
+                # second settle (retirements of handoffs rename, not settle;
+                # a late success kept on a member a fail_fast fan cancelled
+                # replaces no outcome the run used).
+                if (
+                    new_row is not None
+                    and old_row is not None
+                    and new_row.name == old_row.name
+                    and not _kept_late(old_row, new_row)
+                ):
                     self.settles[key] = self.settles.get(key, 0) + 1
             elif old == "pending" and new in settled:
                 self.settles[key] = self.settles.get(key, 0) + 1
