@@ -34,6 +34,7 @@ def test_public_api_is_pinned() -> None:
         "FlowQueue",
         "GatherError",
         "GatherFailure",
+        "InvalidArgumentsError",
         "InvalidRunStateError",
         "InvalidURLError",
         "LeaseLostError",
@@ -48,6 +49,7 @@ def test_public_api_is_pinned() -> None:
         "RunCancelled",
         "RunConflictError",
         "RunFailed",
+        "RunHandle",
         "RunNotFoundError",
         "SerializationError",
         "SignalTimeout",
@@ -349,9 +351,9 @@ async def test_unknown_workflow_writes_nothing(open_test_engine: EngineFactory) 
 async def test_unserializable_input_writes_nothing(open_test_engine: EngineFactory) -> None:
     async with open_test_engine(app) as engine:
         with pytest.raises(td.SerializationError):
-            await engine.start(pipeline, object(), run_id="bad")
+            await engine.start(pipeline, object(), run_id="bad")  # type: ignore[arg-type]
         with pytest.raises(td.SerializationError):
-            await engine.start(pipeline, float("nan"), run_id="bad")
+            await engine.start(pipeline, float("nan"), run_id="bad")  # type: ignore[arg-type]
         assert engine.store.statistics().ops == 0
         with pytest.raises(td.RunNotFoundError):
             await engine.get("bad")

@@ -26,6 +26,7 @@ from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import FatalError as FatalError
 from ._exceptions import GatherError as GatherError
 from ._exceptions import GatherFailure as GatherFailure
+from ._exceptions import InvalidArgumentsError as InvalidArgumentsError
 from ._exceptions import InvalidRunStateError as InvalidRunStateError
 from ._exceptions import InvalidURLError as InvalidURLError
 from ._exceptions import LeaseLostError as LeaseLostError
@@ -45,6 +46,7 @@ from ._exceptions import UnknownWorkflowError as UnknownWorkflowError
 from ._exceptions import UsageError as UsageError
 from ._fleet import Disagreement as Disagreement
 from ._fleet import Fleet as Fleet
+from ._handle import RunHandle as RunHandle
 from ._handoff import UnservedRoute as UnservedRoute
 from ._observe import Event as Event
 from ._records import Checkpoint as Checkpoint
@@ -83,6 +85,7 @@ __all__ = [
     "FlowQueue",
     "GatherError",
     "GatherFailure",
+    "InvalidArgumentsError",
     "InvalidRunStateError",
     "InvalidURLError",
     "LeaseLostError",
@@ -97,6 +100,7 @@ __all__ = [
     "RunCancelled",
     "RunConflictError",
     "RunFailed",
+    "RunHandle",
     "RunNotFoundError",
     "SerializationError",
     "SignalTimeout",
