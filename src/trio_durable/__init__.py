@@ -19,6 +19,8 @@ from ._brokers._memory import BrokerFaults as BrokerFaults
 from ._brokers._memory import MemoryBroker as MemoryBroker
 from ._clock import Clock as Clock
 from ._context import Context as Context
+from ._current import StepInfo as StepInfo
+from ._current import current_step as current_step
 from ._engine import Engine as Engine
 from ._engine import EngineStatistics as EngineStatistics
 from ._engine import open_engine as open_engine
@@ -106,6 +108,7 @@ __all__ = [
     "SignalTimeout",
     "Step",
     "StepFailed",
+    "StepInfo",
     "Store",
     "StoreError",
     "StoreStatistics",
@@ -117,6 +120,7 @@ __all__ = [
     "WorkerDescriptor",
     "WorkerStatistics",
     "Workflow",
+    "current_step",
     "lineage",
     "open_broker",
     "open_engine",

@@ -22,6 +22,7 @@ import trio
 
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow, workflow_of
+from ._current import StepInfo, call_step
 from ._exceptions import (
     FatalError,
     GatherError,
@@ -395,7 +396,7 @@ class Context:
                 with trio.CancelScope() as scope:
                     if step.timeout is not None:
                         scope.relative_deadline = step.timeout
-                    value = await step.fn(*args)
+                    value = await call_step(self._step_info(step, seq, attempt), step.fn, args)
                 if scope.cancelled_caught:
                     raise TimeoutError(f"step {step.name!r} timed out after {step.timeout} s")
                 output = _serde.dumps(value)
@@ -468,6 +469,17 @@ class Context:
         )
         self._turn.put(failed)
         raise _step_failed(failed) from last_exc
+
+    def _step_info(self, step: Step[..., Any], seq: int, attempt: int) -> StepInfo:
+        run = self._turn.run
+        return StepInfo(
+            run_id=run.id,
+            workflow=run.workflow,
+            namespace=run.namespace,
+            step=step.name,
+            seq=seq,
+            attempt=attempt,
+        )
 
     # -- timers ---------------------------------------------------------------
 

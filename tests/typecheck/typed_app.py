@@ -35,6 +35,8 @@ async def reserve(sku: str) -> bool:
 
 @app.step(group="payments", retry=td.Retry(attempts=5))
 async def charge(order: Order, cents: int) -> Receipt:
+    info = assert_type(td.current_step(), td.StepInfo)
+    assert_type(info.attempt, int)
     return Receipt(order=order, amount=cents)
 
 
