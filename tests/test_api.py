@@ -34,6 +34,7 @@ def test_public_api_is_pinned() -> None:
         "FlowQueue",
         "GatherError",
         "GatherFailure",
+        "InvalidArgumentsError",
         "InvalidRunStateError",
         "InvalidURLError",
         "LeaseLostError",
@@ -48,11 +49,13 @@ def test_public_api_is_pinned() -> None:
         "RunCancelled",
         "RunConflictError",
         "RunFailed",
+        "RunHandle",
         "RunNotFoundError",
         "SerializationError",
         "SignalTimeout",
         "Step",
         "StepFailed",
+        "StepInfo",
         "Store",
         "StoreError",
         "StoreStatistics",
@@ -64,6 +67,7 @@ def test_public_api_is_pinned() -> None:
         "WorkerDescriptor",
         "WorkerStatistics",
         "Workflow",
+        "current_step",
         "lineage",
         "open_broker",
         "open_engine",
@@ -349,9 +353,9 @@ async def test_unknown_workflow_writes_nothing(open_test_engine: EngineFactory) 
 async def test_unserializable_input_writes_nothing(open_test_engine: EngineFactory) -> None:
     async with open_test_engine(app) as engine:
         with pytest.raises(td.SerializationError):
-            await engine.start(pipeline, object(), run_id="bad")
+            await engine.start(pipeline, object(), run_id="bad")  # type: ignore[arg-type]
         with pytest.raises(td.SerializationError):
-            await engine.start(pipeline, float("nan"), run_id="bad")
+            await engine.start(pipeline, float("nan"), run_id="bad")  # type: ignore[arg-type]
         assert engine.store.statistics().ops == 0
         with pytest.raises(td.RunNotFoundError):
             await engine.get("bad")

@@ -89,12 +89,19 @@ async def tick(n: int) -> int:
     return n
 
 
+Mode = Literal["fail_fast", "wait_all"]
+# Typed constants: mypy widens a bare "fail_fast" to str when it infers the
+# inputs of engine.start, and str does not fit the workflow's Literal.
+FAIL_FAST: Mode = "fail_fast"
+WAIT_ALL: Mode = "wait_all"
+
+
 @app.workflow()
 async def fan(
     ctx: td.Context,
     jobs: list[Job],
     concurrency: int | None,
-    mode: Literal["fail_fast", "wait_all"],
+    mode: Mode,
 ) -> dict[str, Any]:
     turns[ctx.run_id] += 1
     await ctx.step(tick, 0)  # so the fan's first seq is 2
@@ -141,7 +148,7 @@ async def test_all_returns_results_in_input_order_under_derived_ids(
     # Later inputs end first, so completion order is the reverse of input order.
     jobs = [Job(index=i, seconds=5 - i) for i in range(5)]
     async with open_test_engine(app) as engine:
-        await engine.start(fan, jobs, None, "fail_fast", run_id="p")
+        await engine.start(fan, jobs, None, FAIL_FAST, run_id="p")
         assert await engine.result("p") == {"results": [0, 10, 20, 30, 40], "after": 1}
         assert trio.current_time() == 5.0
         children = await engine.store.list_runs(parent_id="p")
@@ -168,7 +175,7 @@ async def test_concurrency_starts_waves_and_the_parent_turns_once_per_wave(
     jobs = [Job(index=i, seconds=s) for i, s in enumerate(durations)]
     async with open_test_engine(app) as engine:
         with engine.subscribe() as rx:
-            await engine.start(fan, jobs, 3, "wait_all", run_id="p")
+            await engine.start(fan, jobs, 3, WAIT_ALL, run_id="p")
             result = await engine.result("p")
             await engine.drain()
             events = _run_events(rx, "p")
@@ -198,7 +205,7 @@ async def test_join_barrier_resumes_the_parent_once_for_a_hundred_members(
     jobs = [Job(index=i, seconds=i % 7) for i in range(100)]
     async with open_test_engine(app) as engine:
         with engine.subscribe() as rx:
-            await engine.start(fan, jobs, None, "fail_fast", run_id="p")
+            await engine.start(fan, jobs, None, FAIL_FAST, run_id="p")
             result = await engine.result("p")
             await engine.drain()
             events = _run_events(rx, "p")
@@ -221,7 +228,7 @@ async def test_fail_fast_cancels_survivors_and_never_starts_the_rest(
     ]
     async with open_test_engine(app) as engine:
         with engine.subscribe() as rx:
-            await engine.start(fan, jobs, 3, "fail_fast", run_id="p")
+            await engine.start(fan, jobs, 3, FAIL_FAST, run_id="p")
             result = await engine.result("p")
             assert trio.current_time() == 2.0
             parent_after = await engine.get("p")
@@ -300,7 +307,7 @@ async def test_wait_all_collects_every_failure(
         Job(index=3, seconds=3, fail="second"),
     ]
     async with open_test_engine(app) as engine:
-        await engine.start(fan, jobs, None, "wait_all", run_id="p")
+        await engine.start(fan, jobs, None, WAIT_ALL, run_id="p")
         result = await engine.result("p")
         # The parent waited for the slowest member, not the first failure.
         assert trio.current_time() == 4.0

@@ -912,9 +912,9 @@ async def test_a_failure_that_may_not_be_retried_reaches_the_body_at_once(
             "attempts": 1,
         }
         # Uncaught, it fails the run with the same code and details.
-        run = await engine.start(refused, kind, run_id="uncaught")
+        uncaught = await engine.start(refused, kind, run_id="uncaught")
         with pytest.raises(td.RunFailed) as info:
-            await engine.result(run.id)
+            await engine.result(uncaught.id)
         assert trio.current_time() == 0
     assert (info.value.message, info.value.code, info.value.details) == (message, code, details)
     stored = await store.get_run("uncaught")

@@ -142,12 +142,19 @@ async def around(ctx: td.Context, jobs: list[Job], concurrency: int | None) -> d
     return {"before": before, "results": results, "after": after}
 
 
+Mode = Literal["fail_fast", "wait_all"]
+# Typed constants: mypy widens a bare "fail_fast" to str when it infers the
+# inputs of engine.start, and str does not fit the workflow's Literal.
+FAIL_FAST: Mode = "fail_fast"
+WAIT_ALL: Mode = "wait_all"
+
+
 @app.workflow()
 async def fan(
     ctx: td.Context,
     jobs: list[Job],
     concurrency: int | None,
-    mode: Literal["fail_fast", "wait_all"],
+    mode: Mode,
     linger: float,
 ) -> dict[str, Any]:
     """The fan alone (seqs from 1); on failure, sleeps ``linger`` before
@@ -463,7 +470,7 @@ async def test_pending_checkpoints_are_written_in_chunks_before_any_task_is_sent
     broker.on_send = on_send
     jobs = [Job(index=i) for i in range(450)]
     async with open_test_engine(app, store=store, broker=broker, serve=["g"]) as engine:
-        await engine.start(fan, jobs, None, "fail_fast", 0.0, run_id="p")
+        await engine.start(fan, jobs, None, FAIL_FAST, 0.0, run_id="p")
         result = await engine.result("p")
         await engine.drain()
     assert result == {"results": [i * 10 for i in range(450)]}
@@ -505,7 +512,7 @@ async def test_waves_go_out_only_once_the_previous_one_drained(
     jobs = [Job(index=i, seconds=s) for i, s in enumerate(durations)]
     async with open_test_engine(app, store=store, broker=broker, serve=["g"]) as engine:
         with engine.subscribe() as rx:
-            await engine.start(fan, jobs, 3, "wait_all", 0.0, run_id="p")
+            await engine.start(fan, jobs, 3, WAIT_ALL, 0.0, run_id="p")
             result = await engine.result("p")
             assert trio.current_time() == 11.0
             await engine.drain()
@@ -546,7 +553,7 @@ async def test_join_barrier_resumes_a_300_step_fan_once(
     ) as engine:
         record_wakes(engine, log, monkeypatch)
         with engine.subscribe() as rx:
-            await engine.start(fan, jobs, None, "fail_fast", 0.0, run_id="p")
+            await engine.start(fan, jobs, None, FAIL_FAST, 0.0, run_id="p")
             result = await engine.result("p")
             assert trio.current_time() == 6.0
             await engine.drain()
@@ -582,7 +589,7 @@ async def test_a_thousand_step_fan_in_waves_of_fifty(
     broker = RecordingBroker(log)
     jobs = [Job(index=i) for i in range(1000)]
     async with open_test_engine(app, store=store, broker=broker, serve=["g"]) as engine:
-        await engine.start(fan, jobs, 50, "fail_fast", 0.0, run_id="p")
+        await engine.start(fan, jobs, 50, FAIL_FAST, 0.0, run_id="p")
         result = await engine.result("p")
         await engine.drain()
         turns = engine.statistics().turns
@@ -614,7 +621,7 @@ async def test_fail_fast_freezes_the_fan(
     ]
     async with open_test_engine(app, store=store, broker=broker, serve=["g"]) as engine:
         with engine.subscribe() as rx:
-            await engine.start(fan, jobs, 4, "fail_fast", 100.0, run_id="p")
+            await engine.start(fan, jobs, 4, FAIL_FAST, 100.0, run_id="p")
             # The failure woke the parent at once; it froze the fan and now
             # sleeps, so results arriving at t=10 find the run alive.
             await trio.sleep(5)
@@ -689,7 +696,7 @@ async def test_wait_all_collects_every_failure(
     async with open_test_engine(
         app, store=RecordingStore(log), broker=RecordingBroker(log), serve=["g"]
     ) as engine:
-        await engine.start(fan, jobs, None, "wait_all", 0.0, run_id="p")
+        await engine.start(fan, jobs, None, WAIT_ALL, 0.0, run_id="p")
         result = await engine.result("p")
         # The parent waited for the slowest member, not the first failure.
         assert trio.current_time() == 3.0
@@ -776,7 +783,7 @@ async def test_results_are_settled_in_batches_of_one_write_each(
         app, store=store, broker=broker, serve=["g"], worker_concurrency=300
     ) as engine:
         record_wakes(engine, log, monkeypatch)
-        await engine.start(fan, jobs, None, "fail_fast", 0.0, run_id="p")
+        await engine.start(fan, jobs, None, FAIL_FAST, 0.0, run_id="p")
         result = await engine.result("p")
         assert trio.current_time() == 2.0
         await engine.drain()
@@ -828,7 +835,7 @@ async def test_a_batch_of_failures_wakes_a_fail_fast_parent_once_per_batch(
         worker_concurrency=40,
     ) as engine:
         record_wakes(engine, log, monkeypatch)
-        await engine.start(fan, jobs, None, "fail_fast", 0.0, run_id="p")
+        await engine.start(fan, jobs, None, FAIL_FAST, 0.0, run_id="p")
         result = await engine.result("p")
         assert trio.current_time() == 1.0
         await engine.drain()
@@ -873,7 +880,7 @@ async def test_a_failed_batch_write_settles_one_by_one_and_requeues_only_the_fai
     async with open_test_engine(app, store=store, broker=broker, serve=["g"]) as engine:
         record_wakes(engine, log, monkeypatch)
         with engine.subscribe() as rx:
-            await engine.start(fan, jobs, None, "fail_fast", 0.0, run_id="p")
+            await engine.start(fan, jobs, None, FAIL_FAST, 0.0, run_id="p")
             result = await engine.result("p")
             assert trio.current_time() == 1.0
             await engine.drain()
@@ -1013,7 +1020,7 @@ async def test_a_lost_fan_member_is_dispatched_again_alone(
     async with open_test_engine(
         app, store=RecordingStore(log), broker=broker, serve=["g"], remote_redispatch=(30.0, 2)
     ) as engine:
-        await engine.start(fan, jobs, None, "fail_fast", 0.0, run_id="p")
+        await engine.start(fan, jobs, None, FAIL_FAST, 0.0, run_id="p")
         assert await engine.result("p") == {"results": [0, 10, 20]}
         assert trio.current_time() == 30.0
         cps = await engine.store.get_checkpoints("p")
@@ -1060,8 +1067,10 @@ async def test_misuse_messages_name_the_problem(
     autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
 ) -> None:
     async with open_test_engine(app, broker=MemoryBroker(), serve=["g"]) as engine:
-        await engine.start(misuse, "local", True, run_id="a")
-        await engine.start(misuse, "zero", True, run_id="b")
+        local: Misuse = "local"
+        zero: Misuse = "zero"
+        await engine.start(misuse, local, True, run_id="a")
+        await engine.start(misuse, zero, True, run_id="b")
         a, b = await engine.result("a"), await engine.result("b")
     assert "'prepare' is a local step" in a["error"]
     assert "concurrency must be a positive integer, not 0" in b["error"]
@@ -1085,7 +1094,7 @@ async def test_a_failed_chunk_write_still_sends_the_members_already_durable(
     broker = RecordingBroker(log)
     jobs = [Job(index=i) for i in range(450)]
     async with open_test_engine(app, store=store, broker=broker, serve=["g"]) as engine:
-        await engine.start(fan, jobs, None, "fail_fast", 0.0, run_id="p")
+        await engine.start(fan, jobs, None, FAIL_FAST, 0.0, run_id="p")
         with trio.fail_after(600):
             result = await engine.result("p")
         # The turn ran again a second after its failed write: no wait for

@@ -19,6 +19,8 @@ from ._brokers._memory import BrokerFaults as BrokerFaults
 from ._brokers._memory import MemoryBroker as MemoryBroker
 from ._clock import Clock as Clock
 from ._context import Context as Context
+from ._current import StepInfo as StepInfo
+from ._current import current_step as current_step
 from ._engine import Engine as Engine
 from ._engine import EngineStatistics as EngineStatistics
 from ._engine import open_engine as open_engine
@@ -26,6 +28,7 @@ from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import FatalError as FatalError
 from ._exceptions import GatherError as GatherError
 from ._exceptions import GatherFailure as GatherFailure
+from ._exceptions import InvalidArgumentsError as InvalidArgumentsError
 from ._exceptions import InvalidRunStateError as InvalidRunStateError
 from ._exceptions import InvalidURLError as InvalidURLError
 from ._exceptions import LeaseLostError as LeaseLostError
@@ -45,6 +48,7 @@ from ._exceptions import UnknownWorkflowError as UnknownWorkflowError
 from ._exceptions import UsageError as UsageError
 from ._fleet import Disagreement as Disagreement
 from ._fleet import Fleet as Fleet
+from ._handle import RunHandle as RunHandle
 from ._handoff import UnservedRoute as UnservedRoute
 from ._observe import Event as Event
 from ._records import Checkpoint as Checkpoint
@@ -83,6 +87,7 @@ __all__ = [
     "FlowQueue",
     "GatherError",
     "GatherFailure",
+    "InvalidArgumentsError",
     "InvalidRunStateError",
     "InvalidURLError",
     "LeaseLostError",
@@ -97,11 +102,13 @@ __all__ = [
     "RunCancelled",
     "RunConflictError",
     "RunFailed",
+    "RunHandle",
     "RunNotFoundError",
     "SerializationError",
     "SignalTimeout",
     "Step",
     "StepFailed",
+    "StepInfo",
     "Store",
     "StoreError",
     "StoreStatistics",
@@ -113,6 +120,7 @@ __all__ = [
     "WorkerDescriptor",
     "WorkerStatistics",
     "Workflow",
+    "current_step",
     "lineage",
     "open_broker",
     "open_engine",

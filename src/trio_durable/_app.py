@@ -8,8 +8,19 @@ import json
 import math
 import random
 import re
+import typing
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar, final
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Final,
+    Generic,
+    ParamSpec,
+    TypeVar,
+    final,
+    overload,
+)
 
 import attrs
 
@@ -23,6 +34,15 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+# The inputs of a step or workflow, by position, in the overloads that type
+# calls of them (`Context.step`, `Engine.start`, ...): keyword options such
+# as ``compensate=`` cannot sit beside ``*args: P.args, **kwargs: P.kwargs``,
+# so each count of inputs has an overload of its own.
+A1 = TypeVar("A1")
+A2 = TypeVar("A2")
+A3 = TypeVar("A3")
+A4 = TypeVar("A4")
+A5 = TypeVar("A5")
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,199}$")
 DEFAULT_VERSION: Final = "1"
@@ -35,6 +55,62 @@ def _check_name(kind: str, name: str) -> str:
             "(starting with a letter or '_', at most 200 characters)"
         )
     return name
+
+
+def _check_parameters(target: str, fn: Callable[..., Any], *, context: bool) -> None:
+    """Refuse what no call could fill: inputs are passed positionally, after
+    the context for a workflow."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise RegistrationError(f"{target}: cannot read its signature ({exc})") from exc
+    if context:
+        first = params[0] if params else None
+        if first is None or first.kind not in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
+            raise RegistrationError(
+                f"{target} must take the context first:"
+                f" async def {fn.__name__}(ctx: td.Context, ...)"
+            )
+        if first.annotation is not first.empty and not _is_context(fn, first):
+            raise RegistrationError(
+                f"{target} must take the context first, but its first parameter"
+                f" {first.name!r} is annotated {_annotation_text(first.annotation)},"
+                " not td.Context"
+            )
+    for param in params:
+        if param.kind == param.KEYWORD_ONLY and param.default is param.empty:
+            raise RegistrationError(
+                f"{target} has the required keyword-only parameter {param.name!r}:"
+                " inputs are passed positionally"
+            )
+
+
+def _annotation_text(annotation: object) -> str:
+    if isinstance(annotation, str):
+        return annotation
+    return getattr(annotation, "__qualname__", None) or repr(annotation)
+
+
+def _is_context(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
+    """Whether ``param`` is annotated `Context` (or `typing.Any`, which
+    claims nothing, or something that cannot be resolved at run time).
+
+    `Context` is recognised by where it is defined: ``_context`` imports this
+    module, so this one cannot import it back.
+    """
+    hint = param.annotation
+    if isinstance(hint, str):
+        try:
+            hint = typing.get_type_hints(fn)[param.name]
+        except Exception:
+            # An annotation names something only a type checker sees (an
+            # import under TYPE_CHECKING, perhaps of Context by another
+            # name): what cannot be resolved cannot be judged.
+            return True
+    return hint is Any or (
+        getattr(hint, "__module__", None) == "trio_durable._context"
+        and getattr(hint, "__qualname__", None) == "Context"
+    )
 
 
 def _finite(name: str, value: float, *, minimum: float = 0.0) -> float:
@@ -178,7 +254,7 @@ class Workflow(Generic[P, R]):
 
     def __init__(
         self,
-        fn: Callable[..., Awaitable[R]],
+        fn: Callable[Concatenate[Context, P], Awaitable[R]],
         *,
         name: str,
         version: str,
@@ -249,21 +325,40 @@ class App:
         """The flow-control queue registered as ``name``, or None."""
         return self._queues.get(name)
 
+    @overload
+    def workflow(
+        self, fn: Callable[Concatenate[Context, P], Awaitable[R]], /
+    ) -> Workflow[P, R]: ...
+
+    @overload
     def workflow(
         self,
+        /,
         *,
         name: str | None = None,
         version: str = DEFAULT_VERSION,
         on_error: Sequence[OnError] = (),
-    ) -> Callable[[Callable[..., Awaitable[R]]], Workflow[Any, R]]:
-        """Register an ``async def`` as a workflow.
+    ) -> Callable[[Callable[Concatenate[Context, P], Awaitable[R]]], Workflow[P, R]]: ...
 
-        The body takes a `Context` first, then its inputs. The name defaults
-        to the function's name and the version to ``"1"``; several versions
-        of one name may be registered (`Engine.start` by name takes the one
-        registered last).
+    def workflow(
+        self,
+        fn: Callable[..., Awaitable[Any]] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        version: str = DEFAULT_VERSION,
+        on_error: Sequence[OnError] = (),
+    ) -> Any:
+        """Register an ``async def`` as a workflow: ``@app.workflow``, or
+        ``@app.workflow(...)`` with options.
+
+        The body takes a `Context` first, then its inputs, positionally. The
+        name defaults to the function's name and the version to ``"1"``;
+        several versions of one name may be registered (`Engine.start` by
+        name takes the one registered last).
 
         Args:
+          fn: The function, when used without parentheses.
           name: The registered name; defaults to the function's name.
           version: The version; defaults to ``"1"``.
           on_error: Routes that hand a failed run to a handler workflow by
@@ -272,31 +367,40 @@ class App:
 
         Raises:
           RegistrationError: The name and version are taken, the name is
-            invalid, the function is not an ``async def``, or two routes
-            share a code.
+            invalid, the function is not an ``async def``, its first
+            parameter is not the context (missing, not positional, or
+            annotated with a type other than `Context` or `typing.Any`), it
+            has a required
+            keyword-only parameter, or two routes share a code.
         """
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow version must be a non-empty string, not {version!r}")
 
-        def register(fn: Callable[..., Awaitable[R]]) -> Workflow[Any, R]:
+        def register(fn: Callable[..., Awaitable[Any]]) -> Workflow[Any, Any]:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"workflow {fn!r} must be an async def")
             wf_name = _check_name("workflow", fn.__name__ if name is None else name)
+            _check_parameters(f"workflow {wf_name!r}", fn, context=True)
             key = (wf_name, version)
             if key in self._workflows:
                 raise RegistrationError(
                     f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
                 )
             routes = check_on_error(wf_name, on_error)
-            wf: Workflow[Any, R] = Workflow(fn, name=wf_name, version=version, on_error=routes)
+            wf: Workflow[Any, Any] = Workflow(fn, name=wf_name, version=version, on_error=routes)
             self._workflows[key] = wf
             self._latest[wf_name] = wf
             return wf
 
-        return register
+        return register if fn is None else register(fn)
 
+    @overload
+    def step(self, fn: Callable[P, Awaitable[R]], /) -> Step[P, R]: ...
+
+    @overload
     def step(
         self,
+        /,
         *,
         name: str | None = None,
         group: str | None = None,
@@ -304,10 +408,27 @@ class App:
         queue: str | None = None,
         retry: Retry | None = None,
         timeout: float | None = None,
-    ) -> Callable[[Callable[P, Awaitable[R]]], Step[P, R]]:
-        """Register an ``async def`` as a step.
+    ) -> Callable[[Callable[P, Awaitable[R]]], Step[P, R]]: ...
+
+    def step(
+        self,
+        fn: Callable[..., Awaitable[Any]] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        group: str | None = None,
+        requires: Sequence[str] = (),
+        queue: str | None = None,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Register an ``async def`` as a step: ``@app.step``, or
+        ``@app.step(...)`` with options.
+
+        A step takes its inputs positionally.
 
         Args:
+          fn: The function, when used without parentheses.
           name: The registered name; defaults to the function's name.
           group: Makes the step remote: it runs on workers serving this group
             (a broker-safe token), reached through the broker. Without it the
@@ -322,7 +443,8 @@ class App:
 
         Raises:
           RegistrationError: The name is taken or invalid, an option is out
-            of range, or the function is not an ``async def``.
+            of range, the function is not an ``async def``, or it has a
+            required keyword-only parameter.
         """
         if retry is not None and not isinstance(retry, Retry):
             raise RegistrationError(f"retry must be a td.Retry, not {retry!r}")
@@ -344,15 +466,16 @@ class App:
             if timeout <= 0:
                 raise RegistrationError(f"step timeout must be positive, not {timeout!r}")
 
-        def register(fn: Callable[P, Awaitable[R]]) -> Step[P, R]:
+        def register(fn: Callable[..., Awaitable[Any]]) -> Step[Any, Any]:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"step {fn!r} must be an async def")
             step_name = _check_name("step", fn.__name__ if name is None else name)
+            _check_parameters(f"step {step_name!r}", fn, context=False)
             if step_name in self._steps:
                 raise RegistrationError(
                     f"step {step_name!r} is already registered in app {self.name!r}"
                 )
-            step: Step[P, R] = Step(
+            step: Step[Any, Any] = Step(
                 fn,
                 name=step_name,
                 retry=retry or Retry(),
@@ -364,7 +487,7 @@ class App:
             self._steps[step_name] = step
             return step
 
-        return register
+        return register if fn is None else register(fn)
 
     # -- lookups --------------------------------------------------------------
 

@@ -15,13 +15,14 @@ import datetime
 import json
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, final
+from typing import TYPE_CHECKING, Any, Concatenate, Final, Literal, final, overload
 
 import attrs
 import trio
 
 from . import _serde
-from ._app import App, Step, Workflow, workflow_of
+from ._app import A1, A2, A3, A4, A5, App, P, R, Step, Workflow, workflow_of
+from ._current import StepInfo, call_step
 from ._exceptions import (
     FatalError,
     GatherError,
@@ -48,8 +49,6 @@ from ._wire import Task
 
 if TYPE_CHECKING:
     from ._engine import Engine
-
-R = TypeVar("R")
 
 FAN_CANCELLED: Final = "fan_cancelled"
 
@@ -255,14 +254,96 @@ class Context:
 
     # -- steps ----------------------------------------------------------------
 
+    @overload
     async def step(
         self,
-        step: Step[..., R],
+        step: Step[[], R],
+        /,
+        *,
+        compensate: Step[[], Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> R: ...
+
+    @overload
+    async def step(
+        self,
+        step: Step[[A1], R],
+        a1: A1,
+        /,
+        *,
+        compensate: Step[[A1], Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> R: ...
+
+    @overload
+    async def step(
+        self,
+        step: Step[[A1, A2], R],
+        a1: A1,
+        a2: A2,
+        /,
+        *,
+        compensate: Step[[A1, A2], Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> R: ...
+
+    @overload
+    async def step(
+        self,
+        step: Step[[A1, A2, A3], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+        *,
+        compensate: Step[[A1, A2, A3], Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> R: ...
+
+    @overload
+    async def step(
+        self,
+        step: Step[[A1, A2, A3, A4], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        a4: A4,
+        /,
+        *,
+        compensate: Step[[A1, A2, A3, A4], Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> R: ...
+
+    @overload
+    async def step(
+        self,
+        step: Step[Concatenate[A1, A2, A3, A4, A5, P], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        a4: A4,
+        a5: A5,
+        /,
         *args: Any,
         compensate: Step[..., Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
-    ) -> R:
+    ) -> R: ...
+
+    async def step(
+        self,
+        step: Step[..., Any],
+        /,
+        *args: Any,
+        compensate: Step[..., Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> Any:
         """Run a step once, durably, and return its result.
 
         On replay the recorded result is returned and the step does not run.
@@ -281,8 +362,14 @@ class Context:
           priority: Its priority in that queue (higher first); defaults to
             the queue's.
 
+        Calls are typed: a type checker checks ``args`` (and ``compensate``)
+        against the step's parameters, for up to four of them (past that
+        the first five), and the result has the step's return type.
+
         Raises:
           StepFailed: The step failed for good.
+          InvalidArgumentsError: ``args`` do not fit the step's parameters
+            (or ``compensate``'s); nothing is recorded for the call.
           SerializationError: An argument cannot be serialized.
           UsageError: ``step`` or ``compensate`` is not a registered step.
         """
@@ -294,7 +381,7 @@ class Context:
                     f"compensate= must be a local step, not the remote {compensate.name!r}"
                 )
         if step.remote:
-            return await remote_step(  # type: ignore[no-any-return]
+            return await remote_step(
                 self,
                 step,
                 args,
@@ -307,11 +394,11 @@ class Context:
         seq = self._next_seq()
         cp = self._recorded(seq, step.name, "local")
         if cp is not None and cp.status == "completed":
-            return self._step_value(step, cp)  # type: ignore[no-any-return]
+            return self._step_value(step, cp)
         if cp is not None and cp.status == "failed":
             raise _step_failed(cp)
-        input_json = _serde.dump_args(args)
-        return await self._execute(  # type: ignore[no-any-return]
+        input_json = _serde.check_step_args(step, args, compensate)
+        return await self._execute(
             step, seq, list(args), input_json, compensation=compensate.name if compensate else None
         )
 
@@ -350,7 +437,7 @@ class Context:
                 with trio.CancelScope() as scope:
                     if step.timeout is not None:
                         scope.relative_deadline = step.timeout
-                    value = await step.fn(*args)
+                    value = await call_step(self._step_info(step, seq, attempt), step.fn, args)
                 if scope.cancelled_caught:
                     raise TimeoutError(f"step {step.name!r} timed out after {step.timeout} s")
                 output = _serde.dumps(value)
@@ -423,6 +510,17 @@ class Context:
         )
         self._turn.put(failed)
         raise _step_failed(failed) from last_exc
+
+    def _step_info(self, step: Step[..., Any], seq: int, attempt: int) -> StepInfo:
+        run = self._turn.run
+        return StepInfo(
+            run_id=run.id,
+            workflow=run.workflow,
+            namespace=run.namespace,
+            step=step.name,
+            seq=seq,
+            attempt=attempt,
+        )
 
     # -- timers ---------------------------------------------------------------
 
@@ -565,22 +663,88 @@ class Context:
 
     # -- children -------------------------------------------------------------
 
-    async def child(self, workflow: Workflow[..., R] | str, *args: Any) -> R:
+    @overload
+    async def child(
+        self,
+        workflow: Workflow[[], R],
+        /,
+    ) -> R: ...
+
+    @overload
+    async def child(
+        self,
+        workflow: Workflow[[A1], R],
+        a1: A1,
+        /,
+    ) -> R: ...
+
+    @overload
+    async def child(
+        self,
+        workflow: Workflow[[A1, A2], R],
+        a1: A1,
+        a2: A2,
+        /,
+    ) -> R: ...
+
+    @overload
+    async def child(
+        self,
+        workflow: Workflow[[A1, A2, A3], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+    ) -> R: ...
+
+    @overload
+    async def child(
+        self,
+        workflow: Workflow[[A1, A2, A3, A4], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        a4: A4,
+        /,
+    ) -> R: ...
+
+    @overload
+    async def child(
+        self,
+        workflow: Workflow[Concatenate[A1, A2, A3, A4, A5, P], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        a4: A4,
+        a5: A5,
+        /,
+        *args: Any,
+    ) -> R: ...
+
+    @overload
+    async def child(self, workflow: str, /, *args: Any) -> Any: ...
+
+    async def child(self, workflow: Workflow[..., Any] | str, /, *args: Any) -> Any:
         """Run a child workflow and wait for its result.
 
         The child's id is ``<this run>.child.<seq>``. The parent suspends
-        while the child runs and resumes when it ends.
+        while the child runs and resumes when it ends. Calls are typed as
+        `Engine.start`'s are; the result has the workflow's return type.
 
         Raises:
           RunFailed: The child failed or was cancelled; its error's code and
             details are the exception's.
+          InvalidArgumentsError: ``args`` do not fit the workflow's
+            parameters; no child is started.
         """
         wf = workflow_of(self._engine.app, workflow)
         seq = self._next_seq()
         cp = self._recorded(seq, wf.name, "child")
         if cp is None:
             child_id = f"{self.run_id}.child.{seq}"
-            self._create_child(wf, seq, child_id, _serde.dump_args(args), awaited=True)
+            self._create_child(
+                wf, seq, child_id, _serde.check_workflow_args(wf, args), awaited=True
+            )
             raise Suspend("child")
         if cp.status == "pending":
             # Watched: the child may end while this turn holds the lease.
@@ -588,13 +752,78 @@ class Context:
         value = self._child_outcome(wf, cp)
         if isinstance(value, _Failed):
             raise RunFailed(cp.child_id or "", value.error, value.code, value.details)
-        return value  # type: ignore[no-any-return]
+        return value
 
-    async def start_child(self, workflow: Workflow[..., Any] | str, *args: Any) -> str:
+    @overload
+    async def start_child(
+        self,
+        workflow: Workflow[[], R],
+        /,
+    ) -> str: ...
+
+    @overload
+    async def start_child(
+        self,
+        workflow: Workflow[[A1], R],
+        a1: A1,
+        /,
+    ) -> str: ...
+
+    @overload
+    async def start_child(
+        self,
+        workflow: Workflow[[A1, A2], R],
+        a1: A1,
+        a2: A2,
+        /,
+    ) -> str: ...
+
+    @overload
+    async def start_child(
+        self,
+        workflow: Workflow[[A1, A2, A3], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+    ) -> str: ...
+
+    @overload
+    async def start_child(
+        self,
+        workflow: Workflow[[A1, A2, A3, A4], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        a4: A4,
+        /,
+    ) -> str: ...
+
+    @overload
+    async def start_child(
+        self,
+        workflow: Workflow[Concatenate[A1, A2, A3, A4, A5, P], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        a4: A4,
+        a5: A5,
+        /,
+        *args: Any,
+    ) -> str: ...
+
+    @overload
+    async def start_child(self, workflow: str, /, *args: Any) -> str: ...
+
+    async def start_child(self, workflow: Workflow[..., Any] | str, /, *args: Any) -> str:
         """Start a child workflow without waiting for it; return its id.
 
         The child starts once this turn's writes are durable. Its end does not
         wake the parent, and cancelling the parent does not cancel it.
+
+        Raises:
+          InvalidArgumentsError: ``args`` do not fit the workflow's
+            parameters; no child is started.
         """
         wf = workflow_of(self._engine.app, workflow)
         seq = self._next_seq()
@@ -602,7 +831,7 @@ class Context:
         if cp is not None:
             return cp.child_id or ""
         child_id = f"{self.run_id}.child.{seq}"
-        self._create_child(wf, seq, child_id, _serde.dump_args(args), awaited=False)
+        self._create_child(wf, seq, child_id, _serde.check_workflow_args(wf, args), awaited=False)
         await trio.lowlevel.checkpoint()
         return child_id
 
@@ -668,14 +897,34 @@ class Context:
 
     # -- fans -----------------------------------------------------------------
 
+    @overload
     async def all(
         self,
-        workflow: Workflow[..., R] | Step[..., R] | str,
+        workflow: Workflow[[A1], R] | Step[[A1], R],
+        inputs: Sequence[A1],
+        *,
+        concurrency: int | None = None,
+        mode: Literal["fail_fast", "wait_all"] = "fail_fast",
+    ) -> list[R]: ...
+
+    @overload
+    async def all(
+        self,
+        workflow: str,
         inputs: Sequence[Any],
         *,
         concurrency: int | None = None,
         mode: Literal["fail_fast", "wait_all"] = "fail_fast",
-    ) -> list[R]:
+    ) -> list[Any]: ...
+
+    async def all(
+        self,
+        workflow: Workflow[..., Any] | Step[..., Any] | str,
+        inputs: Sequence[Any],
+        *,
+        concurrency: int | None = None,
+        mode: Literal["fail_fast", "wait_all"] = "fail_fast",
+    ) -> list[Any]:
         """Run a child workflow, or a remote step, once per input and return
         their results in input order.
 
@@ -690,8 +939,14 @@ class Context:
             members still running (with their compensation); members not yet
             started never start. ``"wait_all"`` lets every member end first.
 
+        Calls are typed: a type checker checks that the workflow (after its
+        context) or the step takes one input of the type ``inputs`` hold,
+        and the result is a list of its return type.
+
         Raises:
           GatherError: Members failed; it lists them in input order.
+          InvalidArgumentsError: An input does not fit the member's
+            parameters; no member is started.
         """
         if mode not in ("fail_fast", "wait_all"):
             raise UsageError(f"fan mode must be 'fail_fast' or 'wait_all', not {mode!r}")
@@ -705,6 +960,24 @@ class Context:
             raise GatherError(failures, len(outcomes))
         return outcomes
 
+    @overload
+    async def all_settled(
+        self,
+        workflow: Workflow[[A1], Any] | Step[[A1], Any],
+        inputs: Sequence[A1],
+        *,
+        concurrency: int | None = None,
+    ) -> list[dict[str, Any]]: ...
+
+    @overload
+    async def all_settled(
+        self,
+        workflow: str,
+        inputs: Sequence[Any],
+        *,
+        concurrency: int | None = None,
+    ) -> list[dict[str, Any]]: ...
+
     async def all_settled(
         self,
         workflow: Workflow[..., Any] | Step[..., Any] | str,
@@ -714,6 +987,10 @@ class Context:
     ) -> list[dict[str, Any]]:
         """Like `Context.all`, but wait for every member and never raise for a
         member's failure.
+
+        A type checker checks ``inputs`` as for `Context.all`. The items stay
+        plain dicts (typed ``dict[str, Any]``): they are JSON as they are,
+        fit to be a workflow's output.
 
         Returns:
           One dict per input, in order: ``{"status": "fulfilled", "value": v}``
@@ -754,6 +1031,16 @@ class Context:
             isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
         ):
             raise UsageError(f"fan concurrency must be a positive integer, not {concurrency!r}")
+        if inputs and self._turn.checkpoints.get(self._seq + 1) is None:
+            # A new fan: every input must fit before its first member starts.
+            # Once a member is recorded, the inputs were checked on the turn
+            # that started it, and checking them again on each wave's turn
+            # would cost O(members) per wave.
+            for value in inputs:
+                if isinstance(workflow, Step):
+                    _serde.check_step_args(workflow, (value,), None)
+                else:
+                    _serde.check_workflow_args(wf, (value,))
         total = len(inputs)
         first = self._seq + 1
         self._seq += total

@@ -22,13 +22,13 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from typing import Any, Final, final
+from typing import Any, Concatenate, Final, final, overload
 
 import attrs
 import trio
 
 from . import _serde
-from ._app import App, Workflow, workflow_of
+from ._app import A1, A2, A3, A4, A5, App, P, R, Workflow, workflow_of
 from ._brokers import open_broker
 from ._brokers._base import RESULTS, Broker, BrokerError, Consumer, Outgoing, WorkerDescriptor
 from ._brokers._memory import MemoryBroker, MemoryConsumer
@@ -56,6 +56,7 @@ from ._exceptions import (
     UsageError,
 )
 from ._fleet import Fleet, aggregate
+from ._handle import RunHandle
 from ._handoff import UnservedRoute, follow_handoff, hand_off, output_source, routes_in_doubt
 from ._handoff import unserved_on_error_routes as _unserved
 from ._observe import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Metrics
@@ -231,20 +232,118 @@ class Engine:
 
     # -- public API -----------------------------------------------------------
 
+    @overload
     async def start(
         self,
-        workflow: Workflow[..., Any] | str,
+        workflow: Workflow[[], R],
+        /,
+        *,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[[A1], R],
+        a1: A1,
+        /,
+        *,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[[A1, A2], R],
+        a1: A1,
+        a2: A2,
+        /,
+        *,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[[A1, A2, A3], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+        *,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[[A1, A2, A3, A4], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        a4: A4,
+        /,
+        *,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[Concatenate[A1, A2, A3, A4, A5, P], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        a4: A4,
+        a5: A5,
+        /,
         *args: Any,
         run_id: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
-    ) -> Run:
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: str,
+        /,
+        *args: Any,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[Any]: ...
+
+    async def start(
+        self,
+        workflow: Workflow[..., Any] | str,
+        /,
+        *args: Any,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[Any]:
         """Start a run of ``workflow`` with positional ``args``.
 
         Idempotent by ``run_id``: if a run with that id exists in
         ``namespace``, it is returned and nothing is written. Run ids are
         unique across the whole store, not per namespace: an id that a run
         of another namespace holds is refused.
+
+        Calls are typed: a type checker checks ``args`` against the
+        workflow's parameters (for up to four of them; past that the first
+        five), and the handle's `RunHandle.result` returns the workflow's
+        return type.
 
         Args:
           workflow: A registered workflow, or its name (then the version
@@ -256,19 +355,32 @@ class Engine:
           tags: Labels stored on the run.
 
         Returns:
-          The run as stored.
+          A `RunHandle`: the run as stored, whose ``result()`` waits for its
+          output.
 
         Raises:
           UnknownWorkflowError: The workflow is not registered.
+          InvalidArgumentsError: ``args`` do not fit the workflow's
+            parameters (their count, or an input's declared type).
           SerializationError: An input cannot be serialized.
           RunConflictError: ``run_id`` belongs to a run of another workflow,
             or to a run of another namespace (the error says nothing of
             that run).
           UsageError: ``run_id``, ``namespace`` or ``tags`` are malformed.
         """
+        return RunHandle.of(await self._start(workflow, args, run_id, namespace, tags), self)
+
+    async def _start(
+        self,
+        workflow: Workflow[..., Any] | str,
+        args: tuple[Any, ...],
+        run_id: str | None,
+        namespace: str,
+        tags: tuple[str, ...] | list[str],
+    ) -> Run:
         self._check_open()
         wf = workflow_of(self.app, workflow)
-        input_json = _serde.dump_args(args)
+        input_json = _serde.check_workflow_args(wf, args)
         generated = run_id is None
         if run_id is None:
             run_id = f"{wf.name}-{self.rng.getrandbits(64):016x}"

@@ -230,6 +230,36 @@ class SerializationError(UsageError, TypeError):
 
 
 @final
+class InvalidArgumentsError(UsageError, TypeError):
+    """The inputs given to a workflow or a step do not fit its signature.
+
+    Raised by `Engine.start`, and inside a workflow by `Context.step`,
+    `Context.child`, `Context.start_child`, `Context.all` and
+    `Context.all_settled`, when there are too few or too many inputs, or an
+    input cannot be read back as the parameter's declared type (as replay
+    would read it, and stricter for ``str``, ``int``, ``float`` and ``bool``,
+    which take only the JSON value of their kind). Nothing is written: no
+    run is created, and no checkpoint is recorded for the call. Inside a
+    workflow it fails the run (code ``invalid_arguments``) unless the body
+    catches it. A value that cannot be serialized at all raises
+    `SerializationError` instead.
+
+    Attributes:
+      target: The workflow or step, as ``"workflow 'name'"`` or
+        ``"step 'name'"``.
+      parameter: The parameter whose input does not fit, or None when the
+        count of inputs is wrong.
+    """
+
+    code = "invalid_arguments"
+
+    def __init__(self, message: str, *, target: str, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.target = target
+        self.parameter = parameter
+
+
+@final
 class RunNotFoundError(UsageError, LookupError):
     """No run has the given id."""
 

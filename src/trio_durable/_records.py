@@ -87,10 +87,11 @@ def load_errors(text: str | None) -> tuple[ErrorInfo, ...]:
     return tuple(ErrorInfo.from_json(item) for item in json.loads(text))
 
 
-@final
 @attrs.define(frozen=True, kw_only=True)
 class Run:
     """A run of a workflow, as the store holds it.
+
+    `RunHandle`, which `Engine.start` returns, is a `Run` too.
 
     Attributes:
       id: The run's id, unique in the store.

@@ -332,7 +332,9 @@ async def remote_step(
         ctx, step, flow, priority if priority is not None else (flow.priority if flow else 0)
     )
     if cp is None:
-        cp = await planner.new(seq, _serde.dump_args(args), None, compensation=compensation)
+        undo = None if compensation is None else ctx._engine.app.get_step(compensation)
+        input_json = _serde.check_step_args(step, args, undo)
+        cp = await planner.new(seq, input_json, None, compensation=compensation)
     elif cp.status == "pending":
         cp = await planner.drive(cp)
     if cp.status == "completed":

@@ -39,7 +39,9 @@ from ._brokers._base import (
 )
 from ._clock import Clock
 from ._context import error_info
+from ._current import StepInfo, call_step
 from ._exceptions import FatalError, SerializationError, UsageError
+from ._records import DEFAULT_NAMESPACE
 from ._wire import Result, Task, WireError
 
 logger = logging.getLogger("trio_durable")
@@ -393,13 +395,24 @@ class Worker:
         self._stats.completed += 1
         return result("completed", output=output)
 
+    @staticmethod
+    def _step_info(task: Task) -> StepInfo:
+        return StepInfo(
+            run_id=task.run_id,
+            workflow=task.workflow,
+            namespace=split_route(task.route)[1] or DEFAULT_NAMESPACE,
+            step=task.step,
+            seq=task.seq,
+            attempt=task.attempt,
+        )
+
     async def _call(self, step: Step[..., Any], task: Task) -> Any:
         args = _serde.load_args(task.input, step.fn)
         timeout = task.timeout if task.timeout is not None else step.timeout
         with trio.CancelScope() as scope:
             if timeout is not None:
                 scope.relative_deadline = timeout
-            return await step.fn(*args)
+            return await call_step(self._step_info(task), step.fn, args)
         raise TimeoutError(f"step {step.name!r} timed out after {timeout} s")
 
     async def _publish_forever(self) -> None:

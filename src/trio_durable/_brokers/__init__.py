@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 from .._exceptions import InvalidURLError
@@ -21,19 +21,42 @@ class _BrokerOpener(Protocol):
     def __call__(self, url: str) -> AbstractAsyncContextManager[Any]: ...
 
 
+EXTRAS: Final[dict[str, str]] = {
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+    "nats": "nats",
+    "tls": "nats",
+}
+"""The extra of trio-durable that installs the client of each built-in
+broker scheme (its entry point is registered even without it)."""
+
+
 def broker_opener(url: str) -> _BrokerOpener:
     """The opener registered under the entry-point group
     ``trio_durable.brokers`` for ``url``'s scheme.
 
     Raises:
-      InvalidURLError: The URL has no scheme, or no broker serves it.
+      InvalidURLError: The URL has no scheme, no broker serves it, or the
+        extra that installs its client is missing (the message names it).
     """
     if not isinstance(url, str) or "://" not in url:
         raise InvalidURLError(f"not a broker URL: {url!r} (expected e.g. 'memory://')")
     scheme = urlsplit(url).scheme.lower()
     for entry in entry_points(group="trio_durable.brokers"):
         if entry.name == scheme:
-            opener: _BrokerOpener = entry.load()
+            try:
+                opener: _BrokerOpener = entry.load()
+            except ImportError as exc:
+                # An adapter may wrap the ImportError in one of its own.
+                missing = exc.name or getattr(exc.__cause__, "name", None)
+                extra = EXTRAS.get(scheme)
+                if extra is None or (missing or "").startswith("trio_durable"):
+                    raise
+                raise InvalidURLError(
+                    f"the broker scheme {scheme!r} needs the {extra!r} extra:"
+                    f" pip install 'trio-durable[{extra}]'"
+                    f" ({f'no module named {missing!r}' if missing else exc})"
+                ) from exc
             return opener
     raise InvalidURLError(
         f"no broker is registered for the scheme {scheme!r} in {url!r}"
@@ -46,7 +69,8 @@ async def open_broker(url: str) -> AsyncIterator[Broker]:
     """Open the broker a URL names, and close it on exit.
 
     Raises:
-      InvalidURLError: The URL is malformed or its scheme is unknown.
+      InvalidURLError: The URL is malformed, its scheme is unknown, or the
+        extra its broker needs is not installed.
     """
     opener = broker_opener(url)
     async with opener(url) as broker:

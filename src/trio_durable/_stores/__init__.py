@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 from .._exceptions import InvalidURLError
@@ -14,6 +14,11 @@ from ._base import Store
 
 class _StoreOpener(Protocol):
     def __call__(self, url: str) -> AbstractAsyncContextManager[Any]: ...
+
+
+EXTRAS: Final[dict[str, str]] = {"postgresql": "postgres", "postgres": "postgres"}
+"""The extra of trio-durable that installs the client of each store scheme
+that needs one (its entry point is registered even without it)."""
 
 
 def _builtin_opener(scheme: str) -> _StoreOpener | None:
@@ -35,7 +40,8 @@ def store_opener(url: str) -> _StoreOpener:
     under the entry-point group ``trio_durable.stores``.
 
     Raises:
-      InvalidURLError: The URL has no scheme, or no store serves its scheme.
+      InvalidURLError: The URL has no scheme, no store serves its scheme, or
+        the extra that installs its client is missing (the message names it).
     """
     if not isinstance(url, str) or "://" not in url:
         raise InvalidURLError(f"not a store URL: {url!r} (expected e.g. 'sqlite:///app.db')")
@@ -45,7 +51,19 @@ def store_opener(url: str) -> _StoreOpener:
         return builtin
     for entry in entry_points(group="trio_durable.stores"):
         if entry.name == scheme:
-            opener: _StoreOpener = entry.load()
+            try:
+                opener: _StoreOpener = entry.load()
+            except ImportError as exc:
+                # An adapter may wrap the ImportError in one of its own.
+                missing = exc.name or getattr(exc.__cause__, "name", None)
+                extra = EXTRAS.get(scheme)
+                if extra is None or (missing or "").startswith("trio_durable"):
+                    raise
+                raise InvalidURLError(
+                    f"the store scheme {scheme!r} needs the {extra!r} extra:"
+                    f" pip install 'trio-durable[{extra}]'"
+                    f" ({f'no module named {missing!r}' if missing else exc})"
+                ) from exc
             return opener
     raise InvalidURLError(f"no store is registered for the scheme {scheme!r} in {url!r}")
 
@@ -59,7 +77,8 @@ async def open_store(url: str) -> AsyncIterator[Store]:
         relative path, or four for an absolute one).
 
     Raises:
-      InvalidURLError: The URL is malformed or its scheme is unknown.
+      InvalidURLError: The URL is malformed, its scheme is unknown, or the
+        extra its store needs is not installed.
     """
     opener = store_opener(url)
     async with opener(url) as store:
