@@ -633,7 +633,9 @@ async def test_fail_fast_freezes_the_fan(
     assert sorted(world.executions) == [(0, 0.0), (1, 0.0), (2, 0.0), (3, 0.0)]
     cps = {cp.seq: cp for cp in await store.get_checkpoints("p") if cp.kind == "remote"}
     assert cps[3].status == "failed"
-    assert cps[3].error == td.ErrorInfo(message="job 2 failed", code="boom", details={"index": 2})
+    assert cps[3].error == td.ErrorInfo(
+        message="job 2 failed", code="boom", details={"index": 2}, type="FatalError", step="work"
+    )
     for seq in (1, 2, 4, 5, 6, 7, 8, 9, 10):
         error = cps[seq].error
         assert (cps[seq].status, error and error.code) == ("failed", "fan_cancelled")
