@@ -230,6 +230,10 @@ async def test_metrics_are_valid_prometheus_text_with_exact_values(
             "counter",
             "Failed runs handed to an on-error handler, by code.",
         ),
+        "trio_durable_messages_rejected_total": (
+            "counter",
+            "Broker messages rejected because they did not decode, by kind (task or result).",
+        ),
     }
     runs = "trio_durable_runs_total"
     steps = "trio_durable_steps_total"

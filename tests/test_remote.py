@@ -761,7 +761,7 @@ async def test_unstarted_members_of_a_failed_fail_fast_fan_are_never_sent(
     assert sorted(calls) == [("act", 1, 0.0), ("act", 2, 0.0)]
 
 
-async def test_stray_and_unreadable_results_are_acked_and_change_nothing(
+async def test_stray_results_are_acked_unreadable_ones_rejected_and_nothing_changes(
     autojump_clock: trio.testing.MockClock,
     open_test_engine: EngineFactory,
     caplog: pytest.LogCaptureFixture,
@@ -788,11 +788,14 @@ async def test_stray_and_unreadable_results_are_acked_and_change_nothing(
                 [Outgoing(queue=engine.results_queue, body=body) for body in bodies]
             )
             await engine.drain()
-        assert broker.acked == acked + len(bodies)
+        # The stray ones are acked; the unreadable ones rejected without
+        # requeue (the memory broker has no dead-letter queue: dropped).
+        assert broker.acked == acked + 2
         assert broker.depth(engine.results_queue) == 0
         assert await snapshot(store) == before
         assert entries["r"] == 1
-    dropped = [r for r in caplog.records if "does not decode" in r.getMessage()]
+        assert engine.statistics().rejected == 4
+    dropped = [r for r in caplog.records if "no valid result" in r.getMessage()]
     assert len(dropped) == 4
 
 

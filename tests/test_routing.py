@@ -272,15 +272,37 @@ def _received(events: trio.MemoryReceiveChannel[td.Event]) -> list[td.Event]:
             return out
 
 
-def _error(message: str, code: str | None, details: Any, type: str) -> dict[str, Any]:
-    """An error as a handler's input carries it (`ErrorInfo.to_json`)."""
+def _error(
+    message: str, code: str | None, details: Any, type: str, step: str | None = None
+) -> dict[str, Any]:
+    """An error as a handler's input carries it (`ErrorInfo.to_json`), but
+    for its traceback (see `_untraced`)."""
     error: dict[str, Any] = {"message": message}
     if code is not None:
         error["code"] = code
     if details is not None:
         error["details"] = details
     error["type"] = type
+    if step is not None:
+        error["step"] = step
     return error
+
+
+def _untraced(error: dict[str, Any]) -> dict[str, Any]:
+    """``error`` without its traceback, which must be there and end with
+    the exception the run failed with."""
+    error = dict(error)
+    traceback = error.pop("traceback")
+    assert traceback.rstrip().rsplit("\n", 1)[-1].startswith(
+        f"trio_durable._exceptions.{error['type']}: "
+    ), traceback
+    return error
+
+
+def _untraced_input(text: str) -> str:
+    """A handler's stored input with the traceback taken out of its error."""
+    [info] = json.loads(text)
+    return json.dumps([{**info, "error": _untraced(info["error"])}], separators=(",", ":"))
 
 
 def _handoff_input(run_id: str, workflow: str, args: list[Any], error: dict[str, Any]) -> str:
@@ -530,6 +552,13 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "child": ("body failed", "RunFailed"),
     "body": ("body failed", "FatalError"),
 }
+STEPS: dict[str, str | None] = {
+    # where -> the step whose failure failed the run
+    "local": "local_boom",
+    "remote": "remote_boom",
+    "child": None,
+    "body": None,
+}
 
 
 def _far_engine(open_test_engine: EngineFactory) -> AbstractAsyncContextManager[td.Engine]:
@@ -551,7 +580,9 @@ async def test_code_and_details_reach_the_runs_stored_error(
             DETAILS,
         )
         run = await _get(engine, "x")
-        assert run.error == td.ErrorInfo(message=message, code="boom", details=DETAILS, type=kind)
+        assert run.error == td.ErrorInfo(
+            message=message, code="boom", details=DETAILS, type=kind, step=STEPS[where]
+        )
         if where == "child":
             child = await _get(engine, "x.child.1")
             assert child.error == td.ErrorInfo(
@@ -619,10 +650,17 @@ async def test_code_and_details_reach_the_handlers_input(
         await engine.start(explode_routed, where, run_id="x")
         info = await engine.result("x")
         handoff = await _handoff(engine, "x")
-    error = _error(message, "boom", DETAILS, kind)
+    error = _error(message, "boom", DETAILS, kind, STEPS[where])
     # The handler (echo) returned its input, and the run completed with it.
-    assert info == {"run_id": "x", "workflow": "explode_routed", "input": [where], "error": error}
-    assert handoff.input == _handoff_input("x", "explode_routed", [where], error)
+    assert {**info, "error": _untraced(info["error"])} == {
+        "run_id": "x",
+        "workflow": "explode_routed",
+        "input": [where],
+        "error": error,
+    }
+    assert _untraced_input(handoff.input or "") == _handoff_input(
+        "x", "explode_routed", [where], error
+    )
 
 
 # -- 3. handoff ---------------------------------------------------------------
@@ -647,16 +685,20 @@ async def test_handoff_to_a_handler_that_completes(
     assert run.tags == ("vip", "onError:card_declined")
     assert (handler.workflow, handler.version, handler.status) == ("refund", "1", "completed")
     assert (handler.parent_id, handler.parent_seq) == ("r", 1_000_000_000)
-    assert handler.input == _handoff_input("r", "checkout", ["card_declined"], error)
+    assert _untraced_input(handler.input) == _handoff_input(
+        "r", "checkout", ["card_declined"], error
+    )
     # The handler's input is exactly these four keys.
-    assert handler_inputs == {
-        "r.onError.0": {
+    [(handler_id, info)] = handler_inputs.items()
+    assert (handler_id, {**info, "error": _untraced(info["error"])}) == (
+        "r.onError.0",
+        {
             "run_id": "r",
             "workflow": "checkout",
             "input": ["card_declined"],
             "error": error,
-        }
-    }
+        },
+    )
     [cp] = cps
     assert (cp.seq, cp.kind, cp.name, cp.child_id, cp.status) == (
         1_000_000_000,
@@ -713,7 +755,7 @@ async def test_handoff_to_a_handler_that_fails_fails_the_run_with_its_error(
     # The catch-all took it: tagged "*", though the failure had a code.
     assert run.tags == ("onError:*",)
     assert (handler.workflow, handler.status) == ("page_oncall", "failed")
-    assert handler_inputs["r.onError.0"]["error"] == _error(
+    assert _untraced(handler_inputs["r.onError.0"]["error"]) == _error(
         "payment failed", "fraud", DETAILS, "FatalError"
     )
     assert (cp.name, cp.status) == ("page_oncall", "failed")
@@ -739,7 +781,7 @@ async def test_a_failure_without_a_code_takes_the_catch_all(
             await engine.result("r")
         run = await _get(engine, "r")
     assert run.tags == ("onError:*",)
-    assert handler_inputs["r.onError.0"]["error"] == _error(
+    assert _untraced(handler_inputs["r.onError.0"]["error"]) == _error(
         "payment failed", None, DETAILS, "FatalError"
     )
 
@@ -990,7 +1032,7 @@ async def test_retry_retires_the_handoff_and_the_next_failure_hands_off_anew(
             "p.onError.1",
         )
         assert second.error == td.ErrorInfo(
-            message="declined", code="declined", details={"call": 2}, type="StepFailed"
+            message="declined", code="declined", details={"call": 2}, type="StepFailed", step="pay"
         )
         new = await _get(engine, "p.onError.1")
         assert (new.parent_id, new.parent_seq) == ("p", 1_000_000_001)

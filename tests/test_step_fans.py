@@ -651,7 +651,11 @@ async def test_fail_fast_freezes_the_fan(
     for each in (frozen_cps, cps):
         assert each[3].status == "failed"
         assert each[3].error == td.ErrorInfo(
-            message="job 2 failed", code="boom", details={"index": 2}
+            message="job 2 failed",
+            code="boom",
+            details={"index": 2},
+            type="FatalError",
+            step="work",
         )
         for seq in range(1, 11):
             assert (each[seq].parallel_group, each[seq].parallel_size) == (1, 10)

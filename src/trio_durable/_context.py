@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import math
+import traceback as _traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Final, Literal, final, overload
 
@@ -28,6 +30,7 @@ from ._exceptions import (
     GatherError,
     GatherFailure,
     NonDeterminismError,
+    RemoteStepError,
     RunFailed,
     SerializationError,
     SignalTimeout,
@@ -35,7 +38,14 @@ from ._exceptions import (
     UsageError,
 )
 from ._observe import Event, EventKind
-from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode, Run
+from ._records import (
+    Checkpoint,
+    CheckpointKind,
+    ErrorInfo,
+    FanMode,
+    Run,
+    bound_traceback,
+)
 from ._remote import check_fan_target, remote_fan, remote_step
 from ._stores._base import (
     CreateRun,
@@ -49,6 +59,8 @@ from ._wire import Task
 
 if TYPE_CHECKING:
     from ._engine import Engine
+
+logger = logging.getLogger("trio_durable")
 
 FAN_CANCELLED: Final = "fan_cancelled"
 
@@ -80,23 +92,68 @@ class Suspend(BaseException):
         self.admission = admission
 
 
-def error_info(exc: BaseException) -> ErrorInfo:
-    """The stored form of an exception: its message, code and JSON details."""
+def error_info(
+    exc: BaseException, *, step: str | None = None, traceback_limit: int = 0
+) -> ErrorInfo:
+    """The stored form of an exception: its message, code, JSON details and
+    type, the step it failed (``step``, or the step a step failure names),
+    and, if ``traceback_limit`` is not 0, its traceback cut to that many
+    characters (see `format_traceback`)."""
     code = getattr(exc, "code", None)
-    details = getattr(exc, "details", None)
-    try:
-        json.dumps(details)
-    except (TypeError, ValueError):
-        details = repr(details)
     message = getattr(exc, "message", None)
     if not isinstance(message, str):
         message = str(exc) or type(exc).__name__
+    if step is None and isinstance(exc, StepFailed | RemoteStepError | RunFailed):
+        step = exc.step
     return ErrorInfo(
         message=message,
         code=code if isinstance(code, str) else None,
-        details=details,
+        details=json_details(getattr(exc, "details", None)),
         type=type(exc).__name__,
+        step=step,
+        traceback=format_traceback(exc, traceback_limit),
     )
+
+
+def json_details(details: Any) -> Any:
+    """``details`` if it is a payload the store and the wire accept (JSON,
+    finite numbers only, not nested too deeply), else its ``repr``."""
+    try:
+        text = json.dumps(details, allow_nan=False)
+        if not _serde.nesting_exceeds(details, text):
+            return details
+    except (TypeError, ValueError, RecursionError):
+        pass
+    try:
+        return repr(details)
+    except RecursionError:
+        return f"<{type(details).__name__} nested too deeply to show>"
+
+
+def format_traceback(exc: BaseException, limit: int) -> str | None:
+    """``exc``'s traceback as Python prints it, cut to ``limit`` characters
+    (None if ``limit`` is 0).
+
+    A step failure raised from a record (`StepFailed` on replay, a
+    `RemoteStepError`, a child's `RunFailed`) has no live cause; the
+    traceback recorded with it is shown as its cause instead, so a run that
+    fails because a step failed keeps where the step failed.
+    """
+    if limit <= 0:
+        return None
+    text = "".join(_traceback.format_exception(exc))
+    recorded = getattr(exc, "traceback", None)
+    if (
+        isinstance(exc, StepFailed | RemoteStepError | RunFailed)
+        and isinstance(recorded, str)
+        and exc.__cause__ is None
+    ):
+        text = (
+            recorded.rstrip("\n")
+            + "\n\nThe above exception was the direct cause of the following exception:\n\n"
+            + text
+        )
+    return bound_traceback(text, limit)
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -443,11 +500,22 @@ class Context:
                 output = _serde.dumps(value)
             except Exception as exc:
                 last_exc = exc
-                info = error_info(exc)
+                info = error_info(exc, step=step.name, traceback_limit=engine.traceback_limit)
                 if isinstance(exc, TimeoutError) and info.code is None:
                     info = attrs.evolve(info, code="timeout")
                 errors.append(info)
                 retryable = _retryable(exc) and not isinstance(exc, SerializationError)
+                logger.warning(
+                    "%s %r of run %r failed (attempt %d of %d%s): %s",
+                    "undo" if undo_of is not None else "step",
+                    step.name,
+                    self.run_id,
+                    attempt,
+                    retry.attempts,
+                    "" if retryable and attempt < retry.attempts else ", final",
+                    info.message,
+                    exc_info=exc,
+                )
                 self._emit(
                     "step.failed",
                     seq,
@@ -751,7 +819,15 @@ class Context:
             raise Suspend("child", watch=(seq, seq))
         value = self._child_outcome(wf, cp)
         if isinstance(value, _Failed):
-            raise RunFailed(cp.child_id or "", value.error, value.code, value.details)
+            recorded = cp.error or ErrorInfo(message=value.error)
+            raise RunFailed(
+                cp.child_id or "",
+                value.error,
+                value.code,
+                value.details,
+                step=recorded.step,
+                traceback=recorded.traceback,
+            )
         return value
 
     @overload
@@ -1157,7 +1233,12 @@ class _Failed:
 def _step_failed(cp: Checkpoint) -> StepFailed:
     error = cp.error or ErrorInfo(message="failed")
     return StepFailed(
-        cp.name, error.message, code=error.code, details=error.details, attempts=cp.attempts
+        cp.name,
+        error.message,
+        code=error.code,
+        details=error.details,
+        attempts=cp.attempts,
+        traceback=error.traceback,
     )
 
 

@@ -48,6 +48,7 @@ from ._exceptions import (
     InvalidURLError,
     LeaseLostError,
     NonDeterminismError,
+    RecordedTraceback,
     RunCancelled,
     RunConflictError,
     RunFailed,
@@ -64,6 +65,7 @@ from ._poller import poll_due, reconcile_stalled
 from ._records import (
     ACTIVE_STATUSES,
     DEFAULT_NAMESPACE,
+    DEFAULT_TRACEBACK_LIMIT,
     TERMINAL_STATUSES,
     Checkpoint,
     CheckpointStatus,
@@ -92,7 +94,14 @@ from ._stores._base import (
     WriteConflict,
 )
 from ._wire import Task
-from ._worker import Worker, _check_concurrency, check_routes, open_worker, task_queue
+from ._worker import (
+    Worker,
+    _check_concurrency,
+    check_routes,
+    check_traceback_limit,
+    open_worker,
+    task_queue,
+)
 
 logger = logging.getLogger("trio_durable")
 
@@ -130,12 +139,16 @@ class EngineStatistics:
       runs_active: Runs with a turn in flight or queued now.
       events_dropped: Events lost because a subscriber fell behind.
       reconciled: Stalled runs (a lost wake-up) the reconcile pass woke.
+      rejected: Result messages rejected because they did not decode into
+        a valid, in-range result (see docs/brokers.md); each was dropped,
+        or dead-lettered where the broker keeps a dead-letter queue.
     """
 
     turns: int = 0
     runs_active: int = 0
     events_dropped: int = 0
     reconciled: int = 0
+    rejected: int = 0
 
 
 @attrs.define(eq=False)
@@ -189,8 +202,10 @@ class Engine:
         broker: Broker,
         remote_redispatch: tuple[float, int] | None,
         blocked_recheck: float,
+        traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
     ) -> None:
         self.app = app
+        self.traceback_limit = traceback_limit
         self.store = store
         self.broker = broker
         self.remote_redispatch = remote_redispatch
@@ -512,7 +527,17 @@ class Engine:
             return _serde.loads(run.output, output_type(self.app, *source))
         error = run.error or ErrorInfo(message=run.status)
         cls = RunCancelled if run.status == "cancelled" else RunFailed
-        raise cls(run.id, error.message, error.code, error.details)
+        failure = cls(
+            run.id,
+            error.message,
+            error.code,
+            error.details,
+            step=error.step,
+            traceback=error.traceback,
+        )
+        if error.traceback is None:
+            raise failure
+        raise failure from RecordedTraceback(error.traceback)
 
     async def signal(
         self, run_id: str, name: str, payload: Any = None, *, namespace: str | None = None
@@ -682,7 +707,10 @@ class Engine:
             yield receive
 
     def metrics(self) -> str:
-        """Counters in the Prometheus text exposition format."""
+        """Counters in the Prometheus text exposition format (the embedded
+        worker's, if any, included)."""
+        if self._worker is not None:
+            return self._metrics.render(self._worker._metrics)
         return self._metrics.render()
 
     def statistics(self) -> EngineStatistics:
@@ -1104,13 +1132,21 @@ class Engine:
     async def _fail(
         self, turn: TurnState, ctx: Context, exc: BaseException, wf: Workflow[..., Any]
     ) -> None:
-        error = error_info(exc)
+        error = error_info(exc, traceback_limit=self.traceback_limit)
         if not isinstance(exc, NonDeterminismError):
             await self._compensate(turn, ctx)
         route = pick_route(wf.on_error, error)
         if route is not None:
             reason = await routes_in_doubt(self, wf.name)
             if reason is None:
+                logger.warning(
+                    "run %r (workflow %r) failed%s: %s; handing it to %r",
+                    turn.run.id,
+                    turn.run.workflow,
+                    "" if error.step is None else f" in step {error.step!r}",
+                    error.message,
+                    route.workflow,
+                )
                 await hand_off(self, turn, route, error)
                 return
             self._emit_run("run.unrouted", turn.run, code=error.code, reason=reason)
@@ -1170,6 +1206,8 @@ class Engine:
         if results is None:
             return
         await self._after_commit(turn, results)
+        if status in ("failed", "dead") and error is not None:
+            _log_failed_run(run, status, error)
         kind: EventKind = {
             "completed": "run.completed",
             "cancelled": "run.cancelled",
@@ -1262,6 +1300,19 @@ class Engine:
         )
 
 
+def _log_failed_run(run: Run, status: RunStatus, error: ErrorInfo) -> None:
+    """Log a run's failure once, when it is written, with its traceback."""
+    logger.error(
+        "run %r (workflow %r) %s%s: %s%s",
+        run.id,
+        run.workflow,
+        "failed" if status == "failed" else "is dead",
+        "" if error.step is None else f" in step {error.step!r}",
+        error.message,
+        "" if error.traceback is None else "\n" + error.traceback.rstrip("\n"),
+    )
+
+
 async def _embedded_worker(
     app: App,
     broker: Broker,
@@ -1271,6 +1322,7 @@ async def _embedded_worker(
     wall_clock: Callable[[], float],
     engine_id: str,
     seed: int,
+    traceback_limit: int,
     task_status: trio.TaskStatus[Worker],
 ) -> None:
     async with open_worker(
@@ -1282,6 +1334,7 @@ async def _embedded_worker(
         instance_id=f"{engine_id}.worker",
         wall_clock=wall_clock,
         seed=seed,
+        traceback_limit=traceback_limit,
     ) as worker:
         task_status.started(worker)
         await trio.sleep_forever()
@@ -1348,6 +1401,7 @@ async def open_engine(
     capabilities: Sequence[str] = (),
     remote_redispatch: tuple[float, int] | None = None,
     blocked_recheck: float = 5.0,
+    traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -1389,6 +1443,10 @@ async def open_engine(
         sent again with this on.
       blocked_recheck: Seconds between checks of a step parked because no
         live worker offers what it ``requires``.
+      traceback_limit: How many characters of a traceback a failed step
+        attempt or run records with its error (and the embedded worker
+        sends with a failed remote attempt); 0 records none. A longer
+        traceback keeps its start and its end (see docs/failure-handling.md).
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -1425,6 +1483,7 @@ async def open_engine(
         )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")
+    check_traceback_limit(traceback_limit)
     routes = check_routes(app, serve, "serve")
     _check_concurrency(worker_concurrency)
     batch = DEFAULT_TIMER_BATCH_SIZE
@@ -1483,6 +1542,7 @@ async def open_engine(
                     broker=broker_obj,
                     remote_redispatch=remote_redispatch,
                     blocked_recheck=float(blocked_recheck),
+                    traceback_limit=traceback_limit,
                 )
                 await nursery.start(consume_results, engine, name="trio_durable result consumer")
                 if routes:
@@ -1496,6 +1556,7 @@ async def open_engine(
                         wall_clock,
                         engine_id,
                         rng.getrandbits(32),
+                        traceback_limit,
                         name="trio_durable embedded worker",
                     )
                 engine_ref.append(engine)

@@ -91,6 +91,7 @@ class _StepFailure(TrioDurableError):
         code: str | None = None,
         details: JSON = None,
         attempts: int = 1,
+        traceback: str | None = None,
     ) -> None:
         super().__init__(f"{self._kind} {step!r} failed: {message}")
         self.step = step
@@ -98,6 +99,7 @@ class _StepFailure(TrioDurableError):
         self.code = code
         self.details = details
         self.attempts = attempts
+        self.traceback = traceback
 
 
 @final
@@ -116,6 +118,7 @@ class StepFailed(_StepFailure):
         that timed out, or None).
       details: The error's JSON details.
       attempts: How many attempts ran.
+      traceback: The last attempt's recorded traceback, or None.
     """
 
 
@@ -134,6 +137,8 @@ class RemoteStepError(_StepFailure):
       code: The error code, or None.
       details: The error's JSON details, or None.
       attempts: How many attempts were dispatched.
+      traceback: The traceback the worker recorded for the last attempt, or
+        None.
     """
 
     _kind = "remote step"
@@ -147,26 +152,60 @@ class RunFailed(TrioDurableError):
     `Context.child` when the awaited child failed. The child's `FatalError`
     code and details reach the parent through this exception.
 
+    The exception that failed the run was raised in another turn, maybe in
+    another process, so it cannot be the ``__cause__``. When the run's error
+    recorded a traceback, `Engine.result` raises this exception from a
+    stand-in whose message is that traceback (as `concurrent.futures` does
+    for an exception from a worker process): an uncaught `RunFailed` prints
+    where the run really failed.
+
     Attributes:
       run_id: The run that failed.
       message: Its error message.
       code: Its error code, or None.
       details: Its error details (JSON), or None.
+      step: The step whose failure failed the run, or None (the body itself
+        raised, or the run was cancelled).
+      traceback: The traceback recorded with the run's error (cut to the
+        engine's ``traceback_limit``), or None.
     """
 
     def __init__(
-        self, run_id: str, message: str, code: str | None = None, details: JSON = None
+        self,
+        run_id: str,
+        message: str,
+        code: str | None = None,
+        details: JSON = None,
+        *,
+        step: str | None = None,
+        traceback: str | None = None,
     ) -> None:
         super().__init__(f"run {run_id!r} failed: {message}")
         self.run_id = run_id
         self.message = message
         self.code = code
         self.details = details
+        self.step = step
+        self.traceback = traceback
 
 
 @final
 class RunCancelled(RunFailed):
     """The run was cancelled (code ``"cancelled"``)."""
+
+
+@final
+class RecordedTraceback(Exception):
+    """Stands in, as a ``__cause__``, for an exception raised in another turn
+    or process: its message is that exception's recorded traceback."""
+
+    def __init__(self, traceback: str) -> None:
+        super().__init__(traceback)
+        self.traceback = traceback
+
+    def __str__(self) -> str:
+        # On a line of its own, so the traceback reads as it was printed.
+        return "\n" + self.traceback.rstrip("\n")
 
 
 @final

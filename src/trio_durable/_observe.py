@@ -119,6 +119,9 @@ class Metrics:
     - ``trio_durable_steps_total{step, event}``: step events.
     - ``trio_durable_step_duration_seconds{step}``: a summary (``_sum`` and
       ``_count``) of step attempt durations.
+    - ``trio_durable_messages_rejected_total{kind}``: broker messages
+      rejected because they did not decode (``kind`` is ``task`` or
+      ``result``).
     """
 
     _HELP: Final = {
@@ -128,6 +131,10 @@ class Metrics:
         "durable_runs_routed_total": (
             "counter",
             "Failed runs handed to an on-error handler, by code.",
+        ),
+        "trio_durable_messages_rejected_total": (
+            "counter",
+            "Broker messages rejected because they did not decode, by kind (task or result).",
         ),
     }
 
@@ -152,6 +159,11 @@ class Metrics:
                 self._add("trio_durable_step_duration_seconds_sum", labels, float(duration))
                 self._add("trio_durable_step_duration_seconds_count", labels)
 
+    def count_rejected(self, kind: str) -> None:
+        """Count a broker message of ``kind`` (``task`` or ``result``)
+        rejected at the boundary."""
+        self._add("trio_durable_messages_rejected_total", (("kind", kind),))
+
     def _add(self, name: str, labels: tuple[tuple[str, str], ...], amount: float = 1.0) -> None:
         key = (name, labels)
         self._values[key] = self._values.get(key, 0.0) + amount
@@ -160,12 +172,18 @@ class Metrics:
         """One sample's current value (0 if never counted)."""
         return self._values.get((name, tuple(labels.items())), 0.0)
 
-    def render(self) -> str:
+    def render(self, *others: Metrics) -> str:
+        """The counters in the text format, with those of ``others`` (an
+        engine's embedded worker) added in."""
+        values = dict(self._values)
+        for other in others:
+            for key, value in other._values.items():
+                values[key] = values.get(key, 0.0) + value
         lines: list[str] = []
         for family, (kind, help_text) in self._HELP.items():
             samples = sorted(
                 (name, labels, value)
-                for (name, labels), value in self._values.items()
+                for (name, labels), value in values.items()
                 if name == family or name.startswith(family + "_")
             )
             lines.append(f"# HELP {family} {help_text}")

@@ -32,6 +32,10 @@ ACTIVE_STATUSES: Final[frozenset[RunStatus]] = frozenset(
 DEFAULT_NAMESPACE: Final = "default"
 
 
+DEFAULT_TRACEBACK_LIMIT: Final = 8192
+"""How many characters of a traceback an error keeps by default."""
+
+
 @final
 @attrs.define(frozen=True, kw_only=True)
 class ErrorInfo:
@@ -42,12 +46,20 @@ class ErrorInfo:
       code: A machine-readable code, or None.
       details: JSON details, or None.
       type: The Python type name of the exception, for people.
+      step: The step whose failure this is (for a run's error: the step
+        whose failure failed the run), or None.
+      traceback: The exception's traceback as text, cut to the engine's or
+        worker's ``traceback_limit`` (see `bound_traceback`), or None. For
+        people only: it takes no part in comparing errors (``==``), since
+        it names files and lines that change from one deploy to the next.
     """
 
     message: str
     code: str | None = None
     details: Any = None
     type: str | None = None
+    step: str | None = None
+    traceback: str | None = attrs.field(default=None, eq=False)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"message": self.message}
@@ -57,16 +69,42 @@ class ErrorInfo:
             data["details"] = self.details
         if self.type is not None:
             data["type"] = self.type
+        if self.step is not None:
+            data["step"] = self.step
+        if self.traceback is not None:
+            data["traceback"] = self.traceback
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ErrorInfo:
+        # Rows written before a field existed lack it: it reads as None.
         return cls(
             message=str(data["message"]),
             code=data.get("code"),
             details=data.get("details"),
             type=data.get("type"),
+            step=data.get("step"),
+            traceback=data.get("traceback"),
         )
+
+
+def bound_traceback(text: str | None, limit: int) -> str | None:
+    """``text`` cut to at most ``limit`` characters (None if ``limit`` is 0).
+
+    A cut keeps the start, where the first exception of a chain (the root
+    cause) begins, and the longer end, where the innermost frame and the
+    exception raised last are, with a marker where the middle was.
+    """
+    if text is None or limit <= 0:
+        return None
+    if len(text) <= limit:
+        return text
+    marker = f"\n[... traceback cut to {limit} characters ...]\n"
+    room = limit - len(marker)
+    if room < 60:
+        return text[-limit:]
+    head = room // 3
+    return text[:head] + marker + text[len(text) - (room - head) :]
 
 
 def dump_error(error: ErrorInfo | None) -> str | None:

@@ -56,7 +56,12 @@ def route_of(step: Step[..., Any], namespace: str) -> str:
 def remote_error(cp: Checkpoint) -> RemoteStepError:
     error = cp.error or ErrorInfo(message="failed")
     return RemoteStepError(
-        cp.name, error.message, code=error.code, details=error.details, attempts=cp.attempts
+        cp.name,
+        error.message,
+        code=error.code,
+        details=error.details,
+        attempts=cp.attempts,
+        traceback=error.traceback,
     )
 
 

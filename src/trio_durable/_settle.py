@@ -25,7 +25,7 @@ from ._app import NO_RETRY
 from ._brokers._base import BrokerError, Consumer, Delivery
 from ._exceptions import StoreError
 from ._observe import Event, EventKind
-from ._records import Checkpoint, CheckpointStatus, ErrorInfo, RunStatus
+from ._records import Checkpoint, CheckpointStatus, ErrorInfo, RunStatus, bound_traceback
 from ._remote import FAN_CANCELLED
 from ._stores._base import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result, WireError
@@ -98,7 +98,15 @@ def _op_for(engine: Engine, result: Result) -> Op:
             kind="remote",
             name=result.step,
         )
-    error = ErrorInfo(message=result.error or "failed", code=result.code, details=result.details)
+    error = ErrorInfo(
+        message=result.error or "failed",
+        code=result.code,
+        details=result.details,
+        type=result.error_type,
+        step=result.step,
+        # The worker cut it to its own limit; this engine keeps to its own.
+        traceback=bound_traceback(result.traceback, engine.traceback_limit),
+    )
     step = engine.app.get_step(result.step)
     retry = step.retry if step is not None else NO_RETRY
     if result.retryable and result.attempt < retry.attempts:
@@ -139,10 +147,22 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
         try:
             readable.append((delivery, Result.decode(delivery.body)))
         except WireError as exc:
-            logger.error("dropping a result that does not decode: %s", exc)
+            logger.error(
+                "rejected a message of %d bytes on %s that is no valid result: %s",
+                len(delivery.body),
+                engine.results_queue,
+                exc,
+            )
+            engine._stats.rejected += 1
+            engine._metrics.count_rejected("result")
             unreadable.append(delivery)
     if unreadable:
-        await _ack(consumer, unreadable)
+        # Never requeued (it would come back forever): dropped, or
+        # dead-lettered where the broker keeps a dead-letter queue.
+        try:
+            await consumer.reject(unreadable, requeue=False)
+        except (BrokerError, trio.ClosedResourceError) as exc:
+            logger.warning("could not reject results: %s", exc)
     if not readable:
         return 0
     ops = [_op_for(engine, result) for _, result in readable]

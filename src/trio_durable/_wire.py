@@ -4,24 +4,49 @@ Both are JSON objects encoded as UTF-8. Inputs and outputs stay the JSON text
 the store holds, so a worker never needs the engine's types to pass them on,
 and a result that fails to decode is rejected at the boundary without
 touching any state.
+
+Decoding is total: whatever bytes arrive, `Task.decode` and `Result.decode`
+either return a message whose every field is of its type and in range for
+the engine, the worker and every store, or raise `WireError`. Nothing else
+escapes them (no `RecursionError` from deep nesting, no `OverflowError`
+from huge numbers), so whoever can publish to the broker cannot crash a
+worker or an engine with a message, only have it rejected.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Final, Literal, final
+import math
+from typing import Any, Final, Literal, NoReturn, final
 
 import attrs
 
-from ._brokers._base import RESULTS
+from ._brokers._base import RESULTS, is_broker_safe
 from ._exceptions import TrioDurableError
+from ._serde import MAX_NESTING, nesting_exceeds
 
 WIRE_VERSION: Final = 1
+
+MAX_SEQ: Final = 2**63 - 1
+"""The largest seq a message may carry: what a signed 64-bit column holds."""
+
+MAX_ATTEMPT: Final = 2**31 - 1
+"""The largest attempt a message may carry: what a signed 32-bit column holds."""
+
+MAX_PRIORITY: Final = 9
+
+MAX_SECONDS: Final = 2.0**53
+"""The largest time or timeout a message may carry, in seconds (past it, a
+float no longer tells one second from the next)."""
 
 
 @final
 class WireError(TrioDurableError):
-    """A broker message does not decode as a task or a result."""
+    """A broker message does not decode as a task or a result.
+
+    Raised by `Task.decode` and `Result.decode` for any body that is not a
+    valid, in-range message; the only exception they raise.
+    """
 
 
 @final
@@ -61,28 +86,43 @@ class Task:
     def encode(self) -> bytes:
         data: dict[str, Any] = {"v": WIRE_VERSION, **attrs.asdict(self)}
         data["input"] = json.loads(self.input)
-        return json.dumps(data, separators=(",", ":")).encode()
+        return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
     def decode(cls, body: bytes) -> Task:
-        data = _object(body)
+        """The task ``body`` encodes.
+
+        Raises:
+          WireError: ``body`` is not a valid task (see docs/brokers.md for
+            what is checked); the only exception this raises.
+        """
         try:
+            data = _object(body)
+            arguments = data.get("input")
+            if not isinstance(arguments, list):
+                _reject(f"input must be a JSON array, not {_kind(arguments)}")
+            _shallow("input", arguments, body)
+            timeout = data.get("timeout")
             return cls(
-                run_id=_str(data, "run_id"),
-                seq=_int(data, "seq"),
-                attempt=_int(data, "attempt"),
-                step=_str(data, "step"),
-                workflow=str(data.get("workflow", "")),
-                route=_str(data, "route"),
-                input=json.dumps(data["input"], separators=(",", ":")),
-                timeout=data.get("timeout"),
-                dispatched_at=float(data.get("dispatched_at", 0.0)),
-                queue=data.get("queue"),
-                reply_to=str(data.get("reply_to") or RESULTS),
-                priority=int(data.get("priority", 0)),
+                run_id=_name(data, "run_id"),
+                seq=_integer(data, "seq", 1, MAX_SEQ),
+                attempt=_integer(data, "attempt", 1, MAX_ATTEMPT),
+                step=_name(data, "step"),
+                workflow=_name(data, "workflow", default=""),
+                route=_name(data, "route"),
+                input=json.dumps(arguments, separators=(",", ":"), allow_nan=False),
+                timeout=None if timeout is None else _seconds(data, "timeout", positive=True),
+                dispatched_at=_seconds(data, "dispatched_at"),
+                queue=_optional_name(data, "queue"),
+                reply_to=_reply_to(data),
+                priority=_integer(data, "priority", 0, MAX_PRIORITY, default=0),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise WireError(f"not a task: {exc}") from exc
+        except WireError as exc:
+            raise WireError(f"not a task: {exc}") from None
+        except Exception as exc:
+            # The checks above are meant to leave nothing for this; it keeps
+            # the promise that a message can only be rejected if one is missed.
+            raise WireError(f"not a task: {type(exc).__name__}: {exc}") from exc
 
 
 @final
@@ -102,6 +142,10 @@ class Result:
       finished_at: When it ended.
       worker: The worker's instance id.
       queue: The task's flow-control queue, whose slot the result releases.
+      error_type: The Python type name of the exception the step raised,
+        if it raised one.
+      traceback: Its traceback as text (bounded by the worker's
+        ``traceback_limit``), if recorded.
     """
 
     run_id: str
@@ -119,62 +163,208 @@ class Result:
     finished_at: float = 0.0
     worker: str = ""
     queue: str | None = None
+    error_type: str | None = None
+    traceback: str | None = None
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {"v": WIRE_VERSION, **attrs.asdict(self)}
         data["output"] = None if self.output is None else json.loads(self.output)
-        return json.dumps(data, separators=(",", ":")).encode()
+        return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
     def decode(cls, body: bytes) -> Result:
-        data = _object(body)
+        """The result ``body`` encodes.
+
+        Raises:
+          WireError: ``body`` is not a valid result (see docs/brokers.md for
+            what is checked); the only exception this raises.
+        """
         try:
-            status = data["status"]
+            data = _object(body)
+            status = data.get("status")
             if status not in ("completed", "failed"):
-                raise ValueError(f"status {status!r}")
+                _reject(f"status must be 'completed' or 'failed', not {_kind(status)}")
             output = data.get("output")
+            details = data.get("details")
+            _shallow("output", output, body)
+            _shallow("details", details, body)
+            retryable = data.get("retryable", True)
+            if not isinstance(retryable, bool):
+                _reject(f"retryable must be true or false, not {_kind(retryable)}")
             return cls(
-                run_id=_str(data, "run_id"),
-                seq=_int(data, "seq"),
-                attempt=_int(data, "attempt"),
-                step=_str(data, "step"),
-                workflow=str(data.get("workflow", "")),
+                run_id=_name(data, "run_id"),
+                seq=_integer(data, "seq", 1, MAX_SEQ),
+                attempt=_integer(data, "attempt", 1, MAX_ATTEMPT),
+                step=_name(data, "step"),
+                workflow=_name(data, "workflow", default=""),
                 status=status,
-                output=None if status != "completed" else json.dumps(output, separators=(",", ":")),
-                error=None if data.get("error") is None else str(data["error"]),
-                code=None if data.get("code") is None else str(data["code"]),
-                details=data.get("details"),
-                retryable=bool(data.get("retryable", True)),
-                started_at=float(data.get("started_at", 0.0)),
-                finished_at=float(data.get("finished_at", 0.0)),
-                worker=str(data.get("worker", "")),
-                queue=None if data.get("queue") is None else str(data["queue"]),
+                output=(
+                    None
+                    if status != "completed"
+                    else json.dumps(output, separators=(",", ":"), allow_nan=False)
+                ),
+                error=_text(data, "error"),
+                code=_text(data, "code"),
+                details=details,
+                retryable=retryable,
+                started_at=_seconds(data, "started_at"),
+                finished_at=_seconds(data, "finished_at"),
+                worker=_name(data, "worker", default=""),
+                queue=_optional_name(data, "queue"),
+                error_type=_text(data, "error_type"),
+                traceback=_text(data, "traceback"),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise WireError(f"not a result: {exc}") from exc
+        except WireError as exc:
+            raise WireError(f"not a result: {exc}") from None
+        except Exception as exc:
+            # See Task.decode.
+            raise WireError(f"not a result: {type(exc).__name__}: {exc}") from exc
 
 
-def _object(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise WireError(f"not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise WireError("not a JSON object")
-    if data.get("v") != WIRE_VERSION:
-        raise WireError(f"unknown wire version {data.get('v')!r}")
-    return data
+def _reject(reason: str) -> NoReturn:
+    raise WireError(reason)
 
 
-def _str(data: dict[str, Any], key: str) -> str:
-    value = data[key]
-    if not isinstance(value, str):
-        raise TypeError(f"{key} must be a string")
+def _kind(value: object) -> str:
+    """A short description of a JSON value for an error message (never the
+    value itself, which may be huge)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else f"a string of {len(value)} characters"
+    if isinstance(value, int):
+        return str(value) if abs(value) < 10**20 else f"an integer of {len(str(value))} digits"
+    if isinstance(value, float):
+        return repr(value)
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        # 1e400 parses as infinity: no non-finite number may come in.
+        raise WireError(f"the number {text[:40]} is out of range")
     return value
 
 
-def _int(data: dict[str, Any], key: str) -> int:
-    value = data[key]
+def _parse_constant(name: str) -> NoReturn:
+    raise WireError(f"{name} is not JSON")
+
+
+def _object(body: bytes) -> dict[str, Any]:
+    if not isinstance(body, bytes | bytearray):
+        _reject(f"a message body is bytes, not {type(body).__name__}")
+    try:
+        data = json.loads(body, parse_float=_parse_float, parse_constant=_parse_constant)
+    except WireError:
+        raise
+    except RecursionError:
+        _reject("not JSON: nested too deeply to parse")
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError among them
+        _reject(f"not JSON: {exc}")
+    if not isinstance(data, dict):
+        _reject(f"not a JSON object but {_kind(data)}")
+    if data.get("v") != WIRE_VERSION or isinstance(data.get("v"), bool):
+        _reject(f"unknown wire version {_kind(data.get('v'))}")
+    return data
+
+
+def _shallow(key: str, value: Any, body: bytes) -> None:
+    if nesting_exceeds(value, body):
+        _reject(f"{key} nests more than {MAX_NESTING} levels deep")
+
+
+_MISSING: Final[Any] = object()
+
+
+def _name(data: dict[str, Any], key: str, *, default: str | None = None) -> str:
+    """A string that names something (a run, a step, a queue): it reaches
+    store keys and broker names as it is, so it must be non-empty (unless
+    ``default`` allows empty), valid Unicode and free of NUL characters."""
+    value = data.get(key, _MISSING)
+    if value is _MISSING or value is None:
+        if default is None:
+            _reject(f"{key} is missing")
+        return default
+    if not isinstance(value, str):
+        _reject(f"{key} must be a string, not {_kind(value)}")
+    if not value and default is None:
+        _reject(f"{key} is empty")
+    if "\x00" in value:
+        _reject(f"{key} holds a NUL character")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        _reject(f"{key} is not valid Unicode (it holds a lone surrogate)")
+    return value
+
+
+def _optional_name(data: dict[str, Any], key: str) -> str | None:
+    if data.get(key) is None:
+        return None
+    return _name(data, key)
+
+
+def _text(data: dict[str, Any], key: str) -> str | None:
+    """Free text for people (an error message, a traceback): any string; a
+    lone surrogate, which no encoder downstream could write, becomes U+FFFD."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        _reject(f"{key} must be a string or null, not {_kind(value)}")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        value = value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return value
+
+
+def _integer(
+    data: dict[str, Any], key: str, low: int, high: int, *, default: int | None = None
+) -> int:
+    value = data.get(key, _MISSING)
+    if value is _MISSING and default is not None:
+        return default
+    if value is _MISSING:
+        _reject(f"{key} is missing")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{key} must be an integer")
+        _reject(f"{key} must be an integer, not {_kind(value)}")
+    if not low <= value <= high:
+        _reject(f"{key} must be from {low} to {high}, not {_kind(value)}")
+    return value
+
+
+def _seconds(data: dict[str, Any], key: str, *, positive: bool = False) -> float:
+    """A time (or, with ``positive``, a timeout): a finite number from 0 (or
+    above 0) to `MAX_SECONDS`."""
+    value = data.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        _reject(f"{key} must be a number, not {_kind(value)}")
+    # Compared before float(): float() of a 401-digit integer overflows.
+    too_low = value <= 0 if positive else value < 0
+    if too_low or value > MAX_SECONDS:
+        low = "above 0 and at most" if positive else "from 0 to"
+        _reject(f"{key} must be {low} 2**53 seconds, not {_kind(value)}")
+    # As sent: an integer timeout stays one, as the step declared it.
+    return value
+
+
+def _reply_to(data: dict[str, Any]) -> str:
+    """The results queue a task's result goes to: `RESULTS`, or
+    ``RESULTS.<store scope>`` with a broker-safe scope. Anything else could
+    make the worker publish where no engine listens, or fail its publish
+    for good."""
+    value = data.get("reply_to")
+    if value is None or value == "":
+        return RESULTS
+    if not isinstance(value, str):
+        _reject(f"reply_to must be a string, not {_kind(value)}")
+    if value == RESULTS:
+        return value
+    prefix, dot, scope = value.partition(RESULTS + ".")
+    if prefix or not dot or not is_broker_safe(scope):
+        _reject(f"reply_to must be {RESULTS!r} or {RESULTS + '.<scope>'!r}, not {_kind(value)}")
     return value

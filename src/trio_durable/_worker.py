@@ -41,7 +41,8 @@ from ._clock import Clock
 from ._context import error_info
 from ._current import StepInfo, call_step
 from ._exceptions import FatalError, SerializationError, UsageError
-from ._records import DEFAULT_NAMESPACE
+from ._observe import Metrics
+from ._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
 from ._wire import Result, Task, WireError
 
 logger = logging.getLogger("trio_durable")
@@ -178,7 +179,9 @@ class WorkerStatistics:
       received: Tasks received (redeliveries included).
       completed: Tasks whose step returned.
       failed: Tasks whose step raised.
-      rejected: Deliveries dropped because they did not decode.
+      rejected: Task messages rejected because they did not decode into a
+        valid, in-range task (see docs/brokers.md); each was dropped, or
+        dead-lettered where the broker keeps a dead-letter queue.
       poisoned: Tasks delivered more than ``max_deliveries`` times, failed
         with code ``poison`` without running (see `open_worker`).
       in_flight: Tasks received and not yet acked.
@@ -216,8 +219,11 @@ class Worker:
         ttl: float,
         rng: random.Random,
         max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
     ) -> None:
         self.app = app
+        self._traceback_limit = traceback_limit
+        self._metrics = Metrics()
         self._max_deliveries = max_deliveries
         self._rng = rng
         self.broker = broker
@@ -245,6 +251,11 @@ class Worker:
     def statistics(self) -> WorkerStatistics:
         """A snapshot of this worker's counters."""
         return attrs.evolve(self._stats)
+
+    def metrics(self) -> str:
+        """This worker's counters in the Prometheus text exposition format
+        (``trio_durable_messages_rejected_total{kind="task"}``)."""
+        return self._metrics.render()
 
     @property
     def busy(self) -> bool:
@@ -305,11 +316,23 @@ class Worker:
         try:
             task = Task.decode(delivery.body)
         except WireError as exc:
-            # A task nobody can read would loop forever if requeued.
-            logger.error("dropping a task that does not decode: %s", exc)
+            # A task nobody can read would loop forever if requeued: reject
+            # it for good (dead-lettered where the broker keeps them).
+            logger.error(
+                "worker %s rejected a message of %d bytes that is no valid task: %s",
+                self.instance_id,
+                len(delivery.body),
+                exc,
+            )
             self._stats.rejected += 1
-            await consumer.reject([delivery], requeue=False)
-            self._track(-1)
+            self._metrics.count_rejected("task")
+            try:
+                await consumer.reject([delivery], requeue=False)
+            except (BrokerError, trio.ClosedResourceError) as reject_exc:
+                # It comes back, and is rejected again.
+                logger.warning("worker %s could not reject it: %s", self.instance_id, reject_exc)
+            finally:
+                self._track(-1)
             return
         if delivery.deliveries > self._max_deliveries:
             # Each delivery so far ended without a result (the worker that
@@ -382,15 +405,31 @@ class Worker:
             output = _serde.dumps(value)
         except Exception as exc:
             self._stats.failed += 1
-            info = error_info(exc)
+            info = error_info(exc, step=step.name, traceback_limit=self._traceback_limit)
             code = info.code
             if isinstance(exc, TimeoutError) and code is None:
                 code = "timeout"
             retryable = not isinstance(exc, FatalError | SerializationError) and (
                 getattr(exc, "retryable", True) is not False
             )
+            logger.warning(
+                "step %r of run %r failed on worker %s (attempt %d%s): %s",
+                step.name,
+                task.run_id,
+                self.instance_id,
+                task.attempt,
+                "" if retryable else ", not retryable",
+                info.message,
+                exc_info=exc,
+            )
             return result(
-                "failed", error=info.message, code=code, details=info.details, retryable=retryable
+                "failed",
+                error=info.message,
+                code=code,
+                details=info.details,
+                retryable=retryable,
+                error_type=info.type,
+                traceback=info.traceback,
             )
         self._stats.completed += 1
         return result("completed", output=output)
@@ -470,6 +509,7 @@ async def open_worker(
     wall_clock: Callable[[], float] | None = None,
     seed: int | None = None,
     max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+    traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
 ) -> AsyncIterator[Worker]:
     """Run a worker for ``groups`` until the block exits.
 
@@ -491,6 +531,9 @@ async def open_worker(
         is a poison message: it is not run again; its step fails for good
         with code ``poison`` and the message is rejected without requeue,
         which dead-letters it on brokers that keep a dead-letter queue.
+      traceback_limit: How many characters of a failed step's traceback
+        the worker sends with its result (the engine records it on the
+        attempt's error); 0 sends none.
 
     Raises:
       UsageError: A group is unknown or malformed, or an option is out of range.
@@ -512,6 +555,7 @@ async def open_worker(
         raise UsageError(f"heartbeat ({heartbeat} s) must be shorter than ttl ({ttl} s)")
     if isinstance(max_deliveries, bool) or not isinstance(max_deliveries, int) or max_deliveries < 1:
         raise UsageError(f"max_deliveries must be a positive integer, not {max_deliveries!r}")
+    check_traceback_limit(traceback_limit)
     if isinstance(capabilities, str) or not all(is_broker_safe(c) for c in capabilities):
         raise UsageError(f"capabilities must be a list of broker-safe names, not {capabilities!r}")
     rng = random.Random(seed)
@@ -535,6 +579,7 @@ async def open_worker(
             ttl=float(ttl),
             rng=rng,
             max_deliveries=max_deliveries,
+            traceback_limit=traceback_limit,
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(worker._publish_forever, name="trio_durable result publisher")
@@ -555,6 +600,16 @@ async def open_worker(
                         except BrokerError as exc:
                             logger.warning("worker %s could not withdraw: %s", instance_id, exc)
                 nursery.cancel_scope.cancel()
+
+
+def check_traceback_limit(limit: object) -> None:
+    """Check a ``traceback_limit`` option.
+
+    Raises:
+      UsageError: ``limit`` is not an integer >= 0.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise UsageError(f"traceback_limit must be an integer >= 0, not {limit!r}")
 
 
 def _check_concurrency(concurrency: object) -> None:

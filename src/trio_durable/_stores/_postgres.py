@@ -128,7 +128,9 @@ class _Job:
         error, self.error = self.error, None
         if error is None:
             return self.result
-        if isinstance(error, psycopg.Error):
+        # A value the database cannot hold (a string with a lone surrogate)
+        # is refused as a store error too, never let out raw.
+        if isinstance(error, psycopg.Error | OverflowError | UnicodeEncodeError):
             raise StoreError(f"the PostgreSQL store at {url} failed: {error}") from error
         raise error
 

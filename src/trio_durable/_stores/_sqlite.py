@@ -659,7 +659,9 @@ class _Job:
         error, self.error = self.error, None
         if error is None:
             return self.result
-        if isinstance(error, sqlite3.Error):
+        # A value SQLite cannot hold (an integer past 64 bits, a string with a
+        # lone surrogate) is refused as a store error too, never let out raw.
+        if isinstance(error, sqlite3.Error | OverflowError | UnicodeEncodeError):
             raise StoreError(f"SQLite store failed: {error}") from error
         raise error
 
