@@ -2,10 +2,21 @@
 
 The database is opened in WAL mode with ``synchronous=FULL`` (an acknowledged
 write survives a power cut) and a busy timeout, so several engine processes on
-one host can share the file. sqlite3 blocks, so it never runs on the Trio
-thread: every call goes to a worker thread through `trio.to_thread.run_sync`
-under a `trio.CapacityLimiter` of one, which also serializes use of the one
-connection.
+one host can share the file. sqlite3 blocks, so under Trio's own clock it
+never runs on the Trio thread: every call goes to a worker thread through
+`trio.to_thread.run_sync` under a `trio.CapacityLimiter` of one, which also
+serializes use of the one connection.
+
+Under any other clock (`trio.testing.MockClock` in tests, a simulation's
+clock) every call runs on the Trio thread instead. While the Trio thread
+waits for a worker thread, no task is runnable, so MockClock's autojump would
+move virtual time on to the next deadline in the middle of a query: a timer
+would fire before a write it should follow, a ``move_on_after`` would expire
+before the first step ran. On the Trio thread a query takes no virtual time,
+as a `MemoryStore` call does, so a workload gives the same virtual times on
+both stores. Blocking the Trio thread for a query is harmless there: virtual
+time does not move meanwhile. The choice is made once, when the store is
+opened (a store belongs to one Trio run, and so to one clock).
 
 Group commit. Every call (a batch of writes from `SQLiteStore.apply` or
 `SQLiteStore.begin_turn`, or a read) becomes a *job* on a queue. When no trip
@@ -16,6 +27,10 @@ savepoint. A batch that fails (a `WriteConflict`, a `LeaseLostError`) is
 rolled back to its savepoint alone and its caller gets that exception; the
 others commit together, with one fsync. Callers whose jobs rode in another
 caller's trip are woken with their results and make no trip of their own.
+On the Trio thread (see above) a trip is one synchronous call, which no other
+task can interleave with; its leader first yields once, so that the jobs of
+tasks that are ready to run join its trip, as they would join a trip waiting
+for the worker thread.
 """
 
 from __future__ import annotations
@@ -30,6 +45,10 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import attrs
 import trio
+
+# Private, but the one way to tell Trio's own clock from a test's; trio is
+# pinned, and the tests of this module fail if this stops telling them apart.
+from trio._core._run import SystemClock as _SystemClock
 
 from .._exceptions import InvalidURLError, LeaseLostError, StoreError
 from .._records import (
@@ -277,7 +296,7 @@ def _holds(run: Run, owner: str, now: float | None) -> bool:
     return now is None or run.lease_expiry is None or run.lease_expiry > now
 
 
-# -- operations (run in the worker thread) ----------------------------------------
+# -- operations (run in a trip) ----------------------------------------------------
 
 
 def _create_run(cur: sqlite3.Cursor, op: CreateRun) -> Any:
@@ -597,6 +616,13 @@ def _begin_turn(
 # -- group commit -------------------------------------------------------------------
 
 
+def _threads_keep_time() -> bool:
+    """Whether sqlite3 calls may go to worker threads without moving the
+    current Trio run's clock: only under Trio's own clock (see the module's
+    docstring)."""
+    return isinstance(trio.lowlevel.current_clock(), _SystemClock)
+
+
 @final
 @attrs.define(slots=True, eq=False)
 class _Job:
@@ -615,7 +641,7 @@ class _Job:
     finished: trio.Event = attrs.Factory(trio.Event)
 
     def run(self, cur: sqlite3.Cursor) -> bool:
-        """Run the work in the worker thread; return whether it succeeded."""
+        """Run the work in a trip; return whether it succeeded."""
         try:
             self.result, self.counts = self.work(cur)
         except Exception as exc:
@@ -658,6 +684,9 @@ class SQLiteStore(StoreHelpers):
         self._connection = connection
         self._cursor = connection.cursor()
         self._limiter = trio.CapacityLimiter(1)
+        # False under a clock other than Trio's own: then every call runs on
+        # the Trio thread (see the module's docstring).
+        self._threads = _threads_keep_time()
         self._queue: list[_Job] = []
         # Set while a trip is in flight; set()ed when it ends.
         self._trip: trio.Event | None = None
@@ -687,7 +716,10 @@ class SQLiteStore(StoreHelpers):
             while self._trip is not None:
                 await self._trip.wait()
             try:
-                await trio.to_thread.run_sync(self._connection.close, limiter=self._limiter)
+                if self._threads:
+                    await trio.to_thread.run_sync(self._connection.close, limiter=self._limiter)
+                else:
+                    self._connection.close()
             except sqlite3.Error as exc:
                 raise StoreError(f"closing the SQLite store failed: {exc}") from exc
 
@@ -721,18 +753,31 @@ class SQLiteStore(StoreHelpers):
         return job.unwrap()
 
     async def _lead_trip(self) -> None:
-        jobs, self._queue = self._queue, []
-        for job in jobs:
-            job.taken = True
         trip = self._trip = trio.Event()
+        jobs: list[_Job] = []
         committed = False
         try:
-            # Shielded: once taken, the jobs must run (or fail) as a whole,
-            # and to_thread would raise Cancelled before starting the thread.
-            with trio.CancelScope(shield=True):
-                committed = await trio.to_thread.run_sync(
-                    self._run_trip, jobs, limiter=self._limiter
-                )
+            if not self._threads:
+                # Callers that run before this one resumes queue their jobs
+                # and wait for this trip, which takes them along: group commit
+                # on the Trio thread. Shielded, so the leader's own job stays
+                # queued.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            jobs, self._queue = self._queue, []
+            for job in jobs:
+                job.taken = True
+            if not self._threads:
+                # One synchronous call: no other task runs, and virtual time
+                # does not move, until the trip has committed.
+                committed = self._run_trip(jobs)
+            else:
+                # Shielded: once taken, the jobs must run (or fail) as a
+                # whole, and to_thread would raise Cancelled before starting
+                # the thread.
+                with trio.CancelScope(shield=True):
+                    committed = await trio.to_thread.run_sync(
+                        self._run_trip, jobs, limiter=self._limiter
+                    )
         except BaseException as exc:  # pragma: no cover - a bug in _run_trip
             for job in jobs:
                 if job.error is None:
@@ -754,8 +799,8 @@ class SQLiteStore(StoreHelpers):
             trip.set()
 
     def _run_trip(self, jobs: list[_Job]) -> bool:
-        """Run a trip's jobs (in the worker thread); return whether a
-        transaction was committed."""
+        """Run a trip's jobs (in the worker thread, or on the Trio thread);
+        return whether a transaction was committed."""
         cur = self._cursor
         if self._connection.in_transaction:
             # A trip whose COMMIT and ROLLBACK both failed left this behind;
@@ -1020,7 +1065,7 @@ def _read_version(cur: sqlite3.Cursor, path: str) -> int:
 
 
 def _connect(path: str, synchronous: str) -> sqlite3.Connection:
-    """Open and prepare the connection (in the worker thread)."""
+    """Open and prepare the connection (where the store's trips run)."""
     connection = sqlite3.connect(
         path,
         timeout=BUSY_TIMEOUT,
@@ -1077,7 +1122,13 @@ async def open_sqlite_store(url: str) -> AsyncIterator[SQLiteStore]:
     """
     path, synchronous = _parse_url(url)
     try:
-        connection = await trio.to_thread.run_sync(_connect, path, synchronous)
+        if _threads_keep_time():
+            connection = await trio.to_thread.run_sync(_connect, path, synchronous)
+        else:
+            # On the Trio thread, as every later call (see the module's
+            # docstring), after the checkpoint to_thread would have made.
+            await trio.lowlevel.checkpoint()
+            connection = _connect(path, synchronous)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from exc
     store = SQLiteStore(connection, path=path, synchronous=synchronous)
