@@ -86,15 +86,18 @@ from ._base import (
 from ._rows import CHECKPOINT_COLUMNS as _CHECKPOINT_COLUMNS
 from ._rows import INT64_MAX as _INT64_MAX
 from ._rows import INT64_MIN as _INT64_MIN
-from ._rows import RUN_COLUMNS as _RUN_COLUMNS
+from ._rows import RUN_FIELDS as _RUN_FIELDS
 from ._rows import checkpoint_values as _checkpoint_values
 from ._rows import dump_tags as _dump_tags
 from ._rows import load_checkpoint as _load_checkpoint
 from ._rows import load_run as _load_run
 from ._rows import run_row as _run_row
 
-SCHEMA_VERSION: Final = 1
-"""The schema version this module writes, kept in ``PRAGMA user_version``."""
+SCHEMA_VERSION: Final = 2
+"""The schema version this module writes, kept in ``PRAGMA user_version``.
+
+Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; a version 1
+file is migrated when it is opened."""
 
 BUSY_TIMEOUT: Final = 10.0
 """Seconds a statement waits for another process's lock before failing."""
@@ -109,7 +112,6 @@ _SCHEMA: Final = (
         version TEXT NOT NULL,
         namespace TEXT NOT NULL,
         status TEXT NOT NULL,
-        input TEXT NOT NULL,
         output TEXT,
         error TEXT,
         tags TEXT NOT NULL,
@@ -123,6 +125,16 @@ _SCHEMA: Final = (
         created_at REAL NOT NULL,
         updated_at REAL NOT NULL,
         due_at REAL
+    )
+    """,
+    # A run's input, written once, when the run is created. SQLite writes a
+    # row whole, overflow pages and all, whichever columns change: in the
+    # runs row, which several writes of every turn change, a 5 MB input was
+    # written again by each of them.
+    """
+    CREATE TABLE IF NOT EXISTS run_inputs (
+        run_id TEXT PRIMARY KEY,
+        input TEXT NOT NULL
     )
     """,
     # Partial: terminal runs (most rows, in time) are never due and stay out
@@ -208,11 +220,34 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS queue_waiters_line ON queue_waiters (queue, priority DESC, at, id)",
 )
 
-_SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?"
+_MIGRATIONS: Final = {
+    # From version 1, which kept the input in the runs row.
+    1: (
+        "INSERT INTO run_inputs (run_id, input) SELECT id, input FROM runs",
+        "ALTER TABLE runs DROP COLUMN input",
+    ),
+}
+
+# A run is its runs row joined with its input.
+_RUNS: Final = "runs r JOIN run_inputs i ON i.run_id = r.id"
+_RUN_SELECT: Final = ", ".join("i.input" if f == "input" else f"r.{f}" for f in _RUN_FIELDS)
+_SELECT_RUN: Final = f"SELECT {_RUN_SELECT} FROM {_RUNS} WHERE r.id = ?"
+# The run without its input (read as ''), for writes that only check and
+# change its state: reading a large input there would be wasted.
+_SELECT_RUN_STATE: Final = (
+    "SELECT "
+    + ", ".join("''" if f == "input" else f"r.{f}" for f in _RUN_FIELDS)
+    + " FROM runs r WHERE r.id = ?"
+)
+_INPUT_INDEX: Final = _RUN_FIELDS.index("input")
 _INSERT_RUN: Final = (
-    f"INSERT INTO runs ({_RUN_COLUMNS}, due_at) VALUES ({', '.join('?' * 19)})"
+    "INSERT INTO runs ("
+    + ", ".join(f for f in _RUN_FIELDS if f != "input")
+    # As many values as fields: all but the input, and due_at.
+    + f", due_at) VALUES ({', '.join('?' * len(_RUN_FIELDS))})"
     " ON CONFLICT (id) DO NOTHING"
 )
+_INSERT_INPUT: Final = "INSERT INTO run_inputs (run_id, input) VALUES (?, ?)"
 _SELECT_CHECKPOINTS: Final = (
     f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints"
     " WHERE run_id = ? AND seq >= ? AND seq <= ? ORDER BY seq"
@@ -252,6 +287,10 @@ _update_run_sql: dict[tuple[str, ...], str] = {}
 def _update_run(cur: sqlite3.Cursor, run: Run, fields: tuple[str, ...]) -> None:
     """Write ``fields`` of ``run`` (already checked to be `Run` fields) and its
     due time; only the columns that changed, so untouched indexes stay so."""
+    if "input" in fields:
+        # The engine never changes an input; the store still can.
+        cur.execute("UPDATE run_inputs SET input = ? WHERE run_id = ?", (run.input, run.id))
+        fields = tuple(field for field in fields if field != "input")
     sql = _update_run_sql.get(fields)
     if sql is None:
         assignments = "".join(f"{field} = ?, " for field in fields)
@@ -266,8 +305,9 @@ def _update_run(cur: sqlite3.Cursor, run: Run, fields: tuple[str, ...]) -> None:
     cur.execute(sql, values)
 
 
-def _select_run(cur: sqlite3.Cursor, run_id: str) -> Run | None:
-    row = cur.execute(_SELECT_RUN, (run_id,)).fetchone()
+def _select_run(cur: sqlite3.Cursor, run_id: str, *, with_input: bool = True) -> Run | None:
+    """The run, or None; with ``with_input=False`` its input reads as ``''``."""
+    row = cur.execute(_SELECT_RUN if with_input else _SELECT_RUN_STATE, (run_id,)).fetchone()
     return None if row is None else _load_run(row)
 
 
@@ -300,15 +340,17 @@ def _holds(run: Run, owner: str, now: float | None) -> bool:
 
 
 def _create_run(cur: sqlite3.Cursor, op: CreateRun) -> Any:
-    cur.execute(_INSERT_RUN, _run_row(op.run))
+    row = _run_row(op.run)
+    cur.execute(_INSERT_RUN, row[:_INPUT_INDEX] + row[_INPUT_INDEX + 1 :])
     if cur.rowcount == 1:
+        cur.execute(_INSERT_INPUT, (op.run.id, op.run.input))
         return (op.run, True)
     return (_select_run(cur, op.run.id), False)
 
 
 def _update(cur: sqlite3.Cursor, op: UpdateRun) -> Any:
     run_id = op.run_id
-    current = _select_run(cur, run_id)
+    current = _select_run(cur, run_id, with_input=False)
     problem: StoreError | None = None
     if current is None:
         problem = WriteConflict(f"run {run_id!r} does not exist")
@@ -539,7 +581,7 @@ def _remove_signal_waiter(cur: sqlite3.Cursor, op: RemoveSignalWaiter) -> Any:
 
 
 def _lock_run(cur: sqlite3.Cursor, op: LockRun) -> Any:
-    current = _select_run(cur, op.run_id)
+    current = _select_run(cur, op.run_id, with_input=False)
     if current is None:
         return False
     locked = _take_lease(current, op.owner, op.expiry, op.now)
@@ -550,7 +592,7 @@ def _lock_run(cur: sqlite3.Cursor, op: LockRun) -> Any:
 
 
 def _release_run(cur: sqlite3.Cursor, op: ReleaseRun) -> Any:
-    current = _select_run(cur, op.run_id)
+    current = _select_run(cur, op.run_id, with_input=False)
     if current is not None and current.lease_owner == op.owner:
         released = attrs.evolve(current, lease_owner=None, lease_expiry=None)
         _update_run(cur, released, _LEASE_FIELDS[:2])
@@ -890,16 +932,16 @@ class SQLiteStore(StoreHelpers):
         params: list[Any] = []
         if statuses is not None:
             wanted = sorted(set(statuses))
-            clauses.append(f"status IN ({', '.join('?' * len(wanted))})")
+            clauses.append(f"r.status IN ({', '.join('?' * len(wanted))})")
             params.extend(wanted)
         if workflow is not None:
-            clauses.append("workflow = ?")
+            clauses.append("r.workflow = ?")
             params.append(workflow)
         if parent_id is not None:
-            clauses.append("parent_id = ?")
+            clauses.append("r.parent_id = ?")
             params.append(parent_id)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY created_at, id LIMIT ?"
+        sql = f"SELECT {_RUN_SELECT} FROM {_RUNS}{where} ORDER BY r.created_at, r.id LIMIT ?"
         params.append(max(limit, 0))
 
         def work(cur: sqlite3.Cursor) -> tuple[list[Run], _Counts]:
@@ -1090,10 +1132,18 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
             raise StoreError(f"the SQLite store {path!r} refused synchronous={synchronous}")
         if version < SCHEMA_VERSION:
             cur.execute("BEGIN IMMEDIATE")
-            # Another process may have created the schema meanwhile.
-            if _read_version(cur, path) < SCHEMA_VERSION:
+            # Another process may have created or migrated the schema
+            # meanwhile.
+            version = _read_version(cur, path)
+            if version < SCHEMA_VERSION:
+                # Creates what is missing: all of it in a new file, the
+                # tables and indexes newer than its version in an older one.
                 for statement in _SCHEMA:
                     cur.execute(statement)
+                # Version 0 is a new file, which needs no migration.
+                for older in range(version, SCHEMA_VERSION) if version else ():
+                    for statement in _MIGRATIONS[older]:
+                        cur.execute(statement)
                 cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             cur.execute("COMMIT")
         cur.close()
