@@ -1368,20 +1368,50 @@ async def test_sqlite_defaults_to_wal_and_synchronous_full(sqlite_url: str, tmp_
         assert store.synchronous == "NORMAL"
     with sqlite3.connect(tmp_path / "store.db") as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert connection.execute("PRAGMA user_version").fetchone() == (1,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (_sqlite.SCHEMA_VERSION,)
     connection.close()
 
 
 async def test_sqlite_refuses_a_newer_schema(sqlite_url: str, tmp_path: Path) -> None:
     async with open_sqlite_store(sqlite_url):
         pass
+    newer = _sqlite.SCHEMA_VERSION + 1
     with sqlite3.connect(tmp_path / "store.db") as connection:
-        connection.execute("PRAGMA user_version = 2")
+        connection.execute(f"PRAGMA user_version = {newer}")
     connection.close()
 
-    with pytest.raises(StoreError, match="schema version 2"):
+    with pytest.raises(StoreError, match=f"schema version {newer}"):
         async with open_sqlite_store(sqlite_url):
             pass  # pragma: no cover
+
+
+async def test_sqlite_migrates_a_version_1_file(sqlite_url: str, tmp_path: Path) -> None:
+    run = make_run(input='{"big":"input"}', tags=("a",))
+    async with open_sqlite_store(sqlite_url) as store:
+        await store.create_run(run)
+    # Version 1 kept the input in the runs row: put the file back that way.
+    with sqlite3.connect(tmp_path / "store.db", isolation_level=None) as connection:
+        connection.executescript(
+            """
+            BEGIN;
+            ALTER TABLE runs ADD COLUMN input TEXT NOT NULL DEFAULT '';
+            UPDATE runs SET input = (SELECT input FROM run_inputs WHERE run_id = runs.id);
+            DROP TABLE run_inputs;
+            PRAGMA user_version = 1;
+            COMMIT;
+            """
+        )
+    connection.close()
+
+    async with open_sqlite_store(sqlite_url) as store:
+        assert await store.get_run("r1") == run
+        await store.create_run(make_run("r2"))
+        assert [r.id for r in await store.list_runs()] == ["r1", "r2"]
+    with sqlite3.connect(tmp_path / "store.db") as connection:
+        assert connection.execute("PRAGMA user_version").fetchone() == (_sqlite.SCHEMA_VERSION,)
+        columns = {row[1] for row in connection.execute("PRAGMA table_info(runs)")}
+        assert "input" not in columns
+    connection.close()
 
 
 async def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:

@@ -2,10 +2,21 @@
 
 The database is opened in WAL mode with ``synchronous=FULL`` (an acknowledged
 write survives a power cut) and a busy timeout, so several engine processes on
-one host can share the file. sqlite3 blocks, so it never runs on the Trio
-thread: every call goes to a worker thread through `trio.to_thread.run_sync`
-under a `trio.CapacityLimiter` of one, which also serializes use of the one
-connection.
+one host can share the file. sqlite3 blocks, so under Trio's own clock it
+never runs on the Trio thread: every call goes to a worker thread through
+`trio.to_thread.run_sync` under a `trio.CapacityLimiter` of one, which also
+serializes use of the one connection.
+
+Under any other clock (`trio.testing.MockClock` in tests, a simulation's
+clock) every call runs on the Trio thread instead. While the Trio thread
+waits for a worker thread, no task is runnable, so MockClock's autojump would
+move virtual time on to the next deadline in the middle of a query: a timer
+would fire before a write it should follow, a ``move_on_after`` would expire
+before the first step ran. On the Trio thread a query takes no virtual time,
+as a `MemoryStore` call does, so a workload gives the same virtual times on
+both stores. Blocking the Trio thread for a query is harmless there: virtual
+time does not move meanwhile. The choice is made once, when the store is
+opened (a store belongs to one Trio run, and so to one clock).
 
 Group commit. Every call (a batch of writes from `SQLiteStore.apply` or
 `SQLiteStore.begin_turn`, or a read) becomes a *job* on a queue. When no trip
@@ -16,6 +27,10 @@ savepoint. A batch that fails (a `WriteConflict`, a `LeaseLostError`) is
 rolled back to its savepoint alone and its caller gets that exception; the
 others commit together, with one fsync. Callers whose jobs rode in another
 caller's trip are woken with their results and make no trip of their own.
+On the Trio thread (see above) a trip is one synchronous call, which no other
+task can interleave with; its leader first yields once, so that the jobs of
+tasks that are ready to run join its trip, as they would join a trip waiting
+for the worker thread.
 """
 
 from __future__ import annotations
@@ -30,6 +45,10 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import attrs
 import trio
+
+# Private, but the one way to tell Trio's own clock from a test's; trio is
+# pinned, and the tests of this module fail if this stops telling them apart.
+from trio._core._run import SystemClock as _SystemClock
 
 from .._exceptions import InvalidURLError, LeaseLostError, StoreError
 from .._records import (
@@ -67,15 +86,18 @@ from ._base import (
 from ._rows import CHECKPOINT_COLUMNS as _CHECKPOINT_COLUMNS
 from ._rows import INT64_MAX as _INT64_MAX
 from ._rows import INT64_MIN as _INT64_MIN
-from ._rows import RUN_COLUMNS as _RUN_COLUMNS
+from ._rows import RUN_FIELDS as _RUN_FIELDS
 from ._rows import checkpoint_values as _checkpoint_values
 from ._rows import dump_tags as _dump_tags
 from ._rows import load_checkpoint as _load_checkpoint
 from ._rows import load_run as _load_run
 from ._rows import run_row as _run_row
 
-SCHEMA_VERSION: Final = 1
-"""The schema version this module writes, kept in ``PRAGMA user_version``."""
+SCHEMA_VERSION: Final = 2
+"""The schema version this module writes, kept in ``PRAGMA user_version``.
+
+Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; a version 1
+file is migrated when it is opened."""
 
 BUSY_TIMEOUT: Final = 10.0
 """Seconds a statement waits for another process's lock before failing."""
@@ -90,7 +112,6 @@ _SCHEMA: Final = (
         version TEXT NOT NULL,
         namespace TEXT NOT NULL,
         status TEXT NOT NULL,
-        input TEXT NOT NULL,
         output TEXT,
         error TEXT,
         tags TEXT NOT NULL,
@@ -104,6 +125,16 @@ _SCHEMA: Final = (
         created_at REAL NOT NULL,
         updated_at REAL NOT NULL,
         due_at REAL
+    )
+    """,
+    # A run's input, written once, when the run is created. SQLite writes a
+    # row whole, overflow pages and all, whichever columns change: in the
+    # runs row, which several writes of every turn change, a 5 MB input was
+    # written again by each of them.
+    """
+    CREATE TABLE IF NOT EXISTS run_inputs (
+        run_id TEXT PRIMARY KEY,
+        input TEXT NOT NULL
     )
     """,
     # Partial: terminal runs (most rows, in time) are never due and stay out
@@ -189,11 +220,34 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS queue_waiters_line ON queue_waiters (queue, priority DESC, at, id)",
 )
 
-_SELECT_RUN: Final = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?"
+_MIGRATIONS: Final = {
+    # From version 1, which kept the input in the runs row.
+    1: (
+        "INSERT INTO run_inputs (run_id, input) SELECT id, input FROM runs",
+        "ALTER TABLE runs DROP COLUMN input",
+    ),
+}
+
+# A run is its runs row joined with its input.
+_RUNS: Final = "runs r JOIN run_inputs i ON i.run_id = r.id"
+_RUN_SELECT: Final = ", ".join("i.input" if f == "input" else f"r.{f}" for f in _RUN_FIELDS)
+_SELECT_RUN: Final = f"SELECT {_RUN_SELECT} FROM {_RUNS} WHERE r.id = ?"
+# The run without its input (read as ''), for writes that only check and
+# change its state: reading a large input there would be wasted.
+_SELECT_RUN_STATE: Final = (
+    "SELECT "
+    + ", ".join("''" if f == "input" else f"r.{f}" for f in _RUN_FIELDS)
+    + " FROM runs r WHERE r.id = ?"
+)
+_INPUT_INDEX: Final = _RUN_FIELDS.index("input")
 _INSERT_RUN: Final = (
-    f"INSERT INTO runs ({_RUN_COLUMNS}, due_at) VALUES ({', '.join('?' * 19)})"
+    "INSERT INTO runs ("
+    + ", ".join(f for f in _RUN_FIELDS if f != "input")
+    # As many values as fields: all but the input, and due_at.
+    + f", due_at) VALUES ({', '.join('?' * len(_RUN_FIELDS))})"
     " ON CONFLICT (id) DO NOTHING"
 )
+_INSERT_INPUT: Final = "INSERT INTO run_inputs (run_id, input) VALUES (?, ?)"
 _SELECT_CHECKPOINTS: Final = (
     f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints"
     " WHERE run_id = ? AND seq >= ? AND seq <= ? ORDER BY seq"
@@ -239,6 +293,10 @@ _update_run_sql: dict[tuple[str, ...], str] = {}
 def _update_run(cur: sqlite3.Cursor, run: Run, fields: tuple[str, ...]) -> None:
     """Write ``fields`` of ``run`` (already checked to be `Run` fields) and its
     due time; only the columns that changed, so untouched indexes stay so."""
+    if "input" in fields:
+        # The engine never changes an input; the store still can.
+        cur.execute("UPDATE run_inputs SET input = ? WHERE run_id = ?", (run.input, run.id))
+        fields = tuple(field for field in fields if field != "input")
     sql = _update_run_sql.get(fields)
     if sql is None:
         assignments = "".join(f"{field} = ?, " for field in fields)
@@ -253,8 +311,9 @@ def _update_run(cur: sqlite3.Cursor, run: Run, fields: tuple[str, ...]) -> None:
     cur.execute(sql, values)
 
 
-def _select_run(cur: sqlite3.Cursor, run_id: str) -> Run | None:
-    row = cur.execute(_SELECT_RUN, (run_id,)).fetchone()
+def _select_run(cur: sqlite3.Cursor, run_id: str, *, with_input: bool = True) -> Run | None:
+    """The run, or None; with ``with_input=False`` its input reads as ``''``."""
+    row = cur.execute(_SELECT_RUN if with_input else _SELECT_RUN_STATE, (run_id,)).fetchone()
     return None if row is None else _load_run(row)
 
 
@@ -283,19 +342,21 @@ def _holds(run: Run, owner: str, now: float | None) -> bool:
     return now is None or run.lease_expiry is None or run.lease_expiry > now
 
 
-# -- operations (run in the worker thread) ----------------------------------------
+# -- operations (run in a trip) ----------------------------------------------------
 
 
 def _create_run(cur: sqlite3.Cursor, op: CreateRun) -> Any:
-    cur.execute(_INSERT_RUN, _run_row(op.run))
+    row = _run_row(op.run)
+    cur.execute(_INSERT_RUN, row[:_INPUT_INDEX] + row[_INPUT_INDEX + 1 :])
     if cur.rowcount == 1:
+        cur.execute(_INSERT_INPUT, (op.run.id, op.run.input))
         return (op.run, True)
     return (_select_run(cur, op.run.id), False)
 
 
 def _update(cur: sqlite3.Cursor, op: UpdateRun) -> Any:
     run_id = op.run_id
-    current = _select_run(cur, run_id)
+    current = _select_run(cur, run_id, with_input=False)
     problem: StoreError | None = None
     if current is None:
         problem = WriteConflict(f"run {run_id!r} does not exist")
@@ -548,7 +609,7 @@ def _remove_signal_waiter(cur: sqlite3.Cursor, op: RemoveSignalWaiter) -> Any:
 
 
 def _lock_run(cur: sqlite3.Cursor, op: LockRun) -> Any:
-    current = _select_run(cur, op.run_id)
+    current = _select_run(cur, op.run_id, with_input=False)
     if current is None:
         return False
     locked = _take_lease(current, op.owner, op.expiry, op.now)
@@ -559,7 +620,7 @@ def _lock_run(cur: sqlite3.Cursor, op: LockRun) -> Any:
 
 
 def _release_run(cur: sqlite3.Cursor, op: ReleaseRun) -> Any:
-    current = _select_run(cur, op.run_id)
+    current = _select_run(cur, op.run_id, with_input=False)
     if current is not None and current.lease_owner == op.owner:
         released = attrs.evolve(current, lease_owner=None, lease_expiry=None)
         _update_run(cur, released, _LEASE_FIELDS[:2])
@@ -625,6 +686,13 @@ def _begin_turn(
 # -- group commit -------------------------------------------------------------------
 
 
+def _threads_keep_time() -> bool:
+    """Whether sqlite3 calls may go to worker threads without moving the
+    current Trio run's clock: only under Trio's own clock (see the module's
+    docstring)."""
+    return isinstance(trio.lowlevel.current_clock(), _SystemClock)
+
+
 @final
 @attrs.define(slots=True, eq=False)
 class _Job:
@@ -643,7 +711,7 @@ class _Job:
     finished: trio.Event = attrs.Factory(trio.Event)
 
     def run(self, cur: sqlite3.Cursor) -> bool:
-        """Run the work in the worker thread; return whether it succeeded."""
+        """Run the work in a trip; return whether it succeeded."""
         try:
             self.result, self.counts = self.work(cur)
         except Exception as exc:
@@ -688,6 +756,9 @@ class SQLiteStore(StoreHelpers):
         self._connection = connection
         self._cursor = connection.cursor()
         self._limiter = trio.CapacityLimiter(1)
+        # False under a clock other than Trio's own: then every call runs on
+        # the Trio thread (see the module's docstring).
+        self._threads = _threads_keep_time()
         self._queue: list[_Job] = []
         # Set while a trip is in flight; set()ed when it ends.
         self._trip: trio.Event | None = None
@@ -717,7 +788,10 @@ class SQLiteStore(StoreHelpers):
             while self._trip is not None:
                 await self._trip.wait()
             try:
-                await trio.to_thread.run_sync(self._connection.close, limiter=self._limiter)
+                if self._threads:
+                    await trio.to_thread.run_sync(self._connection.close, limiter=self._limiter)
+                else:
+                    self._connection.close()
             except sqlite3.Error as exc:
                 raise StoreError(f"closing the SQLite store failed: {exc}") from exc
 
@@ -751,18 +825,31 @@ class SQLiteStore(StoreHelpers):
         return job.unwrap()
 
     async def _lead_trip(self) -> None:
-        jobs, self._queue = self._queue, []
-        for job in jobs:
-            job.taken = True
         trip = self._trip = trio.Event()
+        jobs: list[_Job] = []
         committed = False
         try:
-            # Shielded: once taken, the jobs must run (or fail) as a whole,
-            # and to_thread would raise Cancelled before starting the thread.
-            with trio.CancelScope(shield=True):
-                committed = await trio.to_thread.run_sync(
-                    self._run_trip, jobs, limiter=self._limiter
-                )
+            if not self._threads:
+                # Callers that run before this one resumes queue their jobs
+                # and wait for this trip, which takes them along: group commit
+                # on the Trio thread. Shielded, so the leader's own job stays
+                # queued.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            jobs, self._queue = self._queue, []
+            for job in jobs:
+                job.taken = True
+            if not self._threads:
+                # One synchronous call: no other task runs, and virtual time
+                # does not move, until the trip has committed.
+                committed = self._run_trip(jobs)
+            else:
+                # Shielded: once taken, the jobs must run (or fail) as a
+                # whole, and to_thread would raise Cancelled before starting
+                # the thread.
+                with trio.CancelScope(shield=True):
+                    committed = await trio.to_thread.run_sync(
+                        self._run_trip, jobs, limiter=self._limiter
+                    )
         except BaseException as exc:  # pragma: no cover - a bug in _run_trip
             for job in jobs:
                 if job.error is None:
@@ -784,8 +871,8 @@ class SQLiteStore(StoreHelpers):
             trip.set()
 
     def _run_trip(self, jobs: list[_Job]) -> bool:
-        """Run a trip's jobs (in the worker thread); return whether a
-        transaction was committed."""
+        """Run a trip's jobs (in the worker thread, or on the Trio thread);
+        return whether a transaction was committed."""
         cur = self._cursor
         if self._connection.in_transaction:
             # A trip whose COMMIT and ROLLBACK both failed left this behind;
@@ -875,16 +962,16 @@ class SQLiteStore(StoreHelpers):
         params: list[Any] = []
         if statuses is not None:
             wanted = sorted(set(statuses))
-            clauses.append(f"status IN ({', '.join('?' * len(wanted))})")
+            clauses.append(f"r.status IN ({', '.join('?' * len(wanted))})")
             params.extend(wanted)
         if workflow is not None:
-            clauses.append("workflow = ?")
+            clauses.append("r.workflow = ?")
             params.append(workflow)
         if parent_id is not None:
-            clauses.append("parent_id = ?")
+            clauses.append("r.parent_id = ?")
             params.append(parent_id)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY created_at, id LIMIT ?"
+        sql = f"SELECT {_RUN_SELECT} FROM {_RUNS}{where} ORDER BY r.created_at, r.id LIMIT ?"
         params.append(max(limit, 0))
 
         def work(cur: sqlite3.Cursor) -> tuple[list[Run], _Counts]:
@@ -1050,7 +1137,7 @@ def _read_version(cur: sqlite3.Cursor, path: str) -> int:
 
 
 def _connect(path: str, synchronous: str) -> sqlite3.Connection:
-    """Open and prepare the connection (in the worker thread)."""
+    """Open and prepare the connection (where the store's trips run)."""
     connection = sqlite3.connect(
         path,
         timeout=BUSY_TIMEOUT,
@@ -1075,10 +1162,18 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
             raise StoreError(f"the SQLite store {path!r} refused synchronous={synchronous}")
         if version < SCHEMA_VERSION:
             cur.execute("BEGIN IMMEDIATE")
-            # Another process may have created the schema meanwhile.
-            if _read_version(cur, path) < SCHEMA_VERSION:
+            # Another process may have created or migrated the schema
+            # meanwhile.
+            version = _read_version(cur, path)
+            if version < SCHEMA_VERSION:
+                # Creates what is missing: all of it in a new file, the
+                # tables and indexes newer than its version in an older one.
                 for statement in _SCHEMA:
                     cur.execute(statement)
+                # Version 0 is a new file, which needs no migration.
+                for older in range(version, SCHEMA_VERSION) if version else ():
+                    for statement in _MIGRATIONS[older]:
+                        cur.execute(statement)
                 cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             cur.execute("COMMIT")
         cur.close()
@@ -1107,7 +1202,13 @@ async def open_sqlite_store(url: str) -> AsyncIterator[SQLiteStore]:
     """
     path, synchronous = _parse_url(url)
     try:
-        connection = await trio.to_thread.run_sync(_connect, path, synchronous)
+        if _threads_keep_time():
+            connection = await trio.to_thread.run_sync(_connect, path, synchronous)
+        else:
+            # On the Trio thread, as every later call (see the module's
+            # docstring), after the checkpoint to_thread would have made.
+            await trio.lowlevel.checkpoint()
+            connection = _connect(path, synchronous)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from exc
     store = SQLiteStore(connection, path=path, synchronous=synchronous)
