@@ -48,11 +48,9 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def clock(kind: str) -> trio.testing.MockClock:
-    """Virtual time. SQLite's queries run on threads, and while the Trio
-    thread waits for one, an autojump clock moves time on to the next
-    deadline: there, time jumps only once nothing happened for a second of
-    real time, which nothing here waits for."""
-    return trio.testing.MockClock(autojump_threshold=0 if kind == "memory" else 1.0)
+    """Virtual time that jumps as soon as every task waits, on both stores:
+    SQLite keeps its queries on the Trio thread under a mock clock."""
+    return trio.testing.MockClock(autojump_threshold=0)
 
 
 @asynccontextmanager
