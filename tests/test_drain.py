@@ -595,12 +595,17 @@ async def test_a_cancelled_run_stops_counting_but_its_running_step_is_waited_for
         assert (await e.get("d")).status == "cancelled"
 
 
+@pytest.mark.parametrize("waiting_on", ["sent task", "worker"])
 async def test_drain_raises_once_the_engine_closed_under_it(
-    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory, waiting_on: str
 ) -> None:
     async with trio.open_nursery() as nursery:
         async with open_test_engine(app, broker=BrokerView(td.MemoryBroker()), serve=["calc"]) as e:
             await e.start(doubled_twice, 3, run_id="d")
+            if waiting_on == "worker":
+                # The run ended, but its step still runs on the worker.
+                await trio.testing.wait_all_tasks_blocked()
+                await e.cancel("d")
             failed = trio.Event()
 
             async def drain() -> None:
@@ -610,5 +615,9 @@ async def test_drain_raises_once_the_engine_closed_under_it(
 
             nursery.start_soon(drain)
             await trio.sleep(0.5)
+            assert e._worker is not None
+            assert (e._sent.count, e._worker.busy) == (
+                (0, True) if waiting_on == "worker" else (1, True)
+            )
         with trio.fail_after(1):
             await failed.wait()

@@ -20,7 +20,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, Final, final
 
@@ -212,6 +212,9 @@ class Engine:
         self._metrics = Metrics()
         self._stats = EngineStatistics()
         self._closed = False
+        # Set with `_closed`: a drain waiting elsewhere wakes, since the
+        # events it waits on may never fire once the nursery is cancelled.
+        self._closing = trio.Event()
         self._crashed = False
 
     # -- public API -----------------------------------------------------------
@@ -538,23 +541,33 @@ class Engine:
         return True
 
     async def _wait_for_an_effect(self) -> bool:
-        """Wait for one kind of outstanding effect to end; False at once if
-        none is outstanding. (Others may have started meanwhile: the caller
-        looks again.)"""
+        """Wait for one kind of outstanding effect to end (or the engine to
+        close); False at once if none is outstanding. (Others may have
+        started meanwhile: the caller looks again.)"""
+        quiet: trio.Event | None = None
         if self._busy():
-            await self._idle.wait()
+            wait = self._idle.wait
         elif self._sent.count:
-            await self._sent.wait_none()
+            wait = self._sent.wait_none
         elif self._worker is not None and self._worker.busy:
-            await self._worker.wait_idle()
+            wait = self._worker.wait_idle
         else:
             quiet = self.broker.quiet(self._consumed_queues())
             if quiet is None or quiet.is_set():
                 return False
-            try:
-                await quiet.wait()
-            finally:
-                quiet.set()
+            wait = quiet.wait
+        try:
+            async with trio.open_nursery() as race:
+
+                async def first(wait: Callable[[], Awaitable[object]]) -> None:
+                    await wait()
+                    race.cancel_scope.cancel()
+
+                race.start_soon(first, wait)
+                race.start_soon(first, self._closing.wait)
+        finally:
+            if quiet is not None:
+                quiet.set()  # spent: the broker may forget it
         return True
 
     async def _recheck_sent(self) -> None:
@@ -1389,6 +1402,7 @@ async def open_engine(
                     yield engine
                 finally:
                     engine._closed = True
+                    engine._closing.set()
                     engine._sent.leave()
                     executing = sorted(engine._active)
                     nursery.cancel_scope.cancel()

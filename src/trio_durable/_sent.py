@@ -35,13 +35,16 @@ import trio
 
 from ._records import Checkpoint
 
-_groups: Final[dict[str, list[SentTasks]]] = {}
-"""The engines of this process, by the results queue they share."""
+_groups: Final[dict[tuple[str, trio.lowlevel.TrioToken], list[SentTasks]]] = {}
+"""The engines of this process, by the results queue they share (and by
+Trio run: engines of other threads' runs are other processes to them)."""
 
 
 @final
 class SentTasks:
     """One engine's count of attempts it sent to its own worker.
+
+    Made inside the engine's Trio run.
 
     Args:
       results_queue: The results queue the engine consumes; engines of this
@@ -49,7 +52,7 @@ class SentTasks:
     """
 
     def __init__(self, results_queue: str) -> None:
-        self._results_queue = results_queue
+        self._group = (results_queue, trio.lowlevel.current_trio_token())
         # run id -> seq -> the attempt sent last (a later one replaces it).
         self._attempts: dict[str, dict[int, int]] = {}
         self._count = 0
@@ -65,10 +68,6 @@ class SentTasks:
         """The runs with attempts counted, in the order they were sent."""
         return list(self._attempts)
 
-    def seqs(self, run_id: str) -> list[int]:
-        """The seqs of ``run_id`` with an attempt counted, sorted."""
-        return sorted(self._attempts.get(run_id, ()))
-
     async def wait_none(self) -> None:
         """Wait until no attempt is counted."""
         await self._none.wait()
@@ -76,16 +75,16 @@ class SentTasks:
     def join(self) -> None:
         """Share what this engine learns with the engines of this process
         that consume the same results queue, and learn from them."""
-        _groups.setdefault(self._results_queue, []).append(self)
+        _groups.setdefault(self._group, []).append(self)
 
     def leave(self) -> None:
         """Stop sharing (the engine closed), and count nothing any more, so
         a drain still waiting wakes up."""
-        group = _groups.get(self._results_queue, [])
+        group = _groups.get(self._group, [])
         if self in group:
             group.remove(self)
         if not group:
-            _groups.pop(self._results_queue, None)
+            _groups.pop(self._group, None)
         self._attempts.clear()
         self._set_count(0)
 
@@ -148,7 +147,7 @@ class SentTasks:
     # -- internals ------------------------------------------------------------
 
     def _peers(self) -> list[SentTasks]:
-        group = _groups.get(self._results_queue)
+        group = _groups.get(self._group)
         if group is None or self not in group:
             return [self]
         return list(group)
