@@ -78,6 +78,9 @@ class CrashingBroker:
     async def worker_groups(self) -> list[str]:
         return await self.inner.worker_groups()
 
+    def quiet(self, queues: Sequence[str]) -> trio.Event:
+        return self.inner.quiet(queues)
+
     async def aclose(self) -> None:
         await self.inner.aclose()
 

@@ -20,7 +20,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, Concatenate, Final, final, overload
 
@@ -30,8 +30,7 @@ import trio
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, App, P, R, Workflow, workflow_of
 from ._brokers import open_broker
-from ._brokers._base import RESULTS, Broker, BrokerError, Consumer, Outgoing, WorkerDescriptor
-from ._brokers._memory import MemoryBroker, MemoryConsumer
+from ._brokers._base import RESULTS, Broker, BrokerError, Outgoing, WorkerDescriptor
 from ._clock import Clock
 from ._context import (
     Context,
@@ -80,6 +79,7 @@ from ._routing import (
     pick_route,
 )
 from ._saga import compensate, plan_retry
+from ._sent import SentTasks
 from ._settle import consume_results
 from ._stores import open_store
 from ._stores._base import (
@@ -212,7 +212,6 @@ class Engine:
         self.blocked_recheck = blocked_recheck
         self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
         self._settling = 0
-        self._results_consumer: Consumer | None = None
         # The turn whose last write raised StoreError, by run: it may have been
         # applied, and `_repair` redoes what its effects would have done.
         self._failed_writes: dict[str, TurnState] = {}
@@ -221,6 +220,11 @@ class Engine:
         # stores on the same broker must never take each other's results.
         self.results_queue = RESULTS if not isinstance(scope, str) else f"{RESULTS}.{scope}"
         self._worker: Worker | None = None
+        # The queues the embedded worker consumes: tasks sent there are
+        # this engine's own to wait for (see `_sent`).
+        self._served: frozenset[str] = frozenset()
+        self._sent = SentTasks(self.results_queue)
+        self._draining = 0
         self.engine_id = engine_id
         self.rng = rng
         self.clock = clock
@@ -242,6 +246,9 @@ class Engine:
         self._metrics = Metrics()
         self._stats = EngineStatistics()
         self._closed = False
+        # Set with `_closed`: a drain waiting elsewhere wakes, since the
+        # events it waits on may never fire once the nursery is cancelled.
+        self._closing = trio.Event()
         self._crashed = False
         self._cut_off: list[str] = []
 
@@ -657,41 +664,128 @@ class Engine:
         return await self.get(run_id)
 
     async def drain(self) -> None:
-        """Wait until no run is executing and no effect is pending.
+        """Wait until this engine has nothing left to do now.
 
-        Runs suspended on a timer that is not yet due, on a signal or on a
-        child of another engine do not count: drain returns while they wait.
-        After it returns, this engine writes nothing until it is given work or
-        a timer comes due.
+        Returns at the first moment when all of these hold together:
+
+        - no turn of a run is running or queued here (starting a child,
+          rechecking a join barrier and resuming a run after a result are
+          turns too);
+        - the result consumer is settling no batch;
+        - every task this engine sent to a queue its embedded worker
+          consumes (``serve=``) has had its outcome learned: a result for it
+          was settled here (or by another engine of this process), or its
+          checkpoint or run was decided otherwise. Until then it counts
+          wherever it is: on the broker, on a worker (the embedded one or
+          another), or as a result on its way back, whatever the broker;
+        - the embedded worker has no task in flight;
+        - if the broker can tell (`Broker.quiet`; the memory broker can),
+          neither the results queue nor the embedded worker's queues hold a
+          message (a duplicate, a result a separate worker sent);
+        - the store lists no run as due now (a timer that came due, a lapsed
+          lease): drain then asks the poller for a pass and waits for it.
+
+        Each of these is bookkeeping with an event; drain sleeps on no
+        timer, so under a `trio.testing.MockClock` it returns at the exact
+        virtual time the last of them ends, and afterwards this engine
+        writes nothing until it is given work, a timer comes due or a
+        result comes from outside.
+
+        Drain does not wait for what only the world outside this engine
+        ends: timers not yet due, signals, children running on another
+        engine, steps sent to groups it does not serve (a separate worker
+        runs them, or none does yet; a result of theirs that reached the
+        engine is settled first), and steps parked as ``blocked`` or
+        waiting for a flow-control slot (they wait on a timer). With
+        engines in other processes sharing the store and the results queue,
+        a result of a step it sent may be settled there; it learns that at
+        its next reconcile pass (``reconcile_interval``), so drain returns
+        late then, but it returns.
+
+        Raises:
+          EngineClosedError: The engine is closed, or closed while waiting.
         """
         self._check_open()
-        while True:
-            if self._busy():
-                await self._idle.wait()
+        self._draining += 1
+        try:
+            while True:
+                if await self._wait_for_an_effect():
+                    self._check_open()
+                    continue
+                due = await self.store.list_due_runs(self.clock.now(), 1)
+                self._check_open()
+                if self._has_effects():
+                    continue
+                if not due:
+                    return
+                # Something is due that the poller has not picked up yet.
+                passed = self._poller_pass = trio.Event()
+                self._poke.set()
+                await passed.wait()
+        finally:
+            self._draining -= 1
+
+    def _consumed_queues(self) -> tuple[str, ...]:
+        return (self.results_queue, *(self._worker.queues if self._worker is not None else ()))
+
+    def _has_effects(self) -> bool:
+        """Whether something drain waits for is outstanding now."""
+        if self._busy() or self._sent.count:
+            return True
+        if self._worker is not None and self._worker.busy:
+            return True
+        quiet = self.broker.quiet(self._consumed_queues())
+        if quiet is None or quiet.is_set():
+            return False
+        quiet.set()  # nobody waits on it: let the broker forget it
+        return True
+
+    async def _wait_for_an_effect(self) -> bool:
+        """Wait for one kind of outstanding effect to end (or the engine to
+        close); False at once if none is outstanding. (Others may have
+        started meanwhile: the caller looks again.)"""
+        quiet: trio.Event | None = None
+        if self._busy():
+            wait = self._idle.wait
+        elif self._sent.count:
+            wait = self._sent.wait_none
+        elif self._worker is not None and self._worker.busy:
+            wait = self._worker.wait_idle
+        else:
+            quiet = self.broker.quiet(self._consumed_queues())
+            if quiet is None or quiet.is_set():
+                return False
+            wait = quiet.wait
+        try:
+            async with trio.open_nursery() as race:
+
+                async def first(wait: Callable[[], Awaitable[object]]) -> None:
+                    await wait()
+                    race.cancel_scope.cancel()
+
+                race.start_soon(first, wait)
+                race.start_soon(first, self._closing.wait)
+        finally:
+            if quiet is not None:
+                quiet.set()  # spent: the broker may forget it
+        return True
+
+    async def _recheck_sent(self) -> None:
+        """Read the store for the tasks still counted as sent (`_sent`): an
+        engine in another process may have settled them, or ended their run,
+        without this engine taking part."""
+        for run_id in self._sent.runs():
+            as_of = self._sent.attempts_of(run_id)
+            if not as_of:
                 continue
-            if self._worker is not None and self._worker.busy:
-                await self._worker.wait_idle()
+            run = await self.store.get_run(run_id)
+            if run is None or run.status in TERMINAL_STATUSES:
+                if self._sent.attempts_of(run_id) == as_of:
+                    self._sent.run_ended(run_id)
                 continue
-            if self._taken_here():
-                # A receive took them off their queue and has not returned
-                # them yet, so neither the result consumer nor the worker
-                # counts them as busy: let it return (no time passes).
-                await trio.lowlevel.checkpoint()
-                continue
-            if self._queued_here():
-                # A consumer of this engine takes them next (maybe after a
-                # delivery delay): let it.
-                await trio.sleep(0.001)
-                continue
-            due = await self.store.list_due_runs(self.clock.now(), 1)
-            if self._busy():
-                continue
-            if not due:
-                return
-            # Something is due that the poller has not picked up yet.
-            passed = self._poller_pass = trio.Event()
-            self._poke.set()
-            await passed.wait()
+            first, last = min(as_of), max(as_of)
+            found = await self.store.get_checkpoints(run_id, first, last)
+            self._sent.observed(run_id, found, range(first, last + 1), as_of=as_of)
 
     @contextmanager
     def subscribe(
@@ -735,24 +829,6 @@ class Engine:
         else:
             self._idle.set()
 
-    def _queued_here(self) -> int:
-        """Messages waiting in an in-process broker for this engine's result
-        consumer or its embedded worker (effects that are not done yet)."""
-        if not isinstance(self.broker, MemoryBroker):
-            return 0
-        queues = [self.results_queue, *(self._worker.queues if self._worker is not None else ())]
-        return sum(self.broker.depth(queue) for queue in queues)
-
-    def _taken_here(self) -> bool:
-        """Whether a memory consumer of this engine holds messages unacked
-        while nothing here is busy with them (a receive that took them is yet
-        to return)."""
-        consumers = [
-            self._results_consumer,
-            *(self._worker.consumers if self._worker is not None else ()),
-        ]
-        return any(isinstance(c, MemoryConsumer) and c.held for c in consumers)
-
     async def _dispatch(self, tasks: list[Task]) -> None:
         """Send tasks whose pending checkpoints just committed."""
         for start in range(0, len(tasks), DISPATCH_CHUNK):
@@ -765,6 +841,15 @@ class Engine:
                 )
                 for task in chunk
             ]
+            # Counted before the send, since a result may be settled before
+            # the send returns; only tasks this engine's own worker takes.
+            own = [
+                task
+                for task, message in zip(chunk, outgoing, strict=True)
+                if message.queue in self._served
+            ]
+            for task in own:
+                self._sent.add(task.run_id, task.seq, task.attempt)
             delay = 0.05
             for attempt in range(8):
                 try:
@@ -775,6 +860,8 @@ class Engine:
                         # The checkpoints stay pending; remote_redispatch (if
                         # enabled) sends them again when they count as lost.
                         logger.error("could not dispatch %d tasks: %s", len(chunk), exc)
+                        for task in own:
+                            self._sent.unsent(task.run_id, task.seq, task.attempt)
                         break
                     logger.warning("dispatch failed (%s); retrying", exc)
                     await trio.sleep(delay * self.rng.uniform(0.5, 1.5))
@@ -844,6 +931,7 @@ class Engine:
             if settled is not None and settled.status != "pending":
                 await self._join_barrier(settled)
         if run is not None and run.done:
+            self._sent.run_ended(run_id)
             ending = self._ended.pop(run_id, None)
             if ending is not None:
                 ending.event.set()
@@ -917,6 +1005,9 @@ class Engine:
                 return
             run = state.run
             turn = TurnState(run=run, checkpoints={cp.seq: cp for cp in state.checkpoints})
+            # Read under the lease: settled elsewhere means no result is
+            # waited for here (it went to another engine, or got lost).
+            self._sent.observed(run_id, state.checkpoints)
         if run.recoveries > self._max_recoveries:
             error = ErrorInfo(
                 message=f"run was taken over {run.recoveries} times from engines that died",
@@ -1205,6 +1296,7 @@ class Engine:
         results = await self._write(turn, *ops)
         if results is None:
             return
+        self._sent.run_ended(run.id)
         await self._after_commit(turn, results)
         if status in ("failed", "dead") and error is not None:
             _log_failed_run(run, status, error)
@@ -1262,6 +1354,9 @@ class Engine:
             self._interrupt(run_id)
         for run_id in turn.wake_after:
             self._wake(run_id)
+        # What the turn itself decided (a lost step, a fail_fast fan that
+        # froze its members, an attempt sent again) waits for no result.
+        self._sent.observed(turn.run.id, turn.checkpoints.values())
 
     async def _finish_cancel(self, turn: TurnState) -> None:
         run = turn.run
@@ -1544,6 +1639,8 @@ async def open_engine(
                     blocked_recheck=float(blocked_recheck),
                     traceback_limit=traceback_limit,
                 )
+                engine._sent.join()
+                stack.callback(engine._sent.leave)
                 await nursery.start(consume_results, engine, name="trio_durable result consumer")
                 if routes:
                     engine._worker = await nursery.start(
@@ -1559,6 +1656,7 @@ async def open_engine(
                         traceback_limit,
                         name="trio_durable embedded worker",
                     )
+                    engine._served = frozenset(engine._worker.queues)
                 engine_ref.append(engine)
                 nursery.start_soon(poll_due, engine, name="trio_durable due-run poller")
                 nursery.start_soon(reconcile_stalled, engine, name="trio_durable reconcile")
@@ -1573,6 +1671,8 @@ async def open_engine(
                     yield engine
                 finally:
                     engine._closed = True
+                    engine._closing.set()
+                    engine._sent.leave()
                     executing = sorted(engine._active)
                     nursery.cancel_scope.cancel()
         finally:

@@ -4,7 +4,9 @@ The poller resumes runs whose timer is due or whose engine went away, in
 shuffled batches of ``timer_batch_size``. The reconcile pass resumes runs
 whose wake-up was lost: an engine that died after settling what a run waited
 for (a child's end, a fan's last member, a remote result) and before waking
-it leaves the run suspended with nothing left to wake it.
+it leaves the run suspended with nothing left to wake it. While a drain
+waits, it also looks up the tasks the engine still counts as sent, in case
+an engine in another process settled them.
 """
 
 from __future__ import annotations
@@ -107,6 +109,14 @@ async def reconcile_stalled(engine: Engine) -> None:
             while not store.unwoken_runs():
                 await store.unwoken_event().wait()
         await trio.sleep(engine._reconcile_interval)
+        if engine._draining and engine._sent.count:
+            # A drain waits on tasks whose results an engine in another
+            # process may have settled: look them up (only then, so an
+            # engine that nobody drains pays nothing for it).
+            try:
+                await engine._recheck_sent()
+            except StoreError as exc:
+                logger.warning("the reconcile pass could not look up sent tasks: %s", exc)
         while True:
             try:
                 stalled = await engine.store.list_stalled_runs(engine._timer_batch_size)

@@ -49,7 +49,6 @@ async def consume_results(engine: Engine, task_status: trio.TaskStatus[None]) ->
             async with engine.broker.open_consumer(
                 engine.results_queue, prefetch=2 * RESULT_BATCH
             ) as consumer:
-                engine._results_consumer = consumer
                 if not started:
                     task_status.started()
                     started = True
@@ -245,6 +244,11 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
             wakes[result.run_id] = None
     for run_id in wakes:
         engine._wake(run_id)
+    # Settled, rescheduled or dropped: nothing waits for these attempts any
+    # more (the results given back come again, and count then).
+    for delivery, result in readable:
+        if id(delivery) not in failed_ids:
+            engine._sent.result_handled(result.run_id, result.seq, result.attempt)
     return len(failed)
 
 

@@ -230,8 +230,6 @@ class Worker:
         self.instance_id = instance_id
         self.routes = routes
         self.queues = served_queues(app, routes, capabilities)
-        # What `Engine.drain` inspects for tasks taken but not yet tracked.
-        self.consumers: list[Consumer] = []
         self._concurrency = concurrency
         self._limiter = trio.CapacityLimiter(concurrency)
         self._capabilities = capabilities
@@ -303,7 +301,6 @@ class Worker:
             self.broker.open_consumer(queue, prefetch=self._concurrency) as consumer,
             trio.open_nursery() as nursery,
         ):
-            self.consumers.append(consumer)
             task_status.started()
             while True:
                 deliveries = await consumer.receive(self._concurrency)

@@ -568,6 +568,51 @@ async def test_the_results_queue_is_a_queue(broker: Broker, queue: str) -> None:
         await consumer.ack(received)
 
 
+async def test_quiet_says_nothing_or_exactly_when_the_queues_hold_nothing(
+    broker: Broker, queue: str
+) -> None:
+    a, b = f"{queue}.a", f"{queue}.b"
+    first = broker.quiet([a, b])
+    if first is None:
+        # A broker whose queues live on a server cannot tell: it says so
+        # every time, whatever the queues hold (drain then relies on the
+        # engine's own count of the tasks it sent).
+        await broker.dispatch(outgoing(a, b"x"))
+        assert broker.quiet([a, b]) is None
+        async with broker.open_consumer(a, prefetch=1) as consumer:
+            await consumer.ack(await receive_exactly(consumer, 1))
+        assert broker.quiet([a]) is None
+        return
+    assert first.is_set()
+    await broker.dispatch([*outgoing(a, b"1", b"2"), *outgoing(b, b"3")])
+    watch = broker.quiet([a, b])
+    assert watch is not None
+    assert not watch.is_set()
+    async with (
+        broker.open_consumer(a, prefetch=10) as on_a,
+        broker.open_consumer(b, prefetch=10) as on_b,
+    ):
+        got = await receive_exactly(on_a, 2)
+        # Taken and not settled: still held.
+        assert not watch.is_set()
+        await on_a.reject(got[:1], requeue=True)
+        await on_a.ack(got[1:])
+        assert not watch.is_set()
+        await on_a.reject(await receive_exactly(on_a, 1), requeue=False)
+        # a holds nothing now; b still holds its message.
+        only_a = broker.quiet([a])
+        assert only_a is not None
+        assert only_a.is_set()
+        assert not watch.is_set()
+        [last] = await receive_exactly(on_b, 1)
+        assert not watch.is_set()
+        await on_b.ack([last])
+        assert watch.is_set()
+    again = broker.quiet([a, b])
+    assert again is not None
+    assert again.is_set()
+
+
 # -- Worker descriptors --------------------------------------------------------------
 
 
@@ -798,6 +843,27 @@ async def test_memory_delay_holds_each_message_back_until_its_time(
     # rounding of MockClock's jumps).
     assert received_at == pytest.approx(visible_at, abs=1e-12)
     assert trio.current_time() == pytest.approx(max(visible_at.values()), abs=1e-12)
+
+
+async def test_memory_quiet_counts_delayed_and_unacked_messages(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = MemoryBroker(BrokerFaults(delay=10.0, seed=1))
+    visible_at = random.Random(1).uniform(0, 10.0)
+    await broker.dispatch(outgoing("q", b"late"))
+    watch = broker.quiet(["q"])
+    assert not watch.is_set()
+    async with broker.open_consumer("q", prefetch=1) as consumer:
+        [late] = await consumer.receive(1)
+        assert trio.current_time() == pytest.approx(visible_at, abs=1e-12)
+        assert not watch.is_set()
+    # Closing the consumer put it back unacked: still held.
+    assert not watch.is_set()
+    async with broker.open_consumer("q", prefetch=1) as consumer:
+        [again] = await consumer.receive(1)
+        await consumer.ack([again])
+    assert watch.is_set()
+    assert again.body == late.body
 
 
 async def test_memory_delay_with_a_waiting_consumer(autojump_clock: trio.testing.MockClock) -> None:

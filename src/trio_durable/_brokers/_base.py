@@ -29,6 +29,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, final
 
 import attrs
+import trio
 
 from .._exceptions import TrioDurableError
 
@@ -170,6 +171,26 @@ class Broker(Protocol):
 
     async def worker_groups(self) -> list[str]:
         """The group routes live workers consume, sorted."""
+        ...
+
+    def quiet(self, queues: Sequence[str]) -> trio.Event | None:
+        """An event set once none of ``queues`` holds a message, or None if
+        this broker cannot tell without asking a server.
+
+        A queue holds a message from its dispatch until a consumer acks it
+        or rejects it without requeue: messages waiting (delayed ones
+        included) and messages delivered and not yet settled both count.
+        The event is set at once if the queues hold nothing now; it is never
+        cleared, so a caller asks again after it fired. A caller that stops
+        waiting may set it itself, so the broker can forget it.
+
+        `Engine.drain` asks this of the results queue and the queues its
+        embedded worker consumes: with an event it also waits for results
+        no task of its own accounts for (a duplicate, one another party put
+        there) and for every task its worker will take. A broker whose
+        queues live on a server returns None, and drain relies on the
+        engine's own count of the tasks it sent. It must not block.
+        """
         ...
 
     async def aclose(self) -> None:

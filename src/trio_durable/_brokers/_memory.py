@@ -69,6 +69,13 @@ class _Queue:
     delayed: list[tuple[float, int, _Message]] = attrs.field(factory=list)
     changed: trio.Event = attrs.field(factory=trio.Event)
     newest_delivered: int = -1
+    # Delivered to a consumer and not yet acked or rejected.
+    taken: int = 0
+
+    @property
+    def held(self) -> int:
+        """Messages the queue holds: waiting, delayed, or taken unsettled."""
+        return len(self.ready) + len(self.delayed) + self.taken
 
     def notify(self) -> None:
         self.changed.set()
@@ -104,6 +111,8 @@ class MemoryBroker:
         self.duplicated = 0
         self.delayed = 0
         self.reordered = 0
+        # Events of `quiet` callers, with the queues each waits on.
+        self._quiet_watches: list[tuple[tuple[str, ...], trio.Event]] = []
 
     def _queue(self, name: str) -> _Queue:
         queue = self._queues.get(name)
@@ -116,6 +125,36 @@ class MemoryBroker:
         if queue not in self._queues:
             return 0
         return len(self._queues[queue].ready) + len(self._queues[queue].delayed)
+
+    def quiet(self, queues: Sequence[str]) -> trio.Event:
+        """An event set once none of ``queues`` holds a message, waiting or
+        taken and not yet acked or rejected (see `Broker.quiet`)."""
+        event = trio.Event()
+        names = tuple(queues)
+        if self._holds_none(names):
+            event.set()
+        else:
+            self._quiet_watches = [w for w in self._quiet_watches if not w[1].is_set()]
+            self._quiet_watches.append((names, event))
+        return event
+
+    def _holds_none(self, names: Sequence[str]) -> bool:
+        return all(name not in self._queues or not self._queues[name].held for name in names)
+
+    def _settled(self, name: str, count: int) -> None:
+        """``count`` messages taken from ``name`` were acked or rejected."""
+        self._queue(name).taken -= count
+        if not self._quiet_watches:
+            return
+        watches = []
+        for names, event in self._quiet_watches:
+            if event.is_set():
+                continue
+            if self._holds_none(names):
+                event.set()
+            else:
+                watches.append((names, event))
+        self._quiet_watches = watches
 
     def _enqueue(self, name: str, message: _Message) -> None:
         queue = self._queue(name)
@@ -172,6 +211,7 @@ class MemoryBroker:
         else:
             while queue.ready and len(taken) < limit:
                 taken.append(heapq.heappop(queue.ready)[2])
+        queue.taken += len(taken)
         for message in taken:
             if message.deliveries == 0:
                 if message.order < queue.newest_delivered:
@@ -180,9 +220,12 @@ class MemoryBroker:
         return taken, later
 
     def _requeue(self, name: str, messages: Sequence[_Message]) -> None:
+        """Put taken messages back, to be delivered again."""
         if not messages:
             return
         queue = self._queue(name)
+        # Back from a consumer to waiting: the queue holds as many as before.
+        queue.taken -= len(messages)
         now = trio.current_time()
         for message in messages:
             message.visible_at = now
@@ -276,13 +319,17 @@ class MemoryConsumer:
         return settled
 
     async def ack(self, deliveries: Sequence[Delivery]) -> None:
-        self._broker.acked += len(self._settle(deliveries))
+        settled = self._settle(deliveries)
+        self._broker.acked += len(settled)
+        self._broker._settled(self._queue_name, len(settled))
         await trio.lowlevel.checkpoint()
 
     async def reject(self, deliveries: Sequence[Delivery], *, requeue: bool) -> None:
         settled = self._settle(deliveries)
         if requeue:
             self._broker._requeue(self._queue_name, settled)
+        else:
+            self._broker._settled(self._queue_name, len(settled))
         await trio.lowlevel.checkpoint()
 
     def _close(self) -> None:

@@ -717,6 +717,12 @@ class AmqpBroker:
         descriptors = await self.worker_descriptors()
         return sorted({group for d in descriptors for group in d.groups})
 
+    def quiet(self, queues: Sequence[str]) -> None:
+        """None: its queues live on the server, and only a query to it
+        (a passive declare) would tell how many messages one holds, so
+        `Engine.drain` relies on the engine's own count of what it sent."""
+        return None
+
 
 @asynccontextmanager
 async def open_amqp_broker(url: str) -> AsyncIterator[AmqpBroker]:

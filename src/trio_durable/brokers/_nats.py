@@ -655,6 +655,12 @@ class NatsBroker:
             groups.update(descriptor.groups)
         return sorted(groups)
 
+    def quiet(self, queues: Sequence[str]) -> None:
+        """None: its streams live on the server, and only a query to it
+        (consumer info) would tell how many messages one holds, so
+        `Engine.drain` relies on the engine's own count of what it sent."""
+        return None
+
     async def aclose(self) -> None:
         """Close the connection (idempotent)."""
         if self._closed:
