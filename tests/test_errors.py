@@ -356,7 +356,8 @@ async def test_a_non_finite_output_or_detail_is_never_stored(
     # Every JSON column in the file is strict JSON.
     with sqlite3.connect(path) as db:
         for table, columns in (
-            ("runs", ("input", "output", "error")),
+            ("runs", ("output", "error")),
+            ("run_inputs", ("input",)),
             ("checkpoints", ("input", "output", "error", "errors")),
         ):
             for row in db.execute(f"SELECT {', '.join(columns)} FROM {table}"):

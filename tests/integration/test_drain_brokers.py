@@ -99,8 +99,8 @@ async def test_drain_returns_once_the_results_of_the_tasks_it_sent_are_settled(
         for x in range(10):
             run = await engine.start(chain, x, run_id=f"{namespace}.c{x}", namespace=namespace)
             run_ids.append(run.id)
-        run = await engine.start(fan, 30, run_id=f"{namespace}.fan", namespace=namespace)
-        run_ids.append(run.id)
+        fanned = await engine.start(fan, 30, run_id=f"{namespace}.fan", namespace=namespace)
+        run_ids.append(fanned.id)
         with trio.fail_after(EVENTUALLY):
             await engine.drain()
         # Read at once: drain returned after every run ended, not before.
