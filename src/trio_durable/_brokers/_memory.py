@@ -26,6 +26,7 @@ import attrs
 import trio
 
 from .._exceptions import InvalidURLError
+from .._urls import mask_url
 from ._base import Delivery, Outgoing, WorkerDescriptor
 
 MAX_PRIORITY: Final = 9
@@ -319,7 +320,9 @@ async def open_memory_broker(url: str = "memory://") -> AsyncIterator[MemoryBrok
         # ValueError for) or user info: not a plain name.
         or any(c in parts.netloc for c in ":@")
     ):
-        raise InvalidURLError(f"a memory broker URL is 'memory://' or 'memory://name', not {url!r}")
+        raise InvalidURLError(
+            f"a memory broker URL is 'memory://' or 'memory://name', not {mask_url(url)!r}"
+        )
     name = parts.netloc
     broker, users = _shared.get(name, (None, 0))
     if broker is None:

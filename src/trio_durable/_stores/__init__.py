@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import entry_points
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from .._exceptions import InvalidURLError
+from .._urls import mask_url
 from ._base import Store
 
 
@@ -38,8 +38,9 @@ def store_opener(url: str) -> _StoreOpener:
       InvalidURLError: The URL has no scheme, or no store serves its scheme.
     """
     if not isinstance(url, str) or "://" not in url:
-        raise InvalidURLError(f"not a store URL: {url!r} (expected e.g. 'sqlite:///app.db')")
-    scheme = urlsplit(url).scheme.lower()
+        shown = mask_url(url) if isinstance(url, str) else url
+        raise InvalidURLError(f"not a store URL: {shown!r} (expected e.g. 'sqlite:///app.db')")
+    scheme = url.partition("://")[0].lower()
     builtin = _builtin_opener(scheme)
     if builtin is not None:
         return builtin
@@ -47,7 +48,9 @@ def store_opener(url: str) -> _StoreOpener:
         if entry.name == scheme:
             opener: _StoreOpener = entry.load()
             return opener
-    raise InvalidURLError(f"no store is registered for the scheme {scheme!r} in {url!r}")
+    raise InvalidURLError(
+        f"no store is registered for the scheme {scheme!r} in {mask_url(url)!r}"
+    )
 
 
 @asynccontextmanager

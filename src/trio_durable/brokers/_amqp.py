@@ -55,6 +55,7 @@ from pamqp import commands as spec
 from .. import _serde
 from .._brokers._base import BrokerUnavailable, Delivery, Outgoing, WorkerDescriptor
 from .._exceptions import InvalidURLError, UsageError
+from .._urls import AMBIGUOUS_HINT, mask_url, scrub, userinfo_is_ambiguous
 from ._bridge import Bridge, BridgeMode, Inbox, bridge_mode, open_bridge
 
 logger = logging.getLogger("trio_durable")
@@ -125,30 +126,36 @@ def parse_amqp_url(url: str) -> AmqpOptions:
       InvalidURLError: The scheme is not amqp(s), the host is missing, or an
         option is unknown, repeated or out of range.
     """
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("amqp", "amqps"):
-        raise InvalidURLError(f"not an amqp:// or amqps:// URL: {url!r}")
-    if not parts.hostname:
-        raise InvalidURLError(f"the broker URL {url!r} names no host")
+    # Messages show the URL with its password masked, and never quote what
+    # urllib says about it (a password with an unencoded '/', '?' or '#'
+    # is split across the URL's parts).
+    shown = mask_url(url)
+    if userinfo_is_ambiguous(url):
+        raise InvalidURLError(f"malformed broker URL {shown!r}: {AMBIGUOUS_HINT}")
     try:
+        parts = urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError for a bad port
-    except ValueError as exc:
-        raise InvalidURLError(f"the broker URL {url!r} has a bad port") from exc
+    except ValueError:
+        raise InvalidURLError(f"the broker URL {shown!r} has a bad host or port") from None
+    if parts.scheme.lower() not in ("amqp", "amqps"):
+        raise InvalidURLError(f"not an amqp:// or amqps:// URL: {shown!r}")
+    if not parts.hostname:
+        raise InvalidURLError(f"the broker URL {shown!r} names no host")
     bridge = bridge_mode(url)
     own: dict[str, str] = {}
     passed: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key in own or any(key == k for k, _ in passed):
-            raise InvalidURLError(f"the option {key}= is given twice in {url!r}")
+            raise InvalidURLError(f"the option {key}= is given twice in {shown!r}")
         if key in _OWN_OPTIONS:
             own[key] = value
         elif key in _CLIENT_OPTIONS:
             passed.append((key, value))
         else:
             known = ", ".join(sorted(_OWN_OPTIONS | _CLIENT_OPTIONS))
-            raise InvalidURLError(f"unknown option {key}= in {url!r} (known: {known})")
+            raise InvalidURLError(f"unknown option {key}= in {shown!r} (known: {known})")
     if "heartbeat" in dict(passed):
-        _number(url, "heartbeat", dict(passed)["heartbeat"], integer=True, zero=True)
+        _number(shown, "heartbeat", dict(passed)["heartbeat"], integer=True, zero=True)
 
     prefetch = own.get("prefetch")
     return AmqpOptions(
@@ -156,14 +163,18 @@ def parse_amqp_url(url: str) -> AmqpOptions:
         bridge=bridge,
         prefetch=None
         if prefetch is None
-        else int(_number(url, "prefetch", prefetch, integer=True)),
-        publish_timeout=_number(url, "publish_timeout", own.get("publish_timeout", "30")),
-        reconnect_interval=_number(url, "reconnect_interval", own.get("reconnect_interval", "1")),
-        connect_timeout=_number(url, "connect_timeout", own.get("connect_timeout", "10")),
+        else int(_number(shown, "prefetch", prefetch, integer=True)),
+        publish_timeout=_number(shown, "publish_timeout", own.get("publish_timeout", "30")),
+        reconnect_interval=_number(
+            shown, "reconnect_interval", own.get("reconnect_interval", "1")
+        ),
+        connect_timeout=_number(shown, "connect_timeout", own.get("connect_timeout", "10")),
     )
 
 
-def _number(url: str, key: str, text: str, *, integer: bool = False, zero: bool = False) -> float:
+def _number(
+    shown: str, key: str, text: str, *, integer: bool = False, zero: bool = False
+) -> float:
     try:
         value = int(text) if integer else float(text)
     except ValueError:
@@ -171,7 +182,7 @@ def _number(url: str, key: str, text: str, *, integer: bool = False, zero: bool 
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
         kind = "integer" if integer else "number"
         sign = "non-negative" if zero else "positive"
-        raise InvalidURLError(f"{key}= must be a {sign} {kind}, not {text!r} (in {url!r})")
+        raise InvalidURLError(f"{key}= must be a {sign} {kind}, not {text!r} (in {shown!r})")
     return value
 
 
@@ -322,9 +333,11 @@ class AmqpBroker:
         try:
             return await self.bridge.run(fn)
         except _CLIENT_ERRORS as exc:
-            raise BrokerUnavailable(f"RabbitMQ: {type(exc).__name__}: {exc}") from exc
+            reason = scrub(str(exc), self.options.client_url)
+            raise BrokerUnavailable(f"RabbitMQ: {type(exc).__name__}: {reason}") from exc
         except TimeoutError as exc:
-            raise BrokerUnavailable(f"RabbitMQ did not answer in time: {exc}") from exc
+            reason = scrub(str(exc), self.options.client_url)
+            raise BrokerUnavailable(f"RabbitMQ did not answer in time: {reason}") from exc
 
     # -- connecting ------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ import trio
 
 from .._brokers._base import BrokerUnavailable, Delivery, Outgoing, WorkerDescriptor
 from .._clock import Clock
+from .._urls import mask_url, scrub
 from ._bridge import Bridge, BridgeMode, Inbox, open_bridge
 from ._nats_url import (
     DEAD_MAX_AGE,
@@ -367,7 +368,7 @@ async def _http_get_json(url: str, limit: float) -> Any:
             writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.") or head.split()[1] != b"200":
-        raise OSError(f"GET {url}: {head.splitlines()[0]!r}")
+        raise OSError(f"GET {mask_url(url)}: {head.splitlines()[0]!r}")
     return json.loads(body)
 
 
@@ -507,7 +508,8 @@ class NatsBroker:
         try:
             return await self._bridge.run(fn)
         except _CLIENT_ERRORS as exc:
-            raise BrokerUnavailable(f"NATS: could not {what}: {exc!r}") from exc
+            reason = scrub(repr(exc), self.options.server, user_is_secret=True)
+            raise BrokerUnavailable(f"NATS: could not {what}: {reason}") from exc
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         """Publish each message to its queue's subject and wait until
@@ -678,10 +680,10 @@ class NatsBroker:
             config = varz.get("jetstream", {}).get("config", {})
         except (OSError, ValueError, AttributeError) as exc:
             logger.info(
-                "could not read %s to check the server's sync_interval (%r); make sure it runs"
+                "could not read %s to check the server's sync_interval (%s); make sure it runs"
                 " with sync_interval: always (docs/nats.md)",
-                url,
-                exc,
+                mask_url(url),
+                scrub(repr(exc), url),
             )
             return
         if config.get("sync_always"):
@@ -710,7 +712,11 @@ async def _connect(options: NatsOptions) -> tuple[NatsClient, JetStreamContext]:
         # Each failed attempt while reconnecting reports here too: one line
         # per reconnect_wait is noise once the outage was logged.
         level = logging.DEBUG if nc.is_reconnecting else logging.WARNING
-        logger.log(level, "NATS connection error: %r", exc)
+        logger.log(
+            level,
+            "NATS connection error: %s",
+            scrub(repr(exc), options.server, user_is_secret=True),
+        )
 
     async def disconnected_cb() -> None:
         if not nc.is_closed:  # not our own close
@@ -759,13 +765,15 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
         try:
             nc, js = await bridge.run(lambda: _connect(options))
         except _CLIENT_ERRORS as exc:
-            raise BrokerUnavailable(f"cannot connect to NATS at {options.shown}: {exc!r}") from exc
+            reason = scrub(repr(exc), options.server, user_is_secret=True)
+            raise BrokerUnavailable(f"cannot connect to NATS at {options.shown}: {reason}") from exc
         try:
             try:
                 kv = await bridge.run(lambda: _setup(js, options))
             except _CLIENT_ERRORS as exc:
+                reason = scrub(repr(exc), options.server, user_is_secret=True)
                 raise BrokerUnavailable(
-                    f"NATS at {options.shown} refused the streams or the bucket: {exc!r}"
+                    f"NATS at {options.shown} refused the streams or the bucket: {reason}"
                 ) from exc
             broker = NatsBroker(options, bridge, nc, js, kv)
             async with trio.open_nursery() as nursery:
