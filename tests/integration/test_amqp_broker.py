@@ -3,6 +3,7 @@ its prefetch cap, queues made by others, and what it leaves behind."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import socket
 import threading
@@ -27,6 +28,17 @@ def threads() -> list[str]:
     """The threads running now, but for Trio's idle cached workers (which
     ran the bridge's loop and wait, idle, to be reused)."""
     return sorted(t.name for t in threading.enumerate() if not t.name.startswith("Trio thread"))
+
+
+def pending_tasks() -> list[str]:
+    """The names of the tasks pending on the running asyncio loop, but the
+    current one (call it on the bridge's loop)."""
+    current = asyncio.current_task()
+    return sorted(t.get_name() for t in asyncio.all_tasks() if t is not current and not t.done())
+
+
+async def asyncio_pending() -> list[str]:
+    return pending_tasks()
 
 
 def with_query(url: str, query: str) -> str:
@@ -171,3 +183,27 @@ async def test_a_queue_deleted_behind_its_back_is_declared_again(
                 [delivery] = await consumer.receive(1)
             assert delivery.body == b"second"
             await consumer.ack([delivery])
+
+
+async def test_closing_leaves_no_task_of_the_broker_pending(
+    real_server: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_broker(real_server("rabbitmq")) as broker:
+        assert isinstance(broker, AmqpBroker)
+
+        async def slow_announcement(message: dict[str, object], ttl: float | None) -> None:
+            # A server slow to take the request to announce again.
+            await asyncio.Event().wait()
+
+        monkeypatch.setattr(broker, "_publish_announcement", slow_announcement)
+
+        async def reconnected() -> list[str]:
+            broker._on_reconnect()
+            await asyncio.sleep(0)
+            return pending_tasks()
+
+        # What a reconnection starts on the loop is the broker's, held by it...
+        assert "trio_durable amqp announce sync" in await broker.bridge.run(reconnected)
+        await broker.aclose()
+        # ... and closing the broker ends it, before the bridge goes.
+        assert await broker.bridge.run(asyncio_pending) == []

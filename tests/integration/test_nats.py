@@ -3,9 +3,11 @@ tokens, errors, the ``sync_interval`` warning and closing on cancel."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
+import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -171,3 +173,26 @@ async def test_cancelling_closes_cleanly_and_gives_messages_back(
             [again] = await c.receive(5)
         assert (again.body, again.deliveries) == (b"held", 2)
         await c.ack([again])
+
+
+async def test_closing_leaves_no_task_of_the_broker_pending(
+    real_server: Callable[[str], str],
+) -> None:
+    def pending() -> list[str]:
+        current = asyncio.current_task()
+        return sorted(t.get_name() for t in asyncio.all_tasks() if t is not current and not t.done())
+
+    async def pending_on_loop() -> list[str]:
+        return pending()
+
+    queue = f"nats-test.{secrets.token_hex(4)}"
+    async with open_broker(real_server("nats")) as broker:
+        assert isinstance(broker, NatsBroker)
+        async with broker.open_consumer(queue, prefetch=4):
+            # The consumer's pull loop runs on the loop, held by the broker...
+            running = await broker._bridge.run(pending_on_loop)
+            assert any(name.startswith("trio_durable nats pull") for name in running)
+            # ... and closing the broker (here while the consumer is still
+            # open, as when its owner crashed) ends it, before the bridge goes.
+            await broker.aclose()
+            assert await broker._bridge.run(pending_on_loop) == []

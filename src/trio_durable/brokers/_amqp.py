@@ -56,7 +56,7 @@ from .. import _serde
 from .._brokers._base import BrokerUnavailable, Delivery, Outgoing, WorkerDescriptor
 from .._exceptions import InvalidURLError, UsageError
 from .._urls import AMBIGUOUS_HINT, mask_url, scrub, userinfo_is_ambiguous
-from ._bridge import Bridge, BridgeMode, Inbox, bridge_mode, open_bridge
+from ._bridge import Bridge, BridgeMode, Inbox, OwnedTasks, bridge_mode, open_bridge
 
 logger = logging.getLogger("trio_durable")
 
@@ -315,6 +315,9 @@ class AmqpBroker:
         self._declared: set[str] = set()
         self._foreign: set[str] = set()  # queues made by others, with other arguments
         self._requeueing: dict[str, set[asyncio.Task[Any]]] = {}
+        # The tasks this broker starts on the loop itself (not those the
+        # client library runs its callbacks in); closed with the broker.
+        self._tasks = OwnedTasks()
         self._message_ids = itertools.count()
         self._closed = False
         # Worker descriptors: the view from announcements (Trio side), and
@@ -375,8 +378,11 @@ class AmqpBroker:
         connection = self._connection
 
         async def close() -> None:
-            if connection is not None:
-                await connection.close()
+            try:
+                await self._tasks.aclose()
+            finally:
+                if connection is not None:
+                    await connection.close()
 
         try:
             await self._run(close)
@@ -388,9 +394,17 @@ class AmqpBroker:
         # state (a fresh node): declare again on next use. And ask the
         # others to announce, as at the start.
         self._declared.clear()
-        asyncio.get_running_loop().create_task(
-            self._publish_announcement({"kind": "sync"}, ttl=None)
-        )
+        # Closing, when nobody needs the announcements any more.
+        with suppress(trio.ClosedResourceError):
+            self._tasks.start(self._ask_to_announce(), name="trio_durable amqp announce sync")
+
+    async def _ask_to_announce(self) -> None:
+        """Ask the other brokers to announce their workers again (on the loop)."""
+        try:
+            await self._publish_announcement({"kind": "sync"}, ttl=None)
+        except _CLIENT_ERRORS as exc:
+            # Their heartbeats announce them again within a ttl anyway.
+            logger.debug("could not ask the other brokers to announce: %s", exc)
 
     # -- queues ------------------------------------------------------------------------
 

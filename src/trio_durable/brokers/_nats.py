@@ -40,7 +40,7 @@ import trio
 from .._brokers._base import BrokerUnavailable, Delivery, Outgoing, WorkerDescriptor
 from .._clock import Clock
 from .._urls import mask_url, scrub
-from ._bridge import Bridge, BridgeMode, Inbox, open_bridge
+from ._bridge import Bridge, BridgeMode, Inbox, OwnedTasks, open_bridge
 from ._nats_url import (
     DEAD_MAX_AGE,
     DEAD_STREAM,
@@ -110,8 +110,10 @@ class _Puller:
         consumer: str,
         prefetch: int,
         inbox: Inbox[Msg],
+        tasks: OwnedTasks,
     ) -> None:
         self._nc = nc
+        self._tasks = tasks
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._prefetch = prefetch
         self._inbox = inbox
@@ -126,7 +128,9 @@ class _Puller:
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(self._deliver, cb=self._on_message)
-        self._task = asyncio.get_running_loop().create_task(self._pull_forever())
+        self._task = self._tasks.start(
+            self._pull_forever(), name=f"trio_durable nats pull {self._next_subject}"
+        )
 
     async def _on_message(self, msg: Msg) -> None:
         self._last_activity = asyncio.get_running_loop().time()
@@ -483,10 +487,14 @@ class NatsBroker:
         nc: NatsClient,
         js: JetStreamContext,
         kv: KeyValue,
+        tasks: OwnedTasks,
     ) -> None:
         self.options = options
         self._bridge = bridge
         self._nc = nc
+        # Every task this broker starts on the loop (the consumers' pull
+        # loops), cancelled and awaited when it closes.
+        self._tasks = tasks
         self._js = js
         self._kv = kv
         self._closed = False
@@ -580,7 +588,7 @@ class NatsBroker:
         stream, subject = stream_and_subject(queue)
         name = token(queue)
         inbox: Inbox[Msg] = self._bridge.inbox()
-        puller = _Puller(self._nc, stream, name, prefetch, inbox)
+        puller = _Puller(self._nc, stream, name, prefetch, inbox, self._tasks)
 
         async def start() -> None:
             await _ensure_consumer(self._js, stream, subject, name, self.options)
@@ -658,11 +666,11 @@ class NatsBroker:
         return sorted(groups)
 
     async def aclose(self) -> None:
-        """Close the connection (idempotent)."""
+        """Stop the tasks it started and close the connection (idempotent)."""
         if self._closed:
             return
         try:
-            await self._call(self._nc.close, "close the connection")
+            await self._call(lambda: _shut_down(self._nc, self._tasks), "close the connection")
         except (BrokerUnavailable, trio.ClosedResourceError) as exc:
             logger.debug("closing the NATS connection: %s", exc)
         finally:
@@ -696,6 +704,14 @@ class NatsBroker:
             self.options.shown,
             f"{interval / 1e9:g} s" if isinstance(interval, int | float) else "interval",
         )
+
+
+async def _shut_down(nc: NatsClient, tasks: OwnedTasks) -> None:
+    """Stop the broker's tasks, then close the connection (on the loop)."""
+    try:
+        await tasks.aclose()
+    finally:
+        await nc.close()
 
 
 def _descriptor_from_json(data: dict[str, Any]) -> WorkerDescriptor:
@@ -761,6 +777,7 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
         the streams or the bucket.
     """
     options = parse_nats_url(url)
+    tasks = OwnedTasks()
     async with open_bridge(options.bridge) as bridge:
         try:
             nc, js = await bridge.run(lambda: _connect(options))
@@ -775,7 +792,7 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
                 raise BrokerUnavailable(
                     f"NATS at {options.shown} refused the streams or the bucket: {reason}"
                 ) from exc
-            broker = NatsBroker(options, bridge, nc, js, kv)
+            broker = NatsBroker(options, bridge, nc, js, kv, tasks)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(broker._check_sync_interval)
                 nursery.start_soon(broker._publish_forever)
@@ -785,6 +802,6 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
             with trio.CancelScope(shield=True) as cleanup:
                 cleanup.deadline = trio.current_time() + options.timeout
                 try:
-                    await bridge.run(nc.close)
+                    await bridge.run(lambda: _shut_down(nc, tasks))
                 except (*_CLIENT_ERRORS, trio.ClosedResourceError) as exc:
                     logger.debug("closing the NATS connection: %r", exc)
