@@ -4,10 +4,13 @@ its prefetch cap, queues made by others, and what it leaves behind."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import socket
 import threading
+import traceback
 from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
 import pytest
@@ -207,3 +210,20 @@ async def test_closing_leaves_no_task_of_the_broker_pending(
         await broker.aclose()
         # ... and closing the broker ends it, before the bridge goes.
         assert await broker.bridge.run(asyncio_pending) == []
+
+
+async def test_a_refused_login_does_not_show_the_password(
+    real_server: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    url = real_server("rabbitmq")
+    parts = urlsplit(url)
+    wrong = urlunsplit(parts._replace(netloc=f"guest:n0t%23Th1s@{parts.hostname}:{parts.port}"))
+    with pytest.raises(BrokerUnavailable) as caught:
+        async with open_broker(with_query(wrong, "connect_timeout=5")):
+            pytest.fail("logged in with a wrong password")  # pragma: no cover
+    shown = "".join(traceback.format_exception(caught.value))
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    for secret in ("n0t", "Th1s"):
+        assert secret not in shown
+        assert secret not in logged

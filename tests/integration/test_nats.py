@@ -8,6 +8,7 @@ import hashlib
 import logging
 import os
 import secrets
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -93,12 +94,27 @@ async def test_an_unreachable_server_is_unavailable() -> None:
     assert raised.value.__cause__ is not None
 
 
-async def test_errors_do_not_show_the_password() -> None:
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("nats://me:S3cQz9@127.0.0.1:1", "me:***@127.0.0.1:1"),
+        ("nats://me:S3c%23Qz9@127.0.0.1:1", "me:***@127.0.0.1:1"),
+        ("nats://S3cQz9@127.0.0.1:1", "***@127.0.0.1:1"),  # a token
+    ],
+)
+async def test_errors_and_log_lines_do_not_show_the_password(
+    url: str, shown: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     with pytest.raises(BrokerUnavailable) as raised:
-        async with open_broker("nats://me:s3cret@127.0.0.1:1?timeout=1&monitor=off"):
+        async with open_broker(f"{url}?timeout=1&monitor=off"):
             pass  # pragma: no cover
-    assert "s3cret" not in str(raised.value)
-    assert "me:***@127.0.0.1:1" in str(raised.value)
+    assert shown in str(raised.value)
+    printed = "".join(traceback.format_exception(raised.value))
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    for secret in ("S3c", "Qz9"):
+        assert secret not in printed
+        assert secret not in logged
 
 
 @pytest.fixture
