@@ -457,8 +457,10 @@ def test_the_adapter_api_is_pinned() -> None:
         "Delivery",
         "MemoryBroker",
         "Outgoing",
+        "PayloadTooLarge",
         "RESULTS",
         "WorkerDescriptor",
+        "check_payload_sizes",
         "is_broker_safe",
         "open_broker",
     ]

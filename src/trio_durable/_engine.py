@@ -30,7 +30,15 @@ import trio
 from . import _serde
 from ._app import App, Workflow, workflow_of
 from ._brokers import open_broker
-from ._brokers._base import RESULTS, Broker, BrokerError, Consumer, Outgoing, WorkerDescriptor
+from ._brokers._base import (
+    RESULTS,
+    Broker,
+    BrokerError,
+    Consumer,
+    Outgoing,
+    PayloadTooLarge,
+    WorkerDescriptor,
+)
 from ._brokers._memory import MemoryBroker, MemoryConsumer
 from ._clock import Clock
 from ._context import Context, Suspend, TurnState, completion, error_info, signal_token
@@ -51,6 +59,7 @@ from ._fleet import Fleet, aggregate
 from ._handoff import UnservedRoute, follow_handoff, hand_off, routes_in_doubt
 from ._handoff import unserved_on_error_routes as _unserved
 from ._observe import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Metrics
+from ._payload import lowered, task_message
 from ._poller import poll_due, reconcile_stalled
 from ._records import (
     ACTIVE_STATUSES,
@@ -551,22 +560,24 @@ class Engine:
         return any(isinstance(c, MemoryConsumer) and c.held for c in consumers)
 
     async def _dispatch(self, tasks: list[Task]) -> None:
-        """Send tasks whose pending checkpoints just committed."""
+        """Send tasks whose pending checkpoints just committed. A task over
+        the broker's ``max_payload`` is not sent: a failure of code
+        ``payload_too_large`` goes to the results queue in its place, and
+        settles its step like a worker's result would (see `_payload`)."""
         for start in range(0, len(tasks), DISPATCH_CHUNK):
             chunk = tasks[start : start + DISPATCH_CHUNK]
-            outgoing = [
-                Outgoing(
-                    queue=task_queue(task.route, self._requires(task.step)),
-                    body=attrs.evolve(task, reply_to=self.results_queue).encode(),
-                    priority=task.priority,
-                )
-                for task in chunk
-            ]
+            limit = self.broker.max_payload
+            outgoing = self._task_messages(chunk, limit)
             delay = 0.05
             for attempt in range(8):
                 try:
                     await self.broker.dispatch(outgoing)
                     break
+                except PayloadTooLarge as exc:
+                    # The broker's limit fell below what it said (it reconnected
+                    # to another server): fit the chunk to it and send again.
+                    limit = lowered(limit, exc)
+                    outgoing = self._task_messages(chunk, limit)
                 except BrokerError as exc:
                     if attempt == 7:
                         # The checkpoints stay pending; remote_redispatch (if
@@ -576,6 +587,23 @@ class Engine:
                     logger.warning("dispatch failed (%s); retrying", exc)
                     await trio.sleep(delay * self.rng.uniform(0.5, 1.5))
                     delay = min(delay * 2, 5.0)
+            else:
+                logger.error("could not dispatch %d tasks: the broker kept refusing sizes", len(chunk))
+
+    def _task_messages(self, tasks: Sequence[Task], limit: int | None) -> list[Outgoing]:
+        """The messages that send ``tasks``: each task, or the failure that
+        stands in for one over ``limit`` bytes."""
+        now = self.clock.now()
+        messages = (
+            task_message(
+                attrs.evolve(task, reply_to=self.results_queue),
+                task_queue(task.route, self._requires(task.step)),
+                limit,
+                now,
+            )
+            for task in tasks
+        )
+        return [message for message in messages if message is not None]
 
     def _requires(self, step_name: str) -> tuple[str, ...]:
         step = self.app.get_step(step_name)

@@ -15,7 +15,9 @@ from .._brokers._base import BrokerUnavailable as BrokerUnavailable
 from .._brokers._base import Consumer as Consumer
 from .._brokers._base import Delivery as Delivery
 from .._brokers._base import Outgoing as Outgoing
+from .._brokers._base import PayloadTooLarge as PayloadTooLarge
 from .._brokers._base import WorkerDescriptor as WorkerDescriptor
+from .._brokers._base import check_payload_sizes as check_payload_sizes
 from .._brokers._base import is_broker_safe as is_broker_safe
 from .._brokers._memory import BrokerFaults as BrokerFaults
 from .._brokers._memory import MemoryBroker as MemoryBroker
@@ -30,7 +32,9 @@ __all__ = [
     "Delivery",
     "MemoryBroker",
     "Outgoing",
+    "PayloadTooLarge",
     "WorkerDescriptor",
+    "check_payload_sizes",
     "is_broker_safe",
     "open_broker",
 ]

@@ -38,6 +38,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import secrets
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -53,7 +54,14 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, Abstrac
 from pamqp import commands as spec
 
 from .. import _serde
-from .._brokers._base import BrokerUnavailable, Delivery, Outgoing, WorkerDescriptor
+from .._brokers._base import (
+    BrokerUnavailable,
+    Delivery,
+    Outgoing,
+    PayloadTooLarge,
+    WorkerDescriptor,
+    check_payload_sizes,
+)
 from .._exceptions import InvalidURLError, UsageError
 from .._urls import AMBIGUOUS_HINT, mask_url, scrub, userinfo_is_ambiguous
 from ._bridge import Bridge, BridgeMode, Inbox, OwnedTasks, bridge_mode, open_bridge
@@ -71,13 +79,25 @@ WORKERS_EXCHANGE: Final = "trio_durable.workers"
 CLOSE_TIMEOUT: Final = 5.0
 """Seconds a close may take before it is abandoned (shielded from cancellation)."""
 MAX_QUEUE_NAME: Final = 255 - len(DEAD_LETTER_SUFFIX)
+DEFAULT_MAX_PAYLOAD: Final = 128 * 1024 * 1024
+"""The largest body dispatched without ``?max_payload=``: RabbitMQ's default
+``max_message_size`` (3.8 and later), which the client cannot ask the server."""
+LARGEST_MAX_PAYLOAD: Final = 512 * 1024 * 1024
+"""The most ``max_message_size`` can be set to on the server."""
 
 _PERSISTENT: Final = 2
 _TRANSIENT: Final = 1
 
 # Options the adapter reads, and those it passes on to aio-pika unchanged.
 _OWN_OPTIONS: Final = frozenset(
-    {"bridge", "prefetch", "publish_timeout", "reconnect_interval", "connect_timeout"}
+    {
+        "bridge",
+        "prefetch",
+        "publish_timeout",
+        "reconnect_interval",
+        "connect_timeout",
+        "max_payload",
+    }
 )
 _CLIENT_OPTIONS: Final = frozenset(
     {"heartbeat", "name", "cafile", "capath", "keyfile", "certfile", "no_verify_ssl"}
@@ -109,6 +129,9 @@ class AmqpOptions:
         come back before it raises `BrokerUnavailable`.
       reconnect_interval: Seconds between attempts to reconnect.
       connect_timeout: Seconds the first connection may take.
+      max_payload: The largest message body, in bytes, a dispatch sends:
+        the server's ``max_message_size``, which AMQP does not tell clients
+        (default `DEFAULT_MAX_PAYLOAD`, the server's default).
     """
 
     client_url: str
@@ -117,6 +140,7 @@ class AmqpOptions:
     publish_timeout: float = 30.0
     reconnect_interval: float = 1.0
     connect_timeout: float = 10.0
+    max_payload: int = DEFAULT_MAX_PAYLOAD
 
 
 def parse_amqp_url(url: str) -> AmqpOptions:
@@ -158,6 +182,14 @@ def parse_amqp_url(url: str) -> AmqpOptions:
         _number(shown, "heartbeat", dict(passed)["heartbeat"], integer=True, zero=True)
 
     prefetch = own.get("prefetch")
+    max_payload = DEFAULT_MAX_PAYLOAD
+    if "max_payload" in own:
+        max_payload = int(_number(shown, "max_payload", own["max_payload"], integer=True))
+        if max_payload > LARGEST_MAX_PAYLOAD:
+            raise InvalidURLError(
+                f"max_payload= must be at most {LARGEST_MAX_PAYLOAD} (RabbitMQ's largest"
+                f" max_message_size), not {max_payload} (in {shown!r})"
+            )
     return AmqpOptions(
         client_url=urlunsplit(parts._replace(query=urlencode(passed))),
         bridge=bridge,
@@ -169,6 +201,7 @@ def parse_amqp_url(url: str) -> AmqpOptions:
             shown, "reconnect_interval", own.get("reconnect_interval", "1")
         ),
         connect_timeout=_number(shown, "connect_timeout", own.get("connect_timeout", "10")),
+        max_payload=max_payload,
     )
 
 
@@ -206,6 +239,20 @@ def _check_queue_name(queue: str) -> None:
             f"{queue!r} is not a usable RabbitMQ queue name (1 to {MAX_QUEUE_NAME} bytes,"
             " not starting with 'amq.')"
         )
+
+
+_REFUSED_SIZE: Final = re.compile(r"message size (\d+) is larger than configured max size (\d+)")
+
+
+def _refused_size(outcome: object, size: int) -> int | None:
+    """The server's ``max_message_size`` if ``outcome`` (a publish's) is its
+    refusal of a body of ``size`` bytes, else None."""
+    if not isinstance(outcome, aiormq.exceptions.ChannelPreconditionFailed):
+        return None
+    match = _REFUSED_SIZE.search(str(outcome))
+    if match is None or int(match[1]) != size:
+        return None
+    return int(match[2])
 
 
 def _deliveries(message: AbstractIncomingMessage) -> int:
@@ -327,6 +374,12 @@ class AmqpBroker:
         self._view_inbox: Inbox[tuple[dict[str, Any], float]] = bridge.inbox()
         self._own_lock = threading.Lock()
         self._own: dict[str, tuple[bytes, float]] = {}
+
+    @property
+    def max_payload(self) -> int:
+        """The largest message body a dispatch sends (the URL's
+        ``max_payload=``, by default RabbitMQ's default ``max_message_size``)."""
+        return self.options.max_payload
 
     # -- the bridge ------------------------------------------------------------------
 
@@ -452,6 +505,7 @@ class AmqpBroker:
         Waits up to ``publish_timeout`` for a dropped connection to return.
 
         Raises:
+          PayloadTooLarge: A body is over `max_payload`; nothing was sent.
           BrokerUnavailable: They could not all be confirmed; some may have been.
         """
         if not messages:
@@ -459,6 +513,9 @@ class AmqpBroker:
             return
         for message in messages:
             _check_queue_name(message.queue)
+        # Checked here, not left to the server: it would close the publishing
+        # channel, failing the other confirms in flight on it.
+        check_payload_sizes(messages, self.options.max_payload)
         batch = [
             (m.queue, m.body, max(0, min(MAX_PRIORITY, int(m.priority))), None) for m in messages
         ]
@@ -513,6 +570,12 @@ class AmqpBroker:
             ]
             if not failed:
                 return
+            for (queue, body, _, _), result in failed:
+                limit = _refused_size(result, len(body))
+                if limit is not None:
+                    # Over the server's max_message_size, which max_payload=
+                    # overstated: the channel closed, so others may be lost.
+                    raise PayloadTooLarge(queue, len(body), limit)
             for (queue, _, _, _), _ in failed:
                 # Returned unroutable (its queue is gone), nacked, or lost
                 # with the channel: declare its queue again to be sure.
@@ -754,7 +817,9 @@ async def open_amqp_broker(url: str) -> AsyncIterator[AmqpBroker]:
         options in the query string (see ``docs/rabbitmq.md``): ``bridge=``
         (``thread`` or ``trio-asyncio``), ``prefetch=`` (a cap per consumer),
         ``publish_timeout=``, ``reconnect_interval=``, ``connect_timeout=``
-        (seconds), and aio-pika's ``heartbeat=``, ``name=`` and TLS options.
+        (seconds), ``max_payload=`` (bytes, the server's
+        ``max_message_size``), and aio-pika's ``heartbeat=``, ``name=`` and
+        TLS options.
 
     Raises:
       InvalidURLError: The URL is malformed or has an unknown option.

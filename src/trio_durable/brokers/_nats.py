@@ -37,7 +37,14 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
-from .._brokers._base import BrokerUnavailable, Delivery, Outgoing, WorkerDescriptor
+from .._brokers._base import (
+    BrokerUnavailable,
+    Delivery,
+    Outgoing,
+    PayloadTooLarge,
+    WorkerDescriptor,
+    check_payload_sizes,
+)
 from .._clock import Clock
 from .._urls import mask_url, scrub
 from ._bridge import Bridge, BridgeMode, Inbox, OwnedTasks, open_bridge
@@ -80,6 +87,12 @@ expiry was lost (the server restarted): ask again."""
 
 PURGE_MARKER_TTL: Final = 60
 """Seconds a withdrawn worker's purge marker stays in the bucket."""
+
+HEADER_ROOM: Final = 1024
+"""Bytes of the server's ``max_payload`` kept for the headers this adapter
+adds to a body it sends again (a dead-letter copy), so that any body a
+dispatch accepted can also be dead-lettered: the server counts headers and
+body together."""
 
 # -- The asyncio side -----------------------------------------------------------------------
 #
@@ -386,6 +399,7 @@ class _Dispatch:
     items: list[tuple[str, bytes]]
     done: trio.Event = attrs.field(factory=trio.Event)
     error: BaseException | None = None
+    failed_at: int | None = None
 
 
 _BURST_PAUSE: Final = 0.5
@@ -505,6 +519,13 @@ class NatsBroker:
         self._clock = Clock()
 
     @property
+    def max_payload(self) -> int:
+        """The largest message body a dispatch sends: the ``max_payload`` the
+        server announced when the connection (last) opened, less
+        `HEADER_ROOM`."""
+        return max(1, self._nc.max_payload - HEADER_ROOM)
+
+    @property
     def bridge_mode(self) -> BridgeMode:
         """How nats-py's loop runs: ``thread`` or ``trio-asyncio``."""
         return self._bridge.mode
@@ -525,6 +546,9 @@ class NatsBroker:
         on ``sync_interval``). Priorities are ignored (not supported here).
 
         Raises:
+          PayloadTooLarge: A body is over `max_payload`; nothing was sent
+            (or, after a reconnection to a server with a lower limit, some
+            may have been).
           BrokerUnavailable: Some were not acknowledged in time; some may
             have been stored.
         """
@@ -532,12 +556,19 @@ class NatsBroker:
             return
         if self._closed:
             raise trio.ClosedResourceError("the broker is closed")
+        check_payload_sizes(messages, self.max_payload)
         job = _Dispatch([(stream_and_subject(m.queue)[1], m.body) for m in messages])
         self._outbox.append(job)
         self._outbox_ready.set()
         await job.done.wait()
         if isinstance(job.error, trio.ClosedResourceError):
             raise trio.ClosedResourceError("the broker closed during the dispatch")
+        if isinstance(job.error, nats.errors.MaxPayloadError):
+            # The limit fell after the check (a server with a lower one).
+            index = job.failed_at if job.failed_at is not None else 0
+            raise PayloadTooLarge(
+                messages[index].queue, len(messages[index].body), self.max_payload
+            ) from job.error
         if job.error is not None:
             raise BrokerUnavailable(
                 f"NATS: could not publish {len(job.items)} message(s): {job.error!r}"
@@ -565,9 +596,13 @@ class NatsBroker:
                     raise
                 start = 0
                 for job in jobs:
-                    failed = [e for e in outcomes[start : start + len(job.items)] if e]
+                    failed = [
+                        (i, e) for i, e in enumerate(outcomes[start : start + len(job.items)]) if e
+                    ]
                     start += len(job.items)
-                    job.error = failed[0] if failed else None
+                    # A refused size first: it is the caller's to act on.
+                    failed.sort(key=lambda f: not isinstance(f[1], nats.errors.MaxPayloadError))
+                    job.failed_at, job.error = failed[0] if failed else (None, None)
                     job.done.set()
         finally:
             for job in self._outbox:
