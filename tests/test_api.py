@@ -462,5 +462,7 @@ def test_the_adapter_api_is_pinned() -> None:
         "WorkerDescriptor",
         "check_payload_sizes",
         "is_broker_safe",
+        "mask_url",
         "open_broker",
+        "scrub",
     ]

@@ -11,6 +11,11 @@ early, so the parsed netloc holds only the first part of the password and
 the rest lands in the path, query or fragment. The userinfo is taken to run
 to the *last* ``@`` instead. When that guess is wrong (an ``@`` in a query
 value after a ``host:port``), more is masked than needed, never less.
+
+Such a URL is also refused where it is parsed (`userinfo_is_ambiguous`):
+read as urllib reads it, part of the secret would become a host, a port or
+a path, and the client library would quote it later ("cannot connect to
+port 1234"), out of reach of any masking.
 """
 
 from __future__ import annotations
