@@ -588,7 +588,9 @@ class Engine:
                     await trio.sleep(delay * self.rng.uniform(0.5, 1.5))
                     delay = min(delay * 2, 5.0)
             else:
-                logger.error("could not dispatch %d tasks: the broker kept refusing sizes", len(chunk))
+                logger.error(
+                    "could not dispatch %d tasks: the broker kept refusing their size", len(chunk)
+                )
 
     def _task_messages(self, tasks: Sequence[Task], limit: int | None) -> list[Outgoing]:
         """The messages that send ``tasks``: each task, or the failure that

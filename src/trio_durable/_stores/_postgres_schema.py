@@ -181,7 +181,9 @@ def parse_url(url: str) -> Target:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        raise InvalidURLError(f"malformed store URL {masked!r}: a bad host or port ({usage})") from None
+        raise InvalidURLError(
+            f"malformed store URL {masked!r}: a bad host or port ({usage})"
+        ) from None
     if parts.scheme.lower() not in ("postgresql", "postgres"):
         raise InvalidURLError(f"not a postgresql URL: {masked!r} ({usage})")
     if parts.fragment:

@@ -621,6 +621,13 @@ class AmqpBroker:
                 [(queue, message.body, message.priority or 0, _deliveries(message) + 1)]
             )
             await message.ack()
+        except PayloadTooLarge as exc:
+            # The server's limit fell below a message it once took: no copy
+            # can be made, so dead-letter it rather than nack it forever.
+            logger.error("dead-lettering a message of %r that cannot be requeued: %s", queue, exc)
+            if not _is_stale(message):
+                with suppress(*_CLIENT_ERRORS):
+                    await message.reject(requeue=False)
         except (*_CLIENT_ERRORS, TimeoutError) as exc:
             logger.warning("could not requeue a message of %r: %s", queue, exc)
             # A pause, so a server that keeps refusing the copy is not asked
