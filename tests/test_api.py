@@ -461,8 +461,12 @@ def test_the_adapter_api_is_pinned() -> None:
         "Delivery",
         "MemoryBroker",
         "Outgoing",
+        "PayloadTooLarge",
         "RESULTS",
         "WorkerDescriptor",
+        "check_payload_sizes",
         "is_broker_safe",
+        "mask_url",
         "open_broker",
+        "scrub",
     ]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import threading
+import weakref
 from collections.abc import AsyncIterator
 
 import pytest
@@ -16,6 +19,7 @@ from trio_durable.brokers._bridge import (
     Bridge,
     BridgeMode,
     Inbox,
+    OwnedTasks,
     bridge_mode,
     open_bridge,
 )
@@ -243,3 +247,85 @@ async def test_both_sides_read_trios_clock(bridge: Bridge) -> None:
     stamped = await bridge.run(stamp)
     assert before <= stamped <= trio.current_time()
     assert bridge.now() <= trio.current_time()
+
+
+# -- OwnedTasks: the asyncio tasks an adapter starts ------------------------------------
+
+
+async def test_owned_tasks_are_held_until_they_end(bridge: Bridge) -> None:
+    tasks = OwnedTasks()
+    release: list[asyncio.Event] = []
+
+    async def start() -> tuple[int, bool]:
+        release.append(asyncio.Event())
+
+        async def wait() -> str:
+            await release[0].wait()
+            return "done"
+
+        task = tasks.start(wait(), name="trio_durable test wait")
+        ref = weakref.ref(task)
+        del task
+        # Nothing but the set holds it: asyncio itself keeps a weak reference.
+        gc.collect()
+        alive = ref()
+        return len(tasks), alive is not None and not alive.done()
+
+    assert await bridge.run(start) == (1, True)
+
+    async def finish() -> int:
+        release[0].set()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return len(tasks)
+
+    assert await bridge.run(finish) == 0
+
+
+async def test_closing_owned_tasks_cancels_and_awaits_them(bridge: Bridge) -> None:
+    tasks = OwnedTasks()
+    ended: list[str] = []
+
+    async def forever() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            # Cleanup that takes a turn of the loop: aclose waits for it.
+            await asyncio.sleep(0)
+            ended.append("cleaned up")
+
+    async def scenario() -> tuple[int, list[str]]:
+        started = [tasks.start(forever(), name=f"trio_durable test {i}") for i in range(3)]
+        await asyncio.sleep(0)
+        await tasks.aclose()
+        pending = [t for t in asyncio.all_tasks() if t.get_name().startswith("trio_durable test")]
+        assert all(t.cancelled() for t in started)
+        return len(pending), list(ended)
+
+    assert await bridge.run(scenario) == (0, ["cleaned up"] * 3)
+
+    async def start_after_close() -> None:
+        tasks.start(forever(), name="trio_durable test late")
+
+    with pytest.raises(trio.ClosedResourceError, match="closing"):
+        await bridge.run(start_after_close)
+
+
+async def test_a_failed_owned_task_is_logged(
+    bridge: Bridge, caplog: pytest.LogCaptureFixture
+) -> None:
+    tasks = OwnedTasks()
+
+    async def boom() -> None:
+        raise RuntimeError("boom")
+
+    async def scenario() -> int:
+        tasks.start(boom(), name="trio_durable test boom")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return len(tasks)
+
+    assert await bridge.run(scenario) == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "trio_durable test boom failed: RuntimeError('boom')"
+    ]

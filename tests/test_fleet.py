@@ -58,6 +58,10 @@ class CrashingBroker:
         self.inner = inner
         self.withdraw_attempts: list[str] = []
 
+    @property
+    def max_payload(self) -> int | None:
+        return self.inner.max_payload
+
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         await self.inner.dispatch(messages)
 

@@ -401,10 +401,16 @@ class Context:
         queue: str | None = None,
         priority: int | None = None,
     ) -> Any:
-        """Run a step once, durably, and return its result.
+        """Run a step durably and return its result.
 
-        On replay the recorded result is returned and the step does not run.
-        A failed step raises `StepFailed`, every time.
+        Its outcome is recorded, and on replay the recorded result is
+        returned and the step does not run. But a step runs **at least
+        once**, not exactly once: a local step whose turn ends before its
+        result is recorded (the process dies, the turn's write fails) runs
+        again when the run resumes, and a remote step's task may be
+        delivered to a worker more than once. Make steps idempotent.
+        A failed local step raises `StepFailed`, a failed remote step
+        `RemoteStepError`, every time.
 
         Args:
           step: A step registered with `App.step`.
@@ -416,15 +422,20 @@ class Context:
             arguments.
           queue: A flow-control queue (`App.queue`) to send a remote step
             through; defaults to the step's own ``queue=``.
-          priority: Its priority in that queue (higher first); defaults to
-            the queue's.
+          priority: A remote step's priority, higher first: in its
+            flow-control queue, and (clamped to 0 to 9) for the delivery of
+            its task on brokers that order by priority (RabbitMQ, the
+            memory broker; not NATS). Defaults to the queue's, or 0.
 
         Calls are typed: a type checker checks ``args`` (and ``compensate``)
         against the step's parameters, for up to four of them (past that
         the first five), and the result has the step's return type.
 
         Raises:
-          StepFailed: The step failed for good.
+          StepFailed: The local step failed for good.
+          RemoteStepError: The remote step failed for good (code
+            ``payload_too_large`` if its input or output was larger than
+            the broker takes).
           InvalidArgumentsError: ``args`` do not fit the step's parameters
             (or ``compensate``'s); nothing is recorded for the call.
           SerializationError: An argument cannot be serialized.

@@ -30,7 +30,14 @@ import trio
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, App, P, R, Workflow, workflow_of
 from ._brokers import open_broker
-from ._brokers._base import RESULTS, Broker, BrokerError, Outgoing, WorkerDescriptor
+from ._brokers._base import (
+    RESULTS,
+    Broker,
+    BrokerError,
+    Outgoing,
+    PayloadTooLarge,
+    WorkerDescriptor,
+)
 from ._clock import Clock
 from ._context import (
     Context,
@@ -60,6 +67,7 @@ from ._handle import RunHandle
 from ._handoff import UnservedRoute, follow_handoff, hand_off, output_source, routes_in_doubt
 from ._handoff import unserved_on_error_routes as _unserved
 from ._observe import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Metrics
+from ._payload import lowered, task_message
 from ._poller import poll_due, reconcile_stalled
 from ._records import (
     ACTIVE_STATUSES,
@@ -830,42 +838,72 @@ class Engine:
             self._idle.set()
 
     async def _dispatch(self, tasks: list[Task]) -> None:
-        """Send tasks whose pending checkpoints just committed."""
+        """Send tasks whose pending checkpoints just committed. A task over
+        the broker's ``max_payload`` is not sent: a failure of code
+        ``payload_too_large`` goes to the results queue in its place, and
+        settles its step like a worker's result would (see `_payload`)."""
         for start in range(0, len(tasks), DISPATCH_CHUNK):
             chunk = tasks[start : start + DISPATCH_CHUNK]
-            outgoing = [
-                Outgoing(
-                    queue=task_queue(task.route, self._requires(task.step)),
-                    body=attrs.evolve(task, reply_to=self.results_queue).encode(),
-                    priority=task.priority,
-                )
-                for task in chunk
-            ]
-            # Counted before the send, since a result may be settled before
-            # the send returns; only tasks this engine's own worker takes.
-            own = [
-                task
-                for task, message in zip(chunk, outgoing, strict=True)
-                if message.queue in self._served
-            ]
-            for task in own:
-                self._sent.add(task.run_id, task.seq, task.attempt)
+            limit = self.broker.max_payload
+            outgoing, own = self._task_messages(chunk, limit)
             delay = 0.05
             for attempt in range(8):
                 try:
                     await self.broker.dispatch(outgoing)
                     break
+                except PayloadTooLarge as exc:
+                    # The broker's limit fell below what it said (it reconnected
+                    # to another server): fit the chunk to it and send again.
+                    limit = lowered(limit, exc)
+                    self._unsend(own)
+                    outgoing, own = self._task_messages(chunk, limit)
                 except BrokerError as exc:
                     if attempt == 7:
                         # The checkpoints stay pending; remote_redispatch (if
                         # enabled) sends them again when they count as lost.
                         logger.error("could not dispatch %d tasks: %s", len(chunk), exc)
-                        for task in own:
-                            self._sent.unsent(task.run_id, task.seq, task.attempt)
+                        self._unsend(own)
                         break
                     logger.warning("dispatch failed (%s); retrying", exc)
                     await trio.sleep(delay * self.rng.uniform(0.5, 1.5))
                     delay = min(delay * 2, 5.0)
+            else:
+                logger.error(
+                    "could not dispatch %d tasks: the broker kept refusing their size", len(chunk)
+                )
+                self._unsend(own)
+
+    def _task_messages(
+        self, tasks: Sequence[Task], limit: int | None
+    ) -> tuple[list[Outgoing], list[Task]]:
+        """The messages that send ``tasks`` (each task, or the failure that
+        stands in for one over ``limit`` bytes), and the tasks among them
+        whose results this engine settles itself: those its own worker takes,
+        and those whose stand-in goes to its results queue. These are counted
+        as sent before the send, since a result may be settled before the
+        send returns."""
+        now = self.clock.now()
+        messages: list[Outgoing] = []
+        own: list[Task] = []
+        for task in tasks:
+            message = task_message(
+                attrs.evolve(task, reply_to=self.results_queue),
+                task_queue(task.route, self._requires(task.step)),
+                limit,
+                now,
+            )
+            if message is None:
+                continue
+            messages.append(message)
+            if message.queue in self._served or message.queue == self.results_queue:
+                self._sent.add(task.run_id, task.seq, task.attempt)
+                own.append(task)
+        return messages, own
+
+    def _unsend(self, tasks: list[Task]) -> None:
+        """Stop counting tasks whose send did not happen."""
+        for task in tasks:
+            self._sent.unsent(task.run_id, task.seq, task.attempt)
 
     def _requires(self, step_name: str) -> tuple[str, ...]:
         step = self.app.get_step(step_name)

@@ -33,7 +33,7 @@ from ._brokers._base import (
     BrokerError,
     Consumer,
     Delivery,
-    Outgoing,
+    PayloadTooLarge,
     WorkerDescriptor,
     is_broker_safe,
 )
@@ -42,6 +42,7 @@ from ._context import error_info
 from ._current import StepInfo, call_step
 from ._exceptions import FatalError, SerializationError, UsageError
 from ._observe import Metrics
+from ._payload import lowered, result_message
 from ._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
 from ._wire import Result, Task, WireError
 
@@ -452,7 +453,12 @@ class Worker:
         raise TimeoutError(f"step {step.name!r} timed out after {timeout} s")
 
     async def _publish_forever(self) -> None:
-        """Publish results in batches; ack their tasks once published."""
+        """Publish results in batches; ack their tasks once published.
+
+        A result over the broker's ``max_payload`` is not sent: a failure of
+        code ``payload_too_large`` goes in its place (see `_payload`), so one
+        oversized result never holds back the batch.
+        """
         while True:
             batch = [await self._results.receive()]
             while len(batch) < RESULT_BATCH:
@@ -460,12 +466,19 @@ class Worker:
                     batch.append(self._results.receive_nowait())
                 except trio.WouldBlock:
                     break
-            outgoing = [Outgoing(queue=o.reply_to, body=o.result.encode()) for o in batch]
+            limit = self.broker.max_payload
+            messages = [result_message(o.result, o.reply_to, limit) for o in batch]
             delay = 0.05
             while True:
                 try:
-                    await self.broker.dispatch(outgoing)
+                    await self.broker.dispatch([m for m in messages if m is not None])
                     break
+                except PayloadTooLarge as exc:
+                    # The broker's limit fell below what it said (it reconnected
+                    # to another server): fit the batch to it and send again.
+                    # Each refusal lowers the limit, so this ends.
+                    limit = lowered(limit, exc)
+                    messages = [result_message(o.result, o.reply_to, limit) for o in batch]
                 except BrokerError as exc:
                     logger.warning("worker %s could not publish results: %s", self.instance_id, exc)
                     await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
@@ -474,10 +487,13 @@ class Worker:
             # acks must not depend on memory addresses.
             by_consumer: dict[tuple[int, bool], tuple[Consumer, list[Delivery]]] = {}
             consumers: list[Consumer] = []
-            for outcome in batch:
+            for outcome, message in zip(batch, messages, strict=True):
                 if outcome.consumer not in consumers:
                     consumers.append(outcome.consumer)
-                key = (consumers.index(outcome.consumer), outcome.dead_letter)
+                # A task whose result could not be sent at all (not even as a
+                # payload_too_large failure) is dead-lettered, not run again.
+                dead_letter = outcome.dead_letter or message is None
+                key = (consumers.index(outcome.consumer), dead_letter)
                 by_consumer.setdefault(key, (outcome.consumer, []))[1].append(outcome.delivery)
             for (_, dead_letter), (consumer, deliveries) in by_consumer.items():
                 try:

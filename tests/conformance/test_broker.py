@@ -44,6 +44,7 @@ from trio_durable._brokers._base import (
     Consumer,
     Delivery,
     Outgoing,
+    PayloadTooLarge,
     WorkerDescriptor,
     is_broker_safe,
 )
@@ -126,6 +127,11 @@ def _open_memory_url() -> AbstractAsyncContextManager[Broker]:
     return open_broker(f"memory://conformance-{next(_serial)}")
 
 
+def _open_memory_limited() -> AbstractAsyncContextManager[Broker]:
+    # A fresh broker with a size limit, as a networked broker has.
+    return open_broker(f"memory://conformance-{next(_serial)}?max_payload=200000")
+
+
 def _open_amqp(bridge: str) -> AbstractAsyncContextManager[Broker]:
     return open_broker(f"{SERVER_URLS['rabbitmq']}?bridge={bridge}")
 
@@ -137,6 +143,9 @@ def _open_nats(bridge: str) -> AbstractAsyncContextManager[Broker]:
 BROKER_FACTORIES: Final = [
     pytest.param(BrokerFactory(open=_open_memory_instance, trio_clock=True), id="memory"),
     pytest.param(BrokerFactory(open=_open_memory_url, trio_clock=True), id="memory-url"),
+    pytest.param(
+        BrokerFactory(open=_open_memory_limited, trio_clock=True), id="memory-max-payload"
+    ),
     *(
         pytest.param(
             BrokerFactory(
@@ -302,6 +311,39 @@ async def test_dispatched_bodies_arrive_intact(
         received = await receive_exactly(consumer, len(bodies))
         assert bodies_of(received) == Counter(bodies)
         assert [d.deliveries for d in received] == [1] * len(bodies)
+        await consumer.ack(received)
+        await assert_nothing_arrives(consumer, broker_factory)
+
+
+LARGEST_CHECKED_BODY: Final = 8 * 1024 * 1024
+"""Bodies up to this size are sent to check ``max_payload``; over it (the
+RabbitMQ default of 128 MiB), only the refusal is checked."""
+
+
+async def test_a_body_over_max_payload_is_refused_and_nothing_is_sent(
+    broker: Broker, broker_factory: BrokerFactory, queue: str
+) -> None:
+    limit = broker.max_payload
+    if limit is None:
+        # No limit: a body larger than any limit here still arrives.
+        bodies = [b"x" * (LARGEST_CHECKED_BODY + 1)]
+    else:
+        assert isinstance(limit, int)
+        assert limit > 0
+        too_large = b"x" * (limit + 1)
+        with pytest.raises(PayloadTooLarge) as caught:
+            await broker.dispatch(outgoing(queue, b"small", too_large))
+        assert (caught.value.queue, caught.value.size, caught.value.limit) == (
+            queue,
+            limit + 1,
+            limit,
+        )
+        bodies = [b"small"] + ([b"y" * limit] if limit <= LARGEST_CHECKED_BODY else [])
+    await broker.dispatch(outgoing(queue, *bodies))
+    async with broker.open_consumer(queue, prefetch=10) as consumer:
+        received = await receive_exactly(consumer, len(bodies))
+        # What was refused never arrives: the batch went nowhere.
+        assert bodies_of(received) == Counter(bodies)
         await consumer.ack(received)
         await assert_nothing_arrives(consumer, broker_factory)
 
@@ -1022,6 +1064,13 @@ async def test_memory_urls_name_separate_brokers() -> None:
         "memory://x:port",
         "memory://user@x",
         "memory:x",
+        "memory://x?max_payload=0",
+        "memory://x?max_payload=-1",
+        "memory://x?max_payload=1.5",
+        "memory://x?max_payload=",
+        "memory://x?max_payload=%C2%B2",
+        "memory://x?max_payload=1&max_payload=1",
+        "memory://x?max_payload=1&durable=1",
     ],
 )
 async def test_malformed_memory_urls_are_refused(url: str) -> None:
@@ -1031,6 +1080,24 @@ async def test_malformed_memory_urls_are_refused(url: str) -> None:
     with pytest.raises(InvalidURLError):
         async with open_memory_broker(url):
             pass  # pragma: no cover
+
+
+async def test_memory_url_max_payload() -> None:
+    name = f"limited-{next(_serial)}"
+    async with (
+        open_broker(f"memory://{name}?max_payload=1000") as limited,
+        open_broker(f"memory://{name}/?max_payload=1000") as same,
+        open_broker(f"memory://{name}-other") as other,
+    ):
+        assert isinstance(limited, MemoryBroker)
+        assert same is limited
+        assert limited.max_payload == 1000
+        assert other.max_payload is None
+        # One name, one broker: it cannot have two limits.
+        for url in (f"memory://{name}", f"memory://{name}?max_payload=999"):
+            with pytest.raises(InvalidURLError, match="is open with max_payload=1000"):
+                async with open_broker(url):
+                    pass  # pragma: no cover
 
 
 @pytest.mark.parametrize("url", ["carrier-pigeon://coop", "localhost:5672", "", "://x"])

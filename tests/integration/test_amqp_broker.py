@@ -3,10 +3,14 @@ its prefetch cap, queues made by others, and what it leaves behind."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import secrets
 import socket
 import threading
+import traceback
 from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
 import pytest
@@ -14,8 +18,9 @@ import trio
 
 from trio_durable import InvalidURLError
 from trio_durable._brokers import open_broker
-from trio_durable._brokers._base import BrokerUnavailable, Delivery, Outgoing
+from trio_durable._brokers._base import BrokerUnavailable, Delivery, Outgoing, PayloadTooLarge
 from trio_durable.brokers._amqp import (
+    DEFAULT_MAX_PAYLOAD,
     AmqpBroker,
     open_amqp_broker,
     parse_amqp_url,
@@ -29,6 +34,17 @@ def threads() -> list[str]:
     return sorted(t.name for t in threading.enumerate() if not t.name.startswith("Trio thread"))
 
 
+def pending_tasks() -> list[str]:
+    """The names of the tasks pending on the running asyncio loop, but the
+    current one (call it on the bridge's loop)."""
+    current = asyncio.current_task()
+    return sorted(t.get_name() for t in asyncio.all_tasks() if t is not current and not t.done())
+
+
+async def asyncio_pending() -> list[str]:
+    return pending_tasks()
+
+
 def with_query(url: str, query: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}{query}"
 
@@ -37,9 +53,11 @@ def test_url_options_are_parsed() -> None:
     options = parse_amqp_url(
         "amqps://u:p@rabbit.example:5671/vh?bridge=trio-asyncio&prefetch=32"
         "&publish_timeout=2.5&reconnect_interval=0.5&connect_timeout=3&heartbeat=0&name=shop"
+        "&max_payload=1000000"
     )
     assert options.bridge == "trio-asyncio"
     assert options.prefetch == 32
+    assert options.max_payload == 1_000_000
     assert (options.publish_timeout, options.reconnect_interval, options.connect_timeout) == (
         2.5,
         0.5,
@@ -49,6 +67,8 @@ def test_url_options_are_parsed() -> None:
     assert options.client_url == "amqps://u:p@rabbit.example:5671/vh?heartbeat=0&name=shop"
     defaults = parse_amqp_url("amqp://localhost")
     assert (defaults.bridge, defaults.prefetch, defaults.publish_timeout) == ("thread", None, 30.0)
+    # RabbitMQ's default max_message_size (the client cannot ask for it).
+    assert defaults.max_payload == DEFAULT_MAX_PAYLOAD == 128 * 1024 * 1024
 
 
 @pytest.mark.parametrize(
@@ -64,6 +84,10 @@ def test_url_options_are_parsed() -> None:
         "amqp://host?reconnect_interval=nan",
         "amqp://host?heartbeat=-5",
         "amqp://host?durable=1",
+        "amqp://host?max_payload=0",
+        "amqp://host?max_payload=1.5",
+        "amqp://host?max_payload=lots",
+        f"amqp://host?max_payload={512 * 1024 * 1024 + 1}",
         "nats://host",
     ],
 )
@@ -171,3 +195,92 @@ async def test_a_queue_deleted_behind_its_back_is_declared_again(
                 [delivery] = await consumer.receive(1)
             assert delivery.body == b"second"
             await consumer.ack([delivery])
+
+
+async def test_closing_leaves_no_task_of_the_broker_pending(
+    real_server: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_broker(real_server("rabbitmq")) as broker:
+        assert isinstance(broker, AmqpBroker)
+
+        async def slow_announcement(message: dict[str, object], ttl: float | None) -> None:
+            # A server slow to take the request to announce again.
+            await asyncio.Event().wait()
+
+        monkeypatch.setattr(broker, "_publish_announcement", slow_announcement)
+
+        async def reconnected() -> list[str]:
+            broker._on_reconnect()
+            await asyncio.sleep(0)
+            return pending_tasks()
+
+        # What a reconnection starts on the loop is the broker's, held by it...
+        assert "trio_durable amqp announce sync" in await broker.bridge.run(reconnected)
+        await broker.aclose()
+        # ... and closing the broker ends it, before the bridge goes.
+        assert await broker.bridge.run(asyncio_pending) == []
+
+
+async def test_max_payload_refuses_larger_bodies_before_sending(
+    real_server: Callable[[str], str],
+) -> None:
+    queue = f"amqp-test.{secrets.token_hex(4)}"
+    async with open_broker(with_query(real_server("rabbitmq"), "max_payload=1000")) as broker:
+        assert broker.max_payload == 1000
+        with pytest.raises(PayloadTooLarge) as caught:
+            await broker.dispatch(
+                [Outgoing(queue=queue, body=b"small"), Outgoing(queue=queue, body=b"x" * 1001)]
+            )
+        assert (caught.value.size, caught.value.limit) == (1001, 1000)
+        await broker.dispatch([Outgoing(queue=queue, body=b"y" * 1000)])
+        async with broker.open_consumer(queue, prefetch=10) as consumer:
+            with trio.fail_after(10):
+                received = await consumer.receive(10)
+            with trio.move_on_after(0.5):
+                received.extend(await consumer.receive(10))
+            # The refused batch sent nothing, not even its small message.
+            assert [d.body for d in received] == [b"y" * 1000]
+            await consumer.ack(received)
+
+
+async def test_a_body_the_server_refuses_is_payload_too_large(
+    real_server: Callable[[str], str],
+) -> None:
+    # max_payload= above the server's max_message_size (128 MiB by default):
+    # the server closes the channel; the adapter names the server's limit.
+    queue = f"amqp-test.{secrets.token_hex(4)}"
+    url = with_query(real_server("rabbitmq"), f"max_payload={512 * 1024 * 1024}")
+    async with open_broker(url) as broker:
+        body = b"x" * (DEFAULT_MAX_PAYLOAD + 1)
+        with trio.fail_after(30), pytest.raises(PayloadTooLarge) as caught:
+            await broker.dispatch([Outgoing(queue=queue, body=body)])
+        assert (caught.value.queue, caught.value.size, caught.value.limit) == (
+            queue,
+            DEFAULT_MAX_PAYLOAD + 1,
+            DEFAULT_MAX_PAYLOAD,
+        )
+        del body
+        # The publishing channel comes back for what follows.
+        await broker.dispatch([Outgoing(queue=queue, body=b"after")])
+        async with broker.open_consumer(queue, prefetch=10) as consumer:
+            with trio.fail_after(10):
+                received = await consumer.receive(10)
+            assert [d.body for d in received] == [b"after"]
+            await consumer.ack(received)
+
+
+async def test_a_refused_login_does_not_show_the_password(
+    real_server: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    url = real_server("rabbitmq")
+    parts = urlsplit(url)
+    wrong = urlunsplit(parts._replace(netloc=f"guest:n0t%23Th1s@{parts.hostname}:{parts.port}"))
+    with pytest.raises(BrokerUnavailable) as caught:
+        async with open_broker(with_query(wrong, "connect_timeout=5")):
+            pytest.fail("logged in with a wrong password")  # pragma: no cover
+    shown = "".join(traceback.format_exception(caught.value))
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    for secret in ("n0t", "Th1s"):
+        assert secret not in shown
+        assert secret not in logged

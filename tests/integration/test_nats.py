@@ -3,9 +3,12 @@ tokens, errors, the ``sync_interval`` warning and closing on cancel."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
+import secrets
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -91,12 +94,27 @@ async def test_an_unreachable_server_is_unavailable() -> None:
     assert raised.value.__cause__ is not None
 
 
-async def test_errors_do_not_show_the_password() -> None:
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("nats://me:S3cQz9@127.0.0.1:1", "me:***@127.0.0.1:1"),
+        ("nats://me:S3c%23Qz9@127.0.0.1:1", "me:***@127.0.0.1:1"),
+        ("nats://S3cQz9@127.0.0.1:1", "***@127.0.0.1:1"),  # a token
+    ],
+)
+async def test_errors_and_log_lines_do_not_show_the_password(
+    url: str, shown: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     with pytest.raises(BrokerUnavailable) as raised:
-        async with open_broker("nats://me:s3cret@127.0.0.1:1?timeout=1&monitor=off"):
+        async with open_broker(f"{url}?timeout=1&monitor=off"):
             pass  # pragma: no cover
-    assert "s3cret" not in str(raised.value)
-    assert "me:***@127.0.0.1:1" in str(raised.value)
+    assert shown in str(raised.value)
+    printed = "".join(traceback.format_exception(raised.value))
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    for secret in ("S3c", "Qz9"):
+        assert secret not in printed
+        assert secret not in logged
 
 
 @pytest.fixture
@@ -171,3 +189,26 @@ async def test_cancelling_closes_cleanly_and_gives_messages_back(
             [again] = await c.receive(5)
         assert (again.body, again.deliveries) == (b"held", 2)
         await c.ack([again])
+
+
+async def test_closing_leaves_no_task_of_the_broker_pending(
+    real_server: Callable[[str], str],
+) -> None:
+    def pending() -> list[str]:
+        current = asyncio.current_task()
+        return sorted(t.get_name() for t in asyncio.all_tasks() if t is not current and not t.done())
+
+    async def pending_on_loop() -> list[str]:
+        return pending()
+
+    queue = f"nats-test.{secrets.token_hex(4)}"
+    async with open_broker(real_server("nats")) as broker:
+        assert isinstance(broker, NatsBroker)
+        async with broker.open_consumer(queue, prefetch=4):
+            # The consumer's pull loop runs on the loop, held by the broker...
+            running = await broker._bridge.run(pending_on_loop)
+            assert any(name.startswith("trio_durable nats pull") for name in running)
+            # ... and closing the broker (here while the consumer is still
+            # open, as when its owner crashed) ends it, before the bridge goes.
+            await broker.aclose()
+            assert await broker._bridge.run(pending_on_loop) == []

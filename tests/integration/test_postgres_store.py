@@ -45,11 +45,8 @@ from trio_durable._stores._postgres_ops import (
     NEXT_DUE_TIME,
     count_checkpoints_query,
 )
-from trio_durable._stores._postgres_schema import (
-    DEFAULT_POOL_SIZE,
-    SCHEMA_VERSION,
-    mask_password,
-)
+from trio_durable._stores._postgres_schema import DEFAULT_POOL_SIZE, SCHEMA_VERSION
+from trio_durable._urls import mask_url
 
 PATIENCE = 30.0
 """Seconds a test waits at most for what it waits for."""
@@ -164,12 +161,12 @@ async def test_an_unreachable_database_fails_to_open_with_the_password_masked(
 
 
 def test_mask_password() -> None:
-    assert mask_password("postgresql://u:p@h:5/d") == "postgresql://u:***@h:5/d"
-    assert mask_password("postgresql://u@h/d") == "postgresql://u@h/d"
-    assert mask_password("postgres://h/d?user=u&password=p&x=1") == (
+    assert mask_url("postgresql://u:p@h:5/d") == "postgresql://u:***@h:5/d"
+    assert mask_url("postgresql://u@h/d") == "postgresql://u@h/d"
+    assert mask_url("postgres://h/d?user=u&password=p&x=1") == (
         "postgres://h/d?user=u&password=***&x=1"
     )
-    assert mask_password("postgresql://u:p:q@h/d") == "postgresql://u:***@h/d"
+    assert mask_url("postgresql://u:p:q@h/d") == "postgresql://u:***@h/d"
 
 
 @pytest.mark.parametrize(

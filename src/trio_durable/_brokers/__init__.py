@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import entry_points
 from typing import Any, Final, Protocol
-from urllib.parse import urlsplit
 
 from .._exceptions import InvalidURLError
+from .._urls import mask_url
 from ._base import Broker
 
 
@@ -40,8 +40,9 @@ def broker_opener(url: str) -> _BrokerOpener:
         extra that installs its client is missing (the message names it).
     """
     if not isinstance(url, str) or "://" not in url:
-        raise InvalidURLError(f"not a broker URL: {url!r} (expected e.g. 'memory://')")
-    scheme = urlsplit(url).scheme.lower()
+        shown = mask_url(url) if isinstance(url, str) else url
+        raise InvalidURLError(f"not a broker URL: {shown!r} (expected e.g. 'memory://')")
+    scheme = url.partition("://")[0].lower()
     for entry in entry_points(group="trio_durable.brokers"):
         if entry.name == scheme:
             try:
@@ -59,7 +60,7 @@ def broker_opener(url: str) -> _BrokerOpener:
                 ) from exc
             return opener
     raise InvalidURLError(
-        f"no broker is registered for the scheme {scheme!r} in {url!r}"
+        f"no broker is registered for the scheme {scheme!r} in {mask_url(url)!r}"
         " (is its extra installed? e.g. pip install 'trio-durable[rabbitmq]')"
     )
 

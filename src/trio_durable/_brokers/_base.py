@@ -18,6 +18,9 @@ Queues:
 Workers also announce a `WorkerDescriptor` with a time to live, refreshed by
 heartbeats; engines read them to know what is served where.
 
+A broker may limit the size of a message body (`Broker.max_payload`); it
+refuses a larger one with `PayloadTooLarge` before sending anything.
+
 Every implementation passes ``tests/conformance/test_broker.py``.
 """
 
@@ -55,6 +58,45 @@ class BrokerError(TrioDurableError):
 class BrokerUnavailable(BrokerError):
     """The broker cannot be reached or refused the operation; the operation
     may be retried. The client library's error is the ``__cause__``."""
+
+
+@final
+class PayloadTooLarge(BrokerError):
+    """A message body is larger than the broker accepts (`Broker.max_payload`).
+
+    `Broker.dispatch` raises it before it sends any message of the batch (see
+    `check_payload_sizes`), or, where the server refuses a body the adapter
+    thought fit, once it knows; sending the same body again is pointless.
+    Not raised for a broker that is merely away (that is `BrokerUnavailable`).
+
+    Attributes:
+      queue: The queue the body was for.
+      size: The body's size, in bytes.
+      limit: The largest body the broker accepts, in bytes.
+    """
+
+    def __init__(self, queue: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"a message of {size} bytes for queue {queue!r} is over the broker's limit"
+            f" of {limit} bytes (max_payload)"
+        )
+        self.queue = queue
+        self.size = size
+        self.limit = limit
+
+
+def check_payload_sizes(messages: Sequence[Outgoing], limit: int | None) -> None:
+    """What `Broker.dispatch` checks before it sends anything: every body is
+    at most ``limit`` bytes (None: no limit).
+
+    Raises:
+      PayloadTooLarge: For the first message over the limit.
+    """
+    if limit is None:
+        return
+    for message in messages:
+        if len(message.body) > limit:
+            raise PayloadTooLarge(message.queue, len(message.body), limit)
 
 
 @final
@@ -143,10 +185,21 @@ class WorkerDescriptor:
 class Broker(Protocol):
     """What the engine and workers need from a message broker."""
 
+    @property
+    def max_payload(self) -> int | None:
+        """The largest message body, in bytes, that `dispatch` accepts, or
+        None for no limit. Read before each dispatch (a broker may learn a
+        new limit when it reconnects); the engine and the worker send a
+        failure of code ``payload_too_large`` in place of a larger task or
+        result."""
+        ...
+
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         """Put messages on their queues, durably if the broker is durable.
 
         Raises:
+          PayloadTooLarge: A body is over `max_payload`; nothing was sent
+            (or, where only the server could tell, some may have been).
           BrokerUnavailable: They could not be sent; some may have been.
         """
         ...

@@ -8,7 +8,10 @@ a seeded random source so a failing run can be replayed.
 
 ``memory://`` names a broker shared by everything in this process that
 opens the same URL while it is open (``memory://`` and ``memory://name`` are
-two different brokers); it is dropped when the last user closes it.
+two different brokers); it is dropped when the last user closes it. Its one
+option, ``?max_payload=N``, limits message bodies to ``N`` bytes (unlimited
+by default), as a networked broker does, so code that meets such a limit
+can be tested in process.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import random
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, final
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import attrs
 import trio
 
 from .._exceptions import InvalidURLError
-from ._base import Delivery, Outgoing, WorkerDescriptor
+from .._urls import mask_url
+from ._base import Delivery, Outgoing, WorkerDescriptor, check_payload_sizes
 
 MAX_PRIORITY: Final = 9
 
@@ -94,9 +98,21 @@ class MemoryBroker:
 
     Args:
       faults: Delivery faults to inject (none by default).
+      max_payload: The largest message body, in bytes, that `dispatch`
+        accepts (`PayloadTooLarge` beyond it), or None for no limit.
+
+    Attributes:
+      max_payload: As given.
     """
 
-    def __init__(self, faults: BrokerFaults | None = None) -> None:
+    def __init__(
+        self, faults: BrokerFaults | None = None, *, max_payload: int | None = None
+    ) -> None:
+        if max_payload is not None and (
+            isinstance(max_payload, bool) or not isinstance(max_payload, int) or max_payload < 1
+        ):
+            raise ValueError(f"max_payload must be a positive integer or None, not {max_payload!r}")
+        self.max_payload = max_payload
         self.faults = faults or BrokerFaults()
         self._rng = random.Random(self.faults.seed)
         self._queues: dict[str, _Queue] = {}
@@ -162,6 +178,7 @@ class MemoryBroker:
         queue.notify()
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        check_payload_sizes(messages, self.max_payload)
         now = trio.current_time()
         for outgoing in messages:
             copies = (
@@ -352,25 +369,49 @@ _shared: dict[str, tuple[MemoryBroker, int]] = {}
 async def open_memory_broker(url: str = "memory://") -> AsyncIterator[MemoryBroker]:
     """Open the process-wide memory broker that ``url`` names.
 
+    Args:
+      url: ``memory://`` or ``memory://name``, optionally with
+        ``?max_payload=N`` (bytes; see `MemoryBroker`).
+
     Raises:
-      InvalidURLError: The URL has a path, a query, a fragment, a port or
-        user info.
+      InvalidURLError: The URL has a path, a fragment, a port, user info or
+        an unknown or bad option, or asks for another ``max_payload`` than
+        the broker of that name, already open, has.
     """
-    parts = urlsplit(url)
+    shown = mask_url(url)
+    usage = "'memory://' or 'memory://name', optionally with '?max_payload=N'"
+    try:
+        parts = urlsplit(url)
+        options = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise InvalidURLError(f"a memory broker URL is {usage}, not {shown!r}") from None
     if (
         parts.scheme != "memory"
         or parts.path not in ("", "/")
-        or parts.query
         or parts.fragment
         # A port (even ":0", ":" or a non-number, which `.port` would raise
         # ValueError for) or user info: not a plain name.
         or any(c in parts.netloc for c in ":@")
+        or [key for key, _ in options] not in ([], ["max_payload"])
     ):
-        raise InvalidURLError(f"a memory broker URL is 'memory://' or 'memory://name', not {url!r}")
+        raise InvalidURLError(f"a memory broker URL is {usage}, not {shown!r}")
+    max_payload: int | None = None
+    if options:
+        text = options[0][1]
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
+            raise InvalidURLError(
+                f"max_payload= must be a positive integer (bytes), not {text!r} (in {shown!r})"
+            )
+        max_payload = int(text)
     name = parts.netloc
     broker, users = _shared.get(name, (None, 0))
     if broker is None:
-        broker = MemoryBroker()
+        broker = MemoryBroker(max_payload=max_payload)
+    elif broker.max_payload != max_payload:
+        raise InvalidURLError(
+            f"the memory broker {name!r} is open with max_payload={broker.max_payload};"
+            f" {shown!r} asks for {max_payload}"
+        )
     _shared[name] = (broker, users + 1)
     try:
         yield broker

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib.metadata import entry_points
 from typing import Any, Final, Protocol
-from urllib.parse import urlsplit
 
 from .._exceptions import InvalidURLError
+from .._urls import mask_url
 from ._base import Store
 
 
@@ -44,8 +44,9 @@ def store_opener(url: str) -> _StoreOpener:
         the extra that installs its client is missing (the message names it).
     """
     if not isinstance(url, str) or "://" not in url:
-        raise InvalidURLError(f"not a store URL: {url!r} (expected e.g. 'sqlite:///app.db')")
-    scheme = urlsplit(url).scheme.lower()
+        shown = mask_url(url) if isinstance(url, str) else url
+        raise InvalidURLError(f"not a store URL: {shown!r} (expected e.g. 'sqlite:///app.db')")
+    scheme = url.partition("://")[0].lower()
     builtin = _builtin_opener(scheme)
     if builtin is not None:
         return builtin
@@ -65,7 +66,9 @@ def store_opener(url: str) -> _StoreOpener:
                     f" ({f'no module named {missing!r}' if missing else exc})"
                 ) from exc
             return opener
-    raise InvalidURLError(f"no store is registered for the scheme {scheme!r} in {url!r}")
+    raise InvalidURLError(
+        f"no store is registered for the scheme {scheme!r} in {mask_url(url)!r}"
+    )
 
 
 @asynccontextmanager

@@ -20,8 +20,9 @@ from typing import Any, final
 import attrs
 import trio
 
-from .._exceptions import LeaseLostError, StoreError
+from .._exceptions import InvalidURLError, LeaseLostError, StoreError
 from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, RunStatus
+from .._urls import mask_url
 from ._base import (
     STALL_IGNORED_PREFIX,
     AdmitToQueue,
@@ -634,7 +635,17 @@ def _holds(run: Run, owner: str, now: float | None) -> bool:
 
 @asynccontextmanager
 async def open_memory_store(url: str = "memory://") -> AsyncIterator[MemoryStore]:
-    """Open a fresh `MemoryStore` (the ``memory://`` URL takes no options)."""
+    """Open a fresh `MemoryStore`.
+
+    Raises:
+      InvalidURLError: The URL is not ``memory://``: it takes no name, user,
+        options or path (each store opened is a fresh one).
+    """
+    if not isinstance(url, str) or url.lower() not in ("memory://", "memory:///"):
+        shown = mask_url(url) if isinstance(url, str) else url
+        raise InvalidURLError(
+            f"a memory store URL is 'memory://' (no name, options or path), not {shown!r}"
+        )
     store = MemoryStore()
     try:
         yield store

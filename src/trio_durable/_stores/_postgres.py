@@ -40,6 +40,7 @@ import trio
 
 from .._exceptions import InvalidURLError, StoreError
 from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
+from .._urls import scrub
 from ._base import STALL_IGNORED_PREFIX, Op, StoreHelpers, StoreStatistics, TurnState
 from ._postgres_ops import (
     INT64_MAX,
@@ -273,7 +274,10 @@ class PostgresStore(StoreHelpers):
             try:
                 conn = connect(self._conninfo, self.schema)
             except psycopg.Error as exc:
-                error = StoreError(f"cannot connect to the PostgreSQL store at {self.url}: {exc}")
+                error = StoreError(
+                    f"cannot connect to the PostgreSQL store at {self.url}:"
+                    f" {scrub(str(exc), self._conninfo)}"
+                )
                 error.__cause__ = exc
                 for job in jobs:
                     job.fail(error)
@@ -529,10 +533,13 @@ async def open_postgres_store(url: str) -> AsyncIterator[PostgresStore]:
     try:
         first = await trio.to_thread.run_sync(open_first, target)
     except psycopg.Error as exc:
+        # libpq may quote the connection string it could not read, password
+        # and all: its message is scrubbed, and a bad URL's cause not chained.
+        reason = scrub(str(exc), target.conninfo)
         if type(exc) is psycopg.ProgrammingError and exc.sqlstate is None:
             # Raised by libpq before connecting: an option it does not know.
-            raise InvalidURLError(f"bad postgresql URL {target.masked!r}: {exc}") from exc
-        raise StoreError(f"cannot open the PostgreSQL store at {target.masked}: {exc}") from exc
+            raise InvalidURLError(f"bad postgresql URL {target.masked!r}: {reason}") from None
+        raise StoreError(f"cannot open the PostgreSQL store at {target.masked}: {reason}") from exc
     store = PostgresStore(
         target.conninfo,
         first,

@@ -20,6 +20,7 @@ import psycopg
 from psycopg import sql
 
 from .._exceptions import InvalidURLError, StoreError
+from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 
 SCHEMA_VERSION: Final = 1
 """The newest schema version this module knows (rows of ``schema_version``)."""
@@ -164,22 +165,6 @@ class Target:
     scope: str
 
 
-def mask_password(url: str) -> str:
-    """``url`` with its password (in the authority or the query) replaced by
-    ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<malformed URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        if ":" in userinfo:
-            netloc = f"{userinfo.partition(':')[0]}:***@{hostport}"
-    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
 def parse_url(url: str) -> Target:
     """Read a ``postgresql://`` (or ``postgres://``) URL; nothing connects.
 
@@ -187,20 +172,26 @@ def parse_url(url: str) -> Target:
       InvalidURLError: The URL is malformed or one of our options is bad.
     """
     usage = "use postgresql://user:password@host:port/database[?pool_size=N&schema=NAME]"
-    masked = mask_password(url)
+    # Messages show the URL masked and never quote what urllib says about it
+    # (a password with an unencoded '#' or '/' is split across its parts).
+    masked = mask_url(url)
+    if userinfo_is_ambiguous(url):
+        raise InvalidURLError(f"malformed store URL {masked!r}: {AMBIGUOUS_HINT}")
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as exc:
-        raise InvalidURLError(f"malformed store URL {masked!r}: {exc}") from exc
+    except ValueError:
+        raise InvalidURLError(
+            f"malformed store URL {masked!r}: a bad host or port ({usage})"
+        ) from None
     if parts.scheme.lower() not in ("postgresql", "postgres"):
         raise InvalidURLError(f"not a postgresql URL: {masked!r} ({usage})")
     if parts.fragment:
         raise InvalidURLError(f"a postgresql URL takes no fragment: {masked!r}")
     try:
         options = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as exc:
-        raise InvalidURLError(f"malformed query in the postgresql URL {masked!r}: {exc}") from exc
+    except ValueError:
+        raise InvalidURLError(f"malformed query in the postgresql URL {masked!r}") from None
     pool_size = DEFAULT_POOL_SIZE
     schema: str | None = None
     passed: list[tuple[str, str]] = []

@@ -60,6 +60,7 @@ from .._records import (
     dump_error,
     dump_errors,
 )
+from .._urls import mask_url
 from ._base import (
     STALL_IGNORED_PREFIX,
     AdmitToQueue,
@@ -1085,42 +1086,43 @@ class SQLiteStore(StoreHelpers):
 def _parse_url(url: str) -> tuple[str, str]:
     """The file path and synchronous mode a ``sqlite://`` URL names."""
     usage = "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
+    # Messages show the URL masked and never quote what urllib says about it
+    # (a password with an unencoded '#' or '/' would be split across parts).
+    shown = mask_url(url)
     try:
         parts = urlsplit(url)
-    except ValueError as exc:
-        raise InvalidURLError(f"malformed store URL {url!r}: {exc}") from exc
+    except ValueError:
+        raise InvalidURLError(f"malformed store URL {shown!r} ({usage})") from None
     if parts.scheme.lower() != "sqlite" or not url[len("sqlite:") :].startswith("//"):
-        raise InvalidURLError(f"not a sqlite URL: {url!r} ({usage})")
+        raise InvalidURLError(f"not a sqlite URL: {shown!r} ({usage})")
     if parts.netloc:
-        raise InvalidURLError(
-            f"a sqlite URL names a file, not a host: {url!r} has host {parts.netloc!r} ({usage})"
-        )
+        raise InvalidURLError(f"a sqlite URL names a file, not a host: {shown!r} ({usage})")
     if parts.fragment:
-        raise InvalidURLError(f"a sqlite URL takes no fragment: {url!r}")
+        raise InvalidURLError(f"a sqlite URL takes no fragment: {shown!r}")
     path = unquote(parts.path[1:])
     if not path or path.endswith("/"):
-        raise InvalidURLError(f"the sqlite URL {url!r} names no file ({usage})")
+        raise InvalidURLError(f"the sqlite URL {shown!r} names no file ({usage})")
     if path == ":memory:" or "\x00" in path:
         raise InvalidURLError(
-            f"the sqlite URL {url!r} must name a file (for an in-memory store use memory://)"
+            f"the sqlite URL {shown!r} must name a file (for an in-memory store use memory://)"
         )
     synchronous = "FULL"
     try:
         options = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as exc:
-        raise InvalidURLError(f"malformed query in the sqlite URL {url!r}: {exc}") from exc
+    except ValueError:
+        raise InvalidURLError(f"malformed query in the sqlite URL {shown!r}") from None
     seen: set[str] = set()
     for name, value in options:
         if name != "synchronous" or name in seen:
             raise InvalidURLError(
-                f"unsupported option {name!r} in the sqlite URL {url!r}"
+                f"unsupported option {name!r} in the sqlite URL {shown!r}"
                 " (the only option is synchronous=NORMAL)"
             )
         seen.add(name)
         synchronous = value.upper()
         if synchronous not in _SYNCHRONOUS_MODES:
             raise InvalidURLError(
-                f"synchronous={value!r} in the sqlite URL {url!r} is not supported"
+                f"synchronous={value!r} in the sqlite URL {shown!r} is not supported"
                 " (FULL, the default, or NORMAL)"
             )
     return path, synchronous

@@ -38,6 +38,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import secrets
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -53,9 +54,17 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, Abstrac
 from pamqp import commands as spec
 
 from .. import _serde
-from .._brokers._base import BrokerUnavailable, Delivery, Outgoing, WorkerDescriptor
+from .._brokers._base import (
+    BrokerUnavailable,
+    Delivery,
+    Outgoing,
+    PayloadTooLarge,
+    WorkerDescriptor,
+    check_payload_sizes,
+)
 from .._exceptions import InvalidURLError, UsageError
-from ._bridge import Bridge, BridgeMode, Inbox, bridge_mode, open_bridge
+from .._urls import AMBIGUOUS_HINT, mask_url, scrub, userinfo_is_ambiguous
+from ._bridge import Bridge, BridgeMode, Inbox, OwnedTasks, bridge_mode, open_bridge
 
 logger = logging.getLogger("trio_durable")
 
@@ -70,13 +79,25 @@ WORKERS_EXCHANGE: Final = "trio_durable.workers"
 CLOSE_TIMEOUT: Final = 5.0
 """Seconds a close may take before it is abandoned (shielded from cancellation)."""
 MAX_QUEUE_NAME: Final = 255 - len(DEAD_LETTER_SUFFIX)
+DEFAULT_MAX_PAYLOAD: Final = 128 * 1024 * 1024
+"""The largest body dispatched without ``?max_payload=``: RabbitMQ's default
+``max_message_size`` (3.8 and later), which the client cannot ask the server."""
+LARGEST_MAX_PAYLOAD: Final = 512 * 1024 * 1024
+"""The most ``max_message_size`` can be set to on the server."""
 
 _PERSISTENT: Final = 2
 _TRANSIENT: Final = 1
 
 # Options the adapter reads, and those it passes on to aio-pika unchanged.
 _OWN_OPTIONS: Final = frozenset(
-    {"bridge", "prefetch", "publish_timeout", "reconnect_interval", "connect_timeout"}
+    {
+        "bridge",
+        "prefetch",
+        "publish_timeout",
+        "reconnect_interval",
+        "connect_timeout",
+        "max_payload",
+    }
 )
 _CLIENT_OPTIONS: Final = frozenset(
     {"heartbeat", "name", "cafile", "capath", "keyfile", "certfile", "no_verify_ssl"}
@@ -108,6 +129,9 @@ class AmqpOptions:
         come back before it raises `BrokerUnavailable`.
       reconnect_interval: Seconds between attempts to reconnect.
       connect_timeout: Seconds the first connection may take.
+      max_payload: The largest message body, in bytes, a dispatch sends:
+        the server's ``max_message_size``, which AMQP does not tell clients
+        (default `DEFAULT_MAX_PAYLOAD`, the server's default).
     """
 
     client_url: str
@@ -116,6 +140,7 @@ class AmqpOptions:
     publish_timeout: float = 30.0
     reconnect_interval: float = 1.0
     connect_timeout: float = 10.0
+    max_payload: int = DEFAULT_MAX_PAYLOAD
 
 
 def parse_amqp_url(url: str) -> AmqpOptions:
@@ -125,45 +150,64 @@ def parse_amqp_url(url: str) -> AmqpOptions:
       InvalidURLError: The scheme is not amqp(s), the host is missing, or an
         option is unknown, repeated or out of range.
     """
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("amqp", "amqps"):
-        raise InvalidURLError(f"not an amqp:// or amqps:// URL: {url!r}")
-    if not parts.hostname:
-        raise InvalidURLError(f"the broker URL {url!r} names no host")
+    # Messages show the URL with its password masked, and never quote what
+    # urllib says about it (a password with an unencoded '/', '?' or '#'
+    # is split across the URL's parts).
+    shown = mask_url(url)
+    if userinfo_is_ambiguous(url):
+        raise InvalidURLError(f"malformed broker URL {shown!r}: {AMBIGUOUS_HINT}")
     try:
+        parts = urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError for a bad port
-    except ValueError as exc:
-        raise InvalidURLError(f"the broker URL {url!r} has a bad port") from exc
+    except ValueError:
+        raise InvalidURLError(f"the broker URL {shown!r} has a bad host or port") from None
+    if parts.scheme.lower() not in ("amqp", "amqps"):
+        raise InvalidURLError(f"not an amqp:// or amqps:// URL: {shown!r}")
+    if not parts.hostname:
+        raise InvalidURLError(f"the broker URL {shown!r} names no host")
     bridge = bridge_mode(url)
     own: dict[str, str] = {}
     passed: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key in own or any(key == k for k, _ in passed):
-            raise InvalidURLError(f"the option {key}= is given twice in {url!r}")
+            raise InvalidURLError(f"the option {key}= is given twice in {shown!r}")
         if key in _OWN_OPTIONS:
             own[key] = value
         elif key in _CLIENT_OPTIONS:
             passed.append((key, value))
         else:
             known = ", ".join(sorted(_OWN_OPTIONS | _CLIENT_OPTIONS))
-            raise InvalidURLError(f"unknown option {key}= in {url!r} (known: {known})")
+            raise InvalidURLError(f"unknown option {key}= in {shown!r} (known: {known})")
     if "heartbeat" in dict(passed):
-        _number(url, "heartbeat", dict(passed)["heartbeat"], integer=True, zero=True)
+        _number(shown, "heartbeat", dict(passed)["heartbeat"], integer=True, zero=True)
 
     prefetch = own.get("prefetch")
+    max_payload = DEFAULT_MAX_PAYLOAD
+    if "max_payload" in own:
+        max_payload = int(_number(shown, "max_payload", own["max_payload"], integer=True))
+        if max_payload > LARGEST_MAX_PAYLOAD:
+            raise InvalidURLError(
+                f"max_payload= must be at most {LARGEST_MAX_PAYLOAD} (RabbitMQ's largest"
+                f" max_message_size), not {max_payload} (in {shown!r})"
+            )
     return AmqpOptions(
         client_url=urlunsplit(parts._replace(query=urlencode(passed))),
         bridge=bridge,
         prefetch=None
         if prefetch is None
-        else int(_number(url, "prefetch", prefetch, integer=True)),
-        publish_timeout=_number(url, "publish_timeout", own.get("publish_timeout", "30")),
-        reconnect_interval=_number(url, "reconnect_interval", own.get("reconnect_interval", "1")),
-        connect_timeout=_number(url, "connect_timeout", own.get("connect_timeout", "10")),
+        else int(_number(shown, "prefetch", prefetch, integer=True)),
+        publish_timeout=_number(shown, "publish_timeout", own.get("publish_timeout", "30")),
+        reconnect_interval=_number(
+            shown, "reconnect_interval", own.get("reconnect_interval", "1")
+        ),
+        connect_timeout=_number(shown, "connect_timeout", own.get("connect_timeout", "10")),
+        max_payload=max_payload,
     )
 
 
-def _number(url: str, key: str, text: str, *, integer: bool = False, zero: bool = False) -> float:
+def _number(
+    shown: str, key: str, text: str, *, integer: bool = False, zero: bool = False
+) -> float:
     try:
         value = int(text) if integer else float(text)
     except ValueError:
@@ -171,7 +215,7 @@ def _number(url: str, key: str, text: str, *, integer: bool = False, zero: bool 
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
         kind = "integer" if integer else "number"
         sign = "non-negative" if zero else "positive"
-        raise InvalidURLError(f"{key}= must be a {sign} {kind}, not {text!r} (in {url!r})")
+        raise InvalidURLError(f"{key}= must be a {sign} {kind}, not {text!r} (in {shown!r})")
     return value
 
 
@@ -195,6 +239,20 @@ def _check_queue_name(queue: str) -> None:
             f"{queue!r} is not a usable RabbitMQ queue name (1 to {MAX_QUEUE_NAME} bytes,"
             " not starting with 'amq.')"
         )
+
+
+_REFUSED_SIZE: Final = re.compile(r"message size (\d+) is larger than configured max size (\d+)")
+
+
+def _refused_size(outcome: object, size: int) -> int | None:
+    """The server's ``max_message_size`` if ``outcome`` (a publish's) is its
+    refusal of a body of ``size`` bytes, else None."""
+    if not isinstance(outcome, aiormq.exceptions.ChannelPreconditionFailed):
+        return None
+    match = _REFUSED_SIZE.search(str(outcome))
+    if match is None or int(match[1]) != size:
+        return None
+    return int(match[2])
 
 
 def _deliveries(message: AbstractIncomingMessage) -> int:
@@ -304,6 +362,9 @@ class AmqpBroker:
         self._declared: set[str] = set()
         self._foreign: set[str] = set()  # queues made by others, with other arguments
         self._requeueing: dict[str, set[asyncio.Task[Any]]] = {}
+        # The tasks this broker starts on the loop itself (not those the
+        # client library runs its callbacks in); closed with the broker.
+        self._tasks = OwnedTasks()
         self._message_ids = itertools.count()
         self._closed = False
         # Worker descriptors: the view from announcements (Trio side), and
@@ -314,6 +375,12 @@ class AmqpBroker:
         self._own_lock = threading.Lock()
         self._own: dict[str, tuple[bytes, float]] = {}
 
+    @property
+    def max_payload(self) -> int:
+        """The largest message body a dispatch sends (the URL's
+        ``max_payload=``, by default RabbitMQ's default ``max_message_size``)."""
+        return self.options.max_payload
+
     # -- the bridge ------------------------------------------------------------------
 
     async def _run(self, fn: Callable[[], Awaitable[T]]) -> T:
@@ -322,9 +389,11 @@ class AmqpBroker:
         try:
             return await self.bridge.run(fn)
         except _CLIENT_ERRORS as exc:
-            raise BrokerUnavailable(f"RabbitMQ: {type(exc).__name__}: {exc}") from exc
+            reason = scrub(str(exc), self.options.client_url)
+            raise BrokerUnavailable(f"RabbitMQ: {type(exc).__name__}: {reason}") from exc
         except TimeoutError as exc:
-            raise BrokerUnavailable(f"RabbitMQ did not answer in time: {exc}") from exc
+            reason = scrub(str(exc), self.options.client_url)
+            raise BrokerUnavailable(f"RabbitMQ did not answer in time: {reason}") from exc
 
     # -- connecting ------------------------------------------------------------------
 
@@ -362,8 +431,11 @@ class AmqpBroker:
         connection = self._connection
 
         async def close() -> None:
-            if connection is not None:
-                await connection.close()
+            try:
+                await self._tasks.aclose()
+            finally:
+                if connection is not None:
+                    await connection.close()
 
         try:
             await self._run(close)
@@ -375,9 +447,17 @@ class AmqpBroker:
         # state (a fresh node): declare again on next use. And ask the
         # others to announce, as at the start.
         self._declared.clear()
-        asyncio.get_running_loop().create_task(
-            self._publish_announcement({"kind": "sync"}, ttl=None)
-        )
+        # Closing, when nobody needs the announcements any more.
+        with suppress(trio.ClosedResourceError):
+            self._tasks.start(self._ask_to_announce(), name="trio_durable amqp announce sync")
+
+    async def _ask_to_announce(self) -> None:
+        """Ask the other brokers to announce their workers again (on the loop)."""
+        try:
+            await self._publish_announcement({"kind": "sync"}, ttl=None)
+        except _CLIENT_ERRORS as exc:
+            # Their heartbeats announce them again within a ttl anyway.
+            logger.debug("could not ask the other brokers to announce: %s", exc)
 
     # -- queues ------------------------------------------------------------------------
 
@@ -425,6 +505,7 @@ class AmqpBroker:
         Waits up to ``publish_timeout`` for a dropped connection to return.
 
         Raises:
+          PayloadTooLarge: A body is over `max_payload`; nothing was sent.
           BrokerUnavailable: They could not all be confirmed; some may have been.
         """
         if not messages:
@@ -432,6 +513,9 @@ class AmqpBroker:
             return
         for message in messages:
             _check_queue_name(message.queue)
+        # Checked here, not left to the server: it would close the publishing
+        # channel, failing the other confirms in flight on it.
+        check_payload_sizes(messages, self.options.max_payload)
         batch = [
             (m.queue, m.body, max(0, min(MAX_PRIORITY, int(m.priority))), None) for m in messages
         ]
@@ -486,6 +570,12 @@ class AmqpBroker:
             ]
             if not failed:
                 return
+            for (queue, body, _, _), result in failed:
+                limit = _refused_size(result, len(body))
+                if limit is not None:
+                    # Over the server's max_message_size, which max_payload=
+                    # overstated: the channel closed, so others may be lost.
+                    raise PayloadTooLarge(queue, len(body), limit)
             for (queue, _, _, _), _ in failed:
                 # Returned unroutable (its queue is gone), nacked, or lost
                 # with the channel: declare its queue again to be sure.
@@ -531,6 +621,13 @@ class AmqpBroker:
                 [(queue, message.body, message.priority or 0, _deliveries(message) + 1)]
             )
             await message.ack()
+        except PayloadTooLarge as exc:
+            # The server's limit fell below a message it once took: no copy
+            # can be made, so dead-letter it rather than nack it forever.
+            logger.error("dead-lettering a message of %r that cannot be requeued: %s", queue, exc)
+            if not _is_stale(message):
+                with suppress(*_CLIENT_ERRORS):
+                    await message.reject(requeue=False)
         except (*_CLIENT_ERRORS, TimeoutError) as exc:
             logger.warning("could not requeue a message of %r: %s", queue, exc)
             # A pause, so a server that keeps refusing the copy is not asked
@@ -733,7 +830,9 @@ async def open_amqp_broker(url: str) -> AsyncIterator[AmqpBroker]:
         options in the query string (see ``docs/rabbitmq.md``): ``bridge=``
         (``thread`` or ``trio-asyncio``), ``prefetch=`` (a cap per consumer),
         ``publish_timeout=``, ``reconnect_interval=``, ``connect_timeout=``
-        (seconds), and aio-pika's ``heartbeat=``, ``name=`` and TLS options.
+        (seconds), ``max_payload=`` (bytes, the server's
+        ``max_message_size``), and aio-pika's ``heartbeat=``, ``name=`` and
+        TLS options.
 
     Raises:
       InvalidURLError: The URL is malformed or has an unknown option.

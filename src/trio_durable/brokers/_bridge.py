@@ -17,7 +17,11 @@ Two modes, chosen by a broker URL's ``?bridge=`` option (`bridge_mode`):
   scheduler step, so the client library costs two to four times the CPU.
 
 Either way no asyncio task outlives the bridge: closing it cancels what is
-left on its loop and waits for that to end.
+left on its loop and waits for that to end. Before that, an adapter holds
+every task it starts on the loop in an `OwnedTasks` of its own, which it
+closes (cancels and awaits) when it closes: asyncio keeps only weak
+references to tasks, so a task nobody holds may be garbage-collected
+mid-flight, and a task nobody awaits can outlive the connection it uses.
 """
 
 from __future__ import annotations
@@ -25,15 +29,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
-from typing import Final, Generic, Literal, TypeVar, final, get_args
+from typing import Any, Final, Generic, Literal, TypeVar, final, get_args
 from urllib.parse import parse_qs, urlsplit
 
 import trio
 
 from .._exceptions import InvalidURLError
+
+logger = logging.getLogger("trio_durable")
 
 T = TypeVar("T")
 
@@ -141,6 +148,52 @@ class Inbox(Generic[T]):
             items = list(self._items)
             self._items.clear()
         return items
+
+
+@final
+class OwnedTasks:
+    """The asyncio tasks an adapter starts on its loop, held (asyncio itself
+    keeps only weak references) until they end, and cancelled and awaited
+    by `aclose`. Use it on the loop only.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    def start(self, coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+        """Run ``coro`` as a task on the running loop, held here.
+
+        Raises:
+          trio.ClosedResourceError: `aclose` was called (``coro`` is closed,
+            not run); it crosses the bridge as itself.
+        """
+        if self._closed:
+            coro.close()
+            raise trio.ClosedResourceError(f"cannot start {name!r}: the broker is closing")
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+        return task
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        # Retrieved here, so asyncio never reports it as "never retrieved".
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("%s failed: %r", task.get_name(), task.exception())
+
+    def __len__(self) -> int:
+        """How many are still running."""
+        return len(self._tasks)
+
+    async def aclose(self) -> None:
+        """Start no more; cancel those running and wait until they ended."""
+        self._closed = True
+        while self._tasks:
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @final

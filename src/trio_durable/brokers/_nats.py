@@ -37,9 +37,17 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
-from .._brokers._base import BrokerUnavailable, Delivery, Outgoing, WorkerDescriptor
+from .._brokers._base import (
+    BrokerUnavailable,
+    Delivery,
+    Outgoing,
+    PayloadTooLarge,
+    WorkerDescriptor,
+    check_payload_sizes,
+)
 from .._clock import Clock
-from ._bridge import Bridge, BridgeMode, Inbox, open_bridge
+from .._urls import mask_url, scrub
+from ._bridge import Bridge, BridgeMode, Inbox, OwnedTasks, open_bridge
 from ._nats_url import (
     DEAD_MAX_AGE,
     DEAD_STREAM,
@@ -80,6 +88,12 @@ expiry was lost (the server restarted): ask again."""
 PURGE_MARKER_TTL: Final = 60
 """Seconds a withdrawn worker's purge marker stays in the bucket."""
 
+HEADER_ROOM: Final = 1024
+"""Bytes of the server's ``max_payload`` kept for the headers this adapter
+adds to a body it sends again (a dead-letter copy), so that any body a
+dispatch accepted can also be dead-lettered: the server counts headers and
+body together."""
+
 # -- The asyncio side -----------------------------------------------------------------------
 #
 # Everything from here to the Trio classes runs on the bridge's asyncio loop.
@@ -109,8 +123,10 @@ class _Puller:
         consumer: str,
         prefetch: int,
         inbox: Inbox[Msg],
+        tasks: OwnedTasks,
     ) -> None:
         self._nc = nc
+        self._tasks = tasks
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._prefetch = prefetch
         self._inbox = inbox
@@ -125,7 +141,9 @@ class _Puller:
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(self._deliver, cb=self._on_message)
-        self._task = asyncio.get_running_loop().create_task(self._pull_forever())
+        self._task = self._tasks.start(
+            self._pull_forever(), name=f"trio_durable nats pull {self._next_subject}"
+        )
 
     async def _on_message(self, msg: Msg) -> None:
         self._last_activity = asyncio.get_running_loop().time()
@@ -367,7 +385,7 @@ async def _http_get_json(url: str, limit: float) -> Any:
             writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.") or head.split()[1] != b"200":
-        raise OSError(f"GET {url}: {head.splitlines()[0]!r}")
+        raise OSError(f"GET {mask_url(url)}: {head.splitlines()[0]!r}")
     return json.loads(body)
 
 
@@ -381,6 +399,7 @@ class _Dispatch:
     items: list[tuple[str, bytes]]
     done: trio.Event = attrs.field(factory=trio.Event)
     error: BaseException | None = None
+    failed_at: int | None = None
 
 
 _BURST_PAUSE: Final = 0.5
@@ -482,10 +501,14 @@ class NatsBroker:
         nc: NatsClient,
         js: JetStreamContext,
         kv: KeyValue,
+        tasks: OwnedTasks,
     ) -> None:
         self.options = options
         self._bridge = bridge
         self._nc = nc
+        # Every task this broker starts on the loop (the consumers' pull
+        # loops), cancelled and awaited when it closes.
+        self._tasks = tasks
         self._js = js
         self._kv = kv
         self._closed = False
@@ -494,6 +517,13 @@ class NatsBroker:
         # Announcement expiries are compared across processes, so they are
         # durable times: the wall clock read once, then Trio's clock.
         self._clock = Clock()
+
+    @property
+    def max_payload(self) -> int:
+        """The largest message body a dispatch sends: the ``max_payload`` the
+        server announced when the connection (last) opened, less
+        `HEADER_ROOM`."""
+        return max(1, self._nc.max_payload - HEADER_ROOM)
 
     @property
     def bridge_mode(self) -> BridgeMode:
@@ -507,7 +537,8 @@ class NatsBroker:
         try:
             return await self._bridge.run(fn)
         except _CLIENT_ERRORS as exc:
-            raise BrokerUnavailable(f"NATS: could not {what}: {exc!r}") from exc
+            reason = scrub(repr(exc), self.options.server, user_is_secret=True)
+            raise BrokerUnavailable(f"NATS: could not {what}: {reason}") from exc
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         """Publish each message to its queue's subject and wait until
@@ -515,6 +546,9 @@ class NatsBroker:
         on ``sync_interval``). Priorities are ignored (not supported here).
 
         Raises:
+          PayloadTooLarge: A body is over `max_payload`; nothing was sent
+            (or, after a reconnection to a server with a lower limit, some
+            may have been).
           BrokerUnavailable: Some were not acknowledged in time; some may
             have been stored.
         """
@@ -522,12 +556,19 @@ class NatsBroker:
             return
         if self._closed:
             raise trio.ClosedResourceError("the broker is closed")
+        check_payload_sizes(messages, self.max_payload)
         job = _Dispatch([(stream_and_subject(m.queue)[1], m.body) for m in messages])
         self._outbox.append(job)
         self._outbox_ready.set()
         await job.done.wait()
         if isinstance(job.error, trio.ClosedResourceError):
             raise trio.ClosedResourceError("the broker closed during the dispatch")
+        if isinstance(job.error, nats.errors.MaxPayloadError):
+            # The limit fell after the check (a server with a lower one).
+            index = job.failed_at if job.failed_at is not None else 0
+            raise PayloadTooLarge(
+                messages[index].queue, len(messages[index].body), self.max_payload
+            ) from job.error
         if job.error is not None:
             raise BrokerUnavailable(
                 f"NATS: could not publish {len(job.items)} message(s): {job.error!r}"
@@ -555,9 +596,13 @@ class NatsBroker:
                     raise
                 start = 0
                 for job in jobs:
-                    failed = [e for e in outcomes[start : start + len(job.items)] if e]
+                    failed = [
+                        (i, e) for i, e in enumerate(outcomes[start : start + len(job.items)]) if e
+                    ]
                     start += len(job.items)
-                    job.error = failed[0] if failed else None
+                    # A refused size first: it is the caller's to act on.
+                    failed.sort(key=lambda f: not isinstance(f[1], nats.errors.MaxPayloadError))
+                    job.failed_at, job.error = failed[0] if failed else (None, None)
                     job.done.set()
         finally:
             for job in self._outbox:
@@ -578,7 +623,7 @@ class NatsBroker:
         stream, subject = stream_and_subject(queue)
         name = token(queue)
         inbox: Inbox[Msg] = self._bridge.inbox()
-        puller = _Puller(self._nc, stream, name, prefetch, inbox)
+        puller = _Puller(self._nc, stream, name, prefetch, inbox, self._tasks)
 
         async def start() -> None:
             await _ensure_consumer(self._js, stream, subject, name, self.options)
@@ -662,11 +707,11 @@ class NatsBroker:
         return None
 
     async def aclose(self) -> None:
-        """Close the connection (idempotent)."""
+        """Stop the tasks it started and close the connection (idempotent)."""
         if self._closed:
             return
         try:
-            await self._call(self._nc.close, "close the connection")
+            await self._call(lambda: _shut_down(self._nc, self._tasks), "close the connection")
         except (BrokerUnavailable, trio.ClosedResourceError) as exc:
             logger.debug("closing the NATS connection: %s", exc)
         finally:
@@ -684,10 +729,10 @@ class NatsBroker:
             config = varz.get("jetstream", {}).get("config", {})
         except (OSError, ValueError, AttributeError) as exc:
             logger.info(
-                "could not read %s to check the server's sync_interval (%r); make sure it runs"
+                "could not read %s to check the server's sync_interval (%s); make sure it runs"
                 " with sync_interval: always (docs/nats.md)",
-                url,
-                exc,
+                mask_url(url),
+                scrub(repr(exc), url),
             )
             return
         if config.get("sync_always"):
@@ -700,6 +745,14 @@ class NatsBroker:
             self.options.shown,
             f"{interval / 1e9:g} s" if isinstance(interval, int | float) else "interval",
         )
+
+
+async def _shut_down(nc: NatsClient, tasks: OwnedTasks) -> None:
+    """Stop the broker's tasks, then close the connection (on the loop)."""
+    try:
+        await tasks.aclose()
+    finally:
+        await nc.close()
 
 
 def _descriptor_from_json(data: dict[str, Any]) -> WorkerDescriptor:
@@ -716,7 +769,11 @@ async def _connect(options: NatsOptions) -> tuple[NatsClient, JetStreamContext]:
         # Each failed attempt while reconnecting reports here too: one line
         # per reconnect_wait is noise once the outage was logged.
         level = logging.DEBUG if nc.is_reconnecting else logging.WARNING
-        logger.log(level, "NATS connection error: %r", exc)
+        logger.log(
+            level,
+            "NATS connection error: %s",
+            scrub(repr(exc), options.server, user_is_secret=True),
+        )
 
     async def disconnected_cb() -> None:
         if not nc.is_closed:  # not our own close
@@ -761,19 +818,22 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
         the streams or the bucket.
     """
     options = parse_nats_url(url)
+    tasks = OwnedTasks()
     async with open_bridge(options.bridge) as bridge:
         try:
             nc, js = await bridge.run(lambda: _connect(options))
         except _CLIENT_ERRORS as exc:
-            raise BrokerUnavailable(f"cannot connect to NATS at {options.shown}: {exc!r}") from exc
+            reason = scrub(repr(exc), options.server, user_is_secret=True)
+            raise BrokerUnavailable(f"cannot connect to NATS at {options.shown}: {reason}") from exc
         try:
             try:
                 kv = await bridge.run(lambda: _setup(js, options))
             except _CLIENT_ERRORS as exc:
+                reason = scrub(repr(exc), options.server, user_is_secret=True)
                 raise BrokerUnavailable(
-                    f"NATS at {options.shown} refused the streams or the bucket: {exc!r}"
+                    f"NATS at {options.shown} refused the streams or the bucket: {reason}"
                 ) from exc
-            broker = NatsBroker(options, bridge, nc, js, kv)
+            broker = NatsBroker(options, bridge, nc, js, kv, tasks)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(broker._check_sync_interval)
                 nursery.start_soon(broker._publish_forever)
@@ -783,6 +843,6 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
             with trio.CancelScope(shield=True) as cleanup:
                 cleanup.deadline = trio.current_time() + options.timeout
                 try:
-                    await bridge.run(nc.close)
+                    await bridge.run(lambda: _shut_down(nc, tasks))
                 except (*_CLIENT_ERRORS, trio.ClosedResourceError) as exc:
                     logger.debug("closing the NATS connection: %r", exc)

@@ -18,6 +18,7 @@ import attrs
 
 from .._brokers._base import RESULTS
 from .._exceptions import InvalidURLError
+from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 from ._bridge import BridgeMode, bridge_mode
 
 TASKS_STREAM: Final = "TRIO_DURABLE_TASKS"
@@ -119,12 +120,8 @@ class NatsOptions:
 
     @property
     def shown(self) -> str:
-        """The server URL for logs and errors: its password masked."""
-        parts = urlsplit(self.server)
-        if parts.password is None:
-            return self.server
-        host = parts.netloc.rpartition("@")[2]
-        return f"{parts.scheme}://{parts.username}:***@{host}"
+        """The server URL for logs and errors: its password (or token) masked."""
+        return mask_url(self.server, user_is_secret=True)
 
 
 def parse_nats_url(url: str) -> NatsOptions:
@@ -136,31 +133,37 @@ def parse_nats_url(url: str) -> NatsOptions:
     """
     if not isinstance(url, str):
         raise InvalidURLError(f"not a NATS URL: {url!r}")
+    # Messages show the URL with its password or token masked, and never
+    # quote what urllib says about it (a secret with an unencoded '/', '?'
+    # or '#' is split across the URL's parts).
+    shown = mask_url(url, user_is_secret=True)
+    if userinfo_is_ambiguous(url, user_is_secret=True):
+        raise InvalidURLError(f"malformed NATS URL {shown!r}: {AMBIGUOUS_HINT}")
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as exc:
-        raise InvalidURLError(f"malformed NATS URL {url!r}: {exc}") from exc
+    except ValueError:
+        raise InvalidURLError(f"malformed NATS URL {shown!r}: a bad host or port") from None
     if parts.scheme.lower() not in ("nats", "tls") or "://" not in url:
-        raise InvalidURLError(f"not a NATS URL: {url!r} (expected nats://host:4222)")
+        raise InvalidURLError(f"not a NATS URL: {shown!r} (expected nats://host:4222)")
     if not parts.hostname:
-        raise InvalidURLError(f"the NATS URL {url!r} names no host")
+        raise InvalidURLError(f"the NATS URL {shown!r} names no host")
     if parts.path not in ("", "/") or parts.fragment:
-        raise InvalidURLError(f"a NATS URL takes no path or fragment: {url!r}")
+        raise InvalidURLError(f"a NATS URL takes no path or fragment: {shown!r}")
     try:
         query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as exc:
-        raise InvalidURLError(f"malformed query in NATS URL {url!r}: {exc}") from exc
+    except ValueError:
+        raise InvalidURLError(f"malformed query in NATS URL {shown!r}") from None
     unknown = sorted(set(query) - set(_OPTIONS))
     if unknown:
         raise InvalidURLError(
-            f"unknown option(s) {', '.join(unknown)} in NATS URL {url!r}"
+            f"unknown option(s) {', '.join(unknown)} in NATS URL {shown!r}"
             f" (known: {', '.join(_OPTIONS)})"
         )
     values: dict[str, str] = {}
     for name, given in query.items():
         if len(given) != 1:
-            raise InvalidURLError(f"option {name} given more than once in {url!r}")
+            raise InvalidURLError(f"option {name} given more than once in {shown!r}")
         values[name] = given[0]
 
     def number(name: str, default: float, *, minimum: float = 0.0) -> float:
@@ -195,7 +198,9 @@ def parse_nats_url(url: str) -> NatsOptions:
         else:
             target = urlsplit(endpoint)
             if target.scheme != "http" or not target.hostname:
-                raise InvalidURLError(f"monitor must be an http:// URL or off, not {endpoint!r}")
+                raise InvalidURLError(
+                    f"monitor must be an http:// URL or off, not {mask_url(endpoint)!r}"
+                )
             monitor = endpoint.rstrip("/")
     dead_letter = values.get("dead_letter", "on")
     if dead_letter not in ("on", "off"):
