@@ -289,6 +289,10 @@ class BrokerView:
         self.deaf = set(deaf)
         self.lost = 0
 
+    @property
+    def max_payload(self) -> int | None:
+        return self.inner.max_payload
+
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         if any(m.queue in self.refused for m in messages):
             await trio.lowlevel.checkpoint()
