@@ -38,7 +38,3 @@ class Clock:
     def to_trio(self, durable_time: float) -> float:
         """The `trio.current_time()` value at which ``durable_time`` arrives."""
         return durable_time - self._offset
-
-    async def sleep_until(self, durable_time: float) -> None:
-        """Sleep until ``durable_time`` (at once if it has passed)."""
-        await trio.sleep_until(self.to_trio(durable_time))

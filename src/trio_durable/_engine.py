@@ -67,6 +67,7 @@ from ._handle import RunHandle
 from ._handoff import UnservedRoute, follow_handoff, hand_off, output_source, routes_in_doubt
 from ._handoff import unserved_on_error_routes as _unserved
 from ._observe import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Metrics
+from ._options import DEFAULT_TIMER_BATCH_SIZE, EngineOptions, check_id
 from ._payload import lowered, task_message
 from ._poller import poll_due, reconcile_stalled
 from ._records import (
@@ -102,23 +103,13 @@ from ._stores._base import (
     WriteConflict,
 )
 from ._wire import Task
-from ._worker import (
-    Worker,
-    _check_concurrency,
-    check_routes,
-    check_traceback_limit,
-    open_worker,
-    task_queue,
-)
+from ._worker import Worker, check_routes, open_worker, task_queue
 
 logger = logging.getLogger("trio_durable")
 
-DEFAULT_TIMER_BATCH_SIZE: Final = 500
 WRITE_CHUNK: Final = 200
 DISPATCH_CHUNK: Final = 1000
-RESULT_BATCH: Final = 256
 _RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead"})
-_CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead", "cancelled"})
 _PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
 _CANCELLING: Final[frozenset[RunStatus]] = frozenset({"cancelling"})
 _RUNNING: Final[frozenset[RunStatus]] = frozenset({"running"})
@@ -129,9 +120,6 @@ _END_EXPECTS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
     "cancelled": _CANCELLING,
     "dead": frozenset({"running", "cancelling"}),
 }
-_RUN_ID_CHARS: Final = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:@"
-)
 _UNKNOWN_VERSION_BACKOFF: Final = 60.0
 _TURN_RETRIES: Final = 5
 _TURN_RETRY_DELAY: Final = 1.0
@@ -414,8 +402,8 @@ class Engine:
         generated = run_id is None
         if run_id is None:
             run_id = f"{wf.name}-{self.rng.getrandbits(64):016x}"
-        _check_id("run_id", run_id)
-        _check_id("namespace", namespace)
+        check_id("run_id", run_id)
+        check_id("namespace", namespace)
         tag_tuple = tuple(tags)
         if not all(isinstance(tag, str) for tag in tag_tuple):
             raise UsageError(f"tags must be strings, not {tags!r}")
@@ -478,7 +466,7 @@ class Engine:
         """
         self._check_open()
         if namespace is not None:
-            _check_id("namespace", namespace)
+            check_id("namespace", namespace)
         run = await self.store.get_run(run_id)
         if run is None:
             raise RunNotFoundError(f"no run {run_id!r}")
@@ -1484,37 +1472,6 @@ async def _release_leases(store: Store, engine_id: str, run_ids: list[str]) -> N
             logger.warning("could not release leases on close: %s", exc)
 
 
-def _redispatch_policy(policy: object) -> tuple[float, int]:
-    after: object
-    limit: object
-    try:
-        after, limit = policy  # type: ignore[misc]
-    except (TypeError, ValueError):
-        raise UsageError(f"remote_redispatch must be (seconds, maximum), not {policy!r}") from None
-    if (
-        isinstance(after, bool)
-        or not isinstance(after, int | float)
-        or not math.isfinite(after)
-        or after <= 0
-    ):
-        raise UsageError(f"remote_redispatch seconds must be positive, not {after!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise UsageError(f"remote_redispatch maximum must be an integer >= 0, not {limit!r}")
-    return float(after), limit
-
-
-def _check_id(what: str, value: object) -> None:
-    if (
-        not isinstance(value, str)
-        or not value
-        or len(value) > 255
-        or not set(value) <= _RUN_ID_CHARS
-    ):
-        raise UsageError(
-            f"{what} must be 1 to 255 characters of letters, digits and '_.-:@', not {value!r}"
-        )
-
-
 @asynccontextmanager
 async def open_engine(
     app: App,
@@ -1585,54 +1542,24 @@ async def open_engine(
       InvalidURLError: The store URL is malformed.
       UsageError: An option is out of range.
     """
-    for name, value in (
-        ("lease_ttl", lease_ttl),
-        ("reconcile_interval", reconcile_interval),
-        ("result_poll_interval", result_poll_interval),
-    ):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value <= 0
-        ):
-            raise UsageError(f"{name} must be a positive finite number, not {value!r}")
-    if (
-        isinstance(max_recoveries, bool)
-        or not isinstance(max_recoveries, int)
-        or max_recoveries < 0
-    ):
-        raise UsageError(f"max_recoveries must be an integer >= 0, not {max_recoveries!r}")
-    if remote_redispatch is not None:
-        remote_redispatch = _redispatch_policy(remote_redispatch)
-    if (
-        isinstance(blocked_recheck, bool)
-        or not isinstance(blocked_recheck, int | float)
-        or not math.isfinite(blocked_recheck)
-        or blocked_recheck <= 0
-    ):
-        raise UsageError(
-            f"blocked_recheck must be a positive finite number, not {blocked_recheck!r}"
-        )
+    options = EngineOptions(
+        lease_ttl=lease_ttl,
+        reconcile_interval=reconcile_interval,
+        result_poll_interval=result_poll_interval,
+        max_recoveries=max_recoveries,
+        remote_redispatch=remote_redispatch,
+        blocked_recheck=blocked_recheck,
+        traceback_limit=traceback_limit,
+        worker_concurrency=worker_concurrency,
+        timer_batch_size=timer_batch_size,
+        engine_id=engine_id,
+    )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")
-    check_traceback_limit(traceback_limit)
     routes = check_routes(app, serve, "serve")
-    _check_concurrency(worker_concurrency)
-    batch = DEFAULT_TIMER_BATCH_SIZE
-    if (
-        isinstance(timer_batch_size, int | float)
-        and not isinstance(timer_batch_size, bool)
-        and math.isfinite(timer_batch_size)
-        and timer_batch_size >= 1
-    ):
-        batch = int(timer_batch_size)
-    if not isinstance(app, App):
-        raise UsageError(f"open_engine needs a td.App, not {app!r}")
     rng = random.Random(seed)
     if engine_id is None:
         engine_id = f"engine-{rng.getrandbits(32):08x}"
-    _check_id("engine_id", engine_id)
     async with AsyncExitStack() as stack:
         if isinstance(store, str):
             store_obj: Store = await stack.enter_async_context(open_store(store))
@@ -1667,15 +1594,15 @@ async def open_engine(
                     engine_id=engine_id,
                     rng=rng,
                     clock=Clock(wall_clock),
-                    timer_batch_size=batch,
-                    lease_ttl=float(lease_ttl),
-                    reconcile_interval=float(reconcile_interval),
-                    result_poll_interval=float(result_poll_interval),
-                    max_recoveries=max_recoveries,
+                    timer_batch_size=options.timer_batch_size,
+                    lease_ttl=options.lease_ttl,
+                    reconcile_interval=options.reconcile_interval,
+                    result_poll_interval=options.result_poll_interval,
+                    max_recoveries=options.max_recoveries,
                     broker=broker_obj,
-                    remote_redispatch=remote_redispatch,
-                    blocked_recheck=float(blocked_recheck),
-                    traceback_limit=traceback_limit,
+                    remote_redispatch=options.remote_redispatch,
+                    blocked_recheck=options.blocked_recheck,
+                    traceback_limit=options.traceback_limit,
                 )
                 engine._sent.join()
                 stack.callback(engine._sent.leave)

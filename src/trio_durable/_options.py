@@ -1,0 +1,114 @@
+"""Options: an engine's settings, checked once by attrs validators.
+
+`open_engine` takes its settings as keyword arguments and builds one
+`EngineOptions` from them; the validators below refuse a bad value with a
+`UsageError` that names the option, and the parts of the engine read the
+checked values from it. `open_worker` checks its own options with the same
+validators.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final, TypeGuard, final
+
+import attrs
+
+from ._exceptions import UsageError
+from ._records import DEFAULT_TRACEBACK_LIMIT
+
+DEFAULT_TIMER_BATCH_SIZE: Final = 500
+
+_ID_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:@")
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def positive_finite(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Validator: a positive, finite number of seconds."""
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{attribute.name} must be a positive finite number, not {value!r}")
+
+
+def at_least_zero(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Validator: an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(f"{attribute.name} must be an integer >= 0, not {value!r}")
+
+
+def concurrency(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Validator: how many tasks run at once, a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"concurrency must be a positive integer, not {value!r}")
+
+
+def check_id(what: str, value: object) -> None:
+    """Check a run id, namespace or engine id.
+
+    Raises:
+      UsageError: ``value`` is not 1 to 255 characters of letters, digits
+        and ``_.-:@``.
+    """
+    if not isinstance(value, str) or not value or len(value) > 255 or not set(value) <= _ID_CHARS:
+        raise UsageError(
+            f"{what} must be 1 to 255 characters of letters, digits and '_.-:@', not {value!r}"
+        )
+
+
+def _engine_id(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        check_id(attribute.name, value)
+
+
+def _redispatch(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    after: object
+    limit: object
+    try:
+        after, limit = value  # type: ignore[misc]
+    except (TypeError, ValueError):
+        raise UsageError(f"remote_redispatch must be (seconds, maximum), not {value!r}") from None
+    if not _is_number(after) or not math.isfinite(after) or after <= 0:
+        raise UsageError(f"remote_redispatch seconds must be positive, not {after!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise UsageError(f"remote_redispatch maximum must be an integer >= 0, not {limit!r}")
+
+
+def _batch_size(value: object) -> int:
+    """A usable batch size: a non-finite or < 1 value means the default."""
+    if _is_number(value) and math.isfinite(value) and value >= 1:
+        return int(value)
+    return DEFAULT_TIMER_BATCH_SIZE
+
+
+@final
+@attrs.frozen(kw_only=True)
+class EngineOptions:
+    """An engine's settings (see `open_engine` for what each means).
+
+    Validated when made: a bad value raises `UsageError`. Seconds are kept
+    as floats.
+    """
+
+    lease_ttl: float = attrs.field(default=30.0, validator=positive_finite)
+    reconcile_interval: float = attrs.field(default=60.0, validator=positive_finite)
+    result_poll_interval: float = attrs.field(default=1.0, validator=positive_finite)
+    max_recoveries: int = attrs.field(default=10, validator=at_least_zero)
+    remote_redispatch: tuple[float, int] | None = attrs.field(default=None, validator=_redispatch)
+    blocked_recheck: float = attrs.field(default=5.0, validator=positive_finite)
+    traceback_limit: int = attrs.field(default=DEFAULT_TRACEBACK_LIMIT, validator=at_least_zero)
+    worker_concurrency: int = attrs.field(default=16, validator=concurrency)
+    timer_batch_size: int = attrs.field(default=DEFAULT_TIMER_BATCH_SIZE, converter=_batch_size)
+    engine_id: str | None = attrs.field(default=None, validator=_engine_id)
+
+    def __attrs_post_init__(self) -> None:
+        # Checked as given (an error quotes the value as the caller wrote
+        # it), then kept as floats.
+        for name in ("lease_ttl", "reconcile_interval", "result_poll_interval", "blocked_recheck"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.remote_redispatch is not None:
+            after, limit = self.remote_redispatch
+            object.__setattr__(self, "remote_redispatch", (float(after), limit))
