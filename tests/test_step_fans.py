@@ -28,8 +28,8 @@ import trio_durable as td
 from conftest import WALL_START, EngineFactory
 from trio_durable._brokers._base import RESULTS, Delivery, Outgoing
 from trio_durable._brokers._memory import MemoryBroker, MemoryConsumer
-from trio_durable._context import TurnState
 from trio_durable._exceptions import RemoteStepError
+from trio_durable._replay import TurnState
 from trio_durable._stores._base import (
     CreateRun,
     Op,

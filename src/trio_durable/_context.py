@@ -15,7 +15,6 @@ import datetime
 import json
 import logging
 import math
-import traceback as _traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Final, Literal, final, overload
 
@@ -23,39 +22,24 @@ import attrs
 import trio
 
 from . import _serde
-from ._app import A1, A2, A3, A4, A5, App, P, R, Step, Workflow, workflow_of
+from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow, workflow_of
+from ._children import Failed, child_outcome, completion, record_child
 from ._current import StepInfo, call_step
 from ._exceptions import (
-    FatalError,
     GatherError,
     GatherFailure,
     NonDeterminismError,
-    RemoteStepError,
     RunFailed,
     SerializationError,
     SignalTimeout,
-    StepFailed,
     UsageError,
 )
+from ._failures import error_info, retryable, step_failure
 from ._observe import Event, EventKind
-from ._records import (
-    Checkpoint,
-    CheckpointKind,
-    ErrorInfo,
-    FanMode,
-    Run,
-    bound_traceback,
-)
+from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode, signal_token
 from ._remote import check_fan_target, remote_fan, remote_step
-from ._stores._base import (
-    CreateRun,
-    Op,
-    PutCheckpoint,
-    RemoveSignalWaiter,
-    SettleCheckpoint,
-    WaitSignal,
-)
-from ._wire import Task
+from ._replay import Suspend, TurnState
+from ._stores._base import Op, RemoveSignalWaiter, SettleCheckpoint, WaitSignal
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -63,170 +47,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 FAN_CANCELLED: Final = "fan_cancelled"
-
-
-@final
-class Suspend(BaseException):
-    """Raised through a workflow body to end the turn at a durable wait.
-
-    It derives from BaseException so that ``except Exception`` in a body does
-    not swallow it; a body must not catch it.
-    """
-
-    def __init__(
-        self,
-        reason: str,
-        wake_at: float | None = None,
-        watch: tuple[int, int] | None = None,
-        admission: int | None = None,
-    ) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.wake_at = wake_at
-        # The seq range of checkpoints (remote steps, children) the run
-        # waits on, rechecked after the suspend commits (see
-        # `Engine._suspend`).
-        self.watch = watch
-        # The seq of a remote step waiting in a flow-control queue, rechecked
-        # after the suspend commits: a release may have let it in meanwhile.
-        self.admission = admission
-
-
-def error_info(
-    exc: BaseException, *, step: str | None = None, traceback_limit: int = 0
-) -> ErrorInfo:
-    """The stored form of an exception: its message, code, JSON details and
-    type, the step it failed (``step``, or the step a step failure names),
-    and, if ``traceback_limit`` is not 0, its traceback cut to that many
-    characters (see `format_traceback`)."""
-    code = getattr(exc, "code", None)
-    message = getattr(exc, "message", None)
-    if not isinstance(message, str):
-        message = str(exc) or type(exc).__name__
-    if step is None and isinstance(exc, StepFailed | RemoteStepError | RunFailed):
-        step = exc.step
-    return ErrorInfo(
-        message=message,
-        code=code if isinstance(code, str) else None,
-        details=json_details(getattr(exc, "details", None)),
-        type=type(exc).__name__,
-        step=step,
-        traceback=format_traceback(exc, traceback_limit),
-    )
-
-
-def json_details(details: Any) -> Any:
-    """``details`` if it is a payload the store and the wire accept (JSON,
-    finite numbers only, not nested too deeply), else its ``repr``."""
-    try:
-        text = json.dumps(details, allow_nan=False)
-        if not _serde.nesting_exceeds(details, text):
-            return details
-    except (TypeError, ValueError, RecursionError):
-        pass
-    try:
-        return repr(details)
-    except RecursionError:
-        return f"<{type(details).__name__} nested too deeply to show>"
-
-
-def format_traceback(exc: BaseException, limit: int) -> str | None:
-    """``exc``'s traceback as Python prints it, cut to ``limit`` characters
-    (None if ``limit`` is 0).
-
-    A step failure raised from a record (`StepFailed` on replay, a
-    `RemoteStepError`, a child's `RunFailed`) has no live cause; the
-    traceback recorded with it is shown as its cause instead, so a run that
-    fails because a step failed keeps where the step failed.
-    """
-    if limit <= 0:
-        return None
-    text = "".join(_traceback.format_exception(exc))
-    recorded = getattr(exc, "traceback", None)
-    if (
-        isinstance(exc, StepFailed | RemoteStepError | RunFailed)
-        and isinstance(recorded, str)
-        and exc.__cause__ is None
-    ):
-        text = (
-            recorded.rstrip("\n")
-            + "\n\nThe above exception was the direct cause of the following exception:\n\n"
-            + text
-        )
-    return bound_traceback(text, limit)
-
-
-def _retryable(exc: BaseException) -> bool:
-    return not isinstance(exc, FatalError) and getattr(exc, "retryable", True) is not False
-
-
-def completion(
-    ok: bool,
-    value_json: str | None = None,
-    error: ErrorInfo | None = None,
-    *,
-    returned_by: tuple[str, str] | None = None,
-) -> str:
-    """The JSON text a child's end writes onto its parent's checkpoint.
-
-    ``returned_by`` is the ``(workflow, version)`` whose return annotation
-    types the value when that is not the child's own workflow: a child that
-    handed off returns its handler's output.
-    """
-    if ok:
-        source = ""
-        if returned_by is not None:
-            source = (
-                f',"workflow":{json.dumps(returned_by[0])},"version":{json.dumps(returned_by[1])}'
-            )
-        return '{"ok":true,"value":' + (value_json or "null") + source + "}"
-    assert error is not None
-    return json.dumps(
-        {"ok": False, "error": error.message, "code": error.code, "details": error.details},
-        separators=(",", ":"),
-    )
-
-
-def completion_source(data: dict[str, Any]) -> tuple[str, str] | None:
-    """The ``(workflow, version)`` a completion names as the source of its
-    value (see `completion`), or None."""
-    workflow, version = data.get("workflow"), data.get("version")
-    if isinstance(workflow, str) and isinstance(version, str):
-        return workflow, version
-    return None
-
-
-def output_type(app: App, workflow: str, version: str) -> Any:
-    """The return annotation of a registered workflow version (``Any`` if
-    this app lacks it): what its output is structured as."""
-    if not app.has_workflow(workflow, version):
-        return Any
-    _, returns = _serde.signature_types(app.get_workflow(workflow, version).fn)
-    return returns
-
-
-@attrs.define(kw_only=True, eq=False)
-class TurnState:
-    """What one turn of a run has read and is about to write."""
-
-    run: Run
-    checkpoints: dict[int, Checkpoint]
-    ops: list[Op] = attrs.field(factory=list)
-    # Runs to wake once this turn's writes commit (children created, children
-    # told to cancel): they must not run before their rows exist.
-    wake_after: list[str] = attrs.field(factory=list)
-    started_children: list[Run] = attrs.field(factory=list)
-    # Awaited children this turn's writes tell to cancel: once the writes
-    # commit, their turns in flight are cut short, as `Engine.cancel` does.
-    cancelled_children: list[str] = attrs.field(factory=list)
-    # Tasks of remote steps to send once the writes commit, each with the
-    # index of the op that records it: a task whose claim lost is not sent.
-    dispatch: list[tuple[int, Task]] = attrs.field(factory=list)
-    nondeterminism: NonDeterminismError | None = None
-
-    def put(self, checkpoint: Checkpoint) -> None:
-        self.checkpoints[checkpoint.seq] = checkpoint
-        self.ops.append(PutCheckpoint(checkpoint))
 
 
 @final
@@ -464,7 +284,7 @@ class Context:
         if cp is not None and cp.status == "completed":
             return self._step_value(step, cp)
         if cp is not None and cp.status == "failed":
-            raise _step_failed(cp)
+            raise step_failure(cp)
         input_json = _serde.check_step_args(step, args, compensate)
         return await self._execute(
             step, seq, list(args), input_json, compensation=compensate.name if compensate else None
@@ -515,7 +335,7 @@ class Context:
                 if isinstance(exc, TimeoutError) and info.code is None:
                     info = attrs.evolve(info, code="timeout")
                 errors.append(info)
-                retryable = _retryable(exc) and not isinstance(exc, SerializationError)
+                may_retry = retryable(exc) and not isinstance(exc, SerializationError)
                 logger.warning(
                     "%s %r of run %r failed (attempt %d of %d%s): %s",
                     "undo" if undo_of is not None else "step",
@@ -523,7 +343,7 @@ class Context:
                     self.run_id,
                     attempt,
                     retry.attempts,
-                    "" if retryable and attempt < retry.attempts else ", final",
+                    "" if may_retry and attempt < retry.attempts else ", final",
                     info.message,
                     exc_info=exc,
                 )
@@ -535,10 +355,10 @@ class Context:
                     duration=trio.current_time() - attempt_start,
                     error=info.message,
                     code=info.code,
-                    final=not retryable or attempt == retry.attempts,
+                    final=not may_retry or attempt == retry.attempts,
                     **extra,
                 )
-                if not retryable:
+                if not may_retry:
                     break
                 if attempt < retry.attempts:
                     await trio.sleep(retry.delay(attempt, engine.rng))
@@ -588,7 +408,7 @@ class Context:
             finished_at=clock.now(),
         )
         self._turn.put(failed)
-        raise _step_failed(failed) from last_exc
+        raise step_failure(failed) from last_exc
 
     def _step_info(self, step: Step[..., Any], seq: int, attempt: int) -> StepInfo:
         run = self._turn.run
@@ -829,7 +649,7 @@ class Context:
             # Watched: the child may end while this turn holds the lease.
             raise Suspend("child", watch=(seq, seq))
         value = self._child_outcome(wf, cp)
-        if isinstance(value, _Failed):
+        if isinstance(value, Failed):
             recorded = cp.error or ErrorInfo(message=value.error)
             raise RunFailed(
                 cp.child_id or "",
@@ -932,55 +752,19 @@ class Context:
         awaited: bool,
         fan: tuple[int, int, FanMode] | None = None,
     ) -> None:
-        now = self._engine.clock.now()
-        run = self._turn.run
-        self._turn.put(
-            Checkpoint(
-                run_id=run.id,
-                seq=seq,
-                name=wf.name,
-                kind="child",
-                status="pending" if awaited else "completed",
-                input=input_json,
-                output=None if awaited else json.dumps(child_id),
-                child_id=child_id,
-                parallel_group=fan[0] if fan else None,
-                parallel_size=fan[1] if fan else None,
-                parallel_mode=fan[2] if fan else None,
-                enqueued_at=now,
-                started_at=now,
-                finished_at=None if awaited else now,
-            )
+        record_child(
+            self._turn,
+            (wf.name, wf.version),
+            seq,
+            child_id,
+            input_json,
+            self._engine.clock.now(),
+            awaited=awaited,
+            fan=fan,
         )
-        child = Run(
-            id=child_id,
-            workflow=wf.name,
-            version=wf.version,
-            namespace=run.namespace,
-            input=input_json,
-            parent_id=run.id,
-            parent_seq=seq if awaited else None,
-            created_at=now,
-            updated_at=now,
-        )
-        self._turn.ops.append(CreateRun(child))
-        self._turn.started_children.append(child)
-        self._turn.wake_after.append(child_id)
 
     def _child_outcome(self, wf: Workflow[..., Any], cp: Checkpoint) -> Any:
-        data = json.loads(cp.output) if cp.output else None
-        if not isinstance(data, dict):
-            error = cp.error or ErrorInfo(message="child ended without a completion")
-            return _Failed(error.message, error.code, error.details)
-        if data.get("ok"):
-            source = completion_source(data)
-            if source is not None:
-                # The child handed off: the value is its handler's output.
-                returns = output_type(self._engine.app, *source)
-            else:
-                _, returns = _serde.signature_types(wf.fn)
-            return _serde.structure(data.get("value"), returns)
-        return _Failed(str(data.get("error")), data.get("code"), data.get("details"))
+        return child_outcome(self._engine.app, wf, cp)
 
     # -- fans -----------------------------------------------------------------
 
@@ -1041,7 +825,7 @@ class Context:
         failures = [
             GatherFailure(index=i, id=o.id, error=o.error, code=o.code, details=o.details)
             for i, o in enumerate(outcomes)
-            if isinstance(o, _Failed) and o.code != FAN_CANCELLED
+            if isinstance(o, Failed) and o.code != FAN_CANCELLED
         ]
         if failures:
             raise GatherError(failures, len(outcomes))
@@ -1086,7 +870,7 @@ class Context:
         outcomes = await self._fan(workflow, inputs, concurrency, "settled")
         settled: list[dict[str, Any]] = []
         for outcome in outcomes:
-            if isinstance(outcome, _Failed):
+            if isinstance(outcome, Failed):
                 settled.append(
                     {
                         "status": "rejected",
@@ -1164,7 +948,7 @@ class Context:
         for i, cp in enumerate(members):
             assert cp is not None
             outcome = self._child_outcome(wf, cp)
-            if isinstance(outcome, _Failed):
+            if isinstance(outcome, Failed):
                 outcome = attrs.evolve(outcome, id=cp.child_id or f"{fan_id}.{i}")
             outcomes.append(outcome)
         return outcomes
@@ -1229,30 +1013,6 @@ class Context:
         return [self._turn.checkpoints.get(first + i) for i in range(len(members))]
 
 
+
 def _cancelled_by_fan(cp: Checkpoint) -> bool:
     return cp.error is not None and cp.error.code == FAN_CANCELLED
-
-
-@attrs.define(frozen=True)
-class _Failed:
-    error: str
-    code: str | None
-    details: Any
-    id: str = ""
-
-
-def _step_failed(cp: Checkpoint) -> StepFailed:
-    error = cp.error or ErrorInfo(message="failed")
-    return StepFailed(
-        cp.name,
-        error.message,
-        code=error.code,
-        details=error.details,
-        attempts=cp.attempts,
-        traceback=error.traceback,
-    )
-
-
-def signal_token(run_id: str, name: str) -> str:
-    """The key under which a run's signal ``name`` is buffered and awaited."""
-    return json.dumps([run_id, name], separators=(",", ":"))

@@ -38,16 +38,9 @@ from ._brokers._base import (
     PayloadTooLarge,
     WorkerDescriptor,
 )
+from ._children import cancel_request, completion, output_type
 from ._clock import Clock
-from ._context import (
-    Context,
-    Suspend,
-    TurnState,
-    completion,
-    error_info,
-    output_type,
-    signal_token,
-)
+from ._context import Context
 from ._exceptions import (
     EngineClosedError,
     InvalidRunStateError,
@@ -62,6 +55,7 @@ from ._exceptions import (
     StoreError,
     UsageError,
 )
+from ._failures import error_info
 from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
 from ._handoff import UnservedRoute, follow_handoff, hand_off, output_source, routes_in_doubt
@@ -80,8 +74,10 @@ from ._records import (
     ErrorInfo,
     Run,
     RunStatus,
+    signal_token,
 )
 from ._remote import let_in_meanwhile
+from ._replay import Suspend, TurnState
 from ._routing import (
     RETIRED_PREFIX,
     active_handoff,
@@ -616,12 +612,7 @@ class Engine:
 
     def cancel_op(self, run_id: str, compensate: bool) -> UpdateRun:
         """The write that asks a run to cancel (skipped if it already ended)."""
-        return UpdateRun(
-            run_id,
-            {"status": "cancelling", "compensate": compensate, "updated_at": self.clock.now()},
-            expect_status=ACTIVE_STATUSES,
-            strict=False,
-        )
+        return cancel_request(run_id, compensate, self.clock.now())
 
     async def retry(self, run_id: str, *, namespace: str | None = None) -> Run:
         """Run a failed or dead run's body again from its checkpoints.

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 
 from ._brokers._base import BrokerError
-from ._context import TurnState, completion_source
+from ._children import completion_source, record_child
 from ._exceptions import UnknownWorkflowError
 from ._fleet import aggregate
 from ._records import Checkpoint, ErrorInfo, Run
@@ -28,6 +28,7 @@ from ._stores._base import CreateRun
 
 if TYPE_CHECKING:
     from ._engine import Engine
+    from ._replay import TurnState
 
 logger = logging.getLogger("trio_durable")
 
@@ -87,33 +88,9 @@ async def hand_off(engine: Engine, turn: TurnState, route: OnError, error: Error
     name, version = handler_workflow(engine, route.workflow)
     now = engine.clock.now()
     input_json = handler_input(run, error)
-    turn.put(
-        Checkpoint(
-            run_id=run.id,
-            seq=seq,
-            name=name,
-            kind="child",
-            input=input_json,
-            child_id=handler_id,
-            error=error,
-            enqueued_at=now,
-            started_at=now,
-        )
+    record_child(
+        turn, (name, version), seq, handler_id, input_json, now, awaited=True, error=error
     )
-    handler = Run(
-        id=handler_id,
-        workflow=name,
-        version=version,
-        namespace=run.namespace,
-        input=input_json,
-        parent_id=run.id,
-        parent_seq=seq,
-        created_at=now,
-        updated_at=now,
-    )
-    turn.ops.append(CreateRun(handler))
-    turn.started_children.append(handler)
-    turn.wake_after.append(handler_id)
     tags = (*without_route_tags(run.tags), route_tag(route))
     results = await engine._write(
         turn,

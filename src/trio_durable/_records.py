@@ -233,3 +233,8 @@ class Checkpoint:
     enqueued_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None
+
+
+def signal_token(run_id: str, name: str) -> str:
+    """The key under which a run's signal ``name`` is buffered and awaited."""
+    return json.dumps([run_id, name], separators=(",", ":"))

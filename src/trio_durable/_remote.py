@@ -25,8 +25,11 @@ import attrs
 
 from . import _serde
 from ._app import FlowQueue, Step
-from ._exceptions import RemoteStepError, UsageError
+from ._children import Failed
+from ._exceptions import UsageError
+from ._failures import step_failure
 from ._records import Checkpoint, ErrorInfo, FanMode
+from ._replay import Suspend
 from ._stores._base import (
     AdmitToQueue,
     ClaimCheckpoint,
@@ -51,18 +54,6 @@ def route_of(step: Step[..., Any], namespace: str) -> str:
     namespace as a suffix outside the default namespace."""
     assert step.group is not None
     return step.group if namespace == "default" else f"{step.group}@{namespace}"
-
-
-def remote_error(cp: Checkpoint) -> RemoteStepError:
-    error = cp.error or ErrorInfo(message="failed")
-    return RemoteStepError(
-        cp.name,
-        error.message,
-        code=error.code,
-        details=error.details,
-        attempts=cp.attempts,
-        traceback=error.traceback,
-    )
 
 
 class _Planner:
@@ -319,8 +310,6 @@ async def remote_step(
     priority: int | None = None,
 ) -> Any:
     """`Context.step` for a step that runs on workers."""
-    from ._context import Suspend
-
     flow = None
     name = queue if queue is not None else step.queue
     if name is not None:
@@ -345,7 +334,7 @@ async def remote_step(
     if cp.status == "completed":
         return _value(step, cp)
     if cp.status == "failed":
-        raise remote_error(cp)
+        raise step_failure(cp)
     raise Suspend("remote", cp.wake_at, watch=(seq, seq), admission=seq if _in_line(cp) else None)
 
 
@@ -377,8 +366,6 @@ async def remote_fan(
 ) -> list[Any]:
     """`Context.all` / `Context.all_settled` over a remote step: one seq per
     input from ``first``, sent in waves, joined by the engine's barrier."""
-    from ._context import Suspend, _Failed
-
     total = len(inputs)
     members = [ctx._recorded(first + i, step.name, "remote") for i in range(total)]
     fan_id = f"{ctx.run_id}.all.{first}"
@@ -416,7 +403,7 @@ async def remote_fan(
             outcomes.append(_value(step, cp))
         else:
             error = cp.error or ErrorInfo(message="failed")
-            outcomes.append(_Failed(error.message, error.code, error.details, f"{fan_id}.{i}"))
+            outcomes.append(Failed(error.message, error.code, error.details, f"{fan_id}.{i}"))
     return outcomes
 
 

@@ -23,10 +23,11 @@ import attrs
 
 from . import _serde
 from ._app import App
-from ._context import Context, TurnState, completion, signal_token
+from ._children import completion
+from ._context import Context
 from ._exceptions import StepFailed
 from ._handoff import output_source
-from ._records import Checkpoint, ErrorInfo, Run, RunStatus
+from ._records import Checkpoint, ErrorInfo, Run, RunStatus, signal_token
 from ._remote import RESEND
 from ._routing import HANDOFF_BASE, RETIRED_PREFIX, without_route_tags
 from ._stores._base import (
@@ -40,6 +41,7 @@ from ._stores._base import (
 
 if TYPE_CHECKING:
     from ._engine import Engine
+    from ._replay import TurnState
 
 logger = logging.getLogger("trio_durable")
 

@@ -38,9 +38,9 @@ from ._brokers._base import (
     is_broker_safe,
 )
 from ._clock import Clock
-from ._context import error_info
 from ._current import StepInfo, call_step
 from ._exceptions import FatalError, SerializationError, UsageError
+from ._failures import error_info
 from ._observe import Metrics
 from ._payload import lowered, result_message
 from ._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
