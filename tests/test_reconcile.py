@@ -10,12 +10,15 @@ nothing once) and check that the reconcile pass resumes the run after
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 import trio
 import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory
+from trio_durable import _engine
 from trio_durable._engine import Engine
 from trio_durable._records import Checkpoint
 from trio_durable._stores._base import TurnState
@@ -58,14 +61,16 @@ async def remote_parent(ctx: td.Context, x: int) -> int:
 
 @pytest.fixture
 def lose_barrier_wakes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Makes the join barrier drop its wakes, as an engine dying right after
-    the settling write would; yields the ids of the runs it dropped."""
+    """Makes the join barrier of a child's end drop its wakes, as an engine
+    dying right after the settling write would; yields the ids of the runs
+    it dropped."""
     lost: list[str] = []
 
-    async def barrier(self: Engine, settled: Checkpoint) -> None:
-        lost.append(settled.run_id)
+    async def barrier(store: td.Store, changed: Iterable[Checkpoint], **_: object) -> list[str]:
+        lost.extend(cp.run_id for cp in changed)
+        return []
 
-    monkeypatch.setattr(Engine, "_join_barrier", barrier)
+    monkeypatch.setattr(_engine, "join_barrier", barrier)
     return lost
 
 

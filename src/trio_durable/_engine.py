@@ -29,6 +29,7 @@ import trio
 
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, App, P, R, Workflow, workflow_of
+from ._barrier import join_barrier
 from ._brokers import open_broker
 from ._brokers._base import (
     RESULTS,
@@ -69,7 +70,6 @@ from ._records import (
     DEFAULT_NAMESPACE,
     DEFAULT_TRACEBACK_LIMIT,
     TERMINAL_STATUSES,
-    Checkpoint,
     CheckpointStatus,
     ErrorInfo,
     Run,
@@ -946,7 +946,8 @@ class Engine:
             found = await self.store.get_checkpoints(run.parent_id, run.parent_seq, run.parent_seq)
             settled = found[0] if found else None
             if settled is not None and settled.status != "pending":
-                await self._join_barrier(settled)
+                for parent in await join_barrier(self.store, [settled]):
+                    self._wake(parent)
         if run is not None and run.done:
             self._sent.run_ended(run_id)
             ending = self._ended.pop(run_id, None)
@@ -1341,25 +1342,8 @@ class Engine:
         if len(ops) == 2:
             settled = results[-1]
             if settled is not None:
-                await self._join_barrier(settled)
-
-    async def _join_barrier(self, settled: Checkpoint) -> None:
-        """Wake a parent whose checkpoint a child just settled, unless it sits
-        in a fan that still has members pending: then the parent would only
-        replay to suspend again. A failure wakes a fail_fast fan at once."""
-        if settled.parallel_group is not None and settled.parallel_size is not None:
-            fail_fast = settled.parallel_mode == "fail_fast" and settled.status == "failed"
-            if not fail_fast:
-                pending = await self.store.count_checkpoints(
-                    settled.run_id,
-                    settled.parallel_group,
-                    settled.parallel_group + settled.parallel_size - 1,
-                    _PENDING,
-                    limit=1,
-                )
-                if pending:
-                    return
-        self._wake(settled.run_id)
+                for parent in await join_barrier(self.store, [settled]):
+                    self._wake(parent)
 
     async def _after_commit(self, turn: TurnState, results: list[Any]) -> None:
         if turn.dispatch:

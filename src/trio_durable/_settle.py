@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from ._app import NO_RETRY
+from ._barrier import join_barrier
 from ._brokers._base import BrokerError, Consumer, Delivery
 from ._exceptions import StoreError
 from ._observe import Event, EventKind
-from ._records import Checkpoint, CheckpointStatus, ErrorInfo, RunStatus, bound_traceback
+from ._records import Checkpoint, ErrorInfo, RunStatus, bound_traceback
 from ._remote import FAN_CANCELLED
 from ._stores._base import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result, WireError
@@ -37,7 +38,6 @@ logger = logging.getLogger("trio_durable")
 
 RESULT_BATCH: Final = 256
 _DROP_FOR: Final[frozenset[RunStatus]] = frozenset({"cancelled", "completed"})
-_PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
 
 
 async def consume_results(engine: Engine, task_status: trio.TaskStatus[None]) -> None:
@@ -209,34 +209,11 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
     failed_ids = {id(d) for d in failed}
     await _ack(consumer, [d for d, _ in readable if id(d) not in failed_ids])
 
-    wakes: dict[str, None] = {}
-    fans: dict[tuple[str, int, int], None] = {}
-    for op, outcome in zip(ops, outcomes, strict=True):
-        if not isinstance(outcome, Checkpoint):
-            continue  # a duplicate, a late or stale result, or one for an ended run
-        if isinstance(op, RescheduleCheckpoint):
-            # The run's next turn sends the attempt when its backoff is due.
-            wakes[outcome.run_id] = None
-        elif outcome.parallel_group is not None and outcome.parallel_size is not None:
-            if outcome.parallel_mode == "fail_fast" and outcome.status == "failed":
-                wakes[outcome.run_id] = None
-            else:
-                fans[(outcome.run_id, outcome.parallel_group, outcome.parallel_size)] = None
-        else:
-            wakes[outcome.run_id] = None
-    for run_id, first, size in fans:
-        if run_id in wakes:
-            continue
-        try:
-            pending = await engine.store.count_checkpoints(
-                run_id, first, first + size - 1, _PENDING, limit=1
-            )
-        except StoreError as exc:
-            # Not knowing, wake it: a wake costs a turn at most.
-            logger.warning("could not count a fan's pending members: %s", exc)
-            pending = 0
-        if not pending:
-            wakes[run_id] = None
+    # Duplicates, late or stale results and results for ended runs changed
+    # nothing and wake nobody; a fan count the barrier cannot make wakes
+    # the run all the same.
+    changed = [outcome for outcome in outcomes if isinstance(outcome, Checkpoint)]
+    wakes = dict.fromkeys(await join_barrier(engine.store, changed, wake_if_uncounted=True))
     for run_id, _ in admitted:
         wakes[run_id] = None
     if uncertain:
