@@ -488,7 +488,7 @@ async def test_drain_learns_of_results_settled_in_another_process_at_reconcile(
         ) as a,
         open_test_engine(app, store=store, broker=inner, engine_id="b") as b,
     ):
-        b._sent.leave()  # another process: its bookkeeping is not shared
+        b._rt.sent.leave()  # another process: its bookkeeping is not shared
         await a.start(doubled_twice, 1, run_id="d")
         with trio.fail_after(100):
             await a.drain()
@@ -619,8 +619,8 @@ async def test_drain_raises_once_the_engine_closed_under_it(
 
             nursery.start_soon(drain)
             await trio.sleep(0.5)
-            assert e._worker is not None
-            assert (e._sent.count, e._worker.busy) == (
+            assert e._rt.worker is not None
+            assert (e._rt.sent.count, e._rt.worker.busy) == (
                 (0, True) if waiting_on == "worker" else (1, True)
             )
         with trio.fail_after(1):

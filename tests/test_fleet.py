@@ -24,8 +24,9 @@ from trio_durable._brokers._base import (
     WorkerDescriptor,
 )
 from trio_durable._brokers._memory import MemoryBroker
+from trio_durable._dispatch import served_queues, task_queue
 from trio_durable._fleet import Disagreement, aggregate
-from trio_durable._worker import Worker, open_worker, served_queues, task_queue
+from trio_durable._worker import Worker, open_worker
 
 HEARTBEAT = 5.0
 TTL = 15.0

@@ -364,7 +364,7 @@ async def test_a_waiter_let_in_while_another_engine_holds_its_run_is_sent_at_onc
         # A turn of the waiter on engine a reads it still in line (its next
         # look due at +100 s) and holds the lease...
         gated.run_id = "waiter"
-        a._wake("waiter")
+        a._rt.scheduler.wake("waiter")
         await gated.holding.wait()
         # ...while the holder's step ends on engine b at +10 s: b lets the
         # waiter in, but its wake of the run cannot take the lease.

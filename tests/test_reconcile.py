@@ -11,6 +11,7 @@ nothing once) and check that the reconcile pass resumes the run after
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 import trio
@@ -18,9 +19,9 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory
-from trio_durable import _engine
-from trio_durable._engine import Engine
+from trio_durable import _turn
 from trio_durable._records import Checkpoint
+from trio_durable._scheduler import Scheduler
 from trio_durable._stores._base import TurnState
 
 app = td.App("reconcile")
@@ -70,7 +71,7 @@ def lose_barrier_wakes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         lost.extend(cp.run_id for cp in changed)
         return []
 
-    monkeypatch.setattr(_engine, "join_barrier", barrier)
+    monkeypatch.setattr(_turn, "join_barrier", barrier)
     return lost
 
 
@@ -114,17 +115,17 @@ async def test_a_run_whose_remote_result_wake_was_lost_resumes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     woken: list[str] = []
-    real_wake = Engine._wake
+    real_wake = Scheduler.wake
 
-    def wake(self: Engine, run_id: str, **kwargs: object) -> None:
+    def wake(self: Scheduler, run_id: str, **kwargs: Any) -> None:
         # The result consumer's wake of the run after its settle write is
         # lost once; every other wake goes through.
-        if run_id == "r" and not woken and self._settling:
+        if run_id == "r" and not woken and self.settling_now:
             woken.append(run_id)
             return
-        real_wake(self, run_id, **kwargs)  # type: ignore[arg-type]
+        real_wake(self, run_id, **kwargs)
 
-    monkeypatch.setattr(Engine, "_wake", wake)
+    monkeypatch.setattr(Scheduler, "wake", wake)
     async with open_test_engine(
         app, broker="memory://reconcile", serve=["math"], reconcile_interval=INTERVAL
     ) as engine:
@@ -225,7 +226,7 @@ async def test_a_child_ending_while_another_engine_holds_the_parent_wakes_it(
         # A turn of the parent on engine a reads the child still pending and
         # holds the lease...
         gated.run_id = "p"
-        a._wake("p")
+        a._rt.scheduler.wake("p")
         await gated.holding.wait()
         # ...while the last child ends on engine b, whose wake of the parent
         # cannot take the lease.

@@ -1100,8 +1100,8 @@ async def test_drain_waits_for_the_embedded_worker_and_then_nothing_happens(
         assert broker.depth("math") == 0
         assert broker.depth(engine.results_queue) == 0
         assert engine.statistics().runs_active == 0
-        assert engine._worker is not None
-        assert not engine._worker.busy
+        assert engine._rt.worker is not None
+        assert not engine._rt.worker.busy
         await trio.sleep(3600)
         assert (store.statistics().batches, store.statistics().ops) == (
             writes.batches,

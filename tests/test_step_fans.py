@@ -351,14 +351,15 @@ class RecordingBroker(MemoryBroker):  # type: ignore[misc]
 
 
 def record_wakes(engine: td.Engine, log: list[Entry], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Log every `Engine._wake` (who asked for a turn of which run)."""
-    original = engine._wake
+    """Log every wake of a run (who asked for a turn of which run)."""
+    scheduler = engine._rt.scheduler
+    original = scheduler.wake
 
     def wake(run_id: str, *, initial: TurnState | None = None) -> None:
         log.append(Woke(run_id))
         original(run_id, initial=initial)
 
-    monkeypatch.setattr(engine, "_wake", wake)
+    monkeypatch.setattr(scheduler, "wake", wake)
 
 
 def sent(log: Sequence[Entry]) -> list[Sent]:

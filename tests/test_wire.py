@@ -354,7 +354,7 @@ async def test_a_live_worker_and_engine_reject_and_count_what_does_not_decode(
 ) -> None:
     broker = td.MemoryBroker()
     async with td.open_engine(app, broker=broker, serve=[ROUTE], seed=0) as engine:
-        worker = engine._worker
+        worker = engine._rt.worker
         assert worker is not None
         await broker.dispatch(
             [Outgoing(queue=ROUTE, body=body) for body in tasks]

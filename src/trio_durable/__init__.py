@@ -22,7 +22,6 @@ from ._context import Context as Context
 from ._current import StepInfo as StepInfo
 from ._current import current_step as current_step
 from ._engine import Engine as Engine
-from ._engine import EngineStatistics as EngineStatistics
 from ._engine import open_engine as open_engine
 from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import FatalError as FatalError
@@ -57,6 +56,7 @@ from ._records import Run as Run
 from ._routing import OnError as OnError
 from ._routing import lineage as lineage
 from ._routing import parent_of as parent_of
+from ._runtime import EngineStatistics as EngineStatistics
 from ._stores import open_store as open_store
 from ._stores._base import Store as Store
 from ._stores._base import StoreStatistics as StoreStatistics

@@ -23,7 +23,7 @@ import trio
 
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow, workflow_of
-from ._children import Failed, child_outcome, completion, record_child
+from ._children import Failed, cancel_request, child_outcome, completion, record_child
 from ._current import StepInfo, call_step
 from ._exceptions import (
     GatherError,
@@ -42,7 +42,7 @@ from ._replay import Suspend, TurnState
 from ._stores._base import Op, RemoveSignalWaiter, SettleCheckpoint, WaitSignal
 
 if TYPE_CHECKING:
-    from ._engine import Engine
+    from ._runtime import Runtime
 
 logger = logging.getLogger("trio_durable")
 
@@ -60,8 +60,8 @@ class Context:
     `Context.all`), and do not catch ``BaseException`` in a body.
     """
 
-    def __init__(self, engine: Engine, turn: TurnState) -> None:
-        self._engine = engine
+    def __init__(self, runtime: Runtime, turn: TurnState) -> None:
+        self._rt = runtime
         self._turn = turn
         self._seq = 0
 
@@ -117,12 +117,12 @@ class Context:
 
     def _emit(self, kind: EventKind, seq: int | None, name: str | None, **data: Any) -> None:
         run = self._turn.run
-        self._engine._emit(
+        self._rt.telemetry.emit(
             Event(
                 kind=kind,
                 run_id=run.id,
                 workflow=run.workflow,
-                at=self._engine.clock.now(),
+                at=self._rt.clock.now(),
                 seq=seq,
                 name=name,
                 data=data,
@@ -291,8 +291,8 @@ class Context:
         )
 
     def _check_step(self, step: object) -> None:
-        if not isinstance(step, Step) or self._engine.app.get_step(step.name) is not step:
-            raise UsageError(f"{step!r} is not a step registered in app {self._engine.app.name!r}")
+        if not isinstance(step, Step) or self._rt.app.get_step(step.name) is not step:
+            raise UsageError(f"{step!r} is not a step registered in app {self._rt.app.name!r}")
 
     @staticmethod
     def _step_value(step: Step[..., Any], cp: Checkpoint) -> Any:
@@ -309,8 +309,8 @@ class Context:
         compensation: str | None = None,
         undo_of: int | None = None,
     ) -> Any:
-        engine = self._engine
-        clock = engine.clock
+        rt = self._rt
+        clock = rt.clock
         retry = step.retry
         errors: list[ErrorInfo] = []
         started_at = clock.now()
@@ -331,7 +331,7 @@ class Context:
                 output = _serde.dumps(value)
             except Exception as exc:
                 last_exc = exc
-                info = error_info(exc, step=step.name, traceback_limit=engine.traceback_limit)
+                info = error_info(exc, step=step.name, traceback_limit=rt.options.traceback_limit)
                 if isinstance(exc, TimeoutError) and info.code is None:
                     info = attrs.evolve(info, code="timeout")
                 errors.append(info)
@@ -361,7 +361,7 @@ class Context:
                 if not may_retry:
                     break
                 if attempt < retry.attempts:
-                    await trio.sleep(retry.delay(attempt, engine.rng))
+                    await trio.sleep(retry.delay(attempt, rt.rng))
                 continue
             self._emit(
                 "step.completed",
@@ -459,7 +459,7 @@ class Context:
     async def _timer(self, due: Callable[[float], float]) -> None:
         seq = self._next_seq()
         cp = self._recorded(seq, "sleep", "timer")
-        now = self._engine.clock.now()
+        now = self._rt.clock.now()
         if cp is None:
             wake_at = due(now)
             cp = Checkpoint(
@@ -514,7 +514,7 @@ class Context:
         seq = self._next_seq()
         cp = self._recorded(seq, name, "signal")
         token = signal_token(self.run_id, name)
-        now = self._engine.clock.now()
+        now = self._rt.clock.now()
         if cp is None:
             cp = Checkpoint(
                 run_id=self.run_id,
@@ -540,7 +540,7 @@ class Context:
             raise Suspend("signal", cp.wake_at)
         # The timeout is due. It settles the checkpoint by a claim, so that a
         # signal delivered at the same moment either wins or loses whole.
-        store = self._engine.store
+        store = self._rt.store
         settled, _ = await store.apply(
             [
                 SettleCheckpoint(
@@ -636,7 +636,7 @@ class Context:
           InvalidArgumentsError: ``args`` do not fit the workflow's
             parameters; no child is started.
         """
-        wf = workflow_of(self._engine.app, workflow)
+        wf = workflow_of(self._rt.app, workflow)
         seq = self._next_seq()
         cp = self._recorded(seq, wf.name, "child")
         if cp is None:
@@ -732,7 +732,7 @@ class Context:
           InvalidArgumentsError: ``args`` do not fit the workflow's
             parameters; no child is started.
         """
-        wf = workflow_of(self._engine.app, workflow)
+        wf = workflow_of(self._rt.app, workflow)
         seq = self._next_seq()
         cp = self._recorded(seq, wf.name, "child")
         if cp is not None:
@@ -758,13 +758,13 @@ class Context:
             seq,
             child_id,
             input_json,
-            self._engine.clock.now(),
+            self._rt.clock.now(),
             awaited=awaited,
             fan=fan,
         )
 
     def _child_outcome(self, wf: Workflow[..., Any], cp: Checkpoint) -> Any:
-        return child_outcome(self._engine.app, wf, cp)
+        return child_outcome(self._rt.app, wf, cp)
 
     # -- fans -----------------------------------------------------------------
 
@@ -895,7 +895,7 @@ class Context:
         if isinstance(workflow, Step):
             self._check_step(workflow)
         else:
-            wf = workflow_of(self._engine.app, workflow)
+            wf = workflow_of(self._rt.app, workflow)
         if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
             raise UsageError(f"fan inputs must be a sequence, not {type(inputs).__name__}")
         if concurrency is not None and (
@@ -963,7 +963,7 @@ class Context:
         """End a fail_fast fan: settle every member still pending or not yet
         started as cancelled, and tell the running children to cancel, in one
         write, so that results arriving later change nothing."""
-        now = self._engine.clock.now()
+        now = self._rt.clock.now()
         error = ErrorInfo(message="cancelled: another member of the fan failed", code=FAN_CANCELLED)
         cancelled_output = completion(False, error=error)
         ops: list[Op] = []
@@ -995,21 +995,21 @@ class Context:
                     )
                 )
                 assert cp.child_id is not None
-                ops.append(self._engine.cancel_op(cp.child_id, compensate=True))
+                ops.append(cancel_request(cp.child_id, True, now))
         if ops:
-            results = await self._engine.store.apply(ops)
+            results = await self._rt.store.apply(ops)
             for n, i in enumerate(pending):
                 settled = results[2 * n]
                 child_id = members[i].child_id  # type: ignore[union-attr]
                 if settled is None:
                     # The member settled on its own just before: keep its result.
-                    [settled] = await self._engine.store.get_checkpoints(
+                    [settled] = await self._rt.store.get_checkpoints(
                         self.run_id, first + i, first + i
                     )
                 self._turn.checkpoints[first + i] = settled
                 if results[2 * n + 1] and child_id is not None:
-                    self._engine._interrupt(child_id)
-                    self._engine._wake(child_id)
+                    self._rt.scheduler.interrupt(child_id)
+                    self._rt.scheduler.wake(child_id)
         return [self._turn.checkpoints.get(first + i) for i in range(len(members))]
 
 

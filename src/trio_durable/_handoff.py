@@ -27,8 +27,10 @@ from ._routing import (
 from ._stores._base import CreateRun
 
 if TYPE_CHECKING:
-    from ._engine import Engine
-    from ._replay import TurnState
+    from ._app import App
+    from ._brokers._base import Broker
+    from ._stores._base import Store
+    from ._turn import Turn
 
 logger = logging.getLogger("trio_durable")
 
@@ -51,11 +53,11 @@ class UnservedRoute:
     handler: str
 
 
-async def routes_in_doubt(engine: Engine, workflow: str) -> str | None:
+async def routes_in_doubt(broker: Broker, workflow: str) -> str | None:
     """Why the fleet's routes for ``workflow`` cannot be trusted now (live
     workers announce different route sets: a rollout), or None."""
     try:
-        fleet = aggregate(await engine.broker.worker_descriptors())
+        fleet = aggregate(await broker.worker_descriptors())
     except BrokerError as exc:
         logger.warning("cannot read worker announcements to route a failure: %s", exc)
         return None
@@ -68,51 +70,52 @@ async def routes_in_doubt(engine: Engine, workflow: str) -> str | None:
     return None
 
 
-def handler_workflow(engine: Engine, name: str) -> tuple[str, str]:
+def handler_workflow(app: App, name: str) -> tuple[str, str]:
     """The (name, version) a handler child runs: the version registered
     here last, else "1" for an engine of another deploy to run."""
     try:
-        wf = engine.app.get_workflow(name)
+        wf = app.get_workflow(name)
     except UnknownWorkflowError:
         return name, "1"
     return wf.name, wf.version
 
 
-async def hand_off(engine: Engine, turn: TurnState, route: OnError, error: ErrorInfo) -> None:
+async def hand_off(turn: Turn, route: OnError, error: ErrorInfo) -> None:
     """Hand the failed run to its route's handler, in one write: the
     handoff checkpoint, the handler's run and the run's tag."""
-    run = turn.run
-    attempt = len(handoffs(turn.checkpoints))
+    rt, state = turn.runtime, turn.state
+    run = state.run
+    attempt = len(handoffs(state.checkpoints))
     seq = HANDOFF_BASE + attempt
     handler_id = f"{run.id}.onError.{attempt}"
-    name, version = handler_workflow(engine, route.workflow)
-    now = engine.clock.now()
+    name, version = handler_workflow(rt.app, route.workflow)
+    now = rt.clock.now()
     input_json = handler_input(run, error)
     record_child(
-        turn, (name, version), seq, handler_id, input_json, now, awaited=True, error=error
+        state, (name, version), seq, handler_id, input_json, now, awaited=True, error=error
     )
     tags = (*without_route_tags(run.tags), route_tag(route))
-    results = await engine._write(
-        turn,
-        engine._fence(
-            run, {"status": "suspended", "wake_at": None, "tags": tags}, frozenset({"running"})
-        ),
+    results = await turn.write(
+        turn.fence({"status": "suspended", "wake_at": None, "tags": tags}, frozenset({"running"}))
     )
     if results is None:
         return
-    await engine._after_commit(turn, results)
-    engine._emit_run("run.routed", run, code=error.code, handler=handler_id, workflow_handler=name)
+    await turn.after_commit(results)
+    rt.telemetry.emit_run(
+        "run.routed", run, code=error.code, handler=handler_id, workflow_handler=name
+    )
 
 
-async def follow_handoff(engine: Engine, turn: TurnState, handoff: Checkpoint) -> None:
+async def follow_handoff(turn: Turn, handoff: Checkpoint) -> None:
     """A turn of a run that handed off: it only follows its handler."""
-    run = turn.run
+    rt, state = turn.runtime, turn.state
+    run = state.run
     if handoff.status == "pending":
         # The handler's run was created with the handoff; creating it
         # again is a no-op, and starts it if that write was ever lost.
-        name, version = handler_workflow(engine, handoff.name)
+        name, version = handler_workflow(rt.app, handoff.name)
         assert handoff.child_id is not None
-        now = engine.clock.now()
+        now = rt.clock.now()
         handler = Run(
             id=handoff.child_id,
             workflow=name,
@@ -124,22 +127,23 @@ async def follow_handoff(engine: Engine, turn: TurnState, handoff: Checkpoint) -
             created_at=now,
             updated_at=now,
         )
-        turn.ops.append(CreateRun(handler))
-        turn.wake_after.append(handler.id)
-        results = await engine._write(
-            turn,
-            engine._fence(run, {"status": "suspended", "wake_at": None}, frozenset({"running"})),
+        state.ops.append(CreateRun(handler))
+        state.wake_after.append(handler.id)
+        results = await turn.write(
+            turn.fence({"status": "suspended", "wake_at": None}, frozenset({"running"}))
         )
         if results is not None:
-            await engine._after_commit(turn, results)
+            await turn.after_commit(results)
         return
     outcome = json.loads(handoff.output) if handoff.output else {}
     if handoff.status == "completed" and outcome.get("ok"):
         value = json.dumps(outcome.get("value"), separators=(",", ":"))
         # The output is the handler's: a parent that awaits this run types
         # it by the handler's return annotation, not this run's.
-        source = None if run.parent_id is None else await handler_source(engine, handoff)
-        await engine._end(turn, "completed", output=value, returned_by=source)
+        source = (
+            None if run.parent_id is None else await handler_source(rt.store, rt.app, handoff)
+        )
+        await turn.end("completed", output=value, returned_by=source)
         return
     error = ErrorInfo(
         message=str(outcome.get("error") or (handoff.error.message if handoff.error else "failed")),
@@ -147,10 +151,10 @@ async def follow_handoff(engine: Engine, turn: TurnState, handoff: Checkpoint) -
         details=outcome.get("details"),
         type="RunFailed",
     )
-    await engine._end(turn, "failed", error=error)
+    await turn.end("failed", error=error)
 
 
-async def handler_source(engine: Engine, handoff: Checkpoint) -> tuple[str, str]:
+async def handler_source(store: Store, app: App, handoff: Checkpoint) -> tuple[str, str]:
     """The ``(workflow, version)`` whose return annotation types the output
     a completed handoff carries: its handler's, or, if the handler handed
     off in turn, the one its own completion names."""
@@ -159,38 +163,38 @@ async def handler_source(engine: Engine, handoff: Checkpoint) -> tuple[str, str]
         source = completion_source(outcome)
         if source is not None:
             return source
-    handler = None if handoff.child_id is None else await engine.store.get_run(handoff.child_id)
+    handler = None if handoff.child_id is None else await store.get_run(handoff.child_id)
     if handler is not None:
         return handler.workflow, handler.version
-    return handler_workflow(engine, handoff.name)
+    return handler_workflow(app, handoff.name)
 
 
-async def output_source(engine: Engine, run: Run) -> tuple[str, str] | None:
+async def output_source(store: Store, app: App, run: Run) -> tuple[str, str] | None:
     """For a completed run that ended as its on-error handler did, the
     ``(workflow, version)`` whose return annotation types its output; None
     for a run whose output is its own workflow's."""
     if not any(tag.startswith(TAG_PREFIX) for tag in run.tags):
         # Only a run that handed off (and was not retried since) has the tag.
         return None
-    found = await engine.store.get_checkpoints(run.id, HANDOFF_BASE)
+    found = await store.get_checkpoints(run.id, HANDOFF_BASE)
     handoff = active_handoff({cp.seq: cp for cp in found})
     if handoff is None or handoff.status != "completed":
         return None
-    return await handler_source(engine, handoff)
+    return await handler_source(store, app, handoff)
 
 
-async def unserved_on_error_routes(engine: Engine) -> list[UnservedRoute]:
+async def unserved_on_error_routes(broker: Broker, app: App) -> list[UnservedRoute]:
     """Routes whose handler workflow is neither registered on this engine
     nor known to any live worker: likely a typo in a handler's name."""
     try:
-        descriptors = await engine.broker.worker_descriptors()
+        descriptors = await broker.worker_descriptors()
     except BrokerError as exc:
         logger.warning("cannot read worker announcements: %s", exc)
         descriptors = []
     served = {name for d in descriptors for name in d.workflows}
-    local = {wf.name for wf in engine.app.workflows}
+    local = {wf.name for wf in app.workflows}
     unserved: list[UnservedRoute] = []
-    for wf in engine.app.workflows:
+    for wf in app.workflows:
         for route in wf.on_error:
             if route.workflow not in local and route.workflow not in served:
                 entry = UnservedRoute(

@@ -21,7 +21,7 @@ from ._exceptions import StoreError
 from ._stores._base import ChangeFeed
 
 if TYPE_CHECKING:
-    from ._engine import Engine
+    from ._runtime import Runtime
 
 logger = logging.getLogger("trio_durable")
 
@@ -30,67 +30,68 @@ _OUTAGE_BACKOFF: Final = 0.1
 doubled on each failure in a row, up to the reconcile interval."""
 
 
-async def poll_due(engine: Engine) -> None:
+async def poll_due(rt: Runtime) -> None:
     """Resume runs that are due: timers, and runs whose engine went away.
 
     Due runs are taken in batches of ``timer_batch_size`` and woken in
     shuffled order, so that several engines polling one store spread over
     the batch instead of contending for the same rows.
     """
+    scheduler, signals, batch = rt.scheduler, rt.scheduler.signals, rt.options.timer_batch_size
     outage = 0
     while True:
-        engine._poke = trio.Event()
+        signals.poke = trio.Event()
         # Made before listing, so a turn that ends while this pass looks at
         # the store still wakes the wait below (no lost wake-up).
-        progress = engine._progress = trio.Event()
-        now = engine.clock.now()
+        progress = signals.progress = trio.Event()
+        now = rt.clock.now()
         try:
-            due = await engine.store.list_due_runs(now, engine._timer_batch_size)
+            due = await rt.store.list_due_runs(now, batch)
         except StoreError as exc:
             outage += 1
-            await _outage_backoff(engine, outage, exc)
+            await _outage_backoff(rt, outage, exc)
             continue
-        fresh = [run_id for run_id in due if run_id not in engine._active]
-        engine.rng.shuffle(fresh)
+        fresh = [run_id for run_id in due if not scheduler.has_turn(run_id)]
+        rt.rng.shuffle(fresh)
         for run_id in fresh:
-            engine._wake(run_id)
-        engine._poller_pass.set()
-        if fresh and len(due) >= engine._timer_batch_size:
+            scheduler.wake(run_id)
+        signals.passed.set()
+        if fresh and len(due) >= batch:
             # A full batch: let it run before listing again, so the next
             # listing does not return the same rows.
-            with trio.move_on_after(engine._lease_ttl / 3):
-                await engine._idle.wait()
+            with trio.move_on_after(rt.options.lease_ttl / 3):
+                await scheduler.idle.wait()
             continue
         try:
-            next_due = await engine.store.next_due_time()
+            next_due = await rt.store.next_due_time()
         except StoreError as exc:
             outage += 1
-            await _outage_backoff(engine, outage, exc)
+            await _outage_backoff(rt, outage, exc)
             continue
         if outage:
             logger.warning("the poller reaches the store again")
             outage = 0
-        now = engine.clock.now()
+        now = rt.clock.now()
         if next_due is not None and next_due <= now:
             if not fresh:
                 # What is due already has a turn queued here; wait until a
                 # turn takes its lease (which moves its due time).
-                with trio.move_on_after(engine._lease_ttl / 3):
+                with trio.move_on_after(rt.options.lease_ttl / 3):
                     await progress.wait()
             continue
-        await sleep_until_due(engine, next_due, now)
+        await sleep_until_due(rt, next_due, now)
 
 
-async def _outage_backoff(engine: Engine, outage: int, exc: StoreError) -> None:
+async def _outage_backoff(rt: Runtime, outage: int, exc: StoreError) -> None:
     """The database is away: nothing can run meanwhile (turns fail on it
     too). Wait a growing, jittered delay before asking again; what came due
     is still there when the database is back."""
-    delay = min(_OUTAGE_BACKOFF * 2 ** min(outage - 1, 10), engine._reconcile_interval)
+    delay = min(_OUTAGE_BACKOFF * 2 ** min(outage - 1, 10), rt.options.reconcile_interval)
     logger.warning("the poller cannot read the store (%s); retrying in %.2f s", exc, delay)
-    await trio.sleep(delay * engine.rng.uniform(0.5, 1.0))
+    await trio.sleep(delay * rt.rng.uniform(0.5, 1.0))
 
 
-async def reconcile_stalled(engine: Engine) -> None:
+async def reconcile_stalled(rt: Runtime) -> None:
     """Every ``reconcile_interval``, wake the runs the store finds stalled
     (`Store.list_stalled_runs`): suspended with nothing pending, so a wake-up
     was lost. A wake costs one turn at most; a run that was not stalled after
@@ -100,7 +101,7 @@ async def reconcile_stalled(engine: Engine) -> None:
     several engines on one store spread over a batch instead of contending
     for the same rows.
     """
-    store = engine.store
+    store, scheduler, batch = rt.store, rt.scheduler, rt.options.timer_batch_size
     while True:
         if isinstance(store, ChangeFeed):
             # Every writer is in this process: with no run suspended without
@@ -108,48 +109,49 @@ async def reconcile_stalled(engine: Engine) -> None:
             # scanning (a 30-day timer under MockClock costs no passes).
             while not store.unwoken_runs():
                 await store.unwoken_event().wait()
-        await trio.sleep(engine._reconcile_interval)
-        if engine._draining and engine._sent.count:
+        await trio.sleep(rt.options.reconcile_interval)
+        if scheduler.draining and rt.sent.count:
             # A drain waits on tasks whose results an engine in another
             # process may have settled: look them up (only then, so an
             # engine that nobody drains pays nothing for it).
             try:
-                await engine._recheck_sent()
+                await rt.sent.recheck(store)
             except StoreError as exc:
                 logger.warning("the reconcile pass could not look up sent tasks: %s", exc)
         while True:
             try:
-                stalled = await engine.store.list_stalled_runs(engine._timer_batch_size)
+                stalled = await store.list_stalled_runs(batch)
             except StoreError as exc:
                 logger.warning("the reconcile pass could not list stalled runs: %s", exc)
                 break
-            fresh = [run_id for run_id in stalled if run_id not in engine._active]
-            engine.rng.shuffle(fresh)
+            fresh = [run_id for run_id in stalled if not scheduler.has_turn(run_id)]
+            rt.rng.shuffle(fresh)
             for run_id in fresh:
                 logger.warning("run %s was suspended with nothing left to wake it; waking it", run_id)
-                engine._stats.reconciled += 1
-                engine._wake(run_id)
-            if not fresh or len(stalled) < engine._timer_batch_size:
+                rt.telemetry.stats.reconciled += 1
+                scheduler.wake(run_id)
+            if not fresh or len(stalled) < batch:
                 break
             # A full batch: let it run before listing again.
-            with trio.move_on_after(engine._lease_ttl / 3):
-                await engine._idle.wait()
+            with trio.move_on_after(rt.options.lease_ttl / 3):
+                await scheduler.idle.wait()
 
 
-async def sleep_until_due(engine: Engine, next_due: float | None, now: float) -> None:
-    if isinstance(engine.store, ChangeFeed):
+async def sleep_until_due(rt: Runtime, next_due: float | None, now: float) -> None:
+    signals = rt.scheduler.signals
+    if isinstance(rt.store, ChangeFeed):
         # All writers are in this process and the store says when a run
         # becomes due sooner, so no periodic scan is needed.
         deadline = math.inf if next_due is None else next_due
-        engine._poller_deadline = deadline
-        watch = engine.store.due_event(deadline)
+        signals.deadline = deadline
+        watch = rt.store.due_event(deadline)
         try:
             async with trio.open_nursery() as race:
                 race.start_soon(_set_when, watch, race.cancel_scope)
-                race.start_soon(_set_when, engine._poke, race.cancel_scope)
+                race.start_soon(_set_when, signals.poke, race.cancel_scope)
                 if deadline < math.inf:
                     race.start_soon(
-                        _sleep_then_cancel, engine.clock.to_trio(deadline), race.cancel_scope
+                        _sleep_then_cancel, rt.clock.to_trio(deadline), race.cancel_scope
                     )
         finally:
             # Spent either way: setting it lets the store drop it, instead of
@@ -157,13 +159,13 @@ async def sleep_until_due(engine: Engine, next_due: float | None, now: float) ->
             watch.set()
     else:
         # Other processes write too: scan at least every reconcile interval.
-        deadline = now + engine._reconcile_interval
+        deadline = now + rt.options.reconcile_interval
         if next_due is not None:
             deadline = min(deadline, next_due)
-        engine._poller_deadline = deadline
-        with trio.move_on_at(engine.clock.to_trio(deadline)):
-            await engine._poke.wait()
-    engine._poller_deadline = math.inf
+        signals.deadline = deadline
+        with trio.move_on_at(rt.clock.to_trio(deadline)):
+            await signals.poke.wait()
+    signals.deadline = math.inf
 
 
 # -- events ---------------------------------------------------------------

@@ -69,7 +69,7 @@ class _Planner:
     ) -> None:
         self.ctx = ctx
         self.step = step
-        self.engine = ctx._engine
+        self.rt = ctx._rt
         self.route = route_of(step, ctx.namespace)
         self.flow = flow
         self.priority = priority
@@ -77,11 +77,11 @@ class _Planner:
 
     async def gap(self) -> str | None:
         if self._gap is False:
-            self._gap = await self.engine.capability_gap(self.route, self.step.requires)
+            self._gap = await self.rt.dispatcher.capability_gap(self.route, self.step.requires)
         return self._gap  # type: ignore[return-value]
 
     def lost_deadline(self, now: float) -> float | None:
-        policy = self.engine.remote_redispatch
+        policy = self.rt.options.remote_redispatch
         return None if policy is None else now + policy[0]
 
     def task(self, cp: Checkpoint, now: float) -> Task:
@@ -109,7 +109,7 @@ class _Planner:
         compensation: str | None = None,
     ) -> Checkpoint:
         """Record a new member and, if a worker can take it, its first task."""
-        now = self.engine.clock.now()
+        now = self.rt.clock.now()
         cp = Checkpoint(
             run_id=self.ctx.run_id,
             seq=seq,
@@ -149,9 +149,9 @@ class _Planner:
             error=ErrorInfo(
                 message=f"waiting for a slot of queue {self.flow.name!r}", code="queued"
             ),
-            wake_at=now + self.engine.blocked_recheck,
+            wake_at=now + self.rt.options.blocked_recheck,
         )
-        _, admitted = await self.engine.store.apply(
+        _, admitted = await self.rt.store.apply(
             [
                 PutCheckpoint(queued),
                 AdmitToQueue(
@@ -174,8 +174,8 @@ class _Planner:
         write, so a slot given to it meanwhile (whose wake may be lost) is
         found, and a concurrent admission is never undone by a stale copy."""
         assert self.flow is not None
-        waiting = attrs.evolve(cp, wake_at=now + self.engine.blocked_recheck)
-        claimed, admitted = await self.engine.store.apply(
+        waiting = attrs.evolve(cp, wake_at=now + self.rt.options.blocked_recheck)
+        claimed, admitted = await self.rt.store.apply(
             [
                 ClaimCheckpoint(waiting),
                 AdmitToQueue(
@@ -185,7 +185,7 @@ class _Planner:
         )
         if not claimed:
             # Settled meanwhile (its run was cancelled, or a fan froze it).
-            [fresh] = await self.engine.store.get_checkpoints(cp.run_id, cp.seq, cp.seq)
+            [fresh] = await self.rt.store.get_checkpoints(cp.run_id, cp.seq, cp.seq)
             self.ctx._turn.checkpoints[cp.seq] = fresh
             return fresh
         self.ctx._turn.checkpoints[cp.seq] = waiting
@@ -204,14 +204,14 @@ class _Planner:
         return attrs.evolve(
             cp,
             started_at=None,
-            wake_at=now + self.engine.blocked_recheck,
+            wake_at=now + self.rt.options.blocked_recheck,
             error=ErrorInfo(message=gap, code="blocked"),
         )
 
     async def drive(self, cp: Checkpoint) -> Checkpoint:
         """Move a pending member on if something is due: send the attempt it
         waits to send, or give up on (or resend) an attempt that got lost."""
-        now = self.engine.clock.now()
+        now = self.rt.clock.now()
         if cp.wake_at is not None and cp.wake_at > now:
             return cp
         turn = self.ctx._turn
@@ -232,7 +232,7 @@ class _Planner:
             return self._send(cp, now)
         if cp.wake_at is None:
             return cp
-        policy = self.engine.remote_redispatch
+        policy = self.rt.options.remote_redispatch
         if policy is None:
             # Sent by an engine that redispatches lost steps; this one does
             # not, so the attempt just waits for its result. Its lost deadline
@@ -265,7 +265,7 @@ class _Planner:
             message=f"no result after {redispatches + 1} dispatches of step {cp.name!r}",
             code="lost",
         )
-        store = self.engine.store
+        store = self.rt.store
         ops: list[Any] = [SettleCheckpoint(cp.run_id, cp.seq, "failed", None, error, now)]
         if self.flow is not None:
             # No result will come to give the slot back: give it back here.
@@ -285,7 +285,7 @@ class _Planner:
             )
         for admitted in released:
             for run_id, _ in admitted:
-                self.engine._wake(run_id)
+                self.rt.scheduler.wake(run_id)
         self.ctx._turn.checkpoints[cp.seq] = settled
         return settled  # type: ignore[no-any-return]
 
@@ -313,10 +313,10 @@ async def remote_step(
     flow = None
     name = queue if queue is not None else step.queue
     if name is not None:
-        flow = ctx._engine.app.get_queue(name)
+        flow = ctx._rt.app.get_queue(name)
         if flow is None:
             raise UsageError(
-                f"no flow-control queue {name!r} is registered in app {ctx._engine.app.name!r}"
+                f"no flow-control queue {name!r} is registered in app {ctx._rt.app.name!r}"
             )
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise UsageError(f"priority must be an integer, not {priority!r}")
@@ -326,7 +326,7 @@ async def remote_step(
         ctx, step, flow, priority if priority is not None else (flow.priority if flow else 0)
     )
     if cp is None:
-        undo = None if compensation is None else ctx._engine.app.get_step(compensation)
+        undo = None if compensation is None else ctx._rt.app.get_step(compensation)
         input_json = _serde.check_step_args(step, args, undo)
         cp = await planner.new(seq, input_json, None, compensation=compensation)
     elif cp.status == "pending":
@@ -417,8 +417,8 @@ async def _freeze(
     """End a fail_fast step fan: members still pending or never sent are
     settled as cancelled in one write, so results that arrive later for them
     change nothing and unsent members are never sent."""
-    engine = ctx._engine
-    now = engine.clock.now()
+    rt = ctx._rt
+    now = rt.clock.now()
     error = ErrorInfo(message="cancelled: another member of the fan failed", code=FAN_CANCELLED)
     ops: list[Any] = []
     pending: list[int] = []
@@ -444,11 +444,11 @@ async def _freeze(
             pending.append(i)
             ops.append(SettleCheckpoint(ctx.run_id, cp.seq, "failed", None, error, now))
     if ops:
-        results = await engine.store.apply(ops)
+        results = await rt.store.apply(ops)
         for n, i in enumerate(pending):
             settled = results[n]
             if settled is None:
-                [settled] = await engine.store.get_checkpoints(ctx.run_id, first + i, first + i)
+                [settled] = await rt.store.get_checkpoints(ctx.run_id, first + i, first + i)
             ctx._turn.checkpoints[first + i] = settled
     return [ctx._turn.checkpoints.get(first + i) for i in range(len(members))]
 

@@ -40,15 +40,15 @@ from ._stores._base import (
 )
 
 if TYPE_CHECKING:
-    from ._engine import Engine
     from ._replay import TurnState
+    from ._runtime import Runtime
 
 logger = logging.getLogger("trio_durable")
 
 CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead", "cancelled"})
 
 
-async def compensate(engine: Engine, turn: TurnState, ctx: Context) -> None:
+async def compensate(rt: Runtime, turn: TurnState, ctx: Context) -> None:
     """Run the undos of the completed steps, newest first.
 
     Each undo sits at ``-seq`` of the step it undoes and is written as soon
@@ -63,7 +63,7 @@ async def compensate(engine: Engine, turn: TurnState, ctx: Context) -> None:
         if cp.status != "completed" or -cp.seq in turn.checkpoints:
             continue
         assert cp.compensation is not None
-        undo = engine.app.get_step(cp.compensation)
+        undo = rt.app.get_step(cp.compensation)
         if undo is None:
             turn.put(
                 Checkpoint(
@@ -79,21 +79,24 @@ async def compensate(engine: Engine, turn: TurnState, ctx: Context) -> None:
                 )
             )
             continue
-        args = _serde.load_args(cp.input or "[]", cp_step_fn(engine.app, cp))
+        args = _serde.load_args(cp.input or "[]", cp_step_fn(rt.app, cp))
         try:
             await ctx._execute(undo, -cp.seq, args, cp.input or "[]", undo_of=cp.seq)
         except StepFailed:
             logger.warning("undo %r of run %r failed", undo.name, turn.run.id)
         if not turn.dispatch:
-            fence = UpdateRun(turn.run.id, {}, expect_owner=engine.engine_id)
-            await engine.store.apply([*turn.ops, fence])
+            fence = UpdateRun(turn.run.id, {}, expect_owner=rt.engine_id)
+            await rt.store.apply([*turn.ops, fence])
             turn.ops.clear()
 
 
 async def plan_retry(
-    engine: Engine, run: Run, ops: list[Op], wakes: list[str], expect: frozenset[RunStatus]
+    rt: Runtime, run: Run, ops: list[Op], wakes: list[str], expect: frozenset[RunStatus]
 ) -> None:
-    checkpoints = await engine.store.get_checkpoints(run.id)
+    """Add to ``ops`` the writes that retry ``run`` (expected to be in
+    ``expect``), and the failed children it retries too; add to ``wakes``
+    the runs to wake once they committed."""
+    checkpoints = await rt.store.get_checkpoints(run.id)
     undone = {-cp.seq for cp in checkpoints if cp.seq < 0}
     deletes: list[int] = []
     for cp in checkpoints:
@@ -110,23 +113,23 @@ async def plan_retry(
             # retried body must run it again.
             deletes.append(cp.seq)
         elif cp.status == "failed" and cp.kind == "child" and cp.child_id is not None:
-            child = await engine.store.get_run(cp.child_id)
+            child = await rt.store.get_run(cp.child_id)
             reset = attrs.evolve(cp, status="pending", output=None, error=None, finished_at=None)
             if child is None:
                 deletes.append(cp.seq)
             elif child.status == "completed":
-                source = await output_source(engine, child)
+                source = await output_source(rt.store, rt.app, child)
                 output = completion(True, child.output, returned_by=source)
                 ops.append(PutCheckpoint(attrs.evolve(reset, status="completed", output=output)))
             elif child.status in ("failed", "dead", "cancelled"):
                 ops.append(PutCheckpoint(reset))
-                await plan_retry(engine, child, ops, wakes, CHILD_RETRYABLE)
+                await plan_retry(rt, child, ops, wakes, CHILD_RETRYABLE)
             else:
                 ops.append(PutCheckpoint(reset))
         elif cp.status == "failed":
             deletes.append(cp.seq)
         elif cp.status == "pending":
-            ops.extend(_rearm(engine, run, cp))
+            ops.extend(_rearm(rt.clock.now(), run, cp))
     if deletes:
         ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
     ops.append(
@@ -140,7 +143,7 @@ async def plan_retry(
                 "compensate": False,
                 "recoveries": 0,
                 "tags": without_route_tags(run.tags),
-                "updated_at": engine.clock.now(),
+                "updated_at": rt.clock.now(),
             },
             expect_status=expect,
         )
@@ -148,9 +151,8 @@ async def plan_retry(
     wakes.append(run.id)
 
 
-def _rearm(engine: Engine, run: Run, cp: Checkpoint) -> list[Op]:
+def _rearm(now: float, run: Run, cp: Checkpoint) -> list[Op]:
     """What a retry writes so that a pending checkpoint can still settle."""
-    now = engine.clock.now()
     if cp.kind == "signal":
         # A cancel removed the waiter; a run that failed or died kept it,
         # and registering it again changes nothing.

@@ -23,17 +23,20 @@ Engines of one process that share a results queue share what they learn,
 since a result goes to whichever of them takes it first. An engine in
 another process that takes a result tells nobody here: `reconcile_stalled`
 then reads the store for the steps still counted, while a drain waits (see
-`Engine._recheck_sent`).
+`SentTasks.recheck`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import trio
 
-from ._records import Checkpoint
+from ._records import TERMINAL_STATUSES, Checkpoint
+
+if TYPE_CHECKING:
+    from ._stores._base import Store
 
 _groups: Final[dict[tuple[str, trio.lowlevel.TrioToken], list[SentTasks]]] = {}
 """The engines of this process, by the results queue they share (and by
@@ -143,6 +146,23 @@ class SentTasks:
                 for cp in found.values():
                     if cp.status != "pending":
                         peer._release(run_id, cp.seq, cp.attempts)
+
+    async def recheck(self, store: Store) -> None:
+        """Read the store for the attempts still counted: an engine in
+        another process may have settled them, or ended their run, without
+        this engine taking part."""
+        for run_id in self.runs():
+            as_of = self.attempts_of(run_id)
+            if not as_of:
+                continue
+            run = await store.get_run(run_id)
+            if run is None or run.status in TERMINAL_STATUSES:
+                if self.attempts_of(run_id) == as_of:
+                    self.run_ended(run_id)
+                continue
+            first, last = min(as_of), max(as_of)
+            found = await store.get_checkpoints(run_id, first, last)
+            self.observed(run_id, found, range(first, last + 1), as_of=as_of)
 
     # -- internals ------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from ._stores._base import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleChe
 from ._wire import Result, WireError
 
 if TYPE_CHECKING:
-    from ._engine import Engine
+    from ._runtime import Runtime
 
 logger = logging.getLogger("trio_durable")
 
@@ -40,51 +40,47 @@ RESULT_BATCH: Final = 256
 _DROP_FOR: Final[frozenset[RunStatus]] = frozenset({"cancelled", "completed"})
 
 
-async def consume_results(engine: Engine, task_status: trio.TaskStatus[None]) -> None:
+async def consume_results(rt: Runtime, task_status: trio.TaskStatus[None]) -> None:
     """Settle results from the broker until cancelled."""
     delay = 0.05
     started = False
     while True:
         try:
-            async with engine.broker.open_consumer(
-                engine.results_queue, prefetch=2 * RESULT_BATCH
+            async with rt.broker.open_consumer(
+                rt.results_queue, prefetch=2 * RESULT_BATCH
             ) as consumer:
                 if not started:
                     task_status.started()
                     started = True
                 delay = 0.05
-                await _settle_forever(engine, consumer)
+                await _settle_forever(rt, consumer)
         except BrokerError as exc:
             # Unacked results come back to whichever engine consumes next.
             logger.warning("the result consumer lost the broker (%s); reconnecting", exc)
             if not started:
                 raise
-            await trio.sleep(delay * engine.rng.uniform(0.5, 1.5))
+            await trio.sleep(delay * rt.rng.uniform(0.5, 1.5))
             delay = min(delay * 2, 5.0)
 
 
-async def _settle_forever(engine: Engine, consumer: Consumer) -> None:
+async def _settle_forever(rt: Runtime, consumer: Consumer) -> None:
     outage = 0
     while True:
         deliveries = await consumer.receive(RESULT_BATCH)
-        engine._settling += 1
-        try:
-            returned = await settle_batch(engine, consumer, deliveries)
-        finally:
-            engine._settling -= 1
-            engine._check_idle()
+        with rt.scheduler.settling():
+            returned = await settle_batch(rt, consumer, deliveries)
         if returned and returned == len(deliveries):
             # The store refused every write (the database is away): the
             # results went back to the broker. Wait before taking them again
             # rather than spin on them; the wait grows while it lasts.
             outage += 1
-            await trio.sleep(min(0.05 * 2 ** min(outage, 10), 5.0) * engine.rng.uniform(0.5, 1.0))
+            await trio.sleep(min(0.05 * 2 ** min(outage, 10), 5.0) * rt.rng.uniform(0.5, 1.0))
         else:
             outage = 0
 
 
-def _op_for(engine: Engine, result: Result) -> Op:
-    now = engine.clock.now()
+def _op_for(rt: Runtime, result: Result) -> Op:
+    now = rt.clock.now()
     if result.status == "completed":
         return SettleCheckpoint(
             result.run_id,
@@ -104,9 +100,9 @@ def _op_for(engine: Engine, result: Result) -> Op:
         type=result.error_type,
         step=result.step,
         # The worker cut it to its own limit; this engine keeps to its own.
-        traceback=bound_traceback(result.traceback, engine.traceback_limit),
+        traceback=bound_traceback(result.traceback, rt.options.traceback_limit),
     )
-    step = engine.app.get_step(result.step)
+    step = rt.app.get_step(result.step)
     retry = step.retry if step is not None else NO_RETRY
     if result.retryable and result.attempt < retry.attempts:
         return RescheduleCheckpoint(
@@ -114,7 +110,7 @@ def _op_for(engine: Engine, result: Result) -> Op:
             result.seq,
             result.attempt,
             error,
-            now + retry.delay(result.attempt, engine.rng),
+            now + retry.delay(result.attempt, rt.rng),
             unless_run_status=_DROP_FOR,
             kind="remote",
             name=result.step,
@@ -133,7 +129,7 @@ def _op_for(engine: Engine, result: Result) -> Op:
     )
 
 
-async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[Delivery]) -> int:
+async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Delivery]) -> int:
     """Settle one batch of result deliveries, ack them, wake their runs.
 
     Returns:
@@ -149,11 +145,11 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
             logger.error(
                 "rejected a message of %d bytes on %s that is no valid result: %s",
                 len(delivery.body),
-                engine.results_queue,
+                rt.results_queue,
                 exc,
             )
-            engine._stats.rejected += 1
-            engine._metrics.count_rejected("result")
+            rt.telemetry.stats.rejected += 1
+            rt.telemetry.metrics.count_rejected("result")
             unreadable.append(delivery)
     if unreadable:
         # Never requeued (it would come back forever): dropped, or
@@ -164,16 +160,16 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
             logger.warning("could not reject results: %s", exc)
     if not readable:
         return 0
-    ops = [_op_for(engine, result) for _, result in readable]
+    ops = [_op_for(rt, result) for _, result in readable]
     # Queue slots are given back in the same write that settles their steps
     # (and only if it did, or the run ended: the store checks).
-    releases = _releases(engine, readable, ops)
+    releases = _releases(rt, readable, ops)
     failed: list[Delivery] = []
     outcomes: list[Any]
     admitted: list[tuple[str, int]] = []
     uncertain = False
     try:
-        outcomes = await engine.store.apply([*ops, *releases])
+        outcomes = await rt.store.apply([*ops, *releases])
         for let_in in outcomes[len(ops) :]:
             admitted.extend(let_in)
         outcomes = outcomes[: len(ops)]
@@ -185,9 +181,9 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
         uncertain = True
         outcomes = []
         for (delivery, result), op in zip(readable, ops, strict=True):
-            own = _releases(engine, [(delivery, result)], [op])
+            own = _releases(rt, [(delivery, result)], [op])
             try:
-                outcome, *let_in = await engine.store.apply([op, *own])
+                outcome, *let_in = await rt.store.apply([op, *own])
             except StoreError:
                 failed.append(delivery)
                 outcome, let_in = None, []
@@ -198,9 +194,9 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
     # give other tasks a turn, which may act on these writes at once).
     for (_, result), outcome in zip(readable, outcomes, strict=True):
         if isinstance(outcome, Checkpoint):
-            _emit_result(engine, result, outcome)
-    for result, outcome in await _salvage(engine, readable, outcomes, failed):
-        _emit_result(engine, result, outcome)
+            _emit_result(rt, result, outcome)
+    for result, outcome in await _salvage(rt, readable, outcomes, failed):
+        _emit_result(rt, result, outcome)
     if failed:
         try:
             await consumer.reject(failed, requeue=True)
@@ -213,24 +209,24 @@ async def settle_batch(engine: Engine, consumer: Consumer, deliveries: Sequence[
     # nothing and wake nobody; a fan count the barrier cannot make wakes
     # the run all the same.
     changed = [outcome for outcome in outcomes if isinstance(outcome, Checkpoint)]
-    wakes = dict.fromkeys(await join_barrier(engine.store, changed, wake_if_uncounted=True))
+    wakes = dict.fromkeys(await join_barrier(rt.store, changed, wake_if_uncounted=True))
     for run_id, _ in admitted:
         wakes[run_id] = None
     if uncertain:
         for _, result in readable:
             wakes[result.run_id] = None
     for run_id in wakes:
-        engine._wake(run_id)
+        rt.scheduler.wake(run_id)
     # Settled, rescheduled or dropped: nothing waits for these attempts any
     # more (the results given back come again, and count then).
     for delivery, result in readable:
         if id(delivery) not in failed_ids:
-            engine._sent.result_handled(result.run_id, result.seq, result.attempt)
+            rt.sent.result_handled(result.run_id, result.seq, result.attempt)
     return len(failed)
 
 
 async def _salvage(
-    engine: Engine,
+    rt: Runtime,
     readable: Sequence[tuple[Delivery, Result]],
     outcomes: Sequence[Any],
     failed: list[Delivery],
@@ -257,7 +253,7 @@ async def _salvage(
     ]
     if not late:
         return []
-    now = engine.clock.now()
+    now = rt.clock.now()
     ops: list[Op] = [
         SettleCheckpoint(
             result.run_id,
@@ -274,7 +270,7 @@ async def _salvage(
         for _, result in late
     ]
     try:
-        settled = await engine.store.apply(ops)
+        settled = await rt.store.apply(ops)
     except StoreError as exc:
         logger.warning("could not keep late successes of a cancelled fan: %s", exc)
         failed.extend(delivery for delivery, _ in late)
@@ -287,13 +283,13 @@ async def _salvage(
 
 
 def _releases(
-    engine: Engine, readable: Sequence[tuple[Delivery, Result]], ops: Sequence[Op]
+    rt: Runtime, readable: Sequence[tuple[Delivery, Result]], ops: Sequence[Op]
 ) -> list[Op]:
     releases: list[Op] = []
     for (_, result), op in zip(readable, ops, strict=True):
         if result.queue is None or isinstance(op, RescheduleCheckpoint):
             continue  # a retry keeps its slot through its backoff
-        flow = engine.app.get_queue(result.queue)
+        flow = rt.app.get_queue(result.queue)
         if flow is None:
             logger.error("result names the unknown queue %r; its slot stays held", result.queue)
             continue
@@ -311,7 +307,7 @@ async def _ack(consumer: Consumer, deliveries: Sequence[Delivery]) -> None:
         logger.warning("could not ack results: %s", exc)
 
 
-def _emit_result(engine: Engine, result: Result, cp: Checkpoint) -> None:
+def _emit_result(rt: Runtime, result: Result, cp: Checkpoint) -> None:
     kind: EventKind = "step.completed" if cp.status == "completed" else "step.failed"
     data: dict[str, Any] = {
         "attempt": result.attempt,
@@ -320,12 +316,12 @@ def _emit_result(engine: Engine, result: Result, cp: Checkpoint) -> None:
     }
     if result.status == "failed":
         data.update(error=result.error, code=result.code, final=cp.status == "failed")
-    engine._emit(
+    rt.telemetry.emit(
         Event(
             kind=kind,
             run_id=result.run_id,
             workflow=result.workflow,
-            at=engine.clock.now(),
+            at=rt.clock.now(),
             seq=result.seq,
             name=result.step,
             data=data,

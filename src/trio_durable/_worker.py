@@ -39,6 +39,7 @@ from ._brokers._base import (
 )
 from ._clock import Clock
 from ._current import StepInfo, call_step
+from ._dispatch import served_queues, split_route
 from ._exceptions import FatalError, SerializationError, UsageError
 from ._failures import error_info
 from ._observe import Metrics
@@ -65,13 +66,6 @@ class _Outcome:
     dead_letter: bool
 
 
-def split_route(route: str) -> tuple[str, str | None]:
-    """``"<group>@<namespace>"`` as ``(group, namespace)``; the namespace is
-    None for a plain group."""
-    group, _, namespace = route.partition("@")
-    return group, namespace or None
-
-
 def check_routes(app: App, routes: Sequence[str], what: str) -> tuple[str, ...]:
     """Validate routes to serve against the app's remote steps.
 
@@ -96,37 +90,6 @@ def check_routes(app: App, routes: Sequence[str], what: str) -> tuple[str, ...]:
         if route not in checked:
             checked.append(route)
     return tuple(checked)
-
-
-def task_queue(route: str, requires: Sequence[str]) -> str:
-    """The broker queue a step's tasks travel on: its route, or for a step
-    that requires capabilities, the route's queue for exactly those, which
-    only workers offering them consume. (The engine's check that a capable
-    worker is live does not keep a worker of the group without them from
-    taking the task off a queue they share.)"""
-    if not requires:
-        return route
-    return f"{route}~{'~'.join(sorted(set(requires)))}"
-
-
-def served_queues(app: App, routes: Sequence[str], capabilities: Sequence[str]) -> tuple[str, ...]:
-    """The queues a worker consumes: each route, and each route's queue for
-    the requirements of its steps that the worker's capabilities cover."""
-    offered = set(capabilities)
-    queues: list[str] = []
-    for route in routes:
-        group = split_route(route)[0]
-        for queue in (
-            route,
-            *(
-                task_queue(route, step.requires)
-                for step in app.steps
-                if step.group == group and step.requires and offered >= set(step.requires)
-            ),
-        ):
-            if queue not in queues:
-                queues.append(queue)
-    return tuple(queues)
 
 
 def runtime_info() -> dict[str, str]:
@@ -613,6 +576,12 @@ async def open_worker(
                         except BrokerError as exc:
                             logger.warning("worker %s could not withdraw: %s", instance_id, exc)
                 nursery.cancel_scope.cancel()
+
+
+def worker_metrics(worker: Worker) -> Metrics:
+    """The counters of ``worker`` (an engine adds its embedded worker's
+    to its own)."""
+    return worker._metrics
 
 
 def check_traceback_limit(limit: object) -> None:

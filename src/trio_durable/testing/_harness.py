@@ -23,7 +23,7 @@ import trio.testing
 
 from .._app import App, Workflow
 from .._brokers._memory import BrokerFaults, MemoryBroker
-from .._engine import Engine, open_engine
+from .._engine import Engine, crash, open_engine
 from .._exceptions import EngineClosedError, InvalidRunStateError, StoreError, TrioDurableError
 from .._records import TERMINAL_STATUSES, Run
 from .._stores._memory import MemoryStore
@@ -348,7 +348,7 @@ async def _simulation(
             # drain it) while its block is still unwinding (seed 3921).
             engine = live_engines.pop(index)
             sim._engine_down(engine)
-            engine._crashed = True
+            crash(engine)
             engine_scopes[index].cancel()
             count("engine.crash")
 

@@ -1,0 +1,206 @@
+"""Dispatch: the broker queues tasks travel on, whether a live worker can
+run a step, and sending the tasks a turn committed.
+
+A remote step's tasks travel on its group route, ``<group>`` or
+``<group>@<namespace>`` outside the default namespace. A step that
+``requires`` capabilities has a queue of its own per route, which only the
+workers offering them consume. Before sending such a step, a turn asks
+whether a live worker offers them (the capability gap); if none does, the
+step is parked instead of sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+import trio
+
+from ._brokers._base import Broker, BrokerError, Outgoing, PayloadTooLarge, WorkerDescriptor
+from ._payload import lowered, task_message
+
+if TYPE_CHECKING:
+    import random
+
+    from ._app import App, Step
+    from ._clock import Clock
+    from ._sent import SentTasks
+    from ._wire import Task
+
+logger = logging.getLogger("trio_durable")
+
+DISPATCH_CHUNK: Final = 1000
+"""Tasks sent in one call to the broker at most."""
+
+
+def route_of(step: Step[..., Any], namespace: str) -> str:
+    """The group route a step's tasks travel on: its group, with the run's
+    namespace as a suffix outside the default namespace."""
+    assert step.group is not None
+    return step.group if namespace == "default" else f"{step.group}@{namespace}"
+
+
+def split_route(route: str) -> tuple[str, str | None]:
+    """``"<group>@<namespace>"`` as ``(group, namespace)``; the namespace is
+    None for a plain group."""
+    group, _, namespace = route.partition("@")
+    return group, namespace or None
+
+
+def task_queue(route: str, requires: Sequence[str]) -> str:
+    """The broker queue a step's tasks travel on: its route, or for a step
+    that requires capabilities, the route's queue for exactly those, which
+    only workers offering them consume. (The engine's check that a capable
+    worker is live does not keep a worker of the group without them from
+    taking the task off a queue they share.)"""
+    if not requires:
+        return route
+    return f"{route}~{'~'.join(sorted(set(requires)))}"
+
+
+def served_queues(app: App, routes: Sequence[str], capabilities: Sequence[str]) -> tuple[str, ...]:
+    """The queues a worker consumes: each route, and each route's queue for
+    the requirements of its steps that the worker's capabilities cover."""
+    offered = set(capabilities)
+    queues: list[str] = []
+    for route in routes:
+        group = split_route(route)[0]
+        for queue in (
+            route,
+            *(
+                task_queue(route, step.requires)
+                for step in app.steps
+                if step.group == group and step.requires and offered >= set(step.requires)
+            ),
+        ):
+            if queue not in queues:
+                queues.append(queue)
+    return tuple(queues)
+
+
+@final
+class Dispatcher:
+    """Sends an engine's tasks, and tells whether a worker can take them.
+
+    Args:
+      app: The application (for the capabilities a step requires).
+      broker: Where tasks go.
+      clock: Stamps the failures that stand in for tasks too large to send.
+      rng: Jitters the backoff between refused sends.
+      sent: Counts the tasks whose results this engine settles itself.
+      results_queue: Where results (and stand-in failures) come back.
+      blocked_recheck: Seconds between checks of a parked step; worker
+        announcements are read again at least twice as often.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        broker: Broker,
+        clock: Clock,
+        rng: random.Random,
+        sent: SentTasks,
+        results_queue: str,
+        blocked_recheck: float,
+    ) -> None:
+        self._app = app
+        self._broker = broker
+        self._clock = clock
+        self._rng = rng
+        self._sent = sent
+        self._results_queue = results_queue
+        self._blocked_recheck = blocked_recheck
+        self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
+        # The queues the embedded worker consumes: tasks sent there are
+        # this engine's own to wait for (see `_sent`).
+        self.served: frozenset[str] = frozenset()
+
+    async def send(self, tasks: list[Task]) -> None:
+        """Send tasks whose pending checkpoints just committed. A task over
+        the broker's ``max_payload`` is not sent: a failure of code
+        ``payload_too_large`` goes to the results queue in its place, and
+        settles its step like a worker's result would (see `_payload`)."""
+        for start in range(0, len(tasks), DISPATCH_CHUNK):
+            chunk = tasks[start : start + DISPATCH_CHUNK]
+            limit = self._broker.max_payload
+            outgoing, own = self._messages(chunk, limit)
+            delay = 0.05
+            for attempt in range(8):
+                try:
+                    await self._broker.dispatch(outgoing)
+                    break
+                except PayloadTooLarge as exc:
+                    # The broker's limit fell below what it said (it reconnected
+                    # to another server): fit the chunk to it and send again.
+                    limit = lowered(limit, exc)
+                    self._unsend(own)
+                    outgoing, own = self._messages(chunk, limit)
+                except BrokerError as exc:
+                    if attempt == 7:
+                        # The checkpoints stay pending; remote_redispatch (if
+                        # enabled) sends them again when they count as lost.
+                        logger.error("could not dispatch %d tasks: %s", len(chunk), exc)
+                        self._unsend(own)
+                        break
+                    logger.warning("dispatch failed (%s); retrying", exc)
+                    await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
+                    delay = min(delay * 2, 5.0)
+            else:
+                logger.error(
+                    "could not dispatch %d tasks: the broker kept refusing their size", len(chunk)
+                )
+                self._unsend(own)
+
+    def _messages(self, tasks: Sequence[Task], limit: int | None) -> tuple[list[Outgoing], list[Task]]:
+        """The messages that send ``tasks`` (each task, or the failure that
+        stands in for one over ``limit`` bytes), and the tasks among them
+        whose results this engine settles itself: those its own worker takes,
+        and those whose stand-in goes to its results queue. These are counted
+        as sent before the send, since a result may be settled before the
+        send returns."""
+        now = self._clock.now()
+        messages: list[Outgoing] = []
+        own: list[Task] = []
+        for task in tasks:
+            message = task_message(
+                attrs.evolve(task, reply_to=self._results_queue),
+                task_queue(task.route, self._requires(task.step)),
+                limit,
+                now,
+            )
+            if message is None:
+                continue
+            messages.append(message)
+            if message.queue in self.served or message.queue == self._results_queue:
+                self._sent.add(task.run_id, task.seq, task.attempt)
+                own.append(task)
+        return messages, own
+
+    def _unsend(self, tasks: list[Task]) -> None:
+        """Stop counting tasks whose send did not happen."""
+        for task in tasks:
+            self._sent.unsent(task.run_id, task.seq, task.attempt)
+
+    def _requires(self, step_name: str) -> tuple[str, ...]:
+        step = self._app.get_step(step_name)
+        return () if step is None else step.requires
+
+    async def capability_gap(self, route: str, requires: tuple[str, ...]) -> str | None:
+        """Why no live worker of ``route`` can run a step that ``requires``
+        these capabilities, or None if one can (or nothing is required)."""
+        if not requires:
+            return None
+        now = trio.current_time()
+        cached = self._descriptor_cache.get(route)
+        if cached is None or now - cached[0] >= min(1.0, self._blocked_recheck / 2):
+            try:
+                descriptors = await self._broker.worker_descriptors(route)
+            except BrokerError as exc:
+                return f"cannot read worker announcements: {exc}"
+            cached = self._descriptor_cache[route] = (now, descriptors)
+        needed = set(requires)
+        if any(needed <= set(d.capabilities) for d in cached[1]):
+            return None
+        return f"blocked: no live worker of group {route!r} offers {', '.join(sorted(needed))}"

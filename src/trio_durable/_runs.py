@@ -1,0 +1,195 @@
+"""Runs as their callers see them: starting one, waiting for its end, and
+the value or exception it ends with.
+
+A run is started idempotently by id, created already leased to the engine
+that starts it, so its first turn needs no write of its own. A caller of
+`Engine.result` waits for the end: on a store whose writers all share this
+process, for the store's own end event; elsewhere for the engine that ends
+the run here to say so (`Endings`), or for the next read of the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+import trio
+
+from . import _serde
+from ._app import workflow_of
+from ._children import output_type
+from ._exceptions import RecordedTraceback, RunCancelled, RunConflictError, RunFailed, UsageError
+from ._handoff import output_source
+from ._options import check_id
+from ._records import TERMINAL_STATUSES, ErrorInfo, Run
+from ._replay import TurnState
+from ._stores._base import ChangeFeed
+
+if TYPE_CHECKING:
+    from ._app import App, Workflow
+    from ._runtime import Runtime
+    from ._stores._base import Store
+
+
+@attrs.define(eq=False)
+class Ending:
+    """Callers of `Engine.result` waiting for a run this engine may end."""
+
+    event: trio.Event = attrs.field(factory=trio.Event)
+    run: Run | None = None
+
+
+@final
+class Endings:
+    """The runs callers of `Engine.result` wait on, by run id.
+
+    A turn that ends a run tells its waiters the row it wrote, so they need
+    not read it back; waiters of runs that end elsewhere poll the store.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, Ending] = {}
+
+    def register(self, run_id: str) -> Ending:
+        """The registration to wait on for ``run_id`` (shared by its waiters)."""
+        return self._waiting.setdefault(run_id, Ending())
+
+    def forget(self, run_id: str, ending: Ending) -> None:
+        """Drop a registration nobody will set (the run ended elsewhere, or
+        does not exist); its other waiters wake and read the row too."""
+        if not ending.event.is_set() and self._waiting.get(run_id) is ending:
+            del self._waiting[run_id]
+            ending.event.set()
+
+    def ended(self, run_id: str, run: Run | None = None) -> None:
+        """``run_id`` ended here: wake its waiters, with the row written
+        (None: they read it)."""
+        ending = self._waiting.pop(run_id, None)
+        if ending is not None:
+            ending.run = run
+            ending.event.set()
+
+
+async def start_run(
+    rt: Runtime,
+    workflow: Workflow[..., Any] | str,
+    args: tuple[Any, ...],
+    run_id: str | None,
+    namespace: str,
+    tags: tuple[str, ...] | list[str],
+) -> Run:
+    """`Engine.start`: the run as stored, created and woken here if new."""
+    rt.scheduler.check_open()
+    wf = workflow_of(rt.app, workflow)
+    input_json = _serde.check_workflow_args(wf, args)
+    generated = run_id is None
+    if run_id is None:
+        run_id = f"{wf.name}-{rt.rng.getrandbits(64):016x}"
+    check_id("run_id", run_id)
+    check_id("namespace", namespace)
+    tag_tuple = tuple(tags)
+    if not all(isinstance(tag, str) for tag in tag_tuple):
+        raise UsageError(f"tags must be strings, not {tags!r}")
+    existing = await rt.store.get_run(run_id)
+    while generated and existing is not None:
+        # A derived id must name a new run: with a fixed seed, an engine
+        # restarted on the same store derives the same ids again.
+        run_id = f"{wf.name}-{rt.rng.getrandbits(64):016x}"
+        existing = await rt.store.get_run(run_id)
+    if existing is not None:
+        return _same_workflow(existing, wf, namespace)
+    now = rt.clock.now()
+    # The run is created leased to this engine, so its first turn needs no
+    # write of its own; if this engine dies, the lease lapses and any
+    # engine takes the run over.
+    run = Run(
+        id=run_id,
+        workflow=wf.name,
+        version=wf.version,
+        namespace=namespace,
+        status="running",
+        input=input_json,
+        tags=tag_tuple,
+        lease_owner=rt.engine_id,
+        lease_expiry=now + rt.options.lease_ttl,
+        created_at=now,
+        updated_at=now,
+    )
+    stored, created = await rt.store.create_run(run)
+    if not created:
+        return _same_workflow(stored, wf, namespace)
+    rt.telemetry.emit_run("run.started", stored)
+    rt.scheduler.wake(run_id, initial=TurnState(run=stored, checkpoints={}))
+    return stored
+
+
+def _same_workflow(run: Run, wf: Workflow[..., Any], namespace: str) -> Run:
+    if run.namespace != namespace:
+        # Checked first, and told without a word of the other run: a
+        # tenant learns that the id is taken, nothing more.
+        raise RunConflictError(
+            f"run id {run.id!r} is taken by a run outside namespace {namespace!r}"
+        )
+    if run.workflow != wf.name:
+        raise RunConflictError(
+            f"run id {run.id!r} belongs to a run of workflow {run.workflow!r}, not {wf.name!r}"
+        )
+    return run
+
+
+async def await_end(rt: Runtime, run_id: str, read: Callable[[], Awaitable[Run]]) -> Run:
+    """Wait until ``run_id`` ended; return it as it ended. ``read`` reads
+    it from the store (and raises if it is missing)."""
+    store = rt.store
+    while True:
+        if isinstance(store, ChangeFeed):
+            run = await read()
+            if run.status in TERMINAL_STATUSES:
+                return run
+            # Every writer shares this process: wait for the change itself.
+            await store.run_end_event(run_id).wait()
+            continue
+        # Registered before the read: a run that this engine ends while
+        # the read is in flight still sets it (registered after, the end
+        # would go unseen until the next poll).
+        ending = rt.endings.register(run_id)
+        try:
+            run = await read()
+        except BaseException:
+            rt.endings.forget(run_id, ending)
+            raise
+        if run.status in TERMINAL_STATUSES:
+            rt.endings.forget(run_id, ending)
+            return run
+        with trio.move_on_after(rt.options.result_poll_interval):
+            await ending.event.wait()
+        if ending.run is not None:
+            # Ended by this engine, which knows the row it wrote.
+            return ending.run
+
+
+async def outcome(store: Store, app: App, run: Run) -> Any:
+    """What an ended run gives its caller: its output, structured as its
+    workflow (or the on-error handler it handed off to) returns it.
+
+    Raises:
+      RunFailed: The run failed or is dead (`RunCancelled` if cancelled).
+    """
+    if run.status == "completed":
+        # A run that handed off ended with its handler's output.
+        source = await output_source(store, app, run) or (run.workflow, run.version)
+        return _serde.loads(run.output, output_type(app, *source))
+    error = run.error or ErrorInfo(message=run.status)
+    cls = RunCancelled if run.status == "cancelled" else RunFailed
+    failure = cls(
+        run.id,
+        error.message,
+        error.code,
+        error.details,
+        step=error.step,
+        traceback=error.traceback,
+    )
+    if error.traceback is None:
+        raise failure
+    raise failure from RecordedTraceback(error.traceback)

@@ -1,0 +1,271 @@
+"""The runtime: the parts of one engine, as its mechanisms reach each other.
+
+`open_runtime` makes one `Runtime`, starts the parts that run in the
+background, and hands the runtime to the parts that need more than a value
+or two: the scheduler's turns, the result consumer, the poller, handoffs,
+compensation and retry. Each reaches another part only through the public
+members listed here, never through its private attributes.
+
+Also here is the small part no mechanism owns alone: the engine's events,
+metrics and counters (`Telemetry`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+import trio
+
+from ._brokers._base import RESULTS
+from ._clock import Clock
+from ._dispatch import Dispatcher
+from ._exceptions import StoreError
+from ._observe import Event, EventHub, EventKind, Metrics
+from ._poller import poll_due, reconcile_stalled
+from ._records import Run
+from ._runs import Endings
+from ._scheduler import Scheduler
+from ._sent import SentTasks
+from ._settle import consume_results
+from ._stores._base import ReleaseRun
+from ._turn import Turns
+from ._worker import Worker, open_worker
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._brokers._base import Broker
+    from ._options import EngineOptions
+    from ._stores._base import Store
+
+logger = logging.getLogger("trio_durable")
+
+
+@final
+@attrs.define(kw_only=True)
+class EngineStatistics:
+    """Counters an engine keeps.
+
+    Attributes:
+      turns: Turns executed.
+      runs_active: Runs with a turn in flight or queued now.
+      events_dropped: Events lost because a subscriber fell behind.
+      reconciled: Stalled runs (a lost wake-up) the reconcile pass woke.
+      rejected: Result messages rejected because they did not decode into
+        a valid, in-range result (see docs/brokers.md); each was dropped,
+        or dead-lettered where the broker keeps a dead-letter queue.
+    """
+
+    turns: int = 0
+    runs_active: int = 0
+    events_dropped: int = 0
+    reconciled: int = 0
+    rejected: int = 0
+
+
+@final
+class Telemetry:
+    """An engine's events, the metrics counted from them, and its counters."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.hub = EventHub()
+        self.metrics = Metrics()
+        self.stats = EngineStatistics()
+        self._clock = clock
+
+    def emit(self, event: Event) -> None:
+        """Count ``event`` and send it to every subscriber."""
+        self.metrics.count(event)
+        self.hub.emit(event)
+
+    def emit_run(self, kind: EventKind, run: Run, **data: Any) -> None:
+        """Emit an event of ``run`` as a whole, stamped now."""
+        self.emit(
+            Event(kind=kind, run_id=run.id, workflow=run.workflow, at=self._clock.now(), data=data)
+        )
+
+
+@final
+@attrs.define(eq=False, kw_only=True)
+class Runtime:
+    """The parts of one engine.
+
+    Attributes:
+      app: The application.
+      store: The store.
+      broker: The broker remote steps travel through.
+      clock: The engine's `Clock`.
+      rng: Its seeded random source (ids, jitter, shuffles).
+      engine_id: The owner of the leases it takes.
+      options: Its checked settings.
+      results_queue: The broker queue its result consumer takes results from.
+      sent: The tasks it sent to its own worker and still waits on.
+      telemetry: Its events, metrics and counters.
+      endings: The callers of `Engine.result` waiting on runs.
+      dispatcher: Sends tasks and judges whether a worker can run them.
+      scheduler: Runs turns, set once the turns can be made.
+      worker: The embedded worker (``serve=``), once started.
+      crashed: Set by a simulated crash (`trio_durable.testing`): closing
+        leaves the leases to lapse, as a killed process would.
+    """
+
+    app: App
+    store: Store
+    broker: Broker
+    clock: Clock
+    rng: random.Random
+    engine_id: str
+    options: EngineOptions
+    results_queue: str
+    sent: SentTasks
+    telemetry: Telemetry
+    endings: Endings
+    dispatcher: Dispatcher
+    scheduler: Scheduler = attrs.field(init=False)
+    worker: Worker | None = None
+    crashed: bool = False
+
+
+@asynccontextmanager
+async def open_runtime(
+    app: App,
+    store: Store,
+    broker: Broker,
+    options: EngineOptions,
+    *,
+    engine_id: str,
+    rng: random.Random,
+    wall_clock: Callable[[], float],
+    serve: tuple[str, ...],
+    capabilities: tuple[str, ...],
+) -> AsyncIterator[Runtime]:
+    """Run an engine's parts in a nursery owned here: the result consumer,
+    the embedded worker (if ``serve`` names group routes), the due-run
+    poller and the reconcile pass; every turn runs there too.
+
+    Leaving cancels and joins them all, then gives back the leases of the
+    runs whose turns were cut off, unless the runtime ``crashed``.
+    """
+    executing: list[str] = []
+    running: Runtime | None = None
+    joined: SentTasks | None = None
+    try:
+        try:
+            async with trio.open_nursery() as nursery:
+                rt = _assemble(app, store, broker, nursery, options, engine_id, rng, wall_clock)
+                rt.sent.join()
+                joined = rt.sent
+                await nursery.start(consume_results, rt, name="trio_durable result consumer")
+                if serve:
+                    rt.worker = await nursery.start(
+                        _embedded_worker,
+                        rt,
+                        serve,
+                        capabilities,
+                        wall_clock,
+                        rng.getrandbits(32),
+                        name="trio_durable embedded worker",
+                    )
+                    rt.dispatcher.served = frozenset(rt.worker.queues)
+                running = rt
+                nursery.start_soon(poll_due, rt, name="trio_durable due-run poller")
+                nursery.start_soon(reconcile_stalled, rt, name="trio_durable reconcile")
+                try:
+                    yield rt
+                finally:
+                    executing = rt.scheduler.close()
+                    rt.sent.leave()
+                    nursery.cancel_scope.cancel()
+        finally:
+            # Only once every turn here is cancelled and joined are their
+            # leases given back, so no other engine runs a step of theirs
+            # while it still runs here. A simulated crash (trio_durable.testing)
+            # leaves them to lapse, as a killed process would.
+            if running is None or not running.crashed:
+                if running is not None:
+                    # A turn that raised KeyboardInterrupt or SystemExit left
+                    # the scheduler before the block learned of it.
+                    executing = sorted({*executing, *running.scheduler.cut_off})
+                await _release_leases(store, engine_id, executing)
+    finally:
+        if joined is not None:
+            joined.leave()
+
+
+def _assemble(
+    app: App,
+    store: Store,
+    broker: Broker,
+    nursery: trio.Nursery,
+    options: EngineOptions,
+    engine_id: str,
+    rng: random.Random,
+    wall_clock: Callable[[], float],
+) -> Runtime:
+    """Make an engine's parts, wired to each other, with ``nursery`` for
+    the turns they run."""
+    clock = Clock(wall_clock)
+    scope = getattr(store, "scope", None)
+    # Engines sharing a store share a results queue; engines of other
+    # stores on the same broker must never take each other's results.
+    results_queue = RESULTS if not isinstance(scope, str) else f"{RESULTS}.{scope}"
+    sent = SentTasks(results_queue)
+    telemetry = Telemetry(clock)
+    rt = Runtime(
+        app=app,
+        store=store,
+        broker=broker,
+        clock=clock,
+        rng=rng,
+        engine_id=engine_id,
+        options=options,
+        results_queue=results_queue,
+        sent=sent,
+        telemetry=telemetry,
+        endings=Endings(),
+        dispatcher=Dispatcher(
+            app, broker, clock, rng, sent, results_queue, options.blocked_recheck
+        ),
+    )
+    # The scheduler drives turns, and turns reach the scheduler (to wake
+    # runs): the runtime is complete once both exist.
+    rt.scheduler = Scheduler(nursery, Turns(rt), telemetry.stats)
+    return rt
+
+
+async def _embedded_worker(
+    rt: Runtime,
+    serve: tuple[str, ...],
+    capabilities: tuple[str, ...],
+    wall_clock: Callable[[], float],
+    seed: int,
+    task_status: trio.TaskStatus[Worker],
+) -> None:
+    async with open_worker(
+        rt.app,
+        broker=rt.broker,
+        groups=serve,
+        concurrency=rt.options.worker_concurrency,
+        capabilities=capabilities,
+        instance_id=f"{rt.engine_id}.worker",
+        wall_clock=wall_clock,
+        seed=seed,
+        traceback_limit=rt.options.traceback_limit,
+    ) as worker:
+        task_status.started(worker)
+        await trio.sleep_forever()
+
+
+async def _release_leases(store: Store, engine_id: str, run_ids: list[str]) -> None:
+    if not run_ids:
+        return
+    with trio.move_on_after(5) as cleanup:
+        cleanup.shield = True
+        try:
+            await store.apply([ReleaseRun(run_id, engine_id) for run_id in run_ids])
+        except (StoreError, trio.ClosedResourceError) as exc:
+            logger.warning("could not release leases on close: %s", exc)

@@ -1,0 +1,540 @@
+"""The turn: one run, leased, replayed, and written in one batch.
+
+A turn leases the run, reads its checkpoints, replays the body (see
+`_context`) until it completes, fails, or reaches a durable wait, and then
+writes everything it did in one atomic batch, fenced by the lease, which
+also gives the lease back. Effects that must follow a write (sending the
+tasks it recorded, starting the children it created, waking a parent
+through the join barrier, waking the run again for a signal that was
+already buffered) happen only after that batch committed. While the body
+runs, the lease is renewed; a turn that loses it writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+import trio
+
+from . import _serde
+from ._barrier import join_barrier
+from ._children import cancel_request, completion
+from ._context import Context
+from ._exceptions import LeaseLostError, NonDeterminismError, StoreError
+from ._failures import error_info
+from ._handoff import follow_handoff, hand_off, routes_in_doubt
+from ._records import (
+    ACTIVE_STATUSES,
+    CheckpointStatus,
+    ErrorInfo,
+    Run,
+    RunStatus,
+    signal_token,
+)
+from ._remote import let_in_meanwhile
+from ._replay import Suspend, TurnState
+from ._routing import RETIRED_PREFIX, active_handoff, pick_route
+from ._saga import compensate
+from ._stores._base import (
+    Op,
+    RemoveSignalWaiter,
+    SettleCheckpoint,
+    UpdateRun,
+    WaitSignal,
+    WriteConflict,
+)
+
+if TYPE_CHECKING:
+    from ._app import Workflow
+    from ._observe import EventKind
+    from ._runtime import Runtime
+    from ._scheduler import Slot
+    from ._wire import Task
+
+logger = logging.getLogger("trio_durable")
+
+WRITE_CHUNK: Final = 200
+_PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
+_CANCELLING: Final[frozenset[RunStatus]] = frozenset({"cancelling"})
+_RUNNING: Final[frozenset[RunStatus]] = frozenset({"running"})
+# What the write that ends a run expects it to be. A run taken over too often
+# is dead whether or not it was told to cancel (expecting it running would
+# loop its turns on a write conflict).
+_END_EXPECTS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
+    "cancelled": _CANCELLING,
+    "dead": frozenset({"running", "cancelling"}),
+}
+_UNKNOWN_VERSION_BACKOFF: Final = 60.0
+
+
+@final
+class Turns:
+    """Runs the turns of an engine's runs (what its scheduler drives)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+        # The turn whose last write raised StoreError, by run: it may have been
+        # applied, and `repair` redoes what its effects would have done.
+        self._failed_writes: dict[str, TurnState] = {}
+
+    async def run(self, run_id: str, slot: Slot) -> None:
+        """Run one turn of ``run_id`` in ``slot``."""
+        rt = self._rt
+        now = rt.clock.now()
+        if slot.initial is not None:
+            state, slot.initial = slot.initial, None
+        else:
+            began = await rt.store.begin_turn(
+                run_id, rt.engine_id, now + rt.options.lease_ttl, now
+            )
+            rt.scheduler.signals.progress.set()
+            if began is None:
+                return
+            state = TurnState(run=began.run, checkpoints={cp.seq: cp for cp in began.checkpoints})
+            # Read under the lease: settled elsewhere means no result is
+            # waited for here (it went to another engine, or got lost).
+            rt.sent.observed(run_id, began.checkpoints)
+        await Turn(rt, state, slot, self._failed_writes).run(now)
+
+    async def repair(self, run_id: str) -> None:
+        """After a turn's write raised StoreError, do what its effects would
+        have done if it was applied anyway (the database may commit a write
+        whose answer is lost): send the tasks whose checkpoints are now
+        recorded as sent, wake the children it created, and wake the parent a
+        final write settled. Each of these is harmless if the write did not
+        apply: a task is sent only if its checkpoint says so, and a wake only
+        costs a turn."""
+        turn = self._failed_writes.pop(run_id, None)
+        if turn is None:
+            return
+        rt = self._rt
+        tasks: list[Task] = []
+        for _, task in turn.dispatch:
+            found = await rt.store.get_checkpoints(run_id, task.seq, task.seq)
+            cp = found[0] if found else None
+            if (
+                cp is not None
+                and cp.status == "pending"
+                and cp.attempts == task.attempt
+                and cp.started_at is not None
+            ):
+                tasks.append(task)
+        if tasks:
+            await rt.dispatcher.send(tasks)
+        for child in turn.wake_after:
+            rt.scheduler.wake(child)
+        run = await rt.store.get_run(run_id)
+        if (
+            run is not None
+            and run.done
+            and run.parent_id is not None
+            and run.parent_seq is not None
+        ):
+            found = await rt.store.get_checkpoints(run.parent_id, run.parent_seq, run.parent_seq)
+            settled = found[0] if found else None
+            if settled is not None and settled.status != "pending":
+                for parent in await join_barrier(rt.store, [settled]):
+                    rt.scheduler.wake(parent)
+        if run is not None and run.done:
+            rt.sent.run_ended(run_id)
+            rt.endings.ended(run_id)
+
+
+@final
+class Turn:
+    """One turn of one run: what it read and collected (``state``), and the
+    writes that end it.
+
+    Attributes:
+      runtime: The engine's parts.
+      state: What the turn read and is about to write.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        state: TurnState,
+        slot: Slot,
+        failed_writes: dict[str, TurnState],
+    ) -> None:
+        self.runtime = runtime
+        self.state = state
+        self._slot = slot
+        self._failed_writes = failed_writes
+
+    async def run(self, now: float) -> None:
+        """Take the run on from where its record stands."""
+        rt, state, slot = self.runtime, self.state, self._slot
+        run = state.run
+        if run.recoveries > rt.options.max_recoveries:
+            error = ErrorInfo(
+                message=f"run was taken over {run.recoveries} times from engines that died",
+                code="dead",
+            )
+            await self.end("dead", error=error)
+            return
+        if run.status == "cancelling":
+            await self._finish_cancel()
+            return
+        handoff = active_handoff(state.checkpoints)
+        if handoff is not None:
+            await follow_handoff(self, handoff)
+            return
+        if not rt.app.has_workflow(run.workflow, run.version):
+            # Another engine of a newer or older deploy may know it: leave the
+            # run untouched but for a later wake.
+            logger.warning(
+                "run %r needs workflow %r version %r, which this engine lacks",
+                run.id,
+                run.workflow,
+                run.version,
+            )
+            await self.write(
+                UpdateRun(
+                    run.id,
+                    {
+                        "status": "suspended",
+                        "wake_at": now + _UNKNOWN_VERSION_BACKOFF,
+                        "lease_owner": None,
+                        "lease_expiry": None,
+                    },
+                    expect_status=frozenset({"running"}),
+                    expect_owner=rt.engine_id,
+                ),
+            )
+            return
+        wf = rt.app.get_workflow(run.workflow, run.version)
+        ctx = Context(rt, state)
+        outcome: tuple[str, Any] = ("interrupted", None)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._renew_lease)
+            with trio.CancelScope() as slot.body_scope:
+                outcome = await self._run_body(wf, ctx)
+            slot.body_scope = None
+            nursery.cancel_scope.cancel()
+        kind, value = outcome
+        if kind == "store_error":
+            raise value
+        if kind == "interrupted":
+            # cancel() interrupted the body (or the lease was lost): let the
+            # next turn see the cancellation. Keep the steps the body did
+            # complete, since a cancel with compensation must undo them too;
+            # the lease fences that write, so a lost lease writes nothing.
+            slot.again = True
+            if state.ops and state.nondeterminism is None:
+                results = await self.write(self.fence({}, ACTIVE_STATUSES))
+                if results is not None:
+                    await self.after_commit(results)
+            else:
+                await rt.store.release_run_lock(run.id, rt.engine_id)
+        elif kind == "suspended":
+            await self._suspend(value)
+        elif kind == "completed":
+            await self.end("completed", output=value)
+        else:
+            await self._fail(ctx, value, wf)
+
+    async def _run_body(self, wf: Workflow[..., Any], ctx: Context) -> tuple[str, Any]:
+        state = self.state
+        try:
+            args = _serde.load_args(state.run.input, wf.fn, skip=1)
+            value = await wf.fn(ctx, *args)
+            if state.nondeterminism is not None:
+                return ("failed", state.nondeterminism)
+            output = _serde.dumps(value)
+        except Suspend as suspend:
+            if state.nondeterminism is not None:
+                return ("failed", state.nondeterminism)
+            return ("suspended", suspend)
+        except StoreError as exc:
+            # A durable operation's own write failed: that is no failure of
+            # the run; the turn is abandoned and run again.
+            return ("store_error", exc)
+        except Exception as exc:
+            if state.nondeterminism is not None:
+                return ("failed", state.nondeterminism)
+            return ("failed", exc)
+        return ("completed", output)
+
+    async def _renew_lease(self) -> None:
+        rt, run_id = self.runtime, self.state.run.id
+        while True:
+            await trio.sleep(rt.options.lease_ttl / 3)
+            now = rt.clock.now()
+            try:
+                held = await rt.store.try_lock_run(
+                    run_id, rt.engine_id, now + rt.options.lease_ttl, now
+                )
+            except StoreError as exc:
+                logger.warning("could not renew the lease of run %r: %s", run_id, exc)
+                continue
+            if not held:
+                # Another engine took the run over: this turn must write nothing.
+                logger.warning("lost the lease of run %r; abandoning its turn", run_id)
+                if self._slot.body_scope is not None:
+                    self._slot.body_scope.cancel()
+                return
+
+    def fence(self, changes: dict[str, Any], expect: frozenset[Any]) -> UpdateRun:
+        """The write that changes the run as ``changes`` say and gives the
+        lease back, applied only while this engine holds the lease and the
+        run's status is in ``expect``."""
+        changes = {
+            **changes,
+            "lease_owner": None,
+            "lease_expiry": None,
+            "updated_at": self.runtime.clock.now(),
+        }
+        return UpdateRun(
+            self.state.run.id, changes, expect_status=expect, expect_owner=self.runtime.engine_id
+        )
+
+    async def write(self, *final_ops: Op) -> list[Any] | None:
+        """Commit the turn's writes; None if the run changed under it.
+
+        If a cancel moved the run to ``cancelling`` meanwhile, the turn's
+        writes are committed without ``final_ops`` (and their effects
+        follow), and None is returned: a step that ran is always recorded.
+
+        A turn that records a wide fan writes its checkpoints in chunks of
+        `WRITE_CHUNK`, each fenced by the lease, before the final write that
+        suspends the run: a database transaction stays bounded, and every
+        member is durable before any of its tasks is sent.
+        """
+        rt, turn = self.runtime, self.state
+        ops = turn.ops
+        results: list[Any] = []
+        try:
+            try:
+                start = 0
+                while len(ops) - start > WRITE_CHUNK:
+                    fence = UpdateRun(turn.run.id, {}, expect_owner=rt.engine_id)
+                    results.extend(
+                        (await rt.store.apply([*ops[start : start + WRITE_CHUNK], fence]))[:-1]
+                    )
+                    start += WRITE_CHUNK
+                try:
+                    results.extend(await rt.store.apply([*ops[start:], *final_ops]))
+                    return results
+                except WriteConflict:
+                    # A cancel() moved the run to cancelling while the turn ran
+                    # (on another engine, or here after the body's last step,
+                    # where no interrupt reaches it). The steps this turn
+                    # completed did run: record them all the same, so that the
+                    # cancel undoes them, in one write fenced by the lease
+                    # that leaves the run for the next turn to end.
+                    kept = await rt.store.apply([*ops[start:], self.fence({}, _CANCELLING)])
+                    results.extend(kept[:-1])
+            except StoreError as exc:
+                if not isinstance(exc, LeaseLostError | WriteConflict):
+                    self._failed_writes[turn.run.id] = turn
+                # Chunks that did commit recorded their members as sent, so no
+                # later turn sends them: send them now, or a fan waits forever.
+                committed = [
+                    task
+                    for index, task in turn.dispatch
+                    if index < len(results) and results[index] is not False
+                ]
+                if committed:
+                    await rt.dispatcher.send(committed)
+                raise
+        except LeaseLostError:
+            logger.warning("run %r was taken over; dropping its turn", turn.run.id)
+            return None
+        except WriteConflict:
+            # Typically a cancel() landed during the turn: run another turn,
+            # which sees the new status.
+            self._slot.again = True
+            return None
+        self._slot.again = True
+        await self.after_commit(results)
+        return None
+
+    async def after_commit(self, results: list[Any]) -> None:
+        """The effects of the turn's writes, once they committed."""
+        rt, turn = self.runtime, self.state
+        if turn.dispatch:
+            tasks = [task for index, task in turn.dispatch if results[index] is not False]
+            await rt.dispatcher.send(tasks)
+        for child in turn.started_children:
+            rt.telemetry.emit_run("run.started", child)
+        for run_id in turn.cancelled_children:
+            rt.scheduler.interrupt(run_id)
+        for run_id in turn.wake_after:
+            rt.scheduler.wake(run_id)
+        # What the turn itself decided (a lost step, a fail_fast fan that
+        # froze its members, an attempt sent again) waits for no result.
+        rt.sent.observed(turn.run.id, turn.checkpoints.values())
+
+    async def _suspend(self, suspend: Suspend) -> None:
+        rt, turn = self.runtime, self.state
+        run = turn.run
+        wake_at = suspend.wake_at
+        results = await self.write(
+            self.fence({"status": "suspended", "wake_at": wake_at}, frozenset({"running"}))
+        )
+        if results is None:
+            return
+        await self.after_commit(results)
+        if any(
+            isinstance(op, WaitSignal) and result is not None
+            for op, result in zip(turn.ops, results, strict=False)
+        ):
+            # A buffered signal was handed over by the same write.
+            self._slot.again = True
+        rt.telemetry.emit_run("run.suspended", run, wake_at=wake_at)
+        if wake_at is not None:
+            rt.scheduler.signals.wake_at(wake_at)
+        if suspend.watch is not None:
+            # A remote result or a child's end that settled the last pending
+            # checkpoint while this turn held the lease woke nobody (the
+            # engine that settled it could not take the run): look once
+            # more, now that the lease is given back.
+            first, last = suspend.watch
+            pending = await rt.store.count_checkpoints(run.id, first, last, _PENDING, limit=1)
+            if not pending:
+                self._slot.again = True
+        if suspend.admission is not None and await let_in_meanwhile(
+            rt.store, run.id, suspend.admission
+        ):
+            self._slot.again = True
+
+    async def _fail(self, ctx: Context, exc: BaseException, wf: Workflow[..., Any]) -> None:
+        rt, turn = self.runtime, self.state
+        error = error_info(exc, traceback_limit=rt.options.traceback_limit)
+        if not isinstance(exc, NonDeterminismError):
+            await self._compensate(ctx)
+        route = pick_route(wf.on_error, error)
+        if route is not None:
+            reason = await routes_in_doubt(rt.broker, wf.name)
+            if reason is None:
+                logger.warning(
+                    "run %r (workflow %r) failed%s: %s; handing it to %r",
+                    turn.run.id,
+                    turn.run.workflow,
+                    "" if error.step is None else f" in step {error.step!r}",
+                    error.message,
+                    route.workflow,
+                )
+                await hand_off(self, route, error)
+                return
+            rt.telemetry.emit_run("run.unrouted", turn.run, code=error.code, reason=reason)
+        await self.end("failed", error=error)
+
+    async def _compensate(self, ctx: Context) -> None:
+        """Run the saga's undos, renewing the lease meanwhile: undos and their
+        retries may outlast it, and a lapsed lease would let another engine
+        take the run over and run the same undos again."""
+        failure: StoreError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._renew_lease)
+            try:
+                await compensate(self.runtime, self.state, ctx)
+            except StoreError as exc:
+                # Raised after the nursery, so it is not wrapped in a group.
+                failure = exc
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def end(
+        self,
+        status: RunStatus,
+        *,
+        output: str | None = None,
+        error: ErrorInfo | None = None,
+        returned_by: tuple[str, str] | None = None,
+    ) -> None:
+        """End the run as ``status``, settling its parent's checkpoint in the
+        same write and waking the parent through the join barrier."""
+        rt, turn = self.runtime, self.state
+        run = turn.run
+        expect = _END_EXPECTS.get(status, _RUNNING)
+        ops: list[Op] = [
+            self.fence({"status": status, "output": output, "error": error, "wake_at": None}, expect)
+        ]
+        if run.parent_id is not None and run.parent_seq is not None:
+            ops.append(
+                SettleCheckpoint(
+                    run.parent_id,
+                    run.parent_seq,
+                    "completed" if status == "completed" else "failed",
+                    completion(status == "completed", output, error, returned_by=returned_by),
+                    error,
+                    rt.clock.now(),
+                )
+            )
+        results = await self.write(*ops)
+        if results is None:
+            return
+        rt.sent.run_ended(run.id)
+        await self.after_commit(results)
+        if status in ("failed", "dead") and error is not None:
+            _log_failed_run(run, status, error)
+        kind: EventKind = {
+            "completed": "run.completed",
+            "cancelled": "run.cancelled",
+        }.get(status, "run.failed")  # type: ignore[assignment]
+        rt.telemetry.emit_run(
+            kind,
+            run,
+            **({} if error is None else {"error": error.message, "code": error.code}),
+        )
+        rt.endings.ended(
+            run.id,
+            attrs.evolve(
+                run,
+                status=status,
+                output=output,
+                error=error,
+                wake_at=None,
+                lease_owner=None,
+                lease_expiry=None,
+            ),
+        )
+        if len(ops) == 2:
+            settled = results[-1]
+            if settled is not None:
+                for parent in await join_barrier(rt.store, [settled]):
+                    rt.scheduler.wake(parent)
+
+    async def _finish_cancel(self) -> None:
+        rt, turn = self.runtime, self.state
+        run = turn.run
+        if run.compensate:
+            ctx = Context(rt, turn)
+            await self._compensate(ctx)
+        now = rt.clock.now()
+        error = ErrorInfo(message="cancelled", code="cancelled")
+        for cp in sorted(turn.checkpoints.values(), key=lambda cp: cp.seq):
+            if cp.status != "pending" or cp.name.startswith(RETIRED_PREFIX):
+                # A retired handoff's handler is no longer the run's to wait
+                # for or to cancel, and its record stays as it was.
+                continue
+            if cp.kind == "child" and cp.child_id is not None:
+                turn.ops.append(cancel_request(cp.child_id, run.compensate, rt.clock.now()))
+                turn.ops.append(
+                    SettleCheckpoint(
+                        run.id, cp.seq, "failed", completion(False, error=error), error, now
+                    )
+                )
+                turn.wake_after.append(cp.child_id)
+                turn.cancelled_children.append(cp.child_id)
+            elif cp.kind == "signal":
+                turn.ops.append(RemoveSignalWaiter(signal_token(run.id, cp.name)))
+        await self.end("cancelled", error=error)
+
+
+def _log_failed_run(run: Run, status: RunStatus, error: ErrorInfo) -> None:
+    """Log a run's failure once, when it is written, with its traceback."""
+    logger.error(
+        "run %r (workflow %r) %s%s: %s%s",
+        run.id,
+        run.workflow,
+        "failed" if status == "failed" else "is dead",
+        "" if error.step is None else f" in step {error.step!r}",
+        error.message,
+        "" if error.traceback is None else "\n" + error.traceback.rstrip("\n"),
+    )
