@@ -1,52 +1,33 @@
-"""Replay: the `Context` a workflow body runs with.
+"""The `Context` a workflow body runs with: the durable operations.
 
-Every durable operation takes the next seq. If the run's checkpoint at that
-seq is settled, the operation returns (or raises) what was recorded, without
-running again. If it is missing, the operation runs: a local step runs here
-and its result is buffered as a write of this turn; a timer, a signal wait or
-a child start records a pending checkpoint and suspends the run. Suspending
-ends the turn (the body is abandoned by raising `Suspend`), so a suspended
-run holds no task; the next turn replays the body from the start.
+Each operation checks its arguments here and is carried out by the module
+that owns its mechanism, on the turn's `Replay` (see `_replay`): local steps
+(`_local`), remote steps (`_remote`), timers and signals (`_waits`), child
+runs (`_children`) and fans (`_fans`). A new timer, signal wait, child or
+remote step records a pending checkpoint and suspends the run, which ends
+the turn (the body is abandoned by raising `Suspend`), so a suspended run
+holds no task; the next turn replays the body from the start.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
-import logging
 import math
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, Final, Literal, final, overload
+from collections.abc import Sequence
+from typing import Any, Concatenate, Literal, final, overload
 
-import attrs
 import trio
 
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow, workflow_of
-from ._children import Failed, cancel_request, child_outcome, completion, record_child
-from ._current import StepInfo, call_step
-from ._exceptions import (
-    GatherError,
-    GatherFailure,
-    NonDeterminismError,
-    RunFailed,
-    SerializationError,
-    SignalTimeout,
-    UsageError,
-)
-from ._failures import error_info, retryable, step_failure
-from ._observe import Event, EventKind
-from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode, signal_token
-from ._remote import check_fan_target, remote_fan, remote_step
-from ._replay import Suspend, TurnState
-from ._stores._base import Op, RemoveSignalWaiter, SettleCheckpoint, WaitSignal
-
-if TYPE_CHECKING:
-    from ._runtime import Runtime
-
-logger = logging.getLogger("trio_durable")
-
-FAN_CANCELLED: Final = "fan_cancelled"
+from ._children import Failed, child_outcome, record_child
+from ._exceptions import GatherError, GatherFailure, RunFailed, UsageError
+from ._fans import FAN_CANCELLED, fan
+from ._local import local_step
+from ._records import ErrorInfo
+from ._remote import remote_step
+from ._replay import Replay, Suspend
+from ._waits import signal, timer
 
 
 @final
@@ -60,74 +41,35 @@ class Context:
     `Context.all`), and do not catch ``BaseException`` in a body.
     """
 
-    def __init__(self, runtime: Runtime, turn: TurnState) -> None:
-        self._rt = runtime
-        self._turn = turn
-        self._seq = 0
+    def __init__(self, replay: Replay) -> None:
+        self._replay = replay
 
     # -- who am I -------------------------------------------------------------
 
     @property
     def run_id(self) -> str:
         """The run's id."""
-        return self._turn.run.id
+        return self._replay.run.id
 
     @property
     def workflow(self) -> str:
         """The run's workflow name."""
-        return self._turn.run.workflow
+        return self._replay.run.workflow
 
     @property
     def version(self) -> str:
         """The workflow version the run executes."""
-        return self._turn.run.version
+        return self._replay.run.version
 
     @property
     def namespace(self) -> str:
         """The run's namespace (tenant)."""
-        return self._turn.run.namespace
+        return self._replay.run.namespace
 
     @property
     def tags(self) -> tuple[str, ...]:
         """The run's tags."""
-        return self._turn.run.tags
-
-    # -- replay ---------------------------------------------------------------
-
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
-
-    def _recorded(self, seq: int, name: str, kind: CheckpointKind) -> Checkpoint | None:
-        if self._turn.nondeterminism is not None:
-            # Replay already diverged (and the body caught the error): the run
-            # fails, so it must not run steps or record anything more.
-            raise self._turn.nondeterminism
-        cp = self._turn.checkpoints.get(seq)
-        if cp is not None and (cp.name != name or cp.kind != kind):
-            error = NonDeterminismError(
-                f"at seq {seq} the run recorded {cp.kind} {cp.name!r}, "
-                f"but the workflow now asks for {kind} {name!r}",
-                details={"seq": seq, "recorded": cp.name, "requested": name},
-            )
-            if self._turn.nondeterminism is None:
-                self._turn.nondeterminism = error
-            raise error
-        return cp
-
-    def _emit(self, kind: EventKind, seq: int | None, name: str | None, **data: Any) -> None:
-        run = self._turn.run
-        self._rt.telemetry.emit(
-            Event(
-                kind=kind,
-                run_id=run.id,
-                workflow=run.workflow,
-                at=self._rt.clock.now(),
-                seq=seq,
-                name=name,
-                data=data,
-            )
-        )
+        return self._replay.run.tags
 
     # -- steps ----------------------------------------------------------------
 
@@ -261,16 +203,16 @@ class Context:
           SerializationError: An argument cannot be serialized.
           UsageError: ``step`` or ``compensate`` is not a registered step.
         """
-        self._check_step(step)
+        self._replay.check_step(step)
         if compensate is not None:
-            self._check_step(compensate)
+            self._replay.check_step(compensate)
             if compensate.remote:
                 raise UsageError(
                     f"compensate= must be a local step, not the remote {compensate.name!r}"
                 )
         if step.remote:
             return await remote_step(
-                self,
+                self._replay,
                 step,
                 args,
                 compensation=compensate.name if compensate else None,
@@ -279,147 +221,7 @@ class Context:
             )
         if queue is not None or priority is not None:
             raise UsageError(f"queue= and priority= apply to remote steps; {step.name!r} is local")
-        seq = self._next_seq()
-        cp = self._recorded(seq, step.name, "local")
-        if cp is not None and cp.status == "completed":
-            return self._step_value(step, cp)
-        if cp is not None and cp.status == "failed":
-            raise step_failure(cp)
-        input_json = _serde.check_step_args(step, args, compensate)
-        return await self._execute(
-            step, seq, list(args), input_json, compensation=compensate.name if compensate else None
-        )
-
-    def _check_step(self, step: object) -> None:
-        if not isinstance(step, Step) or self._rt.app.get_step(step.name) is not step:
-            raise UsageError(f"{step!r} is not a step registered in app {self._rt.app.name!r}")
-
-    @staticmethod
-    def _step_value(step: Step[..., Any], cp: Checkpoint) -> Any:
-        _, returns = _serde.signature_types(step.fn)
-        return _serde.loads(cp.output, returns)
-
-    async def _execute(
-        self,
-        step: Step[..., Any],
-        seq: int,
-        args: list[Any],
-        input_json: str,
-        *,
-        compensation: str | None = None,
-        undo_of: int | None = None,
-    ) -> Any:
-        rt = self._rt
-        clock = rt.clock
-        retry = step.retry
-        errors: list[ErrorInfo] = []
-        started_at = clock.now()
-        last_exc: BaseException | None = None
-        extra = {} if undo_of is None else {"compensation": True, "undoes": undo_of}
-        attempt = 0
-        for attempt in range(1, retry.attempts + 1):
-            self._emit("step.started", seq, step.name, attempt=attempt, **extra)
-            attempt_start = trio.current_time()
-            value: Any = None
-            try:
-                with trio.CancelScope() as scope:
-                    if step.timeout is not None:
-                        scope.relative_deadline = step.timeout
-                    value = await call_step(self._step_info(step, seq, attempt), step.fn, args)
-                if scope.cancelled_caught:
-                    raise TimeoutError(f"step {step.name!r} timed out after {step.timeout} s")
-                output = _serde.dumps(value)
-            except Exception as exc:
-                last_exc = exc
-                info = error_info(exc, step=step.name, traceback_limit=rt.options.traceback_limit)
-                if isinstance(exc, TimeoutError) and info.code is None:
-                    info = attrs.evolve(info, code="timeout")
-                errors.append(info)
-                may_retry = retryable(exc) and not isinstance(exc, SerializationError)
-                logger.warning(
-                    "%s %r of run %r failed (attempt %d of %d%s): %s",
-                    "undo" if undo_of is not None else "step",
-                    step.name,
-                    self.run_id,
-                    attempt,
-                    retry.attempts,
-                    "" if may_retry and attempt < retry.attempts else ", final",
-                    info.message,
-                    exc_info=exc,
-                )
-                self._emit(
-                    "step.failed",
-                    seq,
-                    step.name,
-                    attempt=attempt,
-                    duration=trio.current_time() - attempt_start,
-                    error=info.message,
-                    code=info.code,
-                    final=not may_retry or attempt == retry.attempts,
-                    **extra,
-                )
-                if not may_retry:
-                    break
-                if attempt < retry.attempts:
-                    await trio.sleep(retry.delay(attempt, rt.rng))
-                continue
-            self._emit(
-                "step.completed",
-                seq,
-                step.name,
-                attempt=attempt,
-                duration=trio.current_time() - attempt_start,
-                **extra,
-            )
-            self._turn.put(
-                Checkpoint(
-                    run_id=self.run_id,
-                    seq=seq,
-                    name=step.name,
-                    kind="local",
-                    status="completed",
-                    input=input_json,
-                    output=output,
-                    errors=tuple(errors),
-                    attempts=attempt,
-                    compensation=compensation,
-                    enqueued_at=started_at,
-                    started_at=started_at,
-                    finished_at=clock.now(),
-                )
-            )
-            # Return what replay will return, not the live object, so the body
-            # sees the same value on every turn.
-            _, returns = _serde.signature_types(step.fn)
-            return _serde.loads(output, returns)
-        failed = Checkpoint(
-            run_id=self.run_id,
-            seq=seq,
-            name=step.name,
-            kind="local",
-            status="failed",
-            input=input_json,
-            error=errors[-1],
-            errors=tuple(errors),
-            attempts=attempt,
-            compensation=compensation,
-            enqueued_at=started_at,
-            started_at=started_at,
-            finished_at=clock.now(),
-        )
-        self._turn.put(failed)
-        raise step_failure(failed) from last_exc
-
-    def _step_info(self, step: Step[..., Any], seq: int, attempt: int) -> StepInfo:
-        run = self._turn.run
-        return StepInfo(
-            run_id=run.id,
-            workflow=run.workflow,
-            namespace=run.namespace,
-            step=step.name,
-            seq=seq,
-            attempt=attempt,
-        )
+        return await local_step(self._replay, step, args, compensate)
 
     # -- timers ---------------------------------------------------------------
 
@@ -437,7 +239,7 @@ class Context:
             or seconds < 0
         ):
             raise UsageError(f"sleep seconds must be a finite number >= 0, not {seconds!r}")
-        await self._timer(lambda now: now + float(seconds))
+        await timer(self._replay, lambda now: now + float(seconds))
 
     async def sleep_until(self, when: float | datetime.datetime) -> None:
         """Sleep durably until ``when``: seconds since the Unix epoch, or an
@@ -454,31 +256,7 @@ class Context:
             target = float(when)
         else:
             raise UsageError(f"sleep_until needs epoch seconds or a datetime, not {when!r}")
-        await self._timer(lambda now: target)
-
-    async def _timer(self, due: Callable[[float], float]) -> None:
-        seq = self._next_seq()
-        cp = self._recorded(seq, "sleep", "timer")
-        now = self._rt.clock.now()
-        if cp is None:
-            wake_at = due(now)
-            cp = Checkpoint(
-                run_id=self.run_id,
-                seq=seq,
-                name="sleep",
-                kind="timer",
-                wake_at=wake_at,
-                enqueued_at=now,
-            )
-            if wake_at > now:
-                self._turn.put(cp)
-        if cp.status != "pending":
-            return
-        assert cp.wake_at is not None
-        if cp.wake_at > now:
-            raise Suspend("timer", cp.wake_at)
-        self._turn.put(attrs.evolve(cp, status="completed", finished_at=now))
-        await trio.lowlevel.checkpoint()
+        await timer(self._replay, lambda now: target)
 
     # -- signals --------------------------------------------------------------
 
@@ -511,54 +289,7 @@ class Context:
             or timeout < 0
         ):
             raise UsageError(f"signal timeout must be a finite number >= 0, not {timeout!r}")
-        seq = self._next_seq()
-        cp = self._recorded(seq, name, "signal")
-        token = signal_token(self.run_id, name)
-        now = self._rt.clock.now()
-        if cp is None:
-            cp = Checkpoint(
-                run_id=self.run_id,
-                seq=seq,
-                name=name,
-                kind="signal",
-                input=json.dumps({"timeout": timeout}),
-                wake_at=None if timeout is None else now + timeout,
-                enqueued_at=now,
-            )
-            self._turn.put(cp)
-            # The store either hands over a buffered signal (settling the
-            # checkpoint in the same write) or registers the waiter; the
-            # engine wakes the run again when it handed one over.
-            self._turn.ops.append(WaitSignal(token, self.run_id, seq, now))
-            raise Suspend("signal", cp.wake_at)
-        if cp.status == "completed":
-            return _serde.loads(cp.output, type)
-        recorded_timeout = json.loads(cp.input or "{}").get("timeout")
-        if cp.status == "failed":
-            raise SignalTimeout(name, recorded_timeout)
-        if cp.wake_at is None or cp.wake_at > now:
-            raise Suspend("signal", cp.wake_at)
-        # The timeout is due. It settles the checkpoint by a claim, so that a
-        # signal delivered at the same moment either wins or loses whole.
-        store = self._rt.store
-        settled, _ = await store.apply(
-            [
-                SettleCheckpoint(
-                    self.run_id,
-                    seq,
-                    "failed",
-                    error=ErrorInfo(message=f"signal {name!r} timed out", code=SignalTimeout.code),
-                    finished_at=now,
-                ),
-                RemoveSignalWaiter(token),
-            ]
-        )
-        if settled is not None:
-            self._turn.checkpoints[seq] = settled
-            raise SignalTimeout(name, recorded_timeout)
-        [fresh] = await store.get_checkpoints(self.run_id, seq, seq)
-        self._turn.checkpoints[seq] = fresh
-        return _serde.loads(fresh.output, type)
+        return await signal(self._replay, name, timeout, type)
 
     # -- children -------------------------------------------------------------
 
@@ -636,19 +367,19 @@ class Context:
           InvalidArgumentsError: ``args`` do not fit the workflow's
             parameters; no child is started.
         """
-        wf = workflow_of(self._rt.app, workflow)
-        seq = self._next_seq()
-        cp = self._recorded(seq, wf.name, "child")
+        replay = self._replay
+        wf = workflow_of(replay.runtime.app, workflow)
+        seq = replay.next_seq()
+        cp = replay.recorded(seq, wf.name, "child")
         if cp is None:
             child_id = f"{self.run_id}.child.{seq}"
-            self._create_child(
-                wf, seq, child_id, _serde.check_workflow_args(wf, args), awaited=True
-            )
+            input_json = _serde.check_workflow_args(wf, args)
+            self._start(wf, seq, child_id, input_json, awaited=True)
             raise Suspend("child")
         if cp.status == "pending":
             # Watched: the child may end while this turn holds the lease.
             raise Suspend("child", watch=(seq, seq))
-        value = self._child_outcome(wf, cp)
+        value = child_outcome(replay.runtime.app, wf, cp)
         if isinstance(value, Failed):
             recorded = cp.error or ErrorInfo(message=value.error)
             raise RunFailed(
@@ -732,39 +463,23 @@ class Context:
           InvalidArgumentsError: ``args`` do not fit the workflow's
             parameters; no child is started.
         """
-        wf = workflow_of(self._rt.app, workflow)
-        seq = self._next_seq()
-        cp = self._recorded(seq, wf.name, "child")
+        replay = self._replay
+        wf = workflow_of(replay.runtime.app, workflow)
+        seq = replay.next_seq()
+        cp = replay.recorded(seq, wf.name, "child")
         if cp is not None:
             return cp.child_id or ""
         child_id = f"{self.run_id}.child.{seq}"
-        self._create_child(wf, seq, child_id, _serde.check_workflow_args(wf, args), awaited=False)
+        self._start(wf, seq, child_id, _serde.check_workflow_args(wf, args), awaited=False)
         await trio.lowlevel.checkpoint()
         return child_id
 
-    def _create_child(
-        self,
-        wf: Workflow[..., Any],
-        seq: int,
-        child_id: str,
-        input_json: str,
-        *,
-        awaited: bool,
-        fan: tuple[int, int, FanMode] | None = None,
+    def _start(
+        self, wf: Workflow[..., Any], seq: int, child_id: str, input_json: str, *, awaited: bool
     ) -> None:
-        record_child(
-            self._turn,
-            (wf.name, wf.version),
-            seq,
-            child_id,
-            input_json,
-            self._rt.clock.now(),
-            awaited=awaited,
-            fan=fan,
-        )
-
-    def _child_outcome(self, wf: Workflow[..., Any], cp: Checkpoint) -> Any:
-        return child_outcome(self._rt.app, wf, cp)
+        now = self._replay.runtime.clock.now()
+        workflow = (wf.name, wf.version)
+        record_child(self._replay.turn, workflow, seq, child_id, input_json, now, awaited=awaited)
 
     # -- fans -----------------------------------------------------------------
 
@@ -821,7 +536,7 @@ class Context:
         """
         if mode not in ("fail_fast", "wait_all"):
             raise UsageError(f"fan mode must be 'fail_fast' or 'wait_all', not {mode!r}")
-        outcomes = await self._fan(workflow, inputs, concurrency, mode)
+        outcomes = await fan(self._replay, workflow, inputs, concurrency, mode)
         failures = [
             GatherFailure(index=i, id=o.id, error=o.error, code=o.code, details=o.details)
             for i, o in enumerate(outcomes)
@@ -867,7 +582,7 @@ class Context:
           One dict per input, in order: ``{"status": "fulfilled", "value": v}``
           or ``{"status": "rejected", "id", "error", "code", "details"}``.
         """
-        outcomes = await self._fan(workflow, inputs, concurrency, "settled")
+        outcomes = await fan(self._replay, workflow, inputs, concurrency, "settled")
         settled: list[dict[str, Any]] = []
         for outcome in outcomes:
             if isinstance(outcome, Failed):
@@ -883,136 +598,3 @@ class Context:
             else:
                 settled.append({"status": "fulfilled", "value": outcome})
         return settled
-
-    async def _fan(
-        self,
-        workflow: Workflow[..., Any] | Step[..., Any] | str,
-        inputs: Sequence[Any],
-        concurrency: int | None,
-        mode: FanMode,
-    ) -> list[Any]:
-        check_fan_target(workflow)
-        if isinstance(workflow, Step):
-            self._check_step(workflow)
-        else:
-            wf = workflow_of(self._rt.app, workflow)
-        if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
-            raise UsageError(f"fan inputs must be a sequence, not {type(inputs).__name__}")
-        if concurrency is not None and (
-            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
-        ):
-            raise UsageError(f"fan concurrency must be a positive integer, not {concurrency!r}")
-        if inputs and self._turn.checkpoints.get(self._seq + 1) is None:
-            # A new fan: every input must fit before its first member starts.
-            # Once a member is recorded, the inputs were checked on the turn
-            # that started it, and checking them again on each wave's turn
-            # would cost O(members) per wave.
-            for value in inputs:
-                if isinstance(workflow, Step):
-                    _serde.check_step_args(workflow, (value,), None)
-                else:
-                    _serde.check_workflow_args(wf, (value,))
-        total = len(inputs)
-        first = self._seq + 1
-        self._seq += total
-        if total == 0:
-            await trio.lowlevel.checkpoint()
-            return []
-        if isinstance(workflow, Step):
-            return await remote_fan(self, workflow, inputs, concurrency, mode, first)
-        members = [self._recorded(first + i, wf.name, "child") for i in range(total)]
-        fan_id = f"{self.run_id}.all.{first}"
-
-        def failed(cp: Checkpoint | None) -> bool:
-            return cp is not None and cp.status == "failed" and not _cancelled_by_fan(cp)
-
-        if mode == "fail_fast" and any(failed(cp) for cp in members):
-            members = await self._freeze_fan(wf, first, fan_id, members)
-        elif any(cp is not None and cp.status == "pending" for cp in members):
-            raise Suspend("fan", watch=(first, first + total - 1))
-        else:
-            unstarted = [i for i, cp in enumerate(members) if cp is None]
-            if unstarted:
-                wave = unstarted if concurrency is None else unstarted[:concurrency]
-                for i in wave:
-                    self._create_child(
-                        wf,
-                        first + i,
-                        f"{fan_id}.{i}",
-                        _serde.dump_args([inputs[i]]),
-                        awaited=True,
-                        fan=(first, total, mode),
-                    )
-                raise Suspend("fan")
-        outcomes: list[Any] = []
-        for i, cp in enumerate(members):
-            assert cp is not None
-            outcome = self._child_outcome(wf, cp)
-            if isinstance(outcome, Failed):
-                outcome = attrs.evolve(outcome, id=cp.child_id or f"{fan_id}.{i}")
-            outcomes.append(outcome)
-        return outcomes
-
-    async def _freeze_fan(
-        self,
-        wf: Workflow[..., Any],
-        first: int,
-        fan_id: str,
-        members: list[Checkpoint | None],
-    ) -> list[Checkpoint | None]:
-        """End a fail_fast fan: settle every member still pending or not yet
-        started as cancelled, and tell the running children to cancel, in one
-        write, so that results arriving later change nothing."""
-        now = self._rt.clock.now()
-        error = ErrorInfo(message="cancelled: another member of the fan failed", code=FAN_CANCELLED)
-        cancelled_output = completion(False, error=error)
-        ops: list[Op] = []
-        pending: list[int] = []
-        for i, cp in enumerate(members):
-            if cp is None:
-                self._turn.put(
-                    Checkpoint(
-                        run_id=self.run_id,
-                        seq=first + i,
-                        name=wf.name,
-                        kind="child",
-                        status="failed",
-                        output=cancelled_output,
-                        error=error,
-                        child_id=None,
-                        parallel_group=first,
-                        parallel_size=len(members),
-                        parallel_mode="fail_fast",
-                        enqueued_at=now,
-                        finished_at=now,
-                    )
-                )
-            elif cp.status == "pending":
-                pending.append(i)
-                ops.append(
-                    SettleCheckpoint(
-                        self.run_id, cp.seq, "failed", cancelled_output, error, finished_at=now
-                    )
-                )
-                assert cp.child_id is not None
-                ops.append(cancel_request(cp.child_id, True, now))
-        if ops:
-            results = await self._rt.store.apply(ops)
-            for n, i in enumerate(pending):
-                settled = results[2 * n]
-                child_id = members[i].child_id  # type: ignore[union-attr]
-                if settled is None:
-                    # The member settled on its own just before: keep its result.
-                    [settled] = await self._rt.store.get_checkpoints(
-                        self.run_id, first + i, first + i
-                    )
-                self._turn.checkpoints[first + i] = settled
-                if results[2 * n + 1] and child_id is not None:
-                    self._rt.scheduler.interrupt(child_id)
-                    self._rt.scheduler.wake(child_id)
-        return [self._turn.checkpoints.get(first + i) for i in range(len(members))]
-
-
-
-def _cancelled_by_fan(cp: Checkpoint) -> bool:
-    return cp.error is not None and cp.error.code == FAN_CANCELLED

@@ -1,4 +1,4 @@
-"""Remote steps inside a turn: dispatch, redispatch, and step fans.
+"""Remote steps inside a turn: when to send, park, queue or resend them.
 
 A remote step's checkpoint is written ``pending`` before its task is sent:
 the task goes out only after the turn's writes commit. While pending, the
@@ -19,17 +19,17 @@ settles it meanwhile always wins; a task whose claim lost is never sent.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, final
 
 import attrs
 
 from . import _serde
 from ._app import FlowQueue, Step
-from ._children import Failed
+from ._dispatch import route_of
 from ._exceptions import UsageError
 from ._failures import step_failure
 from ._records import Checkpoint, ErrorInfo, FanMode
-from ._replay import Suspend
+from ._replay import Replay, Suspend, recorded_value
 from ._stores._base import (
     AdmitToQueue,
     ClaimCheckpoint,
@@ -40,37 +40,35 @@ from ._stores._base import (
 )
 from ._wire import Task
 
-if TYPE_CHECKING:
-    from ._context import Context
-
-FAN_CANCELLED: Final = "fan_cancelled"
 RESEND: Final = "resend"
 """The mark of a step to send again as a new attempt: its run was cancelled
 while an attempt was out (its result was dropped), then retried."""
 
 
-def route_of(step: Step[..., Any], namespace: str) -> str:
-    """The queue a step's tasks travel on: its group, with the run's
-    namespace as a suffix outside the default namespace."""
-    assert step.group is not None
-    return step.group if namespace == "default" else f"{step.group}@{namespace}"
+@final
+class StepPlanner:
+    """Dispatch decisions of one turn for one remote step, alone or the
+    members of its fan (capability checks are asked once per turn, not once
+    per fan member).
 
-
-class _Planner:
-    """Dispatch decisions of one turn for one step (capability checks are
-    asked once per turn, not once per fan member)."""
+    Args:
+      replay: The turn's replay.
+      step: The remote step.
+      flow: The flow-control queue its calls go through, if any.
+      priority: Their priority.
+    """
 
     def __init__(
         self,
-        ctx: Context,
+        replay: Replay,
         step: Step[..., Any],
         flow: FlowQueue | None = None,
         priority: int = 0,
     ) -> None:
-        self.ctx = ctx
+        self.replay = replay
         self.step = step
-        self.rt = ctx._rt
-        self.route = route_of(step, ctx.namespace)
+        self.rt = replay.runtime
+        self.route = route_of(step, replay.run.namespace)
         self.flow = flow
         self.priority = priority
         self._gap: str | bool | None = False
@@ -85,13 +83,13 @@ class _Planner:
         return None if policy is None else now + policy[0]
 
     def task(self, cp: Checkpoint, now: float) -> Task:
-        self.ctx._emit("step.started", cp.seq, cp.name, attempt=cp.attempts, route=self.route)
+        self.replay.emit("step.started", cp.seq, cp.name, attempt=cp.attempts, route=self.route)
         return Task(
             run_id=cp.run_id,
             seq=cp.seq,
             attempt=cp.attempts,
             step=self.step.name,
-            workflow=self.ctx.workflow,
+            workflow=self.replay.run.workflow,
             route=self.route,
             input=cp.input or "[]",
             timeout=self.step.timeout,
@@ -111,7 +109,7 @@ class _Planner:
         """Record a new member and, if a worker can take it, its first task."""
         now = self.rt.clock.now()
         cp = Checkpoint(
-            run_id=self.ctx.run_id,
+            run_id=self.replay.run.id,
             seq=seq,
             name=self.step.name,
             kind="remote",
@@ -125,7 +123,7 @@ class _Planner:
             enqueued_at=now,
         )
         gap = await self.gap()
-        turn = self.ctx._turn
+        turn = self.replay.turn
         if gap is not None:
             cp = self._parked(cp, gap, now)
             turn.put(cp)
@@ -164,7 +162,7 @@ class _Planner:
                 ),
             ]
         )
-        self.ctx._turn.checkpoints[cp.seq] = queued
+        self.replay.turn.checkpoints[cp.seq] = queued
         if not admitted:
             return queued
         return self._send(attrs.evolve(queued, error=None), now)
@@ -186,9 +184,9 @@ class _Planner:
         if not claimed:
             # Settled meanwhile (its run was cancelled, or a fan froze it).
             [fresh] = await self.rt.store.get_checkpoints(cp.run_id, cp.seq, cp.seq)
-            self.ctx._turn.checkpoints[cp.seq] = fresh
+            self.replay.turn.checkpoints[cp.seq] = fresh
             return fresh
-        self.ctx._turn.checkpoints[cp.seq] = waiting
+        self.replay.turn.checkpoints[cp.seq] = waiting
         if not admitted:
             return waiting
         return self._send(attrs.evolve(waiting, error=None), now)
@@ -196,7 +194,7 @@ class _Planner:
     def _send(self, cp: Checkpoint, now: float) -> Checkpoint:
         sent = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now), error=None)
         self._claim(sent)
-        turn = self.ctx._turn
+        turn = self.replay.turn
         turn.dispatch.append((len(turn.ops) - 1, self.task(sent, now)))
         return sent
 
@@ -214,7 +212,7 @@ class _Planner:
         now = self.rt.clock.now()
         if cp.wake_at is not None and cp.wake_at > now:
             return cp
-        turn = self.ctx._turn
+        turn = self.replay.turn
         if cp.started_at is None:
             if cp.error is not None and cp.error.code == "queued":
                 return await self._recheck_admission(cp, now)
@@ -257,7 +255,7 @@ class _Planner:
         )
         self._claim(resent)
         turn.dispatch.append((len(turn.ops) - 1, self.task(resent, now)))
-        self.ctx._emit("step.redispatched", cp.seq, cp.name, attempt=resent.attempts)
+        self.replay.emit("step.redispatched", cp.seq, cp.name, attempt=resent.attempts)
         return resent
 
     async def _lost(self, cp: Checkpoint, redispatches: int, now: float) -> Checkpoint:
@@ -274,7 +272,7 @@ class _Planner:
         if settled is None:
             [settled] = await store.get_checkpoints(cp.run_id, cp.seq, cp.seq)
         else:
-            self.ctx._emit(
+            self.replay.emit(
                 "step.failed",
                 cp.seq,
                 cp.name,
@@ -286,22 +284,17 @@ class _Planner:
         for admitted in released:
             for run_id, _ in admitted:
                 self.rt.scheduler.wake(run_id)
-        self.ctx._turn.checkpoints[cp.seq] = settled
+        self.replay.turn.checkpoints[cp.seq] = settled
         return settled  # type: ignore[no-any-return]
 
     def _claim(self, cp: Checkpoint) -> None:
-        turn = self.ctx._turn
+        turn = self.replay.turn
         turn.checkpoints[cp.seq] = cp
         turn.ops.append(ClaimCheckpoint(cp))
 
 
-def _value(step: Step[..., Any], cp: Checkpoint) -> Any:
-    _, returns = _serde.signature_types(step.fn)
-    return _serde.loads(cp.output, returns)
-
-
 async def remote_step(
-    ctx: Context,
+    replay: Replay,
     step: Step[..., Any],
     args: Sequence[Any],
     *,
@@ -313,26 +306,26 @@ async def remote_step(
     flow = None
     name = queue if queue is not None else step.queue
     if name is not None:
-        flow = ctx._rt.app.get_queue(name)
+        flow = replay.runtime.app.get_queue(name)
         if flow is None:
             raise UsageError(
-                f"no flow-control queue {name!r} is registered in app {ctx._rt.app.name!r}"
+                f"no flow-control queue {name!r} is registered in app {replay.runtime.app.name!r}"
             )
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise UsageError(f"priority must be an integer, not {priority!r}")
-    seq = ctx._next_seq()
-    cp = ctx._recorded(seq, step.name, "remote")
-    planner = _Planner(
-        ctx, step, flow, priority if priority is not None else (flow.priority if flow else 0)
+    seq = replay.next_seq()
+    cp = replay.recorded(seq, step.name, "remote")
+    planner = StepPlanner(
+        replay, step, flow, priority if priority is not None else (flow.priority if flow else 0)
     )
     if cp is None:
-        undo = None if compensation is None else ctx._rt.app.get_step(compensation)
+        undo = None if compensation is None else replay.runtime.app.get_step(compensation)
         input_json = _serde.check_step_args(step, args, undo)
         cp = await planner.new(seq, input_json, None, compensation=compensation)
     elif cp.status == "pending":
         cp = await planner.drive(cp)
     if cp.status == "completed":
-        return _value(step, cp)
+        return recorded_value(step, cp)
     if cp.status == "failed":
         raise step_failure(cp)
     raise Suspend("remote", cp.wake_at, watch=(seq, seq), admission=seq if _in_line(cp) else None)
@@ -354,115 +347,3 @@ async def let_in_meanwhile(store: Store, run_id: str, seq: int) -> bool:
     """
     found = await store.get_checkpoints(run_id, seq, seq)
     return not found or not _in_line(found[0])
-
-
-async def remote_fan(
-    ctx: Context,
-    step: Step[..., Any],
-    inputs: Sequence[Any],
-    concurrency: int | None,
-    mode: FanMode,
-    first: int,
-) -> list[Any]:
-    """`Context.all` / `Context.all_settled` over a remote step: one seq per
-    input from ``first``, sent in waves, joined by the engine's barrier."""
-    total = len(inputs)
-    members = [ctx._recorded(first + i, step.name, "remote") for i in range(total)]
-    fan_id = f"{ctx.run_id}.all.{first}"
-    planner = _Planner(ctx, step)
-
-    def failed(cp: Checkpoint | None) -> bool:
-        return cp is not None and cp.status == "failed" and not _by_fan(cp)
-
-    if not (mode == "fail_fast" and any(failed(cp) for cp in members)):
-        for i, cp in enumerate(members):
-            if cp is not None and cp.status == "pending":
-                members[i] = await planner.drive(cp)
-    if mode == "fail_fast" and any(failed(cp) for cp in members):
-        members = await _freeze(ctx, step, first, members)
-    else:
-        pending = [cp for cp in members if cp is not None and cp.status == "pending"]
-        if pending:
-            wakes = [cp.wake_at for cp in pending if cp.wake_at is not None]
-            raise Suspend("fan", min(wakes) if wakes else None, watch=(first, first + total - 1))
-        unstarted = [i for i, cp in enumerate(members) if cp is None]
-        if unstarted:
-            wave = unstarted if concurrency is None else unstarted[:concurrency]
-            wakes = []
-            for i in wave:
-                cp = await planner.new(
-                    first + i, _serde.dump_args([inputs[i]]), (first, total, mode)
-                )
-                if cp.wake_at is not None:
-                    wakes.append(cp.wake_at)
-            raise Suspend("fan", min(wakes) if wakes else None, watch=(first, first + total - 1))
-    outcomes: list[Any] = []
-    for i, cp in enumerate(members):
-        assert cp is not None
-        if cp.status == "completed":
-            outcomes.append(_value(step, cp))
-        else:
-            error = cp.error or ErrorInfo(message="failed")
-            outcomes.append(Failed(error.message, error.code, error.details, f"{fan_id}.{i}"))
-    return outcomes
-
-
-def _by_fan(cp: Checkpoint) -> bool:
-    return cp.error is not None and cp.error.code == FAN_CANCELLED
-
-
-async def _freeze(
-    ctx: Context, step: Step[..., Any], first: int, members: list[Checkpoint | None]
-) -> list[Checkpoint | None]:
-    """End a fail_fast step fan: members still pending or never sent are
-    settled as cancelled in one write, so results that arrive later for them
-    change nothing and unsent members are never sent."""
-    rt = ctx._rt
-    now = rt.clock.now()
-    error = ErrorInfo(message="cancelled: another member of the fan failed", code=FAN_CANCELLED)
-    ops: list[Any] = []
-    pending: list[int] = []
-    for i, cp in enumerate(members):
-        if cp is None:
-            ctx._turn.put(
-                Checkpoint(
-                    run_id=ctx.run_id,
-                    seq=first + i,
-                    name=step.name,
-                    kind="remote",
-                    status="failed",
-                    error=error,
-                    group=route_of(step, ctx.namespace),
-                    parallel_group=first,
-                    parallel_size=len(members),
-                    parallel_mode="fail_fast",
-                    enqueued_at=now,
-                    finished_at=now,
-                )
-            )
-        elif cp.status == "pending":
-            pending.append(i)
-            ops.append(SettleCheckpoint(ctx.run_id, cp.seq, "failed", None, error, now))
-    if ops:
-        results = await rt.store.apply(ops)
-        for n, i in enumerate(pending):
-            settled = results[n]
-            if settled is None:
-                [settled] = await rt.store.get_checkpoints(ctx.run_id, first + i, first + i)
-            ctx._turn.checkpoints[first + i] = settled
-    return [ctx._turn.checkpoints.get(first + i) for i in range(len(members))]
-
-
-def check_fan_target(target: object) -> None:
-    """Fans run child workflows or remote steps, not local steps, and not
-    steps behind a flow-control queue (the fan's own waves limit it)."""
-    if isinstance(target, Step) and not target.remote:
-        raise UsageError(
-            f"a fan runs child workflows or remote steps; {target.name!r} is a local step"
-            " (give it a group=, or call ctx.step in a loop)"
-        )
-    if isinstance(target, Step) and target.queue is not None:
-        raise UsageError(
-            f"step {target.name!r} goes through the flow-control queue {target.queue!r};"
-            " a fan cannot use a queue: limit it with concurrency= instead"
-        )

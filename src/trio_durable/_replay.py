@@ -1,21 +1,31 @@
-"""What one turn of a run reads and writes, and how its body stops.
+"""Replay: a body's way through one turn of its run.
 
-A turn reads the run and its checkpoints (`TurnState`), replays the body
-against them, and collects the writes the body's new operations make. The
-body ends the turn at a durable wait by raising `Suspend`; the turn then
-writes everything it collected in one batch.
+A turn reads the run and its checkpoints (`TurnState`) and replays the body
+against them. Every durable operation takes the next seq (`Replay`). If the
+run's checkpoint at that seq is settled, the operation returns (or raises)
+what was recorded, without running again; a checkpoint of another name or
+kind there means the workflow changed under the run (non-determinism). If
+it is missing, the operation runs, and what it records is collected as a
+write of the turn. The body ends the turn at a durable wait by raising
+`Suspend`; the turn then writes everything it collected in one batch.
 """
 
 from __future__ import annotations
 
-from typing import final
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from ._exceptions import NonDeterminismError
-from ._records import Checkpoint, Run
+from . import _serde
+from ._app import Step
+from ._exceptions import NonDeterminismError, UsageError
+from ._observe import Event, EventKind
+from ._records import Checkpoint, CheckpointKind, Run
 from ._stores._base import Op, PutCheckpoint
 from ._wire import Task
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
 
 
 @final
@@ -67,3 +77,89 @@ class TurnState:
     def put(self, checkpoint: Checkpoint) -> None:
         self.checkpoints[checkpoint.seq] = checkpoint
         self.ops.append(PutCheckpoint(checkpoint))
+
+
+def recorded_value(step: Step[..., Any], cp: Checkpoint) -> Any:
+    """What a completed step's checkpoint returns: its output, structured
+    as the step's return annotation."""
+    _, returns = _serde.signature_types(step.fn)
+    return _serde.loads(cp.output, returns)
+
+
+@final
+class Replay:
+    """A body's position in one turn's replay, and what it reaches.
+
+    Attributes:
+      runtime: The engine's parts.
+      turn: What the turn read and is about to write.
+    """
+
+    def __init__(self, runtime: Runtime, turn: TurnState) -> None:
+        self.runtime = runtime
+        self.turn = turn
+        self._seq = 0
+
+    @property
+    def run(self) -> Run:
+        """The run being replayed."""
+        return self.turn.run
+
+    def next_seq(self) -> int:
+        """Take the next seq."""
+        self._seq += 1
+        return self._seq
+
+    def next_is_new(self) -> bool:
+        """Whether nothing is recorded yet at the next seq."""
+        return self.turn.checkpoints.get(self._seq + 1) is None
+
+    def take_seqs(self, count: int) -> int:
+        """Take the next ``count`` seqs (a fan's members); return the first."""
+        first = self._seq + 1
+        self._seq += count
+        return first
+
+    def recorded(self, seq: int, name: str, kind: CheckpointKind) -> Checkpoint | None:
+        """The checkpoint recorded at ``seq``, or None if there is none yet.
+
+        Raises:
+          NonDeterminismError: The checkpoint there is of another ``name`` or
+            ``kind``, or replay already diverged.
+        """
+        if self.turn.nondeterminism is not None:
+            # Replay already diverged (and the body caught the error): the run
+            # fails, so it must not run steps or record anything more.
+            raise self.turn.nondeterminism
+        cp = self.turn.checkpoints.get(seq)
+        if cp is not None and (cp.name != name or cp.kind != kind):
+            error = NonDeterminismError(
+                f"at seq {seq} the run recorded {cp.kind} {cp.name!r}, "
+                f"but the workflow now asks for {kind} {name!r}",
+                details={"seq": seq, "recorded": cp.name, "requested": name},
+            )
+            if self.turn.nondeterminism is None:
+                self.turn.nondeterminism = error
+            raise error
+        return cp
+
+    def check_step(self, step: object) -> None:
+        """Raise `UsageError` unless ``step`` is a step of this app."""
+        app = self.runtime.app
+        if not isinstance(step, Step) or app.get_step(step.name) is not step:
+            raise UsageError(f"{step!r} is not a step registered in app {app.name!r}")
+
+    def emit(self, kind: EventKind, seq: int | None, name: str | None, **data: Any) -> None:
+        """Emit an event of the operation at ``seq`` (``name``) of this run."""
+        run = self.turn.run
+        self.runtime.telemetry.emit(
+            Event(
+                kind=kind,
+                run_id=run.id,
+                workflow=run.workflow,
+                at=self.runtime.clock.now(),
+                seq=seq,
+                name=name,
+                data=data,
+            )
+        )

@@ -24,9 +24,9 @@ import attrs
 from . import _serde
 from ._app import App
 from ._children import completion
-from ._context import Context
 from ._exceptions import StepFailed
 from ._handoff import output_source
+from ._local import execute
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus, signal_token
 from ._remote import RESEND
 from ._routing import HANDOFF_BASE, RETIRED_PREFIX, without_route_tags
@@ -40,7 +40,7 @@ from ._stores._base import (
 )
 
 if TYPE_CHECKING:
-    from ._replay import TurnState
+    from ._replay import Replay
     from ._runtime import Runtime
 
 logger = logging.getLogger("trio_durable")
@@ -48,13 +48,14 @@ logger = logging.getLogger("trio_durable")
 CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead", "cancelled"})
 
 
-async def compensate(rt: Runtime, turn: TurnState, ctx: Context) -> None:
+async def compensate(replay: Replay) -> None:
     """Run the undos of the completed steps, newest first.
 
     Each undo sits at ``-seq`` of the step it undoes and is written as soon
     as it ends (fenced by the lease), so a turn that crashed halfway skips
     the undos that already ran instead of repeating their effects.
     """
+    rt, turn = replay.runtime, replay.turn
     done = sorted(
         (cp for cp in turn.checkpoints.values() if cp.seq > 0 and cp.compensation),
         key=lambda cp: -cp.seq,
@@ -81,7 +82,7 @@ async def compensate(rt: Runtime, turn: TurnState, ctx: Context) -> None:
             continue
         args = _serde.load_args(cp.input or "[]", cp_step_fn(rt.app, cp))
         try:
-            await ctx._execute(undo, -cp.seq, args, cp.input or "[]", undo_of=cp.seq)
+            await execute(replay, undo, -cp.seq, args, cp.input or "[]", undo_of=cp.seq)
         except StepFailed:
             logger.warning("undo %r of run %r failed", undo.name, turn.run.id)
         if not turn.dispatch:

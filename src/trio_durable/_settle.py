@@ -25,9 +25,9 @@ from ._app import NO_RETRY
 from ._barrier import join_barrier
 from ._brokers._base import BrokerError, Consumer, Delivery
 from ._exceptions import StoreError
+from ._fans import FAN_CANCELLED
 from ._observe import Event, EventKind
 from ._records import Checkpoint, ErrorInfo, RunStatus, bound_traceback
-from ._remote import FAN_CANCELLED
 from ._stores._base import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result, WireError
 

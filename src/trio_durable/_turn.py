@@ -34,7 +34,7 @@ from ._records import (
     signal_token,
 )
 from ._remote import let_in_meanwhile
-from ._replay import Suspend, TurnState
+from ._replay import Replay, Suspend, TurnState
 from ._routing import RETIRED_PREFIX, active_handoff, pick_route
 from ._saga import compensate
 from ._stores._base import (
@@ -206,7 +206,8 @@ class Turn:
             )
             return
         wf = rt.app.get_workflow(run.workflow, run.version)
-        ctx = Context(rt, state)
+        replay = Replay(rt, state)
+        ctx = Context(replay)
         outcome: tuple[str, Any] = ("interrupted", None)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._renew_lease)
@@ -234,7 +235,7 @@ class Turn:
         elif kind == "completed":
             await self.end("completed", output=value)
         else:
-            await self._fail(ctx, value, wf)
+            await self._fail(replay, value, wf)
 
     async def _run_body(self, wf: Workflow[..., Any], ctx: Context) -> tuple[str, Any]:
         state = self.state
@@ -401,11 +402,11 @@ class Turn:
         ):
             self._slot.again = True
 
-    async def _fail(self, ctx: Context, exc: BaseException, wf: Workflow[..., Any]) -> None:
+    async def _fail(self, replay: Replay, exc: BaseException, wf: Workflow[..., Any]) -> None:
         rt, turn = self.runtime, self.state
         error = error_info(exc, traceback_limit=rt.options.traceback_limit)
         if not isinstance(exc, NonDeterminismError):
-            await self._compensate(ctx)
+            await self._compensate(replay)
         route = pick_route(wf.on_error, error)
         if route is not None:
             reason = await routes_in_doubt(rt.broker, wf.name)
@@ -423,7 +424,7 @@ class Turn:
             rt.telemetry.emit_run("run.unrouted", turn.run, code=error.code, reason=reason)
         await self.end("failed", error=error)
 
-    async def _compensate(self, ctx: Context) -> None:
+    async def _compensate(self, replay: Replay) -> None:
         """Run the saga's undos, renewing the lease meanwhile: undos and their
         retries may outlast it, and a lapsed lease would let another engine
         take the run over and run the same undos again."""
@@ -431,7 +432,7 @@ class Turn:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._renew_lease)
             try:
-                await compensate(self.runtime, self.state, ctx)
+                await compensate(replay)
             except StoreError as exc:
                 # Raised after the nursery, so it is not wrapped in a group.
                 failure = exc
@@ -504,8 +505,7 @@ class Turn:
         rt, turn = self.runtime, self.state
         run = turn.run
         if run.compensate:
-            ctx = Context(rt, turn)
-            await self._compensate(ctx)
+            await self._compensate(Replay(rt, turn))
         now = rt.clock.now()
         error = ErrorInfo(message="cancelled", code="cancelled")
         for cp in sorted(turn.checkpoints.values(), key=lambda cp: cp.seq):

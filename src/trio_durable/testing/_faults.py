@@ -19,8 +19,8 @@ import attrs
 import trio
 
 from .._exceptions import StoreError
+from .._fans import FAN_CANCELLED
 from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
-from .._remote import FAN_CANCELLED
 from .._stores._base import (
     ChangeFeed,
     DeleteCheckpoints,
