@@ -578,6 +578,12 @@ async def open_worker(
                 nursery.cancel_scope.cancel()
 
 
+def crash(worker: Worker) -> None:
+    """Make leaving ``worker``'s `open_worker` block act as a killed process
+    would: its announcement is left to expire (for `trio_durable.testing`)."""
+    worker._crashed = True
+
+
 def worker_metrics(worker: Worker) -> Metrics:
     """The counters of ``worker`` (an engine adds its embedded worker's
     to its own)."""

@@ -27,6 +27,7 @@ from .._engine import Engine, crash, open_engine
 from .._exceptions import EngineClosedError, InvalidRunStateError, StoreError, TrioDurableError
 from .._records import TERMINAL_STATUSES, Run
 from .._stores._memory import MemoryStore
+from .._worker import crash as crash_worker
 from .._worker import open_worker
 from ._faults import Faults, FaultyStore
 
@@ -359,7 +360,7 @@ async def _simulation(
             if not alive:
                 continue
             index = rng.choice(alive)
-            live_workers.pop(index)._crashed = True
+            crash_worker(live_workers.pop(index))
             worker_scopes[index].cancel()
             count("worker.crash")
 
