@@ -24,7 +24,7 @@ from trio_durable._brokers._base import (
     WorkerDescriptor,
 )
 from trio_durable._brokers._memory import MemoryBroker
-from trio_durable._dispatch import served_queues, task_queue
+from trio_durable._dispatch import broker_queue, served_broker_queues
 from trio_durable._fleet import Disagreement, aggregate
 from trio_durable._worker import Worker, open_worker
 
@@ -557,7 +557,7 @@ async def test_step_parks_until_a_capable_worker_announces(
                 assert "'render'" in cp.error.message
                 assert cp.errors == ()
                 assert broker.depth("render") == 0
-                assert broker.depth(task_queue("render", ["gpu"])) == 0
+                assert broker.depth(broker_queue("render", ["gpu"])) == 0
                 assert broker.dispatched == 0
 
             await parked(RECHECK)
@@ -625,15 +625,15 @@ def drain_events(events: trio.MemoryReceiveChannel[td.Event]) -> list[td.Event]:
 
 
 def test_only_capable_workers_consume_a_steps_capability_queue() -> None:
-    assert task_queue("render", []) == "render"
-    assert task_queue("render@acme", ["gpu", "avx", "gpu"]) == "render@acme~avx~gpu"
-    assert served_queues(gpu_app, ["render"], ["avx"]) == ("render",)
-    assert served_queues(gpu_app, ["render", "plain@acme"], ["gpu"]) == (
+    assert broker_queue("render", []) == "render"
+    assert broker_queue("render@acme", ["gpu", "avx", "gpu"]) == "render@acme~avx~gpu"
+    assert served_broker_queues(gpu_app, ["render"], ["avx"]) == ("render",)
+    assert served_broker_queues(gpu_app, ["render", "plain@acme"], ["gpu"]) == (
         "render",
         "render~gpu",
         "plain@acme",
     )
-    assert served_queues(gpu_app, ["render@acme"], ["gpu", "avx"]) == (
+    assert served_broker_queues(gpu_app, ["render@acme"], ["gpu", "avx"]) == (
         "render@acme",
         "render@acme~gpu",
     )
@@ -742,7 +742,7 @@ async def test_a_crashed_capable_worker_counts_until_its_ttl_runs_out(
         await engine.drain()
         [cp] = await engine.store.get_checkpoints("film-early")
         assert (cp.status, cp.started_at, cp.error) == ("pending", WALL_START + 1.0, None)
-        assert broker.depth(task_queue("render", ["gpu"])) == 1
+        assert broker.depth(broker_queue("render", ["gpu"])) == 1
         # Once it is forgotten, new steps park.
         await trio.sleep_until(TTL)
         await engine.start(film, "late", run_id="film-late")

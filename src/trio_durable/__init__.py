@@ -50,12 +50,12 @@ from ._fleet import Fleet as Fleet
 from ._handle import RunHandle as RunHandle
 from ._handoff import UnservedRoute as UnservedRoute
 from ._observe import Event as Event
+from ._on_error import OnError as OnError
+from ._on_error import lineage as lineage
+from ._on_error import parent_of as parent_of
 from ._records import Checkpoint as Checkpoint
 from ._records import ErrorInfo as ErrorInfo
 from ._records import Run as Run
-from ._routing import OnError as OnError
-from ._routing import lineage as lineage
-from ._routing import parent_of as parent_of
 from ._runtime import EngineStatistics as EngineStatistics
 from ._stores import open_store as open_store
 from ._stores._base import Store as Store

@@ -26,8 +26,7 @@ import attrs
 
 from ._brokers._base import is_broker_safe
 from ._exceptions import FatalError, RegistrationError, UnknownWorkflowError
-from ._routing import OnError
-from ._routing import check_routes as check_on_error
+from ._on_error import OnError, check_on_error_routes
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -386,7 +385,7 @@ class App:
                 raise RegistrationError(
                     f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
                 )
-            routes = check_on_error(wf_name, on_error)
+            routes = check_on_error_routes(wf_name, on_error)
             wf: Workflow[Any, Any] = Workflow(fn, name=wf_name, version=version, on_error=routes)
             self._workflows[key] = wf
             self._latest[wf_name] = wf

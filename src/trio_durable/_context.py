@@ -216,7 +216,7 @@ class Context:
                 step,
                 args,
                 compensation=compensate.name if compensate else None,
-                queue=queue,
+                flow_queue=queue,
                 priority=priority,
             )
         if queue is not None or priority is not None:

@@ -35,23 +35,23 @@ DISPATCH_CHUNK: Final = 1000
 """Tasks sent in one call to the broker at most."""
 
 
-def route_of(step: Step[..., Any], namespace: str) -> str:
+def group_route(step: Step[..., Any], namespace: str) -> str:
     """The group route a step's tasks travel on: its group, with the run's
     namespace as a suffix outside the default namespace."""
     assert step.group is not None
     return step.group if namespace == "default" else f"{step.group}@{namespace}"
 
 
-def split_route(route: str) -> tuple[str, str | None]:
+def split_group_route(route: str) -> tuple[str, str | None]:
     """``"<group>@<namespace>"`` as ``(group, namespace)``; the namespace is
     None for a plain group."""
     group, _, namespace = route.partition("@")
     return group, namespace or None
 
 
-def task_queue(route: str, requires: Sequence[str]) -> str:
-    """The broker queue a step's tasks travel on: its route, or for a step
-    that requires capabilities, the route's queue for exactly those, which
+def broker_queue(route: str, requires: Sequence[str]) -> str:
+    """The broker queue a step's tasks travel on: its group route, or for a
+    step that requires capabilities, the route's queue for exactly those, which
     only workers offering them consume. (The engine's check that a capable
     worker is live does not keep a worker of the group without them from
     taking the task off a queue they share.)"""
@@ -60,17 +60,20 @@ def task_queue(route: str, requires: Sequence[str]) -> str:
     return f"{route}~{'~'.join(sorted(set(requires)))}"
 
 
-def served_queues(app: App, routes: Sequence[str], capabilities: Sequence[str]) -> tuple[str, ...]:
-    """The queues a worker consumes: each route, and each route's queue for
-    the requirements of its steps that the worker's capabilities cover."""
+def served_broker_queues(
+    app: App, routes: Sequence[str], capabilities: Sequence[str]
+) -> tuple[str, ...]:
+    """The broker queues a worker consumes: each group route, and each
+    route's queue for the requirements of its steps that the worker's
+    capabilities cover."""
     offered = set(capabilities)
     queues: list[str] = []
     for route in routes:
-        group = split_route(route)[0]
+        group = split_group_route(route)[0]
         for queue in (
             route,
             *(
-                task_queue(route, step.requires)
+                broker_queue(route, step.requires)
                 for step in app.steps
                 if step.group == group and step.requires and offered >= set(step.requires)
             ),
@@ -113,9 +116,9 @@ class Dispatcher:
         self._results_queue = results_queue
         self._blocked_recheck = blocked_recheck
         self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
-        # The queues the embedded worker consumes: tasks sent there are
-        # this engine's own to wait for (see `_sent`).
-        self.served: frozenset[str] = frozenset()
+        # The broker queues the embedded worker consumes: tasks sent there
+        # are this engine's own to wait for (see `_sent`).
+        self.own_queues: frozenset[str] = frozenset()
 
     async def send(self, tasks: list[Task]) -> None:
         """Send tasks whose pending checkpoints just committed. A task over
@@ -166,14 +169,14 @@ class Dispatcher:
         for task in tasks:
             message = task_message(
                 attrs.evolve(task, reply_to=self._results_queue),
-                task_queue(task.route, self._requires(task.step)),
+                broker_queue(task.route, self._requires(task.step)),
                 limit,
                 now,
             )
             if message is None:
                 continue
             messages.append(message)
-            if message.queue in self.served or message.queue == self._results_queue:
+            if message.queue in self.own_queues or message.queue == self._results_queue:
                 self._sent.add(task.run_id, task.seq, task.attempt)
                 own.append(task)
         return messages, own
@@ -187,20 +190,21 @@ class Dispatcher:
         step = self._app.get_step(step_name)
         return () if step is None else step.requires
 
-    async def capability_gap(self, route: str, requires: tuple[str, ...]) -> str | None:
-        """Why no live worker of ``route`` can run a step that ``requires``
+    async def capability_gap(self, group_route: str, requires: tuple[str, ...]) -> str | None:
+        """Why no live worker of ``group_route`` can run a step that ``requires``
         these capabilities, or None if one can (or nothing is required)."""
         if not requires:
             return None
         now = trio.current_time()
-        cached = self._descriptor_cache.get(route)
+        cached = self._descriptor_cache.get(group_route)
         if cached is None or now - cached[0] >= min(1.0, self._blocked_recheck / 2):
             try:
-                descriptors = await self._broker.worker_descriptors(route)
+                descriptors = await self._broker.worker_descriptors(group_route)
             except BrokerError as exc:
                 return f"cannot read worker announcements: {exc}"
-            cached = self._descriptor_cache[route] = (now, descriptors)
+            cached = self._descriptor_cache[group_route] = (now, descriptors)
         needed = set(requires)
         if any(needed <= set(d.capabilities) for d in cached[1]):
             return None
-        return f"blocked: no live worker of group {route!r} offers {', '.join(sorted(needed))}"
+        needs = ", ".join(sorted(needed))
+        return f"blocked: no live worker of group {group_route!r} offers {needs}"

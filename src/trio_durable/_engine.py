@@ -53,7 +53,7 @@ from ._saga import plan_retry
 from ._scheduler import drain
 from ._stores import open_store
 from ._stores._base import Op, Store, WriteConflict
-from ._worker import check_routes, worker_metrics
+from ._worker import check_group_routes, worker_metrics
 
 logger = logging.getLogger("trio_durable")
 
@@ -534,7 +534,7 @@ async def open_engine(
     )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")
-    routes = check_routes(app, serve, "serve")
+    routes = check_group_routes(app, serve, "serve")
     rng = random.Random(seed)
     if engine_id is None:
         engine_id = f"engine-{rng.getrandbits(32):08x}"

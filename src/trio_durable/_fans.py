@@ -25,7 +25,7 @@ import trio
 from . import _serde
 from ._app import Step, Workflow, workflow_of
 from ._children import Failed, cancel_request, child_outcome, completion, record_child
-from ._dispatch import route_of
+from ._dispatch import group_route
 from ._exceptions import UsageError
 from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode
 from ._remote import StepPlanner
@@ -150,7 +150,7 @@ async def _step_fan(
             if cp is not None and cp.status == "pending":
                 members[i] = await planner.drive(cp)
     if mode == "fail_fast" and _any_failed(members):
-        route = route_of(step, replay.run.namespace)
+        route = group_route(step, replay.run.namespace)
         members = await _freeze(replay, first, members, "remote", step.name, route)
     else:
         pending = [cp for cp in members if cp is not None and cp.status == "pending"]

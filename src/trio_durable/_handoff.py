@@ -1,5 +1,5 @@
 """On-error handoffs inside the engine: routing a failure, following the
-handler, and listing routes nothing serves (see `_routing` for the rules)."""
+handler, and listing routes nothing serves (see `_on_error` for the rules)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ from ._brokers._base import BrokerError
 from ._children import completion_source, record_child
 from ._exceptions import UnknownWorkflowError
 from ._fleet import aggregate
-from ._records import Checkpoint, ErrorInfo, Run
-from ._routing import (
+from ._on_error import (
     HANDOFF_BASE,
     TAG_PREFIX,
     OnError,
     active_handoff,
     handler_input,
     handoffs,
-    route_tag,
-    without_route_tags,
+    on_error_tag,
+    without_on_error_tags,
 )
+from ._records import Checkpoint, ErrorInfo, Run
 from ._stores._base import CreateRun
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class UnservedRoute:
     handler: str
 
 
-async def routes_in_doubt(broker: Broker, workflow: str) -> str | None:
+async def on_error_routes_in_doubt(broker: Broker, workflow: str) -> str | None:
     """Why the fleet's routes for ``workflow`` cannot be trusted now (live
     workers announce different route sets: a rollout), or None."""
     try:
@@ -80,21 +80,21 @@ def handler_workflow(app: App, name: str) -> tuple[str, str]:
     return wf.name, wf.version
 
 
-async def hand_off(turn: Turn, route: OnError, error: ErrorInfo) -> None:
-    """Hand the failed run to its route's handler, in one write: the
+async def hand_off(turn: Turn, on_error: OnError, error: ErrorInfo) -> None:
+    """Hand the failed run to the handler ``on_error`` routes it to, in one write: the
     handoff checkpoint, the handler's run and the run's tag."""
     rt, state = turn.runtime, turn.state
     run = state.run
     attempt = len(handoffs(state.checkpoints))
     seq = HANDOFF_BASE + attempt
     handler_id = f"{run.id}.onError.{attempt}"
-    name, version = handler_workflow(rt.app, route.workflow)
+    name, version = handler_workflow(rt.app, on_error.workflow)
     now = rt.clock.now()
     input_json = handler_input(run, error)
     record_child(
         state, (name, version), seq, handler_id, input_json, now, awaited=True, error=error
     )
-    tags = (*without_route_tags(run.tags), route_tag(route))
+    tags = (*without_on_error_tags(run.tags), on_error_tag(on_error))
     results = await turn.write(
         turn.fence({"status": "suspended", "wake_at": None, "tags": tags}, frozenset({"running"}))
     )
@@ -195,13 +195,13 @@ async def unserved_on_error_routes(broker: Broker, app: App) -> list[UnservedRou
     local = {wf.name for wf in app.workflows}
     unserved: list[UnservedRoute] = []
     for wf in app.workflows:
-        for route in wf.on_error:
-            if route.workflow not in local and route.workflow not in served:
+        for on_error in wf.on_error:
+            if on_error.workflow not in local and on_error.workflow not in served:
                 entry = UnservedRoute(
                     workflow=wf.name,
                     version=wf.version,
-                    code=route.code,
-                    handler=route.workflow,
+                    code=on_error.code,
+                    handler=on_error.workflow,
                 )
                 if entry not in unserved:
                     unserved.append(entry)

@@ -25,7 +25,7 @@ import attrs
 
 from . import _serde
 from ._app import FlowQueue, Step
-from ._dispatch import route_of
+from ._dispatch import group_route
 from ._exceptions import UsageError
 from ._failures import step_failure
 from ._records import Checkpoint, ErrorInfo, FanMode
@@ -68,14 +68,14 @@ class StepPlanner:
         self.replay = replay
         self.step = step
         self.rt = replay.runtime
-        self.route = route_of(step, replay.run.namespace)
+        self.group_route = group_route(step, replay.run.namespace)
         self.flow = flow
         self.priority = priority
         self._gap: str | bool | None = False
 
     async def gap(self) -> str | None:
         if self._gap is False:
-            self._gap = await self.rt.dispatcher.capability_gap(self.route, self.step.requires)
+            self._gap = await self.rt.dispatcher.capability_gap(self.group_route, self.step.requires)
         return self._gap  # type: ignore[return-value]
 
     def lost_deadline(self, now: float) -> float | None:
@@ -83,14 +83,14 @@ class StepPlanner:
         return None if policy is None else now + policy[0]
 
     def task(self, cp: Checkpoint, now: float) -> Task:
-        self.replay.emit("step.started", cp.seq, cp.name, attempt=cp.attempts, route=self.route)
+        self.replay.emit("step.started", cp.seq, cp.name, attempt=cp.attempts, route=self.group_route)
         return Task(
             run_id=cp.run_id,
             seq=cp.seq,
             attempt=cp.attempts,
             step=self.step.name,
             workflow=self.replay.run.workflow,
-            route=self.route,
+            route=self.group_route,
             input=cp.input or "[]",
             timeout=self.step.timeout,
             dispatched_at=now,
@@ -115,7 +115,7 @@ class StepPlanner:
             kind="remote",
             input=input_json,
             attempts=1,
-            group=self.route,
+            group=self.group_route,
             compensation=compensation,
             parallel_group=fan[0] if fan else None,
             parallel_size=fan[1] if fan else None,
@@ -299,12 +299,13 @@ async def remote_step(
     args: Sequence[Any],
     *,
     compensation: str | None = None,
-    queue: str | None = None,
+    flow_queue: str | None = None,
     priority: int | None = None,
 ) -> Any:
-    """`Context.step` for a step that runs on workers."""
+    """`Context.step` for a step that runs on workers (``flow_queue`` is
+    its ``queue=``)."""
     flow = None
-    name = queue if queue is not None else step.queue
+    name = flow_queue if flow_queue is not None else step.queue
     if name is not None:
         flow = replay.runtime.app.get_queue(name)
         if flow is None:

@@ -170,7 +170,7 @@ async def open_runtime(
                         rng.getrandbits(32),
                         name="trio_durable embedded worker",
                     )
-                    rt.dispatcher.served = frozenset(rt.worker.queues)
+                    rt.dispatcher.own_queues = frozenset(rt.worker.queues)
                 running = rt
                 nursery.start_soon(poll_due, rt, name="trio_durable due-run poller")
                 nursery.start_soon(reconcile_stalled, rt, name="trio_durable reconcile")

@@ -27,9 +27,9 @@ from ._children import completion
 from ._exceptions import StepFailed
 from ._handoff import output_source
 from ._local import execute
+from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus, signal_token
 from ._remote import RESEND
-from ._routing import HANDOFF_BASE, RETIRED_PREFIX, without_route_tags
 from ._stores._base import (
     ClaimCheckpoint,
     DeleteCheckpoints,
@@ -143,7 +143,7 @@ async def plan_retry(
                 "wake_at": None,
                 "compensate": False,
                 "recoveries": 0,
-                "tags": without_route_tags(run.tags),
+                "tags": without_on_error_tags(run.tags),
                 "updated_at": rt.clock.now(),
             },
             expect_status=expect,

@@ -257,7 +257,7 @@ async def drain(rt: Runtime) -> None:
         scheduler.draining -= 1
 
 
-def _consumed_queues(rt: Runtime) -> tuple[str, ...]:
+def _consumed_broker_queues(rt: Runtime) -> tuple[str, ...]:
     return (rt.results_queue, *(rt.worker.queues if rt.worker is not None else ()))
 
 
@@ -267,7 +267,7 @@ def _has_effects(rt: Runtime) -> bool:
         return True
     if rt.worker is not None and rt.worker.busy:
         return True
-    quiet = rt.broker.quiet(_consumed_queues(rt))
+    quiet = rt.broker.quiet(_consumed_broker_queues(rt))
     if quiet is None or quiet.is_set():
         return False
     quiet.set()  # nobody waits on it: let the broker forget it
@@ -287,7 +287,7 @@ async def _wait_for_an_effect(rt: Runtime) -> bool:
     elif rt.worker is not None and rt.worker.busy:
         wait = rt.worker.wait_idle
     else:
-        quiet = rt.broker.quiet(_consumed_queues(rt))
+        quiet = rt.broker.quiet(_consumed_broker_queues(rt))
         if quiet is None or quiet.is_set():
             return False
         wait = quiet.wait

@@ -24,7 +24,8 @@ from ._children import cancel_request, completion
 from ._context import Context
 from ._exceptions import LeaseLostError, NonDeterminismError, StoreError
 from ._failures import error_info
-from ._handoff import follow_handoff, hand_off, routes_in_doubt
+from ._handoff import follow_handoff, hand_off, on_error_routes_in_doubt
+from ._on_error import RETIRED_PREFIX, active_handoff, pick_on_error_route
 from ._records import (
     ACTIVE_STATUSES,
     CheckpointStatus,
@@ -35,7 +36,6 @@ from ._records import (
 )
 from ._remote import let_in_meanwhile
 from ._replay import Replay, Suspend, TurnState
-from ._routing import RETIRED_PREFIX, active_handoff, pick_route
 from ._saga import compensate
 from ._stores._base import (
     Op,
@@ -407,9 +407,9 @@ class Turn:
         error = error_info(exc, traceback_limit=rt.options.traceback_limit)
         if not isinstance(exc, NonDeterminismError):
             await self._compensate(replay)
-        route = pick_route(wf.on_error, error)
-        if route is not None:
-            reason = await routes_in_doubt(rt.broker, wf.name)
+        on_error = pick_on_error_route(wf.on_error, error)
+        if on_error is not None:
+            reason = await on_error_routes_in_doubt(rt.broker, wf.name)
             if reason is None:
                 logger.warning(
                     "run %r (workflow %r) failed%s: %s; handing it to %r",
@@ -417,9 +417,9 @@ class Turn:
                     turn.run.workflow,
                     "" if error.step is None else f" in step {error.step!r}",
                     error.message,
-                    route.workflow,
+                    on_error.workflow,
                 )
-                await hand_off(self, route, error)
+                await hand_off(self, on_error, error)
                 return
             rt.telemetry.emit_run("run.unrouted", turn.run, code=error.code, reason=reason)
         await self.end("failed", error=error)

@@ -2,7 +2,7 @@
 
 For each group route it consumes tasks with a prefetch of ``concurrency``
 (a step that requires capabilities has a queue of its own per route, which
-only workers offering them consume: see `task_queue`),
+only workers offering them consume: see `broker_queue`),
 runs each task's step once (retries are the engine's: it dispatches a new
 attempt when a result says the step may be retried), and hands the result to
 a publisher. The publisher sends results in batches and acks each task only
@@ -39,7 +39,7 @@ from ._brokers._base import (
 )
 from ._clock import Clock
 from ._current import StepInfo, call_step
-from ._dispatch import served_queues, split_route
+from ._dispatch import served_broker_queues, split_group_route
 from ._exceptions import FatalError, SerializationError, UsageError
 from ._failures import error_info
 from ._observe import Metrics
@@ -66,8 +66,8 @@ class _Outcome:
     dead_letter: bool
 
 
-def check_routes(app: App, routes: Sequence[str], what: str) -> tuple[str, ...]:
-    """Validate routes to serve against the app's remote steps.
+def check_group_routes(app: App, routes: Sequence[str], what: str) -> tuple[str, ...]:
+    """Validate group routes to serve against the app's remote steps.
 
     Raises:
       UsageError: A route is malformed or names a group no step of the app has.
@@ -79,7 +79,7 @@ def check_routes(app: App, routes: Sequence[str], what: str) -> tuple[str, ...]:
     for route in routes:
         if not isinstance(route, str):
             raise UsageError(f"{what} entries must be strings, not {route!r}")
-        group, namespace = split_route(route)
+        group, namespace = split_group_route(route)
         if not is_broker_safe(group) or (namespace is not None and not is_broker_safe(namespace)):
             raise UsageError(f"{what} entry {route!r} is not a broker-safe group[@namespace]")
         if group not in known:
@@ -110,12 +110,12 @@ def describe(
     for wf in app.workflows:
         entry = workflows.setdefault(wf.name, {"versions": [], "on_error": []})
         entry["versions"].append(wf.version)
-        for route in wf.on_error:
-            if route.to_json() not in entry["on_error"]:
-                entry["on_error"].append(route.to_json())
+        for on_error in wf.on_error:
+            if on_error.to_json() not in entry["on_error"]:
+                entry["on_error"].append(on_error.to_json())
     for entry in workflows.values():
         entry["on_error"].sort(key=lambda r: (r["code"] or "", r["workflow"]))
-    groups = {split_route(route)[0] for route in routes}
+    groups = {split_group_route(route)[0] for route in routes}
     return WorkerDescriptor(
         instance_id=instance_id,
         app=app.name,
@@ -166,7 +166,7 @@ class Worker:
     Attributes:
       instance_id: This worker's id, as announced.
       routes: The group routes it serves.
-      queues: The broker queues it consumes (see `served_queues`).
+      queues: The broker queues it consumes (see `served_broker_queues`).
     """
 
     def __init__(
@@ -193,7 +193,7 @@ class Worker:
         self.broker = broker
         self.instance_id = instance_id
         self.routes = routes
-        self.queues = served_queues(app, routes, capabilities)
+        self.queues = served_broker_queues(app, routes, capabilities)
         self._concurrency = concurrency
         self._limiter = trio.CapacityLimiter(concurrency)
         self._capabilities = capabilities
@@ -400,7 +400,7 @@ class Worker:
         return StepInfo(
             run_id=task.run_id,
             workflow=task.workflow,
-            namespace=split_route(task.route)[1] or DEFAULT_NAMESPACE,
+            namespace=split_group_route(task.route)[1] or DEFAULT_NAMESPACE,
             step=task.step,
             seq=task.seq,
             attempt=task.attempt,
@@ -515,7 +515,7 @@ async def open_worker(
       UsageError: A group is unknown or malformed, or an option is out of range.
       InvalidURLError: The broker URL is malformed.
     """
-    routes = check_routes(app, groups, "groups")
+    routes = check_group_routes(app, groups, "groups")
     if not routes:
         raise UsageError("a worker needs at least one group to serve")
     _check_concurrency(concurrency)

@@ -16,7 +16,7 @@ import trio
 
 from .._app import App, Retry
 from .._exceptions import FatalError
-from .._routing import OnError
+from .._on_error import OnError
 from ._harness import Simulation
 
 app = App("simulation")

@@ -70,7 +70,7 @@ class OnError:
         return {"code": self.code, "workflow": self.workflow}
 
 
-def check_routes(workflow: str, routes: Sequence[OnError]) -> tuple[OnError, ...]:
+def check_on_error_routes(workflow: str, routes: Sequence[OnError]) -> tuple[OnError, ...]:
     """Validate a workflow's routes: at most one per code, one catch-all.
 
     Raises:
@@ -94,7 +94,7 @@ def check_routes(workflow: str, routes: Sequence[OnError]) -> tuple[OnError, ...
     return tuple(routes)
 
 
-def pick_route(routes: Sequence[OnError], error: ErrorInfo) -> OnError | None:
+def pick_on_error_route(routes: Sequence[OnError], error: ErrorInfo) -> OnError | None:
     """The route a failure takes: its code's, else the catch-all, else none.
     Codes in `NEVER_ROUTED` are never routed."""
     if error.code in NEVER_ROUTED:
@@ -131,11 +131,11 @@ def handler_input(run: Run, error: ErrorInfo) -> str:
     )
 
 
-def route_tag(route: OnError) -> str:
+def on_error_tag(route: OnError) -> str:
     return f"{TAG_PREFIX}{'*' if route.code is None else route.code}"
 
 
-def without_route_tags(tags: tuple[str, ...]) -> tuple[str, ...]:
+def without_on_error_tags(tags: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(tag for tag in tags if not tag.startswith(TAG_PREFIX))
 
 

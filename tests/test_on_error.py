@@ -23,7 +23,7 @@ import trio
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
-from trio_durable._routing import HANDOFF_BASE, NEVER_ROUTED, pick_route
+from trio_durable._on_error import HANDOFF_BASE, NEVER_ROUTED, pick_on_error_route
 from trio_durable._stores._base import CreateRun, Op, PutCheckpoint, ReleaseRun, UpdateRun
 
 app = td.App("routing")
@@ -403,16 +403,16 @@ def test_pick_route_takes_the_codes_route_else_the_catch_all_else_none() -> None
     def error(code: str | None) -> td.ErrorInfo:
         return td.ErrorInfo(message="x", code=code)
 
-    assert pick_route([catch_all, declined], error("card_declined")) is declined
-    assert pick_route([declined, catch_all], error("fraud")) is catch_all
-    assert pick_route([declined, catch_all], error(None)) is catch_all
-    assert pick_route([declined], error("fraud")) is None
-    assert pick_route([declined], error(None)) is None
-    assert pick_route([], error("card_declined")) is None
+    assert pick_on_error_route([catch_all, declined], error("card_declined")) is declined
+    assert pick_on_error_route([declined, catch_all], error("fraud")) is catch_all
+    assert pick_on_error_route([declined, catch_all], error(None)) is catch_all
+    assert pick_on_error_route([declined], error("fraud")) is None
+    assert pick_on_error_route([declined], error(None)) is None
+    assert pick_on_error_route([], error("card_declined")) is None
     assert {"non_determinism", "nested_workflow_call"} == NEVER_ROUTED
     for code in NEVER_ROUTED:
         # Not even by a route naming the code itself.
-        assert pick_route([td.OnError(code, workflow="x"), catch_all], error(code)) is None
+        assert pick_on_error_route([td.OnError(code, workflow="x"), catch_all], error(code)) is None
 
 
 async def test_a_failure_no_route_matches_just_fails_the_run(
