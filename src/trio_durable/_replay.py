@@ -22,10 +22,10 @@ from ._exceptions import NonDeterminismError, UsageError
 from ._observe import Event, EventKind
 from ._records import Checkpoint, CheckpointKind, Run
 from ._stores._base import Op, PutCheckpoint
-from ._wire import Task
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
+    from ._wire import Task
 
 
 @final

@@ -79,20 +79,26 @@ async def _settle_forever(rt: Runtime, consumer: Consumer) -> None:
             outage = 0
 
 
+def _success(result: Result, now: float, or_failed_with: str | None = None) -> SettleCheckpoint:
+    """The claim that settles a step with its successful ``result``."""
+    return SettleCheckpoint(
+        result.run_id,
+        result.seq,
+        "completed",
+        result.output,
+        None,
+        now,
+        unless_run_status=_DROP_FOR,
+        kind="remote",
+        name=result.step,
+        or_failed_with=or_failed_with,
+    )
+
+
 def _op_for(rt: Runtime, result: Result) -> Op:
     now = rt.clock.now()
     if result.status == "completed":
-        return SettleCheckpoint(
-            result.run_id,
-            result.seq,
-            "completed",
-            result.output,
-            None,
-            now,
-            unless_run_status=_DROP_FOR,
-            kind="remote",
-            name=result.step,
-        )
+        return _success(result, now)
     error = ErrorInfo(
         message=result.error or "failed",
         code=result.code,
@@ -254,21 +260,7 @@ async def _salvage(
     if not late:
         return []
     now = rt.clock.now()
-    ops: list[Op] = [
-        SettleCheckpoint(
-            result.run_id,
-            result.seq,
-            "completed",
-            result.output,
-            None,
-            now,
-            unless_run_status=_DROP_FOR,
-            kind="remote",
-            name=result.step,
-            or_failed_with=FAN_CANCELLED,
-        )
-        for _, result in late
-    ]
+    ops: list[Op] = [_success(result, now, FAN_CANCELLED) for _, result in late]
     try:
         settled = await rt.store.apply(ops)
     except StoreError as exc:
