@@ -102,3 +102,32 @@ async def test_a_lost_step_names_the_redispatch_seconds_as_a_float(
         [cp] = await engine.store.get_checkpoints("lost", 1, 1)
         assert [e.message for e in cp.errors][:1] == ["no result within 5.0 s; dispatched again"]
         assert trio.current_time() == 10
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"groups": "g"}, "groups must be a list of group names, not the string 'g'"),
+        ({"groups": []}, "a worker needs at least one group to serve"),
+        ({"concurrency": 0}, "concurrency must be a positive integer, not 0"),
+        ({"concurrency": True}, "concurrency must be a positive integer, not True"),
+        ({"heartbeat": 0}, "heartbeat must be a positive finite number, not 0"),
+        ({"ttl": math.inf}, "ttl must be a positive finite number, not inf"),
+        ({"heartbeat": 15, "ttl": 15}, "heartbeat (15 s) must be shorter than ttl (15 s)"),
+        ({"max_deliveries": 0}, "max_deliveries must be a positive integer, not 0"),
+        ({"max_deliveries": 2.0}, "max_deliveries must be a positive integer, not 2.0"),
+        ({"traceback_limit": -1}, "traceback_limit must be an integer >= 0, not -1"),
+        ({"capabilities": "gpu"}, "capabilities must be a list of broker-safe names, not 'gpu'"),
+        (
+            {"capabilities": ["a b"]},
+            "capabilities must be a list of broker-safe names, not ['a b']",
+        ),
+    ],
+)
+async def test_a_bad_worker_option_is_refused_with_its_message(
+    option: dict[str, Any], message: str
+) -> None:
+    option.setdefault("groups", ["g"])
+    with pytest.raises(td.UsageError, match=re.escape(message)):
+        async with td.open_worker(app, **option):
+            pass  # pragma: no cover

@@ -1,23 +1,28 @@
-"""Options: an engine's settings, checked once by attrs validators.
+"""Options: the settings of an engine and of a worker, checked once by
+attrs validators.
 
-`open_engine` takes its settings as keyword arguments and builds one
-`EngineOptions` from them; the validators below refuse a bad value with a
-`UsageError` that names the option, and the parts of the engine read the
-checked values from it. `open_worker` checks its own options with the same
-validators.
+`open_engine` and `open_worker` take their settings as keyword arguments
+and build one `EngineOptions` or `WorkerOptions` from them; the validators
+below refuse a bad value with a `UsageError` that names the option, and the
+parts read the checked values from it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Final, TypeGuard, final
 
 import attrs
 
+from ._brokers._base import is_broker_safe
 from ._exceptions import UsageError
 from ._records import DEFAULT_TRACEBACK_LIMIT
 
 DEFAULT_TIMER_BATCH_SIZE: Final = 500
+
+DEFAULT_MAX_DELIVERIES: Final = 5
+"""How often a task may be delivered before it counts as poison."""
 
 _ID_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:@")
 
@@ -42,6 +47,16 @@ def concurrency(_: object, attribute: attrs.Attribute[Any], value: object) -> No
     """Validator: how many tasks run at once, a positive integer."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"concurrency must be a positive integer, not {value!r}")
+
+
+def _at_least_one(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{attribute.name} must be a positive integer, not {value!r}")
+
+
+def _capabilities(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, str) or not all(is_broker_safe(c) for c in value):
+        raise UsageError(f"capabilities must be a list of broker-safe names, not {value!r}")
 
 
 def check_id(what: str, value: object) -> None:
@@ -112,3 +127,28 @@ class EngineOptions:
         if self.remote_redispatch is not None:
             after, limit = self.remote_redispatch
             object.__setattr__(self, "remote_redispatch", (float(after), limit))
+
+
+@final
+@attrs.frozen(kw_only=True)
+class WorkerOptions:
+    """A worker's settings (see `open_worker` for what each means).
+
+    Validated when made: a bad value raises `UsageError`. Seconds are kept
+    as floats.
+    """
+
+    concurrency: int = attrs.field(default=16, validator=concurrency)
+    heartbeat: float = attrs.field(default=5.0, validator=positive_finite)
+    ttl: float = attrs.field(default=15.0, validator=positive_finite)
+    max_deliveries: int = attrs.field(default=DEFAULT_MAX_DELIVERIES, validator=_at_least_one)
+    traceback_limit: int = attrs.field(default=DEFAULT_TRACEBACK_LIMIT, validator=at_least_zero)
+    capabilities: Sequence[str] = attrs.field(default=(), validator=_capabilities)
+
+    def __attrs_post_init__(self) -> None:
+        if self.heartbeat >= self.ttl:
+            raise UsageError(
+                f"heartbeat ({self.heartbeat} s) must be shorter than ttl ({self.ttl} s)"
+            )
+        object.__setattr__(self, "heartbeat", float(self.heartbeat))
+        object.__setattr__(self, "ttl", float(self.ttl))

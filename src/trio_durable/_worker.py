@@ -43,6 +43,7 @@ from ._dispatch import served_broker_queues, split_group_route
 from ._exceptions import FatalError, SerializationError, UsageError
 from ._failures import error_info
 from ._observe import Metrics
+from ._options import DEFAULT_MAX_DELIVERIES, WorkerOptions
 from ._payload import lowered, result_message
 from ._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
 from ._wire import Result, Task, WireError
@@ -51,8 +52,6 @@ logger = logging.getLogger("trio_durable")
 
 RESULT_BATCH: Final = 256
 
-DEFAULT_MAX_DELIVERIES: Final = 5
-"""How often a task may be delivered before it counts as poison."""
 
 
 @attrs.frozen
@@ -518,22 +517,14 @@ async def open_worker(
     routes = check_group_routes(app, groups, "groups")
     if not routes:
         raise UsageError("a worker needs at least one group to serve")
-    _check_concurrency(concurrency)
-    for name, value in (("heartbeat", heartbeat), ("ttl", ttl)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value <= 0
-        ):
-            raise UsageError(f"{name} must be a positive finite number, not {value!r}")
-    if heartbeat >= ttl:
-        raise UsageError(f"heartbeat ({heartbeat} s) must be shorter than ttl ({ttl} s)")
-    if isinstance(max_deliveries, bool) or not isinstance(max_deliveries, int) or max_deliveries < 1:
-        raise UsageError(f"max_deliveries must be a positive integer, not {max_deliveries!r}")
-    check_traceback_limit(traceback_limit)
-    if isinstance(capabilities, str) or not all(is_broker_safe(c) for c in capabilities):
-        raise UsageError(f"capabilities must be a list of broker-safe names, not {capabilities!r}")
+    options = WorkerOptions(
+        concurrency=concurrency,
+        heartbeat=heartbeat,
+        ttl=ttl,
+        max_deliveries=max_deliveries,
+        traceback_limit=traceback_limit,
+        capabilities=capabilities,
+    )
     rng = random.Random(seed)
     if instance_id is None:
         instance_id = f"worker-{rng.getrandbits(48):012x}"
@@ -548,14 +539,14 @@ async def open_worker(
             broker_obj,
             instance_id=instance_id,
             routes=routes,
-            concurrency=concurrency,
-            capabilities=tuple(capabilities),
+            concurrency=options.concurrency,
+            capabilities=tuple(options.capabilities),
             clock=clock,
-            heartbeat=float(heartbeat),
-            ttl=float(ttl),
+            heartbeat=options.heartbeat,
+            ttl=options.ttl,
             rng=rng,
-            max_deliveries=max_deliveries,
-            traceback_limit=traceback_limit,
+            max_deliveries=options.max_deliveries,
+            traceback_limit=options.traceback_limit,
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(worker._publish_forever, name="trio_durable result publisher")
@@ -588,18 +579,3 @@ def worker_metrics(worker: Worker) -> Metrics:
     """The counters of ``worker`` (an engine adds its embedded worker's
     to its own)."""
     return worker._metrics
-
-
-def check_traceback_limit(limit: object) -> None:
-    """Check a ``traceback_limit`` option.
-
-    Raises:
-      UsageError: ``limit`` is not an integer >= 0.
-    """
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise UsageError(f"traceback_limit must be an integer >= 0, not {limit!r}")
-
-
-def _check_concurrency(concurrency: object) -> None:
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise UsageError(f"concurrency must be a positive integer, not {concurrency!r}")
