@@ -102,10 +102,14 @@ def _batch_size(value: object) -> int:
 @final
 @attrs.frozen(kw_only=True)
 class EngineOptions:
-    """An engine's settings (see `open_engine` for what each means).
+    """An engine's settings, as `open_engine` takes them (its docstring says
+    what each means).
 
-    Validated when made: a bad value raises `UsageError`. Seconds are kept
-    as floats.
+    Validated when made: a bad value raises `UsageError`, quoting it as the
+    caller gave it. Seconds are kept as floats, those of
+    ``remote_redispatch`` too; a ``timer_batch_size`` that is not a usable
+    size means the default. ``engine_id`` is None when it is to be derived
+    from the seed.
     """
 
     lease_ttl: float = attrs.field(default=30.0, validator=positive_finite)
@@ -132,10 +136,10 @@ class EngineOptions:
 @final
 @attrs.frozen(kw_only=True)
 class WorkerOptions:
-    """A worker's settings (see `open_worker` for what each means).
+    """A worker's settings, as `open_worker` takes them.
 
-    Validated when made: a bad value raises `UsageError`. Seconds are kept
-    as floats.
+    A bad value raises `UsageError` when the options are made, as does a
+    ``heartbeat`` that is not shorter than ``ttl``.
     """
 
     concurrency: int = attrs.field(default=16, validator=concurrency)
