@@ -177,11 +177,11 @@ async def _step_fan(
 def _any_failed(members: list[Checkpoint | None]) -> bool:
     """Whether a member failed on its own (not cancelled by its fan)."""
     return any(
-        cp is not None and cp.status == "failed" and not cancelled_by_fan(cp) for cp in members
+        cp is not None and cp.status == "failed" and not _cancelled_by_fan(cp) for cp in members
     )
 
 
-def cancelled_by_fan(cp: Checkpoint) -> bool:
+def _cancelled_by_fan(cp: Checkpoint) -> bool:
     """Whether a ``fail_fast`` fan cancelled this member."""
     return cp.error is not None and cp.error.code == FAN_CANCELLED
 

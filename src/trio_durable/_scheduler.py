@@ -174,10 +174,6 @@ class Scheduler:
             self._idle = trio.Event()
         self._nursery.start_soon(self._drive, run_id, name=f"trio_durable turn {run_id}")
 
-    def again(self, run_id: str) -> None:
-        """Ask for one more turn of a run whose turn is in flight."""
-        self._slots[run_id].again = True
-
     def interrupt(self, run_id: str) -> None:
         """Cut short the body of a run's turn in flight (it was just told to
         cancel), so it runs no further steps; its next turn ends it."""
