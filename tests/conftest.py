@@ -17,10 +17,6 @@ import trio
 
 import trio_durable as td
 
-# The URL of a real server (RabbitMQ, NATS, PostgreSQL), shared with the
-# adapters' tests (brokers/*/tests).
-from servers.fixture import real_server as real_server
-
 WALL_START = 1_700_000_000.0
 """Durable time at Trio time 0 in every test, so durable times are exact."""
 

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from importlib.metadata import EntryPoint
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -216,3 +217,27 @@ async def test_unknown_schemes_list_the_known_ones(
     with pytest.raises(td.InvalidURLError, match=message) as caught:
         await _open(opener, url)
     assert "s3cret" not in str(caught.value)
+
+
+async def test_an_outside_adapter_that_fails_to_import_names_its_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Installed metadata registers 'carrier', but the module it names needs
+    # something that is not there.
+    info = tmp_path / "carrier_pigeon-2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: carrier-pigeon\nVersion: 2.0\n")
+    (info / "entry_points.txt").write_text(
+        "[trio_durable.brokers]\ncarrier = carrier_pigeon_adapter:open_broker\n"
+    )
+    (tmp_path / "carrier_pigeon_adapter.py").write_text("import no_such_pigeon_client\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(
+        td.InvalidURLError,
+        match=_expected(
+            "carrier",
+            ("the carrier-pigeon package", "carrier-pigeon"),
+            "no module named 'no_such_pigeon_client'",
+        ),
+    ):
+        await _open(td.open_broker, "carrier://u:s3cret@coop")

@@ -1,5 +1,6 @@
 """The ``real_server`` fixture, shared by every test tree of the repository
-(``tests`` and the adapters' ``brokers/*/tests``, whose conftests import it).
+(``tests`` and the adapters' ``brokers/*/tests``): the repository's root
+``conftest.py`` imports it.
 """
 
 from __future__ import annotations

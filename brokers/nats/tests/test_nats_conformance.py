@@ -28,8 +28,9 @@ Check = Callable[[BrokerFactory], Awaitable[None]]
 
 
 @pytest.fixture(params=["thread", "trio-asyncio"])
-def factory(request: pytest.FixtureRequest, nats_url: str) -> BrokerFactory:
+def factory(request: pytest.FixtureRequest, real_server: Callable[[str], str]) -> BrokerFactory:
     """NATS brokers in one bridge mode, on the shared server."""
+    nats_url = real_server("nats")
     bridge: BridgeMode = request.param
     separator = "&" if "?" in nats_url else "?"
 

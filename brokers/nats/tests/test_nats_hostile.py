@@ -9,6 +9,7 @@ their own.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 
 import trio
 
@@ -25,7 +26,10 @@ async def dead_letter_count(broker: NatsBroker, queue: str) -> int:
     return int((info.state.subjects or {}).get(subject, 0))
 
 
-async def test_hostile_messages_are_rejected_counted_and_dead_lettered(nats_url: str) -> None:
+async def test_hostile_messages_are_rejected_counted_and_dead_lettered(
+    real_server: Callable[[str], str],
+) -> None:
+    nats_url = real_server("nats")
     namespace = f"hostile{secrets.token_hex(4)}"
     async with open_broker(nats_url) as broker, open_hostile_feed(broker, namespace) as feed:
         assert isinstance(broker, NatsBroker)

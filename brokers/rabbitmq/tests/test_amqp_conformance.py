@@ -17,8 +17,9 @@ Check = Callable[[BrokerFactory], Awaitable[None]]
 
 
 @pytest.fixture(params=["thread", "trio-asyncio"])
-def factory(request: pytest.FixtureRequest, amqp_url: str) -> BrokerFactory:
+def factory(request: pytest.FixtureRequest, real_server: Callable[[str], str]) -> BrokerFactory:
     """RabbitMQ brokers in one bridge mode, on the shared server."""
+    amqp_url = real_server("rabbitmq")
     bridge: BridgeMode = request.param
     separator = "&" if "?" in amqp_url else "?"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
+from collections.abc import Callable
 
 import trio
 
@@ -44,7 +45,10 @@ async def delete_queues(broker: AmqpBroker, queues: list[str]) -> None:
     await broker.bridge.run(delete)
 
 
-async def test_hostile_messages_are_rejected_counted_and_dead_lettered(amqp_url: str) -> None:
+async def test_hostile_messages_are_rejected_counted_and_dead_lettered(
+    real_server: Callable[[str], str],
+) -> None:
+    amqp_url = real_server("rabbitmq")
     namespace = f"hostile{secrets.token_hex(4)}"
     async with open_broker(amqp_url) as broker, open_hostile_feed(broker, namespace) as feed:
         await feed.feed()
