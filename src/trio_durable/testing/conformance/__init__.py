@@ -21,9 +21,6 @@ For a broker adapter (``docs/writing-a-broker-adapter.md``)::
 
 # -- Brokers: the protocol suite and the engine suite (docs/brokers.md) --------------
 from ._broker import BROKER_CHECKS as BROKER_CHECKS
-from ._broker import EVENTUALLY as EVENTUALLY
-from ._broker import BrokerFactory as BrokerFactory
-from ._broker import BrokerMaker as BrokerMaker
 from ._broker import (
     check_a_body_over_max_payload_is_refused_and_nothing_is_sent as check_a_body_over_max_payload_is_refused_and_nothing_is_sent,
 )
@@ -31,21 +28,12 @@ from ._broker import (
     check_a_cancelled_receive_loses_nothing as check_a_cancelled_receive_loses_nothing,
 )
 from ._broker import (
-    check_a_descriptor_is_forgotten_after_its_ttl as check_a_descriptor_is_forgotten_after_its_ttl,
-)
-from ._broker import (
     check_a_waiting_receive_gets_a_later_dispatch as check_a_waiting_receive_gets_a_later_dispatch,
 )
 from ._broker import (
     check_acked_messages_are_never_delivered_again as check_acked_messages_are_never_delivered_again,
 )
-from ._broker import (
-    check_announce_withdraw_and_lookup_by_group as check_announce_withdraw_and_lookup_by_group,
-)
 from ._broker import check_broker as check_broker
-from ._broker import (
-    check_descriptors_round_trip_every_field as check_descriptors_round_trip_every_field,
-)
 from ._broker import check_dispatched_bodies_arrive_intact as check_dispatched_bodies_arrive_intact
 from ._broker import (
     check_higher_priorities_are_delivered_first as check_higher_priorities_are_delivered_first,
@@ -66,9 +54,21 @@ from ._broker import check_two_consumers_share_a_queue as check_two_consumers_sh
 from ._broker import (
     check_unacked_messages_are_delivered_again_after_the_consumer_closes as check_unacked_messages_are_delivered_again_after_the_consumer_closes,
 )
+from ._broker_descriptors import (
+    check_a_descriptor_is_forgotten_after_its_ttl as check_a_descriptor_is_forgotten_after_its_ttl,
+)
+from ._broker_descriptors import (
+    check_announce_withdraw_and_lookup_by_group as check_announce_withdraw_and_lookup_by_group,
+)
+from ._broker_descriptors import (
+    check_descriptors_round_trip_every_field as check_descriptors_round_trip_every_field,
+)
 from ._broker_engine import BROKER_ENGINE_CHECKS as BROKER_ENGINE_CHECKS
 from ._broker_engine import (
     check_a_mix_of_remote_workflows_settles_exactly_once as check_a_mix_of_remote_workflows_settles_exactly_once,
 )
 from ._broker_engine import check_broker_engine as check_broker_engine
+from ._broker_factory import EVENTUALLY as EVENTUALLY
+from ._broker_factory import BrokerFactory as BrokerFactory
+from ._broker_factory import BrokerMaker as BrokerMaker
 # -- end of the broker suites ---------------------------------------------------------

@@ -20,175 +20,31 @@ needs no cleanup between checks.
 
 from __future__ import annotations
 
-import itertools
-import re
-import secrets
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Final, TypeVar, final
+from collections.abc import Awaitable, Callable
+from typing import Final
 
-import attrs
 import trio
-import trio.testing
 
-from ..._brokers._base import (
-    RESULTS,
-    Broker,
-    Consumer,
-    Delivery,
-    Outgoing,
-    PayloadTooLarge,
-    WorkerDescriptor,
-    is_broker_safe,
+from ..._brokers._base import RESULTS, Consumer, Delivery, Outgoing, PayloadTooLarge, is_broker_safe
+from ._broker_descriptors import (
+    check_a_descriptor_is_forgotten_after_its_ttl,
+    check_announce_withdraw_and_lookup_by_group,
+    check_descriptors_round_trip_every_field,
 )
-
-EVENTUALLY: Final = 10.0
-"""How long (seconds) a check waits for something that must happen."""
-
-LARGEST_CHECKED_BODY: Final = 8 * 1024 * 1024
-"""Bodies up to this size are sent to check ``max_payload``; over it (the
-RabbitMQ default of 128 MiB), only the refusal is checked."""
-
-_SESSION: Final = secrets.token_hex(3)
-"""Distinguishes this process's queues from earlier ones on a real server."""
-
-_serial = itertools.count()
-
-T = TypeVar("T")
-
-BrokerMaker = Callable[[], AbstractAsyncContextManager[Broker]]
-"""Opens a broker: a zero-argument callable returning an async context
-manager that yields a connected broker and closes it on exit."""
-
-
-@final
-@attrs.frozen(kw_only=True)
-class BrokerFactory:
-    """How the suites open one kind of broker, and what that kind can do.
-
-    Calling it returns an async context manager that opens a connected
-    broker. Separate calls may share a server (checks isolate themselves by
-    queue name and instance id); brokers of one call may also be fresh each
-    time, as the memory broker's are.
-
-    Attributes:
-      open: Returns the async context manager that opens one broker.
-      priorities: Delivers higher-priority messages first. Without it
-        `check_higher_priorities_are_delivered_first` checks nothing (run it
-        with a factory that claims priorities, as an expected failure, to
-        show the gap).
-      trio_clock: Its time is `trio.current_time()`: it lives on the Trio
-        thread, its delays and times to live are Trio time. The caller then
-        runs the checks under ``trio.testing.MockClock(autojump_threshold=0)``
-        (so waiting out a time to live costs no real time), and the engine
-        suite asserts exact times.
-      quiet_period: How long (real seconds) to watch for a message that must
-        not arrive, after every task is blocked; 0 for brokers that live on
-        the Trio thread (nothing can arrive once every task is blocked).
-      poll_interval: How long to sleep between two reads of something that
-        becomes true eventually (descriptors that propagate).
-      short_ttl: A descriptor time to live that
-        `check_a_descriptor_is_forgotten_after_its_ttl` waits out (some
-        servers round it: NATS keeps per-message TTLs in whole seconds).
-    """
-
-    open: BrokerMaker
-    priorities: bool = True
-    trio_clock: bool = False
-    quiet_period: float = 0.0
-    poll_interval: float = 0.05
-    short_ttl: float = 1.0
-
-    def __call__(self) -> AbstractAsyncContextManager[Broker]:
-        """Open one broker (``self.open()``)."""
-        return self.open()
-
-
-def as_factory(factory: BrokerFactory | BrokerMaker) -> BrokerFactory:
-    """``factory`` itself, or a plain opener wrapped with the default
-    capabilities (priorities, a broker on another clock with no quiet
-    period)."""
-    if isinstance(factory, BrokerFactory):
-        return factory
-    if not callable(factory):
-        raise TypeError(f"a broker factory must be callable, not {factory!r}")
-    return BrokerFactory(open=factory)
-
-
-def unique_name(check: str) -> str:
-    """A queue name (or instance id prefix) nothing else uses, in this
-    process or an earlier one; checks that need more append ``.a``, ..."""
-    tail = re.sub(r"[^A-Za-z0-9_.-]", "-", check)[:60]
-    return f"conformance.{_SESSION}.{next(_serial)}.{tail}"
-
-
-# -- Helpers ------------------------------------------------------------------------
-
-
-def outgoing(queue: str, *bodies: bytes, priority: int = 0) -> list[Outgoing]:
-    return [Outgoing(queue=queue, body=body, priority=priority) for body in bodies]
-
-
-def bodies_of(deliveries: Sequence[Delivery]) -> Counter[bytes]:
-    return Counter(d.body for d in deliveries)
-
-
-async def receive_exactly(
-    consumer: Consumer, count: int, *, max_items: int | None = None
-) -> list[Delivery]:
-    """Receive until ``count`` messages have arrived (never asking for more),
-    checking that every batch holds at least one and at most what was asked."""
-    received: list[Delivery] = []
-    with trio.fail_after(EVENTUALLY):
-        while len(received) < count:
-            asked = min(max_items or count, count - len(received))
-            batch = await consumer.receive(asked)
-            assert 1 <= len(batch) <= asked
-            received.extend(batch)
-    return received
-
-
-async def settle(factory: BrokerFactory) -> None:
-    """Give anything that could still arrive the chance to."""
-    await trio.testing.wait_all_tasks_blocked()
-    if factory.quiet_period:
-        await trio.sleep(factory.quiet_period)
-        await trio.testing.wait_all_tasks_blocked()
-
-
-async def assert_nothing_arrives(consumer: Consumer, factory: BrokerFactory) -> None:
-    arrived: list[Delivery] = []
-
-    async def watch() -> None:
-        arrived.extend(await consumer.receive(100))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch)
-        await settle(factory)
-        nursery.cancel_scope.cancel()
-    assert [d.body for d in arrived] == []
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T]],
-    expected: T,
-    factory: BrokerFactory,
-    *,
-    patience: float = EVENTUALLY,
-) -> None:
-    """Wait (at most ``patience`` seconds) until ``probe()`` returns ``expected``."""
-    last = await probe()
-    with trio.move_on_after(patience):
-        while last != expected:
-            await trio.sleep(factory.poll_interval)
-            last = await probe()
-    assert last == expected
-
-
-def descriptor(instance_id: str, *groups: str) -> WorkerDescriptor:
-    return WorkerDescriptor(instance_id=instance_id, app="shop", groups=groups)
-
+from ._broker_factory import (
+    EVENTUALLY,
+    LARGEST_CHECKED_BODY,
+    BrokerFactory,
+    BrokerMaker,
+    as_factory,
+    assert_nothing_arrives,
+    bodies_of,
+    outgoing,
+    receive_exactly,
+    settle,
+    unique_name,
+)
 
 # -- Dispatch and receive ------------------------------------------------------------
 
@@ -606,155 +462,6 @@ async def check_quiet_says_nothing_or_exactly_when_the_queues_hold_nothing(
         again = broker.quiet([a, b])
         assert again is not None
         assert again.is_set()
-
-
-# -- Worker descriptors ----------------------------------------------------------------
-
-
-async def check_announce_withdraw_and_lookup_by_group(
-    factory: BrokerFactory | BrokerMaker,
-) -> None:
-    """Announced descriptors are listed by instance id and found by group;
-    announcing again replaces one; a withdrawn one is gone (withdrawing an
-    unknown one is a no-op); `Broker.worker_groups` follows."""
-    factory = as_factory(factory)
-    queue = unique_name("announce")
-    async with factory() as broker:
-        # A shared server may hold other checks' workers: look only at ours.
-        async def ours(group: str | None = None) -> list[str]:
-            return [
-                d.instance_id
-                for d in await broker.worker_descriptors(group)
-                if d.instance_id.startswith(queue)
-            ]
-
-        async def our_groups() -> list[str]:
-            return [g for g in await broker.worker_groups() if g.startswith(queue)]
-
-        payments, shipping, mail = f"{queue}.payments", f"{queue}.shipping", f"{queue}.mail"
-        c = descriptor(f"{queue}.w-c", payments, mail)
-        a = descriptor(f"{queue}.w-a", shipping)
-        b = descriptor(f"{queue}.w-b", payments)
-        try:
-            for worker in (c, a, b):  # not in id order
-                await broker.announce(worker, 60.0)
-            await eventually(ours, [a.instance_id, b.instance_id, c.instance_id], factory)
-            assert await ours(payments) == [b.instance_id, c.instance_id]
-            assert await ours(shipping) == [a.instance_id]
-            assert await ours(mail) == [c.instance_id]
-            assert await ours(f"{queue}.nobody") == []
-            assert await our_groups() == sorted([mail, payments, shipping])
-            assert await broker.worker_groups() == sorted(await broker.worker_groups())
-
-            # Announcing again replaces the worker's descriptor.
-            moved = attrs.evolve(c, groups=(shipping,), app_version="2")
-            await broker.announce(moved, 60.0)
-            await eventually(ours, [a.instance_id, b.instance_id, c.instance_id], factory)
-            await eventually(lambda: ours(shipping), [a.instance_id, c.instance_id], factory)
-            assert [
-                d
-                for d in await broker.worker_descriptors(shipping)
-                if d.instance_id == c.instance_id
-            ] == [moved]
-            assert await ours(payments) == [b.instance_id]
-            assert await our_groups() == sorted([payments, shipping])
-
-            await broker.withdraw(b.instance_id)
-            await broker.withdraw(f"{queue}.never-announced")  # a no-op
-            await eventually(ours, [a.instance_id, c.instance_id], factory)
-            assert await ours(payments) == []
-            assert await our_groups() == [shipping]
-        finally:
-            for worker in (a, b, c):
-                await broker.withdraw(worker.instance_id)
-        nobody: list[str] = []
-        await eventually(ours, nobody, factory)
-        assert await our_groups() == []
-
-
-async def check_descriptors_round_trip_every_field(factory: BrokerFactory | BrokerMaker) -> None:
-    """Every field of a descriptor (Unicode, nested dicts, None values, an
-    exact float) comes back as announced."""
-    factory = as_factory(factory)
-    queue = unique_name("descriptor-fields")
-    full = WorkerDescriptor(
-        instance_id=f"{queue}.worker-1",
-        app="shop-ü",
-        app_version="2024.05.1",
-        runtime={"python": "3.12.1", "trio": "0.35.0", "platform": "Linux-6.1 🐧"},
-        groups=(f"{queue}.payments", f"{queue}.payments@acme"),
-        steps={
-            "charge": {"group": "payments", "requires": ["pci", "gpu"], "timeout": None},
-            "refund": {
-                "group": "payments",
-                "requires": [],
-                "retry": {"attempts": 5, "backoff": 1.5},
-            },
-        },
-        workflows={
-            "checkout": {
-                "versions": ["1", "2"],
-                "on_error": [{"code": "card_declined", "workflow": "refund"}],
-            },
-            "refund": {"versions": ["1"], "on_error": []},
-        },
-        capabilities=("gpu", "pci"),
-        registration_hash="sha256:" + "ab" * 32,
-        announced_at=1_700_000_123.25,
-    )
-    async with factory() as broker:
-        try:
-            await broker.announce(full, 60.0)
-
-            async def read() -> list[WorkerDescriptor]:
-                return [
-                    d
-                    for d in await broker.worker_descriptors()
-                    if d.instance_id == full.instance_id
-                ]
-
-            await eventually(read, [full], factory)
-            assert await broker.worker_descriptors(f"{queue}.payments@acme") == [full]
-        finally:
-            await broker.withdraw(full.instance_id)
-
-
-async def check_a_descriptor_is_forgotten_after_its_ttl(
-    factory: BrokerFactory | BrokerMaker,
-) -> None:
-    """A descriptor is forgotten once its time to live
-    (`BrokerFactory.short_ttl`) has passed, and not before; one with a
-    longer time to live stays."""
-    factory = as_factory(factory)
-    queue = unique_name("descriptor-ttl")
-    ttl = factory.short_ttl
-    worker = descriptor(f"{queue}.w", f"{queue}.g")
-    long_lived = descriptor(f"{queue}.z", f"{queue}.g")
-    async with factory() as broker:
-
-        async def ours() -> list[str]:
-            return [
-                d.instance_id
-                for d in await broker.worker_descriptors()
-                if d.instance_id.startswith(queue)
-            ]
-
-        try:
-            await broker.announce(long_lived, 60.0)
-            announced = trio.current_time()
-            await broker.announce(worker, ttl)
-            assert await ours() in (
-                [worker.instance_id, long_lived.instance_id],
-                [long_lived.instance_id],
-            )
-            await eventually(ours, [long_lived.instance_id], factory, patience=ttl + EVENTUALLY)
-            assert trio.current_time() - announced >= ttl
-            assert [g for g in await broker.worker_groups() if g.startswith(queue)] == [
-                f"{queue}.g"
-            ]
-        finally:
-            await broker.withdraw(worker.instance_id)
-            await broker.withdraw(long_lived.instance_id)
 
 
 BROKER_CHECKS: Final[tuple[Callable[[BrokerFactory | BrokerMaker], Awaitable[None]], ...]] = (

@@ -36,7 +36,7 @@ import trio_durable as td
 
 from ..._brokers._base import RESULTS, Broker
 from ..._stores._base import AdmitToQueue, PutCheckpoint
-from ._broker import EVENTUALLY, BrokerFactory, BrokerMaker, as_factory, settle
+from ._broker_factory import EVENTUALLY, BrokerFactory, BrokerMaker, as_factory, settle
 
 BACKOFF: Final = 0.25
 """The retried step's backoff (seconds) before its second attempt."""
