@@ -8,10 +8,8 @@ task is blocked and asserted times are exact.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -44,36 +42,3 @@ def open_test_engine() -> EngineFactory:
             yield engine
 
     return factory
-
-
-@pytest.fixture(scope="session")
-def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], str]]:
-    """Returns the URL of a real server (``"rabbitmq"``, ``"nats"`` or
-    ``"postgres"``; see ``tests/servers``): the one its environment variable
-    names (``.ci/run`` starts them), else one started for this test session
-    and stopped after it. Skips the test when the server is not installed,
-    except under ``CI=true``, where a missing server is a failure."""
-    import os
-
-    from servers import module
-
-    started: dict[str, str] = {}
-    workdirs: list[tuple[ModuleType, Path]] = []
-
-    def url(name: str) -> str:
-        server = module(name)
-        if os.environ.get(server.ENV):
-            return str(os.environ[server.ENV])
-        if name not in started:
-            if not server.available():
-                if os.environ.get("CI"):
-                    pytest.fail(f"{server.ENV} is not set and {name} is not installed")
-                pytest.skip(f"{name} is not installed and {server.ENV} is not set")
-            workdir = tmp_path_factory.mktemp(name)
-            started[name] = server.start(workdir)
-            workdirs.append((server, workdir))
-        return started[name]
-
-    yield url
-    for server, workdir in workdirs:
-        server.stop(workdir)

@@ -1,5 +1,6 @@
 """Hostile broker messages, shared by the wire tests and the tests that feed
-them to live workers and engines (memory broker, RabbitMQ, NATS).
+them to live workers and engines (memory broker, and the adapters' tests of
+RabbitMQ and NATS, through `open_hostile_feed`).
 
 `item_one_tasks` and `item_one_results` are the messages that crashed
 workers and engines before decoding became total (issue 12, item 1): a body
@@ -12,9 +13,16 @@ out.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
+import attrs
+import trio
+
+import trio_durable as td
 from trio_durable._wire import WIRE_VERSION
+from trio_durable.brokers import Broker, Outgoing
 
 HUGE: Final = "1" + "0" * 400
 """An integer of 401 digits: ``float()`` of it overflows."""
@@ -132,3 +140,107 @@ def item_one_results() -> list[bytes]:
         b"\xff",
         b"null",
     ]
+
+
+# -- Feeding them to a live engine and worker --------------------------------------------
+
+PATIENCE: Final = 60.0
+
+hostile_app = td.App("hostile")
+
+
+@hostile_app.step(group="g")
+async def act(x: int) -> int:
+    return x + 1
+
+
+@hostile_app.workflow()
+async def use(ctx: td.Context, x: int) -> int:
+    return await ctx.step(act, x)
+
+
+async def wait_until(predicate: Callable[[], bool]) -> None:
+    """Poll ``predicate`` (counters on the far side of a real broker, which
+    nothing here signals) until it holds, for at most `PATIENCE` seconds."""
+    with trio.fail_after(PATIENCE):
+        while not predicate():  # noqa: ASYNC110 -- the broker delivers on its own time
+            await trio.sleep(0.05)
+
+
+@attrs.define
+class HostileFeed:
+    """An engine and a worker on one broker, in a namespace of their own,
+    and the hostile messages `feed` sends them.
+
+    Attributes:
+      route: The worker's task queue.
+      results_queue: The engine's results queue.
+      tasks: The task messages fed to ``route``.
+      results: The result messages fed to ``results_queue``.
+    """
+
+    broker: Broker
+    engine: td.Engine
+    worker: td.Worker
+    namespace: str
+    route: str
+    results_queue: str
+    tasks: list[bytes]
+    results: list[bytes]
+
+    async def feed(self) -> None:
+        """Publish every hostile message raw, wait until each was rejected,
+        and check that the worker and the engine still run a workflow to its
+        end, having rejected each message exactly once (counted, and in the
+        Prometheus text)."""
+        engine, worker = self.engine, self.worker
+        await self.broker.dispatch(
+            [Outgoing(queue=self.route, body=body) for body in self.tasks]
+            + [Outgoing(queue=self.results_queue, body=body) for body in self.results]
+        )
+        await wait_until(
+            lambda: (
+                worker.statistics().rejected >= len(self.tasks)
+                and engine.statistics().rejected >= len(self.results)
+            )
+        )
+        # Both still work: a run of the same namespace goes through the
+        # same queues to its end.
+        run = await engine.start(
+            use, 41, run_id=f"{self.namespace}.after", namespace=self.namespace
+        )
+        with trio.fail_after(PATIENCE):
+            assert await engine.result(run.id) == 42
+        # Each was rejected once: never requeued, never delivered again.
+        assert worker.statistics().rejected == len(self.tasks)
+        assert engine.statistics().rejected == len(self.results)
+        assert worker.statistics().received == len(self.tasks) + 1
+        metrics = engine.metrics()
+        assert (
+            f'trio_durable_messages_rejected_total{{kind="result"}} {len(self.results)}' in metrics
+        )
+        assert (
+            f'trio_durable_messages_rejected_total{{kind="task"}} {len(self.tasks)}'
+            in worker.metrics()
+        )
+
+
+@asynccontextmanager
+async def open_hostile_feed(broker: Broker, namespace: str) -> AsyncIterator[HostileFeed]:
+    """An engine and a worker of `hostile_app` on ``broker``, serving the
+    route of ``namespace``, with the item-one messages to feed them."""
+    route = f"g@{namespace}"
+    async with (
+        td.open_engine(hostile_app, broker=broker, engine_id=f"engine-{namespace}") as engine,
+        td.open_worker(hostile_app, broker=broker, groups=[route]) as worker,
+    ):
+        yield HostileFeed(
+            broker=broker,
+            engine=engine,
+            worker=worker,
+            namespace=namespace,
+            route=route,
+            results_queue=engine.results_queue,
+            tasks=item_one_tasks(route),
+            results=item_one_results(),
+        )

@@ -453,20 +453,37 @@ def test_the_adapter_api_is_pinned() -> None:
     from trio_durable import brokers
 
     assert sorted(brokers.__all__) == [
+        "AMBIGUOUS_HINT",
+        "Bridge",
+        "BridgeMode",
         "Broker",
         "BrokerError",
         "BrokerFaults",
         "BrokerUnavailable",
+        "Clock",
         "Consumer",
+        "DEFAULT_BRIDGE",
         "Delivery",
+        "Inbox",
+        "InvalidURLError",
         "MemoryBroker",
         "Outgoing",
+        "OwnedTasks",
         "PayloadTooLarge",
         "RESULTS",
+        "UsageError",
         "WorkerDescriptor",
+        "bridge_mode",
         "check_payload_sizes",
+        "descriptor_from_json",
+        "descriptor_to_json",
         "is_broker_safe",
         "mask_url",
+        "open_bridge",
         "open_broker",
         "scrub",
+        "userinfo_is_ambiguous",
     ]
+    # Every name is there.
+    for name in brokers.__all__:
+        assert hasattr(brokers, name), name

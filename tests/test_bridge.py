@@ -1,4 +1,4 @@
-"""The Trio-asyncio bridge of the broker adapters, in both modes."""
+"""The Trio-asyncio bridge of the broker adapter SDK (`trio_durable.brokers`), in both modes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from trio_durable import InvalidURLError
-from trio_durable.brokers._bridge import (
+from trio_durable.brokers import (
     DEFAULT_BRIDGE,
     Bridge,
     BridgeMode,

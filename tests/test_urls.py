@@ -80,13 +80,13 @@ Opener = Callable[[str], AbstractAsyncContextManager[Any]]
 
 
 def _amqp(url: str) -> AbstractAsyncContextManager[Any]:
-    from trio_durable.brokers._amqp import open_amqp_broker
+    from trio_durable_rabbitmq import open_amqp_broker
 
     return open_amqp_broker(url)
 
 
 def _nats(url: str) -> AbstractAsyncContextManager[Any]:
-    from trio_durable.brokers._nats import open_nats_broker
+    from trio_durable_nats import open_nats_broker
 
     return open_nats_broker(url)
 
@@ -143,6 +143,7 @@ BAD_URLS: list[tuple[str, Opener, str]] = [
     *(("nats", _nats, u) for u in _hostile("nats://u:{pw}@h?bogus=1")),
     *(("nats", _nats, u) for u in _hostile("nats://{pw}@h/path")),
     ("nats", _nats, f"nats://u:4321/{SECRET}@h"),
+    *(("nats", open_broker, u) for u in _hostile("nats+tls://u:{pw}@h?bogus=1")),
     ("nats", _nats, f"nats://h?monitor=http://u:{SECRET}{TAIL}@m:8222/x&monitor=off"),
     ("nats", _nats, f"nats://h?monitor=ftp://u:{SECRET}{TAIL}@m"),
     ("unknown scheme", open_broker, f"carrier://u:{SECRET}{TAIL}@coop"),
@@ -159,7 +160,12 @@ async def test_a_refused_url_never_shows_its_password(
     what: str, opener: Opener, url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     if what in ("amqp", "nats", "postgresql"):
-        pytest.importorskip({"amqp": "aio_pika", "nats": "nats", "postgresql": "psycopg"}[what])
+        # The adapters are distributions of their own (brokers/).
+        pytest.importorskip(
+            {"amqp": "trio_durable_rabbitmq", "nats": "trio_durable_nats", "postgresql": "psycopg"}[
+                what
+            ]
+        )
     caplog.set_level(logging.DEBUG)
     with pytest.raises(td.InvalidURLError) as caught:
         async with opener(url):

@@ -1,68 +1,47 @@
 """Brokers: the protocol, the memory broker, and how a URL picks one.
 
-Adapters for other brokers register an opener under the entry-point group
-``trio_durable.brokers``, named by URL scheme: a callable taking the URL and
-returning an async context manager that yields a `Broker`.
+The ``memory`` scheme is built in; adapters for other brokers register an
+opener under the entry-point group ``trio_durable.brokers``, named by URL
+scheme: a callable taking the URL and returning an async context manager
+that yields a `Broker` (see `trio_durable._schemes` for the rule).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from importlib.metadata import entry_points
-from typing import Any, Final, Protocol
+from contextlib import asynccontextmanager
+from typing import Final
 
-from .._exceptions import InvalidURLError
-from .._urls import mask_url
+from .._schemes import Install, Kind, Opener, find_opener
 from ._base import Broker
 
+_RABBITMQ: Final = Install(what="the trio-durable-rabbitmq package", pip="trio-durable-rabbitmq")
+_NATS: Final = Install(what="the trio-durable-nats package", pip="trio-durable-nats")
 
-class _BrokerOpener(Protocol):
-    def __call__(self, url: str) -> AbstractAsyncContextManager[Any]: ...
+BROKERS: Final = Kind(
+    noun="broker",
+    group="trio_durable.brokers",
+    builtins={"memory": "trio_durable._brokers._memory:open_memory_broker"},
+    install={"amqp": _RABBITMQ, "amqps": _RABBITMQ, "nats": _NATS, "nats+tls": _NATS},
+    # NATS over TLS said only "tls" once: a name every broker could claim.
+    renamed={"tls": "nats+tls"},
+    example="memory://",
+)
+"""The broker URL schemes: built in, and those of the adapters trio-durable
+documents (the packages that serve them, for the message when one is
+missing)."""
 
 
-EXTRAS: Final[dict[str, str]] = {
-    "amqp": "rabbitmq",
-    "amqps": "rabbitmq",
-    "nats": "nats",
-    "tls": "nats",
-}
-"""The extra of trio-durable that installs the client of each built-in
-broker scheme (its entry point is registered even without it)."""
-
-
-def broker_opener(url: str) -> _BrokerOpener:
-    """The opener registered under the entry-point group
-    ``trio_durable.brokers`` for ``url``'s scheme.
+def broker_opener(url: str) -> Opener:
+    """The opener of ``url``'s scheme: the memory broker's, or the one an
+    installed adapter registers under the entry-point group
+    ``trio_durable.brokers``.
 
     Raises:
       InvalidURLError: The URL has no scheme, no broker serves it, or the
-        extra that installs its client is missing (the message names it).
+        adapter that serves it is not installed (the message names it).
     """
-    if not isinstance(url, str) or "://" not in url:
-        shown = mask_url(url) if isinstance(url, str) else url
-        raise InvalidURLError(f"not a broker URL: {shown!r} (expected e.g. 'memory://')")
-    scheme = url.partition("://")[0].lower()
-    for entry in entry_points(group="trio_durable.brokers"):
-        if entry.name == scheme:
-            try:
-                opener: _BrokerOpener = entry.load()
-            except ImportError as exc:
-                # An adapter may wrap the ImportError in one of its own.
-                missing = exc.name or getattr(exc.__cause__, "name", None)
-                extra = EXTRAS.get(scheme)
-                if extra is None or (missing or "").startswith("trio_durable"):
-                    raise
-                raise InvalidURLError(
-                    f"the broker scheme {scheme!r} needs the {extra!r} extra:"
-                    f" pip install 'trio-durable[{extra}]'"
-                    f" ({f'no module named {missing!r}' if missing else exc})"
-                ) from exc
-            return opener
-    raise InvalidURLError(
-        f"no broker is registered for the scheme {scheme!r} in {mask_url(url)!r}"
-        " (is its extra installed? e.g. pip install 'trio-durable[rabbitmq]')"
-    )
+    return find_opener(BROKERS, url)
 
 
 @asynccontextmanager
@@ -71,7 +50,7 @@ async def open_broker(url: str) -> AsyncIterator[Broker]:
 
     Raises:
       InvalidURLError: The URL is malformed, its scheme is unknown, or the
-        extra its broker needs is not installed.
+        adapter its broker needs is not installed.
     """
     opener = broker_opener(url)
     async with opener(url) as broker:

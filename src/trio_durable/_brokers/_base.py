@@ -21,7 +21,7 @@ heartbeats; engines read them to know what is served where.
 A broker may limit the size of a message body (`Broker.max_payload`); it
 refuses a larger one with `PayloadTooLarge` before sending anything.
 
-Every implementation passes ``tests/conformance/test_broker.py``.
+Every implementation passes the suites of `trio_durable.testing.conformance`.
 """
 
 from __future__ import annotations

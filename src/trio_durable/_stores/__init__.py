@@ -3,72 +3,42 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from importlib.metadata import entry_points
-from typing import Any, Final, Protocol
+from contextlib import asynccontextmanager
+from typing import Final
 
-from .._exceptions import InvalidURLError
-from .._urls import mask_url
+from .._schemes import Install, Kind, Opener, find_opener
 from ._base import Store
 
+_POSTGRES: Final = Install(what="the 'postgres' extra", pip="'trio-durable[postgres]'")
 
-class _StoreOpener(Protocol):
-    def __call__(self, url: str) -> AbstractAsyncContextManager[Any]: ...
-
-
-EXTRAS: Final[dict[str, str]] = {"postgresql": "postgres", "postgres": "postgres"}
-"""The extra of trio-durable that installs the client of each store scheme
-that needs one (its entry point is registered even without it)."""
-
-
-def _builtin_opener(scheme: str) -> _StoreOpener | None:
-    if scheme == "memory":
-        from ._memory import open_memory_store
-
-        return open_memory_store
-    if scheme == "sqlite":
-        from ._sqlite import open_sqlite_store
-
-        return open_sqlite_store
-    return None
+STORES: Final = Kind(
+    noun="store",
+    group="trio_durable.stores",
+    builtins={
+        "memory": "trio_durable._stores._memory:open_memory_store",
+        "sqlite": "trio_durable._stores._sqlite:open_sqlite_store",
+        # In the core, behind the extra that installs psycopg.
+        "postgresql": "trio_durable._stores._postgres:open_postgres_store",
+        "postgres": "trio_durable._stores._postgres:open_postgres_store",
+    },
+    install={"postgresql": _POSTGRES, "postgres": _POSTGRES},
+    example="sqlite:///app.db",
+)
+"""The store URL schemes built into trio-durable (see `trio_durable._schemes`)."""
 
 
-def store_opener(url: str) -> _StoreOpener:
+def store_opener(url: str) -> Opener:
     """The opener registered for ``url``'s scheme.
 
-    Built-in schemes are ``memory`` and ``sqlite``; other packages add theirs
-    under the entry-point group ``trio_durable.stores``.
+    Built-in schemes are ``memory``, ``sqlite`` and ``postgresql`` (or
+    ``postgres``); other packages add theirs under the entry-point group
+    ``trio_durable.stores``.
 
     Raises:
       InvalidURLError: The URL has no scheme, no store serves its scheme, or
         the extra that installs its client is missing (the message names it).
     """
-    if not isinstance(url, str) or "://" not in url:
-        shown = mask_url(url) if isinstance(url, str) else url
-        raise InvalidURLError(f"not a store URL: {shown!r} (expected e.g. 'sqlite:///app.db')")
-    scheme = url.partition("://")[0].lower()
-    builtin = _builtin_opener(scheme)
-    if builtin is not None:
-        return builtin
-    for entry in entry_points(group="trio_durable.stores"):
-        if entry.name == scheme:
-            try:
-                opener: _StoreOpener = entry.load()
-            except ImportError as exc:
-                # An adapter may wrap the ImportError in one of its own.
-                missing = exc.name or getattr(exc.__cause__, "name", None)
-                extra = EXTRAS.get(scheme)
-                if extra is None or (missing or "").startswith("trio_durable"):
-                    raise
-                raise InvalidURLError(
-                    f"the store scheme {scheme!r} needs the {extra!r} extra:"
-                    f" pip install 'trio-durable[{extra}]'"
-                    f" ({f'no module named {missing!r}' if missing else exc})"
-                ) from exc
-            return opener
-    raise InvalidURLError(
-        f"no store is registered for the scheme {scheme!r} in {mask_url(url)!r}"
-    )
+    return find_opener(STORES, url)
 
 
 @asynccontextmanager

@@ -26,9 +26,8 @@ import pytest
 import trio
 
 import trio_durable as td
-from trio_durable._brokers import open_broker
-from trio_durable.brokers._nats import NatsBroker
-from trio_durable.brokers._nats_url import DEAD_STREAM, DEAD_SUBJECT, TASKS_STREAM, token
+from trio_durable.brokers import open_broker
+from trio_durable_nats import DEAD_STREAM, DEAD_SUBJECT, TASKS_STREAM, NatsBroker, token
 
 EVENTUALLY: Final = 60.0
 ACK_WAIT: Final = 2.0

@@ -53,18 +53,28 @@ import trio
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
 from pamqp import commands as spec
 
-from .. import _serde
-from .._brokers._base import (
+from trio_durable.brokers import (
+    AMBIGUOUS_HINT,
+    Bridge,
+    BridgeMode,
     BrokerUnavailable,
     Delivery,
+    Inbox,
+    InvalidURLError,
     Outgoing,
+    OwnedTasks,
     PayloadTooLarge,
+    UsageError,
     WorkerDescriptor,
+    bridge_mode,
     check_payload_sizes,
+    descriptor_from_json,
+    descriptor_to_json,
+    mask_url,
+    open_bridge,
+    scrub,
+    userinfo_is_ambiguous,
 )
-from .._exceptions import InvalidURLError, UsageError
-from .._urls import AMBIGUOUS_HINT, mask_url, scrub, userinfo_is_ambiguous
-from ._bridge import Bridge, BridgeMode, Inbox, OwnedTasks, bridge_mode, open_bridge
 
 logger = logging.getLogger("trio_durable")
 
@@ -750,7 +760,7 @@ class AmqpBroker:
         for data, received in self._view_inbox.drain_nowait():
             try:
                 if data["kind"] == "announce":
-                    descriptor = _serde.converter.structure(data["descriptor"], WorkerDescriptor)
+                    descriptor = descriptor_from_json(data["descriptor"])
                     self._view[descriptor.instance_id] = (
                         descriptor,
                         received + float(data["ttl"]),
@@ -778,7 +788,7 @@ class AmqpBroker:
                 "kind": "announce",
                 "origin": self._origin,
                 "ttl": ttl,
-                "descriptor": _serde.converter.unstructure(descriptor),
+                "descriptor": descriptor_to_json(descriptor),
             }
         ).encode()
         with self._own_lock:

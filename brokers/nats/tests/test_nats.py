@@ -16,10 +16,8 @@ import pytest
 import trio
 
 from trio_durable import InvalidURLError
-from trio_durable._brokers import open_broker
-from trio_durable._brokers._base import RESULTS, BrokerUnavailable, Outgoing
-from trio_durable.brokers._nats import NatsBroker
-from trio_durable.brokers._nats_url import parse_nats_url, token
+from trio_durable.brokers import RESULTS, BrokerUnavailable, Outgoing, open_broker
+from trio_durable_nats import NatsBroker, parse_nats_url, token
 
 
 def test_url_options() -> None:
@@ -32,8 +30,10 @@ def test_url_options() -> None:
     assert (options.bridge, options.ack_wait, options.max_deliver) == ("trio-asyncio", 2.5, 8)
     assert (options.timeout, options.reconnect_wait, options.replicas) == (3.0, 0.2, 3)
     assert (options.monitor, options.dead_letter) == (None, False)
-    defaults = parse_nats_url("tls://nats.example.org")
-    assert defaults.server == "tls://nats.example.org:4222"
+    # NATS over TLS: nats+tls://, which nats-py spells tls://.
+    defaults = parse_nats_url("nats+tls://s3cret@nats.example.org")
+    assert defaults.server == "tls://s3cret@nats.example.org:4222"
+    assert defaults.shown == "nats+tls://***@nats.example.org:4222"
     assert (defaults.bridge, defaults.ack_wait, defaults.max_deliver) == ("thread", 30.0, 20)
     assert defaults.monitor == "http://nats.example.org:8222"
     assert parse_nats_url("nats://h?max_deliver=-1").max_deliver == -1
@@ -58,6 +58,8 @@ def test_url_options() -> None:
         "nats://h?monitor=ftp://x",
         "nats://h?dead_letter=maybe",
         "amqp://h",
+        # The generic TLS scheme is gone: nats+tls:// says it is NATS.
+        "tls://h",
     ],
 )
 def test_bad_urls_are_refused(url: str) -> None:

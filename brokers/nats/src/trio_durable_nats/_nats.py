@@ -2,7 +2,7 @@
 through nats-py behind the asyncio `Bridge`.
 
 Layout on the server (created idempotently when a broker opens; the names
-and the URL options are in `trio_durable.brokers._nats_url`; see
+and the URL options are in `trio_durable_nats._nats_url`; see
 ``docs/nats.md``):
 
 - stream ``TRIO_DURABLE_TASKS`` (subjects ``trio_durable.task.>``) and stream
@@ -37,17 +37,25 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
-from .._brokers._base import (
+from trio_durable.brokers import (
+    Bridge,
+    BridgeMode,
     BrokerUnavailable,
+    Clock,
     Delivery,
+    Inbox,
     Outgoing,
+    OwnedTasks,
     PayloadTooLarge,
     WorkerDescriptor,
     check_payload_sizes,
+    descriptor_from_json,
+    descriptor_to_json,
+    mask_url,
+    open_bridge,
+    scrub,
 )
-from .._clock import Clock
-from .._urls import mask_url, scrub
-from ._bridge import Bridge, BridgeMode, Inbox, OwnedTasks, open_bridge
+
 from ._nats_url import (
     DEAD_MAX_AGE,
     DEAD_STREAM,
@@ -72,7 +80,7 @@ try:
     from nats.js import JetStreamContext, api
     from nats.js.kv import KeyValue
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError("the NATS broker needs nats-py: pip install 'trio-durable[nats]'") from exc
+    raise ImportError("the NATS broker needs nats-py: pip install trio-durable-nats") from exc
 
 logger = logging.getLogger("trio_durable.brokers.nats")
 
@@ -651,7 +659,7 @@ class NatsBroker:
           BrokerUnavailable: The server did not store it.
         """
         value = json.dumps(
-            {"expires_at": self._clock.now() + ttl, "descriptor": attrs.asdict(descriptor)},
+            {"expires_at": self._clock.now() + ttl, "descriptor": descriptor_to_json(descriptor)},
             ensure_ascii=False,
         ).encode()
         subject = f"$KV.{WORKERS_BUCKET}.{token(descriptor.instance_id)}"
@@ -685,7 +693,7 @@ class NatsBroker:
                 data = json.loads(value)
                 if float(data["expires_at"]) <= now:
                     continue
-                descriptor = _descriptor_from_json(data["descriptor"])
+                descriptor = descriptor_from_json(data["descriptor"])
             except (ValueError, KeyError, TypeError) as exc:
                 logger.warning("ignoring a malformed worker announcement: %s", exc)
                 continue
@@ -755,13 +763,6 @@ async def _shut_down(nc: NatsClient, tasks: OwnedTasks) -> None:
         await nc.close()
 
 
-def _descriptor_from_json(data: dict[str, Any]) -> WorkerDescriptor:
-    fields = dict(data)
-    for name in ("groups", "capabilities"):
-        fields[name] = tuple(fields.get(name, ()))
-    return WorkerDescriptor(**fields)
-
-
 async def _connect(options: NatsOptions) -> tuple[NatsClient, JetStreamContext]:
     nc = NatsClient()
 
@@ -808,7 +809,7 @@ async def _connect(options: NatsOptions) -> tuple[NatsClient, JetStreamContext]:
 
 @asynccontextmanager
 async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
-    """Open a `NatsBroker` for a ``nats://`` (or ``tls://``) URL and close
+    """Open a `NatsBroker` for a ``nats://`` (or ``nats+tls://``) URL and close
     it on exit: the bridge, the connection, the streams, the consumers'
     background pulls; nothing of it outlives the block.
 

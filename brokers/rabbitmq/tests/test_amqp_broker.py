@@ -17,9 +17,8 @@ import pytest
 import trio
 
 from trio_durable import InvalidURLError
-from trio_durable._brokers import open_broker
-from trio_durable._brokers._base import BrokerUnavailable, Delivery, Outgoing, PayloadTooLarge
-from trio_durable.brokers._amqp import (
+from trio_durable.brokers import BrokerUnavailable, Delivery, Outgoing, PayloadTooLarge, open_broker
+from trio_durable_rabbitmq import (
     DEFAULT_MAX_PAYLOAD,
     AmqpBroker,
     open_amqp_broker,

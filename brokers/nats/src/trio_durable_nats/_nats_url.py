@@ -1,9 +1,10 @@
 """What a NATS broker URL and the engine's queue names mean on the server.
 
-`parse_nats_url` reads a ``nats://`` or ``tls://`` URL into `NatsOptions`;
-`token` turns a queue name into the subject token and consumer name that
-stand for it; the constants name the streams, subjects and bucket the
-adapter (`trio_durable.brokers._nats`) creates. See ``docs/nats.md``.
+`parse_nats_url` reads a ``nats://`` or ``nats+tls://`` URL into
+`NatsOptions`; `token` turns a queue name into the subject token and
+consumer name that stand for it; the constants name the streams, subjects
+and bucket the adapter (`trio_durable_nats._nats`) creates. See
+``docs/nats.md``.
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
-from .._brokers._base import RESULTS
-from .._exceptions import InvalidURLError
-from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
-from ._bridge import BridgeMode, bridge_mode
+from trio_durable.brokers import (
+    AMBIGUOUS_HINT,
+    RESULTS,
+    BridgeMode,
+    InvalidURLError,
+    bridge_mode,
+    mask_url,
+    userinfo_is_ambiguous,
+)
 
 TASKS_STREAM: Final = "TRIO_DURABLE_TASKS"
 RESULTS_STREAM: Final = "TRIO_DURABLE_RESULTS"
@@ -28,6 +34,10 @@ TASK_SUBJECT: Final = "trio_durable.task"
 RESULT_SUBJECT: Final = "trio_durable.result"
 DEAD_SUBJECT: Final = "trio_durable.dead"
 WORKERS_BUCKET: Final = "TRIO_DURABLE_WORKERS"
+
+SCHEMES: Final = {"nats": "nats", "nats+tls": "tls"}
+"""The URL schemes of this adapter, and the scheme nats-py takes for each
+(``nats+tls://`` is TLS, which nats-py spells ``tls://``)."""
 
 DEAD_MAX_AGE: Final = 7 * 24 * 3600.0
 """How long (seconds) dead-lettered copies are kept."""
@@ -87,10 +97,11 @@ def stream_and_subject(queue: str) -> tuple[str, str]:
 @final
 @attrs.define(frozen=True, kw_only=True)
 class NatsOptions:
-    """What a ``nats://`` or ``tls://`` URL configures (see ``docs/nats.md``).
+    """What a ``nats://`` or ``nats+tls://`` URL configures (see ``docs/nats.md``).
 
     Attributes:
-      server: The server URL handed to nats-py (no query string).
+      server: The server URL handed to nats-py (no query string; ``tls://``
+        for ``nats+tls://``).
       bridge: How nats-py's asyncio loop runs (``?bridge=``).
       ack_wait: Seconds a delivered message may stay unacked before the
         server delivers it again (``?ack_wait=``, default 30).
@@ -120,12 +131,15 @@ class NatsOptions:
 
     @property
     def shown(self) -> str:
-        """The server URL for logs and errors: its password (or token) masked."""
-        return mask_url(self.server, user_is_secret=True)
+        """The server URL for logs and errors, in the scheme it was given
+        in: its password (or token) masked."""
+        scheme, _, rest = self.server.partition("://")
+        given = next((ours for ours, theirs in SCHEMES.items() if theirs == scheme), scheme)
+        return mask_url(f"{given}://{rest}", user_is_secret=True)
 
 
 def parse_nats_url(url: str) -> NatsOptions:
-    """Read a ``nats://`` or ``tls://`` broker URL.
+    """Read a ``nats://`` or ``nats+tls://`` broker URL.
 
     Raises:
       InvalidURLError: Not such a URL, or an option is unknown, repeated or
@@ -144,8 +158,11 @@ def parse_nats_url(url: str) -> NatsOptions:
         port = parts.port
     except ValueError:
         raise InvalidURLError(f"malformed NATS URL {shown!r}: a bad host or port") from None
-    if parts.scheme.lower() not in ("nats", "tls") or "://" not in url:
-        raise InvalidURLError(f"not a NATS URL: {shown!r} (expected nats://host:4222)")
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES or "://" not in url:
+        raise InvalidURLError(
+            f"not a NATS URL: {shown!r} (expected nats://host:4222, or nats+tls://host:4222)"
+        )
     if not parts.hostname:
         raise InvalidURLError(f"the NATS URL {shown!r} names no host")
     if parts.path not in ("", "/") or parts.fragment:
@@ -207,9 +224,9 @@ def parse_nats_url(url: str) -> NatsOptions:
         raise InvalidURLError(f"dead_letter must be on or off, not {dead_letter!r}")
     netloc = parts.netloc
     server = (
-        f"{parts.scheme.lower()}://{netloc}"
+        f"{SCHEMES[scheme]}://{netloc}"
         if port is not None
-        else f"{parts.scheme.lower()}://{netloc}:4222"
+        else f"{SCHEMES[scheme]}://{netloc}:4222"
     )
     return NatsOptions(
         server=server,

@@ -1,0 +1,11 @@
+"""Fixtures for every test tree of the repository: ``tests`` and the
+adapters' ``brokers/*/tests``.
+
+The adapters' test directories have no conftest.py of their own: modules in
+``tests`` import helpers with ``from conftest import ...``, which must always
+find ``tests/conftest.py``, and pytest keeps only the last conftest it
+loaded under that name. ``tests`` is on ``sys.path`` (the ``pythonpath``
+option in pyproject.toml), where ``servers`` starts the real servers.
+"""
+
+from servers.fixture import real_server as real_server

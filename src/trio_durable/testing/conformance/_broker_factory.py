@@ -1,0 +1,165 @@
+"""What the broker suites are run with: `BrokerFactory`, and the helpers
+the checks share (unique names, receiving exactly, waiting out what must not
+arrive, waiting for what must)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import secrets
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Final, TypeVar, final
+
+import attrs
+import trio
+import trio.testing
+
+from ..._brokers._base import Broker, Consumer, Delivery, Outgoing, WorkerDescriptor
+
+EVENTUALLY: Final = 10.0
+"""How long (seconds) a check waits for something that must happen."""
+
+LARGEST_CHECKED_BODY: Final = 8 * 1024 * 1024
+"""Bodies up to this size are sent to check ``max_payload``; over it (the
+RabbitMQ default of 128 MiB), only the refusal is checked."""
+
+_SESSION: Final = secrets.token_hex(3)
+"""Distinguishes this process's queues from earlier ones on a real server."""
+
+_serial = itertools.count()
+
+T = TypeVar("T")
+
+BrokerMaker = Callable[[], AbstractAsyncContextManager[Broker]]
+"""Opens a broker: a zero-argument callable returning an async context
+manager that yields a connected broker and closes it on exit."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class BrokerFactory:
+    """How the suites open one kind of broker, and what that kind can do.
+
+    Calling it returns an async context manager that opens a connected
+    broker. Separate calls may share a server (checks isolate themselves by
+    queue name and instance id); brokers of one call may also be fresh each
+    time, as the memory broker's are.
+
+    Attributes:
+      open: Returns the async context manager that opens one broker.
+      priorities: Delivers higher-priority messages first. Without it
+        `check_higher_priorities_are_delivered_first` checks nothing (run it
+        with a factory that claims priorities, as an expected failure, to
+        show the gap).
+      trio_clock: Its time is `trio.current_time()`: it lives on the Trio
+        thread, its delays and times to live are Trio time. The caller then
+        runs the checks under ``trio.testing.MockClock(autojump_threshold=0)``
+        (so waiting out a time to live costs no real time), and the engine
+        suite asserts exact times.
+      quiet_period: How long (real seconds) to watch for a message that must
+        not arrive, after every task is blocked; 0 for brokers that live on
+        the Trio thread (nothing can arrive once every task is blocked).
+      poll_interval: How long to sleep between two reads of something that
+        becomes true eventually (descriptors that propagate).
+      short_ttl: A descriptor time to live that
+        `check_a_descriptor_is_forgotten_after_its_ttl` waits out (some
+        servers round it: NATS keeps per-message TTLs in whole seconds).
+    """
+
+    open: BrokerMaker
+    priorities: bool = True
+    trio_clock: bool = False
+    quiet_period: float = 0.0
+    poll_interval: float = 0.05
+    short_ttl: float = 1.0
+
+    def __call__(self) -> AbstractAsyncContextManager[Broker]:
+        """Open one broker (``self.open()``)."""
+        return self.open()
+
+
+def as_factory(factory: BrokerFactory | BrokerMaker) -> BrokerFactory:
+    """``factory`` itself, or a plain opener wrapped with the default
+    capabilities (priorities, a broker on another clock with no quiet
+    period)."""
+    if isinstance(factory, BrokerFactory):
+        return factory
+    if not callable(factory):
+        raise TypeError(f"a broker factory must be callable, not {factory!r}")
+    return BrokerFactory(open=factory)
+
+
+def unique_name(check: str) -> str:
+    """A queue name (or instance id prefix) nothing else uses, in this
+    process or an earlier one; checks that need more append ``.a``, ..."""
+    tail = re.sub(r"[^A-Za-z0-9_.-]", "-", check)[:60]
+    return f"conformance.{_SESSION}.{next(_serial)}.{tail}"
+
+
+# -- Helpers ------------------------------------------------------------------------
+
+
+def outgoing(queue: str, *bodies: bytes, priority: int = 0) -> list[Outgoing]:
+    return [Outgoing(queue=queue, body=body, priority=priority) for body in bodies]
+
+
+def bodies_of(deliveries: Sequence[Delivery]) -> Counter[bytes]:
+    return Counter(d.body for d in deliveries)
+
+
+async def receive_exactly(
+    consumer: Consumer, count: int, *, max_items: int | None = None
+) -> list[Delivery]:
+    """Receive until ``count`` messages have arrived (never asking for more),
+    checking that every batch holds at least one and at most what was asked."""
+    received: list[Delivery] = []
+    with trio.fail_after(EVENTUALLY):
+        while len(received) < count:
+            asked = min(max_items or count, count - len(received))
+            batch = await consumer.receive(asked)
+            assert 1 <= len(batch) <= asked
+            received.extend(batch)
+    return received
+
+
+async def settle(factory: BrokerFactory) -> None:
+    """Give anything that could still arrive the chance to."""
+    await trio.testing.wait_all_tasks_blocked()
+    if factory.quiet_period:
+        await trio.sleep(factory.quiet_period)
+        await trio.testing.wait_all_tasks_blocked()
+
+
+async def assert_nothing_arrives(consumer: Consumer, factory: BrokerFactory) -> None:
+    arrived: list[Delivery] = []
+
+    async def watch() -> None:
+        arrived.extend(await consumer.receive(100))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        await settle(factory)
+        nursery.cancel_scope.cancel()
+    assert [d.body for d in arrived] == []
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    expected: T,
+    factory: BrokerFactory,
+    *,
+    patience: float = EVENTUALLY,
+) -> None:
+    """Wait (at most ``patience`` seconds) until ``probe()`` returns ``expected``."""
+    last = await probe()
+    with trio.move_on_after(patience):
+        while last != expected:
+            await trio.sleep(factory.poll_interval)
+            last = await probe()
+    assert last == expected
+
+
+def descriptor(instance_id: str, *groups: str) -> WorkerDescriptor:
+    return WorkerDescriptor(instance_id=instance_id, app="shop", groups=groups)

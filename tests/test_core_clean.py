@@ -1,0 +1,91 @@
+"""The core stays clean of client libraries: importing trio-durable and
+running workflows on the embedded set-ups (``memory://`` and ``sqlite://``
+stores, the memory broker) imports none of aio-pika, nats-py, psycopg or
+trio-asyncio, even where they are installed. Nor does importing the adapter
+SDK (`trio_durable.brokers`, whose bridge imports trio-asyncio only in that
+mode) or the conformance suites. Checked in a fresh interpreter, so nothing
+another test imported counts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CLIENTS = ("aio_pika", "aiormq", "nats", "psycopg", "trio_asyncio")
+
+SCRIPT = """
+import json, sys
+
+import trio
+import trio_durable as td
+
+CLIENTS = {clients!r}
+
+app = td.App("clean")
+
+
+@app.step()
+async def double(x: int) -> int:
+    return 2 * x
+
+
+@app.step(group="remote")
+async def triple(x: int) -> int:
+    return 3 * x
+
+
+@app.workflow()
+async def work(ctx: td.Context, x: int) -> int:
+    return await ctx.step(triple, await ctx.step(double, x))
+
+
+async def run(store: str) -> int:
+    async with td.open_engine(app, store=store, broker="memory://", serve=["remote"]) as engine:
+        run = await engine.start(work, 7)
+        return await engine.result(run.id)
+
+
+def loaded() -> list[str]:
+    return sorted(
+        name for name in sys.modules if name.split(".")[0] in CLIENTS
+    )
+
+
+outcome = {{}}
+outcome["memory"] = trio.run(run, "memory://")
+outcome["sqlite"] = trio.run(run, "sqlite:///{db}")
+outcome["after runs"] = loaded()
+import trio_durable.brokers  # noqa: E402
+import trio_durable.testing.conformance  # noqa: E402
+outcome["after the SDK"] = loaded()
+print(json.dumps(outcome))
+"""
+
+
+def test_running_workflows_imports_no_client_library(tmp_path: Path) -> None:
+    script = SCRIPT.format(clients=CLIENTS, db=tmp_path / "clean.db")
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout.splitlines()[-1])
+    assert outcome == {"memory": 42, "sqlite": 42, "after runs": [], "after the SDK": []}
+
+
+def test_the_clients_are_there_to_be_avoided() -> None:
+    # Not vacuous: the test environment has every client library installed.
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {', '.join(CLIENTS)}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
