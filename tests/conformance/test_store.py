@@ -20,7 +20,7 @@ import trio.testing
 
 from trio_durable._exceptions import InvalidURLError, LeaseLostError, StoreError
 from trio_durable._records import Checkpoint, ErrorInfo, Run, RunStatus
-from trio_durable._stores import _sqlite
+from trio_durable._stores import _sqlite_schema
 from trio_durable._stores._base import (
     AdmitToQueue,
     ClaimCheckpoint,
@@ -1368,14 +1368,14 @@ async def test_sqlite_defaults_to_wal_and_synchronous_full(sqlite_url: str, tmp_
         assert store.synchronous == "NORMAL"
     with sqlite3.connect(tmp_path / "store.db") as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert connection.execute("PRAGMA user_version").fetchone() == (_sqlite.SCHEMA_VERSION,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (_sqlite_schema.SCHEMA_VERSION,)
     connection.close()
 
 
 async def test_sqlite_refuses_a_newer_schema(sqlite_url: str, tmp_path: Path) -> None:
     async with open_sqlite_store(sqlite_url):
         pass
-    newer = _sqlite.SCHEMA_VERSION + 1
+    newer = _sqlite_schema.SCHEMA_VERSION + 1
     with sqlite3.connect(tmp_path / "store.db") as connection:
         connection.execute(f"PRAGMA user_version = {newer}")
     connection.close()
@@ -1408,7 +1408,7 @@ async def test_sqlite_migrates_a_version_1_file(sqlite_url: str, tmp_path: Path)
         await store.create_run(make_run("r2"))
         assert [r.id for r in await store.list_runs()] == ["r1", "r2"]
     with sqlite3.connect(tmp_path / "store.db") as connection:
-        assert connection.execute("PRAGMA user_version").fetchone() == (_sqlite.SCHEMA_VERSION,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (_sqlite_schema.SCHEMA_VERSION,)
         columns = {row[1] for row in connection.execute("PRAGMA table_info(runs)")}
         assert "input" not in columns
     connection.close()
@@ -1436,7 +1436,7 @@ async def test_sqlite_stores_share_one_file(sqlite_url: str) -> None:
 async def test_sqlite_translates_database_errors(
     sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sqlite, "BUSY_TIMEOUT", 0.01)
+    monkeypatch.setattr(_sqlite_schema, "BUSY_TIMEOUT", 0.01)
     async with open_sqlite_store(sqlite_url) as store:
         await store.create_run(make_run())
         # Another process holds the write lock past the busy timeout.
