@@ -17,6 +17,11 @@ import trio
 
 import trio_durable as td
 
+# The conformance suites are plain asserts in a library module: rewritten,
+# their failures show the values compared. Registered before anything
+# imports them.
+pytest.register_assert_rewrite("trio_durable.testing.conformance")
+
 WALL_START = 1_700_000_000.0
 """Durable time at Trio time 0 in every test, so durable times are exact."""
 

@@ -31,7 +31,8 @@ from trio._core import _run as trio_run
 
 import trio_durable as td
 from trio_durable._stores._base import Op, SettleCheckpoint
-from trio_durable._stores._memory import MemoryStore, _is
+from trio_durable._stores._memory import MemoryStore
+from trio_durable._stores._rules import is_of
 from trio_durable.testing import (
     Faults,
     Simulation,
@@ -177,7 +178,7 @@ def _claimless(original: Callable[[MemoryStore, Op, list[Any]], Any]) -> Any:
         if cp is None or cp.status == "pending":
             return original(self, op, journal)
         # The original's checks, all but `cp.status != "pending"`.
-        if not _is(cp, op.kind, op.name):
+        if not is_of(cp, op.kind, op.name):
             return None
         if op.attempt is not None and cp.attempts != op.attempt:
             return None

@@ -226,11 +226,11 @@ async def where_queries_run(url: str) -> set[int]:
         return None, None
 
     async with open_sqlite_store(url) as store:
-        await store._submit(note_thread, writes=False)
-        await store._submit(note_thread, writes=True)
+        await store._commit.submit(note_thread, writes=False)
+        await store._commit.submit(note_thread, writes=True)
         async with trio.open_nursery() as nursery:
             for _ in range(10):
-                nursery.start_soon(partial(store._submit, note_thread, writes=True))
+                nursery.start_soon(partial(store._commit.submit, note_thread, writes=True))
     return threads
 
 

@@ -4,8 +4,8 @@ A store keeps runs, checkpoints, signal waiters and buffered signals. The
 engine writes through `Store.apply`, which applies a list of operations
 atomically (all or none) and returns one result per operation; the named
 methods (`Store.save_checkpoint_if_pending`, `Store.try_lock_run`, ...) are
-single-operation forms of it. Every implementation passes the suite in
-``tests/conformance/test_store.py``.
+single-operation forms of it. Every implementation passes the conformance suite,
+`trio_durable.testing.conformance.check_store`.
 """
 
 from __future__ import annotations
@@ -491,7 +491,8 @@ class StoreHelpers:
         """Insert ``run`` unless its id exists; return the stored run and
         whether it was created."""
         [result] = await self.apply([CreateRun(run)])
-        return result  # type: ignore[no-any-return]
+        stored: tuple[Run, bool] = result
+        return stored
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Insert or replace a checkpoint."""
@@ -521,7 +522,8 @@ class StoreHelpers:
     ) -> str | None:
         """Register a waiter, or consume a buffered signal (see `WaitSignal`)."""
         [result] = await self.apply([WaitSignal(token, run_id, seq, at)])
-        return result  # type: ignore[no-any-return]
+        payload: str | None = result
+        return payload
 
     async def remove_signal_waiter(self, token: str) -> None:
         """Remove the waiter for ``token``, if any."""
@@ -532,4 +534,5 @@ class StoreHelpers:
     ) -> tuple[str, int] | None:
         """Deliver a signal to its waiter or buffer it (see `DeliverSignal`)."""
         [result] = await self.apply([DeliverSignal(token, payload, at)])
-        return result  # type: ignore[no-any-return]
+        waiter: tuple[str, int] | None = result
+        return waiter

@@ -20,7 +20,7 @@ from typing import Any, final
 import attrs
 import trio
 
-from .._exceptions import InvalidURLError, LeaseLostError, StoreError
+from .._exceptions import InvalidURLError
 from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, RunStatus
 from .._urls import mask_url
 from ._base import (
@@ -43,9 +43,9 @@ from ._base import (
     TurnState,
     UpdateRun,
     WaitSignal,
-    WriteConflict,
     run_due_at,
 )
+from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
 
 _Undo = Callable[[], None]
 _instances = itertools.count(1)
@@ -272,25 +272,15 @@ class MemoryStore(StoreHelpers):
                     return (existing, False)
                 self._set_run(run, journal)
                 return (run, True)
-            case UpdateRun(run_id, changes, expect_status, expect_owner, now, strict):
-                current = self._runs.get(run_id)
-                problem: StoreError | None = None
-                if current is None:
-                    problem = WriteConflict(f"run {run_id!r} does not exist")
-                elif expect_status is not None and current.status not in expect_status:
-                    problem = WriteConflict(
-                        f"run {run_id!r} is {current.status}, expected one of {sorted(expect_status)}"
-                    )
-                elif expect_owner is not None and not _holds(current, expect_owner, now):
-                    problem = LeaseLostError(
-                        f"lease of run {run_id!r} is no longer held by {expect_owner!r}"
-                    )
+            case UpdateRun():
+                current = self._runs.get(op.run_id)
+                problem = expectation_failure(current, op)
                 if problem is not None:
-                    if strict:
+                    if op.strict:
                         raise problem
                     return False
                 assert current is not None
-                self._set_run(attrs.evolve(current, **changes), journal)
+                self._set_run(attrs.evolve(current, **op.changes), journal)
                 return True
             case PutCheckpoint(cp):
                 self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
@@ -315,13 +305,9 @@ class MemoryStore(StoreHelpers):
                 or_failed_with,
             ):
                 existing_cp = self._checkpoints.get(run_id, {}).get(seq)
-                if existing_cp is None or not (
-                    existing_cp.status == "pending" or _failed_with(existing_cp, or_failed_with)
+                if existing_cp is None or not settle_applies(
+                    existing_cp, attempt, kind, name, or_failed_with
                 ):
-                    return None
-                if not _is(existing_cp, kind, name):
-                    return None
-                if attempt is not None and existing_cp.attempts != attempt:
                     return None
                 if unless_run_status and self._run_status(run_id) in unless_run_status:
                     return None
@@ -330,27 +316,17 @@ class MemoryStore(StoreHelpers):
                 )
                 self._set_checkpoint(settled, (run_id, seq), journal)
                 return settled
-            case RescheduleCheckpoint(
-                run_id, seq, attempt, error, wake_at, unless_run_status, kind, name
-            ):
-                existing_cp = self._checkpoints.get(run_id, {}).get(seq)
-                if existing_cp is None or existing_cp.status != "pending":
+            case RescheduleCheckpoint():
+                existing_cp = self._checkpoints.get(op.run_id, {}).get(op.seq)
+                if existing_cp is None or not settle_applies(
+                    existing_cp, op.attempt, op.kind, op.name
+                ):
                     return None
-                if not _is(existing_cp, kind, name):
+                if op.unless_run_status and self._run_status(op.run_id) in op.unless_run_status:
                     return None
-                if existing_cp.attempts != attempt:
-                    return None
-                if unless_run_status and self._run_status(run_id) in unless_run_status:
-                    return None
-                rescheduled = attrs.evolve(
-                    existing_cp,
-                    attempts=attempt + 1,
-                    errors=(*existing_cp.errors, error),
-                    started_at=None,
-                    wake_at=wake_at,
-                )
-                self._set_checkpoint(rescheduled, (run_id, seq), journal)
-                return rescheduled
+                retry = rescheduled(existing_cp, op)
+                self._set_checkpoint(retry, (op.run_id, op.seq), journal)
+                return retry
             case AdmitToQueue(qname, run_id, seq, priority, limit, at):
                 key = (run_id, seq)
                 holders = self._holders.get(qname, frozenset())
@@ -456,23 +432,9 @@ class MemoryStore(StoreHelpers):
         self, run_id: str, owner: str, expiry: float, now: float, journal: list[_Undo]
     ) -> Run | None:
         current = self._runs.get(run_id)
-        if current is None:
-            return None
-        held_by_other = (
-            current.lease_owner is not None
-            and current.lease_owner != owner
-            and current.lease_expiry is not None
-            and current.lease_expiry > now
-        )
-        if held_by_other:
-            return None
-        recoveries = current.recoveries
-        if current.lease_owner is not None and current.lease_owner != owner:
-            recoveries += 1
-        locked = attrs.evolve(
-            current, lease_owner=owner, lease_expiry=expiry, recoveries=recoveries
-        )
-        self._set_run(locked, journal)
+        locked = None if current is None else take_lease(current, owner, expiry, now)
+        if locked is not None:
+            self._set_run(locked, journal)
         return locked
 
     async def begin_turn(
@@ -612,25 +574,6 @@ class MemoryStore(StoreHelpers):
     async def signal_waiter(self, token: str) -> tuple[str, int] | None:
         await self._enter()
         return self._waiters.get(token)
-
-
-def _failed_with(cp: Checkpoint, code: str | None) -> bool:
-    return (
-        code is not None
-        and cp.status == "failed"
-        and cp.error is not None
-        and cp.error.code == code
-    )
-
-
-def _is(cp: Checkpoint, kind: str | None, name: str | None) -> bool:
-    return (kind is None or cp.kind == kind) and (name is None or cp.name == name)
-
-
-def _holds(run: Run, owner: str, now: float | None) -> bool:
-    if run.lease_owner != owner:
-        return False
-    return now is None or run.lease_expiry is None or run.lease_expiry > now
 
 
 @asynccontextmanager

@@ -19,38 +19,25 @@ import psycopg
 
 from .._exceptions import LeaseLostError, StoreError
 from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, dump_error
-from ._base import (
-    AdmitToQueue,
-    ClaimCheckpoint,
-    CreateRun,
-    DeleteCheckpoints,
-    DeliverSignal,
-    LockRun,
-    Op,
-    PutCheckpoint,
-    ReleaseQueueSlot,
-    ReleaseRun,
-    RemoveSignalWaiter,
-    RescheduleCheckpoint,
-    SettleCheckpoint,
-    TurnState,
-    UpdateRun,
-    WaitSignal,
-    WriteConflict,
-)
+from . import _base
+from ._base import Op, TurnState, WriteConflict
+from ._group_commit import Counts
 
 # The row codecs are shared with the SQLite store: both keep the same columns.
-from ._rows import CHECKPOINT_COLUMNS as _CHECKPOINT_COLUMNS
-from ._rows import CHECKPOINT_FIELDS as _CHECKPOINT_FIELDS
-from ._rows import INT64_MAX as INT64_MAX
-from ._rows import INT64_MIN as INT64_MIN
-from ._rows import RUN_COLUMNS as RUN_COLUMNS
-from ._rows import RUN_FIELDS as _RUN_FIELDS
-from ._rows import checkpoint_values as _checkpoint_values
-from ._rows import dump_tags as _dump_tags
-from ._rows import load_checkpoint as load_checkpoint
-from ._rows import load_run as load_run
-from ._rows import run_row as _run_row
+from ._rows import (
+    CHECKPOINT_COLUMNS,
+    CHECKPOINT_FIELDS,
+    INT64_MAX,
+    INT64_MIN,
+    RUN_COLUMNS,
+    RUN_FIELDS,
+    checkpoint_values,
+    encode_run_field,
+    load_checkpoint,
+    load_run,
+    run_row,
+)
+from ._sql_store import Dialect
 
 # Seeds of the advisory locks that serialize writes to one signal token or
 # one queue (a hash collision only serializes two of them needlessly).
@@ -61,22 +48,22 @@ _TERMINAL: Final = sorted(TERMINAL_STATUSES)
 
 _SELECT_RUN: Final = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s"
 _INSERT_RUN: Final = (
-    f"INSERT INTO runs ({RUN_COLUMNS}) VALUES ({', '.join(['%s'] * len(_RUN_FIELDS))})"
+    f"INSERT INTO runs ({RUN_COLUMNS}) VALUES ({', '.join(['%s'] * len(RUN_FIELDS))})"
     " ON CONFLICT (id) DO NOTHING"
 )
 SELECT_CHECKPOINTS: Final = (
-    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints"
+    f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"
     " WHERE run_id = %s AND seq >= %s AND seq <= %s ORDER BY seq"
 )
 _UPSERT_CHECKPOINT: Final = (
-    f"INSERT INTO checkpoints ({_CHECKPOINT_COLUMNS})"
-    f" VALUES ({', '.join(['%s'] * len(_CHECKPOINT_FIELDS))})"
+    f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS})"
+    f" VALUES ({', '.join(['%s'] * len(CHECKPOINT_FIELDS))})"
     " ON CONFLICT (run_id, seq) DO UPDATE SET "
-    + ", ".join(f"{column} = excluded.{column}" for column in _CHECKPOINT_FIELDS[2:])
+    + ", ".join(f"{column} = excluded.{column}" for column in CHECKPOINT_FIELDS[2:])
 )
 _CLAIM_CHECKPOINT: Final = (
     "UPDATE checkpoints SET "
-    + ", ".join(f"{column} = %s" for column in _CHECKPOINT_FIELDS[2:])
+    + ", ".join(f"{column} = %s" for column in CHECKPOINT_FIELDS[2:])
     + " WHERE run_id = %s AND seq = %s AND status = 'pending' RETURNING true"
 )
 # The conditions of a settle or a reschedule, each off when its parameter is
@@ -94,7 +81,7 @@ _CONDITIONS: Final = (
 _SETTLE_CHECKPOINT: Final = (
     "UPDATE checkpoints SET status = %(status)s, output = %(output)s, error = %(error)s,"
     f" finished_at = %(finished_at)s::double precision{_CONDITIONS}"
-    f" RETURNING {_CHECKPOINT_COLUMNS}"
+    f" RETURNING {CHECKPOINT_COLUMNS}"
 )
 # ``errors`` is the compact JSON text `dump_errors` writes, so appending one
 # more error is text surgery: the result equals dump_errors(errors + (e,)).
@@ -103,7 +90,7 @@ _RESCHEDULE_CHECKPOINT: Final = (
     " errors = CASE WHEN errors IS NULL OR errors = '[]' THEN '[' || %(error)s || ']'"
     " ELSE left(errors, -1) || ',' || %(error)s || ']' END,"
     f" started_at = NULL, wake_at = %(wake_at)s::double precision{_CONDITIONS}"
-    f" RETURNING {_CHECKPOINT_COLUMNS}"
+    f" RETURNING {CHECKPOINT_COLUMNS}"
 )
 _SETTLE_SIGNAL: Final = (
     "UPDATE checkpoints SET status = 'completed', output = %s, error = NULL, finished_at = %s"
@@ -135,18 +122,10 @@ LIST_STALLED: Final = (
     " ORDER BY r.created_at, r.id LIMIT %s"
 )
 
-# What a job adds to the statistics once it is committed:
-# (batches, ops, run_rows_read, checkpoint_rows_read).
-Counts = tuple[int, int, int, int]
-
 
 # -- writes -------------------------------------------------------------------------
 
 
-_RUN_ENCODERS: Final[dict[str, Callable[[Any], Any]]] = {
-    "error": dump_error,
-    "tags": _dump_tags,
-}
 _update_run_sql: dict[tuple[tuple[str, ...], bool, bool, bool], str] = {}
 
 
@@ -155,18 +134,18 @@ def select_run(cur: psycopg.Cursor[Any], run_id: str) -> Run | None:
     return None if row is None else load_run(row)
 
 
-def _create_run(cur: psycopg.Cursor[Any], op: CreateRun) -> Any:
-    cur.execute(_INSERT_RUN, _run_row(op.run)[:-1])
+def _create_run(cur: psycopg.Cursor[Any], op: _base.CreateRun) -> Any:
+    cur.execute(_INSERT_RUN, run_row(op.run)[:-1])
     if cur.rowcount == 1:
         return (op.run, True)
     return (select_run(cur, op.run.id), False)
 
 
-def _update(cur: psycopg.Cursor[Any], op: UpdateRun) -> Any:
+def _update(cur: psycopg.Cursor[Any], op: _base.UpdateRun) -> Any:
     fields = tuple(op.changes)
     for field in fields:
         # Also keeps the SQL text built from the names to known columns.
-        if field not in _RUN_FIELDS:
+        if field not in RUN_FIELDS:
             raise TypeError(f"Run has no field {field!r}")
     key = (fields, op.expect_status is not None, op.expect_owner is not None, op.now is not None)
     statement = _update_run_sql.get(key)
@@ -185,9 +164,7 @@ def _update(cur: psycopg.Cursor[Any], op: UpdateRun) -> Any:
             f"UPDATE runs SET {assignments} WHERE {' AND '.join(conditions)}"
         )
     params: list[Any] = []
-    for field, value in op.changes.items():
-        encode = _RUN_ENCODERS.get(field)
-        params.append(value if encode is None else encode(value))
+    params.extend(encode_run_field(field, value) for field, value in op.changes.items())
     params.append(op.run_id)
     if op.expect_status is not None:
         params.append(sorted(op.expect_status))
@@ -203,7 +180,7 @@ def _update(cur: psycopg.Cursor[Any], op: UpdateRun) -> Any:
     return False
 
 
-def _why_not_updated(cur: psycopg.Cursor[Any], op: UpdateRun) -> StoreError:
+def _why_not_updated(cur: psycopg.Cursor[Any], op: _base.UpdateRun) -> StoreError:
     """The error an `UpdateRun` whose statement changed nothing raises."""
     run_id = op.run_id
     current = select_run(cur, run_id)
@@ -221,10 +198,10 @@ def _why_not_updated(cur: psycopg.Cursor[Any], op: UpdateRun) -> StoreError:
 
 
 def _claim_params(cp: Checkpoint) -> tuple[Any, ...]:
-    return (*_checkpoint_values(cp), cp.run_id, cp.seq)
+    return (*checkpoint_values(cp), cp.run_id, cp.seq)
 
 
-def _settle_params(op: SettleCheckpoint) -> dict[str, Any]:
+def _settle_params(op: _base.SettleCheckpoint) -> dict[str, Any]:
     return {
         "run_id": op.run_id,
         "seq": op.seq,
@@ -240,7 +217,7 @@ def _settle_params(op: SettleCheckpoint) -> dict[str, Any]:
     }
 
 
-def _reschedule_params(op: RescheduleCheckpoint) -> dict[str, Any]:
+def _reschedule_params(op: _base.RescheduleCheckpoint) -> dict[str, Any]:
     return {
         "run_id": op.run_id,
         "seq": op.seq,
@@ -254,7 +231,7 @@ def _reschedule_params(op: RescheduleCheckpoint) -> dict[str, Any]:
     }
 
 
-def _reschedule(cur: psycopg.Cursor[Any], op: RescheduleCheckpoint) -> Any:
+def _reschedule(cur: psycopg.Cursor[Any], op: _base.RescheduleCheckpoint) -> Any:
     row = cur.execute(_RESCHEDULE_CHECKPOINT, _reschedule_params(op)).fetchone()
     return None if row is None else load_checkpoint(row)
 
@@ -289,7 +266,7 @@ def _holders(cur: psycopg.Cursor[Any], queue: str) -> int:
     return int(row[0])
 
 
-def _admit(cur: psycopg.Cursor[Any], op: AdmitToQueue) -> Any:
+def _admit(cur: psycopg.Cursor[Any], op: _base.AdmitToQueue) -> Any:
     # Counting holders and then taking a slot must not interleave with
     # another transaction doing the same.
     _lock(cur, op.queue, _QUEUE_LOCK_SEED)
@@ -319,7 +296,7 @@ def _admit(cur: psycopg.Cursor[Any], op: AdmitToQueue) -> Any:
     return False
 
 
-def _release_slot(cur: psycopg.Cursor[Any], op: ReleaseQueueSlot) -> Any:
+def _release_slot(cur: psycopg.Cursor[Any], op: _base.ReleaseQueueSlot) -> Any:
     if not _slot_done(cur, op.run_id, op.seq):
         return []
     _lock(cur, op.queue, _QUEUE_LOCK_SEED)
@@ -352,7 +329,7 @@ def _release_slot(cur: psycopg.Cursor[Any], op: ReleaseQueueSlot) -> Any:
     return admitted
 
 
-def _delete_checkpoints(cur: psycopg.Cursor[Any], op: DeleteCheckpoints) -> Any:
+def _delete_checkpoints(cur: psycopg.Cursor[Any], op: _base.DeleteCheckpoints) -> Any:
     cur.execute(
         "DELETE FROM checkpoints WHERE run_id = %s AND seq = ANY(%s::bigint[])",
         (op.run_id, list(op.seqs)),
@@ -360,7 +337,7 @@ def _delete_checkpoints(cur: psycopg.Cursor[Any], op: DeleteCheckpoints) -> Any:
     return None
 
 
-def _wait_signal(cur: psycopg.Cursor[Any], op: WaitSignal) -> Any:
+def _wait_signal(cur: psycopg.Cursor[Any], op: _base.WaitSignal) -> Any:
     # A wait and a delivery for one token must not interleave, or each could
     # miss the other (a waiter registered and a payload buffered).
     _lock(cur, op.token, _SIGNAL_LOCK_SEED)
@@ -383,7 +360,7 @@ def _wait_signal(cur: psycopg.Cursor[Any], op: WaitSignal) -> Any:
     return None
 
 
-def _deliver_signal(cur: psycopg.Cursor[Any], op: DeliverSignal) -> Any:
+def _deliver_signal(cur: psycopg.Cursor[Any], op: _base.DeliverSignal) -> Any:
     _lock(cur, op.token, _SIGNAL_LOCK_SEED)
     row = cur.execute(
         "DELETE FROM signal_waiters WHERE token = %s RETURNING run_id, seq", (op.token,)
@@ -401,19 +378,19 @@ def _deliver_signal(cur: psycopg.Cursor[Any], op: DeliverSignal) -> Any:
     return None
 
 
-def _remove_signal_waiter(cur: psycopg.Cursor[Any], op: RemoveSignalWaiter) -> Any:
+def _remove_signal_waiter(cur: psycopg.Cursor[Any], op: _base.RemoveSignalWaiter) -> Any:
     cur.execute("DELETE FROM signal_waiters WHERE token = %s", (op.token,))
     return None
 
 
-def _lock_run(cur: psycopg.Cursor[Any], op: LockRun) -> Any:
+def _lock_run(cur: psycopg.Cursor[Any], op: _base.LockRun) -> Any:
     cur.execute(
         _LOCK_RUN, {"run_id": op.run_id, "owner": op.owner, "expiry": op.expiry, "now": op.now}
     )
     return cur.rowcount == 1
 
 
-def _release_run(cur: psycopg.Cursor[Any], op: ReleaseRun) -> Any:
+def _release_run(cur: psycopg.Cursor[Any], op: _base.ReleaseRun) -> Any:
     cur.execute(
         "UPDATE runs SET lease_owner = NULL, lease_expiry = NULL"
         " WHERE id = %s AND lease_owner = %s",
@@ -423,17 +400,17 @@ def _release_run(cur: psycopg.Cursor[Any], op: ReleaseRun) -> Any:
 
 
 _OPS: Final[dict[type[Any], Callable[[psycopg.Cursor[Any], Any], Any]]] = {
-    CreateRun: _create_run,
-    UpdateRun: _update,
-    RescheduleCheckpoint: _reschedule,
-    AdmitToQueue: _admit,
-    ReleaseQueueSlot: _release_slot,
-    DeleteCheckpoints: _delete_checkpoints,
-    WaitSignal: _wait_signal,
-    DeliverSignal: _deliver_signal,
-    RemoveSignalWaiter: _remove_signal_waiter,
-    LockRun: _lock_run,
-    ReleaseRun: _release_run,
+    _base.CreateRun: _create_run,
+    _base.UpdateRun: _update,
+    _base.RescheduleCheckpoint: _reschedule,
+    _base.AdmitToQueue: _admit,
+    _base.ReleaseQueueSlot: _release_slot,
+    _base.DeleteCheckpoints: _delete_checkpoints,
+    _base.WaitSignal: _wait_signal,
+    _base.DeliverSignal: _deliver_signal,
+    _base.RemoveSignalWaiter: _remove_signal_waiter,
+    _base.LockRun: _lock_run,
+    _base.ReleaseRun: _release_run,
 }
 
 
@@ -449,11 +426,11 @@ def _each_result(cur: psycopg.Cursor[Any]) -> list[Any]:
 def _run_group(cur: psycopg.Cursor[Any], kind: type[Any], ops: list[Any]) -> list[Any]:
     """Apply a row of consecutive puts, claims or settles in one round trip
     (psycopg pipelines an ``executemany``)."""
-    if kind is PutCheckpoint:
+    if kind is _base.PutCheckpoint:
         cur.executemany(_UPSERT_CHECKPOINT, [_checkpoint_row(op.checkpoint) for op in ops])
         return [None] * len(ops)
     params: list[Any]
-    if kind is ClaimCheckpoint:
+    if kind is _base.ClaimCheckpoint:
         statement, params = _CLAIM_CHECKPOINT, [_claim_params(op.checkpoint) for op in ops]
     else:
         statement, params = _SETTLE_CHECKPOINT, [_settle_params(op) for op in ops]
@@ -462,25 +439,25 @@ def _run_group(cur: psycopg.Cursor[Any], kind: type[Any], ops: list[Any]) -> lis
     else:
         cur.executemany(statement, params, returning=True)
         rows = _each_result(cur)
-    if kind is ClaimCheckpoint:
+    if kind is _base.ClaimCheckpoint:
         return [row is not None for row in rows]
     return [None if row is None else load_checkpoint(row) for row in rows]
 
 
 def _checkpoint_row(cp: Checkpoint) -> tuple[Any, ...]:
-    return (cp.run_id, cp.seq, *_checkpoint_values(cp))
+    return (cp.run_id, cp.seq, *checkpoint_values(cp))
 
 
-_GROUPED: Final = (PutCheckpoint, ClaimCheckpoint, SettleCheckpoint)
+_GROUPED: Final = (_base.PutCheckpoint, _base.ClaimCheckpoint, _base.SettleCheckpoint)
 
 
 def runs_written(ops: Sequence[Op]) -> tuple[str, ...]:
     """The runs whose rows (or checkpoints) ``ops`` write."""
     runs: list[str] = []
     for op in ops:
-        if isinstance(op, CreateRun):
+        if isinstance(op, _base.CreateRun):
             runs.append(op.run.id)
-        elif isinstance(op, PutCheckpoint | ClaimCheckpoint):
+        elif isinstance(op, _base.PutCheckpoint | _base.ClaimCheckpoint):
             runs.append(op.checkpoint.run_id)
         else:
             # Unknown objects are refused later, inside the transaction.
@@ -537,6 +514,11 @@ LIST_DUE_RUNS: Final = "SELECT id FROM runs WHERE due_at <= %s ORDER BY due_at, 
 NEXT_DUE_TIME: Final = "SELECT min(due_at) FROM runs WHERE due_at IS NOT NULL"
 
 
+def _status_in(statuses: list[str]) -> tuple[str, list[Any]]:
+    # One parameter, however many statuses: one prepared statement.
+    return "r.status = ANY(%s::text[])", [statuses]
+
+
 def count_checkpoints_query(
     run_id: str,
     from_seq: int,
@@ -544,8 +526,8 @@ def count_checkpoints_query(
     statuses: Collection[CheckpointStatus],
     limit: int | None = None,
 ) -> tuple[str, list[Any]]:
-    """The statement and parameters of `PostgresStore.count_checkpoints`, for
-    showing its plan; the index ``checkpoints_status`` answers it."""
+    """The statement and parameters of `Store.count_checkpoints` (the tests
+    show its plan); the index ``checkpoints_status`` answers it."""
     matching = (
         "FROM checkpoints WHERE run_id = %s AND status = ANY(%s::text[])"
         " AND seq >= %s AND seq <= %s"
@@ -557,3 +539,22 @@ def count_checkpoints_query(
     # reading the index there.
     params.append(max(limit, 0))
     return f"SELECT count(*) FROM (SELECT 1 {matching} LIMIT %s) AS reached", params
+
+
+DIALECT: Final = Dialect[psycopg.Cursor[Any]](
+    param="%s",
+    select_runs=f"SELECT {RUN_COLUMNS} FROM runs r",
+    select_run=_SELECT_RUN,
+    select_checkpoints=SELECT_CHECKPOINTS,
+    list_due_runs=LIST_DUE_RUNS,
+    next_due_time=NEXT_DUE_TIME,
+    list_stalled_runs=LIST_STALLED,
+    buffered_signals="SELECT payload FROM buffered_signals WHERE token = %s ORDER BY id",
+    signal_waiter="SELECT run_id, seq FROM signal_waiters WHERE token = %s",
+    status_in=_status_in,
+    count_checkpoints_query=count_checkpoints_query,
+    apply_ops=apply_ops,
+    begin_turn=begin_turn,
+    runs_written=runs_written,
+)
+"""The PostgreSQL store's statements, for `SQLStore`."""

@@ -4,6 +4,7 @@ their columns, and the encoding of records to rows and back."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Final
 
 from .._records import (
@@ -43,6 +44,18 @@ def load_tags(text: str) -> tuple[str, ...]:
     return () if text == "[]" else tuple(json.loads(text))
 
 
+_RUN_ENCODERS: Final[dict[str, Callable[[Any], Any]]] = {
+    "error": dump_error,
+    "tags": dump_tags,
+}
+
+
+def encode_run_field(field: str, value: Any) -> Any:
+    """A `Run` field's value as its column holds it."""
+    encode = _RUN_ENCODERS.get(field)
+    return value if encode is None else encode(value)
+
+
 def run_row(run: Run) -> tuple[Any, ...]:
     return (
         run.id, run.workflow, run.version, run.namespace, run.status, run.input, run.output,
@@ -53,26 +66,13 @@ def run_row(run: Run) -> tuple[Any, ...]:
 
 
 def load_run(row: Any) -> Run:
-    return Run(
-        id=row[0],
-        workflow=row[1],
-        version=row[2],
-        namespace=row[3],
-        status=row[4],
-        input=row[5],
-        output=row[6],
-        error=load_error(row[7]),
-        tags=load_tags(row[8]),
-        parent_id=row[9],
-        parent_seq=row[10],
-        lease_owner=row[11],
-        lease_expiry=row[12],
-        wake_at=row[13],
-        compensate=bool(row[14]),
-        recoveries=row[15],
-        created_at=row[16],
-        updated_at=row[17],
-    )
+    """The `Run` a row of `RUN_COLUMNS` holds."""
+    fields = dict(zip(RUN_FIELDS, row, strict=True))
+    fields["error"] = load_error(fields["error"])
+    fields["tags"] = load_tags(fields["tags"])
+    # PostgreSQL keeps a boolean, SQLite an integer.
+    fields["compensate"] = bool(fields["compensate"])
+    return Run(**fields)
 
 
 def checkpoint_values(cp: Checkpoint) -> tuple[Any, ...]:

@@ -17,6 +17,9 @@ For a broker adapter (``docs/writing-a-broker-adapter.md``)::
     @pytest.mark.parametrize("check", BROKER_CHECKS, ids=lambda c: c.__name__)
     async def test_my_broker(check):
         await check(factory)
+
+For a store (``docs/writing-a-store.md``), the same with ``STORE_CHECKS``
+and a `StoreFactory` (or any zero-argument opener of a fresh, empty store).
 """
 
 # -- Brokers: the protocol suite and the engine suite (docs/brokers.md) --------------
@@ -71,4 +74,12 @@ from ._broker_engine import check_broker_engine as check_broker_engine
 from ._broker_factory import EVENTUALLY as EVENTUALLY
 from ._broker_factory import BrokerFactory as BrokerFactory
 from ._broker_factory import BrokerMaker as BrokerMaker
+
 # -- end of the broker suites ---------------------------------------------------------
+# -- Stores: the store suite (docs/writing-a-store.md) -----------------------------
+from ._store import STORE_CHECKS as STORE_CHECKS
+from ._store import check_store as check_store
+from ._store_support import OpenStore as OpenStore
+from ._store_support import OpenStorePair as OpenStorePair
+from ._store_support import StoreCheck as StoreCheck
+from ._store_support import StoreFactory as StoreFactory

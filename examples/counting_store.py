@@ -1,0 +1,115 @@
+"""A store of your own: the worked example of docs/writing-a-store.md.
+
+`CountingStore` counts the operations the engine writes, by kind, and keeps
+the rows themselves in a `trio_durable.MemoryStore`. It imports only public
+names, implements the `trio_durable.stores.Store` protocol, and passes the
+store conformance suite (tests/test_writing_a_store.py runs it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio_durable as td
+from trio_durable.stores import (
+    CheckpointStatus,
+    Op,
+    RunStatus,
+    StoreHelpers,
+    StoreStatistics,
+    TurnState,
+)
+
+
+class CountingStore(StoreHelpers):
+    """A `Store` that counts, by kind, the operations applied through it."""
+
+    def __init__(self, inner: td.MemoryStore) -> None:
+        self.inner = inner
+        # Engines that share a store (and a broker) share a results queue
+        # named after its scope: say which database this is.
+        self.scope = inner.scope
+        self.applied: Counter[str] = Counter()
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        results = await self.inner.apply(ops)
+        # Counted once the batch is written: a batch that raised wrote nothing.
+        self.applied.update(type(op).__name__ for op in ops)
+        return results
+
+    async def begin_turn(
+        self, run_id: str, owner: str, expiry: float, now: float
+    ) -> TurnState | None:
+        return await self.inner.begin_turn(run_id, owner, expiry, now)
+
+    # The reads go straight through.
+
+    async def get_run(self, run_id: str) -> td.Run | None:
+        return await self.inner.get_run(run_id)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Collection[RunStatus] | None = None,
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[td.Run]:
+        return await self.inner.list_runs(
+            statuses=statuses, workflow=workflow, parent_id=parent_id, limit=limit
+        )
+
+    async def get_checkpoints(
+        self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
+    ) -> list[td.Checkpoint]:
+        return await self.inner.get_checkpoints(run_id, from_seq, to_seq)
+
+    async def count_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        statuses: Collection[CheckpointStatus],
+        limit: int | None = None,
+    ) -> int:
+        return await self.inner.count_checkpoints(run_id, from_seq, to_seq, statuses, limit)
+
+    async def list_due_runs(self, now: float, limit: int) -> list[str]:
+        return await self.inner.list_due_runs(now, limit)
+
+    async def next_due_time(self) -> float | None:
+        return await self.inner.next_due_time()
+
+    async def list_stalled_runs(self, limit: int) -> list[str]:
+        return await self.inner.list_stalled_runs(limit)
+
+    async def buffered_signals(self, token: str) -> list[str]:
+        return await self.inner.buffered_signals(token)
+
+    async def signal_waiter(self, token: str) -> tuple[str, int] | None:
+        return await self.inner.signal_waiter(token)
+
+    def statistics(self) -> StoreStatistics:
+        return self.inner.statistics()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@asynccontextmanager
+async def open_counting_store(url: str = "counting://") -> AsyncIterator[CountingStore]:
+    """Open a fresh `CountingStore`, and close it on exit.
+
+    Registered under the entry-point group ``trio_durable.stores`` as
+    ``counting``, it is what ``td.open_store("counting://")`` opens.
+    """
+    if url != "counting://":
+        raise td.InvalidURLError(f"a counting store URL is 'counting://', not {url!r}")
+    store = CountingStore(td.MemoryStore())
+    try:
+        yield store
+    finally:
+        await store.aclose()

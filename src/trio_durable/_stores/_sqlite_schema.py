@@ -1,0 +1,255 @@
+"""Reaching a SQLite store: its URL, its connection and its schema.
+
+The database is opened in WAL mode with ``synchronous=FULL`` (an acknowledged
+write survives a power cut) and a busy timeout, so several engine processes on
+one host can share the file. The schema version is kept in ``PRAGMA
+user_version``; `connect` creates the schema in a new file and migrates an
+older one, in one transaction, and refuses a file whose schema is newer than
+this code.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .._exceptions import InvalidURLError, StoreError
+from .._urls import mask_url
+
+SCHEMA_VERSION: Final = 2
+"""The schema version this module writes, kept in ``PRAGMA user_version``.
+
+Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; a version 1
+file is migrated when it is opened."""
+
+BUSY_TIMEOUT: Final = 10.0
+"""Seconds a statement waits for another process's lock before failing."""
+
+_SYNCHRONOUS_MODES: Final = {"FULL": 2, "NORMAL": 1}
+
+_SCHEMA: Final = (
+    """
+    CREATE TABLE IF NOT EXISTS runs (
+        id TEXT PRIMARY KEY,
+        workflow TEXT NOT NULL,
+        version TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        status TEXT NOT NULL,
+        output TEXT,
+        error TEXT,
+        tags TEXT NOT NULL,
+        parent_id TEXT,
+        parent_seq INTEGER,
+        lease_owner TEXT,
+        lease_expiry REAL,
+        wake_at REAL,
+        compensate INTEGER NOT NULL,
+        recoveries INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        due_at REAL
+    )
+    """,
+    # A run's input, written once, when the run is created. SQLite writes a
+    # row whole, overflow pages and all, whichever columns change: in the
+    # runs row, which several writes of every turn change, a 5 MB input was
+    # written again by each of them.
+    """
+    CREATE TABLE IF NOT EXISTS run_inputs (
+        run_id TEXT PRIMARY KEY,
+        input TEXT NOT NULL
+    )
+    """,
+    # Partial: terminal runs (most rows, in time) are never due and stay out
+    # of the index. Ordered by id too, so ties come out as in MemoryStore and
+    # `list_due_runs` reads the index alone.
+    "CREATE INDEX IF NOT EXISTS runs_due ON runs (due_at, id) WHERE due_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS runs_created ON runs (created_at, id)",
+    # Partial: the few runs a reconcile pass may find stalled.
+    """
+    CREATE INDEX IF NOT EXISTS runs_waiting ON runs (created_at, id)
+    WHERE status = 'suspended' AND wake_at IS NULL
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_id, created_at, id)
+    WHERE parent_id IS NOT NULL
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS checkpoints (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        input TEXT,
+        output TEXT,
+        error TEXT,
+        errors TEXT,
+        attempts INTEGER NOT NULL,
+        worker_group TEXT,
+        child_id TEXT,
+        compensation TEXT,
+        parallel_group INTEGER,
+        parallel_size INTEGER,
+        parallel_mode TEXT,
+        wake_at REAL,
+        enqueued_at REAL,
+        started_at REAL,
+        finished_at REAL,
+        PRIMARY KEY (run_id, seq)
+    )
+    """,
+    # The join barrier counts a fan's settled members by status over a seq
+    # range; this index answers that without touching the rows.
+    "CREATE INDEX IF NOT EXISTS checkpoints_status ON checkpoints (run_id, status, seq)",
+    """
+    CREATE TABLE IF NOT EXISTS signal_waiters (
+        token TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL
+    )
+    """,
+    # The rowid orders a token's payloads: a new row's rowid is larger than
+    # every row present, so FIFO order holds without AUTOINCREMENT.
+    """
+    CREATE TABLE IF NOT EXISTS buffered_signals (
+        id INTEGER PRIMARY KEY,
+        token TEXT NOT NULL,
+        payload TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS buffered_signals_token ON buffered_signals (token, id)",
+    # Flow-control queues: who holds a slot, and who waits in line (by
+    # priority, then arrival, which the rowid orders).
+    """
+    CREATE TABLE IF NOT EXISTS queue_slots (
+        queue TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (queue, run_id, seq)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS queue_waiters (
+        id INTEGER PRIMARY KEY,
+        queue TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        priority INTEGER NOT NULL,
+        at REAL NOT NULL,
+        UNIQUE (queue, run_id, seq)
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS queue_waiters_line ON queue_waiters (queue, priority DESC, at, id)",
+)
+
+_MIGRATIONS: Final = {
+    # From version 1, which kept the input in the runs row.
+    1: (
+        "INSERT INTO run_inputs (run_id, input) SELECT id, input FROM runs",
+        "ALTER TABLE runs DROP COLUMN input",
+    ),
+}
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """The file path and synchronous mode a ``sqlite://`` URL names."""
+    usage = "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
+    # Messages show the URL masked and never quote what urllib says about it
+    # (a password with an unencoded '#' or '/' would be split across parts).
+    shown = mask_url(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise InvalidURLError(f"malformed store URL {shown!r} ({usage})") from None
+    if parts.scheme.lower() != "sqlite" or not url[len("sqlite:") :].startswith("//"):
+        raise InvalidURLError(f"not a sqlite URL: {shown!r} ({usage})")
+    if parts.netloc:
+        raise InvalidURLError(f"a sqlite URL names a file, not a host: {shown!r} ({usage})")
+    if parts.fragment:
+        raise InvalidURLError(f"a sqlite URL takes no fragment: {shown!r}")
+    path = unquote(parts.path[1:])
+    if not path or path.endswith("/"):
+        raise InvalidURLError(f"the sqlite URL {shown!r} names no file ({usage})")
+    if path == ":memory:" or "\x00" in path:
+        raise InvalidURLError(
+            f"the sqlite URL {shown!r} must name a file (for an in-memory store use memory://)"
+        )
+    synchronous = "FULL"
+    try:
+        options = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise InvalidURLError(f"malformed query in the sqlite URL {shown!r}") from None
+    seen: set[str] = set()
+    for name, value in options:
+        if name != "synchronous" or name in seen:
+            raise InvalidURLError(
+                f"unsupported option {name!r} in the sqlite URL {shown!r}"
+                " (the only option is synchronous=NORMAL)"
+            )
+        seen.add(name)
+        synchronous = value.upper()
+        if synchronous not in _SYNCHRONOUS_MODES:
+            raise InvalidURLError(
+                f"synchronous={value!r} in the sqlite URL {shown!r} is not supported"
+                " (FULL, the default, or NORMAL)"
+            )
+    return path, synchronous
+
+
+def _read_version(cur: sqlite3.Cursor, path: str) -> int:
+    version: int = cur.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the SQLite store {path!r} has schema version {version}, newer than"
+            f" {SCHEMA_VERSION}, the newest this trio-durable knows: upgrade trio-durable"
+        )
+    return version
+
+
+def connect(path: str, synchronous: str) -> sqlite3.Connection:
+    """Open and prepare the connection (where the store's trips run)."""
+    connection = sqlite3.connect(
+        path,
+        timeout=BUSY_TIMEOUT,
+        # We issue BEGIN, SAVEPOINT and COMMIT ourselves.
+        isolation_level=None,
+        # One connection used from trio's worker threads, one at a time (the
+        # store's limiter sees to that).
+        check_same_thread=False,
+        cached_statements=256,
+    )
+    try:
+        cur = connection.cursor()
+        # Check the version before changing anything in a file we may not
+        # understand.
+        version = _read_version(cur, path)
+        (mode,) = cur.execute("PRAGMA journal_mode = WAL").fetchone()
+        if str(mode).lower() != "wal":
+            raise StoreError(f"the SQLite store {path!r} cannot use WAL mode (it is in {mode})")
+        cur.execute(f"PRAGMA synchronous = {synchronous}")
+        (level,) = cur.execute("PRAGMA synchronous").fetchone()
+        if level != _SYNCHRONOUS_MODES[synchronous]:  # pragma: no cover - sqlite ignored it
+            raise StoreError(f"the SQLite store {path!r} refused synchronous={synchronous}")
+        if version < SCHEMA_VERSION:
+            cur.execute("BEGIN IMMEDIATE")
+            # Another process may have created or migrated the schema
+            # meanwhile.
+            version = _read_version(cur, path)
+            if version < SCHEMA_VERSION:
+                # Creates what is missing: all of it in a new file, the
+                # tables and indexes newer than its version in an older one.
+                for statement in _SCHEMA:
+                    cur.execute(statement)
+                # Version 0 is a new file, which needs no migration.
+                for older in range(version, SCHEMA_VERSION) if version else ():
+                    for statement in _MIGRATIONS[older]:
+                        cur.execute(statement)
+                cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            cur.execute("COMMIT")
+        cur.close()
+    except BaseException:
+        connection.close()
+        raise
+    return connection

@@ -1,0 +1,68 @@
+"""The store SDK: what a store of your own implements, and what it applies.
+
+A store is an object with the methods of `Store`. The engine writes through
+`Store.apply`, a batch of the operations below applied atomically, one
+result each; `StoreHelpers` writes the single-operation forms of the
+protocol on top of it. `trio_durable.testing.conformance.check_store` shows
+that a store behaves as the engine needs, and a package makes its URL scheme
+known under the entry-point group ``trio_durable.stores``. See
+docs/writing-a-store.md.
+"""
+
+from ._records import TERMINAL_STATUSES as TERMINAL_STATUSES
+from ._records import CheckpointKind as CheckpointKind
+from ._records import CheckpointStatus as CheckpointStatus
+from ._records import RunStatus as RunStatus
+from ._stores._base import STALL_IGNORED_PREFIX as STALL_IGNORED_PREFIX
+from ._stores._base import AdmitToQueue as AdmitToQueue
+from ._stores._base import ChangeFeed as ChangeFeed
+from ._stores._base import ClaimCheckpoint as ClaimCheckpoint
+from ._stores._base import CreateRun as CreateRun
+from ._stores._base import DeleteCheckpoints as DeleteCheckpoints
+from ._stores._base import DeliverSignal as DeliverSignal
+from ._stores._base import LockRun as LockRun
+from ._stores._base import Op as Op
+from ._stores._base import PutCheckpoint as PutCheckpoint
+from ._stores._base import ReleaseQueueSlot as ReleaseQueueSlot
+from ._stores._base import ReleaseRun as ReleaseRun
+from ._stores._base import RemoveSignalWaiter as RemoveSignalWaiter
+from ._stores._base import RescheduleCheckpoint as RescheduleCheckpoint
+from ._stores._base import SettleCheckpoint as SettleCheckpoint
+from ._stores._base import Store as Store
+from ._stores._base import StoreHelpers as StoreHelpers
+from ._stores._base import StoreStatistics as StoreStatistics
+from ._stores._base import TurnState as TurnState
+from ._stores._base import UpdateRun as UpdateRun
+from ._stores._base import WaitSignal as WaitSignal
+from ._stores._base import WriteConflict as WriteConflict
+from ._stores._base import run_due_at as run_due_at
+
+__all__ = [
+    "STALL_IGNORED_PREFIX",
+    "TERMINAL_STATUSES",
+    "AdmitToQueue",
+    "ChangeFeed",
+    "CheckpointKind",
+    "CheckpointStatus",
+    "ClaimCheckpoint",
+    "CreateRun",
+    "DeleteCheckpoints",
+    "DeliverSignal",
+    "LockRun",
+    "Op",
+    "PutCheckpoint",
+    "ReleaseQueueSlot",
+    "ReleaseRun",
+    "RemoveSignalWaiter",
+    "RescheduleCheckpoint",
+    "RunStatus",
+    "SettleCheckpoint",
+    "Store",
+    "StoreHelpers",
+    "StoreStatistics",
+    "TurnState",
+    "UpdateRun",
+    "WaitSignal",
+    "WriteConflict",
+    "run_due_at",
+]
