@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any, final
 
 import attrs
@@ -213,9 +212,9 @@ def report_json(report: FleetReport, broker_url: str) -> dict[str, Any]:
     return result
 
 
-def _when(at: float, now: float) -> str:
-    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
-    return f"{stamp} ({max(0.0, now - at):.1f} s ago)"
+def _age(at: float, now: float) -> str:
+    # The time itself is in --json (announced_at); people read the age.
+    return f"{max(0.0, now - at):.1f} s ago"
 
 
 def print_report(report: FleetReport, broker_url: str) -> None:
@@ -235,7 +234,7 @@ def print_report(report: FleetReport, broker_url: str) -> None:
                     d.groups,
                     d.capabilities,
                     d.registration_hash[:12],
-                    _when(d.announced_at, report.now),
+                    _age(d.announced_at, report.now),
                     f"python {d.runtime.get('python', '?')}, trio {d.runtime.get('trio', '?')}",
                 ]
                 for d in fleet.workers
