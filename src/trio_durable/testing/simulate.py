@@ -11,11 +11,12 @@ import argparse
 import logging
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ._faults import Faults
-from ._harness import simulate
+from ._harness import SimulationReport, simulate
 from ._workloads import app, default_workload
 
 
@@ -40,69 +41,123 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-faults", action="store_true", help="inject no faults")
     parser.add_argument("--verbose", action="store_true", help="show the engines' log")
     args = parser.parse_args(argv)
+    faults = Faults.none() if args.no_faults else Faults.everything()
+    with quiet_engines(not args.verbose):
+        reports = run_seeds(
+            parse_seeds(args.seeds),
+            engines=args.engines,
+            workers=args.workers,
+            faults=faults,
+            duration=args.duration,
+            on_report=print_seed,
+        )
+        print(summary_line(reports))
+        failed = [r.seed for r in reports if not r.ok]
+        if not failed:
+            return 0
+        print_replay(
+            replay(
+                failed[0],
+                engines=args.engines,
+                workers=args.workers,
+                faults=faults,
+                duration=args.duration,
+            )
+        )
+        return 1
+
+
+@contextmanager
+def quiet_engines(quiet: bool = True) -> Iterator[None]:
+    """Silence the engines' log while the block runs, if ``quiet``: injected
+    faults make the engines log a warning each, and the report says what
+    was injected."""
     engine_log = logging.getLogger("trio_durable")
     was_disabled = engine_log.disabled
-    if not args.verbose:
-        # Injected faults make the engines log a warning each; the report
-        # says what was injected.
+    if quiet:
         engine_log.disabled = True
     try:
-        return _run(args)
+        yield
     finally:
         engine_log.disabled = was_disabled
 
 
-def _run(args: argparse.Namespace) -> int:
-    faults = Faults.none() if args.no_faults else Faults.everything()
-    failed: list[int] = []
-    simulated = 0.0
-    for seed in parse_seeds(args.seeds):
+def run_seeds(
+    seeds: Sequence[int],
+    *,
+    engines: int = 2,
+    workers: int = 2,
+    faults: Faults,
+    duration: float = 3600.0,
+    on_report: Callable[[SimulationReport], None] = lambda report: None,
+) -> list[SimulationReport]:
+    """Simulate the built-in workload once per seed, in order; ``on_report``
+    is called with each report as soon as it is made."""
+    reports: list[SimulationReport] = []
+    for seed in seeds:
         report = simulate(
             app,
             default_workload,
             seed=seed,
-            engines=args.engines,
-            workers=args.workers,
+            engines=engines,
+            workers=workers,
             faults=faults,
-            duration=args.duration,
+            duration=duration,
         )
-        simulated += report.simulated_time
-        injected = sum(report.faults.values())
-        outcome = "ok  " if report.ok else "FAIL"
-        print(
-            f"seed {seed:>6} {outcome} trace {report.trace_hash} "
-            f"faults {injected:>3} simulated {report.simulated_time / 3600:6.2f} h "
-            f"runs {report.statuses}",
-            flush=True,
-        )
-        for violation in report.violations:
-            print(f"    {violation}")
-        if not report.ok:
-            failed.append(seed)
-    total = len(parse_seeds(args.seeds))
-    print(
-        f"{total - len(failed)} passed, {len(failed)} failed"
-        f" ({simulated / 3600:.1f} simulated hours)"
+        reports.append(report)
+        on_report(report)
+    return reports
+
+
+def replay(
+    seed: int, *, engines: int = 2, workers: int = 2, faults: Faults, duration: float = 3600.0
+) -> SimulationReport:
+    """One seed again, with its trace kept (to show a failing seed)."""
+    return simulate(
+        app,
+        default_workload,
+        seed=seed,
+        engines=engines,
+        workers=workers,
+        faults=faults,
+        duration=duration,
+        keep_trace=True,
     )
-    if failed:
-        seed = failed[0]
-        print(f"\nseed {seed} again, with its trace:")
-        report = simulate(
-            app,
-            default_workload,
-            seed=seed,
-            engines=args.engines,
-            workers=args.workers,
-            faults=faults,
-            duration=args.duration,
-            keep_trace=True,
-        )
-        for line in report.trace:
-            print(f"  {line}")
-        for violation in report.violations:
-            print(f"  violation: {violation}")
-        return 1
-    return 0
+
+
+def seed_lines(report: SimulationReport) -> list[str]:
+    """A seed's line, then one line per violation."""
+    injected = sum(report.faults.values())
+    outcome = "ok  " if report.ok else "FAIL"
+    return [
+        f"seed {report.seed:>6} {outcome} trace {report.trace_hash} "
+        f"faults {injected:>3} simulated {report.simulated_time / 3600:6.2f} h "
+        f"runs {report.statuses}",
+        *(f"    {violation}" for violation in report.violations),
+    ]
+
+
+def print_seed(report: SimulationReport) -> None:
+    """Print `seed_lines` at once (a long sweep shows each seed as it ends)."""
+    print("\n".join(seed_lines(report)), flush=True)
+
+
+def summary_line(reports: Sequence[SimulationReport]) -> str:
+    """``N passed, M failed (H simulated hours)``."""
+    failed = sum(not r.ok for r in reports)
+    simulated = sum(r.simulated_time for r in reports)
+    return (
+        f"{len(reports) - failed} passed, {failed} failed ({simulated / 3600:.1f} simulated hours)"
+    )
+
+
+def print_replay(report: SimulationReport) -> None:
+    """A failing seed run again: its trace, then its violations."""
+    print(f"\nseed {report.seed} again, with its trace:")
+    for line in report.trace:
+        print(f"  {line}")
+    for violation in report.violations:
+        print(f"  violation: {violation}")
 
 
 class _CallableModule(types.ModuleType):

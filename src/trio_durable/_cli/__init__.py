@@ -1,0 +1,71 @@
+"""The ``trio-durable`` command (also ``python -m trio_durable``).
+
+One click group, `cli`; each module of this package adds a command or a
+group of commands to it:
+
+- ``_processes``: ``engine MODULE:APP`` and ``worker MODULE:APP``, an engine
+  or a worker as a process of its own, until SIGTERM or SIGINT;
+- ``_fleet``: ``workers``, the live fleet and its gaps;
+- ``_simulate``: ``simulate``, the deterministic simulation.
+
+``_common`` holds what they share: the store and broker options, errors
+turned into one line and an exit code, tables, JSON and progress. Only this
+package imports click and rich: ``import trio_durable`` never does.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+
+from ._common import EXIT_INTERRUPTED, DurableGroup
+from ._fleet import workers_command
+from ._processes import engine_command, worker_command
+from ._simulate import simulate_command
+
+PROG_NAME = "trio-durable"
+
+
+@click.group(
+    "trio-durable",
+    cls=DurableGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
+)
+@click.version_option(package_name="trio-durable", prog_name=PROG_NAME)
+def cli() -> None:
+    """trio-durable: run engines and workers, and see the fleet.
+
+    Store and broker URLs come from --store and --broker, or from
+    TRIO_DURABLE_STORE and TRIO_DURABLE_BROKER. Exit codes: 0 done,
+    1 the operation failed, 2 a usage error, 3 the store or broker is
+    unreachable (see docs/operations.md).
+    """
+
+
+cli.add_command(engine_command)
+cli.add_command(worker_command)
+cli.add_command(workers_command)
+cli.add_command(simulate_command)
+
+
+def main(argv: Sequence[str] | None = None, *, prog_name: str = PROG_NAME) -> int:
+    """Run the ``trio-durable`` command; returns its exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        # Not standalone: an exit status comes back here instead of
+        # through sys.exit (`ctx.exit(n)` in a command returns n).
+        status = cli.main(args, prog_name=prog_name, standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        return EXIT_INTERRUPTED
+    return status if isinstance(status, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""``trio-durable workers``: the live fleet as its announcements tell it.
+
+Reads the workers' announcements from the broker and aggregates them as
+`Engine.fleet` does (`aggregate`): the live workers, their deploys, where
+they disagree. On top of that it lists two kinds of gaps:
+
+- capability gaps: a remote step that requires capabilities no live worker
+  of its group route offers (the engine parks such a step as ``blocked``);
+- unserved on-error routes: a route whose handler workflow no live worker
+  knows, nor the App given with ``--app`` (as `Engine.unserved_on_error_routes`
+  reports them for an engine's own App).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, final
+
+import attrs
+import click
+import trio
+
+from .._app import App
+from .._brokers import open_broker
+from .._brokers._base import Broker, WorkerDescriptor
+from .._clock import Clock
+from .._dispatch import split_group_route
+from .._fleet import Fleet, aggregate
+from .._handoff import unserved_on_error_routes
+from ._apps import load_app
+from ._common import (
+    broker_option,
+    json_option,
+    need_broker,
+    plain,
+    print_json,
+    print_tables,
+    shown,
+    table,
+)
+
+APP_DECLARER = "--app"
+"""Who declares an on-error route of the App given with ``--app``."""
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class CapabilityGap:
+    """A remote step no live worker of its route can run.
+
+    Attributes:
+      route: The group route (``group`` or ``group@namespace``).
+      step: The step's name.
+      requires: The capabilities it requires.
+      offered: What the route's live workers offer, all together.
+    """
+
+    route: str
+    step: str
+    requires: tuple[str, ...]
+    offered: tuple[str, ...]
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class UnservedHandler:
+    """An on-error route whose handler workflow nothing known runs.
+
+    Attributes:
+      workflow: The workflow declaring the route.
+      code: The route's code (None for the catch-all).
+      handler: The handler's name.
+      declared_by: The live workers announcing the route, and ``--app`` if
+        the App given declares it.
+    """
+
+    workflow: str
+    code: str | None
+    handler: str
+    declared_by: tuple[str, ...]
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class FleetReport:
+    """What ``trio-durable workers`` shows.
+
+    Attributes:
+      fleet: The aggregated announcements.
+      capability_gaps: Steps no live worker of their route can run.
+      unserved: On-error routes whose handler nothing known runs.
+      now: Durable time when it was read (for the announcements' ages).
+    """
+
+    fleet: Fleet
+    capability_gaps: tuple[CapabilityGap, ...]
+    unserved: tuple[UnservedHandler, ...]
+    now: float
+
+
+def capability_gaps(
+    workers: Sequence[WorkerDescriptor], app: App | None = None
+) -> tuple[CapabilityGap, ...]:
+    """The remote steps that require capabilities no live worker of their
+    route offers: those the workers announce for each route they serve, and
+    with ``app`` its own steps, for each live route of their group (or
+    their bare group when no worker serves it)."""
+    serving: dict[str, list[WorkerDescriptor]] = {}
+    for d in workers:
+        for route in d.groups:
+            serving.setdefault(route, []).append(d)
+    needed: set[tuple[str, str, tuple[str, ...]]] = set()
+    for d in workers:
+        for route in d.groups:
+            group = split_group_route(route)[0]
+            for step, info in d.steps.items():
+                if info.get("group") == group and info.get("requires"):
+                    needed.add((route, step, tuple(sorted(info["requires"]))))
+    if app is not None:
+        for s in app.steps:
+            if s.group is None or not s.requires:
+                continue
+            routes = [r for r in serving if split_group_route(r)[0] == s.group] or [s.group]
+            needed.update((route, s.name, tuple(sorted(s.requires))) for route in routes)
+    gaps: list[CapabilityGap] = []
+    for route, step, requires in sorted(needed):
+        live = serving.get(route, [])
+        if any(set(requires) <= set(d.capabilities) for d in live):
+            continue
+        offered = sorted({c for d in live for c in d.capabilities})
+        gaps.append(
+            CapabilityGap(route=route, step=step, requires=requires, offered=tuple(offered))
+        )
+    return tuple(gaps)
+
+
+def unserved_handlers(fleet: Fleet, app: App | None = None) -> tuple[UnservedHandler, ...]:
+    """The on-error routes live workers announce whose handler no live
+    worker knows (nor ``app``, if given)."""
+    known = set(fleet.workflows) | ({wf.name for wf in app.workflows} if app else set())
+    declared: dict[tuple[str, str, str], list[str]] = {}
+    for d in fleet.workers:
+        for workflow, info in d.workflows.items():
+            for route in info.get("on_error", []):
+                handler = route.get("workflow")
+                if handler and handler not in known:
+                    key = (workflow, route.get("code") or "", handler)
+                    who = declared.setdefault(key, [])
+                    if d.instance_id not in who:
+                        who.append(d.instance_id)
+    return tuple(
+        UnservedHandler(workflow=wf, code=code or None, handler=handler, declared_by=tuple(who))
+        for (wf, code, handler), who in sorted(declared.items())
+    )
+
+
+async def fleet_report(broker: Broker, app: App | None = None) -> FleetReport:
+    """Read the live announcements from ``broker`` and report on them.
+
+    Raises:
+      BrokerError: The announcements cannot be read.
+    """
+    fleet = aggregate(await broker.worker_descriptors())
+    unserved = {(u.workflow, u.code or "", u.handler): u for u in unserved_handlers(fleet, app)}
+    if app is not None:
+        # The App's own routes, checked as its engine checks them when it opens.
+        for route in await unserved_on_error_routes(broker, app):
+            key = (route.workflow, route.code or "", route.handler)
+            before = unserved.get(key)
+            unserved[key] = UnservedHandler(
+                workflow=route.workflow,
+                code=route.code,
+                handler=route.handler,
+                declared_by=(*(before.declared_by if before else ()), APP_DECLARER),
+            )
+    return FleetReport(
+        fleet=fleet,
+        capability_gaps=capability_gaps(fleet.workers, app),
+        unserved=tuple(unserved[key] for key in sorted(unserved)),
+        now=Clock().now(),
+    )
+
+
+# -- output --------------------------------------------------------------------
+
+
+def report_json(report: FleetReport, broker_url: str) -> dict[str, Any]:
+    """The JSON document of ``trio-durable workers --json``."""
+    fleet = report.fleet
+    document = {
+        "broker": shown(broker_url),
+        "workers": fleet.workers,
+        "workflows": fleet.workflows,
+        "steps": fleet.steps,
+        "deploys": fleet.deploys,
+        "disagreements": [
+            {
+                "kind": d.kind,
+                "subject": d.subject,
+                "values": [
+                    {"value": json.loads(value), "workers": list(who)}
+                    for value, who in d.values.items()
+                ],
+            }
+            for d in fleet.disagreements
+        ],
+        "capability_gaps": report.capability_gaps,
+        "unserved_on_error_routes": report.unserved,
+    }
+    result: dict[str, Any] = plain(document)
+    return result
+
+
+def _age(at: float, now: float) -> str:
+    # The time itself is in --json (announced_at); people read the age.
+    return f"{max(0.0, now - at):.1f} s ago"
+
+
+def print_report(report: FleetReport, broker_url: str) -> None:
+    """``report`` as tables for people."""
+    fleet = report.fleet
+    if not fleet.workers:
+        print_tables(f"No live worker announces itself on {shown(broker_url)}.")
+        return
+    sections: list[Any] = [
+        table(
+            f"Live workers on {shown(broker_url)}",
+            ["worker", "app", "groups", "capabilities", "deploy", "announced", "runtime"],
+            [
+                [
+                    d.instance_id,
+                    f"{d.app} {d.app_version}",
+                    d.groups,
+                    d.capabilities,
+                    d.registration_hash[:12],
+                    _age(d.announced_at, report.now),
+                    f"python {d.runtime.get('python', '?')}, trio {d.runtime.get('trio', '?')}",
+                ]
+                for d in fleet.workers
+            ],
+        )
+    ]
+    if len(fleet.deploys) > 1:
+        sections.append(
+            table(
+                "Deploys (a rollout is in progress)",
+                ["registration hash", "workers"],
+                [[h[:12], who] for h, who in fleet.deploys.items()],
+            )
+        )
+    sections.append(
+        table(
+            "Disagreements",
+            ["kind", "subject", "value", "workers"],
+            [
+                [d.kind, d.subject, v, who]
+                for d in fleet.disagreements
+                for v, who in d.values.items()
+            ],
+        )
+        if fleet.disagreements
+        else "No disagreements."
+    )
+    sections.append(
+        table(
+            "Capability gaps (these steps wait as blocked)",
+            ["route", "step", "requires", "offered by the route's live workers"],
+            [[g.route, g.step, g.requires, g.offered] for g in report.capability_gaps],
+        )
+        if report.capability_gaps
+        else "No capability gaps."
+    )
+    sections.append(
+        table(
+            "Unserved on-error routes (their failures go unhandled)",
+            ["workflow", "code", "handler", "declared by"],
+            [[u.workflow, u.code or "*", u.handler, u.declared_by] for u in report.unserved],
+        )
+        if report.unserved
+        else "No unserved on-error routes."
+    )
+    print_tables(*sections)
+
+
+@click.command("workers", short_help="Show the live workers, their disagreements and gaps.")
+@broker_option("The broker's URL (required).")
+@click.option(
+    "--app",
+    "app_spec",
+    metavar="MODULE:APP",
+    help="Also check this App's steps and on-error routes against the fleet.",
+)
+@click.option(
+    "--listen",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Seconds to gather announcements before reporting.",
+)
+@json_option
+def workers_command(broker: str | None, app_spec: str | None, listen: float, as_json: bool) -> None:
+    """Show the live workers, where they disagree, and what nothing serves.
+
+    A broker that keeps no store of announcements (RabbitMQ) learns them as
+    they arrive: when it connects, it asks every live worker to announce
+    itself again, and the answers come within a round trip. --listen is how
+    long to gather them.
+    """
+    broker = need_broker(broker)
+    app = None if app_spec is None else load_app(app_spec)
+    report = trio.run(_read_report, broker, app, listen)
+    if as_json:
+        print_json(report_json(report, broker))
+    else:
+        print_report(report, broker)
+
+
+async def _read_report(broker_url: str, app: App | None, listen: float) -> FleetReport:
+    async with open_broker(broker_url) as broker:
+        await trio.sleep(listen)
+        return await fleet_report(broker, app)

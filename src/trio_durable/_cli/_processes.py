@@ -1,0 +1,294 @@
+"""``trio-durable engine`` and ``trio-durable worker``: an engine or a worker
+as a process of its own, until SIGTERM or SIGINT.
+
+Both print one line on stderr when they are ready (``engine <id> ready``,
+``worker <id> ready``), which supervisors and tests wait for. The first
+SIGTERM or SIGINT makes the process drain: an engine waits for
+`Engine.drain`, a worker until no step is in flight, each for at most
+``--drain-timeout`` seconds; a second signal cuts the wait short. Then it
+leaves its `open_engine` or `open_worker` block, which gives back the
+leases of the runs still executing (an engine) or returns the unfinished
+tasks to the broker and withdraws the announcement (a worker), and the
+process exits with status 0.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import click
+import trio
+
+from .._app import App
+from .._engine import open_engine
+from .._options import DEFAULT_MAX_DELIVERIES
+from .._worker import open_worker
+from ._apps import load_app
+from ._common import (
+    EXIT_USAGE,
+    CommandError,
+    broker_option,
+    log_level_option,
+    logging_to_stderr,
+    names,
+    need_broker,
+    need_store,
+    say,
+    shown,
+    store_option,
+)
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+_ID_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:@")
+
+
+def default_id(kind: str) -> str:
+    """``<kind>-<host>-<pid>-<4 hex>``: an operator can tell from a lease's
+    owner or a worker's announcement which process it is; the random end
+    keeps two processes apart that share a host name and a pid (containers)."""
+    host = "".join(c if c in _ID_CHARACTERS else "-" for c in socket.gethostname())[:200]
+    return f"{kind}-{host or 'host'}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+async def _next_signal(signals: AsyncIterator[int]) -> str:
+    async for signum in signals:
+        return signal.Signals(signum).name
+    raise AssertionError("a signal receiver never ends")  # pragma: no cover
+
+
+async def _drain(
+    wait: Callable[[], Awaitable[None]], signals: AsyncIterator[int], seconds: float
+) -> str | None:
+    """Wait for ``wait`` for at most ``seconds`` or until the next signal;
+    returns None if it finished, else why it was cut short."""
+    cut_short: str | None = f"it did not finish within {seconds:g} s"
+    with trio.move_on_after(seconds):
+        async with trio.open_nursery() as nursery:
+
+            async def finish() -> None:
+                nonlocal cut_short
+                await wait()
+                cut_short = None
+                nursery.cancel_scope.cancel()
+
+            async def interrupt() -> None:
+                nonlocal cut_short
+                cut_short = f"{await _next_signal(signals)} came while draining"
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(finish)
+            nursery.start_soon(interrupt)
+    return cut_short
+
+
+def _list(values: Sequence[str]) -> str:
+    return ", ".join(values) or "none"
+
+
+# -- engine --------------------------------------------------------------------
+
+
+@click.command("engine", short_help="Run an engine process until SIGTERM or SIGINT.")
+@click.argument("app_spec", metavar="MODULE:APP")
+@store_option("The store's URL (required).")
+@broker_option("The broker's URL, for remote steps.", default="memory://")
+@click.option(
+    "--serve",
+    multiple=True,
+    metavar="GROUP",
+    help="A group route to run a worker for inside the engine (repeat it, or separate with commas).",
+)
+@click.option("--engine-id", metavar="ID", help="The owner name of its leases; unique per store.")
+@click.option(
+    "--concurrency",
+    type=int,
+    default=16,
+    show_default=True,
+    help="Tasks the worker inside the engine runs at once (with --serve).",
+)
+@click.option(
+    "--capabilities",
+    multiple=True,
+    metavar="NAME",
+    help="What the worker inside the engine offers to steps with requires= (with --serve).",
+)
+@click.option("--lease-ttl", type=float, default=30.0, show_default=True, help="Seconds.")
+@click.option(
+    "--reconcile-interval",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds between scans of the store for due runs when no timer is nearer.",
+)
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds to drain after SIGTERM or SIGINT before stopping.",
+)
+@log_level_option
+def engine_command(
+    app_spec: str,
+    store: str | None,
+    broker: str,
+    serve: tuple[str, ...],
+    engine_id: str | None,
+    concurrency: int,
+    capabilities: tuple[str, ...],
+    lease_ttl: float,
+    reconcile_interval: float,
+    drain_timeout: float,
+    log_level: str,
+) -> None:
+    """Run an engine for the App MODULE:APP until SIGTERM or SIGINT.
+
+    MODULE is a dotted module name (found from the current directory first)
+    or a path to a .py file; APP is the name of its td.App (default: app).
+    """
+    store = need_store(store)
+    app = load_app(app_spec)
+    with logging_to_stderr(log_level):
+        trio.run(
+            _serve_engine,
+            app,
+            {
+                "store": store,
+                "broker": broker,
+                "serve": names(serve),
+                "engine_id": engine_id or default_id("engine"),
+                "worker_concurrency": concurrency,
+                "capabilities": names(capabilities),
+                "lease_ttl": lease_ttl,
+                "reconcile_interval": reconcile_interval,
+            },
+            drain_timeout,
+        )
+
+
+async def _serve_engine(app: App, options: dict[str, Any], drain_timeout: float) -> None:
+    # The receiver is open before the engine: a signal that comes while it
+    # opens is kept, and the engine drains as soon as it is open.
+    with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+        async with open_engine(app, **options) as engine:
+            name = f"engine {engine.engine_id}"
+            say(
+                f"{name} ready: app {app.name}, store {shown(options['store'])},"
+                f" broker {shown(options['broker'])}, serving {_list(options['serve'])}"
+            )
+            received = await _next_signal(signals)
+            say(f"{name} draining ({received}), for at most {drain_timeout:g} s")
+            cut_short = await _drain(engine.drain, signals, drain_timeout)
+            if cut_short is not None:
+                say(f"{name} stops undrained ({cut_short}): its runs' leases are given back")
+        say(f"{name} stopped")
+
+
+# -- worker --------------------------------------------------------------------
+
+
+@click.command("worker", short_help="Run a worker process until SIGTERM or SIGINT.")
+@click.argument("app_spec", metavar="MODULE:APP")
+@broker_option("The broker's URL (required; not memory://).")
+@click.option(
+    "--groups",
+    multiple=True,
+    metavar="GROUP",
+    help="A group route to serve, GROUP or GROUP@NAMESPACE (repeat it, or separate with commas).",
+)
+@click.option("--concurrency", type=int, default=16, show_default=True, help="Tasks run at once.")
+@click.option(
+    "--capabilities",
+    multiple=True,
+    metavar="NAME",
+    help="What it offers to steps with requires= (repeat it, or separate with commas).",
+)
+@click.option("--instance-id", metavar="ID", help="Its id in announcements; unique per worker.")
+@click.option("--heartbeat", type=float, default=5.0, show_default=True, help="Seconds.")
+@click.option(
+    "--ttl", type=float, default=15.0, show_default=True, help="Seconds an announcement lives."
+)
+@click.option(
+    "--max-deliveries",
+    type=int,
+    default=DEFAULT_MAX_DELIVERIES,
+    show_default=True,
+    help="Deliveries of one task after which it is failed as poison.",
+)
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds to finish the steps in flight after SIGTERM or SIGINT.",
+)
+@log_level_option
+def worker_command(
+    app_spec: str,
+    broker: str | None,
+    groups: tuple[str, ...],
+    concurrency: int,
+    capabilities: tuple[str, ...],
+    instance_id: str | None,
+    heartbeat: float,
+    ttl: float,
+    max_deliveries: int,
+    drain_timeout: float,
+    log_level: str,
+) -> None:
+    """Run a worker for the remote steps of MODULE:APP until SIGTERM or SIGINT.
+
+    MODULE and APP are as for `trio-durable engine`.
+    """
+    broker = need_broker(broker)
+    if broker.partition("://")[0] == "memory":
+        raise CommandError(
+            "a worker process needs a broker that other processes reach (amqp://, nats://):"
+            " the memory broker lives inside one process (use `engine --serve` there)",
+            EXIT_USAGE,
+        )
+    if not names(groups):
+        raise click.UsageError("give the group routes to serve: --groups GROUP")
+    app = load_app(app_spec)
+    with logging_to_stderr(log_level):
+        trio.run(
+            _serve_worker,
+            app,
+            {
+                "broker": broker,
+                "groups": names(groups),
+                "concurrency": concurrency,
+                "capabilities": names(capabilities),
+                "instance_id": instance_id or default_id("worker"),
+                "heartbeat": heartbeat,
+                "ttl": ttl,
+                "max_deliveries": max_deliveries,
+            },
+            drain_timeout,
+        )
+
+
+async def _serve_worker(app: App, options: dict[str, Any], drain_timeout: float) -> None:
+    with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+        async with open_worker(app, **options) as worker:
+            name = f"worker {worker.instance_id}"
+            say(
+                f"{name} ready: app {app.name}, broker {shown(options['broker'])},"
+                f" groups {_list(worker.routes)},"
+                f" capabilities {_list(options['capabilities'])}"
+            )
+            received = await _next_signal(signals)
+            say(f"{name} draining ({received}), for at most {drain_timeout:g} s")
+            cut_short = await _drain(worker.wait_idle, signals, drain_timeout)
+            if cut_short is not None:
+                say(
+                    f"{name} stops undrained ({cut_short}):"
+                    " the tasks of its unfinished steps go back to the broker"
+                )
+        say(f"{name} stopped")

@@ -1,0 +1,86 @@
+"""``trio-durable engine`` as a real process on a SQLite file: it runs the
+runs another process starts, and on SIGTERM or SIGINT it drains and exits
+with status 0, holding no lease. (Engine and worker processes over RabbitMQ
+and PostgreSQL: tests/integration/test_cli_fleet.py.)"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+from cli_processes import ROOT, cli_process, read_runs, start_runs, wait_for_runs
+
+
+def _engine_args(store: str, *more: str) -> list[str]:
+    # Scans every 0.2 s: it learns of runs another process started then.
+    return ["engine", "cli_app:app", "--store", store, "--reconcile-interval", "0.2", *more]
+
+
+async def test_engine_runs_runs_and_drains_on_sigint(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with cli_process(_engine_args(store, "--engine-id", "cli-engine-1")) as engine:
+        await engine.wait_for("engine cli-engine-1 ready: app cli-test, store sqlite:///")
+        await start_runs(
+            store,
+            [
+                ("hello-a", "hello", ("a",)),
+                ("hello-b", "hello", ("b",)),
+                ("linger-1", "lingering", (1.0,)),
+            ],
+        )
+        done = await wait_for_runs(store, ["hello-a", "hello-b"])
+        pid = engine.process.pid
+        assert {r.id: json.loads(r.output or "null") for r in done.values()} == {
+            "hello-a": f"hello a from {pid}",
+            "hello-b": f"hello b from {pid}",
+        }
+        # Signalled while a step runs: draining waits for its turn to end.
+        await engine.wait_for(f"linger started in {pid}")
+        assert await engine.stop(signal.SIGINT) == 0
+    assert "trio-durable: engine cli-engine-1 draining (SIGINT), for at most 30 s" in engine.lines
+    assert "trio-durable: engine cli-engine-1 stopped" in engine.lines
+    assert "undrained" not in engine.output
+    runs = await read_runs(store, ["hello-a", "hello-b", "linger-1"])
+    assert runs["linger-1"].status == "completed"
+    assert runs["linger-1"].output == str(pid)
+    assert [r.lease_owner for r in runs.values()] == [None, None, None]
+
+
+async def test_a_second_signal_stops_the_drain_and_gives_the_lease_back(tmp_path: Path) -> None:
+    # The store from the environment; the app as a path to its file.
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    args = ["engine", "tests/cli_app.py:app", "--reconcile-interval", "0.2"]
+    async with cli_process(
+        [*args, "--engine-id", "cli-engine-2", "--drain-timeout", "600"],
+        cwd=ROOT,
+        env={"TRIO_DURABLE_STORE": store},
+    ) as engine:
+        await engine.wait_for("engine cli-engine-2 ready")
+        await start_runs(store, [("linger-long", "lingering", (3600.0,))])
+        await engine.wait_for(f"linger started in {engine.process.pid}")
+        engine.process.send_signal(signal.SIGTERM)
+        await engine.wait_for("engine cli-engine-2 draining (SIGTERM), for at most 600 s")
+        assert await engine.stop(signal.SIGTERM) == 0
+    assert (
+        "trio-durable: engine cli-engine-2 stops undrained (SIGTERM came while draining):"
+        " its runs' leases are given back"
+    ) in engine.lines
+    run = (await read_runs(store, ["linger-long"]))["linger-long"]
+    # Interrupted mid-turn: not ended, and free for the next engine at once.
+    assert run.status == "running"
+    assert run.lease_owner is None
+
+
+async def test_the_drain_is_bounded_by_its_timeout(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    args = _engine_args(store, "--engine-id", "cli-engine-3", "--drain-timeout", "0.5")
+    async with cli_process(args) as engine:
+        await engine.wait_for("engine cli-engine-3 ready")
+        await start_runs(store, [("linger-long", "lingering", (3600.0,))])
+        await engine.wait_for(f"linger started in {engine.process.pid}")
+        assert await engine.stop(signal.SIGTERM) == 0
+    assert "engine cli-engine-3 stops undrained (it did not finish within 0.5 s)" in engine.output
+    run = (await read_runs(store, ["linger-long"]))["linger-long"]
+    assert run.status == "running"
+    assert run.lease_owner is None
