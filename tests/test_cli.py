@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
+import click
 import pytest
 from click.testing import CliRunner, Result
 
@@ -434,3 +435,20 @@ def test_simulate_draws_progress_on_a_terminal(tmp_path: Path) -> None:
     assert "simulating seeds" in terminal.decode(errors="replace")
     assert len(out.splitlines()) == 3
     assert out.splitlines()[2].startswith("2 passed, 0 failed")
+
+
+def test_engine_and_worker_share_the_drain_timeout_option() -> None:
+    from trio_durable._cli._processes import engine_command, worker_command
+
+    def drain(command: click.Command) -> click.Option:
+        (option,) = [p for p in command.params if p.name == "drain_timeout"]
+        assert isinstance(option, click.Option)
+        return option
+
+    engine, worker = drain(engine_command), drain(worker_command)
+    for option in (engine, worker):
+        assert option.opts == ["--drain-timeout"]
+        assert option.default == 30.0
+        assert isinstance(option.type, click.FloatRange)
+        assert option.type.min == 0
+    assert engine.help != worker.help

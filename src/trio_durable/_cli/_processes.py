@@ -32,6 +32,7 @@ from ._apps import load_app
 from ._common import (
     EXIT_USAGE,
     CommandError,
+    F,
     broker_option,
     log_level_option,
     logging_to_stderr,
@@ -87,6 +88,18 @@ async def _drain(
     return cut_short
 
 
+def drain_timeout_option(help_text: str) -> Callable[[F], F]:
+    """``--drain-timeout SECONDS`` (default 30): how long the first SIGTERM
+    or SIGINT waits for `_drain` before the process stops anyway."""
+    return click.option(
+        "--drain-timeout",
+        type=click.FloatRange(min=0),
+        default=30.0,
+        show_default=True,
+        help=help_text,
+    )
+
+
 def _list(values: Sequence[str]) -> str:
     return ", ".join(values) or "none"
 
@@ -126,13 +139,7 @@ def _list(values: Sequence[str]) -> str:
     show_default=True,
     help="Seconds between scans of the store for due runs when no timer is nearer.",
 )
-@click.option(
-    "--drain-timeout",
-    type=click.FloatRange(min=0),
-    default=30.0,
-    show_default=True,
-    help="Seconds to drain after SIGTERM or SIGINT before stopping.",
-)
+@drain_timeout_option("Seconds to drain after SIGTERM or SIGINT before stopping.")
 @log_level_option
 def engine_command(
     app_spec: str,
@@ -221,13 +228,7 @@ async def _serve_engine(app: App, options: dict[str, Any], drain_timeout: float)
     show_default=True,
     help="Deliveries of one task after which it is failed as poison.",
 )
-@click.option(
-    "--drain-timeout",
-    type=click.FloatRange(min=0),
-    default=30.0,
-    show_default=True,
-    help="Seconds to finish the steps in flight after SIGTERM or SIGINT.",
-)
+@drain_timeout_option("Seconds to finish the steps in flight after SIGTERM or SIGINT.")
 @log_level_option
 def worker_command(
     app_spec: str,
