@@ -6,6 +6,7 @@ group of commands to it:
 - ``_processes``: ``engine MODULE:APP`` and ``worker MODULE:APP``, an engine
   or a worker as a process of its own, until SIGTERM or SIGINT;
 - ``_fleet``: ``workers``, the live fleet and its gaps;
+- ``_migrate``: ``migrate``, a store's schema created or upgraded;
 - ``_simulate``: ``simulate``, the deterministic simulation.
 
 ``_common`` holds what they share: the store and broker options, errors
@@ -22,6 +23,7 @@ import click
 
 from ._common import EXIT_INTERRUPTED, DurableGroup
 from ._fleet import workers_command
+from ._migrate import migrate_command
 from ._processes import engine_command, worker_command
 from ._simulate import simulate_command
 
@@ -48,6 +50,7 @@ def cli() -> None:
 cli.add_command(engine_command)
 cli.add_command(worker_command)
 cli.add_command(workers_command)
+cli.add_command(migrate_command)
 cli.add_command(simulate_command)
 
 
