@@ -17,6 +17,8 @@ from ._brokers._base import BrokerUnavailable as BrokerUnavailable
 from ._brokers._base import WorkerDescriptor as WorkerDescriptor
 from ._brokers._memory import BrokerFaults as BrokerFaults
 from ._brokers._memory import MemoryBroker as MemoryBroker
+from ._client import Client as Client
+from ._client import open_client as open_client
 from ._clock import Clock as Clock
 from ._context import Context as Context
 from ._current import StepInfo as StepInfo
@@ -74,6 +76,7 @@ __all__ = [
     "BrokerFaults",
     "BrokerUnavailable",
     "Checkpoint",
+    "Client",
     "Clock",
     "Context",
     "Disagreement",
@@ -123,6 +126,7 @@ __all__ = [
     "current_step",
     "lineage",
     "open_broker",
+    "open_client",
     "open_engine",
     "open_store",
     "open_worker",

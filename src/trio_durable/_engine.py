@@ -17,47 +17,35 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
-from typing import Any, Concatenate, Final, overload
+from typing import Any, Concatenate, overload
 
 import attrs
 import trio
 
-from . import _serde
 from ._app import A1, A2, A3, A4, A5, App, P, R, Workflow
-from ._brokers import open_broker
+from ._brokers import enter_broker
 from ._brokers._base import Broker
-from ._children import cancel_request
-from ._exceptions import (
-    InvalidRunStateError,
-    InvalidURLError,
-    RunNotFoundError,
-    UsageError,
-)
+from ._control import cancel_run, read_run, retry_run, signal_run
+from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
 from ._observe import DEFAULT_EVENT_BUFFER, Event
-from ._options import DEFAULT_TIMER_BATCH_SIZE, EngineOptions, check_id
+from ._options import DEFAULT_TIMER_BATCH_SIZE, EngineOptions
 from ._records import (
     DEFAULT_NAMESPACE,
     DEFAULT_TRACEBACK_LIMIT,
-    TERMINAL_STATUSES,
     Run,
-    RunStatus,
-    signal_token,
 )
 from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
-from ._saga import plan_retry
 from ._scheduler import drain
-from ._stores import open_store
-from ._stores._base import Op, Store, WriteConflict
+from ._stores import enter_store
+from ._stores._base import Store
 from ._worker import check_group_routes, worker_metrics
 
 logger = logging.getLogger("trio_durable")
-
-_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead"})
 
 
 class Engine:
@@ -223,7 +211,9 @@ class Engine:
             that run).
           UsageError: ``run_id``, ``namespace`` or ``tags`` are malformed.
         """
-        return RunHandle.of(await start_run(self._rt, workflow, args, run_id, namespace, tags), self)
+        return RunHandle.of(
+            await start_run(self._rt, workflow, args, run_id, namespace, tags), self
+        )
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
         """The run as stored now.
@@ -237,15 +227,7 @@ class Engine:
           UsageError: ``namespace`` is malformed.
         """
         self._rt.scheduler.check_open()
-        if namespace is not None:
-            check_id("namespace", namespace)
-        run = await self.store.get_run(run_id)
-        if run is None:
-            raise RunNotFoundError(f"no run {run_id!r}")
-        if namespace is not None and run.namespace != namespace:
-            # Worded as for a missing run: another tenant's run stays unseen.
-            raise RunNotFoundError(f"no run {run_id!r} in namespace {namespace!r}")
-        return run
+        return await read_run(self.store, run_id, namespace)
 
     async def result(self, run_id: str, *, namespace: str | None = None) -> Any:
         """Wait until the run ends and return its output.
@@ -262,7 +244,9 @@ class Engine:
           RunFailed: The run failed or is dead (`RunCancelled` if cancelled);
             the error's message, code and details are the exception's.
         """
-        run = await await_end(self._rt, run_id, partial(self.get, run_id, namespace=namespace))
+        rt = self._rt
+        read = partial(self.get, run_id, namespace=namespace)
+        run = await await_end(rt.store, rt.endings, rt.options.result_poll_interval, run_id, read)
         return await outcome(self.store, self.app, run)
 
     async def signal(
@@ -286,16 +270,10 @@ class Engine:
           SerializationError: The payload cannot be serialized.
         """
         self._rt.scheduler.check_open()
-        if not isinstance(name, str) or not name:
-            raise UsageError(f"signal name must be a non-empty string, not {name!r}")
-        payload_json = _serde.dumps(payload)
-        run = await self.get(run_id, namespace=namespace)
-        if run.status in TERMINAL_STATUSES:
-            raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it takes no signals")
-        waiter = await self.store.deliver_signal(
-            signal_token(run_id, name), payload_json, self.clock.now()
+        _, waiting = await signal_run(
+            self.store, self.clock.now(), run_id, name, payload, namespace
         )
-        if waiter is not None:
+        if waiting:
             self._rt.scheduler.wake(run_id)
 
     async def cancel(
@@ -318,16 +296,7 @@ class Engine:
           InvalidRunStateError: The run already ended.
         """
         self._rt.scheduler.check_open()
-        run = await self.get(run_id, namespace=namespace)
-        if run.status in TERMINAL_STATUSES:
-            raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it cannot be cancelled")
-        request = cancel_request(run_id, compensate, self.clock.now())
-        try:
-            await self.store.apply([attrs.evolve(request, strict=True)])
-        except WriteConflict as exc:
-            raise InvalidRunStateError(
-                f"run {run_id!r} ended before it could be cancelled"
-            ) from exc
+        await cancel_run(self.store, self.clock.now(), run_id, compensate, namespace)
         self._rt.scheduler.interrupt(run_id)
         self._rt.scheduler.wake(run_id)
 
@@ -351,20 +320,9 @@ class Engine:
           InvalidRunStateError: The run is not failed or dead; nothing changed.
         """
         self._rt.scheduler.check_open()
-        run = await self.get(run_id, namespace=namespace)
-        if run.status not in ("failed", "dead"):
-            raise InvalidRunStateError(
-                f"run {run_id!r} is {run.status}; only failed or dead runs can be retried"
-            )
-        ops: list[Op] = []
-        wakes: list[str] = []
-        await plan_retry(self._rt, run, ops, wakes, _RETRYABLE)
-        try:
-            await self.store.apply(ops)
-        except WriteConflict as exc:
-            raise InvalidRunStateError(f"run {run_id!r} changed while being retried") from exc
+        wakes = await retry_run(self.store, self.app, self.clock.now(), run_id, namespace)
         for wake in wakes:
-            self._rt.scheduler.wake(wake)
+            self._rt.scheduler.wake(wake.id)
         return await self.get(run_id)
 
     async def drain(self) -> None:
@@ -539,22 +497,8 @@ async def open_engine(
     if engine_id is None:
         engine_id = f"engine-{rng.getrandbits(32):08x}"
     async with AsyncExitStack() as stack:
-        if isinstance(store, str):
-            store_obj: Store = await stack.enter_async_context(open_store(store))
-        elif callable(getattr(store, "apply", None)) and callable(
-            getattr(store, "begin_turn", None)
-        ):
-            store_obj = store
-        else:
-            raise InvalidURLError(f"store must be a URL or a Store, not {store!r}")
-        if isinstance(broker, str):
-            broker_obj: Broker = await stack.enter_async_context(open_broker(broker))
-        elif callable(getattr(broker, "dispatch", None)) and callable(
-            getattr(broker, "open_consumer", None)
-        ):
-            broker_obj = broker
-        else:
-            raise InvalidURLError(f"broker must be a URL or a Broker, not {broker!r}")
+        store_obj = await enter_store(stack, store)
+        broker_obj = await enter_broker(stack, broker)
         async with open_runtime(
             app,
             store_obj,

@@ -31,6 +31,12 @@ ACTIVE_STATUSES: Final[frozenset[RunStatus]] = frozenset(
 
 DEFAULT_NAMESPACE: Final = "default"
 
+LATEST_VERSION: Final = ""
+"""The version of a run started by workflow name where no app tells the
+versions (a `Client` without one): the engine that first runs it runs the
+version registered last there, and writes it on the run. No workflow can be
+registered under it (a version is never empty)."""
+
 
 DEFAULT_TRACEBACK_LIMIT: Final = 8192
 """How many characters of a traceback an error keeps by default."""

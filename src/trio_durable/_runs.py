@@ -10,26 +10,34 @@ the run here to say so (`Endings`), or for the next read of the store.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import random
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
 import trio
 
 from . import _serde
-from ._app import workflow_of
+from ._app import Workflow, workflow_of
 from ._children import output_type
-from ._exceptions import RecordedTraceback, RunCancelled, RunConflictError, RunFailed, UsageError
+from ._exceptions import (
+    RecordedTraceback,
+    RunCancelled,
+    RunConflictError,
+    RunFailed,
+    UnknownWorkflowError,
+    UsageError,
+)
 from ._handoff import output_source
 from ._options import check_id
-from ._records import TERMINAL_STATUSES, ErrorInfo, Run
+from ._records import LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo, Run
 from ._replay import TurnState
-from ._stores._base import ChangeFeed
+from ._stores._base import ChangeFeed, CreateRun
 
 if TYPE_CHECKING:
-    from ._app import App, Workflow
+    from ._app import App
     from ._runtime import Runtime
-    from ._stores._base import Store
+    from ._stores._base import Op, Store
 
 
 @attrs.define(eq=False)
@@ -81,67 +89,162 @@ async def start_run(
 ) -> Run:
     """`Engine.start`: the run as stored, created and woken here if new."""
     rt.scheduler.check_open()
-    wf = workflow_of(rt.app, workflow)
-    input_json = _serde.check_workflow_args(wf, args)
-    generated = run_id is None
-    if run_id is None:
-        run_id = f"{wf.name}-{rt.rng.getrandbits(64):016x}"
-    check_id("run_id", run_id)
-    check_id("namespace", namespace)
-    tag_tuple = tuple(tags)
-    if not all(isinstance(tag, str) for tag in tag_tuple):
-        raise UsageError(f"tags must be strings, not {tags!r}")
-    existing = await rt.store.get_run(run_id)
-    while generated and existing is not None:
-        # A derived id must name a new run: with a fixed seed, an engine
-        # restarted on the same store derives the same ids again.
-        run_id = f"{wf.name}-{rt.rng.getrandbits(64):016x}"
-        existing = await rt.store.get_run(run_id)
-    if existing is not None:
-        return _same_workflow(existing, wf, namespace)
-    now = rt.clock.now()
+    new = new_run(rt.app, workflow, args, run_id, namespace, tags)
     # The run is created leased to this engine, so its first turn needs no
     # write of its own; if this engine dies, the lease lapses and any
     # engine takes the run over.
-    run = Run(
-        id=run_id,
-        workflow=wf.name,
-        version=wf.version,
-        namespace=namespace,
-        status="running",
-        input=input_json,
-        tags=tag_tuple,
-        lease_owner=rt.engine_id,
-        lease_expiry=now + rt.options.lease_ttl,
-        created_at=now,
-        updated_at=now,
+    stored, created = await create_run(
+        rt.store, rt.rng, rt.clock.now(), new, owner=rt.engine_id, lease_ttl=rt.options.lease_ttl
     )
-    stored, created = await rt.store.create_run(run)
-    if not created:
-        return _same_workflow(stored, wf, namespace)
-    rt.telemetry.emit_run("run.started", stored)
-    rt.scheduler.wake(run_id, initial=TurnState(run=stored, checkpoints={}))
+    if created:
+        rt.telemetry.emit_run("run.started", stored)
+        rt.scheduler.wake(stored.id, initial=TurnState(run=stored, checkpoints={}))
     return stored
 
 
-def _same_workflow(run: Run, wf: Workflow[..., Any], namespace: str) -> Run:
+@final
+@attrs.define(frozen=True, kw_only=True)
+class NewRun:
+    """A run to start, its inputs checked: what `create_run` writes."""
+
+    workflow: str
+    version: str
+    input: str
+    run_id: str | None
+    namespace: str
+    tags: tuple[str, ...] | list[str]
+
+
+def new_run(
+    app: App | None,
+    workflow: Workflow[..., Any] | str,
+    args: tuple[Any, ...],
+    run_id: str | None,
+    namespace: str,
+    tags: tuple[str, ...] | list[str],
+) -> NewRun:
+    """A run of ``workflow`` to start, its inputs checked against the
+    workflow's parameters.
+
+    Without ``app``, a `Workflow` is checked as it is, and a name is taken
+    as it is: its inputs are serialized unchecked and its version is
+    `LATEST_VERSION`, which the engine that first runs it decides.
+
+    Raises:
+      UnknownWorkflowError: ``app`` lacks the workflow, or it is neither a
+        `Workflow` nor a non-empty name.
+      InvalidArgumentsError: ``args`` do not fit the workflow's parameters.
+      SerializationError: An input cannot be serialized.
+    """
+    if app is not None:
+        wf: Workflow[..., Any] = workflow_of(app, workflow)
+    elif isinstance(workflow, Workflow):
+        wf = workflow
+    elif isinstance(workflow, str) and workflow:
+        return NewRun(
+            workflow=workflow,
+            version=LATEST_VERSION,
+            input=_serde.dumps(list(args)),
+            run_id=run_id,
+            namespace=namespace,
+            tags=tags,
+        )
+    else:
+        raise UnknownWorkflowError(f"not a workflow: {workflow!r}")
+    return NewRun(
+        workflow=wf.name,
+        version=wf.version,
+        input=_serde.check_workflow_args(wf, args),
+        run_id=run_id,
+        namespace=namespace,
+        tags=tags,
+    )
+
+
+async def create_run(
+    store: Store,
+    rng: random.Random,
+    now: float,
+    new: NewRun,
+    *,
+    owner: str | None = None,
+    lease_ttl: float = 0.0,
+    also: Callable[[Run], Sequence[Op]] = lambda run: (),
+) -> tuple[Run, bool]:
+    """Create ``new`` unless a run with its id exists; return the run as
+    stored and whether it was created (`Engine.start` and `Client.start`).
+
+    With ``owner``, the run is created ``running``, leased to it for
+    ``lease_ttl`` seconds; without, ``pending`` and unleased, due at once for
+    any engine. ``also`` gives the operations to write with the run, in the
+    same batch.
+
+    Raises:
+      RunConflictError: The id belongs to a run of another workflow or
+        namespace.
+      UsageError: The id, namespace or tags are malformed.
+    """
+    run_id = new.run_id
+    generated = run_id is None
+    if run_id is None:
+        run_id = f"{new.workflow}-{rng.getrandbits(64):016x}"
+    check_id("run_id", run_id)
+    check_id("namespace", new.namespace)
+    tag_tuple = tuple(new.tags)
+    if not all(isinstance(tag, str) for tag in tag_tuple):
+        raise UsageError(f"tags must be strings, not {new.tags!r}")
+    existing = await store.get_run(run_id)
+    while generated and existing is not None:
+        # A derived id must name a new run: with a fixed seed, an engine
+        # restarted on the same store derives the same ids again.
+        run_id = f"{new.workflow}-{rng.getrandbits(64):016x}"
+        existing = await store.get_run(run_id)
+    if existing is not None:
+        return _same_workflow(existing, new.workflow, new.namespace), False
+    run = Run(
+        id=run_id,
+        workflow=new.workflow,
+        version=new.version,
+        namespace=new.namespace,
+        status="pending" if owner is None else "running",
+        input=new.input,
+        tags=tag_tuple,
+        lease_owner=owner,
+        lease_expiry=None if owner is None else now + lease_ttl,
+        created_at=now,
+        updated_at=now,
+    )
+    [(stored, created), *_] = await store.apply([CreateRun(run), *also(run)])
+    if not created:
+        return _same_workflow(stored, new.workflow, new.namespace), False
+    return stored, True
+
+
+def _same_workflow(run: Run, workflow: str, namespace: str) -> Run:
     if run.namespace != namespace:
         # Checked first, and told without a word of the other run: a
         # tenant learns that the id is taken, nothing more.
         raise RunConflictError(
             f"run id {run.id!r} is taken by a run outside namespace {namespace!r}"
         )
-    if run.workflow != wf.name:
+    if run.workflow != workflow:
         raise RunConflictError(
-            f"run id {run.id!r} belongs to a run of workflow {run.workflow!r}, not {wf.name!r}"
+            f"run id {run.id!r} belongs to a run of workflow {run.workflow!r}, not {workflow!r}"
         )
     return run
 
 
-async def await_end(rt: Runtime, run_id: str, read: Callable[[], Awaitable[Run]]) -> Run:
-    """Wait until ``run_id`` ended; return it as it ended. ``read`` reads
-    it from the store (and raises if it is missing)."""
-    store = rt.store
+async def await_end(
+    store: Store,
+    endings: Endings,
+    poll_interval: float,
+    run_id: str,
+    read: Callable[[], Awaitable[Run]],
+) -> Run:
+    """Wait until ``run_id`` ended; return it as it ended. ``read`` reads it
+    from the store (and raises if it is missing); ``endings`` is told when
+    it ends here or elsewhere, and the store is read again at least every
+    ``poll_interval`` seconds (`math.inf`: only when told)."""
     while True:
         if isinstance(store, ChangeFeed):
             run = await read()
@@ -150,19 +253,19 @@ async def await_end(rt: Runtime, run_id: str, read: Callable[[], Awaitable[Run]]
             # Every writer shares this process: wait for the change itself.
             await store.run_end_event(run_id).wait()
             continue
-        # Registered before the read: a run that this engine ends while
-        # the read is in flight still sets it (registered after, the end
-        # would go unseen until the next poll).
-        ending = rt.endings.register(run_id)
+        # Registered before the read: a run that ends while the read is in
+        # flight still sets it (registered after, the end would go unseen
+        # until the next poll).
+        ending = endings.register(run_id)
         try:
             run = await read()
         except BaseException:
-            rt.endings.forget(run_id, ending)
+            endings.forget(run_id, ending)
             raise
         if run.status in TERMINAL_STATUSES:
-            rt.endings.forget(run_id, ending)
+            endings.forget(run_id, ending)
             return run
-        with trio.move_on_after(rt.options.result_poll_interval):
+        with trio.move_on_after(poll_interval):
             await ending.event.wait()
         if ending.run is not None:
             # Ended by this engine, which knows the row it wrote.

@@ -41,7 +41,7 @@ from ._stores._base import (
 
 if TYPE_CHECKING:
     from ._replay import Replay
-    from ._runtime import Runtime
+    from ._stores._base import Store
 
 logger = logging.getLogger("trio_durable")
 
@@ -92,12 +92,18 @@ async def compensate(replay: Replay) -> None:
 
 
 async def plan_retry(
-    rt: Runtime, run: Run, ops: list[Op], wakes: list[str], expect: frozenset[RunStatus]
+    store: Store,
+    app: App,
+    now: float,
+    run: Run,
+    ops: list[Op],
+    wakes: list[Run],
+    expect: frozenset[RunStatus],
 ) -> None:
     """Add to ``ops`` the writes that retry ``run`` (expected to be in
-    ``expect``), and the failed children it retries too; add to ``wakes``
-    the runs to wake once they committed."""
-    checkpoints = await rt.store.get_checkpoints(run.id)
+    ``expect``) at durable time ``now``, and the failed children it retries
+    too; add to ``wakes`` the runs to wake once they committed."""
+    checkpoints = await store.get_checkpoints(run.id)
     undone = {-cp.seq for cp in checkpoints if cp.seq < 0}
     deletes: list[int] = []
     for cp in checkpoints:
@@ -114,23 +120,23 @@ async def plan_retry(
             # retried body must run it again.
             deletes.append(cp.seq)
         elif cp.status == "failed" and cp.kind == "child" and cp.child_id is not None:
-            child = await rt.store.get_run(cp.child_id)
+            child = await store.get_run(cp.child_id)
             reset = attrs.evolve(cp, status="pending", output=None, error=None, finished_at=None)
             if child is None:
                 deletes.append(cp.seq)
             elif child.status == "completed":
-                source = await output_source(rt.store, rt.app, child)
+                source = await output_source(store, app, child)
                 output = completion(True, child.output, returned_by=source)
                 ops.append(PutCheckpoint(attrs.evolve(reset, status="completed", output=output)))
             elif child.status in ("failed", "dead", "cancelled"):
                 ops.append(PutCheckpoint(reset))
-                await plan_retry(rt, child, ops, wakes, CHILD_RETRYABLE)
+                await plan_retry(store, app, now, child, ops, wakes, CHILD_RETRYABLE)
             else:
                 ops.append(PutCheckpoint(reset))
         elif cp.status == "failed":
             deletes.append(cp.seq)
         elif cp.status == "pending":
-            ops.extend(_rearm(rt.clock.now(), run, cp))
+            ops.extend(_rearm(now, run, cp))
     if deletes:
         ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
     ops.append(
@@ -144,12 +150,12 @@ async def plan_retry(
                 "compensate": False,
                 "recoveries": 0,
                 "tags": without_on_error_tags(run.tags),
-                "updated_at": rt.clock.now(),
+                "updated_at": now,
             },
             expect_status=expect,
         )
     )
-    wakes.append(run.id)
+    wakes.append(run)
 
 
 def _rearm(now: float, run: Run, cp: Checkpoint) -> list[Op]:

@@ -28,6 +28,7 @@ from ._handoff import follow_handoff, hand_off, on_error_routes_in_doubt
 from ._on_error import RETIRED_PREFIX, active_handoff, pick_on_error_route
 from ._records import (
     ACTIVE_STATUSES,
+    LATEST_VERSION,
     CheckpointStatus,
     ErrorInfo,
     Run,
@@ -86,9 +87,7 @@ class Turns:
         if slot.initial is not None:
             state, slot.initial = slot.initial, None
         else:
-            began = await rt.store.begin_turn(
-                run_id, rt.engine_id, now + rt.options.lease_ttl, now
-            )
+            began = await rt.store.begin_turn(run_id, rt.engine_id, now + rt.options.lease_ttl, now)
             rt.scheduler.signals.progress.set()
             if began is None:
                 return
@@ -182,6 +181,15 @@ class Turn:
         if handoff is not None:
             await follow_handoff(self, handoff)
             return
+        if run.version == LATEST_VERSION and any(
+            wf.name == run.workflow for wf in rt.app.workflows
+        ):
+            # Started by name where no app told the version: it runs the one
+            # registered last here, written with this turn's writes so that
+            # every later turn, here or elsewhere, replays the same one.
+            version = rt.app.get_workflow(run.workflow).version
+            run = state.run = attrs.evolve(run, version=version)
+            state.ops.append(UpdateRun(run.id, {"version": version}, expect_owner=rt.engine_id))
         if not rt.app.has_workflow(run.workflow, run.version):
             # Another engine of a newer or older deploy may know it: leave the
             # run untouched but for a later wake.
@@ -454,7 +462,9 @@ class Turn:
         run = turn.run
         expect = _END_EXPECTS.get(status, _RUNNING)
         ops: list[Op] = [
-            self.fence({"status": status, "output": output, "error": error, "wake_at": None}, expect)
+            self.fence(
+                {"status": status, "output": output, "error": error, "wake_at": None}, expect
+            )
         ]
         if run.parent_id is not None and run.parent_seq is not None:
             ops.append(

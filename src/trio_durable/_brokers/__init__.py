@@ -9,9 +9,10 @@ that yields a `Broker` (see `trio_durable._schemes` for the rule).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Final
 
+from .._exceptions import InvalidURLError
 from .._schemes import Install, Kind, Opener, find_opener
 from ._base import Broker
 
@@ -55,3 +56,21 @@ async def open_broker(url: str) -> AsyncIterator[Broker]:
     opener = broker_opener(url)
     async with opener(url) as broker:
         yield broker
+
+
+async def enter_broker(stack: AsyncExitStack, broker: str | Broker) -> Broker:
+    """The broker ``broker`` names, opened on ``stack`` if it is a URL (an
+    open `Broker` is used as it is, and not closed).
+
+    Raises:
+      InvalidURLError: ``broker`` is neither a valid broker URL nor a
+        `Broker`.
+      BrokerUnavailable: The broker cannot be reached.
+    """
+    if isinstance(broker, str):
+        return await stack.enter_async_context(open_broker(broker))
+    if callable(getattr(broker, "dispatch", None)) and callable(
+        getattr(broker, "open_consumer", None)
+    ):
+        return broker
+    raise InvalidURLError(f"broker must be a URL or a Broker, not {broker!r}")

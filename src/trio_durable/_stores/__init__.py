@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Final
 
+from .._exceptions import InvalidURLError
 from .._schemes import Install, Kind, Opener, find_opener
 from ._base import Store
 
@@ -56,3 +57,18 @@ async def open_store(url: str) -> AsyncIterator[Store]:
     opener = store_opener(url)
     async with opener(url) as store:
         yield store
+
+
+async def enter_store(stack: AsyncExitStack, store: str | Store) -> Store:
+    """The store ``store`` names, opened on ``stack`` if it is a URL (an
+    open `Store` is used as it is, and not closed).
+
+    Raises:
+      InvalidURLError: ``store`` is neither a valid store URL nor a `Store`.
+      StoreError: The store cannot be opened.
+    """
+    if isinstance(store, str):
+        return await stack.enter_async_context(open_store(store))
+    if callable(getattr(store, "apply", None)) and callable(getattr(store, "begin_turn", None)):
+        return store
+    raise InvalidURLError(f"store must be a URL or a Store, not {store!r}")

@@ -1,0 +1,342 @@
+"""The client: runs seen and controlled from a process that runs none.
+
+`open_client` opens a store (and, if asked, a broker) and yields a `Client`,
+which starts, reads, waits for, signals, cancels and retries runs. It takes
+no leases and runs no turns: its writes go through the same functions as
+the engine's (`_runs`, `_control`), with an announcement in the same
+batch, so that an engine serving the run, in this process or another,
+learns of the write at once (see docs/client.md).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
+from typing import Any, Concatenate, final, overload
+
+import trio
+
+from ._app import A1, A2, A3, A4, A5, App, P, R, Workflow
+from ._brokers import enter_broker
+from ._brokers._base import Broker
+from ._clock import Clock
+from ._control import cancel_run, read_run, retry_run, signal_run
+from ._exceptions import UsageError
+from ._fleet import Fleet, aggregate
+from ._handle import RunHandle
+from ._handoff import UnservedRoute
+from ._handoff import unserved_on_error_routes as _unserved
+from ._records import DEFAULT_NAMESPACE, Run
+from ._runs import Endings, await_end, create_run, new_run, outcome
+from ._stores import enter_store
+from ._stores._base import Store
+
+_RESULT_POLL_INTERVAL = 1.0
+
+
+@final
+class Client:
+    """Starts, reads and controls runs; runs none of them.
+
+    Made by `open_client`. It takes no leases: engines (in this process or
+    others) sharing its store run the runs it starts, signals, cancels and
+    retries.
+
+    Attributes:
+      store: The store.
+      broker: The broker, or None if none was given.
+      app: The application it checks starts against, or None.
+      client_id: This client's id, which its writes carry.
+      clock: Its `Clock`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        broker: Broker | None,
+        app: App | None,
+        clock: Clock,
+        rng: random.Random,
+    ) -> None:
+        self.store = store
+        self.broker = broker
+        self.app = app
+        self.clock = clock
+        self.client_id = f"client-{rng.getrandbits(64):016x}"
+        self._rng = rng
+        # Outputs are structured as an app's workflows return them; with no
+        # app, as plain JSON.
+        self._types = app if app is not None else App("client")
+        self._endings = Endings()
+        self._poll_interval = _RESULT_POLL_INTERVAL
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the client is closed")
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[[], R],
+        /,
+        *,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[[A1], R],
+        a1: A1,
+        /,
+        *,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[[A1, A2], R],
+        a1: A1,
+        a2: A2,
+        /,
+        *,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[[A1, A2, A3], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        /,
+        *,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[[A1, A2, A3, A4], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        a4: A4,
+        /,
+        *,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: Workflow[Concatenate[A1, A2, A3, A4, A5, P], R],
+        a1: A1,
+        a2: A2,
+        a3: A3,
+        a4: A4,
+        a5: A5,
+        /,
+        *args: Any,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: str,
+        /,
+        *args: Any,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[Any]: ...
+
+    async def start(
+        self,
+        workflow: Workflow[..., Any] | str,
+        /,
+        *args: Any,
+        run_id: str | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+    ) -> RunHandle[Any]:
+        """Start a run of ``workflow`` with positional ``args``, for an
+        engine to run.
+
+        Idempotent by ``run_id``, as `Engine.start`. The run is created
+        ``pending``, leased to no engine; an engine sharing the store takes
+        it at once.
+
+        Args:
+          workflow: A `Workflow`, or its name. With ``app=`` given to
+            `open_client`, it must be registered there (a name means the
+            version registered last) and ``args`` are checked against its
+            parameters, as `Engine.start` does; a `Workflow` is checked
+            without an app too. A name without an app is taken as it is:
+            the inputs are not checked, and the engine that first runs the
+            run runs the version registered last there.
+          *args: The inputs, JSON-able values or attrs instances.
+          run_id: The run's id; without it one is derived at random.
+          namespace: The tenant the run belongs to.
+          tags: Labels stored on the run.
+
+        Returns:
+          A `RunHandle`: the run as stored, whose ``result()`` waits for its
+          output through this client.
+
+        Raises:
+          UnknownWorkflowError: The app lacks the workflow.
+          InvalidArgumentsError: ``args`` do not fit the workflow's
+            parameters.
+          SerializationError: An input cannot be serialized.
+          RunConflictError: ``run_id`` belongs to a run of another workflow
+            or namespace.
+          UsageError: ``run_id``, ``namespace`` or ``tags`` are malformed.
+          StoreError: The store failed.
+        """
+        self._check_open()
+        new = new_run(self.app, workflow, args, run_id, namespace, tags)
+        stored, _ = await create_run(self.store, self._rng, self.clock.now(), new)
+        return RunHandle.of(stored, self)
+
+    async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
+        """The run as stored now (see `Engine.get`).
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          UsageError: ``namespace`` is malformed.
+        """
+        self._check_open()
+        return await read_run(self.store, run_id, namespace)
+
+    async def result(self, run_id: str, *, namespace: str | None = None) -> Any:
+        """Wait until the run ends, wherever it runs, and return its output
+        (see `Engine.result`; without an app, as plain JSON).
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          RunFailed: The run failed or is dead (`RunCancelled` if cancelled).
+        """
+        self._check_open()
+        read = partial(self.get, run_id, namespace=namespace)
+        run = await await_end(self.store, self._endings, self._poll_interval, run_id, read)
+        return await outcome(self.store, self._types, run)
+
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, *, namespace: str | None = None
+    ) -> None:
+        """Send the signal ``name`` with ``payload`` to a run (see
+        `Engine.signal`); the engine serving it resumes it at once.
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          InvalidRunStateError: The run already ended.
+          SerializationError: The payload cannot be serialized.
+          UsageError: ``name`` is not a non-empty string.
+        """
+        self._check_open()
+        await signal_run(self.store, self.clock.now(), run_id, name, payload, namespace)
+
+    async def cancel(
+        self, run_id: str, *, compensate: bool = False, namespace: str | None = None
+    ) -> None:
+        """Cancel a run, and the children it awaits (see `Engine.cancel`).
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          InvalidRunStateError: The run already ended.
+        """
+        self._check_open()
+        await cancel_run(self.store, self.clock.now(), run_id, compensate, namespace)
+
+    async def retry(self, run_id: str, *, namespace: str | None = None) -> Run:
+        """Run a failed or dead run's body again from its checkpoints (see
+        `Engine.retry`); returns the run as stored after the retry.
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          InvalidRunStateError: The run is not failed or dead; nothing changed.
+        """
+        self._check_open()
+        await retry_run(self.store, self._types, self.clock.now(), run_id, namespace)
+        return await self.get(run_id)
+
+    def _need_broker(self) -> Broker:
+        if self.broker is None:
+            raise UsageError("this needs a broker: open the client with broker=URL")
+        return self.broker
+
+    async def fleet(self) -> Fleet:
+        """What live workers announce, aggregated (see `Engine.fleet`).
+
+        Raises:
+          UsageError: The client was opened without a broker.
+        """
+        self._check_open()
+        return aggregate(await self._need_broker().worker_descriptors())
+
+    async def unserved_on_error_routes(self) -> list[UnservedRoute]:
+        """Routes of the client's app whose handler no live worker knows
+        (see `Engine.unserved_on_error_routes`); none without an app.
+
+        Raises:
+          UsageError: The client was opened without a broker.
+        """
+        self._check_open()
+        return await _unserved(self._need_broker(), self._types)
+
+
+@asynccontextmanager
+async def open_client(
+    store: str | Store,
+    *,
+    broker: str | Broker | None = None,
+    app: App | None = None,
+    wall_clock: Callable[[], float] = time.time,
+) -> AsyncIterator[Client]:
+    """Open a client of the runs in ``store``.
+
+    Args:
+      store: A store URL (``sqlite:///path.db``, ``postgresql://...``,
+        ``memory://``) or an open `Store` (not closed on exit).
+      broker: A broker URL or an open `Broker`, for `Client.fleet` and
+        `Client.unserved_on_error_routes`; None for none.
+      app: The application to check starts against and to structure
+        outputs with; None to start workflows by name, untyped.
+      wall_clock: Read once to anchor durable time (see `Clock`).
+
+    Raises:
+      InvalidURLError: A URL is malformed.
+      StoreError: The store cannot be reached (the message masks the URL's
+        password).
+      UsageError: ``app`` is not an `App`.
+    """
+    if app is not None and not isinstance(app, App):
+        raise UsageError(f"open_client needs a td.App or None, not {app!r}")
+    async with AsyncExitStack() as stack:
+        store_obj = await enter_store(stack, store)
+        broker_obj = None if broker is None else await enter_broker(stack, broker)
+        client = Client(store_obj, broker_obj, app, Clock(wall_clock), random.Random())
+        try:
+            yield client
+        finally:
+            client._closed = True

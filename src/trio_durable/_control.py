@@ -1,0 +1,144 @@
+"""Run control from outside a run: reading one, signalling, cancelling and
+retrying it.
+
+`Engine` and `Client` share these. Each checks its input and the run, then
+writes in one batch with what its caller adds (``also``: the announcement
+that wakes the run on an engine in another process), and returns what the
+caller may wake itself. Nothing is written when a check fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from . import _serde
+from ._children import cancel_request
+from ._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
+from ._options import check_id
+from ._records import TERMINAL_STATUSES, Run, RunStatus, signal_token
+from ._saga import plan_retry
+from ._stores._base import DeliverSignal, Op, WriteConflict
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._stores._base import Store
+
+RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead"})
+
+Also = Callable[[Sequence[Run]], Sequence[Op]]
+"""What a caller writes with a control's batch, given the runs it wakes."""
+
+
+def _nothing(runs: Sequence[Run]) -> Sequence[Op]:
+    return ()
+
+
+async def read_run(store: Store, run_id: str, namespace: str | None) -> Run:
+    """The run as stored now (`Engine.get`, `Client.get`).
+
+    Raises:
+      RunNotFoundError: No run has this id (in ``namespace``).
+      UsageError: ``namespace`` is malformed.
+    """
+    if namespace is not None:
+        check_id("namespace", namespace)
+    if not isinstance(run_id, str):
+        raise UsageError(f"run_id must be a string, not {run_id!r}")
+    run = await store.get_run(run_id)
+    if run is None:
+        raise RunNotFoundError(f"no run {run_id!r}")
+    if namespace is not None and run.namespace != namespace:
+        # Worded as for a missing run: another tenant's run stays unseen.
+        raise RunNotFoundError(f"no run {run_id!r} in namespace {namespace!r}")
+    return run
+
+
+async def signal_run(
+    store: Store,
+    now: float,
+    run_id: str,
+    name: str,
+    payload: Any,
+    namespace: str | None,
+    also: Also = _nothing,
+) -> tuple[Run, bool]:
+    """Deliver the signal ``name`` to a run, or buffer it for the run's next
+    wait of that name. Returns the run and whether a wait of it took the
+    signal (then the run needs a turn).
+
+    Raises:
+      RunNotFoundError: No run has this id (in ``namespace``).
+      InvalidRunStateError: The run already ended.
+      SerializationError: The payload cannot be serialized.
+      UsageError: ``name`` is not a non-empty string.
+    """
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"signal name must be a non-empty string, not {name!r}")
+    payload_json = _serde.dumps(payload)
+    run = await read_run(store, run_id, namespace)
+    if run.status in TERMINAL_STATUSES:
+        raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it takes no signals")
+    deliver = DeliverSignal(signal_token(run_id, name), payload_json, now)
+    [waiter, *_] = await store.apply([deliver, *also([run])])
+    return run, waiter is not None
+
+
+async def cancel_run(
+    store: Store,
+    now: float,
+    run_id: str,
+    compensate: bool,
+    namespace: str | None,
+    also: Also = _nothing,
+) -> Run:
+    """Mark a run ``cancelling`` (with its undos to run first if
+    ``compensate``); returns the run as read before.
+
+    Raises:
+      RunNotFoundError: No run has this id (in ``namespace``).
+      InvalidRunStateError: The run already ended (or ended meanwhile).
+    """
+    run = await read_run(store, run_id, namespace)
+    if run.status in TERMINAL_STATUSES:
+        raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it cannot be cancelled")
+    request = cancel_request(run_id, compensate, now)
+    try:
+        await store.apply([attrs.evolve(request, strict=True), *also([run])])
+    except WriteConflict as exc:
+        raise InvalidRunStateError(f"run {run_id!r} ended before it could be cancelled") from exc
+    return run
+
+
+async def retry_run(
+    store: Store,
+    app: App,
+    now: float,
+    run_id: str,
+    namespace: str | None,
+    also: Also = _nothing,
+) -> list[Run]:
+    """Put a failed or dead run back to ``pending`` from its checkpoints
+    (see `Engine.retry`), with the failed children it retries. Returns the
+    runs to wake, the retried run last.
+
+    Raises:
+      RunNotFoundError: No run has this id (in ``namespace``).
+      InvalidRunStateError: The run is not failed or dead, or changed
+        meanwhile; nothing changed.
+    """
+    run = await read_run(store, run_id, namespace)
+    if run.status not in RETRYABLE:
+        raise InvalidRunStateError(
+            f"run {run_id!r} is {run.status}; only failed or dead runs can be retried"
+        )
+    ops: list[Op] = []
+    wakes: list[Run] = []
+    await plan_retry(store, app, now, run, ops, wakes, RETRYABLE)
+    try:
+        await store.apply([*ops, *also(wakes)])
+    except WriteConflict as exc:
+        raise InvalidRunStateError(f"run {run_id!r} changed while being retried") from exc
+    return wakes
