@@ -5,6 +5,9 @@ group of commands to it:
 
 - ``_processes``: ``engine MODULE:APP`` and ``worker MODULE:APP``, an engine
   or a worker as a process of its own, until SIGTERM or SIGINT;
+- ``_runs``: ``runs list|show|history|start|result|signal|cancel|retry|prune``,
+  through `open_client` (how they show runs: ``_run_views``; the values they
+  read: ``_values``);
 - ``_fleet``: ``workers``, the live fleet and its gaps;
 - ``_migrate``: ``migrate``, a store's schema created or upgraded;
 - ``_simulate``: ``simulate``, the deterministic simulation.
@@ -25,6 +28,7 @@ from ._common import EXIT_INTERRUPTED, DurableGroup
 from ._fleet import workers_command
 from ._migrate import migrate_command
 from ._processes import engine_command, worker_command
+from ._runs import runs_group
 from ._simulate import simulate_command
 
 PROG_NAME = "trio-durable"
@@ -38,7 +42,7 @@ PROG_NAME = "trio-durable"
 )
 @click.version_option(package_name="trio-durable", prog_name=PROG_NAME)
 def cli() -> None:
-    """trio-durable: run engines and workers, and see the fleet.
+    """trio-durable: run engines and workers, see and control runs and the fleet.
 
     Store and broker URLs come from --store and --broker, or from
     TRIO_DURABLE_STORE and TRIO_DURABLE_BROKER. Exit codes: 0 done,
@@ -47,6 +51,7 @@ def cli() -> None:
     """
 
 
+cli.add_command(runs_group)
 cli.add_command(engine_command)
 cli.add_command(worker_command)
 cli.add_command(workers_command)

@@ -22,6 +22,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -338,3 +339,26 @@ def progress(total: int, description: str, *, quiet: bool) -> Iterator[Callable[
     with bar:
         task = bar.add_task(description, total=total)
         yield lambda: bar.advance(task)
+
+
+@contextmanager
+def counting(description: str, *, quiet: bool) -> Iterator[Callable[[int], None]]:
+    """Like `progress` for work whose total is not known ahead (a prune):
+    a spinner, the count done so far and the time taken, on stderr when it
+    is a terminal and ``quiet`` is false; yields the function that adds to
+    the count."""
+    if quiet or not interactive():
+        yield lambda _: None
+        return
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}: {task.completed:.0f} so far"),
+        TimeElapsedColumn(),
+        console=Console(file=sys.stderr),
+        transient=True,
+        redirect_stdout=sys.stdout.isatty(),
+        redirect_stderr=False,
+    )
+    with bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done: bar.advance(task, done)

@@ -1,0 +1,548 @@
+"""``trio-durable runs ...``: find, read and control runs from outside the
+processes that run them, through `open_client` (which runs no workflow and
+takes no lease; an engine serving a run learns of a write at once).
+
+Every command reads the store from ``--store`` or ``TRIO_DURABLE_STORE``.
+It refuses a SQL store that has no schema yet (a mistyped path or database
+would otherwise get an empty store created) and the memory store (which
+lives inside one process). ``start`` also needs the App (``--app`` or
+``TRIO_DURABLE_APP``), so that an unknown workflow or inputs that do not fit
+it are refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final, TypeVar, get_args
+
+import click
+import trio
+from rich.console import Console
+
+from .._app import App
+from .._exceptions import RunFailed
+from .._records import TERMINAL_STATUSES, RunStatus
+from .._stores._versions import has_schema_versions, schema_version
+from ._apps import load_app
+from ._common import (
+    EXIT_FAILED,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    CommandError,
+    counting,
+    interactive,
+    json_option,
+    names,
+    need_store,
+    print_json,
+    print_tables,
+    shown,
+    store_option,
+)
+from ._run_views import (
+    detail_tables,
+    document,
+    facets_table,
+    fan_page_tables,
+    history_tables,
+    run_line,
+    runs_table,
+)
+from ._values import Age, JSONArguments, JSONValue, PointInTime
+
+if TYPE_CHECKING:
+    from .. import Client
+
+APP_ENV: Final = "TRIO_DURABLE_APP"
+STATUSES: Final = get_args(RunStatus)
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@click.group("runs", short_help="List, read, start and control runs.")
+def runs_group() -> None:
+    """List, read, start and control the runs of a store.
+
+    Every command reads the store from --store or TRIO_DURABLE_STORE, and
+    prints tables, or one JSON document with --json.
+    """
+
+
+# -- the client ------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def opened_client(store: str, app: App | None = None) -> AsyncIterator[Client]:
+    """A client of the store ``store`` names, once it is known to hold one.
+
+    Raises:
+      CommandError: (exit 2) ``store`` is the memory store; (exit 3) a SQL
+        store without a schema.
+      StoreError: The store cannot be reached.
+    """
+    from .. import open_client
+
+    if store.partition("://")[0].lower() == "memory":
+        raise CommandError(
+            "the memory store lives inside one process: give the store the engines use",
+            EXIT_USAGE,
+        )
+    if has_schema_versions(store) and (await schema_version(store)).found == 0:
+        raise CommandError(
+            f"{shown(store)} holds no trio-durable store (it has no schema): check the URL,"
+            " or create the store with `trio-durable migrate`",
+            EXIT_UNREACHABLE,
+        )
+    async with open_client(store, app=app) as client:
+        yield client
+
+
+def with_client(
+    store: str | None, use: Callable[[Client], Awaitable[T]], app: App | None = None
+) -> T:
+    """Run ``use`` with a client of the store, in a Trio run of its own."""
+    url = need_store(store)
+
+    async def main() -> T:
+        async with opened_client(url, app) as client:
+            return await use(client)
+
+    return trio.run(main)
+
+
+def namespace_option(fn: F) -> F:
+    """``--namespace``: a run of another namespace counts as missing."""
+    return click.option(
+        "--namespace",
+        metavar="NAMESPACE",
+        help="Only a run of this namespace; one of another counts as missing.",
+    )(fn)
+
+
+# -- list ------------------------------------------------------------------------
+
+
+@runs_group.command("list", short_help="List runs, newest first, with filters.")
+@store_option()
+@click.option(
+    "--status",
+    multiple=True,
+    metavar="STATUS",
+    help=f"Only runs in this status (repeat it, or separate with commas): {', '.join(STATUSES)}.",
+)
+@click.option("--workflow", metavar="NAME", help="Only runs of this workflow.")
+@click.option("--namespace", metavar="NAMESPACE", help="Only runs of this namespace.")
+@click.option("--tag", "tags", multiple=True, metavar="TAG", help="Only runs with all these tags.")
+@click.option("--created-after", type=PointInTime(), help="Only runs created at or after WHEN.")
+@click.option("--created-before", type=PointInTime(), help="Only runs created before WHEN.")
+@click.option("--parent", metavar="RUN", help="Only the children of this run.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Runs per page."
+)
+@click.option("--cursor", metavar="CURSOR", help="The page after the one that printed it.")
+@click.option("--facets", is_flag=True, help="Also count the runs per status.")
+@json_option
+def list_command(
+    store: str | None,
+    status: tuple[str, ...],
+    workflow: str | None,
+    namespace: str | None,
+    tags: tuple[str, ...],
+    created_after: Any,
+    created_before: Any,
+    parent: str | None,
+    limit: int,
+    cursor: str | None,
+    facets: bool,
+    as_json: bool,
+) -> None:
+    """List the runs that match every filter, newest first, a page at a time.
+
+    WHEN is an ISO 8601 date or time (UTC unless it has an offset), seconds
+    since the epoch, or an age like 2h (that long ago). A page that is not
+    the last ends with the --cursor of the next.
+    """
+    statuses = names(status)
+    unknown = [s for s in statuses if s not in STATUSES]
+    if unknown:
+        raise click.BadParameter(
+            f"{unknown[0]!r} is not a status ({', '.join(STATUSES)})", param_hint="'--status'"
+        )
+    page = with_client(
+        store,
+        lambda client: client.list_runs(
+            status=statuses or None,
+            workflow=workflow,
+            namespace=namespace,
+            tags=names(tags),
+            created_after=created_after,
+            created_before=created_before,
+            parent_id=parent,
+            limit=limit,
+            cursor=cursor,
+            facets=facets,
+        ),
+    )
+    if as_json:
+        print_json(document(page))
+        return
+    sections: list[Any] = [
+        runs_table(page, f"Runs ({len(page.runs)}, newest first)")
+        if page.runs
+        else "No runs match."
+    ]
+    if page.facets is not None:
+        sections.append(facets_table(page.facets))
+    if page.next_cursor is not None:
+        sections.append(f"More: add --cursor {page.next_cursor}")
+    print_tables(*sections)
+
+
+# -- show, history ---------------------------------------------------------------
+
+
+@runs_group.command("show", short_help="A run, its timeline with fans folded, its fans.")
+@click.argument("run_id", metavar="RUN")
+@store_option()
+@namespace_option
+@click.option(
+    "--fan", type=int, metavar="FIRST_SEQ", help="Instead: a page of the fan starting at this seq."
+)
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=0, help="With --fan: members skipped."
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1, max=500),
+    default=100,
+    show_default=True,
+    help="With --fan: members shown.",
+)
+@click.option("--failed", is_flag=True, help="With --fan: only its failed members.")
+@json_option
+def show_command(
+    run_id: str,
+    store: str | None,
+    namespace: str | None,
+    fan: int | None,
+    offset: int,
+    limit: int,
+    failed: bool,
+    as_json: bool,
+) -> None:
+    """Show a run: its fields, its timeline (each fan wider than 20 folded
+    into one line of counts), its fans, children and handlers.
+
+    It reads a page of each fan, not the whole fan; --fan FIRST_SEQ pages
+    through one fan's members.
+    """
+    if fan is None:
+        if offset or failed or limit != 100:
+            raise click.UsageError("--offset, --limit and --failed page a fan: give --fan too")
+        detail = with_client(store, lambda c: c.run_detail(run_id, namespace=namespace))
+        if as_json:
+            print_json(document(detail))
+        else:
+            print_tables(*detail_tables(detail))
+        return
+    page = with_client(
+        store,
+        lambda c: c.fan_page(
+            run_id, fan, offset=offset, limit=limit, failed=failed, namespace=namespace
+        ),
+    )
+    if as_json:
+        print_json(document(page))
+    else:
+        print_tables(*fan_page_tables(page))
+
+
+@runs_group.command("history", short_help="A run's timeline: every checkpoint and attempt.")
+@click.argument("run_id", metavar="RUN")
+@store_option()
+@namespace_option
+@json_option
+def history_command(run_id: str, store: str | None, namespace: str | None, as_json: bool) -> None:
+    """Show a run's whole timeline: each checkpoint with its kind, name,
+    status, attempts and times, each failed attempt's error (with its
+    traceback in --json), and the run's children and handlers."""
+    history = with_client(store, lambda c: c.history(run_id, namespace=namespace))
+    if as_json:
+        print_json(document(history))
+    else:
+        print_tables(*history_tables(history))
+
+
+# -- start, result -----------------------------------------------------------------
+
+
+@runs_group.command("start", short_help="Start a run of a workflow.")
+@click.argument("workflow")
+@store_option()
+@click.option(
+    "--app",
+    "app_spec",
+    envvar=APP_ENV,
+    show_envvar=True,
+    metavar="MODULE:APP",
+    help="The App that registers WORKFLOW (required: its name and inputs are checked).",
+)
+@click.option(
+    "--input",
+    "inputs",
+    type=JSONArguments(),
+    default="[]",
+    show_default=True,
+    help="The workflow's positional inputs, as one JSON array.",
+)
+@click.option("--run-id", metavar="ID", help="The run's id (starting it again is a no-op).")
+@click.option("--namespace", default="default", show_default=True, help="The run's namespace.")
+@click.option("--tag", "tags", multiple=True, metavar="TAG", help="A tag (repeat it).")
+@json_option
+def start_command(
+    workflow: str,
+    store: str | None,
+    app_spec: str | None,
+    inputs: tuple[Any, ...],
+    run_id: str | None,
+    namespace: str,
+    tags: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Start a run of WORKFLOW with the inputs of --input, and print it.
+
+    An engine of the store runs it. Idempotent by --run-id: a run of that id
+    that exists already is printed, and nothing is written.
+    """
+    if not app_spec:
+        raise click.UsageError(
+            f"give the App that registers {workflow!r}: --app MODULE:APP or set {APP_ENV}"
+        )
+    app = load_app(app_spec)
+    handle = with_client(
+        store,
+        lambda c: c.start(workflow, *inputs, run_id=run_id, namespace=namespace, tags=names(tags)),
+        app,
+    )
+    if as_json:
+        print_json(document(handle))
+    else:
+        click.echo(f"started {run_line(handle)}")
+
+
+@runs_group.command("result", short_help="A run's output (with --wait, once it ends).")
+@click.argument("run_id", metavar="RUN")
+@store_option()
+@namespace_option
+@click.option("--wait", is_flag=True, help="Wait for the run to end (progress on a terminal).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="With --wait: give up after this long (exit status 1).",
+)
+@json_option
+@click.pass_context
+def result_command(
+    ctx: click.Context,
+    run_id: str,
+    store: str | None,
+    namespace: str | None,
+    wait: bool,
+    timeout: float | None,
+    as_json: bool,
+) -> None:
+    """Print a run's output; exit with status 1 if it failed, was cancelled
+    or is dead (the error is printed), or has not ended (without --wait)."""
+    if timeout is not None and not wait:
+        raise click.UsageError("--timeout goes with --wait")
+
+    async def read(client: Client) -> Any:
+        if wait:
+            with trio.move_on_after(float("inf") if timeout is None else timeout):
+                async with trio.open_nursery() as nursery:
+                    if interactive() and not as_json:
+                        nursery.start_soon(_show_waiting, client, run_id, namespace)
+                    # A failed run is printed below, as any other.
+                    with suppress(RunFailed):
+                        await client.result(run_id, namespace=namespace)
+                    nursery.cancel_scope.cancel()
+        return await client.get(run_id, namespace=namespace)
+
+    run = with_client(store, read)
+    if as_json:
+        print_json(document(run))
+    else:
+        click.echo(run_line(run))
+    if run.status == "completed":
+        return
+    if run.status in TERMINAL_STATUSES:
+        ctx.exit(EXIT_FAILED)
+    if wait:
+        raise CommandError(f"run {run_id!r} did not end within {timeout:g} s (it is {run.status})")
+    raise CommandError(f"run {run_id!r} has not ended (it is {run.status}): add --wait")
+
+
+async def _show_waiting(client: Client, run_id: str, namespace: str | None) -> None:
+    """A line on the terminal saying what the awaited run is doing, read
+    again twice a second (for people only: the wait itself is woken by the
+    store's change watching)."""
+    console = Console(file=sys.stderr)
+    started = trio.current_time()
+    with console.status(f"waiting for run {run_id}") as status:
+        while True:
+            run = await client.get(run_id, namespace=namespace)
+            waited = trio.current_time() - started
+            status.update(f"waiting for run {run_id}: {run.status}, {waited:.0f} s")
+            await trio.sleep(0.5)
+
+
+# -- signal, cancel, retry ---------------------------------------------------------
+
+
+@runs_group.command("signal", short_help="Send a signal to a run.")
+@click.argument("run_id", metavar="RUN")
+@click.argument("name")
+@store_option()
+@namespace_option
+@click.option(
+    "--payload", type=JSONValue(), default="null", show_default=True, help="Its payload, as JSON."
+)
+@json_option
+def signal_command(
+    run_id: str, name: str, store: str | None, namespace: str | None, payload: Any, as_json: bool
+) -> None:
+    """Send the signal NAME with --payload to RUN. A run waiting for it
+    resumes at once; otherwise it keeps the signal for its next wait of that
+    name. A run that has ended takes no signal (exit status 1)."""
+
+    async def send(client: Client) -> Any:
+        await client.signal(run_id, name, payload, namespace=namespace)
+        return await client.get(run_id, namespace=namespace)
+
+    run = with_client(store, send)
+    if as_json:
+        print_json({"signal": name, "payload": payload, "run": document(run)})
+    else:
+        click.echo(f"sent signal {name!r} to {run_line(run)}")
+
+
+@runs_group.command("cancel", short_help="Cancel a run and the children it awaits.")
+@click.argument("run_id", metavar="RUN")
+@store_option()
+@namespace_option
+@click.option("--compensate", is_flag=True, help="Run the undos of its completed steps first.")
+@json_option
+def cancel_command(
+    run_id: str, store: str | None, namespace: str | None, compensate: bool, as_json: bool
+) -> None:
+    """Cancel RUN: it ends cancelled once an engine of the store has
+    interrupted it. A run that has ended cannot be cancelled (exit status 1)."""
+
+    async def cancel(client: Client) -> Any:
+        await client.cancel(run_id, compensate=compensate, namespace=namespace)
+        return await client.get(run_id, namespace=namespace)
+
+    run = with_client(store, cancel)
+    if as_json:
+        print_json(document(run))
+    else:
+        click.echo(f"cancel requested: {run_line(run)}")
+
+
+@runs_group.command("retry", short_help="Run a failed or dead run again from its checkpoints.")
+@click.argument("run_id", metavar="RUN")
+@store_option()
+@namespace_option
+@json_option
+def retry_command(run_id: str, store: str | None, namespace: str | None, as_json: bool) -> None:
+    """Retry RUN, which failed or is dead: its completed steps are kept,
+    failed ones run again. Any other run is refused (exit status 1)."""
+    run = with_client(store, lambda c: c.retry(run_id, namespace=namespace))
+    if as_json:
+        print_json(document(run))
+    else:
+        click.echo(f"retrying: {run_line(run)}")
+
+
+# -- prune ---------------------------------------------------------------------------
+
+_PRUNED: Final = ("completed", "failed", "cancelled", "dead")
+
+
+@runs_group.command("prune", short_help="Delete ended runs older than an age per status.")
+@store_option()
+@click.option("--completed", type=Age(), help="Delete completed runs not updated for AGE.")
+@click.option("--failed", type=Age(), help="Delete failed runs not updated for AGE.")
+@click.option("--cancelled", type=Age(), help="Delete cancelled runs not updated for AGE.")
+@click.option("--dead", type=Age(), help="Delete dead runs not updated for AGE.")
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1, max=10_000),
+    default=500,
+    show_default=True,
+    help="Runs deleted per transaction.",
+)
+@json_option
+def prune_command(
+    store: str | None,
+    completed: timedelta | None,
+    failed: timedelta | None,
+    cancelled: timedelta | None,
+    dead: timedelta | None,
+    batch: int,
+    as_json: bool,
+) -> None:
+    """Delete the runs that ended (completed, failed, cancelled, dead) and
+    were last updated longer ago than the age given for their status, with
+    their inputs, checkpoints, signals and queue entries. A status without
+    an age is kept. AGE is like 90s, 15m, 12h, 7d or 2w (0: all of them).
+    """
+    from .. import Retention
+
+    ages = {"completed": completed, "failed": failed, "cancelled": cancelled, "dead": dead}
+    if all(age is None for age in ages.values()):
+        raise click.UsageError(
+            "give an age for at least one status: --completed, --failed, --cancelled or --dead"
+        )
+    retention = Retention(**ages, batch=batch)
+
+    async def prune(client: Client) -> int:
+        pruned = 0
+        with counting("pruning runs", quiet=as_json) as advance:
+            while True:
+                # One batch at a time, so the count moves as it goes.
+                deleted = await client.prune(retention, limit=batch)
+                pruned += deleted
+                advance(deleted)
+                if deleted < batch:
+                    return pruned
+
+    pruned = with_client(store, prune)
+    kept = [status for status in _PRUNED if ages[status] is None]
+    if as_json:
+        print_json(
+            {
+                "pruned": pruned,
+                "ages": {s: None if a is None else a.total_seconds() for s, a in ages.items()},
+            }
+        )
+    else:
+        rules = ", ".join(
+            f"{status} older than {_age_text(age)}"
+            for status, age in ages.items()
+            if age is not None
+        )
+        click.echo(f"pruned {pruned} runs ({rules}; kept: {', '.join(kept) or 'none'})")
+
+
+def _age_text(age: timedelta) -> str:
+    seconds = age.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size:g}{unit}"
+    return f"{seconds:g}s"

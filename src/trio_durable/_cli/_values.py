@@ -1,0 +1,112 @@
+"""What the ``runs`` commands read from the command line: JSON inputs and
+payloads, ages (``7d``) and points in time (``2026-12-01``, ``2h``).
+
+Each is a click parameter type, so a malformed value is a usage error
+(exit status 2) before anything opens the store."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import click
+
+_AGE: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)")
+_UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+class JSONValue(click.ParamType[Any]):
+    """A JSON document (``--payload``)."""
+
+    name = "JSON"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            self.fail(f"{value!r} is not JSON ({exc})", param, ctx)
+
+
+class JSONArguments(JSONValue):
+    """The positional inputs of a workflow as one JSON array (``--input``)."""
+
+    name = "JSON-ARRAY"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        decoded = super().convert(value, param, ctx)
+        if not isinstance(decoded, list):
+            self.fail(
+                f"{value!r} is not a JSON array: give the workflow's inputs in order,"
+                """ like '["order-1", 3]' (or '[]' for none)""",
+                param,
+                ctx,
+            )
+        return tuple(decoded)
+
+
+class Age(click.ParamType[timedelta]):
+    """A duration: seconds, or a number with ``s``, ``m``, ``h``, ``d`` or
+    ``w`` (``90s``, ``15m``, ``12h``, ``7d``, ``2w``)."""
+
+    name = "AGE"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        match = _AGE.fullmatch(str(value).strip().lower())
+        if match is None:
+            self.fail(f"{value!r} is not an age like 90s, 15m, 12h, 7d or 2w", param, ctx)
+        return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+class PointInTime(click.ParamType[datetime]):
+    """A point in time: an ISO 8601 date or time (UTC unless it says
+    otherwise), seconds since the epoch, or an age (``2h``: two hours ago)."""
+
+    name = "WHEN"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        text = str(value).strip()
+        if _AGE.fullmatch(text.lower()) and not text.replace(".", "", 1).isdigit():
+            return datetime.now(UTC) - Age().convert(text, param, ctx)
+        try:
+            return datetime.fromtimestamp(float(text), UTC)
+        except (ValueError, OverflowError, OSError):
+            pass
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(
+                f"{value!r} is not a time: give an ISO 8601 date or time (UTC unless it has"
+                " an offset), seconds since the epoch, or an age like 2h (that long ago)",
+                param,
+                ctx,
+            )
+        return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def when(durable_time: float | None) -> str | None:
+    """A durable time (seconds since the epoch) as people read it, in UTC."""
+    if durable_time is None:
+        return None
+    return datetime.fromtimestamp(durable_time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def decoded(text: str | None) -> Any:
+    """A stored JSON text (a run's input or output) as its value."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
