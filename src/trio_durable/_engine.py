@@ -47,12 +47,14 @@ from ._records import (
     RunStatus,
     signal_token,
 )
+from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
 from ._saga import plan_retry
 from ._scheduler import drain
 from ._stores import open_store
 from ._stores._base import Op, Store, WriteConflict
+from ._views import Retention
 from ._worker import check_group_routes, worker_metrics
 
 logger = logging.getLogger("trio_durable")
@@ -60,7 +62,7 @@ logger = logging.getLogger("trio_durable")
 _RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead"})
 
 
-class Engine:
+class Engine(RunQueries):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -84,6 +86,13 @@ class Engine:
         self.clock = runtime.clock
         self.rng = runtime.rng
         self.results_queue = runtime.results_queue
+
+    def _query_store(self) -> Store:
+        self._rt.scheduler.check_open()
+        return self.store
+
+    def _query_now(self) -> float:
+        return self.clock.now()
 
     # -- public API -----------------------------------------------------------
 
@@ -223,7 +232,9 @@ class Engine:
             that run).
           UsageError: ``run_id``, ``namespace`` or ``tags`` are malformed.
         """
-        return RunHandle.of(await start_run(self._rt, workflow, args, run_id, namespace, tags), self)
+        return RunHandle.of(
+            await start_run(self._rt, workflow, args, run_id, namespace, tags), self
+        )
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
         """The run as stored now.
@@ -470,6 +481,7 @@ async def open_engine(
     remote_redispatch: tuple[float, int] | None = None,
     blocked_recheck: float = 5.0,
     traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
+    retention: Retention | None = None,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -515,6 +527,8 @@ async def open_engine(
         attempt or run records with its error (and the embedded worker
         sends with a failed remote attempt); 0 records none. A longer
         traceback keeps its start and its end (see docs/failure-handling.md).
+      retention: Prune ended runs as this says, in a task of the engine's
+        nursery (see docs/queries.md); None keeps them.
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -531,6 +545,7 @@ async def open_engine(
         worker_concurrency=worker_concurrency,
         timer_batch_size=timer_batch_size,
         engine_id=engine_id,
+        retention=retention,
     )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")
