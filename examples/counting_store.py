@@ -9,14 +9,16 @@ store conformance suite (tests/test_writing_a_store.py runs it).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio_durable as td
 from trio_durable.stores import (
     CheckpointStatus,
+    FanCounts,
     Op,
+    RunFilter,
     RunStatus,
     StoreHelpers,
     StoreStatistics,
@@ -76,6 +78,34 @@ class CountingStore(StoreHelpers):
         limit: int | None = None,
     ) -> int:
         return await self.inner.count_checkpoints(run_id, from_seq, to_seq, statuses, limit)
+
+    async def find_runs(
+        self, where: RunFilter, *, before: tuple[float, str] | None = None, limit: int = 100
+    ) -> list[td.Run]:
+        return await self.inner.find_runs(where, before=before, limit=limit)
+
+    async def count_runs(self, where: RunFilter) -> dict[RunStatus, int]:
+        return await self.inner.count_runs(where)
+
+    async def fan_counts(self, run_id: str) -> list[FanCounts]:
+        return await self.inner.fan_counts(run_id)
+
+    async def find_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        *,
+        statuses: Collection[CheckpointStatus] | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[td.Checkpoint]:
+        return await self.inner.find_checkpoints(
+            run_id, from_seq, to_seq, statuses=statuses, offset=offset, limit=limit
+        )
+
+    async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
+        return await self.inner.prune_runs(older_than, limit)
 
     async def list_due_runs(self, now: float, limit: int) -> list[str]:
         return await self.inner.list_due_runs(now, limit)

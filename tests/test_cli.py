@@ -11,7 +11,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -30,7 +30,7 @@ from trio_durable._worker import open_worker
 SECRET = "s3cret-Pa55"
 
 
-def invoke(args: Sequence[str], env: dict[str, str | None] | None = None) -> Result:
+def invoke(args: Sequence[str], env: Mapping[str, str | None] | None = None) -> Result:
     """Run the command in this process, from the tests folder (where
     ``cli_app`` is), with no store or broker in the environment."""
     environment: dict[str, str | None] = {"TRIO_DURABLE_STORE": None, "TRIO_DURABLE_BROKER": None}

@@ -1,6 +1,6 @@
 """``trio-durable migrate`` on SQLite files: it creates the schema, is
 idempotent, writes nothing with ``--check``, and refuses what it cannot
-migrate. (On PostgreSQL: tests/integration/test_cli_runs.py.)"""
+migrate. (On PostgreSQL: tests/integration/test_cli_operations.py.)"""
 
 from __future__ import annotations
 

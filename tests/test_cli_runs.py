@@ -2,7 +2,7 @@
 examples/ops_app.py in known states: what each command prints, and the bad
 input each refuses with a clear message, its exit status, and nothing
 written. (End to end, with engine and worker processes:
-tests/integration/test_cli_runs.py.)"""
+tests/integration/test_cli_operations.py.)"""
 
 from __future__ import annotations
 
@@ -45,11 +45,11 @@ async def _fill(store: str, flag: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     folder = tmp_path_factory.mktemp("runs")
     path = folder / "ops.db"
     trio.run(_fill, f"sqlite:///{path}", folder / "flag")
-    yield path, _dump(path)
+    return path, _dump(path)
 
 
 @pytest.fixture

@@ -155,3 +155,16 @@ def test_a_cycle_is_found() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# "About 600 lines": a module past this has usually become two things.
+MODULE_LINE_LIMIT = 650
+
+
+def test_no_core_module_is_much_over_600_lines() -> None:
+    too_long = {
+        name: lines
+        for name, path in MODULES.items()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_LINE_LIMIT
+    }
+    assert too_long == {}

@@ -63,6 +63,13 @@ from ._stores import open_store as open_store
 from ._stores._base import Store as Store
 from ._stores._base import StoreStatistics as StoreStatistics
 from ._stores._memory import MemoryStore as MemoryStore
+from ._views import FanPage as FanPage
+from ._views import FanStats as FanStats
+from ._views import HistoryEntry as HistoryEntry
+from ._views import Retention as Retention
+from ._views import RunDetail as RunDetail
+from ._views import RunHistory as RunHistory
+from ._views import RunPage as RunPage
 from ._worker import Worker as Worker
 from ._worker import WorkerStatistics as WorkerStatistics
 from ._worker import open_worker as open_worker
@@ -85,11 +92,14 @@ __all__ = [
     "EngineStatistics",
     "ErrorInfo",
     "Event",
+    "FanPage",
+    "FanStats",
     "FatalError",
     "Fleet",
     "FlowQueue",
     "GatherError",
     "GatherFailure",
+    "HistoryEntry",
     "InvalidArgumentsError",
     "InvalidRunStateError",
     "InvalidURLError",
@@ -100,13 +110,17 @@ __all__ = [
     "OnError",
     "RegistrationError",
     "RemoteStepError",
+    "Retention",
     "Retry",
     "Run",
     "RunCancelled",
     "RunConflictError",
+    "RunDetail",
     "RunFailed",
     "RunHandle",
+    "RunHistory",
     "RunNotFoundError",
+    "RunPage",
     "SerializationError",
     "SignalTimeout",
     "Step",

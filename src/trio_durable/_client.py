@@ -30,6 +30,7 @@ from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
 from ._records import DEFAULT_NAMESPACE, Run
+from ._run_queries import RunQueries
 from ._runs import Endings, await_end, create_run, new_run, outcome
 from ._stores import enter_store
 from ._stores._base import Store
@@ -38,8 +39,11 @@ _RESULT_POLL_INTERVAL = 1.0
 
 
 @final
-class Client:
+class Client(RunQueries):
     """Starts, reads and controls runs; runs none of them.
+
+    It also finds and reads runs, and prunes ended ones, as `Engine` does
+    (`list_runs`, `history`, `run_detail`, `fan_page`, `prune`).
 
     Made by `open_client`. It takes no leases: engines (in this process or
     others) sharing its store run the runs it starts, signals, cancels and
@@ -77,6 +81,13 @@ class Client:
     def _check_open(self) -> None:
         if self._closed:
             raise trio.ClosedResourceError("the client is closed")
+
+    def _query_store(self) -> Store:
+        self._check_open()
+        return self.store
+
+    def _query_now(self) -> float:
+        return self.clock.now()
 
     @overload
     async def start(

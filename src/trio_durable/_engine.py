@@ -38,17 +38,19 @@ from ._records import (
     DEFAULT_TRACEBACK_LIMIT,
     Run,
 )
+from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
 from ._scheduler import drain
 from ._stores import enter_store
 from ._stores._base import Store
+from ._views import Retention
 from ._worker import check_group_routes, worker_metrics
 
 logger = logging.getLogger("trio_durable")
 
 
-class Engine:
+class Engine(RunQueries):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -72,6 +74,13 @@ class Engine:
         self.clock = runtime.clock
         self.rng = runtime.rng
         self.results_queue = runtime.results_queue
+
+    def _query_store(self) -> Store:
+        self._rt.scheduler.check_open()
+        return self.store
+
+    def _query_now(self) -> float:
+        return self.clock.now()
 
     # -- public API -----------------------------------------------------------
 
@@ -428,6 +437,7 @@ async def open_engine(
     remote_redispatch: tuple[float, int] | None = None,
     blocked_recheck: float = 5.0,
     traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
+    retention: Retention | None = None,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -473,6 +483,8 @@ async def open_engine(
         attempt or run records with its error (and the embedded worker
         sends with a failed remote attempt); 0 records none. A longer
         traceback keeps its start and its end (see docs/failure-handling.md).
+      retention: Prune ended runs as this says, in a task of the engine's
+        nursery (see docs/queries.md); None keeps them.
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -489,6 +501,7 @@ async def open_engine(
         worker_concurrency=worker_concurrency,
         timer_batch_size=timer_batch_size,
         engine_id=engine_id,
+        retention=retention,
     )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")

@@ -18,6 +18,7 @@ import attrs
 from ._brokers._base import is_broker_safe
 from ._exceptions import UsageError
 from ._records import DEFAULT_TRACEBACK_LIMIT
+from ._views import Retention
 
 DEFAULT_TIMER_BATCH_SIZE: Final = 500
 
@@ -77,6 +78,11 @@ def _engine_id(_: object, attribute: attrs.Attribute[Any], value: object) -> Non
         check_id(attribute.name, value)
 
 
+def _retention(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, Retention):
+        raise UsageError(f"retention must be a td.Retention or None, not {value!r}")
+
+
 def _redispatch(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
@@ -122,6 +128,7 @@ class EngineOptions:
     worker_concurrency: int = attrs.field(default=16, validator=concurrency)
     timer_batch_size: int = attrs.field(default=DEFAULT_TIMER_BATCH_SIZE, converter=_batch_size)
     engine_id: str | None = attrs.field(default=None, validator=_engine_id)
+    retention: Retention | None = attrs.field(default=None, validator=_retention)
 
     def __attrs_post_init__(self) -> None:
         # Checked as given (an error quotes the value as the caller wrote

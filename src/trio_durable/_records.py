@@ -244,3 +244,72 @@ class Checkpoint:
 def signal_token(run_id: str, name: str) -> str:
     """The key under which a run's signal ``name`` is buffered and awaited."""
     return json.dumps([run_id, name], separators=(",", ":"))
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class RunFilter:
+    """Which runs a store query matches: every field given must hold.
+
+    Attributes:
+      statuses: The run's status is one of these.
+      workflow: The run's workflow name.
+      namespace: The run's namespace.
+      tags: The run has every one of these tags (sorted, no repeats).
+      created_after: ``created_at >= created_after``.
+      created_before: ``created_at < created_before``.
+      parent_id: The run's parent.
+    """
+
+    statuses: frozenset[RunStatus] | None = None
+    workflow: str | None = None
+    namespace: str | None = None
+    tags: tuple[str, ...] = ()
+    created_after: float | None = None
+    created_before: float | None = None
+    parent_id: str | None = None
+
+    def matches(self, run: Run) -> bool:
+        """Whether ``run`` passes the filter (for stores that test in Python)."""
+        return (
+            (self.statuses is None or run.status in self.statuses)
+            and (self.workflow is None or run.workflow == self.workflow)
+            and (self.namespace is None or run.namespace == self.namespace)
+            and (self.parent_id is None or run.parent_id == self.parent_id)
+            and (self.created_after is None or run.created_at >= self.created_after)
+            and (self.created_before is None or run.created_at < self.created_before)
+            and all(tag in run.tags for tag in self.tags)
+        )
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class FanCounts:
+    """The members of one fan of a run in one checkpoint status, summed up
+    (one row of `Store.fan_counts`).
+
+    Attributes:
+      fan: The fan's first seq (its members' ``parallel_group``).
+      status: The checkpoint status counted.
+      count: How many members have it.
+      size: The fan's size (its members' ``parallel_size``).
+      first_seq: The lowest seq among them.
+      last_seq: The highest seq among them.
+      attempts: Their attempts, summed.
+      first_enqueued_at: The earliest ``enqueued_at`` among them.
+      last_finished_at: The latest ``finished_at`` among them.
+      kind: Their kind (the least, should they differ).
+      name: Their name (the least, should they differ).
+    """
+
+    fan: int
+    status: CheckpointStatus
+    count: int
+    size: int
+    first_seq: int
+    last_seq: int
+    attempts: int
+    first_enqueued_at: float | None
+    last_finished_at: float | None
+    kind: CheckpointKind
+    name: str

@@ -28,6 +28,7 @@ from ._exceptions import StoreError
 from ._observe import Event, EventHub, EventKind, Metrics
 from ._poller import poll_due, reconcile_stalled
 from ._records import Run
+from ._retention import prune_forever
 from ._runs import Endings
 from ._scheduler import Scheduler
 from ._sent import SentTasks
@@ -174,6 +175,14 @@ async def open_runtime(
                 running = rt
                 nursery.start_soon(poll_due, rt, name="trio_durable due-run poller")
                 nursery.start_soon(reconcile_stalled, rt, name="trio_durable reconcile")
+                if options.retention is not None:
+                    nursery.start_soon(
+                        prune_forever,
+                        store,
+                        options.retention,
+                        rt.clock,
+                        name="trio_durable pruner",
+                    )
                 try:
                     yield rt
                 finally:

@@ -12,6 +12,8 @@ docs/writing-a-store.md.
 from ._records import TERMINAL_STATUSES as TERMINAL_STATUSES
 from ._records import CheckpointKind as CheckpointKind
 from ._records import CheckpointStatus as CheckpointStatus
+from ._records import FanCounts as FanCounts
+from ._records import RunFilter as RunFilter
 from ._records import RunStatus as RunStatus
 from ._stores._base import STALL_IGNORED_PREFIX as STALL_IGNORED_PREFIX
 from ._stores._base import AdmitToQueue as AdmitToQueue
@@ -48,6 +50,7 @@ __all__ = [
     "CreateRun",
     "DeleteCheckpoints",
     "DeliverSignal",
+    "FanCounts",
     "LockRun",
     "Op",
     "PutCheckpoint",
@@ -55,6 +58,7 @@ __all__ = [
     "ReleaseRun",
     "RemoveSignalWaiter",
     "RescheduleCheckpoint",
+    "RunFilter",
     "RunStatus",
     "SettleCheckpoint",
     "Store",

@@ -10,17 +10,15 @@ tables, times are UTC.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 from rich.console import RenderableType
 
 from .._records import ErrorInfo, Run
+from .._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage
 from ._common import table
 from ._values import decoded, when
-
-if TYPE_CHECKING:
-    from .. import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage
 
 
 def document(value: Any) -> Any:
@@ -100,7 +98,7 @@ def runs_table(page: RunPage, title: str) -> RenderableType:
     )
 
 
-def facets_table(facets: Mapping[str, int]) -> RenderableType:
+def facets_table(facets: Mapping[Any, int]) -> RenderableType:
     """Counts of runs by status."""
     return table(
         "Runs by status (every filter but --status)",
@@ -180,7 +178,7 @@ def detail_tables(detail: RunDetail) -> list[RenderableType | str]:
     """A run's detail: its fields, the timeline with wide fans folded, the
     fans' statistics, its children and handlers."""
     rows = [
-        _entry_row(item) if hasattr(item, "seq") else _fan_row(item)  # type: ignore[arg-type]
+        _fan_row(item) if isinstance(item, FanStats) else _entry_row(item)
         for item in detail.timeline
     ]
     sections: list[RenderableType | str] = [

@@ -16,16 +16,18 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final, TypeVar, get_args
+from typing import Any, Final, TypeVar, cast, get_args
 
 import click
 import trio
 from rich.console import Console
 
 from .._app import App
+from .._client import Client, open_client
 from .._exceptions import RunFailed
 from .._records import TERMINAL_STATUSES, RunStatus
 from .._stores._versions import has_schema_versions, schema_version
+from .._views import Retention
 from ._apps import load_app
 from ._common import (
     EXIT_FAILED,
@@ -52,9 +54,6 @@ from ._run_views import (
     runs_table,
 )
 from ._values import Age, JSONArguments, JSONValue, PointInTime
-
-if TYPE_CHECKING:
-    from .. import Client
 
 APP_ENV: Final = "TRIO_DURABLE_APP"
 STATUSES: Final = get_args(RunStatus)
@@ -84,8 +83,6 @@ async def opened_client(store: str, app: App | None = None) -> AsyncIterator[Cli
         store without a schema.
       StoreError: The store cannot be reached.
     """
-    from .. import open_client
-
     if store.partition("://")[0].lower() == "memory":
         raise CommandError(
             "the memory store lives inside one process: give the store the engines use",
@@ -166,7 +163,7 @@ def list_command(
     since the epoch, or an age like 2h (that long ago). A page that is not
     the last ends with the --cursor of the next.
     """
-    statuses = names(status)
+    statuses = cast(tuple[RunStatus, ...], names(status))
     unknown = [s for s in statuses if s not in STATUSES]
     if unknown:
         raise click.BadParameter(
@@ -502,8 +499,6 @@ def prune_command(
     their inputs, checkpoints, signals and queue entries. A status without
     an age is kept. AGE is like 90s, 15m, 12h, 7d or 2w (0: all of them).
     """
-    from .. import Retention
-
     ages = {"completed": completed, "failed": failed, "cancelled": cancelled, "dead": dead}
     if all(age is None for age in ages.values()):
         raise click.UsageError(

@@ -10,14 +10,23 @@ single-operation forms of it. Every implementation passes the conformance suite,
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 import trio
 
 from .._exceptions import StoreError
-from .._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
+from .._records import (
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStatus,
+    ErrorInfo,
+    FanCounts,
+    Run,
+    RunFilter,
+    RunStatus,
+)
 
 
 @final
@@ -418,6 +427,48 @@ class Store(Protocol):
 
     async def signal_waiter(self, token: str) -> tuple[str, int] | None:
         """The ``(run_id, seq)`` waiting on ``token``, or None."""
+        ...
+
+    # Queries for people and tools (`Engine.list_runs`, `Engine.history`,
+    # ...): each reads O(page) rows, and the SQL stores index them.
+
+    async def find_runs(
+        self, where: RunFilter, *, before: tuple[float, str] | None = None, limit: int = 100
+    ) -> list[Run]:
+        """Runs matching ``where``, newest first by ``(created_at, id)``; with
+        ``before``, only those ordered strictly before it; at most ``limit``."""
+        ...
+
+    async def count_runs(self, where: RunFilter) -> dict[RunStatus, int]:
+        """How many runs match ``where``, per status (none: left out)."""
+        ...
+
+    async def fan_counts(self, run_id: str) -> list[FanCounts]:
+        """A run's fans summed up per fan and checkpoint status (only
+        checkpoints with a ``parallel_group``), by fan then status."""
+        ...
+
+    async def find_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        *,
+        statuses: Collection[CheckpointStatus] | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[Checkpoint]:
+        """A run's checkpoints with ``from_seq <= seq <= to_seq`` (and one of
+        ``statuses``, if given), by seq, skipping ``offset``, at most ``limit``."""
+        ...
+
+    async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
+        """Delete at most ``limit`` runs whose status is a key of
+        ``older_than`` (terminal statuses only) and whose ``updated_at`` is
+        before its value, unless their parent exists and has not ended; with
+        each its input, checkpoints, signal waiters, buffered signals and
+        flow-control queue entries, in one transaction. Returns the ids
+        deleted, sorted."""
         ...
 
     def statistics(self) -> StoreStatistics:

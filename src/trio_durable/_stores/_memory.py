@@ -45,6 +45,7 @@ from ._base import (
     WaitSignal,
     run_due_at,
 )
+from ._memory_queries import MemoryQueries
 from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
 
 _Undo = Callable[[], None]
@@ -52,7 +53,7 @@ _instances = itertools.count(1)
 
 
 @final
-class MemoryStore(StoreHelpers):
+class MemoryStore(MemoryQueries, StoreHelpers):
     """A `Store` that keeps its rows in this process's memory.
 
     One instance may be shared by several engines in one Trio run (that is how

@@ -12,7 +12,7 @@ pending to settled, so the harness can check that each one settles once.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, final
 
 import attrs
@@ -20,7 +20,7 @@ import trio
 
 from .._exceptions import StoreError
 from .._fans import FAN_CANCELLED
-from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
+from .._records import Checkpoint, CheckpointStatus, FanCounts, Run, RunFilter, RunStatus
 from .._stores._base import (
     ChangeFeed,
     DeleteCheckpoints,
@@ -216,6 +216,34 @@ class FaultyStore(StoreHelpers, ChangeFeed):
         limit: int | None = None,
     ) -> int:
         return await self.inner.count_checkpoints(run_id, from_seq, to_seq, statuses, limit)
+
+    async def find_runs(
+        self, where: RunFilter, *, before: tuple[float, str] | None = None, limit: int = 100
+    ) -> list[Run]:
+        return await self.inner.find_runs(where, before=before, limit=limit)
+
+    async def count_runs(self, where: RunFilter) -> dict[RunStatus, int]:
+        return await self.inner.count_runs(where)
+
+    async def fan_counts(self, run_id: str) -> list[FanCounts]:
+        return await self.inner.fan_counts(run_id)
+
+    async def find_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        *,
+        statuses: Collection[CheckpointStatus] | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[Checkpoint]:
+        return await self.inner.find_checkpoints(
+            run_id, from_seq, to_seq, statuses=statuses, offset=offset, limit=limit
+        )
+
+    async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
+        return await self.inner.prune_runs(older_than, limit)
 
     async def list_due_runs(self, now: float, limit: int) -> list[str]:
         return await self.inner.list_due_runs(now, limit)
