@@ -138,7 +138,11 @@ def namespace_option(fn: F) -> F:
 @click.option("--created-before", type=PointInTime(), help="Only runs created before WHEN.")
 @click.option("--parent", metavar="RUN", help="Only the children of this run.")
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Runs per page."
+    "--limit",
+    type=click.IntRange(min=1, max=500),
+    default=50,
+    show_default=True,
+    help="Runs per page.",
 )
 @click.option("--cursor", metavar="CURSOR", help="The page after the one that printed it.")
 @click.option("--facets", is_flag=True, help="Also count the runs per status.")
