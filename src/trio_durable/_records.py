@@ -246,6 +246,12 @@ def signal_token(run_id: str, name: str) -> str:
     return json.dumps([run_id, name], separators=(",", ":"))
 
 
+def signal_token_prefix(run_id: str) -> str:
+    """What every `signal_token` of ``run_id`` starts with (and no token of
+    another run)."""
+    return json.dumps([run_id], separators=(",", ":"))[:-1] + ","
+
+
 @final
 @attrs.define(frozen=True, kw_only=True)
 class RunFilter:

@@ -8,7 +8,6 @@ each file stays about one thing; it works on the store's dictionaries.
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -22,13 +21,9 @@ from .._records import (
     Run,
     RunFilter,
     RunStatus,
+    signal_token_prefix,
 )
 from ._base import StoreStatistics
-
-
-def signal_token_prefix(run_id: str) -> str:
-    """What every `signal_token` of ``run_id`` starts with."""
-    return json.dumps([run_id], separators=(",", ":"))[:-1] + ","
 
 
 class MemoryQueries:

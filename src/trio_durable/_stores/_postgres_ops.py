@@ -556,5 +556,9 @@ DIALECT: Final = Dialect[psycopg.Cursor[Any]](
     apply_ops=apply_ops,
     begin_turn=begin_turn,
     runs_written=runs_written,
+    run_columns=", ".join(f"r.{field}" for field in RUN_FIELDS),
+    # Tokens compare as bytes whatever the database's collation.
+    bytewise=' COLLATE "C"',
+    lock_skipping=" FOR UPDATE OF r SKIP LOCKED",
 )
 """The PostgreSQL store's statements, for `SQLStore`."""

@@ -22,7 +22,7 @@ from psycopg import sql
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -144,6 +144,64 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         )
         """,
         "CREATE INDEX queue_waiters_line ON queue_waiters (queue, priority DESC, at, id)",
+    ),
+    # 2: the queries of `Store.find_runs`, newest first: each filter's index
+    # ends with (created_at, id), so a page is a backward walk from the
+    # cursor; run_tags holds one row per tag of a run in that order, kept by
+    # triggers whoever writes the runs; runs_ended (partial: a run enters it
+    # when it ends) finds what retention prunes.
+    (
+        "CREATE INDEX runs_status ON runs (status, created_at, id)",
+        "CREATE INDEX runs_workflow ON runs (workflow, created_at, id)",
+        "CREATE INDEX runs_namespace ON runs (namespace, created_at, id)",
+        """
+        CREATE INDEX runs_ended ON runs (status, updated_at)
+        WHERE status IN ('cancelled', 'completed', 'dead', 'failed')
+        """,
+        """
+        CREATE TABLE run_tags (
+            tag text NOT NULL,
+            created_at double precision NOT NULL,
+            run_id text NOT NULL,
+            PRIMARY KEY (tag, created_at, run_id)
+        )
+        """,
+        "CREATE INDEX run_tags_run ON run_tags (run_id)",
+        """
+        CREATE FUNCTION run_tags_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_OP <> 'INSERT' THEN
+                DELETE FROM run_tags WHERE run_id = OLD.id;
+            END IF;
+            IF TG_OP <> 'DELETE' THEN
+                INSERT INTO run_tags (tag, created_at, run_id)
+                SELECT tag, NEW.created_at, NEW.id
+                FROM json_array_elements_text(NEW.tags::json) AS tag
+                ON CONFLICT DO NOTHING;
+            END IF;
+            RETURN NULL;
+        END
+        $$
+        """,
+        """
+        CREATE TRIGGER runs_tags_insert AFTER INSERT ON runs
+        FOR EACH ROW WHEN (NEW.tags <> '[]') EXECUTE FUNCTION run_tags_sync()
+        """,
+        """
+        CREATE TRIGGER runs_tags_update AFTER UPDATE OF tags ON runs
+        FOR EACH ROW WHEN (OLD.tags IS DISTINCT FROM NEW.tags) EXECUTE FUNCTION run_tags_sync()
+        """,
+        """
+        CREATE TRIGGER runs_tags_delete AFTER DELETE ON runs
+        FOR EACH ROW WHEN (OLD.tags <> '[]') EXECUTE FUNCTION run_tags_sync()
+        """,
+        # The tags of the runs already there.
+        """
+        INSERT INTO run_tags (tag, created_at, run_id)
+        SELECT tag, r.created_at, r.id FROM runs r, json_array_elements_text(r.tags::json) AS tag
+        WHERE r.tags <> '[]'
+        ON CONFLICT DO NOTHING
+        """,
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

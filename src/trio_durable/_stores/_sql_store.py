@@ -22,6 +22,7 @@ from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
 from ._base import STALL_IGNORED_PREFIX, Op, StoreHelpers, StoreStatistics, TurnState
 from ._group_commit import Counts, GroupCommit
 from ._rows import INT64_MAX, INT64_MIN, load_checkpoint, load_run
+from ._sql_queries import SQLQueries
 
 
 class Cursor(Protocol):
@@ -68,9 +69,20 @@ class Dialect(Generic[C]):
     begin_turn: Callable[[C, str, str, float, float], tuple[TurnState | None, Counts | None]]
     # The runs a batch of operations locks (None: the store locks none).
     runs_written: Callable[[Sequence[Op]], tuple[str, ...]] | None = None
+    # Every run column, qualified by ``r``, and the tables they come from
+    # (``runs r`` and what it joins): the queries of `._sql_queries`.
+    run_columns: str = ""
+    run_from: str = "runs r"
+    # Tables besides checkpoints and the queues with rows of a run to prune.
+    run_tables: tuple[str, ...] = ()
+    # What makes a text comparison byte by byte (token prefixes).
+    bytewise: str = ""
+    # Appended to the select of runs to prune, so pruning never waits for
+    # (nor deadlocks with) a writer holding one of them.
+    lock_skipping: str = ""
 
 
-class SQLStore(StoreHelpers, Generic[C]):
+class SQLStore(SQLQueries, StoreHelpers, Generic[C]):
     """A `Store` whose calls are SQL statements run in group commit.
 
     Subclasses create the `GroupCommit` (their trips) and the `Dialect`.

@@ -487,5 +487,8 @@ DIALECT: Final = Dialect[sqlite3.Cursor](
     count_checkpoints_query=count_checkpoints_query,
     apply_ops=apply_ops,
     begin_turn=begin_turn,
+    run_columns=_RUN_SELECT,
+    run_from=_RUNS,
+    run_tables=("run_inputs",),
 )
 """The SQLite store's statements, for `SQLStore`."""

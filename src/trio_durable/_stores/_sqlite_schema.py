@@ -17,11 +17,13 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
-Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; a version 1
-file is migrated when it is opened."""
+Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
+indexed the queries of `Store.find_runs` (``run_tags`` and the indexes of
+runs by status, workflow, namespace and end). An older file is migrated when
+it is opened."""
 
 BUSY_TIMEOUT: Final = 10.0
 """Seconds a statement waits for another process's lock before failing."""
@@ -74,6 +76,49 @@ _SCHEMA: Final = (
     """
     CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_id, created_at, id)
     WHERE parent_id IS NOT NULL
+    """,
+    # The queries of `Store.find_runs`, newest first: each filter's index
+    # ends with (created_at, id), so a page is a backward walk from the
+    # cursor. Workflow and namespace never change; status does, and its
+    # entry moves with it.
+    "CREATE INDEX IF NOT EXISTS runs_status ON runs (status, created_at, id)",
+    "CREATE INDEX IF NOT EXISTS runs_workflow ON runs (workflow, created_at, id)",
+    "CREATE INDEX IF NOT EXISTS runs_namespace ON runs (namespace, created_at, id)",
+    # Partial: a run enters it once, when it ends (retention's oldest first).
+    """
+    CREATE INDEX IF NOT EXISTS runs_ended ON runs (status, updated_at)
+    WHERE status IN ('cancelled', 'completed', 'dead', 'failed')
+    """,
+    # One row per tag of a run, in the order of a page; the triggers below
+    # keep it as the runs' tags are, whoever writes them.
+    """
+    CREATE TABLE IF NOT EXISTS run_tags (
+        tag TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        run_id TEXT NOT NULL,
+        PRIMARY KEY (tag, created_at, run_id)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX IF NOT EXISTS run_tags_run ON run_tags (run_id)",
+    """
+    CREATE TRIGGER IF NOT EXISTS runs_tags_insert AFTER INSERT ON runs
+    WHEN new.tags <> '[]' BEGIN
+        INSERT OR IGNORE INTO run_tags (tag, created_at, run_id)
+        SELECT value, new.created_at, new.id FROM json_each(new.tags);
+    END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS runs_tags_update AFTER UPDATE OF tags ON runs BEGIN
+        DELETE FROM run_tags WHERE run_id = old.id;
+        INSERT OR IGNORE INTO run_tags (tag, created_at, run_id)
+        SELECT value, new.created_at, new.id FROM json_each(new.tags);
+    END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS runs_tags_delete AFTER DELETE ON runs
+    WHEN old.tags <> '[]' BEGIN
+        DELETE FROM run_tags WHERE run_id = old.id;
+    END
     """,
     """
     CREATE TABLE IF NOT EXISTS checkpoints (
@@ -149,6 +194,13 @@ _MIGRATIONS: Final = {
     1: (
         "INSERT INTO run_inputs (run_id, input) SELECT id, input FROM runs",
         "ALTER TABLE runs DROP COLUMN input",
+    ),
+    # From version 2: the tags of the runs already there (the triggers see
+    # only rows written from now on).
+    2: (
+        "INSERT OR IGNORE INTO run_tags (tag, created_at, run_id)"
+        " SELECT j.value, r.created_at, r.id FROM runs r, json_each(r.tags) j"
+        " WHERE r.tags <> '[]'",
     ),
 }
 

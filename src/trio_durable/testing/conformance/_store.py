@@ -19,6 +19,7 @@ import trio
 
 from ..._stores._base import CreateRun, PutCheckpoint, Store, StoreStatistics
 from ._store_checkpoints import CHECKPOINTS_CHECKS
+from ._store_queries import QUERIES_CHECKS
 from ._store_queues import QUEUES_CHECKS
 from ._store_runs import RUNS_CHECKS
 from ._store_signals import SIGNALS_CHECKS
@@ -148,6 +149,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     *CHECKPOINTS_CHECKS,
     *QUEUES_CHECKS,
     *SIGNALS_CHECKS,
+    *QUERIES_CHECKS,
     check_handles_share_one_store,
     check_statistics_count_rows_read,
     check_calls_after_aclose_raise_closed_resource_error,

@@ -1,0 +1,277 @@
+"""The SQL stores' queries for people and tools: finding runs, counting them
+by status, summing up fans, reading checkpoint pages, pruning ended runs.
+
+SQLite and PostgreSQL answer them with the same statements, which the
+indexes of their schemas serve (their tests assert the plans):
+
+- runs newest first by ``(created_at, id)``: ``runs_created``, or with a
+  filter the index that leads with it (``runs_status``, ``runs_workflow``,
+  ``runs_namespace``, ``runs_parent``), walked backwards from the cursor;
+- runs with tags: ``run_tags``, one row per tag of a run keyed by
+  ``(tag, created_at, run_id)`` (triggers on ``runs`` keep it), walked
+  backwards for the first tag, the others looked up by key;
+- a fan's members by status: ``checkpoints_status``; ended runs by age:
+  ``runs_ended``.
+
+Several statuses are read one status at a time, each in index order, and
+merged: never a sort of every matching run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._records import (
+    TERMINAL_STATUSES,
+    Checkpoint,
+    CheckpointStatus,
+    FanCounts,
+    Run,
+    RunFilter,
+    RunStatus,
+    signal_token_prefix,
+)
+from ._group_commit import Counts, GroupCommit
+from ._rows import CHECKPOINT_COLUMNS, load_checkpoint, load_run
+
+if TYPE_CHECKING:
+    from ._sql_store import Dialect
+
+_FAN_COUNTS = """
+    SELECT parallel_group, status, count(*), max(parallel_size), min(seq), max(seq),
+        sum(attempts), min(enqueued_at), max(finished_at), min(kind), min(name)
+    FROM checkpoints WHERE run_id = {p} AND parallel_group IS NOT NULL
+    GROUP BY parallel_group, status ORDER BY parallel_group, status
+"""
+
+
+def _where(
+    d: Dialect[Any],
+    where: RunFilter,
+    statuses: Collection[str] | None,
+    before: tuple[float, str] | None,
+) -> tuple[str, list[Any], str]:
+    """The FROM and WHERE of a runs query, its parameters, and its ORDER BY
+    (newest first by the keys of the index it walks)."""
+    p = d.param
+    clauses: list[str] = []
+    params: list[Any] = []
+    if where.tags:
+        # Walk run_tags for the first tag; it carries created_at, so the
+        # order and the cursor are its own index's.
+        created, ident = "t.created_at", "t.run_id"
+        source = f"run_tags t CROSS JOIN {d.run_from}"
+        clauses.append(f"t.tag = {p} AND r.id = t.run_id")
+        params.append(where.tags[0])
+        for tag in where.tags[1:]:
+            clauses.append(
+                f"EXISTS (SELECT 1 FROM run_tags x WHERE x.tag = {p}"
+                " AND x.created_at = t.created_at AND x.run_id = t.run_id)"
+            )
+            params.append(tag)
+    else:
+        created, ident, source = "r.created_at", "r.id", d.run_from
+    if statuses is not None:
+        wanted = sorted(statuses)
+        clauses.append(f"r.status IN ({', '.join([p] * len(wanted))})")
+        params.extend(wanted)
+    for column, value in (
+        ("r.workflow", where.workflow),
+        ("r.namespace", where.namespace),
+        ("r.parent_id", where.parent_id),
+    ):
+        if value is not None:
+            clauses.append(f"{column} = {p}")
+            params.append(value)
+    if where.created_after is not None:
+        clauses.append(f"{created} >= {p}")
+        params.append(where.created_after)
+    if where.created_before is not None:
+        clauses.append(f"{created} < {p}")
+        params.append(where.created_before)
+    if before is not None:
+        clauses.append(f"({created}, {ident}) < ({p}, {p})")
+        params.extend(before)
+    condition = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    return f"FROM {source}{condition}", params, f" ORDER BY {created} DESC, {ident} DESC"
+
+
+def find_runs_statements(
+    d: Dialect[Any], where: RunFilter, before: tuple[float, str] | None, limit: int
+) -> list[tuple[str, list[Any]]]:
+    """The statements of `Store.find_runs`: one, or one per status."""
+    each: list[list[str] | None] = (
+        [None] if where.statuses is None else [[status] for status in sorted(where.statuses)]
+    )
+    statements = []
+    for statuses in each:
+        source, params, order = _where(d, where, statuses, before)
+        statements.append(
+            (f"SELECT {d.run_columns} {source}{order} LIMIT {d.param}", [*params, limit])
+        )
+    return statements
+
+
+def count_runs_statement(d: Dialect[Any], where: RunFilter) -> tuple[str, list[Any]]:
+    """The statement of `Store.count_runs`."""
+    source, params, _ = _where(d, where, where.statuses, None)
+    return f"SELECT r.status, count(*) {source} GROUP BY r.status ORDER BY r.status", params
+
+
+def find_checkpoints_statement(
+    d: Dialect[Any],
+    run_id: str,
+    from_seq: int,
+    to_seq: int,
+    statuses: Collection[CheckpointStatus] | None,
+    offset: int,
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """The statement of `Store.find_checkpoints`."""
+    p = d.param
+    condition = f"run_id = {p} AND seq >= {p} AND seq <= {p}"
+    params: list[Any] = [run_id, from_seq, to_seq]
+    if statuses is not None:
+        wanted = sorted(set(statuses))
+        condition += f" AND status IN ({', '.join([p] * len(wanted))})"
+        params.extend(wanted)
+    params.extend((max(limit, 0), max(offset, 0)))
+    return (
+        f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE {condition}"
+        f" ORDER BY seq LIMIT {p} OFFSET {p}"
+    ), params
+
+
+def prune_candidates_statement(d: Dialect[Any]) -> str:
+    """Ended runs of one status older than a time, oldest first, whose
+    parent (if any) has ended too: the ``runs_ended`` index."""
+    p = d.param
+    terminal = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
+    return (
+        f"SELECT r.id FROM runs r WHERE r.status = {p} AND r.updated_at < {p}"
+        " AND NOT EXISTS (SELECT 1 FROM runs q WHERE q.id = r.parent_id"
+        f" AND q.status NOT IN ({terminal}))"
+        f" ORDER BY r.updated_at, r.id LIMIT {p}{d.lock_skipping}"
+    )
+
+
+def prune(
+    cur: Any, d: Dialect[Any], older_than: Mapping[RunStatus, float], limit: int
+) -> list[str]:
+    """Delete the runs `Store.prune_runs` names (in a write transaction)."""
+    p = d.param
+    candidates = prune_candidates_statement(d)
+    doomed: list[str] = []
+    for status, cutoff in sorted(older_than.items()):
+        if status not in TERMINAL_STATUSES or len(doomed) >= limit:
+            continue
+        rows = cur.execute(candidates, (status, cutoff, limit - len(doomed))).fetchall()
+        doomed.extend(row[0] for row in rows)
+    if not doomed:
+        return []
+    by_run = [(run_id,) for run_id in doomed]
+    for table in ("checkpoints", "queue_slots", "queue_waiters", *d.run_tables):
+        cur.executemany(f"DELETE FROM {table} WHERE run_id = {p}", by_run)
+    # A run's signal tokens share a prefix (see `signal_token`): a range of
+    # the token indexes, compared byte by byte.
+    tokens = []
+    for run_id in doomed:
+        prefix = signal_token_prefix(run_id)
+        tokens.append((prefix, prefix[:-1] + chr(ord(",") + 1)))
+    for table in ("signal_waiters", "buffered_signals"):
+        cur.executemany(
+            f"DELETE FROM {table} WHERE token{d.bytewise} >= {p} AND token{d.bytewise} < {p}",
+            tokens,
+        )
+    # The runs last: their triggers delete their run_tags rows.
+    cur.executemany(f"DELETE FROM runs WHERE id = {p}", by_run)
+    return sorted(doomed)
+
+
+class SQLQueries:
+    """The query methods of `SQLStore` (see `Store.find_runs` and after)."""
+
+    _commit: GroupCommit[Any]
+    _dialect: Dialect[Any]
+
+    async def find_runs(
+        self, where: RunFilter, *, before: tuple[float, str] | None = None, limit: int = 100
+    ) -> list[Run]:
+        limit = max(limit, 0)
+        statements = find_runs_statements(self._dialect, where, before, limit)
+
+        def work(cur: Any) -> tuple[list[Run], Counts]:
+            runs: list[Run] = []
+            for statement, params in statements:
+                runs.extend(load_run(row) for row in cur.execute(statement, params).fetchall())
+            read = len(runs)
+            if len(statements) > 1:
+                runs.sort(key=lambda run: (run.created_at, run.id), reverse=True)
+                del runs[limit:]
+            return runs, (0, 0, read, 0)
+
+        return await self._commit.submit(work, writes=False)
+
+    async def count_runs(self, where: RunFilter) -> dict[RunStatus, int]:
+        statement, params = count_runs_statement(self._dialect, where)
+
+        def work(cur: Any) -> tuple[dict[RunStatus, int], None]:
+            return {row[0]: int(row[1]) for row in cur.execute(statement, params).fetchall()}, None
+
+        return await self._commit.submit(work, writes=False)
+
+    async def fan_counts(self, run_id: str) -> list[FanCounts]:
+        statement = _FAN_COUNTS.format(p=self._dialect.param)
+
+        def work(cur: Any) -> tuple[list[FanCounts], None]:
+            rows = cur.execute(statement, (run_id,)).fetchall()
+            return [_fan_counts(row) for row in rows], None
+
+        return await self._commit.submit(work, writes=False)
+
+    async def find_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        *,
+        statuses: Collection[CheckpointStatus] | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[Checkpoint]:
+        statement, params = find_checkpoints_statement(
+            self._dialect, run_id, from_seq, to_seq, statuses, offset, limit
+        )
+
+        def work(cur: Any) -> tuple[list[Checkpoint], Counts]:
+            found = [load_checkpoint(row) for row in cur.execute(statement, params).fetchall()]
+            return found, (0, 0, 0, len(found))
+
+        return await self._commit.submit(work, writes=False)
+
+    async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
+        dialect = self._dialect
+        older = dict(older_than)
+
+        def work(cur: Any) -> tuple[list[str], Counts]:
+            return prune(cur, dialect, older, max(limit, 0)), (1, 0, 0, 0)
+
+        return await self._commit.submit(work, writes=True)
+
+
+def _fan_counts(row: Any) -> FanCounts:
+    fan, status, count, size, first, last, attempts, enqueued, finished, kind, name = row
+    return FanCounts(
+        fan=int(fan),
+        status=status,
+        count=int(count),
+        size=int(size or 0),
+        first_seq=int(first),
+        last_seq=int(last),
+        attempts=int(attempts or 0),
+        first_enqueued_at=enqueued,
+        last_finished_at=finished,
+        kind=kind,
+        name=name,
+    )
