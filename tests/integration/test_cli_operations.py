@@ -242,8 +242,8 @@ async def test_runs_operated_through_the_command(
             ]
             done = await sh("runs", "history", ids["needs"])
             assert f"Timeline of {ids['needs']}" in done.out
-            (entry,) = [row for row in _table_rows(done.out) if row[0] == "0"]
-            assert entry[1:4] == ["step", "read_file", "failed"]
+            (entry,) = [row for row in _table_rows(done.out) if row[0] == "1"]
+            assert entry[1:4] == ["local", "read_file", "failed"]
 
             # -- show: the fan folded into one line ---------------------------------------
             detail = (await sh("runs", "show", ids["fan"], "--json")).json()

@@ -289,12 +289,20 @@ def print_tables(*tables: RenderableType | str) -> None:
         console.print(Text(drawn) if isinstance(drawn, str) else drawn)
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Group:
+def table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    no_wrap: Sequence[str] = (),
+) -> Group:
     """A table for people: ``title`` (a line of its own, never folded to the
-    table's width), a header of ``columns``, ``rows``."""
+    table's width), a header of ``columns``, ``rows``. Cells of the columns
+    named in ``no_wrap`` (short ones: ids, times) keep to one line; the
+    others fold to fit."""
     drawn = Table()
     for column in columns:
-        drawn.add_column(column, overflow="fold")
+        drawn.add_column(column, overflow="fold", no_wrap=column in no_wrap)
     for row in rows:
         drawn.add_row(*(Text(_cell(value)) for value in row))
     return Group(Text(title, style="bold"), drawn)

@@ -10,7 +10,7 @@ tables, times are UTC.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 from rich.console import RenderableType
@@ -95,6 +95,7 @@ def runs_table(page: RunPage, title: str) -> RenderableType:
             ]
             for r in page.runs
         ],
+        no_wrap=("status", "created", "updated"),
     )
 
 
@@ -107,7 +108,32 @@ def facets_table(facets: Mapping[Any, int]) -> RenderableType:
     )
 
 
-def _entry_row(entry: HistoryEntry) -> list[Any]:
+def span(seconds: float) -> str:
+    """A duration as people read it: ``0.25s``, ``12.3s``, ``4m05s``,
+    ``3h12m``, ``2d03h``."""
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def _at(origin: float, start: float | None, end: float | None) -> tuple[str | None, str | None]:
+    # Times in a timeline are read against the run's creation: "+1.50s",
+    # and how long each took, rather than as dates that all look alike.
+    at = None if start is None else f"+{span(max(0.0, start - origin))}"
+    took = None if start is None or end is None else span(max(0.0, end - start))
+    return at, took
+
+
+def _entry_row(entry: HistoryEntry, origin: float) -> list[Any]:
     error = error_text(entry.error)
     if error is None and entry.errors:
         # Failed attempts before the one that succeeded.
@@ -115,46 +141,55 @@ def _entry_row(entry: HistoryEntry) -> list[Any]:
     name = entry.name
     if entry.parallel_size:
         name = f"{name} [{entry.parallel_group} of {entry.parallel_size}]"
+    at, took = _at(origin, entry.started_at or entry.enqueued_at, entry.finished_at)
     return [
         entry.seq,
         entry.kind,
         name,
         entry.status,
         entry.attempts,
-        when(entry.started_at or entry.enqueued_at),
-        when(entry.finished_at),
+        at,
+        took,
         entry.child_id or (f"wakes {when(entry.wake_at)}" if entry.wake_at else None),
         error,
     ]
 
 
-_ENTRY_COLUMNS = [
+_ENTRY_COLUMNS: Final = (
     "seq",
     "kind",
     "name",
     "status",
     "attempts",
-    "started",
-    "finished",
+    "at",
+    "took",
     "child / wake",
     "error",
-]
+)
+_NO_WRAP: Final = ("seq", "kind", "status", "attempts", "at", "took")
 
 
-def _fan_row(fan: FanStats) -> list[Any]:
+def _fan_row(fan: FanStats, origin: float) -> list[Any]:
     counts = ", ".join(f"{status} {count}" for status, count in fan.counts.items())
     first = fan.first_failures[0] if fan.first_failures else None
+    at, took = _at(origin, fan.first_enqueued_at, fan.last_finished_at)
     return [
         f"{fan.first_seq}..{fan.last_seq}",
         fan.kind,
         f"{fan.name} (fan of {fan.size})",
         counts,
         fan.attempts,
-        when(fan.first_enqueued_at),
-        when(fan.last_finished_at),
+        at,
+        took,
         None,
         None if first is None else f"first failure, seq {first.seq}: {error_text(first.error)}",
     ]
+
+
+def _timeline(title: str, rows: list[list[Any]]) -> RenderableType | str:
+    if not rows:
+        return "No checkpoints yet."
+    return table(title, _ENTRY_COLUMNS, rows, no_wrap=_NO_WRAP)
 
 
 def history_tables(history: RunHistory) -> list[RenderableType | str]:
@@ -162,13 +197,10 @@ def history_tables(history: RunHistory) -> list[RenderableType | str]:
     handlers."""
     sections: list[RenderableType | str] = [
         run_table(history.run),
-        table(
-            f"Timeline of {history.run.id} ({len(history.entries)} checkpoints)",
-            _ENTRY_COLUMNS,
-            [_entry_row(entry) for entry in history.entries],
-        )
-        if history.entries
-        else "No checkpoints yet.",
+        _timeline(
+            f"Timeline of {history.run.id} (times from its creation)",
+            [_entry_row(entry, history.run.created_at) for entry in history.entries],
+        ),
     ]
     sections.extend(_related(history.children, history.handlers))
     return sections
@@ -177,15 +209,14 @@ def history_tables(history: RunHistory) -> list[RenderableType | str]:
 def detail_tables(detail: RunDetail) -> list[RenderableType | str]:
     """A run's detail: its fields, the timeline with wide fans folded, the
     fans' statistics, its children and handlers."""
+    origin = detail.run.created_at
     rows = [
-        _fan_row(item) if isinstance(item, FanStats) else _entry_row(item)
+        _fan_row(item, origin) if isinstance(item, FanStats) else _entry_row(item, origin)
         for item in detail.timeline
     ]
     sections: list[RenderableType | str] = [
         run_table(detail.run, detail.parent_id),
-        table(f"Timeline of {detail.run.id}", _ENTRY_COLUMNS, rows)
-        if rows
-        else "No checkpoints yet.",
+        _timeline(f"Timeline of {detail.run.id} (times from its creation; wide fans folded)", rows),
     ]
     if detail.fans:
         sections.append(
@@ -210,15 +241,16 @@ def detail_tables(detail: RunDetail) -> list[RenderableType | str]:
     return sections
 
 
-def fan_page_tables(page: FanPage) -> list[RenderableType | str]:
-    """A page of a fan's members."""
+def fan_page_tables(page: FanPage, origin: float) -> list[RenderableType | str]:
+    """A page of a fan's members; times from ``origin`` (the run's creation)."""
     end = page.offset + len(page.members)
     return [
         table(
             f"Fan at seq {page.fan} of run {page.run_id}:"
             f" members {page.offset + 1 if page.members else page.offset}..{end} of {page.total}",
             _ENTRY_COLUMNS,
-            [_entry_row(entry) for entry in page.members],
+            [_entry_row(entry, origin) for entry in page.members],
+            no_wrap=_NO_WRAP,
         )
     ]
 

@@ -25,9 +25,9 @@ from rich.console import Console
 from .._app import App
 from .._client import Client, open_client
 from .._exceptions import RunFailed
-from .._records import TERMINAL_STATUSES, RunStatus
+from .._records import TERMINAL_STATUSES, Run, RunStatus
 from .._stores._versions import has_schema_versions, schema_version
-from .._views import Retention
+from .._views import FanPage, Retention
 from ._apps import load_app
 from ._common import (
     EXIT_FAILED,
@@ -250,16 +250,18 @@ def show_command(
         else:
             print_tables(*detail_tables(detail))
         return
-    page = with_client(
-        store,
-        lambda c: c.fan_page(
+
+    async def read_page(client: Client) -> tuple[FanPage, Run]:
+        page = await client.fan_page(
             run_id, fan, offset=offset, limit=limit, failed=failed, namespace=namespace
-        ),
-    )
+        )
+        return page, await client.get(run_id)
+
+    page, run = with_client(store, read_page)
     if as_json:
         print_json(document(page))
     else:
-        print_tables(*fan_page_tables(page))
+        print_tables(*fan_page_tables(page, run.created_at))
 
 
 @runs_group.command("history", short_help="A run's timeline: every checkpoint and attempt.")
