@@ -72,7 +72,7 @@ async def test_client_with_app_checks_and_types(autojump_clock: trio.abc.Clock) 
         td.open_client(store, app=app, wall_clock=fixed_wall) as client,
     ):
         with pytest.raises(td.InvalidArgumentsError):
-            await client.start(total, Order("a", 2))  # type: ignore[call-overload]
+            await client.start(total, Order("a", 2))  # type: ignore[arg-type]
         with pytest.raises(td.UnknownWorkflowError):
             await client.start("nope")
         handle = await client.start(total, Order("a", 2), 2.0, run_id="t2")

@@ -99,6 +99,8 @@ def test_the_store_sdk_is_pinned() -> None:
 
     assert sorted(stores.__all__) == [
         "AdmitToQueue",
+        "Announce",
+        "AnnounceKind",
         "ChangeFeed",
         "CheckpointKind",
         "CheckpointStatus",
@@ -114,6 +116,7 @@ def test_the_store_sdk_is_pinned() -> None:
         "RemoveSignalWaiter",
         "RescheduleCheckpoint",
         "RunStatus",
+        "RunWatch",
         "STALL_IGNORED_PREFIX",
         "SettleCheckpoint",
         "Store",

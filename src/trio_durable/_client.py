@@ -10,9 +10,10 @@ learns of the write at once (see docs/client.md).
 
 from __future__ import annotations
 
+import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import Any, Concatenate, final, overload
@@ -32,7 +33,8 @@ from ._handoff import unserved_on_error_routes as _unserved
 from ._records import DEFAULT_NAMESPACE, Run
 from ._runs import Endings, await_end, create_run, new_run, outcome
 from ._stores import enter_store
-from ._stores._base import Store
+from ._stores._base import Op, RunWatch, Store
+from ._wakes import announce, announces_ends, ends_delivery, keep_watching
 
 _RESULT_POLL_INTERVAL = 1.0
 
@@ -71,7 +73,9 @@ class Client:
         # app, as plain JSON.
         self._types = app if app is not None else App("client")
         self._endings = Endings()
-        self._poll_interval = _RESULT_POLL_INTERVAL
+        # Where engines announce ends, `result` waits for the announcement
+        # alone; elsewhere it reads the run again now and then.
+        self._poll_interval = math.inf if announces_ends(store) else _RESULT_POLL_INTERVAL
         self._closed = False
 
     def _check_open(self) -> None:
@@ -215,7 +219,9 @@ class Client:
         """
         self._check_open()
         new = new_run(self.app, workflow, args, run_id, namespace, tags)
-        stored, _ = await create_run(self.store, self._rng, self.clock.now(), new)
+        stored, _ = await create_run(
+            self.store, self._rng, self.clock.now(), new, also=lambda run: self._wake([run])
+        )
         return RunHandle.of(stored, self)
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
@@ -254,7 +260,7 @@ class Client:
           UsageError: ``name`` is not a non-empty string.
         """
         self._check_open()
-        await signal_run(self.store, self.clock.now(), run_id, name, payload, namespace)
+        await signal_run(self.store, self.clock.now(), run_id, name, payload, namespace, self._wake)
 
     async def cancel(
         self, run_id: str, *, compensate: bool = False, namespace: str | None = None
@@ -266,7 +272,14 @@ class Client:
           InvalidRunStateError: The run already ended.
         """
         self._check_open()
-        await cancel_run(self.store, self.clock.now(), run_id, compensate, namespace)
+        await cancel_run(
+            self.store,
+            self.clock.now(),
+            run_id,
+            compensate,
+            namespace,
+            lambda runs: announce(self.store, self.client_id, "cancel", runs),
+        )
 
     async def retry(self, run_id: str, *, namespace: str | None = None) -> Run:
         """Run a failed or dead run's body again from its checkpoints (see
@@ -277,8 +290,13 @@ class Client:
           InvalidRunStateError: The run is not failed or dead; nothing changed.
         """
         self._check_open()
-        await retry_run(self.store, self._types, self.clock.now(), run_id, namespace)
+        await retry_run(self.store, self._types, self.clock.now(), run_id, namespace, self._wake)
         return await self.get(run_id)
+
+    def _wake(self, runs: Sequence[Run]) -> list[Op]:
+        """Announce, with a write that wakes them, runs for an engine to
+        take at once."""
+        return announce(self.store, self.client_id, "wake", runs)
 
     def _need_broker(self) -> Broker:
         if self.broker is None:
@@ -337,6 +355,16 @@ async def open_client(
         broker_obj = None if broker is None else await enter_broker(stack, broker)
         client = Client(store_obj, broker_obj, app, Clock(wall_clock), random.Random())
         try:
-            yield client
+            async with trio.open_nursery() as nursery:
+                if isinstance(store_obj, RunWatch):
+                    await nursery.start(
+                        keep_watching,
+                        store_obj,
+                        client.client_id,
+                        ends_delivery(client._endings),
+                        name="trio_durable client watch",
+                    )
+                yield client
+                nursery.cancel_scope.cancel()
         finally:
             client._closed = True

@@ -70,6 +70,13 @@ class Endings:
             del self._waiting[run_id]
             ending.event.set()
 
+    def recheck(self) -> None:
+        """Wake every waiter to read its run again (an end may have gone
+        unannounced)."""
+        waiting, self._waiting = self._waiting, {}
+        for ending in waiting.values():
+            ending.event.set()
+
     def ended(self, run_id: str, run: Run | None = None) -> None:
         """``run_id`` ended here: wake its waiters, with the row written
         (None: they read it)."""

@@ -26,6 +26,7 @@ from .._urls import mask_url
 from ._base import (
     STALL_IGNORED_PREFIX,
     AdmitToQueue,
+    Announce,
     ClaimCheckpoint,
     CreateRun,
     DeleteCheckpoints,
@@ -46,6 +47,7 @@ from ._base import (
     run_due_at,
 )
 from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
+from ._watch import LocalWatches
 
 _Undo = Callable[[], None]
 _instances = itertools.count(1)
@@ -85,6 +87,8 @@ class MemoryStore(StoreHelpers):
         # Suspended runs with no wake time: the only ones that can stall.
         self._unwoken: dict[str, None] = {}
         self._unwoken_event = trio.Event()
+        self._watches = LocalWatches()
+        self.watch = self._watches.watch
 
     # -- change feed ----------------------------------------------------------
     # Engines sharing this store live in this process, so instead of polling
@@ -262,10 +266,13 @@ class MemoryStore(StoreHelpers):
         self._stats.batches += 1
         self._stats.ops += len(ops)
         self._stats.transactions += 1
+        self._watches.publish([op for op in ops if isinstance(op, Announce)])
         return results
 
     def _apply_one(self, op: Op, journal: list[_Undo]) -> Any:
         match op:
+            case Announce():
+                return None
             case CreateRun(run):
                 existing = self._runs.get(run.id)
                 if existing is not None:
