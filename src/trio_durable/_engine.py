@@ -256,7 +256,9 @@ class Engine:
         """Send the signal ``name`` with ``payload`` to a run.
 
         If the run is waiting for it, the run resumes; otherwise the signal is
-        buffered for its next wait of that name and never lost.
+        buffered for its next wait of that name and never lost. A run whose
+        workflow this engine's app lacks is announced instead, for an engine
+        that has it (see docs/client.md); this one takes no turn of it.
 
         Args:
           run_id: The run's id.
@@ -478,7 +480,8 @@ async def open_engine(
       reconcile_interval: Seconds between scans for due runs when no timer is
         nearer.
       result_poll_interval: Seconds between store reads in `Engine.result`
-        for runs that end on another engine.
+        for runs that end on another engine (a backstop: on the built-in
+        stores, the other engine's announcement wakes the caller at once).
       max_recoveries: How often a run may be taken over from a dead engine
         before it is marked ``dead``.
       broker: A broker URL (``memory://`` by default) or an open `Broker`.

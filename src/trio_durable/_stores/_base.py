@@ -267,11 +267,8 @@ AnnounceKind = Literal["wake", "cancel", "end"]
 @attrs.define(frozen=True, kw_only=True)
 class Announce:
     """Tell the processes watching the store (`RunWatch.watch`) that a run
-    changed, once the batch commits: nothing is announced by a batch that
-    fails. Result: None.
-
-    Only stores that are a `RunWatch` take it; the engine and the client
-    write it only to those.
+    changed, once the batch commits (a batch that fails announces nothing).
+    Only a `RunWatch` store takes it. Result: None.
 
     Attributes:
       run_id: The run.

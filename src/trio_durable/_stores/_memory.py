@@ -87,6 +87,8 @@ class MemoryStore(StoreHelpers):
         # Suspended runs with no wake time: the only ones that can stall.
         self._unwoken: dict[str, None] = {}
         self._unwoken_event = trio.Event()
+        # Announcements reach the watches of engines and clients in this
+        # process (`RunWatch`).
         self._watches = LocalWatches()
         self.watch = self._watches.watch
 
@@ -271,8 +273,6 @@ class MemoryStore(StoreHelpers):
 
     def _apply_one(self, op: Op, journal: list[_Undo]) -> Any:
         match op:
-            case Announce():
-                return None
             case CreateRun(run):
                 existing = self._runs.get(run.id)
                 if existing is not None:
@@ -408,6 +408,8 @@ class MemoryStore(StoreHelpers):
             case RemoveSignalWaiter(token):
                 self._set_mapping(self._waiters, token, None, journal)
                 return None
+            case Announce():
+                return None  # published by `apply` once the batch held
             case LockRun(run_id, owner, expiry, now):
                 return self._lock(run_id, owner, expiry, now, journal) is not None
             case ReleaseRun(run_id, owner):
