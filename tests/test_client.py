@@ -209,3 +209,9 @@ async def test_a_client_cancel_cuts_the_turn_in_flight_short(
         with pytest.raises(td.RunCancelled):
             await client.result("h")
         assert trio.current_time() == 0.0
+
+
+async def test_errors_in_the_block_come_out_unwrapped(tmp_path: Path) -> None:
+    with pytest.raises(td.RunNotFoundError):
+        async with td.open_client(f"sqlite:///{tmp_path / 'e.db'}") as client:
+            await client.get("missing")

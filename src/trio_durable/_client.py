@@ -354,6 +354,7 @@ async def open_client(
         store_obj = await enter_store(stack, store)
         broker_obj = None if broker is None else await enter_broker(stack, broker)
         client = Client(store_obj, broker_obj, app, Clock(wall_clock), random.Random())
+        thrown: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
                 if isinstance(store_obj, RunWatch):
@@ -364,7 +365,18 @@ async def open_client(
                         ends_delivery(client._endings),
                         name="trio_durable client watch",
                     )
-                yield client
-                nursery.cancel_scope.cancel()
+                try:
+                    yield client
+                except BaseException as exc:
+                    thrown = exc
+                    raise
+                finally:
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # What the block raised comes out as it was raised, not wrapped
+            # in the group of the nursery that only held the watch.
+            if thrown is not None and list(group.exceptions) == [thrown]:
+                raise thrown from None
+            raise
         finally:
             client._closed = True

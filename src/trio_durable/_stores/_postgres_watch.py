@@ -79,17 +79,22 @@ def _read(conn: psycopg.Connection[Any], origin: str) -> list[Announce]:
     pgconn.consume_input()
     found: list[Announce] = []
     while (notify := pgconn.notifies()) is not None:
-        data = json.loads(notify.extra)
-        if data["o"] != origin:
-            found.append(
-                Announce(
-                    run_id=data["r"],
-                    kind=data["k"],
-                    workflow=data["w"],
-                    version=data["v"],
-                    origin=data["o"],
-                )
+        try:
+            data = json.loads(notify.extra)
+            announced = Announce(
+                run_id=str(data["r"]),
+                kind=data["k"],
+                workflow=data["w"],
+                version=data["v"],
+                origin=str(data["o"]),
             )
+        except (ValueError, KeyError, TypeError):
+            # Not one of ours (someone else's NOTIFY on the channel): a
+            # stray message must not stop the watch.
+            logger.warning("ignored a notification that is no announcement: %r", notify.extra)
+            continue
+        if announced.origin != origin:
+            found.append(announced)
     return found
 
 
