@@ -72,7 +72,7 @@ async def test_client_with_app_checks_and_types(autojump_clock: trio.abc.Clock) 
         td.open_client(store, app=app, wall_clock=fixed_wall) as client,
     ):
         with pytest.raises(td.InvalidArgumentsError):
-            await client.start(total, Order("a", 2))  # type: ignore[call-overload]
+            await client.start(total, Order("a", 2))  # type: ignore[arg-type]
         with pytest.raises(td.UnknownWorkflowError):
             await client.start("nope")
         handle = await client.start(total, Order("a", 2), 2.0, run_id="t2")
@@ -155,3 +155,63 @@ async def test_unreachable_store(tmp_path: Path) -> None:
     with pytest.raises(td.UsageError):
         async with td.open_client("memory://", app="app"):  # type: ignore[arg-type]
             pass  # pragma: no cover
+
+
+@app.step()
+async def held(key: str) -> str:
+    entered.set()
+    await trio.sleep_forever()
+    return key  # pragma: no cover
+
+
+entered = trio.Event()
+
+
+@app.workflow()
+async def holding(ctx: td.Context) -> str:
+    return await ctx.step(held, "k")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_client_signal_wakes_the_run_at_once_in_virtual_time(
+    autojump_clock: trio.abc.Clock, kind: str, tmp_path: Path
+) -> None:
+    # Without the announcement the run would sleep until a reconcile pass
+    # (60 s of virtual time) found it stalled.
+    store: str | td.Store = (
+        td.MemoryStore() if kind == "memory" else f"sqlite:///{tmp_path / 'w.db'}"
+    )
+    async with (
+        td.open_engine(app, store=store, seed=1, wall_clock=fixed_wall) as engine,
+        td.open_client(store, wall_clock=fixed_wall) as client,
+    ):
+        await engine.start(wait_go, run_id="w")
+        await engine.drain()
+        await client.signal("w", "go", "now")
+        assert await client.result("w") == "now"
+        assert trio.current_time() == 0.0
+
+
+async def test_a_client_cancel_cuts_the_turn_in_flight_short(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    global entered
+    entered = trio.Event()
+    store = td.MemoryStore()
+    async with (
+        td.open_engine(app, store=store, seed=1, wall_clock=fixed_wall) as engine,
+        td.open_client(store, wall_clock=fixed_wall) as client,
+    ):
+        await engine.start(holding, run_id="h")
+        # The step holds the turn (and the lease) for good.
+        await entered.wait()
+        await client.cancel("h")
+        with pytest.raises(td.RunCancelled):
+            await client.result("h")
+        assert trio.current_time() == 0.0
+
+
+async def test_errors_in_the_block_come_out_unwrapped(tmp_path: Path) -> None:
+    with pytest.raises(td.RunNotFoundError):
+        async with td.open_client(f"sqlite:///{tmp_path / 'e.db'}") as client:
+            await client.get("missing")

@@ -99,6 +99,8 @@ def test_the_store_sdk_is_pinned() -> None:
 
     assert sorted(stores.__all__) == [
         "AdmitToQueue",
+        "Announce",
+        "AnnounceKind",
         "ChangeFeed",
         "CheckpointKind",
         "CheckpointStatus",
@@ -116,6 +118,7 @@ def test_the_store_sdk_is_pinned() -> None:
         "RescheduleCheckpoint",
         "RunFilter",
         "RunStatus",
+        "RunWatch",
         "STALL_IGNORED_PREFIX",
         "SettleCheckpoint",
         "Store",

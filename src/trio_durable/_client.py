@@ -10,9 +10,10 @@ learns of the write at once (see docs/client.md).
 
 from __future__ import annotations
 
+import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import Any, Concatenate, final, overload
@@ -33,7 +34,8 @@ from ._records import DEFAULT_NAMESPACE, Run
 from ._run_queries import RunQueries
 from ._runs import Endings, await_end, create_run, new_run, outcome
 from ._stores import enter_store
-from ._stores._base import Store
+from ._stores._base import Op, RunWatch, Store
+from ._wakes import announce, announces_ends, ends_delivery, keep_watching
 
 _RESULT_POLL_INTERVAL = 1.0
 
@@ -75,7 +77,9 @@ class Client(RunQueries):
         # app, as plain JSON.
         self._types = app if app is not None else App("client")
         self._endings = Endings()
-        self._poll_interval = _RESULT_POLL_INTERVAL
+        # Where engines announce ends, `result` waits for the announcement
+        # alone; elsewhere it reads the run again now and then.
+        self._poll_interval = math.inf if announces_ends(store) else _RESULT_POLL_INTERVAL
         self._closed = False
 
     def _check_open(self) -> None:
@@ -226,7 +230,9 @@ class Client(RunQueries):
         """
         self._check_open()
         new = new_run(self.app, workflow, args, run_id, namespace, tags)
-        stored, _ = await create_run(self.store, self._rng, self.clock.now(), new)
+        stored, _ = await create_run(
+            self.store, self._rng, self.clock.now(), new, also=lambda run: self._wake([run])
+        )
         return RunHandle.of(stored, self)
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
@@ -265,7 +271,7 @@ class Client(RunQueries):
           UsageError: ``name`` is not a non-empty string.
         """
         self._check_open()
-        await signal_run(self.store, self.clock.now(), run_id, name, payload, namespace)
+        await signal_run(self.store, self.clock.now(), run_id, name, payload, namespace, self._wake)
 
     async def cancel(
         self, run_id: str, *, compensate: bool = False, namespace: str | None = None
@@ -277,7 +283,14 @@ class Client(RunQueries):
           InvalidRunStateError: The run already ended.
         """
         self._check_open()
-        await cancel_run(self.store, self.clock.now(), run_id, compensate, namespace)
+        await cancel_run(
+            self.store,
+            self.clock.now(),
+            run_id,
+            compensate,
+            namespace,
+            lambda runs: announce(self.store, self.client_id, "cancel", runs),
+        )
 
     async def retry(self, run_id: str, *, namespace: str | None = None) -> Run:
         """Run a failed or dead run's body again from its checkpoints (see
@@ -288,8 +301,13 @@ class Client(RunQueries):
           InvalidRunStateError: The run is not failed or dead; nothing changed.
         """
         self._check_open()
-        await retry_run(self.store, self._types, self.clock.now(), run_id, namespace)
+        await retry_run(self.store, self._types, self.clock.now(), run_id, namespace, self._wake)
         return await self.get(run_id)
+
+    def _wake(self, runs: Sequence[Run]) -> list[Op]:
+        """Announce, with a write that wakes them, runs for an engine to
+        take at once."""
+        return announce(self.store, self.client_id, "wake", runs)
 
     def _need_broker(self) -> Broker:
         if self.broker is None:
@@ -347,7 +365,29 @@ async def open_client(
         store_obj = await enter_store(stack, store)
         broker_obj = None if broker is None else await enter_broker(stack, broker)
         client = Client(store_obj, broker_obj, app, Clock(wall_clock), random.Random())
+        thrown: BaseException | None = None
         try:
-            yield client
+            async with trio.open_nursery() as nursery:
+                if isinstance(store_obj, RunWatch):
+                    await nursery.start(
+                        keep_watching,
+                        store_obj,
+                        client.client_id,
+                        ends_delivery(client._endings),
+                        name="trio_durable client watch",
+                    )
+                try:
+                    yield client
+                except BaseException as exc:
+                    thrown = exc
+                    raise
+                finally:
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # What the block raised comes out as it was raised, not wrapped
+            # in the group of the nursery that only held the watch.
+            if thrown is not None and list(group.exceptions) == [thrown]:
+                raise thrown from None
+            raise
         finally:
             client._closed = True

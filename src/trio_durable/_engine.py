@@ -43,8 +43,9 @@ from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
 from ._scheduler import drain
 from ._stores import enter_store
-from ._stores._base import Store
+from ._stores._base import Op, Store
 from ._views import Retention
+from ._wakes import announce, serves
 from ._worker import check_group_routes, worker_metrics
 
 logger = logging.getLogger("trio_durable")
@@ -264,7 +265,9 @@ class Engine(RunQueries):
         """Send the signal ``name`` with ``payload`` to a run.
 
         If the run is waiting for it, the run resumes; otherwise the signal is
-        buffered for its next wait of that name and never lost.
+        buffered for its next wait of that name and never lost. A run whose
+        workflow this engine's app lacks is announced instead, for an engine
+        that has it (see docs/client.md); this one takes no turn of it.
 
         Args:
           run_id: The run's id.
@@ -279,10 +282,10 @@ class Engine(RunQueries):
           SerializationError: The payload cannot be serialized.
         """
         self._rt.scheduler.check_open()
-        _, waiting = await signal_run(
-            self.store, self.clock.now(), run_id, name, payload, namespace
+        run, waiting = await signal_run(
+            self.store, self.clock.now(), run_id, name, payload, namespace, self._pass_on
         )
-        if waiting:
+        if waiting and self._serves(run):
             self._rt.scheduler.wake(run_id)
 
     async def cancel(
@@ -305,9 +308,22 @@ class Engine(RunQueries):
           InvalidRunStateError: The run already ended.
         """
         self._rt.scheduler.check_open()
-        await cancel_run(self.store, self.clock.now(), run_id, compensate, namespace)
-        self._rt.scheduler.interrupt(run_id)
-        self._rt.scheduler.wake(run_id)
+        run = await cancel_run(
+            self.store,
+            self.clock.now(),
+            run_id,
+            compensate,
+            namespace,
+            # A run this engine cannot run is announced, for an engine that
+            # can; one it can run, it cancels itself (a turn in flight on
+            # another engine then sees the cancel when it writes).
+            lambda runs: announce(
+                self.store, self.engine_id, "cancel", [r for r in runs if not self._serves(r)]
+            ),
+        )
+        if self._serves(run):
+            self._rt.scheduler.interrupt(run_id)
+            self._rt.scheduler.wake(run_id)
 
     async def retry(self, run_id: str, *, namespace: str | None = None) -> Run:
         """Run a failed or dead run's body again from its checkpoints.
@@ -329,10 +345,23 @@ class Engine(RunQueries):
           InvalidRunStateError: The run is not failed or dead; nothing changed.
         """
         self._rt.scheduler.check_open()
-        wakes = await retry_run(self.store, self.app, self.clock.now(), run_id, namespace)
+        wakes = await retry_run(
+            self.store, self.app, self.clock.now(), run_id, namespace, self._pass_on
+        )
         for wake in wakes:
-            self._rt.scheduler.wake(wake.id)
+            if self._serves(wake):
+                self._rt.scheduler.wake(wake.id)
         return await self.get(run_id)
+
+    def _serves(self, run: Run) -> bool:
+        return serves(self.app, run.workflow, run.version)
+
+    def _pass_on(self, runs: Sequence[Run]) -> list[Op]:
+        """Announce, with a write that wakes them, the runs this engine
+        cannot run (its app lacks their workflow): an engine that has it
+        takes them at once."""
+        others = [run for run in runs if not self._serves(run)]
+        return announce(self.store, self.engine_id, "wake", others)
 
     async def drain(self) -> None:
         """Wait until this engine has nothing left to do now.
@@ -461,7 +490,8 @@ async def open_engine(
       reconcile_interval: Seconds between scans for due runs when no timer is
         nearer.
       result_poll_interval: Seconds between store reads in `Engine.result`
-        for runs that end on another engine.
+        for runs that end on another engine (a backstop: on the built-in
+        stores, the other engine's announcement wakes the caller at once).
       max_recoveries: How often a run may be taken over from a dead engine
         before it is marked ``dead``.
       broker: A broker URL (``memory://`` by default) or an open `Broker`.

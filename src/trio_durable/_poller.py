@@ -109,7 +109,9 @@ async def reconcile_stalled(rt: Runtime) -> None:
             # scanning (a 30-day timer under MockClock costs no passes).
             while not store.unwoken_runs():
                 await store.unwoken_event().wait()
-        await trio.sleep(rt.options.reconcile_interval)
+        with trio.move_on_after(rt.options.reconcile_interval):
+            await scheduler.signals.rescan.wait()
+        scheduler.signals.rescan = trio.Event()
         if scheduler.draining and rt.sent.count:
             # A drain waits on tasks whose results an engine in another
             # process may have settled: look them up (only then, so an

@@ -1,11 +1,13 @@
 """Runs as their callers see them: starting one, waiting for its end, and
 the value or exception it ends with.
 
-A run is started idempotently by id, created already leased to the engine
-that starts it, so its first turn needs no write of its own. A caller of
-`Engine.result` waits for the end: on a store whose writers all share this
-process, for the store's own end event; elsewhere for the engine that ends
-the run here to say so (`Endings`), or for the next read of the store.
+A run is started idempotently by id (by `Engine.start`, created already
+leased to the engine that starts it, so its first turn needs no write of
+its own; by `Client.start`, leased to none). A caller of `result` waits for
+the end: on a store whose writers all share this process, for the store's
+own end event; elsewhere for the engine that ends the run here, or the
+announcement of an engine elsewhere (`_wakes`), to say so (`Endings`), or
+for the next read of the store.
 """
 
 from __future__ import annotations
@@ -68,6 +70,13 @@ class Endings:
         does not exist); its other waiters wake and read the row too."""
         if not ending.event.is_set() and self._waiting.get(run_id) is ending:
             del self._waiting[run_id]
+            ending.event.set()
+
+    def recheck(self) -> None:
+        """Wake every waiter to read its run again (an end may have gone
+        unannounced)."""
+        waiting, self._waiting = self._waiting, {}
+        for ending in waiting.values():
             ending.event.set()
 
     def ended(self, run_id: str, run: Run | None = None) -> None:

@@ -33,8 +33,9 @@ from ._runs import Endings
 from ._scheduler import Scheduler
 from ._sent import SentTasks
 from ._settle import consume_results
-from ._stores._base import ReleaseRun
+from ._stores._base import ReleaseRun, RunWatch
 from ._turn import Turns
+from ._wakes import engine_delivery, keep_watching
 from ._worker import Worker, open_worker
 
 if TYPE_CHECKING:
@@ -160,6 +161,14 @@ async def open_runtime(
                 rt = _assemble(app, store, broker, nursery, options, engine_id, rng, wall_clock)
                 rt.sent.join()
                 joined = rt.sent
+                if isinstance(store, RunWatch):
+                    await nursery.start(
+                        keep_watching,
+                        store,
+                        engine_id,
+                        engine_delivery(rt),
+                        name="trio_durable store watch",
+                    )
                 await nursery.start(consume_results, rt, name="trio_durable result consumer")
                 if serve:
                     rt.worker = await nursery.start(

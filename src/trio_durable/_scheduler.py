@@ -66,10 +66,13 @@ class PollerSignals:
         waits for one before it looks at a run it left queued again).
       passed: Set when the poller finished a pass.
       deadline: When the poller looks next, if nothing pokes it.
+      rescan: Set to make the reconcile pass look for stalled runs now
+        (the store's watch may have missed a wake-up).
     """
 
     def __init__(self) -> None:
         self.poke = trio.Event()
+        self.rescan = trio.Event()
         self.progress = trio.Event()
         self.passed = trio.Event()
         self.deadline = math.inf

@@ -46,6 +46,7 @@ from ._stores._base import (
     WaitSignal,
     WriteConflict,
 )
+from ._wakes import announce, announces_ends
 
 if TYPE_CHECKING:
     from ._app import Workflow
@@ -211,6 +212,9 @@ class Turn:
                     expect_status=frozenset({"running"}),
                     expect_owner=rt.engine_id,
                 ),
+                # An engine watching the store that has it takes the run
+                # at once, rather than when this backoff ends.
+                *announce(rt.store, rt.engine_id, "wake", [run]),
             )
             return
         wf = rt.app.get_workflow(run.workflow, run.version)
@@ -466,7 +470,12 @@ class Turn:
                 {"status": status, "output": output, "error": error, "wake_at": None}, expect
             )
         ]
+        if announces_ends(rt.store):
+            # For callers of `result` in other processes.
+            ops.extend(announce(rt.store, rt.engine_id, "end", [run]))
+        settles_parent = False
         if run.parent_id is not None and run.parent_seq is not None:
+            settles_parent = True
             ops.append(
                 SettleCheckpoint(
                     run.parent_id,
@@ -505,7 +514,7 @@ class Turn:
                 lease_expiry=None,
             ),
         )
-        if len(ops) == 2:
+        if settles_parent:
             settled = results[-1]
             if settled is not None:
                 for parent in await join_barrier(rt.store, [settled]):

@@ -17,6 +17,8 @@ from ._records import RunFilter as RunFilter
 from ._records import RunStatus as RunStatus
 from ._stores._base import STALL_IGNORED_PREFIX as STALL_IGNORED_PREFIX
 from ._stores._base import AdmitToQueue as AdmitToQueue
+from ._stores._base import Announce as Announce
+from ._stores._base import AnnounceKind as AnnounceKind
 from ._stores._base import ChangeFeed as ChangeFeed
 from ._stores._base import ClaimCheckpoint as ClaimCheckpoint
 from ._stores._base import CreateRun as CreateRun
@@ -29,6 +31,7 @@ from ._stores._base import ReleaseQueueSlot as ReleaseQueueSlot
 from ._stores._base import ReleaseRun as ReleaseRun
 from ._stores._base import RemoveSignalWaiter as RemoveSignalWaiter
 from ._stores._base import RescheduleCheckpoint as RescheduleCheckpoint
+from ._stores._base import RunWatch as RunWatch
 from ._stores._base import SettleCheckpoint as SettleCheckpoint
 from ._stores._base import Store as Store
 from ._stores._base import StoreHelpers as StoreHelpers
@@ -43,6 +46,8 @@ __all__ = [
     "STALL_IGNORED_PREFIX",
     "TERMINAL_STATUSES",
     "AdmitToQueue",
+    "Announce",
+    "AnnounceKind",
     "ChangeFeed",
     "CheckpointKind",
     "CheckpointStatus",
@@ -60,6 +65,7 @@ __all__ = [
     "RescheduleCheckpoint",
     "RunFilter",
     "RunStatus",
+    "RunWatch",
     "SettleCheckpoint",
     "Store",
     "StoreHelpers",

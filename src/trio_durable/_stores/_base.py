@@ -10,8 +10,8 @@ single-operation forms of it. Every implementation passes the conformance suite,
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Final, Protocol, final, runtime_checkable
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Final, Literal, Protocol, final, runtime_checkable
 
 import attrs
 import trio
@@ -269,6 +269,34 @@ class ReleaseRun:
     owner: str
 
 
+AnnounceKind = Literal["wake", "cancel", "end"]
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class Announce:
+    """Tell the processes watching the store (`RunWatch.watch`) that a run
+    changed, once the batch commits (a batch that fails announces nothing).
+    Only a `RunWatch` store takes it. Result: None.
+
+    Attributes:
+      run_id: The run.
+      kind: ``"wake"``: the run needs a turn (a client started, signalled or
+        retried it, or an engine that lacks its workflow passes it on);
+        ``"cancel"``: it was told to cancel (a turn in flight is cut short);
+        ``"end"``: it ended (callers waiting for its result read it).
+      workflow: Its workflow, or None if the writer does not know it.
+      version: Its version, or None.
+      origin: Who wrote it (an engine or client id); its own watch skips it.
+    """
+
+    run_id: str
+    kind: AnnounceKind
+    workflow: str | None = None
+    version: str | None = None
+    origin: str
+
+
 Op = (
     CreateRun
     | UpdateRun
@@ -284,6 +312,7 @@ Op = (
     | RemoveSignalWaiter
     | LockRun
     | ReleaseRun
+    | Announce
 )
 
 
@@ -526,6 +555,39 @@ class ChangeFeed(Protocol):
 
     def unwoken_event(self) -> trio.Event:
         """Set when a run becomes suspended with no wake time."""
+        ...
+
+
+@runtime_checkable
+class RunWatch(Protocol):
+    """A store that tells watchers, in this process and in others, of the
+    `Announce` operations other writers commit: how an engine learns at
+    once of a client's signal, cancel, start or retry, and a client of a
+    run's end.
+
+    A store that is not one still works; engines then learn of writes from
+    other processes only through their periodic scans.
+    """
+
+    async def watch(
+        self,
+        origin: str,
+        deliver: Callable[[Sequence[Announce] | None], None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Call ``deliver`` with the announcements committed by writers
+        other than ``origin``, in commit order, until cancelled.
+
+        ``task_status.started()`` is called once watching: every
+        announcement committed after it is delivered, at most once. If some
+        may have been missed (the connection to the database was lost and
+        made again), ``deliver(None)`` says so: the caller rescans what it
+        watches. ``deliver`` is called on the Trio thread and must not block.
+
+        Raises:
+          StoreError: The store cannot be watched when it starts.
+        """
         ...
 
 

@@ -26,6 +26,7 @@ from .._urls import mask_url
 from ._base import (
     STALL_IGNORED_PREFIX,
     AdmitToQueue,
+    Announce,
     ClaimCheckpoint,
     CreateRun,
     DeleteCheckpoints,
@@ -47,6 +48,7 @@ from ._base import (
 )
 from ._memory_queries import MemoryQueries
 from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
+from ._watch import LocalWatches
 
 _Undo = Callable[[], None]
 _instances = itertools.count(1)
@@ -86,6 +88,10 @@ class MemoryStore(MemoryQueries, StoreHelpers):
         # Suspended runs with no wake time: the only ones that can stall.
         self._unwoken: dict[str, None] = {}
         self._unwoken_event = trio.Event()
+        # Announcements reach the watches of engines and clients in this
+        # process (`RunWatch`).
+        self._watches = LocalWatches()
+        self.watch = self._watches.watch
 
     # -- change feed ----------------------------------------------------------
     # Engines sharing this store live in this process, so instead of polling
@@ -263,6 +269,7 @@ class MemoryStore(MemoryQueries, StoreHelpers):
         self._stats.batches += 1
         self._stats.ops += len(ops)
         self._stats.transactions += 1
+        self._watches.publish([op for op in ops if isinstance(op, Announce)])
         return results
 
     def _apply_one(self, op: Op, journal: list[_Undo]) -> Any:
@@ -402,6 +409,8 @@ class MemoryStore(MemoryQueries, StoreHelpers):
             case RemoveSignalWaiter(token):
                 self._set_mapping(self._waiters, token, None, journal)
                 return None
+            case Announce():
+                return None  # published by `apply` once the batch held
             case LockRun(run_id, owner, expiry, now):
                 return self._lock(run_id, owner, expiry, now, journal) is not None
             case ReleaseRun(run_id, owner):

@@ -39,7 +39,9 @@ from .._urls import scrub
 from ._group_commit import GroupCommit, Job
 from ._postgres_ops import DIALECT, LOCK_RUNS
 from ._postgres_schema import close_all, connect, open_first, parse_url
+from ._postgres_watch import watch_postgres
 from ._sql_store import SQLStore
+from ._watch import Deliver
 
 logger = logging.getLogger("trio_durable")
 
@@ -97,6 +99,17 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
         self._limiter = trio.CapacityLimiter(pool_size)
         self._dialect = DIALECT
         self._commit = GroupCommit(self._trip, self._close, self._store_error, max_trips=pool_size)
+
+    async def watch(
+        self,
+        origin: str,
+        deliver: Deliver,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """See `RunWatch.watch`: ``LISTEN`` on a connection of its own,
+        connected again when lost (see `._postgres_watch`)."""
+        await watch_postgres(self._conninfo, self.schema, self.url, origin, deliver, task_status)
 
     def _store_error(self, error: BaseException) -> StoreError | None:
         # A value the database cannot hold (a string with a lone surrogate)

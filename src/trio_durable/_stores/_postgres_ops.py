@@ -22,6 +22,7 @@ from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, dum
 from . import _base
 from ._base import Op, TurnState, WriteConflict
 from ._group_commit import Counts
+from ._postgres_watch import write_announcement
 
 # The row codecs are shared with the SQLite store: both keep the same columns.
 from ._rows import (
@@ -411,6 +412,7 @@ _OPS: Final[dict[type[Any], Callable[[psycopg.Cursor[Any], Any], Any]]] = {
     _base.RemoveSignalWaiter: _remove_signal_waiter,
     _base.LockRun: _lock_run,
     _base.ReleaseRun: _release_run,
+    _base.Announce: write_announcement,
 }
 
 
@@ -459,6 +461,9 @@ def runs_written(ops: Sequence[Op]) -> tuple[str, ...]:
             runs.append(op.run.id)
         elif isinstance(op, _base.PutCheckpoint | _base.ClaimCheckpoint):
             runs.append(op.checkpoint.run_id)
+        elif isinstance(op, _base.Announce):
+            # Writes no row: a NOTIFY.
+            continue
         else:
             # Unknown objects are refused later, inside the transaction.
             run_id = getattr(op, "run_id", None)

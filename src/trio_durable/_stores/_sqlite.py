@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, final
 
@@ -45,10 +45,13 @@ import trio
 from trio._core._run import SystemClock as _SystemClock
 
 from .._exceptions import StoreError
+from ._base import Announce, Op
 from ._group_commit import GroupCommit, Job
 from ._sql_store import SQLStore
 from ._sqlite_ops import DIALECT
-from ._sqlite_schema import connect, parse_url
+from ._sqlite_schema import WATCH_INTERVAL, connect, parse_url
+from ._sqlite_watch import local_watches, watch_sqlite
+from ._watch import Deliver
 
 
 def _threads_keep_time() -> bool:
@@ -78,10 +81,20 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
       synchronous: The ``PRAGMA synchronous`` the store runs with: ``"FULL"``
         (the default; a committed write survives a power cut) or ``"NORMAL"``
         (a power cut may lose the last commits, never corrupt the file).
+      watch_interval: Seconds between two looks of `SQLiteStore.watch` for
+        commits of other connections.
     """
 
-    def __init__(self, connection: sqlite3.Connection, *, path: str, synchronous: str) -> None:
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        *,
+        path: str,
+        synchronous: str,
+        watch_interval: float = WATCH_INTERVAL,
+    ) -> None:
         self.path = path
+        self.watch_interval = watch_interval
         # Engines sharing this file share a results queue on the broker.
         self.scope = "sqlite-" + hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]
         self.synchronous = synchronous
@@ -91,6 +104,8 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
         # False under a clock other than Trio's own: then every call runs on
         # the Trio thread (see the module's docstring).
         self._threads = _threads_keep_time()
+        # Without threads, its watch hears this process's stores alone.
+        self._local = None if self._threads else local_watches(path)
         self._dialect = DIALECT
         self._commit = GroupCommit(
             self._trip,
@@ -99,6 +114,30 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
             max_trips=1,
             gather_first=not self._threads,
         )
+
+    async def watch(
+        self,
+        origin: str,
+        deliver: Deliver,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """See `RunWatch.watch`: announcements of other connections to this
+        file, looked for every ``watch_interval`` (see `._sqlite_watch`);
+        under a clock other than Trio's own, those of this process's stores
+        alone."""
+        if self._local is not None:
+            await self._local.watch(origin, deliver, task_status=task_status)
+        else:
+            await watch_sqlite(self.path, self.watch_interval, origin, deliver, task_status)
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        results = await super().apply(ops)
+        if self._local is not None:
+            announced = [op for op in ops if isinstance(op, Announce)]
+            if announced:
+                self._local.publish(announced)
+        return results
 
     async def _close(self) -> None:
         try:
@@ -183,14 +222,16 @@ async def open_sqlite_store(url: str) -> AsyncIterator[SQLiteStore]:
       url: ``sqlite:///relative/path.db`` (three slashes) or
         ``sqlite:////absolute/path.db`` (four). The one option,
         ``?synchronous=NORMAL``, trades the last commits before a power cut
-        for fewer fsyncs.
+        for fewer fsyncs; ``?watch_interval=SECONDS`` (0.001 to 10, default
+        0.01) sets how often engines and clients look for other processes'
+        writes.
 
     Raises:
       InvalidURLError: The URL is malformed or has an unsupported option.
       StoreError: The file cannot be opened, is not a database, or has a
         schema newer than this version of trio-durable knows.
     """
-    path, synchronous = parse_url(url)
+    path, synchronous, watch_interval = parse_url(url)
     try:
         if _threads_keep_time():
             connection = await trio.to_thread.run_sync(connect, path, synchronous)
@@ -201,7 +242,9 @@ async def open_sqlite_store(url: str) -> AsyncIterator[SQLiteStore]:
             connection = connect(path, synchronous)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from exc
-    store = SQLiteStore(connection, path=path, synchronous=synchronous)
+    store = SQLiteStore(
+        connection, path=path, synchronous=synchronous, watch_interval=watch_interval
+    )
     try:
         yield store
     finally:

@@ -41,6 +41,7 @@ from ._rows import (
 )
 from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
 from ._sql_store import Dialect
+from ._sqlite_watch import write_announcement
 
 # A run is its runs row joined with its input.
 _RUNS: Final = "runs r JOIN run_inputs i ON i.run_id = r.id"
@@ -393,6 +394,7 @@ _OPS: Final[dict[type[Any], Callable[[sqlite3.Cursor, Any], Any]]] = {
     _base.RemoveSignalWaiter: _remove_signal_waiter,
     _base.LockRun: _lock_run,
     _base.ReleaseRun: _release_run,
+    _base.Announce: write_announcement,
 }
 
 

@@ -10,6 +10,7 @@ this code.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -22,8 +23,14 @@ SCHEMA_VERSION: Final = 3
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
 indexed the queries of `Store.find_runs` (``run_tags`` and the indexes of
-runs by status, workflow, namespace and end). An older file is migrated when
-it is opened."""
+runs by status, workflow, namespace and end) and added ``announcements``. An
+older file is migrated when it is opened."""
+
+WATCH_INTERVAL: Final = 0.01
+"""Seconds between two looks of a store's watch for commits of other
+connections (``PRAGMA data_version``), unless the URL says otherwise."""
+
+_WATCH_INTERVAL_RANGE: Final = (0.001, 10.0)
 
 BUSY_TIMEOUT: Final = 10.0
 """Seconds a statement waits for another process's lock before failing."""
@@ -187,6 +194,20 @@ _SCHEMA: Final = (
     )
     """,
     "CREATE INDEX IF NOT EXISTS queue_waiters_line ON queue_waiters (queue, priority DESC, at, id)",
+    # What writers announce to the watches of other processes (see
+    # `._sqlite_watch`): read by id since the last one seen, trimmed by the
+    # writers. AUTOINCREMENT, so an id is never used twice (a watch that
+    # saw id n must never miss a later row numbered n).
+    """
+    CREATE TABLE IF NOT EXISTS announcements (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        workflow TEXT,
+        version TEXT,
+        origin TEXT NOT NULL
+    )
+    """,
 )
 
 _MIGRATIONS: Final = {
@@ -196,7 +217,8 @@ _MIGRATIONS: Final = {
         "ALTER TABLE runs DROP COLUMN input",
     ),
     # From version 2: the tags of the runs already there (the triggers see
-    # only rows written from now on).
+    # only rows written from now on); ``announcements``, a new table, the
+    # schema creates.
     2: (
         "INSERT OR IGNORE INTO run_tags (tag, created_at, run_id)"
         " SELECT j.value, r.created_at, r.id FROM runs r, json_each(r.tags) j"
@@ -205,8 +227,9 @@ _MIGRATIONS: Final = {
 }
 
 
-def parse_url(url: str) -> tuple[str, str]:
-    """The file path and synchronous mode a ``sqlite://`` URL names."""
+def parse_url(url: str) -> tuple[str, str, float]:
+    """The file path, synchronous mode and watch interval a ``sqlite://``
+    URL names."""
     usage = "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
     # Messages show the URL masked and never quote what urllib says about it
     # (a password with an unencoded '#' or '/' would be split across parts).
@@ -229,25 +252,43 @@ def parse_url(url: str) -> tuple[str, str]:
             f"the sqlite URL {shown!r} must name a file (for an in-memory store use memory://)"
         )
     synchronous = "FULL"
+    watch_interval = WATCH_INTERVAL
     try:
         options = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError:
         raise InvalidURLError(f"malformed query in the sqlite URL {shown!r}") from None
     seen: set[str] = set()
     for name, value in options:
-        if name != "synchronous" or name in seen:
+        if name not in ("synchronous", "watch_interval") or name in seen:
             raise InvalidURLError(
                 f"unsupported option {name!r} in the sqlite URL {shown!r}"
-                " (the only option is synchronous=NORMAL)"
+                " (the options are synchronous=NORMAL and watch_interval=SECONDS)"
             )
         seen.add(name)
+        if name == "watch_interval":
+            watch_interval = _interval(value, shown)
+            continue
         synchronous = value.upper()
         if synchronous not in _SYNCHRONOUS_MODES:
             raise InvalidURLError(
                 f"synchronous={value!r} in the sqlite URL {shown!r} is not supported"
                 " (FULL, the default, or NORMAL)"
             )
-    return path, synchronous
+    return path, synchronous, watch_interval
+
+
+def _interval(value: str, shown: str) -> float:
+    low, high = _WATCH_INTERVAL_RANGE
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not low <= seconds <= high:
+        raise InvalidURLError(
+            f"watch_interval={value!r} in the sqlite URL {shown!r} must be a number of"
+            f" seconds from {low} to {high}"
+        )
+    return seconds
 
 
 def _read_version(cur: sqlite3.Cursor, path: str) -> int:

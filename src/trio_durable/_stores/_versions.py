@@ -60,7 +60,7 @@ async def schema_version(url: str) -> SchemaVersion:
     if url.partition("://")[0].lower() == "sqlite":
         from ._sqlite_schema import SCHEMA_VERSION, parse_url
 
-        path, _ = parse_url(url)
+        path, _, _ = parse_url(url)
         found = await trio.to_thread.run_sync(_sqlite_version, path)
         return SchemaVersion(found=found, newest=SCHEMA_VERSION)
     # Imported here: psycopg comes with the 'postgres' extra only.

@@ -15,9 +15,20 @@ in a ``conftest.py`` makes their failures explain themselves.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import trio
 
-from ..._stores._base import CreateRun, PutCheckpoint, Store, StoreStatistics
+from ..._stores._base import (
+    Announce,
+    CreateRun,
+    PutCheckpoint,
+    RunWatch,
+    Store,
+    StoreStatistics,
+    UpdateRun,
+    WriteConflict,
+)
 from ._store_checkpoints import CHECKPOINTS_CHECKS
 from ._store_queries import QUERIES_CHECKS
 from ._store_queues import QUEUES_CHECKS
@@ -143,6 +154,49 @@ async def check_calls_after_aclose_raise_closed_resource_error(
             await store.list_stalled_runs(1)
 
 
+async def check_announcements_reach_the_watches_of_other_writers(
+    factory: StoreFactory | OpenStore,
+) -> None:
+    """A store that is a `RunWatch` delivers the `Announce` operations of
+    committed batches to every watch (through another handle too), in
+    commit order, but the watch's own and those of batches that failed.
+    (A store that is no `RunWatch` passes: it takes no announcements.)"""
+    async with two_handles(factory) as (first, second):
+        if not isinstance(first, RunWatch):
+            return
+        heard: list[Announce] = []
+        latest = trio.Event()
+
+        def deliver(announced: Sequence[Announce] | None) -> None:
+            # None (some may have been missed) only follows a lost
+            # connection, which this check does not cause.
+            assert announced is not None
+            heard.extend(announced)
+            if any(item.run_id == "last" for item in announced):
+                latest.set()
+
+        def said(run_id: str, origin: str) -> Announce:
+            return Announce(run_id=run_id, kind="wake", workflow="w", version="1", origin=origin)
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(first.watch, "watcher", deliver)
+            await second.create_run(make_run("r1"))
+            await second.apply([said("r1", "writer"), said("mine", "watcher")])
+            with raises(WriteConflict):
+                await second.apply(
+                    [
+                        said("rolled-back", "writer"),
+                        UpdateRun("r1", {}, expect_status=frozenset({"completed"})),
+                    ]
+                )
+            end = Announce(run_id="r1", kind="end", origin="writer")
+            await first.apply([end, said("last", "writer")])
+            with trio.fail_after(10):
+                await latest.wait()
+            nursery.cancel_scope.cancel()
+        assert heard == [said("r1", "writer"), end, said("last", "writer")]
+
+
 STORE_CHECKS: tuple[StoreCheck, ...] = (
     check_statistics_are_a_live_store_statistics,
     *RUNS_CHECKS,
@@ -151,6 +205,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     *SIGNALS_CHECKS,
     *QUERIES_CHECKS,
     check_handles_share_one_store,
+    check_announcements_reach_the_watches_of_other_writers,
     check_statistics_count_rows_read,
     check_calls_after_aclose_raise_closed_resource_error,
 )

@@ -1,0 +1,158 @@
+"""Wake-ups across processes: announcing a write to the processes watching
+the store, and acting on what others announce.
+
+A process that writes something a run needs a turn for, and cannot run the
+turn itself (a client, or an engine whose app lacks the run's workflow),
+adds an `Announce` to the batch of that write; an engine that ends a run
+announces the end, for callers of ``result`` elsewhere. Every engine and
+client watches the store (`RunWatch.watch`: in this process for the memory
+store, ``PRAGMA data_version`` for SQLite, ``LISTEN``/``NOTIFY`` for
+PostgreSQL) in a task of its own nursery, and wakes what was announced: an
+engine the runs whose workflow it has, a caller of ``result`` the run it
+waits for. When the watch may have missed announcements, the engine
+rescans: its poller lists due runs, its reconcile pass stalled ones, and
+its callers of ``result`` read their runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final, final
+
+import trio
+
+from ._exceptions import StoreError
+from ._records import LATEST_VERSION, Run
+from ._stores._base import Announce, AnnounceKind, ChangeFeed, Op, RunWatch
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._runs import Endings
+    from ._runtime import Runtime
+    from ._stores._base import Store
+
+logger = logging.getLogger("trio_durable")
+
+_RESTART_DELAY: Final = 1.0
+"""Seconds before a watch that failed is started again."""
+
+Deliver = Callable[[Sequence[Announce] | None], None]
+
+
+def announce(store: Store, origin: str, kind: AnnounceKind, runs: Sequence[Run]) -> list[Op]:
+    """The operations that announce ``runs`` to the store's watchers (none
+    for a store that is not a `RunWatch`)."""
+    if not isinstance(store, RunWatch):
+        return []
+    return [
+        Announce(
+            run_id=run.id, kind=kind, workflow=run.workflow, version=run.version, origin=origin
+        )
+        for run in runs
+    ]
+
+
+def announces_ends(store: Store) -> bool:
+    """Whether a run's end is announced: on a `RunWatch` store whose
+    writers may live in other processes (a `ChangeFeed` store tells this
+    process's callers of ``result`` itself)."""
+    return isinstance(store, RunWatch) and not isinstance(store, ChangeFeed)
+
+
+def serves(app: App, workflow: str | None, version: str | None) -> bool:
+    """Whether an engine of ``app`` can run a turn of a run of ``workflow``
+    at ``version`` (None: not known, so it may)."""
+    if workflow is None or version is None:
+        return True
+    if version == LATEST_VERSION:
+        return any(wf.name == workflow for wf in app.workflows)
+    return app.has_workflow(workflow, version)
+
+
+def ends_delivery(endings: Endings) -> Deliver:
+    """What a client's watch does with announcements: wake the callers of
+    ``result`` waiting for a run that ended (all of them to read again, if
+    some were missed)."""
+
+    def deliver(announced: Sequence[Announce] | None) -> None:
+        if announced is None:
+            endings.recheck()
+            return
+        for item in announced:
+            if item.kind == "end":
+                endings.ended(item.run_id)
+
+    return deliver
+
+
+def engine_delivery(rt: Runtime) -> Deliver:
+    """What an engine's watch does with announcements: wake the runs it can
+    run (cutting short the turn in flight of a run told to cancel), and the
+    callers of ``result`` waiting for a run that ended."""
+    scheduler, endings = rt.scheduler, rt.endings
+
+    def deliver(announced: Sequence[Announce] | None) -> None:
+        if announced is None:
+            signals = scheduler.signals
+            signals.poke.set()
+            signals.rescan.set()
+            endings.recheck()
+            return
+        for item in announced:
+            if item.kind == "end":
+                endings.ended(item.run_id)
+            elif serves(rt.app, item.workflow, item.version):
+                if item.kind == "cancel":
+                    scheduler.interrupt(item.run_id)
+                scheduler.wake(item.run_id)
+
+    return deliver
+
+
+@final
+class _Started:
+    """A task status that passes on the first start, and calls ``again`` on
+    each later one (a watch started again after it failed)."""
+
+    def __init__(self, first: trio.TaskStatus[None], again: Callable[[], None]) -> None:
+        self._first: trio.TaskStatus[None] | None = first
+        self._again = again
+
+    @property
+    def passed(self) -> bool:
+        """Whether the first start was passed on."""
+        return self._first is None
+
+    def started(self, value: None = None) -> None:
+        if self._first is not None:
+            first, self._first = self._first, None
+            first.started()
+        else:
+            self._again()
+
+
+async def keep_watching(
+    store: RunWatch,
+    origin: str,
+    deliver: Deliver,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the store's watch until cancelled, starting it again if it fails
+    after it started (and telling ``deliver`` that some announcements may
+    have been missed, once it watches again).
+
+    Raises:
+      StoreError: The watch failed before it started.
+    """
+    status = _Started(task_status, lambda: deliver(None))
+    while True:
+        try:
+            await store.watch(origin, deliver, task_status=status)
+            return
+        except StoreError as exc:
+            if not status.passed:
+                raise
+            logger.warning("watching the store failed (%s); watching again", exc)
+        await trio.sleep(_RESTART_DELAY)
