@@ -58,7 +58,7 @@ def one_error_line(result: Result) -> str:
 def test_help_lists_the_commands() -> None:
     result = invoke(["--help"])
     assert result.exit_code == 0
-    for command in ("engine", "worker", "workers", "simulate"):
+    for command in ("engine", "worker", "workers", "simulate", "runs", "migrate"):
         assert re.search(rf"^  {command} ", result.stdout, re.M), result.stdout
 
 

@@ -132,7 +132,7 @@ async def test_runs_operated_through_the_command(
 
         def shown(text: str) -> str:
             # The transcript shows stable names, not this run's temporary ones.
-            for value, name in ((str(tmp_path), "/srv"), (token, "7f3a9c")):
+            for value, name in ((str(tmp_path), "/srv"), (f"-{token}", "-7")):
                 text = text.replace(value, name)
             return text
 
@@ -162,8 +162,16 @@ async def test_runs_operated_through_the_command(
                 env={"TRIO_DURABLE_BROKER": broker},
             ) as worker,
         ):
-            await engine.wait_for(f"engine {engine_id} ready: app ops")
-            await worker.wait_for(f"worker {worker_id} ready")
+            ready = await engine.wait_for(f"engine {engine_id} ready: app ops")
+            sh.transcript.append(
+                shown(f"$ trio-durable engine {APP} --engine-id {engine_id} &\n{ready}")
+            )
+            ready = await worker.wait_for(f"worker {worker_id} ready")
+            sh.transcript.append(
+                shown(
+                    f"$ trio-durable worker {APP} --groups {route} --instance-id {worker_id} &\n{ready}"
+                )
+            )
 
             # -- start ------------------------------------------------------------------
             starts = {
@@ -178,7 +186,7 @@ async def test_runs_operated_through_the_command(
                 args = ("runs", "start", workflow, "--input", inputs, "--run-id", ids[key])
                 done = await sh(*args, "--namespace", ns, "--tag", "cli", "--tag", key)
                 assert done.status == 0, done.err
-                assert done.out.startswith(f"started run {ids[key]} ({workflow}, namespace {ns})")
+                assert done.out.startswith(f"started: run {ids[key]} ({workflow}, namespace {ns})")
             # Starting an existing id again writes nothing and prints the run.
             started = await sh(
                 *("runs", "start", "doubled", "--input", "[21]", "--run-id", ids["doubled"]),
@@ -232,7 +240,7 @@ async def test_runs_operated_through_the_command(
             # -- signal, history ------------------------------------------------------------
             done = await sh("runs", "signal", ids["approval"], "approve", "--payload", '"ada"')
             assert done.status == 0, done.err
-            assert done.out.startswith(f"sent signal 'approve' to run {ids['approval']}")
+            assert done.out.startswith(f"signal 'approve' sent: run {ids['approval']}")
             done = await sh("runs", "result", ids["approval"], "--wait", "--json")
             assert done.json()["output"] == "order-1 approved by ada"
             history = (await sh("runs", "history", ids["approval"], "--json")).json()
@@ -297,6 +305,17 @@ async def test_runs_operated_through_the_command(
             # -- SIGTERM: the engine and the worker drain and exit 0 ----------------------
             assert await worker.stop(signal.SIGTERM) == 0
             assert await engine.stop(signal.SIGTERM) == 0
+            sh.transcript.append(
+                shown(
+                    "$ kill -TERM %2 %1; wait\n"
+                    + "\n".join(
+                        line
+                        for process in (worker, engine)
+                        for line in process.lines
+                        if line.startswith("trio-durable: ") and "ready" not in line
+                    )
+                )
+            )
         for process, name in ((worker, f"worker {worker_id}"), (engine, f"engine {engine_id}")):
             assert f"trio-durable: {name} draining (SIGTERM), for at most 30 s" in process.lines
             assert f"trio-durable: {name} stopped" in process.lines

@@ -334,7 +334,7 @@ def start_command(
     if as_json:
         print_json(document(handle))
     else:
-        click.echo(f"started {run_line(handle)}")
+        click.echo(f"started: {run_line(handle)}")
 
 
 @runs_group.command("result", short_help="A run's output (with --wait, once it ends).")
@@ -431,7 +431,7 @@ def signal_command(
     if as_json:
         print_json({"signal": name, "payload": payload, "run": document(run)})
     else:
-        click.echo(f"sent signal {name!r} to {run_line(run)}")
+        click.echo(f"signal {name!r} sent: {run_line(run)}")
 
 
 @runs_group.command("cancel", short_help="Cancel a run and the children it awaits.")
