@@ -139,8 +139,9 @@ def _entry_row(entry: HistoryEntry, origin: float) -> list[Any]:
         # Failed attempts before the one that succeeded.
         error = f"{len(entry.errors)} failed attempt(s), last: {error_text(entry.errors[-1])}"
     name = entry.name
-    if entry.parallel_size:
-        name = f"{name} [{entry.parallel_group} of {entry.parallel_size}]"
+    if entry.parallel_size and entry.parallel_group is not None:
+        # A fan member: its place in the fan (which starts at parallel_group).
+        name = f"{name} [{entry.seq - entry.parallel_group + 1} of {entry.parallel_size}]"
     at, took = _at(origin, entry.started_at or entry.enqueued_at, entry.finished_at)
     return [
         entry.seq,
