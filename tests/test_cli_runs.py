@@ -7,7 +7,11 @@ tests/integration/test_cli_operations.py.)"""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -256,3 +260,91 @@ def test_result_of_ended_runs(store: dict[str, str]) -> None:
     document = json.loads(result.stdout)
     assert (document["status"], document["error"]["code"]) == ("failed", "missing_file")
     assert document["input"] == [document["input"][0]]
+
+
+def test_list_show_and_history(store: dict[str, str]) -> None:
+    result = invoke(["runs", "list", "--facets", "--json"], env=store)
+    assert result.exit_code == 0, result.output
+    page = json.loads(result.stdout)
+    assert [r["id"] for r in page["runs"]] == ["needs-1", "doubled-1", "approval-1"]
+    assert page["facets"] == {"completed": 1, "failed": 1, "suspended": 1}
+    assert page["runs"][1]["input"] == [21]
+    assert page["runs"][1]["output"] == 42
+    result = invoke(["runs", "list", "--tag", "vip", "--status", "suspended,failed"], env=store)
+    assert result.exit_code == 0, result.output
+    assert "approval-1" in result.stdout
+    assert "doubled-1" not in result.stdout
+    result = invoke(["runs", "list", "--limit", "1"], env=store)
+    assert "More: add --cursor " in result.stdout
+    result = invoke(["runs", "list", "--created-before", "2000-01-01"], env=store)
+    assert result.stdout == "No runs match.\n"
+
+    result = invoke(["runs", "history", "needs-1", "--json"], env=store)
+    assert result.exit_code == 0, result.output
+    history = json.loads(result.stdout)
+    (entry,) = history["entries"]
+    assert (entry["kind"], entry["name"], entry["status"]) == ("local", "read_file", "failed")
+    assert entry["error"]["code"] == "missing_file"
+    assert "Traceback" in entry["error"]["traceback"]
+    result = invoke(["runs", "history", "approval-1"], env=store)
+    assert "│ 1   │ signal │ approve │ pending" in result.stdout
+
+    result = invoke(["runs", "show", "doubled-1"], env=store)
+    assert result.exit_code == 0, result.output
+    assert "Run doubled-1" in result.stdout
+    assert "│ 1   │ remote │ double │ completed │ 1" in result.stdout
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """Run the command with stderr on a pseudo-terminal: its exit status,
+    stdout, and what the terminal showed."""
+    leader, follower = os.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trio_durable", *args],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        cwd=ROOT,
+        env={**os.environ, **env, "TERM": "xterm-256color", "COLUMNS": "100"},
+    )
+    os.close(follower)
+    terminal = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        terminal += chunk
+    os.close(leader)
+    assert process.stdout is not None
+    out = process.stdout.read().decode()
+    process.stdout.close()
+    return process.wait(timeout=120), out, terminal.decode(errors="replace")
+
+
+def test_result_wait_shows_progress_on_a_terminal(store: dict[str, str]) -> None:
+    status, out, terminal = _on_a_terminal(
+        ["runs", "result", "approval-1", "--wait", "--timeout", "1"], store
+    )
+    assert status == 1
+    assert out == "run approval-1 (approval, namespace default) is suspended\n"
+    assert "waiting for run approval-1: suspended" in terminal
+    assert "did not end within 1 s" in terminal
+
+
+def test_prune_counts_on_a_terminal(filled: tuple[Path, str], tmp_path: Path) -> None:
+    copy = tmp_path / "ops.db"
+    shutil.copy(filled[0], copy)
+    env = {"TRIO_DURABLE_STORE": f"sqlite:///{copy}"}
+    status, out, terminal = _on_a_terminal(["runs", "prune", "--completed", "0"], env)
+    assert status == 0
+    assert out == "pruned 1 runs (completed older than 0s; kept: failed, cancelled, dead)\n"
+    assert "pruning runs" in terminal
+    result = invoke(["runs", "list", "--json"], env=env)
+    assert [r["id"] for r in json.loads(result.stdout)["runs"]] == ["needs-1", "approval-1"]
+    result = invoke(["runs", "prune", "--failed", "1d", "--dead", "2w", "--json"], env=env)
+    assert json.loads(result.stdout) == {
+        "pruned": 0,
+        "ages": {"completed": None, "failed": 86400.0, "cancelled": None, "dead": 1209600.0},
+    }
