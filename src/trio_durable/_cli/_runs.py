@@ -34,6 +34,7 @@ from ._common import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     CommandError,
+    F,
     counting,
     interactive,
     json_option,
@@ -59,7 +60,6 @@ APP_ENV: Final = "TRIO_DURABLE_APP"
 STATUSES: Final = get_args(RunStatus)
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group("runs", short_help="List, read, start and control runs.")
