@@ -36,12 +36,15 @@ def _dump(path: Path) -> str:
 
 
 async def _fill(store: str, flag: Path) -> None:
-    """approval-1 waits for its signal, doubled-1 completed, needs-1 failed."""
+    """approval-1 waits for its signal, doubled-1 completed, needs-1 failed,
+    fan-1 (a fan of 3 remote steps) completed."""
     app = load_app(APP)
     async with td.open_engine(app, store=store, serve=["ops"]) as engine:
         await engine.start("approval", "order-1", run_id="approval-1", tags=["vip"])
         doubled = await engine.start("doubled", 21, run_id="doubled-1")
         needs = await engine.start("needs_file", str(flag), run_id="needs-1")
+        fan = await engine.start("fan_out", 3, run_id="fan-1")
+        assert await engine.result(fan.id) == 6
         assert await engine.result(doubled.id) == 42
         with pytest.raises(td.RunFailed):
             await engine.result(needs.id)
@@ -221,6 +224,9 @@ def test_a_store_that_does_not_exist_is_not_created(tmp_path: Path) -> None:
         (["prune", "--completed", "soon"], "'soon' is not an age like 90s, 15m, 12h, 7d or 2w"),
         (["result", "approval-1", "--timeout", "1"], "--timeout goes with --wait"),
         (["show", "approval-1", "--failed"], "--offset, --limit and --failed page a fan"),
+        (["list", "--cursor", "garbage"], "malformed cursor 'garbage'"),
+        (["list", "--limit", "501"], "501 is not in the range 1<=x<=500"),
+        (["show", "fan-1", "--fan", "99"], "run 'fan-1' has no fan starting at seq 99"),
     ],
 )
 def test_bad_options_exit_2(store: dict[str, str], args: list[str], message: str) -> None:
@@ -266,10 +272,10 @@ def test_list_show_and_history(store: dict[str, str]) -> None:
     result = invoke(["runs", "list", "--facets", "--json"], env=store)
     assert result.exit_code == 0, result.output
     page = json.loads(result.stdout)
-    assert [r["id"] for r in page["runs"]] == ["needs-1", "doubled-1", "approval-1"]
-    assert page["facets"] == {"completed": 1, "failed": 1, "suspended": 1}
-    assert page["runs"][1]["input"] == [21]
-    assert page["runs"][1]["output"] == 42
+    assert [r["id"] for r in page["runs"]] == ["fan-1", "needs-1", "doubled-1", "approval-1"]
+    assert page["facets"] == {"completed": 2, "failed": 1, "suspended": 1}
+    assert page["runs"][2]["input"] == [21]
+    assert page["runs"][2]["output"] == 42
     result = invoke(["runs", "list", "--tag", "vip", "--status", "suspended,failed"], env=store)
     assert result.exit_code == 0, result.output
     assert "approval-1" in result.stdout
@@ -339,7 +345,7 @@ def test_prune_counts_on_a_terminal(filled: tuple[Path, str], tmp_path: Path) ->
     env = {"TRIO_DURABLE_STORE": f"sqlite:///{copy}"}
     status, out, terminal = _on_a_terminal(["runs", "prune", "--completed", "0"], env)
     assert status == 0
-    assert out == "pruned 1 runs (completed older than 0s; kept: failed, cancelled, dead)\n"
+    assert out == "pruned 2 runs (completed older than 0s; kept: failed, cancelled, dead)\n"
     assert "pruning runs" in terminal
     result = invoke(["runs", "list", "--json"], env=env)
     assert [r["id"] for r in json.loads(result.stdout)["runs"]] == ["needs-1", "approval-1"]
@@ -348,3 +354,24 @@ def test_prune_counts_on_a_terminal(filled: tuple[Path, str], tmp_path: Path) ->
         "pruned": 0,
         "ages": {"completed": None, "failed": 86400.0, "cancelled": None, "dead": 1209600.0},
     }
+
+
+def test_show_pages_a_fan(store: dict[str, str]) -> None:
+    result = invoke(["runs", "show", "fan-1", "--json"], env=store)
+    assert result.exit_code == 0, result.output
+    detail = json.loads(result.stdout)
+    (fan,) = detail["fans"]
+    assert (fan["first_seq"], fan["size"], fan["counts"]) == (1, 3, {"completed": 3})
+    # Narrower than 21: not folded.
+    assert [entry["seq"] for entry in detail["timeline"]] == [1, 2, 3]
+    result = invoke(
+        ["runs", "show", "fan-1", "--fan", "1", "--offset", "1", "--limit", "1"], env=store
+    )
+    assert result.exit_code == 0, result.output
+    assert "Fan at seq 1 of run fan-1: members 2..2 of 3" in result.stdout
+    assert "double [2 of 3]" in result.stdout
+    result = invoke(["runs", "show", "fan-1", "--fan", "1", "--failed"], env=store)
+    assert result.stdout == "Fan at seq 1 of run fan-1: no failed members from 1 on (0 in all).\n"
+    result = invoke(["runs", "show", "fan-1", "--fan", "1", "--json"], env=store)
+    page = json.loads(result.stdout)
+    assert (page["total"], [m["seq"] for m in page["members"]]) == (3, [1, 2, 3])

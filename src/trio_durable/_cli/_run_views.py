@@ -242,13 +242,19 @@ def detail_tables(detail: RunDetail) -> list[RenderableType | str]:
     return sections
 
 
-def fan_page_tables(page: FanPage, origin: float) -> list[RenderableType | str]:
-    """A page of a fan's members; times from ``origin`` (the run's creation)."""
+def fan_page_tables(
+    page: FanPage, origin: float, *, failed: bool = False
+) -> list[RenderableType | str]:
+    """A page of a fan's members (only its failed ones if ``failed``); times
+    from ``origin`` (the run's creation)."""
+    which = "failed members" if failed else "members"
+    name = f"Fan at seq {page.fan} of run {page.run_id}"
+    if not page.members:
+        return [f"{name}: no {which} from {page.offset + 1} on ({page.total} in all)."]
     end = page.offset + len(page.members)
     return [
         table(
-            f"Fan at seq {page.fan} of run {page.run_id}:"
-            f" members {page.offset + 1 if page.members else page.offset}..{end} of {page.total}",
+            f"{name}: {which} {page.offset + 1}..{end} of {page.total}",
             _ENTRY_COLUMNS,
             [_entry_row(entry, origin) for entry in page.members],
             no_wrap=_NO_WRAP,

@@ -261,7 +261,7 @@ def show_command(
     if as_json:
         print_json(document(page))
     else:
-        print_tables(*fan_page_tables(page, run.created_at))
+        print_tables(*fan_page_tables(page, run.created_at, failed=failed))
 
 
 @runs_group.command("history", short_help="A run's timeline: every checkpoint and attempt.")
