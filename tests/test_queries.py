@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -224,13 +226,17 @@ async def test_unknown_runs_and_namespaces(open_test_engine: EngineFactory) -> N
         assert (await engine.history("r", namespace="blue")).run.id == "r"
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
 async def test_run_detail_folds_wide_fans_and_reads_o_page_rows(
-    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+    open_test_engine: EngineFactory,
+    autojump_clock: trio.testing.MockClock,
+    kind: str,
+    tmp_path: Path,
 ) -> None:
     width = 300
-    store = td.MemoryStore()
-    stats = store.statistics()
-    async with open_test_engine(app, store=store) as engine:
+    url = "memory://" if kind == "memory" else f"sqlite:///{tmp_path / 'store.db'}"
+    async with td.open_store(url) as store, open_test_engine(app, store=store) as engine:
+        stats = store.statistics()
         run = await engine.start(fanout, width, run_id="p")
         assert await engine.result(run.id) == width - len(range(3, width, 7)) + 2
         before = stats.checkpoint_rows_read
@@ -299,3 +305,26 @@ async def test_queries_after_close_raise(open_test_engine: EngineFactory) -> Non
         pass
     with pytest.raises(td.EngineClosedError):
         await engine.list_runs()
+
+
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "queries_demo.py"
+
+
+async def test_the_queries_demo_runs(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [sys.executable, str(DEMO), str(tmp_path / "queries.db")],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    out = done.stdout.decode()
+    assert done.returncode == 0, out + done.stderr.decode()
+    assert "orders: ['order-blue', 'order-3'] facets: {'completed': 5}" in out
+    assert "next page: ['order-2', 'order-1']" in out
+    assert "tagged web and pot: ['order-2']" in out
+    assert "children of order-0: ['order-0.all.2.0', 'order-0.all.2.1']" in out
+    assert "order-2 fan at seq 2: 60 members, {'completed': 51, 'failed': 9}" in out
+    assert "timeline: ['HistoryEntry', 'FanStats']" in out
+    assert "failed members (9 in all), first page: [(5, 'refused'), (12, 'refused')" in out
+    assert "pruned 72 runs; 0 left" in out

@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from trio_durable._exceptions import InvalidURLError, StoreError
-from trio_durable._records import ErrorInfo, RunStatus
+from trio_durable._records import ErrorInfo, RunFilter, RunStatus
 from trio_durable._stores import _sqlite_schema
 from trio_durable._stores._base import CreateRun, PutCheckpoint, UpdateRun, WriteConflict
 from trio_durable._stores._sqlite import SQLiteStore, open_sqlite_store
@@ -140,6 +140,8 @@ async def test_sqlite_migrates_a_version_1_file(sqlite_url: str, tmp_path: Path)
         assert await store.get_run("r1") == run
         await store.create_run(make_run("r2"))
         assert [r.id for r in await store.list_runs()] == ["r1", "r2"]
+        # Version 3 indexed the tags of the runs already there.
+        assert await store.find_runs(RunFilter(tags=("a",))) == [run]
     with sqlite3.connect(tmp_path / "store.db") as connection:
         assert connection.execute("PRAGMA user_version").fetchone() == (
             _sqlite_schema.SCHEMA_VERSION,

@@ -338,9 +338,14 @@ async def fan_page(
     last = fan + max((head[0].parallel_size or 1) - 1, 0)
     statuses = _FAILED if failed else _CHECKPOINT_STATUSES
     total = await store.count_checkpoints(run.id, fan, last, statuses)
-    members = await store.find_checkpoints(
-        run.id, fan, last, statuses=statuses if failed else None, offset=offset, limit=limit
-    )
+    if failed:
+        members = await store.find_checkpoints(
+            run.id, fan, last, statuses=statuses, offset=offset, limit=limit
+        )
+    else:
+        # Member i sits at seq fan + i: the page is a seq range, read from
+        # its start, however deep.
+        members = await store.find_checkpoints(run.id, fan + offset, last, limit=limit)
     return FanPage(
         run_id=run.id,
         fan=fan,

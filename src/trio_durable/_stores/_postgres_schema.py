@@ -155,7 +155,7 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE INDEX runs_workflow ON runs (workflow, created_at, id)",
         "CREATE INDEX runs_namespace ON runs (namespace, created_at, id)",
         """
-        CREATE INDEX runs_ended ON runs (status, updated_at)
+        CREATE INDEX runs_ended ON runs (status, updated_at, id)
         WHERE status IN ('cancelled', 'completed', 'dead', 'failed')
         """,
         """

@@ -51,9 +51,11 @@ def _where(
     where: RunFilter,
     statuses: Collection[str] | None,
     before: tuple[float, str] | None,
+    runs: str,
 ) -> tuple[str, list[Any], str]:
-    """The FROM and WHERE of a runs query, its parameters, and its ORDER BY
-    (newest first by the keys of the index it walks)."""
+    """The FROM and WHERE of a query of ``runs`` (the runs table as ``r``,
+    and what it joins), its parameters, and its ORDER BY (newest first by
+    the keys of the index it walks)."""
     p = d.param
     clauses: list[str] = []
     params: list[Any] = []
@@ -61,17 +63,20 @@ def _where(
         # Walk run_tags for the first tag; it carries created_at, so the
         # order and the cursor are its own index's.
         created, ident = "t.created_at", "t.run_id"
-        source = f"run_tags t CROSS JOIN {d.run_from}"
+        # CROSS JOIN: SQLite keeps run_tags the outer loop.
+        source = f"run_tags t CROSS JOIN {runs}"
         clauses.append(f"t.tag = {p} AND r.id = t.run_id")
         params.append(where.tags[0])
         for tag in where.tags[1:]:
+            # A probe of run_tags' key per run walked. The OFFSET keeps
+            # PostgreSQL from making it a join (hashed, then sorted).
             clauses.append(
                 f"EXISTS (SELECT 1 FROM run_tags x WHERE x.tag = {p}"
-                " AND x.created_at = t.created_at AND x.run_id = t.run_id)"
+                " AND x.created_at = t.created_at AND x.run_id = t.run_id LIMIT 1 OFFSET 0)"
             )
             params.append(tag)
     else:
-        created, ident, source = "r.created_at", "r.id", d.run_from
+        created, ident, source = "r.created_at", "r.id", runs
     if statuses is not None:
         wanted = sorted(statuses)
         clauses.append(f"r.status IN ({', '.join([p] * len(wanted))})")
@@ -87,7 +92,9 @@ def _where(
     if where.created_after is not None:
         clauses.append(f"{created} >= {p}")
         params.append(where.created_after)
-    if where.created_before is not None:
+    # Past the cursor, the cursor bounds the walk; an upper bound above it
+    # would only make the index walk start higher and skip what it passed.
+    if where.created_before is not None and (before is None or before[0] >= where.created_before):
         clauses.append(f"{created} < {p}")
         params.append(where.created_before)
     if before is not None:
@@ -106,7 +113,7 @@ def find_runs_statements(
     )
     statements = []
     for statuses in each:
-        source, params, order = _where(d, where, statuses, before)
+        source, params, order = _where(d, where, statuses, before, d.run_from)
         statements.append(
             (f"SELECT {d.run_columns} {source}{order} LIMIT {d.param}", [*params, limit])
         )
@@ -115,7 +122,7 @@ def find_runs_statements(
 
 def count_runs_statement(d: Dialect[Any], where: RunFilter) -> tuple[str, list[Any]]:
     """The statement of `Store.count_runs`."""
-    source, params, _ = _where(d, where, where.statuses, None)
+    source, params, _ = _where(d, where, where.statuses, None, "runs r")
     return f"SELECT r.status, count(*) {source} GROUP BY r.status ORDER BY r.status", params
 
 
@@ -149,7 +156,10 @@ def prune_candidates_statement(d: Dialect[Any]) -> str:
     p = d.param
     terminal = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
     return (
-        f"SELECT r.id FROM runs r WHERE r.status = {p} AND r.updated_at < {p}"
+        # The IN list of the partial index's own predicate lets the planner
+        # see that the index holds every row asked for.
+        f"SELECT r.id FROM runs r WHERE r.status = {p} AND r.status IN ({terminal})"
+        f" AND r.updated_at < {p}"
         " AND NOT EXISTS (SELECT 1 FROM runs q WHERE q.id = r.parent_id"
         f" AND q.status NOT IN ({terminal}))"
         f" ORDER BY r.updated_at, r.id LIMIT {p}{d.lock_skipping}"

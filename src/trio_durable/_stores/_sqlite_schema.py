@@ -93,7 +93,7 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS runs_namespace ON runs (namespace, created_at, id)",
     # Partial: a run enters it once, when it ends (retention's oldest first).
     """
-    CREATE INDEX IF NOT EXISTS runs_ended ON runs (status, updated_at)
+    CREATE INDEX IF NOT EXISTS runs_ended ON runs (status, updated_at, id)
     WHERE status IN ('cancelled', 'completed', 'dead', 'failed')
     """,
     # One row per tag of a run, in the order of a page; the triggers below
