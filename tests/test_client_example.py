@@ -21,6 +21,7 @@ async def test_the_client_example_runs(tmp_path: Path) -> None:
             capture_stderr=True,
         )
     out = done.stdout.decode()
+    assert done.stderr == b"", (out, done.stderr.decode())
     assert re.sub(r"\d+\.\d+ s", "T s", out).splitlines() == [
         "started req-1 and req-2 (pending)",
         "req-1 -> 'laptop: approved'",
@@ -32,8 +33,7 @@ async def test_the_client_example_runs(tmp_path: Path) -> None:
     ]
     latency = float(re.findall(r"signal to result: (\d+\.\d+) s", out)[0])
     # Far below a lease (30 s) or a scan (60 s), which it took before.
-    assert latency < 3.0
-    assert done.stderr == b""
+    assert latency < 10.0
 
 
 def test_the_client_page_shows_the_example() -> None:

@@ -51,7 +51,7 @@ async def test_an_engine_without_the_workflow_signals(url: str) -> None:
 
 async def test_a_sqlite_watch_says_when_it_missed_announcements(url: str) -> None:
     from trio_durable._stores._base import Announce
-    from trio_durable._stores._sqlite_watch import KEEP
+    from trio_durable._stores._sqlite_watch import KEEP, TRIM_EVERY
 
     heard: list[Any] = []
     missed = trio.Event()
@@ -69,12 +69,14 @@ async def test_a_sqlite_watch_says_when_it_missed_announcements(url: str) -> Non
         await nursery.start(watched.watch, "watcher", deliver)  # type: ignore[attr-defined]
         # More than the table keeps, in one commit: the oldest are trimmed
         # before the watch can read them.
-        many = [Announce(run_id=f"r{i}", kind="wake", origin="writer") for i in range(KEEP + 5)]
+        count = KEEP + 2 * TRIM_EVERY
+        many = [Announce(run_id=f"r{i}", kind="wake", origin="writer") for i in range(count)]
+        trimmed = count // TRIM_EVERY * TRIM_EVERY - KEEP
         await writer.apply(many)
         with trio.fail_after(10):
             await missed.wait()
         # What it could still read, then that it missed some.
-        assert heard == [many[5:], None]
+        assert heard == [many[trimmed:], None]
         nursery.cancel_scope.cancel()
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
-from typing import Any, Concatenate, final, overload
+from typing import Any, Concatenate, Final, final, overload
 
 import trio
 
@@ -37,7 +37,9 @@ from ._stores import enter_store
 from ._stores._base import Op, RunWatch, Store
 from ._wakes import announce, announces_ends, ends_delivery, keep_watching
 
-_RESULT_POLL_INTERVAL = 1.0
+_RESULT_POLL_INTERVAL: Final = 1.0
+"""Seconds between reads of a run in `Client.result` on a store that is no
+`RunWatch` (there, nothing announces the run's end)."""
 
 
 @final

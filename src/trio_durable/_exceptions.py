@@ -122,6 +122,7 @@ class StepFailed(_StepFailure):
     """
 
 
+
 @final
 class RemoteStepError(_StepFailure):
     """Raised inside a workflow when a remote step failed for good.
@@ -141,6 +142,7 @@ class RemoteStepError(_StepFailure):
     """
 
     _kind = "remote step"
+
 
 
 class RunFailed(TrioDurableError):
