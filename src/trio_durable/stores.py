@@ -34,13 +34,13 @@ from ._stores._base import RescheduleCheckpoint as RescheduleCheckpoint
 from ._stores._base import RunWatch as RunWatch
 from ._stores._base import SettleCheckpoint as SettleCheckpoint
 from ._stores._base import Store as Store
-from ._stores._base import StoreHelpers as StoreHelpers
 from ._stores._base import StoreStatistics as StoreStatistics
 from ._stores._base import TurnState as TurnState
 from ._stores._base import UpdateRun as UpdateRun
 from ._stores._base import WaitSignal as WaitSignal
 from ._stores._base import WriteConflict as WriteConflict
 from ._stores._base import run_due_at as run_due_at
+from ._stores._helpers import StoreHelpers as StoreHelpers
 
 __all__ = [
     "STALL_IGNORED_PREFIX",

@@ -39,13 +39,13 @@ from ._base import (
     RemoveSignalWaiter,
     RescheduleCheckpoint,
     SettleCheckpoint,
-    StoreHelpers,
     StoreStatistics,
     TurnState,
     UpdateRun,
     WaitSignal,
     run_due_at,
 )
+from ._helpers import StoreHelpers
 from ._memory_queries import MemoryQueries
 from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
 from ._watch import LocalWatches

@@ -19,8 +19,9 @@ from typing import Any, Generic, Protocol, Self, TypeVar, final
 import attrs
 
 from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
-from ._base import STALL_IGNORED_PREFIX, Op, StoreHelpers, StoreStatistics, TurnState
+from ._base import STALL_IGNORED_PREFIX, Op, StoreStatistics, TurnState
 from ._group_commit import Counts, GroupCommit
+from ._helpers import StoreHelpers
 from ._rows import INT64_MAX, INT64_MIN, load_checkpoint, load_run
 from ._sql_queries import SQLQueries
 

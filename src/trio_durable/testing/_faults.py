@@ -25,10 +25,10 @@ from .._stores._base import (
     ChangeFeed,
     DeleteCheckpoints,
     Op,
-    StoreHelpers,
     StoreStatistics,
     TurnState,
 )
+from .._stores._helpers import StoreHelpers
 from .._stores._memory import MemoryStore
 
 
