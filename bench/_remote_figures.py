@@ -93,8 +93,6 @@ async def td_figures(url: str, fan_size: int, runs: int) -> tuple[float, float]:
             worker.kill()
 
 
-
-
 def report(url: str, ceiling: float, bridges: str, fan_size: int, runs: int) -> None:
     """Measure and print (b) and (c) for each bridge mode, against the raw
     ceiling (a), then which mode was faster."""

@@ -86,7 +86,9 @@ async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - start
 
 
-async def bench_store(url: str, label: str, sequential: int, concurrent: int, fan_size: int) -> None:
+async def bench_store(
+    url: str, label: str, sequential: int, concurrent: int, fan_size: int
+) -> None:
     async with td.open_engine(app, store=url, seed=1) as engine:
         synchronous = getattr(engine.store, "synchronous", None)
         setting = f" (synchronous={synchronous})" if synchronous else ""
@@ -101,7 +103,9 @@ async def bench_store(url: str, label: str, sequential: int, concurrent: int, fa
         elapsed = await _timed(one_after_another)
         after = _store_counts(engine)
         steps = 3 * sequential
-        print(f"  one after another: {sequential / elapsed:8.0f} workflows/s ({sequential} in {elapsed:.2f} s)")
+        print(
+            f"  one after another: {sequential / elapsed:8.0f} workflows/s ({sequential} in {elapsed:.2f} s)"
+        )
         print(
             "    per step: "
             f"{(after[0] - before[0]) / steps:.2f} checkpoint rows read, "
@@ -122,7 +126,9 @@ async def bench_store(url: str, label: str, sequential: int, concurrent: int, fa
         elapsed = await _timed(all_at_once)
         after = _store_counts(engine)
         steps = 3 * concurrent
-        print(f"  {concurrent} at once:     {concurrent / elapsed:8.0f} workflows/s ({elapsed:.2f} s)")
+        print(
+            f"  {concurrent} at once:     {concurrent / elapsed:8.0f} workflows/s ({elapsed:.2f} s)"
+        )
         print(
             "    per step: "
             f"{(after[0] - before[0]) / steps:.2f} checkpoint rows read, "
@@ -218,11 +224,15 @@ async def bench_write_volume(input_mb: float, n: int) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    print(f"trio-durable engine benchmark, Python {sys.version.split()[0]}, trio {trio.__version__}")
+    print(
+        f"trio-durable engine benchmark, Python {sys.version.split()[0]}, trio {trio.__version__}"
+    )
     await bench_store("memory://", "memory store", args.sequential, args.concurrent, args.fan)
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.db"
-        await bench_store(f"sqlite:///{db}", "SQLite store", args.sequential, args.concurrent, args.fan)
+        await bench_store(
+            f"sqlite:///{db}", "SQLite store", args.sequential, args.concurrent, args.fan
+        )
     await bench_write_volume(args.input_mb, args.timers)
 
 

@@ -282,10 +282,7 @@ async def main(args: argparse.Namespace) -> None:
         f" trio {trio.__version__}, psycopg {psycopg.__version__}, {os.cpu_count()} CPUs"
     )
     fleets = "1 and 2" if args.engines is None else str(args.engines)
-    print(
-        f"  {fleets} engine process(es) on {base} (schema {schema},"
-        f" pool_size={args.pool_size})"
-    )
+    print(f"  {fleets} engine process(es) on {base} (schema {schema}, pool_size={args.pool_size})")
     try:
         # Migrate once here, so the engines' first trips do not queue on it.
         async with td.open_store(url):

@@ -56,7 +56,9 @@ async def bench_runs(runs: int) -> None:
             for i in range(runs):
                 nursery.start_soon(one, i)
         elapsed = time.perf_counter() - start
-        print(f"  {runs} runs of one remote step, at once: {runs / elapsed:8.0f} steps/s ({elapsed:.2f} s)")
+        print(
+            f"  {runs} runs of one remote step, at once: {runs / elapsed:8.0f} steps/s ({elapsed:.2f} s)"
+        )
 
 
 async def bench_fan(n: int) -> tuple[float, float]:
@@ -78,7 +80,9 @@ async def bench_fan(n: int) -> tuple[float, float]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    print(f"trio-durable remote-step benchmark, Python {sys.version.split()[0]}, trio {trio.__version__}")
+    print(
+        f"trio-durable remote-step benchmark, Python {sys.version.split()[0]}, trio {trio.__version__}"
+    )
     print("memory broker, memory store, embedded worker (concurrency 256)")
     await bench_runs(args.runs)
     figures = []

@@ -105,7 +105,9 @@ async def test_a_local_step_failure_records_type_step_and_traceback_on_each_atte
             await engine.result(run.id)
         [cp] = await engine.store.get_checkpoints(run.id)
         stored = await engine.get(run.id)
-    assert [(e.message, e.type, e.step) for e in cp.errors] == [("'missing'", "KeyError", "lookup")] * 2
+    assert [(e.message, e.type, e.step) for e in cp.errors] == [
+        ("'missing'", "KeyError", "lookup")
+    ] * 2
     for error in cp.errors:
         assert error.traceback is not None
         assert error.traceback.startswith("Traceback (most recent call last):")

@@ -293,8 +293,10 @@ def _untraced(error: dict[str, Any]) -> dict[str, Any]:
     the exception the run failed with."""
     error = dict(error)
     traceback = error.pop("traceback")
-    assert traceback.rstrip().rsplit("\n", 1)[-1].startswith(
-        f"trio_durable._exceptions.{error['type']}: "
+    assert (
+        traceback.rstrip()
+        .rsplit("\n", 1)[-1]
+        .startswith(f"trio_durable._exceptions.{error['type']}: ")
     ), traceback
     return error
 

@@ -213,9 +213,7 @@ async def test_a_child_ending_while_another_engine_holds_the_parent_wakes_it(
     gated = GatedStore(store)
     # No reconcile pass within the test: only the engines' own wakes count.
     async with (
-        open_test_engine(
-            app, store=gated, engine_id="a", reconcile_interval=10 * INTERVAL
-        ) as a,
+        open_test_engine(app, store=gated, engine_id="a", reconcile_interval=10 * INTERVAL) as a,
         open_test_engine(app, store=store, engine_id="b", reconcile_interval=10 * INTERVAL) as b,
     ):
         await a.start(workflow, run_id="p")

@@ -26,9 +26,7 @@ def test_one_version_per_distribution(project: Path, distribution: str, package:
     assert config["project"]["name"] == distribution
     assert "version" not in config["project"]
     assert config["project"]["dynamic"] == ["version"]
-    assert config["tool"]["setuptools"]["dynamic"]["version"] == {
-        "attr": f"{package}.__version__"
-    }
+    assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": f"{package}.__version__"}
     assert version(distribution) == importlib.import_module(package).__version__
 
 

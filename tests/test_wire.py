@@ -385,7 +385,9 @@ async def test_the_messages_of_item_one_leave_a_worker_and_an_engine_on_sqlite_r
     results = item_one_results()
     broker = td.MemoryBroker()
     async with (
-        td.open_engine(app, store=f"sqlite:///{tmp_path / 's.db'}", broker=broker, seed=1) as engine,
+        td.open_engine(
+            app, store=f"sqlite:///{tmp_path / 's.db'}", broker=broker, seed=1
+        ) as engine,
         td.open_worker(app, broker=broker, groups=[ROUTE]) as worker,
     ):
         # A result in range but for a seq no run has, next to the hostile

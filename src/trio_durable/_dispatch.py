@@ -156,7 +156,9 @@ class Dispatcher:
                 )
                 self._unsend(own)
 
-    def _messages(self, tasks: Sequence[Task], limit: int | None) -> tuple[list[Outgoing], list[Task]]:
+    def _messages(
+        self, tasks: Sequence[Task], limit: int | None
+    ) -> tuple[list[Outgoing], list[Task]]:
         """The messages that send ``tasks`` (each task, or the failure that
         stands in for one over ``limit`` bytes), and the tasks among them
         whose results this engine settles itself: those its own worker takes,

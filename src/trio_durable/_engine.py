@@ -221,7 +221,9 @@ class Engine(RunQueries):
             that run).
           UsageError: ``run_id``, ``namespace`` or ``tags`` are malformed.
         """
-        return RunHandle.of(await start_run(self._rt, workflow, args, run_id, namespace, tags), self)
+        return RunHandle.of(
+            await start_run(self._rt, workflow, args, run_id, namespace, tags), self
+        )
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
         """The run as stored now.

@@ -122,7 +122,6 @@ class StepFailed(_StepFailure):
     """
 
 
-
 @final
 class RemoteStepError(_StepFailure):
     """Raised inside a workflow when a remote step failed for good.
@@ -142,7 +141,6 @@ class RemoteStepError(_StepFailure):
     """
 
     _kind = "remote step"
-
 
 
 class RunFailed(TrioDurableError):

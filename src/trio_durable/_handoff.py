@@ -140,9 +140,7 @@ async def follow_handoff(turn: Turn, handoff: Checkpoint) -> None:
         value = json.dumps(outcome.get("value"), separators=(",", ":"))
         # The output is the handler's: a parent that awaits this run types
         # it by the handler's return annotation, not this run's.
-        source = (
-            None if run.parent_id is None else await handler_source(rt.store, rt.app, handoff)
-        )
+        source = None if run.parent_id is None else await handler_source(rt.store, rt.app, handoff)
         await turn.end("completed", output=value, returned_by=source)
         return
     error = ErrorInfo(

@@ -129,7 +129,9 @@ async def reconcile_stalled(rt: Runtime) -> None:
             fresh = [run_id for run_id in stalled if not scheduler.has_turn(run_id)]
             rt.rng.shuffle(fresh)
             for run_id in fresh:
-                logger.warning("run %s was suspended with nothing left to wake it; waking it", run_id)
+                logger.warning(
+                    "run %s was suspended with nothing left to wake it; waking it", run_id
+                )
                 rt.telemetry.stats.reconciled += 1
                 scheduler.wake(run_id)
             if not fresh or len(stalled) < batch:

@@ -75,7 +75,9 @@ class StepPlanner:
 
     async def gap(self) -> str | None:
         if self._gap is False:
-            self._gap = await self.rt.dispatcher.capability_gap(self.group_route, self.step.requires)
+            self._gap = await self.rt.dispatcher.capability_gap(
+                self.group_route, self.step.requires
+            )
         return self._gap  # type: ignore[return-value]
 
     def lost_deadline(self, now: float) -> float | None:
@@ -83,7 +85,9 @@ class StepPlanner:
         return None if policy is None else now + policy[0]
 
     def task(self, cp: Checkpoint, now: float) -> Task:
-        self.replay.emit("step.started", cp.seq, cp.name, attempt=cp.attempts, route=self.group_route)
+        self.replay.emit(
+            "step.started", cp.seq, cp.name, attempt=cp.attempts, route=self.group_route
+        )
         return Task(
             run_id=cp.run_id,
             seq=cp.seq,

@@ -165,4 +165,3 @@ def find_opener(kind: Kind, url: str) -> Opener:
         f" (known: {', '.join(known)}; packages add theirs under the entry-point group"
         f" {kind.group!r})"
     )
-

@@ -127,8 +127,7 @@ def dumps(value: Any) -> str:
         raise SerializationError(f"cannot serialize {type(value).__name__}: {exc}") from exc
     if nesting_exceeds(plain, text):
         raise SerializationError(
-            f"cannot serialize {type(value).__name__}: it nests more than"
-            f" {MAX_NESTING} levels deep"
+            f"cannot serialize {type(value).__name__}: it nests more than {MAX_NESTING} levels deep"
         )
     return text
 

@@ -88,9 +88,7 @@ class Turns:
         if slot.initial is not None:
             state, slot.initial = slot.initial, None
         else:
-            began = await rt.store.begin_turn(
-                run_id, rt.engine_id, now + rt.options.lease_ttl, now
-            )
+            began = await rt.store.begin_turn(run_id, rt.engine_id, now + rt.options.lease_ttl, now)
             rt.scheduler.signals.progress.set()
             if began is None:
                 return
@@ -468,7 +466,9 @@ class Turn:
         run = turn.run
         expect = _END_EXPECTS.get(status, _RUNNING)
         ops: list[Op] = [
-            self.fence({"status": status, "output": output, "error": error, "wake_at": None}, expect)
+            self.fence(
+                {"status": status, "output": output, "error": error, "wake_at": None}, expect
+            )
         ]
         if announces_ends(rt.store):
             # For callers of `result` in other processes.

@@ -53,7 +53,6 @@ logger = logging.getLogger("trio_durable")
 RESULT_BATCH: Final = 256
 
 
-
 @attrs.frozen
 class _Outcome:
     """A task's result, waiting to be published and its delivery settled."""
@@ -200,9 +199,7 @@ class Worker:
         self._heartbeat = heartbeat
         self._ttl = ttl
         self._stats = WorkerStatistics()
-        self._send_result, self._results = trio.open_memory_channel[
-            _Outcome
-        ](math.inf)
+        self._send_result, self._results = trio.open_memory_channel[_Outcome](math.inf)
         self._idle = trio.Event()
         self._idle.set()
         self._crashed = False

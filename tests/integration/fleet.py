@@ -125,7 +125,9 @@ async def fan(ctx: td.Context, key: str, size: int) -> int:
     return sum(values)
 
 
-def workload(runs: int, fan_size: int) -> list[tuple[str, td.Workflow[..., int], tuple[object, ...]]]:
+def workload(
+    runs: int, fan_size: int
+) -> list[tuple[str, td.Workflow[..., int], tuple[object, ...]]]:
     """The runs to start: ``(run_id, workflow, args)``; one fan and a mix of
     the others, ``runs`` in all."""
     jobs: list[tuple[str, td.Workflow[..., int], tuple[object, ...]]] = [

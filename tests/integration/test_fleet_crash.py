@@ -77,9 +77,7 @@ class Fleet:
             "--namespace",
             self.namespace,
         ]
-        self.processes[name] = await nursery.start(
-            _run_process, argv, log, name=f"fleet {name}"
-        )
+        self.processes[name] = await nursery.start(_run_process, argv, log, name=f"fleet {name}")
 
     async def pause(self, name: str, after: float, seconds: float) -> None:
         await trio.sleep(after)

@@ -59,9 +59,7 @@ async def test_a_step_over_the_limit_fails_and_its_neighbours_complete(
         url = f"{url}{'&' if '?' in url else '?'}max_payload={AMQP_LIMIT}"
     namespace = f"payload-{secrets.token_hex(4)}"
     with trio.fail_after(60):
-        async with td.open_engine(
-            app, broker=url, serve=[f"blobs@{namespace}"], seed=0
-        ) as engine:
+        async with td.open_engine(app, broker=url, serve=[f"blobs@{namespace}"], seed=0) as engine:
             limit = engine.broker.max_payload
             assert limit is not None
             if broker == "nats":

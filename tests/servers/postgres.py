@@ -133,7 +133,17 @@ def _wait_until_ready(bindir: Path, port: int) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         done = subprocess.run(
-            [str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port), "-U", USER, "-d", DATABASE],
+            [
+                str(bindir / "pg_isready"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                USER,
+                "-d",
+                DATABASE,
+            ],
             capture_output=True,
             check=False,
         )

@@ -198,7 +198,9 @@ async def test_closing_leaves_no_task_of_the_broker_pending(
 ) -> None:
     def pending() -> list[str]:
         current = asyncio.current_task()
-        return sorted(t.get_name() for t in asyncio.all_tasks() if t is not current and not t.done())
+        return sorted(
+            t.get_name() for t in asyncio.all_tasks() if t is not current and not t.done()
+        )
 
     async def pending_on_loop() -> list[str]:
         return pending()

@@ -207,17 +207,13 @@ def parse_amqp_url(url: str) -> AmqpOptions:
         if prefetch is None
         else int(_number(shown, "prefetch", prefetch, integer=True)),
         publish_timeout=_number(shown, "publish_timeout", own.get("publish_timeout", "30")),
-        reconnect_interval=_number(
-            shown, "reconnect_interval", own.get("reconnect_interval", "1")
-        ),
+        reconnect_interval=_number(shown, "reconnect_interval", own.get("reconnect_interval", "1")),
         connect_timeout=_number(shown, "connect_timeout", own.get("connect_timeout", "10")),
         max_payload=max_payload,
     )
 
 
-def _number(
-    shown: str, key: str, text: str, *, integer: bool = False, zero: bool = False
-) -> float:
+def _number(shown: str, key: str, text: str, *, integer: bool = False, zero: bool = False) -> float:
     try:
         value = int(text) if integer else float(text)
     except ValueError:
