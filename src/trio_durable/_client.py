@@ -16,11 +16,11 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
-from typing import Any, Concatenate, Final, final, overload
+from typing import Any, Final, final
 
 import trio
 
-from ._app import A1, A2, A3, A4, A5, App, P, R, Workflow
+from ._app import App, Workflow
 from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._clock import Clock
@@ -30,9 +30,10 @@ from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
-from ._records import DEFAULT_NAMESPACE, Run
+from ._records import Run
 from ._run_queries import RunQueries
 from ._runs import Endings, await_end, create_run, new_run, outcome
+from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import Op, RunWatch, Store
 from ._wakes import announce, announces_ends, ends_delivery, keep_watching
@@ -43,7 +44,7 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 
 @final
-class Client(RunQueries):
+class Client(RunQueries, StartsRuns):
     """Starts, reads and controls runs; runs none of them.
 
     It also finds and reads runs, and prunes ended ones, as `Engine` does
@@ -95,141 +96,14 @@ class Client(RunQueries):
     def _query_now(self) -> float:
         return self.clock.now()
 
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[[], R],
-        /,
-        *,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[[A1], R],
-        a1: A1,
-        /,
-        *,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[[A1, A2], R],
-        a1: A1,
-        a2: A2,
-        /,
-        *,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[[A1, A2, A3], R],
-        a1: A1,
-        a2: A2,
-        a3: A3,
-        /,
-        *,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[[A1, A2, A3, A4], R],
-        a1: A1,
-        a2: A2,
-        a3: A3,
-        a4: A4,
-        /,
-        *,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[Concatenate[A1, A2, A3, A4, A5, P], R],
-        a1: A1,
-        a2: A2,
-        a3: A3,
-        a4: A4,
-        a5: A5,
-        /,
-        *args: Any,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: str,
-        /,
-        *args: Any,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[Any]: ...
-
-    async def start(
+    async def _start(
         self,
         workflow: Workflow[..., Any] | str,
-        /,
-        *args: Any,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
+        args: tuple[Any, ...],
+        run_id: str | None,
+        namespace: str,
+        tags: tuple[str, ...] | list[str],
     ) -> RunHandle[Any]:
-        """Start a run of ``workflow`` with positional ``args``, for an
-        engine to run.
-
-        Idempotent by ``run_id``, as `Engine.start`. The run is created
-        ``pending``, leased to no engine; an engine sharing the store takes
-        it at once.
-
-        Args:
-          workflow: A `Workflow`, or its name. With ``app=`` given to
-            `open_client`, it must be registered there (a name means the
-            version registered last) and ``args`` are checked against its
-            parameters, as `Engine.start` does; a `Workflow` is checked
-            without an app too. A name without an app is taken as it is:
-            the inputs are not checked, and the engine that first runs the
-            run runs the version registered last there.
-          *args: The inputs, JSON-able values or attrs instances.
-          run_id: The run's id; without it one is derived at random.
-          namespace: The tenant the run belongs to.
-          tags: Labels stored on the run.
-
-        Returns:
-          A `RunHandle`: the run as stored, whose ``result()`` waits for its
-          output through this client.
-
-        Raises:
-          UnknownWorkflowError: The app lacks the workflow.
-          InvalidArgumentsError: ``args`` do not fit the workflow's
-            parameters.
-          SerializationError: An input cannot be serialized.
-          RunConflictError: ``run_id`` belongs to a run of another workflow
-            or namespace.
-          UsageError: ``run_id``, ``namespace`` or ``tags`` are malformed.
-          StoreError: The store failed.
-        """
         self._check_open()
         new = new_run(self.app, workflow, args, run_id, namespace, tags)
         stored, _ = await create_run(

@@ -17,12 +17,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
-from typing import Any, Concatenate, overload
+from typing import Any
 
 import attrs
 import trio
 
-from ._app import A1, A2, A3, A4, A5, App, P, R, Workflow
+from ._app import App, Workflow
 from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._control import cancel_run, read_run, retry_run, signal_run
@@ -34,7 +34,6 @@ from ._handoff import unserved_on_error_routes as _unserved
 from ._observe import DEFAULT_EVENT_BUFFER, Event
 from ._options import DEFAULT_TIMER_BATCH_SIZE, EngineOptions
 from ._records import (
-    DEFAULT_NAMESPACE,
     DEFAULT_TRACEBACK_LIMIT,
     Run,
 )
@@ -42,6 +41,7 @@ from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
 from ._scheduler import drain
+from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import Op, Store
 from ._views import Retention
@@ -51,7 +51,7 @@ from ._worker import check_group_routes, worker_metrics
 logger = logging.getLogger("trio_durable")
 
 
-class Engine(RunQueries):
+class Engine(RunQueries, StartsRuns):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -85,142 +85,14 @@ class Engine(RunQueries):
 
     # -- public API -----------------------------------------------------------
 
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[[], R],
-        /,
-        *,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[[A1], R],
-        a1: A1,
-        /,
-        *,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[[A1, A2], R],
-        a1: A1,
-        a2: A2,
-        /,
-        *,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[[A1, A2, A3], R],
-        a1: A1,
-        a2: A2,
-        a3: A3,
-        /,
-        *,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[[A1, A2, A3, A4], R],
-        a1: A1,
-        a2: A2,
-        a3: A3,
-        a4: A4,
-        /,
-        *,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: Workflow[Concatenate[A1, A2, A3, A4, A5, P], R],
-        a1: A1,
-        a2: A2,
-        a3: A3,
-        a4: A4,
-        a5: A5,
-        /,
-        *args: Any,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[R]: ...
-
-    @overload
-    async def start(
-        self,
-        workflow: str,
-        /,
-        *args: Any,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
-    ) -> RunHandle[Any]: ...
-
-    async def start(
+    async def _start(
         self,
         workflow: Workflow[..., Any] | str,
-        /,
-        *args: Any,
-        run_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
-        tags: tuple[str, ...] | list[str] = (),
+        args: tuple[Any, ...],
+        run_id: str | None,
+        namespace: str,
+        tags: tuple[str, ...] | list[str],
     ) -> RunHandle[Any]:
-        """Start a run of ``workflow`` with positional ``args``.
-
-        Idempotent by ``run_id``: if a run with that id exists in
-        ``namespace``, it is returned and nothing is written. Run ids are
-        unique across the whole store, not per namespace: an id that a run
-        of another namespace holds is refused.
-
-        Calls are typed: a type checker checks ``args`` against the
-        workflow's parameters (for up to four of them; past that the first
-        five), and the handle's `RunHandle.result` returns the workflow's
-        return type.
-
-        Args:
-          workflow: A registered workflow, or its name (then the version
-            registered last).
-          *args: The inputs, JSON-able values or attrs instances.
-          run_id: The run's id; without it the engine derives one from its
-            seeded random source.
-          namespace: The tenant the run belongs to.
-          tags: Labels stored on the run.
-
-        Returns:
-          A `RunHandle`: the run as stored, whose ``result()`` waits for its
-          output.
-
-        Raises:
-          UnknownWorkflowError: The workflow is not registered.
-          InvalidArgumentsError: ``args`` do not fit the workflow's
-            parameters (their count, or an input's declared type).
-          SerializationError: An input cannot be serialized.
-          RunConflictError: ``run_id`` belongs to a run of another workflow,
-            or to a run of another namespace (the error says nothing of
-            that run).
-          UsageError: ``run_id``, ``namespace`` or ``tags`` are malformed.
-        """
         return RunHandle.of(
             await start_run(self._rt, workflow, args, run_id, namespace, tags), self
         )

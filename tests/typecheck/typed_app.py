@@ -90,3 +90,8 @@ async def main() -> None:
         assert_type(await engine.start(checkout, Order("sku", 1), 250), td.RunHandle[Receipt])
         assert_type(await engine.start("checkout", Order("sku", 1)), td.RunHandle[Any])
         assert_type(await engine.result(run.id), Any)
+    async with td.open_client("memory://typed", app=app) as client:
+        started = await client.start(checkout, Order("sku", 1), run_id="order-2")
+        assert_type(started, td.RunHandle[Receipt])
+        assert_type(await started.result(), Receipt)
+        assert_type(await client.start("checkout", Order("sku", 1)), td.RunHandle[Any])
