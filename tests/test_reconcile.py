@@ -96,6 +96,34 @@ async def test_a_parent_whose_wake_was_lost_resumes_after_the_interval(
         assert engine.statistics().reconciled == 1
 
 
+async def test_a_pass_that_cannot_read_the_store_asks_again_soon(
+    autojump_clock: trio.testing.MockClock,
+    open_test_engine: EngineFactory,
+    lose_barrier_wakes: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with open_test_engine(app, reconcile_interval=INTERVAL) as engine:
+        run = await engine.start(parent, 5, run_id="p")
+        await engine.drain()
+        assert lose_barrier_wakes == ["p"]
+        listed = type(engine.store).list_stalled_runs
+        failures: list[float] = []
+
+        async def list_stalled_runs(store: Any, limit: int) -> list[str]:
+            if not failures:
+                # As a pooled connection that a database restart broke.
+                failures.append(trio.current_time())
+                raise td.StoreError("injected: the connection was closed")
+            return await listed(store, limit)
+
+        monkeypatch.setattr(type(engine.store), "list_stalled_runs", list_stalled_runs)
+        with trio.fail_after(2 * INTERVAL):
+            assert await engine.result(run.id) == 11
+        assert failures == [INTERVAL]
+        # Asked again after a short backoff, not at the next pass.
+        assert INTERVAL < trio.current_time() < INTERVAL + 1
+
+
 async def test_a_fan_parent_whose_last_wake_was_lost_resumes(
     autojump_clock: trio.testing.MockClock,
     open_test_engine: EngineFactory,

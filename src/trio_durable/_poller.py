@@ -82,12 +82,14 @@ async def poll_due(rt: Runtime) -> None:
         await sleep_until_due(rt, next_due, now)
 
 
-async def _outage_backoff(rt: Runtime, outage: int, exc: StoreError) -> None:
+async def _outage_backoff(
+    rt: Runtime, outage: int, exc: StoreError, who: str = "the poller"
+) -> None:
     """The database is away: nothing can run meanwhile (turns fail on it
     too). Wait a growing, jittered delay before asking again; what came due
     is still there when the database is back."""
     delay = min(_OUTAGE_BACKOFF * 2 ** min(outage - 1, 10), rt.options.reconcile_interval)
-    logger.warning("the poller cannot read the store (%s); retrying in %.2f s", exc, delay)
+    logger.warning("%s cannot read the store (%s); retrying in %.2f s", who, exc, delay)
     await trio.sleep(delay * rt.rng.uniform(0.5, 1.0))
 
 
@@ -120,12 +122,18 @@ async def reconcile_stalled(rt: Runtime) -> None:
                 await rt.sent.recheck(store)
             except StoreError as exc:
                 logger.warning("the reconcile pass could not look up sent tasks: %s", exc)
+        failures = 0
         while True:
             try:
                 stalled = await store.list_stalled_runs(batch)
             except StoreError as exc:
-                logger.warning("the reconcile pass could not list stalled runs: %s", exc)
-                break
+                # Asked again soon, not at the next interval: a rescan after
+                # the database came back meets a pooled connection its
+                # restart broke, and the runs it would wake must not wait
+                # a whole interval for that.
+                failures += 1
+                await _outage_backoff(rt, failures, exc, "the reconcile pass")
+                continue
             fresh = [run_id for run_id in stalled if not scheduler.has_turn(run_id)]
             rt.rng.shuffle(fresh)
             for run_id in fresh:
