@@ -93,9 +93,6 @@ class Client(RunQueries, StartsRuns):
         self._check_open()
         return self.store
 
-    def _query_now(self) -> float:
-        return self.clock.now()
-
     async def _start(
         self,
         workflow: Workflow[..., Any] | str,

@@ -80,9 +80,6 @@ class Engine(RunQueries, StartsRuns):
         self._rt.scheduler.check_open()
         return self.store
 
-    def _query_now(self) -> float:
-        return self.clock.now()
-
     # -- public API -----------------------------------------------------------
 
     async def _start(

@@ -7,6 +7,7 @@ import datetime
 from collections.abc import Collection
 
 from . import _queries, _retention
+from ._clock import Clock
 from ._records import RunStatus
 from ._stores._base import Store
 from ._views import FanPage, Retention, RunDetail, RunHistory, RunPage
@@ -16,13 +17,12 @@ class RunQueries:
     """Finding and reading runs, and pruning ended ones, on a store.
 
     A front end says which store (`_query_store`, which may check that the
-    front end is open) and what time it is (`_query_now`, durable time).
+    front end is open); its `clock` says what time it is (durable time).
     """
 
-    def _query_store(self) -> Store:
-        raise NotImplementedError
+    clock: Clock
 
-    def _query_now(self) -> float:
+    def _query_store(self) -> Store:
         raise NotImplementedError
 
     async def list_runs(
@@ -139,4 +139,4 @@ class RunQueries:
         Raises:
           UsageError: ``retention`` is not a `Retention` or ``limit`` is bad.
         """
-        return await _retention.prune(self._query_store(), retention, self._query_now(), limit)
+        return await _retention.prune(self._query_store(), retention, self.clock.now(), limit)
