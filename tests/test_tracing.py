@@ -5,7 +5,10 @@ trace context in the task; and none of it without ``tracing=``."""
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 import trio
@@ -115,3 +118,95 @@ def test_tracing_must_be_a_bool_or_a_tracer_provider() -> None:
     for options in (EngineOptions, WorkerOptions):
         with pytest.raises(td.UsageError, match="tracing must be True, False or a tracer provider"):
             options(tracing="yes")  # type: ignore[arg-type]
+
+
+def page_example(tmp_path: Path) -> Path:
+    """The first Python block of docs/tracing.md, as a script."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "tracing.md").read_text()
+    example = re.search(r"```python\n(.*?)```", page, re.DOTALL)
+    assert example is not None
+    script = tmp_path / "example.py"
+    script.write_text(example.group(1))
+    return script
+
+
+async def test_the_example_of_the_tracing_page_prints_the_spans_it_shows(tmp_path: Path) -> None:
+    script = page_example(tmp_path)
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [sys.executable, str(script)], capture_stdout=True, capture_stderr=True
+        )
+    assert done.stderr == b""
+    rows = [line.split() for line in done.stdout.decode().splitlines()]
+    names = [" ".join(row[:2]) for row in rows]
+    assert names == [
+        "turn order",
+        "step reserve",
+        "dispatch charge",
+        "execute charge",
+        "turn order",
+    ]
+    ids = [row[2] for row in rows]
+    parents = [row[4] for row in rows]
+    assert parents == ["-", ids[0], ids[0], ids[2], "-"]
+
+
+async def test_tracing_without_the_otel_extra_names_it(
+    monkeypatch: pytest.MonkeyPatch, open_test_engine: EngineFactory
+) -> None:
+    # None in sys.modules makes `import opentelemetry` raise ImportError, as
+    # it does where the extra is not installed.
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    with pytest.raises(td.UsageError, match=r"pip install 'trio-durable\[otel\]'"):
+        async with open_test_engine(app, tracing=True):
+            pass  # pragma: no cover
+    with pytest.raises(td.UsageError, match=r"pip install 'trio-durable\[otel\]'"):
+        async with td.open_worker(app, groups=["payments"], tracing=True):
+            pass  # pragma: no cover
+
+
+GLOBAL_PROVIDER = """
+import trio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import trio_durable as td
+
+app = td.App("global")
+
+
+@app.step()
+async def one() -> int:
+    return 1
+
+
+@app.workflow()
+async def wf(ctx: td.Context) -> int:
+    return await ctx.step(one)
+
+
+async def main() -> None:
+    async with td.open_engine(app, tracing=True) as engine:
+        await engine.start(wf, run_id="g-1")
+        await engine.result("g-1")
+
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+trio.run(main)
+print(sorted(span.name for span in exporter.get_finished_spans()))
+"""
+
+
+async def test_tracing_true_uses_the_global_tracer_provider() -> None:
+    # In a process of its own: the global provider can be set only once.
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [sys.executable, "-c", GLOBAL_PROVIDER], capture_stdout=True, capture_stderr=True
+        )
+    assert done.stderr == b""
+    assert done.stdout.decode().strip() == "['step one', 'turn wf']"
