@@ -2,7 +2,8 @@
 running workflows on the embedded set-ups (``memory://`` and ``sqlite://``
 stores, the memory broker) imports none of aio-pika, nats-py, psycopg or
 trio-asyncio, even where they are installed, nor click and rich, which only
-the ``trio-durable`` command uses. Nor does importing the adapter
+the ``trio-durable`` command uses, nor opentelemetry, which only an engine
+or a worker opened with ``tracing=`` imports. Nor does importing the adapter
 SDK (`trio_durable.brokers`, whose bridge imports trio-asyncio only in that
 mode) or the conformance suites. Checked in a fresh interpreter, so nothing
 another test imported counts."""
@@ -17,6 +18,8 @@ from pathlib import Path
 CLIENTS = ("aio_pika", "aiormq", "nats", "psycopg", "trio_asyncio")
 # The command's libraries: only `trio-durable` (trio_durable._cli) imports them.
 COMMAND_LIBRARIES = ("click", "rich")
+# The ``otel`` extra: imported only when tracing is switched on.
+TRACING = ("opentelemetry",)
 
 SCRIPT = """
 import json, sys
@@ -68,7 +71,7 @@ print(json.dumps(outcome))
 
 
 def test_running_workflows_imports_no_client_library(tmp_path: Path) -> None:
-    script = SCRIPT.format(clients=CLIENTS + COMMAND_LIBRARIES, db=tmp_path / "clean.db")
+    script = SCRIPT.format(clients=CLIENTS + COMMAND_LIBRARIES + TRACING, db=tmp_path / "clean.db")
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
@@ -85,7 +88,7 @@ def test_running_workflows_imports_no_client_library(tmp_path: Path) -> None:
 def test_the_clients_are_there_to_be_avoided() -> None:
     # Not vacuous: the test environment has every client library installed.
     done = subprocess.run(
-        [sys.executable, "-c", f"import {', '.join(CLIENTS + COMMAND_LIBRARIES)}"],
+        [sys.executable, "-c", f"import {', '.join(CLIENTS + COMMAND_LIBRARIES + TRACING)}"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,6 +52,7 @@ from trio_durable._wire import (
     MAX_PRIORITY,
     MAX_SECONDS,
     MAX_SEQ,
+    MAX_TRACESTATE,
     WIRE_VERSION,
     Result,
     Task,
@@ -110,7 +112,14 @@ RAW_JSON = st.recursive(
 )
 """Any JSON text, and JSON-like text Python's `json` reads (NaN, Infinity)."""
 
-_EXTRA_KEYS: Final = ["reply_to", "error_type", "traceback", "unknown"]
+_EXTRA_KEYS: Final = [
+    "reply_to",
+    "error_type",
+    "traceback",
+    "traceparent",
+    "tracestate",
+    "unknown",
+]
 
 
 @st.composite
@@ -186,6 +195,14 @@ def check_task(task: Task) -> None:
     assert 0 <= task.priority <= MAX_PRIORITY
     prefix, _, scope = task.reply_to.partition(RESULTS + ".")
     assert task.reply_to == RESULTS or (prefix == "" and is_broker_safe(scope))
+    if task.traceparent is None:
+        assert task.tracestate is None
+    else:
+        assert re.fullmatch(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}", task.traceparent)
+    if task.tracestate is not None:
+        assert 1 <= len(task.tracestate) <= MAX_TRACESTATE
+        assert task.tracestate.isascii()
+        assert task.tracestate.isprintable()
     assert Task.decode(task.encode()) == task
 
 
@@ -294,6 +311,57 @@ def test_valid_messages_decode_as_sent() -> None:
     )
     assert Result.decode(failed.encode()) == failed
     assert Result.decode(failed.encode()).traceback == failed.traceback
+
+
+TRACEPARENT: Final = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_a_task_carries_its_trace_context_and_older_tasks_decode_without() -> None:
+    traced = Task.decode(
+        with_raw({**valid_task(route=ROUTE), "traceparent": TRACEPARENT, "tracestate": "k=v"})
+    )
+    assert (traced.traceparent, traced.tracestate) == (TRACEPARENT, "k=v")
+    assert Task.decode(traced.encode()) == traced
+    # Sent by an engine without tracing (or before it existed): absent, and
+    # an untraced task encodes without the keys, as it did before.
+    plain = Task.decode(with_raw(valid_task(route=ROUTE)))
+    assert (plain.traceparent, plain.tracestate) == (None, None)
+    assert b"trace" not in plain.encode()
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "tracestate", "kept"),
+    [
+        (TRACEPARENT.upper(), '"k=v"', (None, None)),
+        ("ff" + TRACEPARENT[2:], None, (None, None)),
+        ("00-" + "0" * 32 + TRACEPARENT[35:], None, (None, None)),
+        (TRACEPARENT[:36] + "0" * 16 + "-01", None, (None, None)),
+        (TRACEPARENT + "-extra", None, (None, None)),
+        ("x" * 10_000_000, '"k=v"', (None, None)),
+        (["00"], None, (None, None)),
+        ({"a": 1}, None, (None, None)),
+        (55, None, (None, None)),
+        (None, '"k=v"', (None, None)),
+        (TRACEPARENT, '"k=\\u0000v"', (TRACEPARENT, None)),
+        (TRACEPARENT, '"k=\\u00e9"', (TRACEPARENT, None)),
+        (TRACEPARENT, '"\\ud800"', (TRACEPARENT, None)),
+        (TRACEPARENT, json.dumps("k=" + "v" * MAX_TRACESTATE), (TRACEPARENT, None)),
+        (TRACEPARENT, "7", (TRACEPARENT, None)),
+        (TRACEPARENT, '""', (TRACEPARENT, None)),
+    ],
+    ids=lambda value: repr(value)[:60],
+)
+def test_a_bad_trace_context_is_ignored_and_the_task_still_runs(
+    traceparent: Any, tracestate: str | None, kept: tuple[str | None, str | None]
+) -> None:
+    # As the W3C recommendation says of an invalid traceparent: ignored,
+    # never a reason to refuse the task (tracing must not fail a step).
+    raw = {"traceparent": json.dumps(traceparent)}
+    if tracestate is not None:
+        raw["tracestate"] = tracestate
+    task = Task.decode(with_raw(valid_task(route=ROUTE), **raw))
+    assert (task.traceparent, task.tracestate) == kept
+    check_task(task)
 
 
 def test_results_of_older_workers_and_unknown_fields_still_decode() -> None:

@@ -20,6 +20,8 @@ import trio
 
 from ._brokers._base import Broker, BrokerError, Outgoing, PayloadTooLarge, WorkerDescriptor
 from ._payload import lowered, task_message
+from ._records import DEFAULT_NAMESPACE
+from ._tracing import DISABLED, Tracing
 
 if TYPE_CHECKING:
     import random
@@ -96,6 +98,8 @@ class Dispatcher:
       results_queue: Where results (and stand-in failures) come back.
       blocked_recheck: Seconds between checks of a parked step; worker
         announcements are read again at least twice as often.
+      tracing: Opens a dispatch span per task sent, whose trace context
+        the task carries (see `_tracing`).
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class Dispatcher:
         sent: SentTasks,
         results_queue: str,
         blocked_recheck: float,
+        tracing: Tracing = DISABLED,
     ) -> None:
         self._app = app
         self._broker = broker
@@ -115,6 +120,7 @@ class Dispatcher:
         self._sent = sent
         self._results_queue = results_queue
         self._blocked_recheck = blocked_recheck
+        self._tracing = tracing
         self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
         # The broker queues the embedded worker consumes: tasks sent there
         # are this engine's own to wait for (see `_sent`).
@@ -125,6 +131,13 @@ class Dispatcher:
         the broker's ``max_payload`` is not sent: a failure of code
         ``payload_too_large`` goes to the results queue in its place, and
         settles its step like a worker's result would (see `_payload`)."""
+        if self._tracing.enabled:
+            tasks = [
+                self._tracing.dispatched(
+                    task, split_group_route(task.route)[1] or DEFAULT_NAMESPACE
+                )
+                for task in tasks
+            ]
         for start in range(0, len(tasks), DISPATCH_CHUNK):
             chunk = tasks[start : start + DISPATCH_CHUNK]
             limit = self._broker.max_payload

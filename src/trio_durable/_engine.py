@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -47,6 +47,9 @@ from ._stores._base import Op, Store
 from ._views import Retention
 from ._wakes import announce, serves
 from ._worker import check_group_routes, worker_metrics
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 logger = logging.getLogger("trio_durable")
 
@@ -336,6 +339,7 @@ async def open_engine(
     blocked_recheck: float = 5.0,
     traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
     retention: Retention | None = None,
+    tracing: bool | TracerProvider = False,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -384,10 +388,16 @@ async def open_engine(
         traceback keeps its start and its end (see docs/failure-handling.md).
       retention: Prune ended runs as this says, in a task of the engine's
         nursery (see docs/queries.md); None keeps them.
+      tracing: OpenTelemetry spans for turns, local step attempts and
+        remote steps from dispatch to settle (and for the embedded
+        worker's executions): True uses the global tracer provider, or
+        pass a tracer provider. Needs the ``otel`` extra; off by default
+        (see docs/tracing.md).
 
     Raises:
       InvalidURLError: The store URL is malformed.
-      UsageError: An option is out of range.
+      UsageError: An option is out of range, or ``tracing`` is asked for
+        without opentelemetry-api installed.
     """
     options = EngineOptions(
         lease_ttl=lease_ttl,
@@ -401,6 +411,7 @@ async def open_engine(
         timer_batch_size=timer_batch_size,
         engine_id=engine_id,
         retention=retention,
+        tracing=tracing,
     )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")

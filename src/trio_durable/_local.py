@@ -24,6 +24,7 @@ from ._exceptions import SerializationError
 from ._failures import error_info, retryable, step_failure
 from ._records import Checkpoint, CheckpointStatus, ErrorInfo
 from ._replay import Replay, recorded_value
+from ._tracing import attributes
 
 logger = logging.getLogger("trio_durable")
 
@@ -108,13 +109,14 @@ async def execute(
         attempt_start = trio.current_time()
         value: Any = None
         try:
-            with trio.CancelScope() as scope:
-                if step.timeout is not None:
-                    scope.relative_deadline = step.timeout
-                value = await call_step(_step_info(replay, step, seq, attempt), step.fn, args)
-            if scope.cancelled_caught:
-                raise TimeoutError(f"step {step.name!r} timed out after {step.timeout} s")
-            output = _serde.dumps(value)
+            with rt.tracing.span(f"step {step.name}", _span_attributes(replay, step, seq, attempt)):
+                with trio.CancelScope() as scope:
+                    if step.timeout is not None:
+                        scope.relative_deadline = step.timeout
+                    value = await call_step(_step_info(replay, step, seq, attempt), step.fn, args)
+                if scope.cancelled_caught:
+                    raise TimeoutError(f"step {step.name!r} timed out after {step.timeout} s")
+                output = _serde.dumps(value)
         except Exception as exc:
             last_exc = exc
             info = error_info(exc, step=step.name, traceback_limit=rt.options.traceback_limit)
@@ -161,6 +163,20 @@ async def execute(
         # sees the same value on every turn.
         return recorded_value(step, record("completed", output, None))
     raise step_failure(record("failed", None, errors[-1])) from last_exc
+
+
+def _span_attributes(
+    replay: Replay, step: Step[..., Any], seq: int, attempt: int
+) -> dict[str, str | int]:
+    run = replay.run
+    return attributes(
+        run_id=run.id,
+        workflow=run.workflow,
+        step=step.name,
+        seq=seq,
+        attempt=attempt,
+        namespace=run.namespace,
+    )
 
 
 def _step_info(replay: Replay, step: Step[..., Any], seq: int, attempt: int) -> StepInfo:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Final, TypeGuard, final
+from typing import TYPE_CHECKING, Any, Final, TypeGuard, final
 
 import attrs
 
@@ -19,6 +19,9 @@ from ._brokers._base import is_broker_safe
 from ._exceptions import UsageError
 from ._records import DEFAULT_TRACEBACK_LIMIT
 from ._views import Retention
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 DEFAULT_TIMER_BATCH_SIZE: Final = 500
 
@@ -98,6 +101,11 @@ def _redispatch(_: object, attribute: attrs.Attribute[Any], value: object) -> No
         raise UsageError(f"remote_redispatch maximum must be an integer >= 0, not {limit!r}")
 
 
+def _tracing(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool) and not callable(getattr(value, "get_tracer", None)):
+        raise UsageError(f"tracing must be True, False or a tracer provider, not {value!r}")
+
+
 def _batch_size(value: object) -> int:
     """A usable batch size: a non-finite or < 1 value means the default."""
     if _is_number(value) and math.isfinite(value) and value >= 1:
@@ -129,6 +137,7 @@ class EngineOptions:
     timer_batch_size: int = attrs.field(default=DEFAULT_TIMER_BATCH_SIZE, converter=_batch_size)
     engine_id: str | None = attrs.field(default=None, validator=_engine_id)
     retention: Retention | None = attrs.field(default=None, validator=_retention)
+    tracing: bool | TracerProvider = attrs.field(default=False, validator=_tracing)
 
     def __attrs_post_init__(self) -> None:
         # Checked as given (an error quotes the value as the caller wrote
@@ -155,6 +164,7 @@ class WorkerOptions:
     max_deliveries: int = attrs.field(default=DEFAULT_MAX_DELIVERIES, validator=_at_least_one)
     traceback_limit: int = attrs.field(default=DEFAULT_TRACEBACK_LIMIT, validator=at_least_zero)
     capabilities: Sequence[str] = attrs.field(default=(), validator=_capabilities)
+    tracing: bool | TracerProvider = attrs.field(default=False, validator=_tracing)
 
     def __attrs_post_init__(self) -> None:
         if self.heartbeat >= self.ttl:

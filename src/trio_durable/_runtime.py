@@ -34,6 +34,7 @@ from ._scheduler import Scheduler
 from ._sent import SentTasks
 from ._settle import consume_results
 from ._stores._base import ReleaseRun, RunWatch
+from ._tracing import DISABLED, Tracing, make_tracing
 from ._turn import Turns
 from ._wakes import engine_delivery, keep_watching
 from ._worker import Worker, open_worker
@@ -109,6 +110,7 @@ class Runtime:
       telemetry: Its events, metrics and counters.
       endings: The callers of `Engine.result` waiting on runs.
       dispatcher: Sends tasks and judges whether a worker can run them.
+      tracing: Its OpenTelemetry spans (see `_tracing`); off by default.
       scheduler: Runs turns, set once the turns can be made.
       worker: The embedded worker (``serve=``), once started.
       crashed: Set by a simulated crash (`trio_durable.testing`): closing
@@ -127,6 +129,7 @@ class Runtime:
     telemetry: Telemetry
     endings: Endings
     dispatcher: Dispatcher
+    tracing: Tracing = DISABLED
     scheduler: Scheduler = attrs.field(init=False)
     worker: Worker | None = None
     crashed: bool = False
@@ -155,10 +158,14 @@ async def open_runtime(
     executing: list[str] = []
     running: Runtime | None = None
     joined: SentTasks | None = None
+    # Checked before anything starts: a UsageError comes out as it is.
+    tracing = make_tracing(options.tracing)
     try:
         try:
             async with trio.open_nursery() as nursery:
-                rt = _assemble(app, store, broker, nursery, options, engine_id, rng, wall_clock)
+                rt = _assemble(
+                    app, store, broker, nursery, options, engine_id, rng, wall_clock, tracing
+                )
                 rt.sent.join()
                 joined = rt.sent
                 if isinstance(store, RunWatch):
@@ -212,6 +219,8 @@ async def open_runtime(
     finally:
         if joined is not None:
             joined.leave()
+        # Every turn is joined: no dispatch span opens after this.
+        tracing.close()
 
 
 def _assemble(
@@ -223,6 +232,7 @@ def _assemble(
     engine_id: str,
     rng: random.Random,
     wall_clock: Callable[[], float],
+    tracing: Tracing,
 ) -> Runtime:
     """Make an engine's parts, wired to each other, with ``nursery`` for
     the turns they run."""
@@ -246,8 +256,9 @@ def _assemble(
         telemetry=telemetry,
         endings=Endings(),
         dispatcher=Dispatcher(
-            app, broker, clock, rng, sent, results_queue, options.blocked_recheck
+            app, broker, clock, rng, sent, results_queue, options.blocked_recheck, tracing
         ),
+        tracing=tracing,
     )
     # The scheduler drives turns, and turns reach the scheduler (to wake
     # runs): the runtime is complete once both exist.
@@ -273,6 +284,7 @@ async def _embedded_worker(
         wall_clock=wall_clock,
         seed=seed,
         traceback_limit=rt.options.traceback_limit,
+        tracing=rt.options.tracing,
     ) as worker:
         task_status.started(worker)
         await trio.sleep_forever()

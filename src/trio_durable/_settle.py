@@ -228,6 +228,7 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
     for delivery, result in readable:
         if id(delivery) not in failed_ids:
             rt.sent.result_handled(result.run_id, result.seq, result.attempt)
+            rt.tracing.settled(result)
     return len(failed)
 
 

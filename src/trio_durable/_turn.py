@@ -46,6 +46,7 @@ from ._stores._base import (
     WaitSignal,
     WriteConflict,
 )
+from ._tracing import attributes
 from ._wakes import announce, announces_ends
 
 if TYPE_CHECKING:
@@ -96,7 +97,12 @@ class Turns:
             # Read under the lease: settled elsewhere means no result is
             # waited for here (it went to another engine, or got lost).
             rt.sent.observed(run_id, began.checkpoints)
-        await Turn(rt, state, slot, self._failed_writes).run(now)
+        run = state.run
+        with rt.tracing.span(
+            f"turn {run.workflow}",
+            attributes(run_id=run.id, workflow=run.workflow, namespace=run.namespace),
+        ):
+            await Turn(rt, state, slot, self._failed_writes).run(now)
 
     async def repair(self, run_id: str) -> None:
         """After a turn's write raised StoreError, do what its effects would
@@ -493,6 +499,7 @@ class Turn:
         await self.after_commit(results)
         if status in ("failed", "dead") and error is not None:
             _log_failed_run(run, status, error)
+            rt.tracing.failed(f"run {status}: {error.message}")
         kind: EventKind = {
             "completed": "run.completed",
             "cancelled": "run.cancelled",

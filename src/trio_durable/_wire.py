@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Final, Literal, NoReturn, final
 
 import attrs
@@ -34,6 +35,10 @@ MAX_ATTEMPT: Final = 2**31 - 1
 """The largest attempt a message may carry: what a signed 32-bit column holds."""
 
 MAX_PRIORITY: Final = 9
+
+MAX_TRACESTATE: Final = 512
+"""The longest ``tracestate`` a task may carry (what the W3C Trace Context
+recommendation asks every vendor to propagate); a longer one is dropped."""
 
 MAX_SECONDS: Final = 2.0**53
 """The largest time or timeout a message may carry, in seconds (past it, a
@@ -68,6 +73,11 @@ class Task:
       reply_to: The queue its result goes to: the results queue of the
         engines sharing the run's store.
       priority: Its delivery priority on the broker (0 to 9).
+      traceparent: The W3C ``traceparent`` of the engine's dispatch span,
+        when tracing is on (docs/tracing.md); None otherwise. A malformed
+        one is dropped when decoding, never fatal: tracing must not fail a
+        step.
+      tracestate: The W3C ``tracestate`` that goes with it, if any.
     """
 
     run_id: str
@@ -82,10 +92,16 @@ class Task:
     queue: str | None = None
     reply_to: str = RESULTS
     priority: int = 0
+    traceparent: str | None = None
+    tracestate: str | None = None
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {"v": WIRE_VERSION, **attrs.asdict(self)}
         data["input"] = json.loads(self.input)
+        # Left out when absent: a task without tracing is the bytes it was.
+        for key in ("traceparent", "tracestate"):
+            if data[key] is None:
+                del data[key]
         return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
@@ -103,6 +119,7 @@ class Task:
                 _reject(f"input must be a JSON array, not {_kind(arguments)}")
             _shallow("input", arguments, body)
             timeout = data.get("timeout")
+            traceparent, tracestate = _trace_context(data)
             return cls(
                 run_id=_name(data, "run_id"),
                 seq=_integer(data, "seq", 1, MAX_SEQ),
@@ -116,6 +133,8 @@ class Task:
                 queue=_optional_name(data, "queue"),
                 reply_to=_reply_to(data),
                 priority=_integer(data, "priority", 0, MAX_PRIORITY, default=0),
+                traceparent=traceparent,
+                tracestate=tracestate,
             )
         except WireError as exc:
             raise WireError(f"not a task: {exc}") from None
@@ -350,6 +369,27 @@ def _seconds(data: dict[str, Any], key: str, *, positive: bool = False) -> float
         _reject(f"{key} must be {low} 2**53 seconds, not {_kind(value)}")
     # As sent: an integer timeout stays one, as the step declared it.
     return value
+
+
+_TRACEPARENT: Final = re.compile(
+    r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}"
+)
+_TRACESTATE: Final = re.compile(rf"[\x20-\x7e]{{1,{MAX_TRACESTATE}}}")
+
+
+def _trace_context(data: dict[str, Any]) -> tuple[str | None, str | None]:
+    """A task's W3C trace context, as the Trace Context recommendation
+    treats a bad one: ignored. A ``traceparent`` that is not version,
+    trace id, parent id and flags in lower-case hex (the all-zero ids and
+    version ff are invalid) drops both; a ``tracestate`` that is not up to
+    `MAX_TRACESTATE` printable ASCII characters is dropped alone."""
+    traceparent = data.get("traceparent")
+    if not isinstance(traceparent, str) or not _TRACEPARENT.fullmatch(traceparent):
+        return None, None
+    tracestate = data.get("tracestate")
+    if not isinstance(tracestate, str) or not _TRACESTATE.fullmatch(tracestate):
+        tracestate = None
+    return traceparent, tracestate
 
 
 def _reply_to(data: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ import random
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Final, Literal, final
+from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import attrs
 import trio
@@ -46,7 +46,11 @@ from ._observe import Metrics
 from ._options import DEFAULT_MAX_DELIVERIES, WorkerOptions
 from ._payload import lowered, result_message
 from ._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
+from ._tracing import DISABLED, Tracing, attributes, make_tracing
 from ._wire import Result, Task, WireError
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 logger = logging.getLogger("trio_durable")
 
@@ -182,8 +186,10 @@ class Worker:
         rng: random.Random,
         max_deliveries: int = DEFAULT_MAX_DELIVERIES,
         traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
+        tracing: Tracing = DISABLED,
     ) -> None:
         self.app = app
+        self._tracing = tracing
         self._traceback_limit = traceback_limit
         self._metrics = Metrics()
         self._max_deliveries = max_deliveries
@@ -358,8 +364,14 @@ class Worker:
                 retryable=False,
             )
         try:
-            value = await self._call(step, task)
-            output = _serde.dumps(value)
+            with self._tracing.span(
+                f"execute {step.name}",
+                self._span_attributes(task),
+                parent=_trace_context(task),
+                consumer=True,
+            ):
+                value = await self._call(step, task)
+                output = _serde.dumps(value)
         except Exception as exc:
             self._stats.failed += 1
             info = error_info(exc, step=step.name, traceback_limit=self._traceback_limit)
@@ -390,6 +402,17 @@ class Worker:
             )
         self._stats.completed += 1
         return result("completed", output=output)
+
+    def _span_attributes(self, task: Task) -> dict[str, str | int]:
+        return attributes(
+            run_id=task.run_id,
+            workflow=task.workflow,
+            step=task.step,
+            seq=task.seq,
+            attempt=task.attempt,
+            namespace=split_group_route(task.route)[1] or DEFAULT_NAMESPACE,
+            worker=self.instance_id,
+        )
 
     @staticmethod
     def _step_info(task: Task) -> StepInfo:
@@ -482,6 +505,7 @@ async def open_worker(
     seed: int | None = None,
     max_deliveries: int = DEFAULT_MAX_DELIVERIES,
     traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
+    tracing: bool | TracerProvider = False,
 ) -> AsyncIterator[Worker]:
     """Run a worker for ``groups`` until the block exits.
 
@@ -506,9 +530,14 @@ async def open_worker(
       traceback_limit: How many characters of a failed step's traceback
         the worker sends with its result (the engine records it on the
         attempt's error); 0 sends none.
+      tracing: An OpenTelemetry span per task executed, the child of the
+        engine's dispatch span when the task carries its trace context:
+        True uses the global tracer provider, or pass a tracer provider.
+        Needs the ``otel`` extra; off by default (see docs/tracing.md).
 
     Raises:
-      UsageError: A group is unknown or malformed, or an option is out of range.
+      UsageError: A group is unknown or malformed, an option is out of
+        range, or ``tracing`` is asked for without opentelemetry-api.
       InvalidURLError: The broker URL is malformed.
     """
     routes = check_group_routes(app, groups, "groups")
@@ -521,7 +550,9 @@ async def open_worker(
         max_deliveries=max_deliveries,
         traceback_limit=traceback_limit,
         capabilities=capabilities,
+        tracing=tracing,
     )
+    tracer = make_tracing(options.tracing)
     rng = random.Random(seed)
     if instance_id is None:
         instance_id = f"worker-{rng.getrandbits(48):012x}"
@@ -544,6 +575,7 @@ async def open_worker(
             rng=rng,
             max_deliveries=options.max_deliveries,
             traceback_limit=options.traceback_limit,
+            tracing=tracer,
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(worker._publish_forever, name="trio_durable result publisher")
@@ -564,6 +596,15 @@ async def open_worker(
                         except BrokerError as exc:
                             logger.warning("worker %s could not withdraw: %s", instance_id, exc)
                 nursery.cancel_scope.cancel()
+
+
+def _trace_context(task: Task) -> dict[str, str] | None:
+    """The W3C trace context ``task`` carries, as a propagator reads it."""
+    if task.traceparent is None:
+        return None
+    if task.tracestate is None:
+        return {"traceparent": task.traceparent}
+    return {"traceparent": task.traceparent, "tracestate": task.tracestate}
 
 
 def crash(worker: Worker) -> None:
