@@ -2,7 +2,8 @@
 running workflows on the embedded set-ups (``memory://`` and ``sqlite://``
 stores, the memory broker) imports none of aio-pika, nats-py, psycopg or
 trio-asyncio, even where they are installed, nor click and rich, which only
-the ``trio-durable`` command uses. Nor does importing the adapter
+the ``trio-durable`` command uses, nor prometheus-client until metrics are
+asked for. Nor does importing the adapter
 SDK (`trio_durable.brokers`, whose bridge imports trio-asyncio only in that
 mode) or the conformance suites. Checked in a fresh interpreter, so nothing
 another test imported counts."""
@@ -17,6 +18,9 @@ from pathlib import Path
 CLIENTS = ("aio_pika", "aiormq", "nats", "psycopg", "trio_asyncio")
 # The command's libraries: only `trio-durable` (trio_durable._cli) imports them.
 COMMAND_LIBRARIES = ("click", "rich")
+# Loaded on the first call for metrics (`Engine.metrics`, `metrics_registry`):
+# it brings http.server and more, which a process never scraped need not load.
+METRICS_LIBRARIES = ("prometheus_client",)
 
 SCRIPT = """
 import json, sys
@@ -68,7 +72,9 @@ print(json.dumps(outcome))
 
 
 def test_running_workflows_imports_no_client_library(tmp_path: Path) -> None:
-    script = SCRIPT.format(clients=CLIENTS + COMMAND_LIBRARIES, db=tmp_path / "clean.db")
+    script = SCRIPT.format(
+        clients=CLIENTS + COMMAND_LIBRARIES + METRICS_LIBRARIES, db=tmp_path / "clean.db"
+    )
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
@@ -85,7 +91,11 @@ def test_running_workflows_imports_no_client_library(tmp_path: Path) -> None:
 def test_the_clients_are_there_to_be_avoided() -> None:
     # Not vacuous: the test environment has every client library installed.
     done = subprocess.run(
-        [sys.executable, "-c", f"import {', '.join(CLIENTS + COMMAND_LIBRARIES)}"],
+        [
+            sys.executable,
+            "-c",
+            f"import {', '.join(CLIENTS + COMMAND_LIBRARIES + METRICS_LIBRARIES)}",
+        ],
         capture_output=True,
         text=True,
         timeout=120,

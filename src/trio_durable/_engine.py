@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -31,7 +31,7 @@ from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
-from ._observe import DEFAULT_EVENT_BUFFER, Event
+from ._observe import DEFAULT_EVENT_BUFFER, Event, Metrics
 from ._options import DEFAULT_TIMER_BATCH_SIZE, EngineOptions
 from ._records import (
     DEFAULT_TRACEBACK_LIMIT,
@@ -47,6 +47,9 @@ from ._stores._base import Op, Store
 from ._views import Retention
 from ._wakes import announce, serves
 from ._worker import check_group_routes, worker_metrics
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 logger = logging.getLogger("trio_durable")
 
@@ -68,6 +71,7 @@ class Engine(RunQueries, StartsRuns):
 
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
+        self._registry: CollectorRegistry | None = None
         self.app = runtime.app
         self.store = runtime.store
         self.broker = runtime.broker
@@ -293,12 +297,33 @@ class Engine(RunQueries, StartsRuns):
             yield receive
 
     def metrics(self) -> str:
-        """Counters in the Prometheus text exposition format (the embedded
-        worker's, if any, included)."""
-        metrics = self._rt.telemetry.metrics
+        """This engine's metrics in the Prometheus text exposition format
+        (0.0.4), its embedded worker's counts included; every metric is
+        listed in docs/operations.md."""
+        from ._prometheus import render
+
+        return render(self.metrics_registry)
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """This engine's own prometheus-client ``CollectorRegistry`` (never
+        the process-wide default one), read afresh at each scrape: mount it
+        in an exporter, e.g. ``prometheus_client.make_asgi_app(registry)``.
+        Made on first use."""
+        if self._registry is None:
+            from ._prometheus import ENGINE_GAUGES, metrics_registry
+
+            self._registry = metrics_registry(self._counts, ENGINE_GAUGES, self._gauges)
+        return self._registry
+
+    def _counts(self) -> list[Metrics]:
+        counts = [self._rt.telemetry.metrics]
         if self._rt.worker is not None:
-            return metrics.render(worker_metrics(self._rt.worker))
-        return metrics.render()
+            counts.append(worker_metrics(self._rt.worker))
+        return counts
+
+    def _gauges(self) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return [("trio_durable_leases_held", (), float(self._rt.telemetry.leases))]
 
     def statistics(self) -> EngineStatistics:
         """A snapshot of this engine's counters."""

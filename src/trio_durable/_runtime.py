@@ -77,6 +77,8 @@ class Telemetry:
         self.hub = EventHub()
         self.metrics = Metrics()
         self.stats = EngineStatistics()
+        # Runs whose lease a turn of this engine holds now.
+        self.leases = 0
         self._clock = clock
 
     def emit(self, event: Event) -> None:

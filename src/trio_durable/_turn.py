@@ -96,7 +96,16 @@ class Turns:
             # Read under the lease: settled elsewhere means no result is
             # waited for here (it went to another engine, or got lost).
             rt.sent.observed(run_id, began.checkpoints)
-        await Turn(rt, state, slot, self._failed_writes).run(now)
+        # The turn holds the run's lease until its last write gives it back
+        # (or it is lost, or lapses): that is what the leases gauge counts.
+        telemetry = rt.telemetry
+        telemetry.leases += 1
+        try:
+            await Turn(rt, state, slot, self._failed_writes).run(now)
+        finally:
+            telemetry.leases -= 1
+        # Turns cut off by an error are not timed: their length says nothing.
+        telemetry.metrics.observe_turn(state.run.workflow, rt.clock.now() - now)
 
     async def repair(self, run_id: str) -> None:
         """After a turn's write raised StoreError, do what its effects would

@@ -20,7 +20,7 @@ import random
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Final, Literal, final
+from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import attrs
 import trio
@@ -47,6 +47,9 @@ from ._options import DEFAULT_MAX_DELIVERIES, WorkerOptions
 from ._payload import lowered, result_message
 from ._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
 from ._wire import Result, Task, WireError
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 logger = logging.getLogger("trio_durable")
 
@@ -186,6 +189,7 @@ class Worker:
         self.app = app
         self._traceback_limit = traceback_limit
         self._metrics = Metrics()
+        self._registry: CollectorRegistry | None = None
         self._max_deliveries = max_deliveries
         self._rng = rng
         self.broker = broker
@@ -211,9 +215,22 @@ class Worker:
         return attrs.evolve(self._stats)
 
     def metrics(self) -> str:
-        """This worker's counters in the Prometheus text exposition format
-        (``trio_durable_messages_rejected_total{kind="task"}``)."""
-        return self._metrics.render()
+        """This worker's metrics in the Prometheus text exposition format
+        (0.0.4), listed in docs/operations.md."""
+        from ._prometheus import render
+
+        return render(self.metrics_registry)
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """This worker's own prometheus-client ``CollectorRegistry`` (never
+        the process-wide default one), to mount in an exporter. Made on
+        first use."""
+        if self._registry is None:
+            from ._prometheus import metrics_registry
+
+            self._registry = metrics_registry(lambda: [self._metrics])
+        return self._registry
 
     @property
     def busy(self) -> bool:
