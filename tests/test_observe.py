@@ -260,6 +260,20 @@ async def test_metrics_are_valid_prometheus_text_with_exact_values(
             "gauge",
             "Runs whose lease this engine holds (a turn in flight).",
         ),
+        # Families with no samples: this app has no flow-control queue.
+        "trio_durable_queue_limit": (
+            "gauge",
+            "Steps of a flow-control queue that may run at once, fleet-wide.",
+        ),
+        "trio_durable_queue_admitted": (
+            "gauge",
+            "Steps holding a slot of a flow-control queue, fleet-wide, as last read from the store.",
+        ),
+        "trio_durable_queue_waiting": (
+            "gauge",
+            "Steps waiting for a slot of a flow-control queue, fleet-wide, as last read from the"
+            " store.",
+        ),
     }
     runs = "trio_durable_runs_total"
     steps = "trio_durable_steps_total"

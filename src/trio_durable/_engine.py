@@ -323,7 +323,20 @@ class Engine(RunQueries, StartsRuns):
         return counts
 
     def _gauges(self) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
-        return [("trio_durable_leases_held", (), float(self._rt.telemetry.leases))]
+        telemetry = self._rt.telemetry
+        gauges: list[tuple[str, tuple[tuple[str, str], ...], float]] = [
+            ("trio_durable_leases_held", (), float(telemetry.leases))
+        ]
+        limits = {queue.name: queue.concurrency for queue in self.app.queues}
+        for name in sorted(limits.keys() | telemetry.queues.keys()):
+            labels = (("queue", name),)
+            if name in limits:
+                gauges.append(("trio_durable_queue_limit", labels, float(limits[name])))
+            depth = telemetry.queues.get(name)
+            admitted, waiting = (0, 0) if depth is None else (depth.admitted, depth.waiting)
+            gauges.append(("trio_durable_queue_admitted", labels, float(admitted)))
+            gauges.append(("trio_durable_queue_waiting", labels, float(waiting)))
+        return gauges
 
     def statistics(self) -> EngineStatistics:
         """A snapshot of this engine's counters."""
@@ -364,6 +377,7 @@ async def open_engine(
     blocked_recheck: float = 5.0,
     traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
     retention: Retention | None = None,
+    metrics_interval: float = 15.0,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -412,6 +426,9 @@ async def open_engine(
         traceback keeps its start and its end (see docs/failure-handling.md).
       retention: Prune ended runs as this says, in a task of the engine's
         nursery (see docs/queries.md); None keeps them.
+      metrics_interval: Seconds between reads of the flow-control queues'
+        depths from the store, for the queue gauges of `Engine.metrics`
+        (only if ``app`` has queues).
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -429,6 +446,7 @@ async def open_engine(
         timer_batch_size=timer_batch_size,
         engine_id=engine_id,
         retention=retention,
+        metrics_interval=metrics_interval,
     )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")

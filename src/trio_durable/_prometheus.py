@@ -23,6 +23,13 @@ GaugeSample = tuple[str, Labels, float]
 # The gauges an engine reports besides its counts: name to help text.
 ENGINE_GAUGES: Final = {
     "trio_durable_leases_held": "Runs whose lease this engine holds (a turn in flight).",
+    "trio_durable_queue_limit": "Steps of a flow-control queue that may run at once, fleet-wide.",
+    "trio_durable_queue_admitted": (
+        "Steps holding a slot of a flow-control queue, fleet-wide, as last read from the store."
+    ),
+    "trio_durable_queue_waiting": (
+        "Steps waiting for a slot of a flow-control queue, fleet-wide, as last read from the store."
+    ),
 }
 
 
