@@ -18,6 +18,7 @@ from trio_durable.stores import (
     CheckpointStatus,
     FanCounts,
     Op,
+    QueueDepth,
     RunFilter,
     RunStatus,
     StoreHelpers,
@@ -89,6 +90,9 @@ class CountingStore(StoreHelpers):
 
     async def fan_counts(self, run_id: str) -> list[FanCounts]:
         return await self.inner.fan_counts(run_id)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        return await self.inner.queue_depths()
 
     async def find_checkpoints(
         self,

@@ -208,12 +208,30 @@ def _key(name: str, **labels: str) -> tuple[Any, ...]:
     return (name, tuple(sorted(labels.items())))
 
 
+TURN_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300)
+
+
+def _histogram(
+    name: str, observed: dict[float, int], **labels: str
+) -> dict[tuple[Any, ...], float]:
+    """The samples of one histogram series that observed each of
+    ``observed``'s durations so many times (buckets are cumulative)."""
+    samples: dict[tuple[Any, ...], float] = {}
+    for bound in (*TURN_BOUNDS, math.inf):
+        le = "+Inf" if math.isinf(bound) else str(float(bound))
+        count = sum(n for seconds, n in observed.items() if seconds <= bound)
+        samples[_key(name + "_bucket", le=le, **labels)] = count
+    samples[_key(name + "_sum", **labels)] = sum(s * n for s, n in observed.items())
+    samples[_key(name + "_count", **labels)] = sum(observed.values())
+    return samples
+
+
 async def test_metrics_are_valid_prometheus_text_with_exact_values(
     autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
 ) -> None:
     async with open_test_engine(app) as engine:
         families, samples = parse_exposition(engine.metrics())
-        assert samples == {}
+        assert samples == {("trio_durable_leases_held", ()): 0}
         await engine.start(simple, 1, run_id="s1")
         await engine.start(simple, 2, run_id="s2")
         await engine.start(failing, 2, run_id="f")
@@ -226,13 +244,35 @@ async def test_metrics_are_valid_prometheus_text_with_exact_values(
         "trio_durable_runs_total": ("counter", "Run events by workflow and event."),
         "trio_durable_steps_total": ("counter", "Step events by step and event."),
         "trio_durable_step_duration_seconds": ("summary", "Step attempt durations in seconds."),
-        "durable_runs_routed_total": (
+        "trio_durable_runs_routed_total": (
             "counter",
             "Failed runs handed to an on-error handler, by code.",
         ),
         "trio_durable_messages_rejected_total": (
             "counter",
             "Broker messages rejected because they did not decode, by kind (task or result).",
+        ),
+        "trio_durable_turn_duration_seconds": (
+            "histogram",
+            "Seconds per turn (lease, replay, writes), by workflow, on the engine's clock.",
+        ),
+        "trio_durable_leases_held": (
+            "gauge",
+            "Runs whose lease this engine holds (a turn in flight).",
+        ),
+        # Families with no samples: this app has no flow-control queue.
+        "trio_durable_queue_limit": (
+            "gauge",
+            "Steps of a flow-control queue that may run at once, fleet-wide.",
+        ),
+        "trio_durable_queue_admitted": (
+            "gauge",
+            "Steps holding a slot of a flow-control queue, fleet-wide, as last read from the store.",
+        ),
+        "trio_durable_queue_waiting": (
+            "gauge",
+            "Steps waiting for a slot of a flow-control queue, fleet-wide, as last read from the"
+            " store.",
         ),
     }
     runs = "trio_durable_runs_total"
@@ -253,6 +293,11 @@ async def test_metrics_are_valid_prometheus_text_with_exact_values(
         _key(duration + "_count", step="add"): 4,
         _key(duration + "_sum", step="flaky"): 0.75,
         _key(duration + "_count", step="flaky"): 3,
+        # Each run of `simple` takes two turns of 1.5 s (one `add` each);
+        # `failing` one of 3.75 s: three attempts of 0.25 s, backoffs 1 + 2.
+        **_histogram("trio_durable_turn_duration_seconds", {1.5: 4}, workflow="simple"),
+        **_histogram("trio_durable_turn_duration_seconds", {3.75: 1}, workflow="failing"),
+        ("trio_durable_leases_held", ()): 0,
     }
 
 

@@ -23,6 +23,7 @@ import trio
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
+from prometheus_samples import families, sample, samples
 from trio_durable._on_error import HANDOFF_BASE, NEVER_ROUTED, pick_on_error_route
 from trio_durable._stores._base import CreateRun, Op, PutCheckpoint, ReleaseRun, UpdateRun
 
@@ -518,7 +519,7 @@ async def test_non_determinism_is_never_routed_even_with_a_catch_all(
             (2, "go", "completed"),
         ]
         assert await store.get_run("r.onError.0") is None
-        assert "durable_runs_routed_total{" not in engine.metrics()
+        assert samples(engine.metrics(), "trio_durable_runs_routed_total") == {}
     assert kinds == ["run.failed"]
     assert bodies == {"r": 2}
     assert step_calls == {"first": 1}
@@ -1635,9 +1636,10 @@ async def test_workers_disagreeing_on_routes_leave_the_run_unrouted(
             assert await engine.result("o") == "h1 handled o"
             assert (await _handoff(engine, "o")).child_id == "o.onError.0"
         metrics = engine.metrics()
-    assert 'trio_durable_runs_total{workflow="order",event="unrouted"} 1\n' in metrics
-    assert 'trio_durable_runs_total{workflow="order",event="routed"} 1\n' in metrics
-    assert 'durable_runs_routed_total{code="out_of_stock"} 1\n' in metrics
+    runs = "trio_durable_runs_total"
+    assert sample(metrics, runs, workflow="order", event="unrouted") == 1
+    assert sample(metrics, runs, workflow="order", event="routed") == 1
+    assert samples(metrics, "trio_durable_runs_routed_total") == {(("code", "out_of_stock"),): 1}
     assert bodies == {"o": 2, "o.onError.0": 1}
 
 
@@ -1657,20 +1659,18 @@ async def test_routed_runs_are_counted_by_code(
         await engine.start(nests, 1, run_id="f")
         await engine.drain()
         metrics = engine.metrics()
-    lines = metrics.splitlines()
-    start = lines.index(
-        "# HELP durable_runs_routed_total Failed runs handed to an on-error handler, by code."
+    assert families(metrics)["trio_durable_runs_routed"] == "counter"
+    assert samples(metrics, "trio_durable_runs_routed_total") == {
+        (("code", "*"),): 1,
+        (("code", "card_declined"),): 2,
+        (("code", "fraud"),): 1,
+    }
+    runs = samples(metrics, "trio_durable_runs_total")
+    assert runs[(("event", "routed"), ("workflow", "checkout"))] == 4
+    assert runs[(("event", "failed"), ("workflow", "checkout"))] == 2
+    assert runs[(("event", "completed"), ("workflow", "checkout"))] == 2
+    assert runs[(("event", "failed"), ("workflow", "code_only"))] == 1
+    assert (("event", "routed"), ("workflow", "code_only")) not in runs
+    assert not any(
+        ("workflow", "nests") in labels for labels in runs if ("event", "routed") in labels
     )
-    assert lines[start : start + 5] == [
-        "# HELP durable_runs_routed_total Failed runs handed to an on-error handler, by code.",
-        "# TYPE durable_runs_routed_total counter",
-        'durable_runs_routed_total{code="*"} 1',
-        'durable_runs_routed_total{code="card_declined"} 2',
-        'durable_runs_routed_total{code="fraud"} 1',
-    ]
-    assert 'trio_durable_runs_total{workflow="checkout",event="routed"} 4' in lines
-    assert 'trio_durable_runs_total{workflow="checkout",event="failed"} 2' in lines
-    assert 'trio_durable_runs_total{workflow="checkout",event="completed"} 2' in lines
-    assert 'trio_durable_runs_total{workflow="code_only",event="failed"} 1' in lines
-    assert not any("code_only" in line and "routed" in line for line in lines)
-    assert not any("nests" in line and "routed" in line for line in lines)

@@ -43,6 +43,7 @@ from hostile import (
     valid_task,
     with_raw,
 )
+from prometheus_samples import sample
 from trio_durable import _serde
 from trio_durable._brokers._base import RESULTS, Outgoing, is_broker_safe
 from trio_durable._stores import open_store
@@ -407,9 +408,7 @@ def _decodes(cls: type[Task] | type[Result], body: bytes) -> bool:
 
 
 def _rejected_metric(metrics: str, kind: str) -> float:
-    prefix = f'trio_durable_messages_rejected_total{{kind="{kind}"}} '
-    lines = [line for line in metrics.splitlines() if line.startswith(prefix)]
-    return float(lines[0].removeprefix(prefix)) if lines else 0.0
+    return sample(metrics, "trio_durable_messages_rejected_total", kind=kind) or 0.0
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

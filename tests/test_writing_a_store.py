@@ -112,6 +112,7 @@ def test_the_store_sdk_is_pinned() -> None:
         "LockRun",
         "Op",
         "PutCheckpoint",
+        "QueueDepth",
         "ReleaseQueueSlot",
         "ReleaseRun",
         "RemoveSignalWaiter",

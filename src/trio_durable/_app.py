@@ -324,6 +324,11 @@ class App:
         """The flow-control queue registered as ``name``, or None."""
         return self._queues.get(name)
 
+    @property
+    def queues(self) -> list[FlowQueue]:
+        """The registered flow-control queues, by name."""
+        return sorted(self._queues.values(), key=lambda q: q.name)
+
     @overload
     def workflow(
         self, fn: Callable[Concatenate[Context, P], Awaitable[R]], /

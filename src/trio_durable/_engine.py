@@ -31,7 +31,7 @@ from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
-from ._observe import DEFAULT_EVENT_BUFFER, Event
+from ._observe import DEFAULT_EVENT_BUFFER, Event, Metrics
 from ._options import DEFAULT_TIMER_BATCH_SIZE, EngineOptions
 from ._records import (
     DEFAULT_TRACEBACK_LIMIT,
@@ -50,6 +50,7 @@ from ._worker import check_group_routes, worker_metrics
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
+    from prometheus_client import CollectorRegistry
 
 logger = logging.getLogger("trio_durable")
 
@@ -71,6 +72,7 @@ class Engine(RunQueries, StartsRuns):
 
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
+        self._registry: CollectorRegistry | None = None
         self.app = runtime.app
         self.store = runtime.store
         self.broker = runtime.broker
@@ -293,12 +295,46 @@ class Engine(RunQueries, StartsRuns):
             yield receive
 
     def metrics(self) -> str:
-        """Counters in the Prometheus text exposition format (the embedded
-        worker's, if any, included)."""
-        metrics = self._rt.telemetry.metrics
+        """This engine's metrics in the Prometheus text exposition format
+        (0.0.4), its embedded worker's counts included; every metric is
+        listed in docs/operations.md."""
+        from ._prometheus import render
+
+        return render(self.metrics_registry)
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """This engine's own prometheus-client ``CollectorRegistry`` (never
+        the process-wide default one), read afresh at each scrape: mount it
+        in an exporter, e.g. ``prometheus_client.make_asgi_app(registry)``.
+        Made on first use."""
+        if self._registry is None:
+            from ._prometheus import ENGINE_GAUGES, metrics_registry
+
+            self._registry = metrics_registry(self._counts, ENGINE_GAUGES, self._gauges)
+        return self._registry
+
+    def _counts(self) -> list[Metrics]:
+        counts = [self._rt.telemetry.metrics]
         if self._rt.worker is not None:
-            return metrics.render(worker_metrics(self._rt.worker))
-        return metrics.render()
+            counts.append(worker_metrics(self._rt.worker))
+        return counts
+
+    def _gauges(self) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+        telemetry = self._rt.telemetry
+        gauges: list[tuple[str, tuple[tuple[str, str], ...], float]] = [
+            ("trio_durable_leases_held", (), float(telemetry.leases))
+        ]
+        limits = {queue.name: queue.concurrency for queue in self.app.queues}
+        for name in sorted(limits.keys() | telemetry.queues.keys()):
+            labels = (("queue", name),)
+            if name in limits:
+                gauges.append(("trio_durable_queue_limit", labels, float(limits[name])))
+            depth = telemetry.queues.get(name)
+            admitted, waiting = (0, 0) if depth is None else (depth.admitted, depth.waiting)
+            gauges.append(("trio_durable_queue_admitted", labels, float(admitted)))
+            gauges.append(("trio_durable_queue_waiting", labels, float(waiting)))
+        return gauges
 
     def statistics(self) -> EngineStatistics:
         """A snapshot of this engine's counters."""
@@ -340,6 +376,7 @@ async def open_engine(
     traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
     retention: Retention | None = None,
     tracing: bool | TracerProvider = False,
+    metrics_interval: float = 15.0,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -393,6 +430,9 @@ async def open_engine(
         worker's executions): True uses the global tracer provider, or
         pass a tracer provider. Needs the ``otel`` extra; off by default
         (see docs/tracing.md).
+      metrics_interval: Seconds between reads of the flow-control queues'
+        depths from the store, for the queue gauges of `Engine.metrics`
+        (only if ``app`` has queues).
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -412,6 +452,7 @@ async def open_engine(
         engine_id=engine_id,
         retention=retention,
         tracing=tracing,
+        metrics_interval=metrics_interval,
     )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")

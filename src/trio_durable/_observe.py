@@ -1,5 +1,5 @@
-"""Observability: events on subscribable Trio channels, and metrics in the
-Prometheus text format."""
+"""Observability: events on subscribable Trio channels, and the counts
+behind the Prometheus metrics (rendered by `trio_durable._prometheus`)."""
 
 from __future__ import annotations
 
@@ -93,53 +93,49 @@ class EventHub:
                 pass
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+# Upper bounds of the turn-latency histogram's buckets, in seconds: a turn
+# is mostly store round trips (milliseconds), but one running local steps
+# may take minutes.
+TURN_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0, 300.0)
+
+Labels = tuple[tuple[str, str], ...]
 
 
-def _labels(labels: tuple[tuple[str, str], ...]) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{key}="{_escape(val)}"' for key, val in labels) + "}"
-
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == int(value):
-        return str(int(value))
-    return repr(value)
+def _bound(value: float) -> str:
+    return "+Inf" if math.isinf(value) else repr(value)
 
 
 @final
 class Metrics:
-    """Counters exposed in the Prometheus text format (version 0.0.4).
+    """Counts what an engine or a worker did, for the Prometheus metrics
+    `trio_durable._prometheus` renders (every family is in `FAMILIES`).
 
-    - ``trio_durable_runs_total{workflow, event}``: run events.
-    - ``trio_durable_steps_total{step, event}``: step events.
-    - ``trio_durable_step_duration_seconds{step}``: a summary (``_sum`` and
-      ``_count``) of step attempt durations.
-    - ``trio_durable_messages_rejected_total{kind}``: broker messages
-      rejected because they did not decode (``kind`` is ``task`` or
-      ``result``).
+    Plain numbers, cheap to update on every event; prometheus-client reads
+    them only when metrics are asked for.
     """
 
-    _HELP: Final = {
-        "trio_durable_runs_total": ("counter", "Run events by workflow and event."),
-        "trio_durable_steps_total": ("counter", "Step events by step and event."),
+    # The families, in the order they are exposed: name (a counter's without
+    # its ``_total``), type and help text.
+    FAMILIES: Final = {
+        "trio_durable_runs": ("counter", "Run events by workflow and event."),
+        "trio_durable_steps": ("counter", "Step events by step and event."),
         "trio_durable_step_duration_seconds": ("summary", "Step attempt durations in seconds."),
-        "durable_runs_routed_total": (
+        "trio_durable_runs_routed": (
             "counter",
             "Failed runs handed to an on-error handler, by code.",
         ),
-        "trio_durable_messages_rejected_total": (
+        "trio_durable_messages_rejected": (
             "counter",
             "Broker messages rejected because they did not decode, by kind (task or result).",
+        ),
+        "trio_durable_turn_duration_seconds": (
+            "histogram",
+            "Seconds per turn (lease, replay, writes), by workflow, on the engine's clock.",
         ),
     }
 
     def __init__(self) -> None:
-        self._values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self._values: dict[tuple[str, Labels], float] = {}
 
     def count(self, event: Event) -> None:
         group, _, what = event.kind.partition(".")
@@ -148,7 +144,8 @@ class Metrics:
             if what == "routed":
                 code = event.data.get("code")
                 self._add(
-                    "durable_runs_routed_total", (("code", "*" if code is None else str(code)),)
+                    "trio_durable_runs_routed_total",
+                    (("code", "*" if code is None else str(code)),),
                 )
         else:
             step = event.name or ""
@@ -164,31 +161,23 @@ class Metrics:
         rejected at the boundary."""
         self._add("trio_durable_messages_rejected_total", (("kind", kind),))
 
-    def _add(self, name: str, labels: tuple[tuple[str, str], ...], amount: float = 1.0) -> None:
+    def observe_turn(self, workflow: str, seconds: float) -> None:
+        """Count a turn of a run of ``workflow`` that took ``seconds``."""
+        name = "trio_durable_turn_duration_seconds"
+        for bound in (*TURN_BUCKETS, math.inf):
+            # Every bucket gets a sample, empty ones too (0 added).
+            self._add(
+                name + "_bucket",
+                (("workflow", workflow), ("le", _bound(bound))),
+                1.0 if seconds <= bound else 0.0,
+            )
+        self._add(name + "_sum", (("workflow", workflow),), seconds)
+        self._add(name + "_count", (("workflow", workflow),))
+
+    def _add(self, name: str, labels: Labels, amount: float = 1.0) -> None:
         key = (name, labels)
         self._values[key] = self._values.get(key, 0.0) + amount
 
-    def value(self, name: str, **labels: str) -> float:
-        """One sample's current value (0 if never counted)."""
-        return self._values.get((name, tuple(labels.items())), 0.0)
-
-    def render(self, *others: Metrics) -> str:
-        """The counters in the text format, with those of ``others`` (an
-        engine's embedded worker) added in."""
-        values = dict(self._values)
-        for other in others:
-            for key, value in other._values.items():
-                values[key] = values.get(key, 0.0) + value
-        lines: list[str] = []
-        for family, (kind, help_text) in self._HELP.items():
-            samples = sorted(
-                (name, labels, value)
-                for (name, labels), value in values.items()
-                if name == family or name.startswith(family + "_")
-            )
-            lines.append(f"# HELP {family} {help_text}")
-            lines.append(f"# TYPE {family} {kind}")
-            lines.extend(
-                f"{name}{_labels(labels)} {_number(value)}" for name, labels, value in samples
-            )
-        return "\n".join(lines) + "\n"
+    def samples(self) -> dict[tuple[str, Labels], float]:
+        """Every sample counted so far: (name, labels) to value."""
+        return dict(self._values)

@@ -138,11 +138,18 @@ class EngineOptions:
     engine_id: str | None = attrs.field(default=None, validator=_engine_id)
     retention: Retention | None = attrs.field(default=None, validator=_retention)
     tracing: bool | TracerProvider = attrs.field(default=False, validator=_tracing)
+    metrics_interval: float = attrs.field(default=15.0, validator=positive_finite)
 
     def __attrs_post_init__(self) -> None:
         # Checked as given (an error quotes the value as the caller wrote
         # it), then kept as floats.
-        for name in ("lease_ttl", "reconcile_interval", "result_poll_interval", "blocked_recheck"):
+        for name in (
+            "lease_ttl",
+            "reconcile_interval",
+            "result_poll_interval",
+            "blocked_recheck",
+            "metrics_interval",
+        ):
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.remote_redispatch is not None:
             after, limit = self.remote_redispatch

@@ -319,3 +319,21 @@ class FanCounts:
     last_finished_at: float | None
     kind: CheckpointKind
     name: str
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class QueueDepth:
+    """How full one flow-control queue is, fleet-wide (one row of
+    `Store.queue_depths`).
+
+    Attributes:
+      queue: The queue's name.
+      admitted: Steps holding one of its slots.
+      waiting: Steps waiting in its line (one whose run ended meanwhile
+        is counted until a release drops it from the line).
+    """
+
+    queue: str
+    admitted: int
+    waiting: int

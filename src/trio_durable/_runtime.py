@@ -27,7 +27,7 @@ from ._dispatch import Dispatcher
 from ._exceptions import StoreError
 from ._observe import Event, EventHub, EventKind, Metrics
 from ._poller import poll_due, reconcile_stalled
-from ._records import Run
+from ._records import QueueDepth, Run
 from ._retention import prune_forever
 from ._runs import Endings
 from ._scheduler import Scheduler
@@ -78,6 +78,11 @@ class Telemetry:
         self.hub = EventHub()
         self.metrics = Metrics()
         self.stats = EngineStatistics()
+        # Runs whose lease a turn of this engine holds now.
+        self.leases = 0
+        # The flow-control queues' depths as last read from the store, by
+        # queue (`sample_queues`).
+        self.queues: dict[str, QueueDepth] = {}
         self._clock = clock
 
     def emit(self, event: Event) -> None:
@@ -191,6 +196,8 @@ async def open_runtime(
                 running = rt
                 nursery.start_soon(poll_due, rt, name="trio_durable due-run poller")
                 nursery.start_soon(reconcile_stalled, rt, name="trio_durable reconcile")
+                if app.queues:
+                    nursery.start_soon(sample_queues, rt, name="trio_durable queue sampler")
                 if options.retention is not None:
                     nursery.start_soon(
                         prune_forever,
@@ -299,3 +306,17 @@ async def _release_leases(store: Store, engine_id: str, run_ids: list[str]) -> N
             await store.apply([ReleaseRun(run_id, engine_id) for run_id in run_ids])
         except (StoreError, trio.ClosedResourceError) as exc:
             logger.warning("could not release leases on close: %s", exc)
+
+
+async def sample_queues(rt: Runtime) -> None:
+    """Read the flow-control queues' depths from the store every
+    ``metrics_interval`` seconds, for the engine's queue gauges: a metrics
+    scrape cannot wait for the store, so it reports the last reading."""
+    while True:
+        try:
+            depths = await rt.store.queue_depths()
+        except StoreError as exc:
+            logger.warning("could not read the flow-control queues' depths: %s", exc)
+        else:
+            rt.telemetry.queues = {depth.queue: depth for depth in depths}
+        await trio.sleep(rt.options.metrics_interval)

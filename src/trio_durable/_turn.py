@@ -97,12 +97,21 @@ class Turns:
             # Read under the lease: settled elsewhere means no result is
             # waited for here (it went to another engine, or got lost).
             rt.sent.observed(run_id, began.checkpoints)
+        # The turn holds the run's lease until its last write gives it back
+        # (or it is lost, or lapses): that is what the leases gauge counts.
         run = state.run
-        with rt.tracing.span(
-            f"turn {run.workflow}",
-            attributes(run_id=run.id, workflow=run.workflow, namespace=run.namespace),
-        ):
-            await Turn(rt, state, slot, self._failed_writes).run(now)
+        telemetry = rt.telemetry
+        telemetry.leases += 1
+        try:
+            with rt.tracing.span(
+                f"turn {run.workflow}",
+                attributes(run_id=run.id, workflow=run.workflow, namespace=run.namespace),
+            ):
+                await Turn(rt, state, slot, self._failed_writes).run(now)
+        finally:
+            telemetry.leases -= 1
+        # Turns cut off by an error are not timed: their length says nothing.
+        telemetry.metrics.observe_turn(run.workflow, rt.clock.now() - now)
 
     async def repair(self, run_id: str) -> None:
         """After a turn's write raised StoreError, do what its effects would

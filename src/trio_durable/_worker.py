@@ -51,6 +51,7 @@ from ._wire import Result, Task, WireError
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
+    from prometheus_client import CollectorRegistry
 
 logger = logging.getLogger("trio_durable")
 
@@ -192,6 +193,7 @@ class Worker:
         self._tracing = tracing
         self._traceback_limit = traceback_limit
         self._metrics = Metrics()
+        self._registry: CollectorRegistry | None = None
         self._max_deliveries = max_deliveries
         self._rng = rng
         self.broker = broker
@@ -217,9 +219,22 @@ class Worker:
         return attrs.evolve(self._stats)
 
     def metrics(self) -> str:
-        """This worker's counters in the Prometheus text exposition format
-        (``trio_durable_messages_rejected_total{kind="task"}``)."""
-        return self._metrics.render()
+        """This worker's metrics in the Prometheus text exposition format
+        (0.0.4), listed in docs/operations.md."""
+        from ._prometheus import render
+
+        return render(self.metrics_registry)
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """This worker's own prometheus-client ``CollectorRegistry`` (never
+        the process-wide default one), to mount in an exporter. Made on
+        first use."""
+        if self._registry is None:
+            from ._prometheus import metrics_registry
+
+            self._registry = metrics_registry(lambda: [self._metrics])
+        return self._registry
 
     @property
     def busy(self) -> bool:

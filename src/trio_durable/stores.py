@@ -13,6 +13,7 @@ from ._records import TERMINAL_STATUSES as TERMINAL_STATUSES
 from ._records import CheckpointKind as CheckpointKind
 from ._records import CheckpointStatus as CheckpointStatus
 from ._records import FanCounts as FanCounts
+from ._records import QueueDepth as QueueDepth
 from ._records import RunFilter as RunFilter
 from ._records import RunStatus as RunStatus
 from ._stores._base import STALL_IGNORED_PREFIX as STALL_IGNORED_PREFIX
@@ -59,6 +60,7 @@ __all__ = [
     "LockRun",
     "Op",
     "PutCheckpoint",
+    "QueueDepth",
     "ReleaseQueueSlot",
     "ReleaseRun",
     "RemoveSignalWaiter",

@@ -23,6 +23,7 @@ from .._records import (
     CheckpointStatus,
     ErrorInfo,
     FanCounts,
+    QueueDepth,
     Run,
     RunFilter,
     RunStatus,
@@ -475,6 +476,11 @@ class Store(Protocol):
     async def fan_counts(self, run_id: str) -> list[FanCounts]:
         """A run's fans summed up per fan and checkpoint status (only
         checkpoints with a ``parallel_group``), by fan then status."""
+        ...
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Every flow-control queue with a step holding a slot or waiting in
+        line, by name: how many hold one, how many wait."""
         ...
 
     async def find_checkpoints(

@@ -18,6 +18,7 @@ from .._records import (
     Checkpoint,
     CheckpointStatus,
     FanCounts,
+    QueueDepth,
     Run,
     RunFilter,
     RunStatus,
@@ -87,6 +88,17 @@ class MemoryQueries:
                 name=min(m.name for m in members),
             )
             for (fan, _), members in sorted(rows.items())
+        ]
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        await self._enter()
+        return [
+            QueueDepth(
+                queue=name,
+                admitted=len(self._holders.get(name, ())),
+                waiting=len(self._waiting.get(name, ())),
+            )
+            for name in sorted(self._holders.keys() | self._waiting.keys())
         ]
 
     async def find_checkpoints(

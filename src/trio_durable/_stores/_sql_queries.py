@@ -27,6 +27,7 @@ from .._records import (
     Checkpoint,
     CheckpointStatus,
     FanCounts,
+    QueueDepth,
     Run,
     RunFilter,
     RunStatus,
@@ -43,6 +44,14 @@ _FAN_COUNTS = """
         sum(attempts), min(enqueued_at), max(finished_at), min(kind), min(name)
     FROM checkpoints WHERE run_id = {p} AND parallel_group IS NOT NULL
     GROUP BY parallel_group, status ORDER BY parallel_group, status
+"""
+
+# Holders and waiters of each queue, counted in one pass over both tables.
+_QUEUE_DEPTHS = """
+    SELECT queue, sum(admitted), sum(waiting) FROM (
+        SELECT queue, 1 AS admitted, 0 AS waiting FROM queue_slots
+        UNION ALL SELECT queue, 0 AS admitted, 1 AS waiting FROM queue_waiters
+    ) AS depths GROUP BY queue ORDER BY queue
 """
 
 
@@ -237,6 +246,15 @@ class SQLQueries:
         def work(cur: Any) -> tuple[list[FanCounts], None]:
             rows = cur.execute(statement, (run_id,)).fetchall()
             return [_fan_counts(row) for row in rows], None
+
+        return await self._commit.submit(work, writes=False)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        def work(cur: Any) -> tuple[list[QueueDepth], None]:
+            rows = cur.execute(_QUEUE_DEPTHS).fetchall()
+            return [
+                QueueDepth(queue=row[0], admitted=int(row[1]), waiting=int(row[2])) for row in rows
+            ], None
 
         return await self._commit.submit(work, writes=False)
 

@@ -20,7 +20,15 @@ import trio
 
 from .._exceptions import StoreError
 from .._fans import FAN_CANCELLED
-from .._records import Checkpoint, CheckpointStatus, FanCounts, Run, RunFilter, RunStatus
+from .._records import (
+    Checkpoint,
+    CheckpointStatus,
+    FanCounts,
+    QueueDepth,
+    Run,
+    RunFilter,
+    RunStatus,
+)
 from .._stores._base import (
     ChangeFeed,
     DeleteCheckpoints,
@@ -227,6 +235,9 @@ class FaultyStore(StoreHelpers, ChangeFeed):
 
     async def fan_counts(self, run_id: str) -> list[FanCounts]:
         return await self.inner.fan_counts(run_id)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        return await self.inner.queue_depths()
 
     async def find_checkpoints(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._records import ErrorInfo
+from ..._records import ErrorInfo, QueueDepth
 from ..._stores._base import (
     AdmitToQueue,
     ReleaseQueueSlot,
@@ -310,6 +310,38 @@ async def check_queue_operations_roll_back_with_their_batch(
         assert await store.apply([release("b")]) == [[("d", 1)]]
 
 
+async def check_queue_depths_count_holders_and_waiters(factory: StoreFactory | OpenStore) -> None:
+    """`Store.queue_depths` counts each queue's slot holders and waiters, by
+    queue name, leaving out queues nobody holds or waits for."""
+    async with fresh_store(factory) as store:
+        assert await store.queue_depths() == []
+        keys = [(name, 1) for name in ("a", "b", "c", "d", "e")]
+        await queued_steps(store, *keys)
+        results = await store.apply(
+            [admit(r, limit=2, at=float(i)) for i, (r, _) in enumerate(keys[:4])]
+            + [AdmitToQueue("other", "e", 1, 0, 1, 9.0)]
+        )
+        assert results == [True, True, False, False, True]
+        assert await store.queue_depths() == [
+            QueueDepth(queue="other", admitted=1, waiting=0),
+            QueueDepth(queue="q", admitted=2, waiting=2),
+        ]
+
+        # A release lets the first waiter in; the queue empties as steps end.
+        await settle(store, "a")
+        assert await store.apply([release("a", limit=2)]) == [[("c", 1)]]
+        assert await store.queue_depths() == [
+            QueueDepth(queue="other", admitted=1, waiting=0),
+            QueueDepth(queue="q", admitted=2, waiting=1),
+        ]
+        for run_id in ("b", "c", "d"):
+            await settle(store, run_id)
+            await store.apply([release(run_id, limit=2)])
+        await settle(store, "e")
+        await store.apply([ReleaseQueueSlot("other", "e", 1, 1)])
+        assert await store.queue_depths() == []
+
+
 QUEUES_CHECKS = (
     check_admission_respects_the_limit,
     check_asking_again_while_holding_or_waiting_changes_nothing,
@@ -322,4 +354,5 @@ QUEUES_CHECKS = (
     check_release_lets_waiters_in_while_slots_are_free,
     check_release_drops_waiters_that_no_longer_need_a_slot,
     check_queue_operations_roll_back_with_their_batch,
+    check_queue_depths_count_holders_and_waiters,
 )
