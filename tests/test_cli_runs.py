@@ -284,6 +284,11 @@ def test_list_show_and_history(store: dict[str, str]) -> None:
     assert "More: add --cursor " in result.stdout
     result = invoke(["runs", "list", "--created-before", "2000-01-01"], env=store)
     assert result.stdout == "No runs match.\n"
+    # An age counts back from now: the runs were made moments ago.
+    result = invoke(["runs", "list", "--created-before", "1h"], env=store)
+    assert result.stdout == "No runs match.\n"
+    result = invoke(["runs", "list", "--created-after", "1h", "--json"], env=store)
+    assert len(json.loads(result.stdout)["runs"]) == 4
 
     result = invoke(["runs", "history", "needs-1", "--json"], env=store)
     assert result.exit_code == 0, result.output

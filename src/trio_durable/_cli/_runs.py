@@ -54,7 +54,7 @@ from ._run_views import (
     run_line,
     runs_table,
 )
-from ._values import Age, JSONArguments, JSONValue, PointInTime
+from ._values import Age, JSONArguments, JSONValue, PointInTime, at
 
 APP_ENV: Final = "TRIO_DURABLE_APP"
 STATUSES: Final = get_args(RunStatus)
@@ -180,8 +180,8 @@ def list_command(
             workflow=workflow,
             namespace=namespace,
             tags=names(tags),
-            created_after=created_after,
-            created_before=created_before,
+            created_after=at(created_after, client.clock.now()),
+            created_before=at(created_before, client.clock.now()),
             parent_id=parent,
             limit=limit,
             cursor=cursor,

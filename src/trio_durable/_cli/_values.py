@@ -65,20 +65,21 @@ class Age(click.ParamType[timedelta]):
         return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
-class PointInTime(click.ParamType[datetime]):
+class PointInTime(click.ParamType[datetime | timedelta]):
     """A point in time: an ISO 8601 date or time (UTC unless it says
-    otherwise), seconds since the epoch, or an age (``2h``: two hours ago)."""
+    otherwise), seconds since the epoch, or an age (``2h``: two hours ago),
+    kept as a `timedelta` for `at` to place on the client's clock."""
 
     name = "WHEN"
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> datetime:
-        if isinstance(value, datetime):
+    ) -> datetime | timedelta:
+        if isinstance(value, datetime | timedelta):
             return value
         text = str(value).strip()
         if _AGE.fullmatch(text.lower()) and not text.replace(".", "", 1).isdigit():
-            return datetime.now(UTC) - Age().convert(text, param, ctx)
+            return Age().convert(text, param, ctx)
         try:
             return datetime.fromtimestamp(float(text), UTC)
         except (ValueError, OverflowError, OSError):
@@ -93,6 +94,14 @@ class PointInTime(click.ParamType[datetime]):
                 ctx,
             )
         return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def at(point: datetime | timedelta | None, now: float) -> datetime | float | None:
+    """A `PointInTime` as a filter takes it: an age counts back from
+    ``now`` (the client's durable time)."""
+    if isinstance(point, timedelta):
+        return now - point.total_seconds()
+    return point
 
 
 def when(durable_time: float | None) -> str | None:
