@@ -26,6 +26,7 @@ from ._app import App, Workflow
 from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._control import cancel_run, read_run, retry_run, signal_run
+from ._descriptor import check_group_routes
 from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
@@ -46,7 +47,7 @@ from ._stores import enter_store
 from ._stores._base import Op, Store
 from ._views import Retention
 from ._wakes import announce, serves
-from ._worker import check_group_routes, worker_metrics
+from ._worker import worker_metrics
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
