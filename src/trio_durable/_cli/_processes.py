@@ -184,17 +184,34 @@ async def _serve_engine(app: App, options: dict[str, Any], drain_timeout: float)
     # opens is kept, and the engine drains as soon as it is open.
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
         async with open_engine(app, **options) as engine:
-            name = f"engine {engine.engine_id}"
-            say(
-                f"{name} ready: app {app.name}, store {shown(options['store'])},"
-                f" broker {shown(options['broker'])}, serving {_list(options['serve'])}"
+            await _serve_until_signalled(
+                f"engine {engine.engine_id}",
+                f"app {app.name}, store {shown(options['store'])},"
+                f" broker {shown(options['broker'])}, serving {_list(options['serve'])}",
+                engine.drain,
+                "its runs' leases are given back",
+                signals,
+                drain_timeout,
             )
-            received = await _next_signal(signals)
-            say(f"{name} draining ({received}), for at most {drain_timeout:g} s")
-            cut_short = await _drain(engine.drain, signals, drain_timeout)
-            if cut_short is not None:
-                say(f"{name} stops undrained ({cut_short}): its runs' leases are given back")
-        say(f"{name} stopped")
+        say(f"engine {engine.engine_id} stopped")
+
+
+async def _serve_until_signalled(
+    name: str,
+    ready: str,
+    drain: Callable[[], Awaitable[None]],
+    undrained: str,
+    signals: AsyncIterator[int],
+    drain_timeout: float,
+) -> None:
+    """Say the process is ready, wait for SIGTERM or SIGINT, then drain for
+    at most ``drain_timeout`` seconds (see `_drain`)."""
+    say(f"{name} ready: {ready}")
+    received = await _next_signal(signals)
+    say(f"{name} draining ({received}), for at most {drain_timeout:g} s")
+    cut_short = await _drain(drain, signals, drain_timeout)
+    if cut_short is not None:
+        say(f"{name} stops undrained ({cut_short}): {undrained}")
 
 
 # -- worker --------------------------------------------------------------------
@@ -278,18 +295,13 @@ def worker_command(
 async def _serve_worker(app: App, options: dict[str, Any], drain_timeout: float) -> None:
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
         async with open_worker(app, **options) as worker:
-            name = f"worker {worker.instance_id}"
-            say(
-                f"{name} ready: app {app.name}, broker {shown(options['broker'])},"
-                f" groups {_list(worker.routes)},"
-                f" capabilities {_list(options['capabilities'])}"
+            await _serve_until_signalled(
+                f"worker {worker.instance_id}",
+                f"app {app.name}, broker {shown(options['broker'])},"
+                f" groups {_list(worker.routes)}, capabilities {_list(options['capabilities'])}",
+                worker.wait_idle,
+                "the tasks of its unfinished steps go back to the broker",
+                signals,
+                drain_timeout,
             )
-            received = await _next_signal(signals)
-            say(f"{name} draining ({received}), for at most {drain_timeout:g} s")
-            cut_short = await _drain(worker.wait_idle, signals, drain_timeout)
-            if cut_short is not None:
-                say(
-                    f"{name} stops undrained ({cut_short}):"
-                    " the tasks of its unfinished steps go back to the broker"
-                )
-        say(f"{name} stopped")
+        say(f"worker {worker.instance_id} stopped")
