@@ -166,7 +166,14 @@ def console_app(
     app = Starlette(
         routes=routes,
         middleware=middleware,
-        exception_handlers={Exception: _on_error, HTTPException: _on_error},
+        # The library's errors and the API's own answer with their status;
+        # anything else is a 500 (and is raised on, for the server to log).
+        exception_handlers={
+            ApiError: _on_error,
+            UsageError: _on_error,
+            HTTPException: _on_error,
+            Exception: _on_error,
+        },
     )
     app.state.console = Console(source=source, token=token)
     return app
