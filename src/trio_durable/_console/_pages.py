@@ -1,22 +1,237 @@
-"""The console's pages: server-rendered HTML with a little JavaScript."""
+"""The console's pages: server-rendered HTML with a little JavaScript.
+
+``/`` lists runs, ``/runs/{id}`` shows one (its timeline, fans, lineage and
+actions), ``/fleet`` the live workers and ``/queues`` the flow-control
+queues; ``/static`` serves the script and the style sheet. Every page reads
+through the console's source only, never renders more than a page of a
+fan's members, and carries an ETag (`_render.page_response`) that its live
+refresh polls with.
+
+Bad input is a `UsageError` and an unknown run a `RunNotFoundError`: the
+application turns them into the 400 and 404 pages (`error_page`).
+"""
 
 from __future__ import annotations
 
-import html
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, get_args
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
-from starlette.routing import BaseRoute
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .._exceptions import UsageError
+from .._on_error import lineage
+from .._records import RunStatus
+from .._views import FOLD_WIDTH, FanPage, FanStats
+from ._render import FAN_PAGE, error_response, page_response
+
+if TYPE_CHECKING:
+    from ._app import Console, ConsoleSource
+
+RUN_STATUSES: Final[tuple[str, ...]] = get_args(RunStatus)
+RUNS_PAGE: Final = 50
+"""Runs per page of the runs list."""
+
+_HANDLER_ID: Final = re.compile(r"^(?P<handles>.+)\.onError\.\d+$")
+_STATIC: Final = Path(__file__).parent / "static"
+
+
+def _source(request: Request) -> ConsoleSource:
+    console: Console = request.app.state.console
+    return console.source
+
+
+def _one(request: Request, name: str) -> str | None:
+    """A query parameter; an empty one (a blank form field) counts as absent."""
+    value = request.query_params.get(name, "").strip()
+    return value or None
+
+
+def _natural(request: Request, name: str, default: int) -> int:
+    value = _one(request, name)
+    if value is None:
+        return default
+    if not value.isascii() or not value.isdigit():
+        raise UsageError(f"{name} must be an integer >= 0, not {value!r}")
+    return int(value)
+
+
+def _flag(request: Request, name: str) -> bool | None:
+    value = _one(request, name)
+    if value is None:
+        return None
+    if value not in ("0", "1"):
+        raise UsageError(f"{name} must be 0 or 1, not {value!r}")
+    return value == "1"
+
+
+# -- runs ---------------------------------------------------------------------------
+
+
+async def runs_page(request: Request) -> Response:
+    """``/``: runs matching the filters, their counts per status, and a
+    link to the next (older) page."""
+    filters = {
+        "status": _one(request, "status"),
+        "workflow": _one(request, "workflow"),
+        "namespace": _one(request, "namespace"),
+        "tag": _one(request, "tag"),
+        "parent": _one(request, "parent"),
+    }
+    if filters["status"] is not None and filters["status"] not in RUN_STATUSES:
+        raise UsageError(
+            f"status must be one of {', '.join(RUN_STATUSES)}, not {filters['status']!r}"
+        )
+    cursor = _one(request, "cursor")
+    page = await _source(request).list_runs(
+        status=filters["status"],  # type: ignore[arg-type]
+        workflow=filters["workflow"],
+        namespace=filters["namespace"],
+        tags=() if filters["tag"] is None else (filters["tag"],),
+        parent_id=filters["parent"],
+        limit=RUNS_PAGE,
+        cursor=cursor,
+        facets=True,
+    )
+    facets = dict(page.facets or {})
+    return page_response(
+        request,
+        "runs.html",
+        title="Runs",
+        nav="runs",
+        filters=filters,
+        statuses=RUN_STATUSES,
+        facets=[(status, facets[status]) for status in RUN_STATUSES if status in facets],
+        total=sum(facets.values()),
+        page=page,
+        cursor=cursor,
+    )
+
+
+# -- a run --------------------------------------------------------------------------
+
+
+async def _fan_pages(
+    request: Request, run_id: str, fans: tuple[FanStats, ...]
+) -> dict[int, tuple[FanPage | None, bool]]:
+    """The page of members shown for each wide fan (and the one the query
+    names), with whether it lists only failed members. A fan with failures
+    shows them first."""
+    source = _source(request)
+    chosen = _natural(request, "fan", -1) if _one(request, "fan") is not None else None
+    offset = _natural(request, "offset", 0)
+    failed_only = _flag(request, "failed")
+    if chosen is not None and chosen not in {fan.first_seq for fan in fans}:
+        raise UsageError(f"run {run_id!r} has no fan starting at seq {chosen}")
+    pages: dict[int, tuple[FanPage | None, bool]] = {}
+    for fan in fans:
+        if fan.size <= FOLD_WIDTH and fan.first_seq != chosen:
+            # A narrow fan's members stand in the timeline themselves.
+            continue
+        failed = bool(fan.counts.get("failed"))
+        start = 0
+        if fan.first_seq == chosen:
+            failed = failed if failed_only is None else failed_only
+            start = offset
+        try:
+            members: FanPage | None = await source.fan_page(
+                run_id, fan.first_seq, offset=start, limit=FAN_PAGE, failed=failed
+            )
+        except UsageError:
+            # Its first member is being recorded again (a retry deleted
+            # it): the page shows the fan's bar until it is back.
+            members = None
+        pages[fan.first_seq] = (members, failed)
+    return pages
+
+
+async def run_page(request: Request) -> Response:
+    """``/runs/{id}``: the run's header, lineage, timeline with wide fans
+    folded, each fan's progress and a page of its members, and actions."""
+    source = _source(request)
+    run_id: str = request.path_params["run_id"]
+    detail = await source.run_detail(run_id)
+    handles = _HANDLER_ID.match(detail.run.id)
+    chain = lineage(detail.run.id)
+    return page_response(
+        request,
+        "run.html",
+        title=f"Run {detail.run.id}",
+        nav="runs",
+        detail=detail,
+        run=detail.run,
+        ancestors=list(reversed(chain[1:])),
+        handles=None if handles is None else handles.group("handles"),
+        fan_pages=await _fan_pages(request, detail.run.id, detail.fans),
+        fold_width=FOLD_WIDTH,
+        fan_page_size=FAN_PAGE,
+    )
+
+
+# -- the fleet and the queues -------------------------------------------------------
+
+
+async def fleet_page(request: Request) -> Response:
+    """``/fleet``: worker groups, live workers and what they announce,
+    their disagreements, and on-error routes nothing serves."""
+    source = _source(request)
+    try:
+        fleet = await source.fleet()
+        unserved = await source.unserved_on_error_routes()
+    except UsageError:
+        # A client opened without a broker cannot see workers.
+        fleet, unserved = None, []
+    groups: dict[str, list[str]] = {}
+    for worker in fleet.workers if fleet is not None else ():
+        for group in worker.groups:
+            groups.setdefault(group, []).append(worker.instance_id)
+    return page_response(
+        request,
+        "fleet.html",
+        title="Fleet",
+        nav="fleet",
+        fleet=fleet,
+        groups=sorted(groups.items()),
+        unserved=unserved,
+    )
+
+
+async def queues_page(request: Request) -> Response:
+    """``/queues``: each flow-control queue's limit (when the source has an
+    app registering it), the steps admitted (holding a slot) and waiting."""
+    source = _source(request)
+    app = source.app
+    registered = {queue.name: queue for queue in app.queues} if app is not None else {}
+    depths = {depth.queue: depth for depth in await source.store.queue_depths()}
+    rows: list[dict[str, Any]] = []
+    for name in sorted(registered.keys() | depths.keys()):
+        queue, depth = registered.get(name), depths.get(name)
+        rows.append(
+            {
+                "name": name,
+                "limit": None if queue is None else queue.concurrency,
+                "priority": None if queue is None else queue.priority,
+                "admitted": 0 if depth is None else depth.admitted,
+                "waiting": 0 if depth is None else depth.waiting,
+            }
+        )
+    return page_response(request, "queues.html", title="Queues", nav="queues", queues=rows)
 
 
 def page_routes() -> list[BaseRoute]:
     """The routes of the pages and their static files."""
-    return []
+    return [
+        Route("/", runs_page, methods=["GET"]),
+        Route("/runs/{run_id}", run_page, methods=["GET"]),
+        Route("/fleet", fleet_page, methods=["GET"]),
+        Route("/queues", queues_page, methods=["GET"]),
+        Mount("/static", StaticFiles(directory=_STATIC), name="static"),
+    ]
 
 
 def error_page(request: Request, status: int, message: str) -> Response:
     """The page answering an error on a page route."""
-    return HTMLResponse(
-        f"<!doctype html><title>{status}</title><h1>{status}</h1><p>{html.escape(message)}</p>",
-        status_code=status,
-    )
+    return error_response(request, status, message)

@@ -1,0 +1,300 @@
+"""The console's pages (`trio_durable._console._pages`): each page shows the
+real data, escapes what runs carry, answers bad input and unknown runs with
+their error pages, and a matching ``If-None-Match`` with 304."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+import trio_durable as td
+from conftest import EngineFactory
+from trio_durable.console import console_app
+
+app = td.App("console-pages")
+app.queue("mail", concurrency=3, priority=2)
+
+HOSTILE = "<script>alert('x')</script>"
+FAILING = frozenset({3, 17, 24})
+"""The members of the fan in `fan_out` that fail."""
+
+
+@app.step(group="g", retry=td.Retry(attempts=1))
+async def member(index: int) -> int:
+    if index in FAILING:
+        raise td.FatalError(f"member {index} says {HOSTILE}", code="bad<code>")
+    return index * 10
+
+
+@app.workflow()
+async def fan_out(ctx: td.Context, width: int) -> list[int]:
+    return await ctx.all(member, list(range(width)), mode="wait_all")
+
+
+@app.workflow()
+async def leaf(ctx: td.Context, value: int) -> int:
+    return value + 1
+
+
+@app.workflow()
+async def tree(ctx: td.Context, value: int) -> int:
+    return await ctx.child(leaf, value)
+
+
+@app.step()
+async def explode() -> None:
+    raise td.FatalError("it blew up", code="boom")
+
+
+@app.workflow()
+async def handle(ctx: td.Context, failure: dict[str, Any]) -> str:
+    return f"handled {failure['run_id']}"
+
+
+@app.workflow(on_error=[td.OnError(workflow="handle")])
+async def fragile(ctx: td.Context) -> None:
+    await ctx.step(explode)
+
+
+@asynccontextmanager
+async def console(
+    open_test_engine: EngineFactory, **kwargs: Any
+) -> AsyncIterator[tuple[td.Engine, httpx.AsyncClient]]:
+    async with (
+        open_test_engine(app, serve=["g"]) as engine,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=console_app(engine, **kwargs)),
+            base_url="http://console",
+        ) as http,
+    ):
+        yield engine, http
+
+
+async def finish(engine: td.Engine, run_id: str) -> None:
+    with pytest.raises(td.RunFailed):
+        await engine.result(run_id)
+
+
+async def test_the_runs_page_lists_runs_with_counts_per_status_and_filters(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (engine, http):
+        await engine.start(tree, 1, run_id="t-1", tags=["blue"])
+        assert await engine.result("t-1") == 2
+        await engine.start(fan_out, 25, run_id="f-1")
+        await finish(engine, "f-1")
+        page = await http.get("/")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        text = page.text
+        for run_id in ("t-1", "t-1.child.1", "f-1"):
+            assert f'href="/runs/{run_id}"' in text
+        # Counts per status: 2 completed (the tree and its leaf), 1 failed.
+        assert re.search(r"completed <b>2</b>", text)
+        assert re.search(r"failed <b>1</b>", text)
+        assert re.search(r"all <b>3</b>", text)
+        assert 'href="/?status=failed"' in text
+
+        failed = (await http.get("/", params={"status": "failed"})).text
+        assert 'href="/runs/f-1"' in failed
+        assert 'href="/runs/t-1"' not in failed
+        tagged = (await http.get("/", params={"tag": "blue", "workflow": ""})).text
+        assert 'href="/runs/t-1"' in tagged
+        assert 'href="/runs/f-1"' not in tagged
+        children = (await http.get("/", params={"parent": "t-1"})).text
+        assert 'href="/runs/t-1.child.1"' in children
+        assert 'href="/runs/t-1"' not in children
+
+
+async def test_the_runs_page_pages_by_cursor(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (engine, http):
+        for i in range(55):
+            await engine.start(leaf, i, run_id=f"r-{i:02d}")
+            await trio.sleep(1)
+        first = (await http.get("/", params={"workflow": "leaf"})).text
+        assert 'href="/runs/r-54"' in first
+        assert 'href="/runs/r-04"' not in first
+        older = re.search(r'class="older" href="([^"]+)"', first)
+        assert older is not None
+        second = (await http.get(older.group(1).replace("&amp;", "&"))).text
+        assert [f"r-{i:02d}" for i in range(4, -1, -1)] == re.findall(
+            r'href="/runs/(r-\d\d)"', second
+        )
+        assert 'class="older"' not in second
+
+
+async def test_the_run_page_shows_the_timeline_fans_and_failed_members_first(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine, token="s3cret") as (engine, http):
+        await engine.start(fan_out, 25, run_id="f-1")
+        await finish(engine, "f-1")
+        page = await http.get("/runs/f-1")
+        assert page.status_code == 200
+        text = page.text
+        assert 'id="run-status" class="status status-failed">failed<' in text
+        assert "gather_failed" in text
+        # The fan of 25 is folded in the timeline, and shown as a fan block
+        # with its progress bar: 22 completed, 3 failed.
+        assert "fan of 25: member" in text
+        assert 'class="count-completed">22<' in text
+        assert 'class="count-failed">3<' in text
+        # Failed members first, each with its error.
+        members = re.findall(r'<tr class="entry status-(\w+)">\s*<td>(\d+)</td>', text)
+        assert members == [("failed", "4"), ("failed", "18"), ("failed", "25")]
+        assert "bad&lt;code&gt;" in text
+        # The "all" tab pages every member in seq order.
+        everything = (await http.get("/runs/f-1", params={"fan": 1, "failed": 0})).text
+        seqs = re.findall(r'<tr class="entry status-\w+">\s*<td>(\d+)</td>', everything)
+        assert seqs == [str(seq) for seq in range(1, 26)]
+        # The action buttons, for the script to send.
+        for action in ("signal", "cancel", "retry"):
+            assert f'data-action="{action}" data-run="f-1"' in text
+
+
+async def test_a_fan_page_is_50_members_with_prev_and_next(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (engine, http):
+        await engine.start(fan_out, 120, run_id="w")
+        await finish(engine, "w")
+        page = (await http.get("/runs/w", params={"fan": 1, "failed": 0, "offset": 50})).text
+        seqs = re.findall(r'<tr class="entry status-\w+">\s*<td>(\d+)</td>', page)
+        assert seqs == [str(seq) for seq in range(51, 101)]
+        assert "Members 51 to 100 of 120" in page
+        assert 'class="prev" href="/runs/w?fan=1&amp;failed=0&amp;offset=0#fan-1"' in page
+        assert 'class="next" href="/runs/w?fan=1&amp;failed=0&amp;offset=100#fan-1"' in page
+        last = (await http.get("/runs/w", params={"fan": 1, "failed": 0, "offset": 100})).text
+        assert "Members 101 to 120 of 120" in last
+        assert 'class="next"' not in last
+
+
+async def test_hostile_names_and_errors_come_out_escaped(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (engine, http):
+        await engine.start(fan_out, 25, run_id="f-1", tags=[HOSTILE])
+        await finish(engine, "f-1")
+        for path in ("/", "/runs/f-1", "/runs/f-1?fan=1&failed=1"):
+            text = (await http.get(path)).text
+            assert HOSTILE not in text
+            assert "<script>alert" not in text
+        run_page = (await http.get("/runs/f-1")).text
+        assert "member 3 says &lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in run_page
+        # The only scripts are the console's own.
+        assert re.findall(r"<script[^>]*>", run_page) == ['<script src="/static/console.js" defer>']
+
+
+async def test_the_run_page_links_parents_children_and_on_error_handlers(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (engine, http):
+        await engine.start(tree, 1, run_id="t-1")
+        await engine.result("t-1")
+        await engine.start(fragile, run_id="x-1")
+        await engine.result("x-1")
+        parent = (await http.get("/runs/t-1")).text
+        assert '<a class="child" href="/runs/t-1.child.1">' in parent
+        child = (await http.get("/runs/t-1.child.1")).text
+        assert '<a class="parent" href="/runs/t-1">' in child
+        failing = (await http.get("/runs/x-1")).text
+        assert '<a class="handler" href="/runs/x-1.onError.0">' in failing
+        assert "it blew up" in failing
+        handler = (await http.get("/runs/x-1.onError.0")).text
+        assert '<a class="handles" href="/runs/x-1">' in handler
+
+
+async def test_the_fleet_page_shows_groups_workers_and_unserved_routes(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (engine, http):
+        [worker] = (await engine.fleet()).workers
+        text = (await http.get("/fleet")).text
+        assert f"<tr><td>g</td><td>{worker.instance_id}</td></tr>" in text
+        assert "<tr><td>member</td><td>g</td>" in text
+        assert "Live workers agree." in text
+        assert "Every on-error handler is served." in text
+
+
+async def test_the_fleet_page_of_a_client_without_a_broker_says_so() -> None:
+    async with td.open_client("memory://") as client:
+        transport = httpx.ASGITransport(app=console_app(client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as http:
+            page = await http.get("/fleet")
+            assert page.status_code == 200
+            assert "No broker configured" in page.text
+            queues = await http.get("/queues")
+            assert "No flow-control queue is registered or in use." in queues.text
+
+
+async def test_the_queues_page_shows_limits_and_depths(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (_, http):
+        text = (await http.get("/queues")).text
+        assert "<td>mail</td>\n      <td>3</td>\n      <td>2</td>\n      <td>0</td>" in text
+
+
+async def test_unknown_runs_and_bad_input_get_their_error_pages(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (engine, http):
+        await engine.start(fan_out, 25, run_id="f-1")
+        await finish(engine, "f-1")
+        missing = await http.get("/runs/nope<b>")
+        assert missing.status_code == 404
+        assert missing.headers["content-type"].startswith("text/html")
+        assert "no run &#39;nope&lt;b&gt;&#39;" in missing.text
+        for path, message in [
+            ("/?status=weird", "status must be one of"),
+            ("/?cursor=garbage", "malformed cursor"),
+            ("/runs/f-1?offset=-1", "offset must be an integer &gt;= 0"),
+            ("/runs/f-1?fan=2", "has no fan starting at seq 2"),
+            ("/runs/f-1?fan=1&failed=maybe", "failed must be 0 or 1"),
+        ]:
+            bad = await http.get(path)
+            assert (bad.status_code, path) == (400, path)
+            assert message in bad.text
+            assert bad.headers["content-type"].startswith("text/html")
+
+
+async def test_a_page_answers_a_matching_if_none_match_with_304(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (engine, http):
+        await engine.start(leaf, 1, run_id="l-1")
+        await engine.result("l-1")
+        for path in ("/", "/runs/l-1", "/fleet", "/queues"):
+            first = await http.get(path)
+            etag = first.headers["etag"]
+            again = await http.get(path, headers={"If-None-Match": etag})
+            assert (again.status_code, again.content, again.headers["etag"]) == (304, b"", etag)
+            weak = await http.get(path, headers={"If-None-Match": f'"other", W/{etag}'})
+            assert weak.status_code == 304
+        before = (await http.get("/")).headers["etag"]
+        await engine.start(leaf, 2, run_id="l-2")
+        await engine.result("l-2")
+        changed = await http.get("/", headers={"If-None-Match": before})
+        assert changed.status_code == 200
+        assert 'href="/runs/l-2"' in changed.text
+        assert changed.headers["etag"] != before
+
+
+async def test_the_static_files_are_served(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (_, http):
+        script = await http.get("/static/console.js")
+        assert script.status_code == 200
+        assert "If-None-Match" in script.text
+        style = await http.get("/static/console.css")
+        assert style.status_code == 200
+        assert style.headers["content-type"].startswith("text/css")
