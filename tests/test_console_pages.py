@@ -175,6 +175,13 @@ async def test_a_fan_page_is_50_members_with_prev_and_next(
         last = (await http.get("/runs/w", params={"fan": 1, "failed": 0, "offset": 100})).text
         assert "Members 101 to 120 of 120" in last
         assert 'class="next"' not in last
+        # A smaller page keeps its size in its links.
+        small = (
+            await http.get("/runs/w", params={"fan": 1, "failed": 0, "offset": 20, "limit": 20})
+        ).text
+        seqs = re.findall(r'<tr class="entry status-\w+">\s*<td>(\d+)</td>', small)
+        assert seqs == [str(seq) for seq in range(21, 41)]
+        assert 'href="/runs/w?fan=1&amp;limit=20&amp;failed=0&amp;offset=40#fan-1"' in small
 
 
 async def test_hostile_names_and_errors_come_out_escaped(
@@ -259,6 +266,8 @@ async def test_unknown_runs_and_bad_input_get_their_error_pages(
             ("/runs/f-1?offset=-1", "offset must be an integer &gt;= 0"),
             ("/runs/f-1?fan=2", "has no fan starting at seq 2"),
             ("/runs/f-1?fan=1&failed=maybe", "failed must be 0 or 1"),
+            ("/runs/f-1?fan=1&limit=0", "limit must be an integer from 1 to 100"),
+            ("/runs/f-1?fan=1&limit=101", "limit must be an integer from 1 to 100"),
         ]:
             bad = await http.get(path)
             assert (bad.status_code, path) == (400, path)

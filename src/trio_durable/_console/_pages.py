@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 RUN_STATUSES: Final[tuple[str, ...]] = get_args(RunStatus)
 RUNS_PAGE: Final = 50
 """Runs per page of the runs list."""
+MAX_FAN_PAGE: Final = 100
+"""The most members a page of a fan shows (``?limit=``; 50 by default)."""
 
 _HANDLER_ID: Final = re.compile(r"^(?P<handles>.+)\.onError\.\d+$")
 _STATIC: Final = Path(__file__).parent / "static"
@@ -118,11 +120,14 @@ async def _fan_pages(
     request: Request, run_id: str, fans: tuple[FanStats, ...]
 ) -> dict[int, tuple[FanPage | None, bool]]:
     """The page of members shown for each wide fan (and the one the query
-    names), with whether it lists only failed members. A fan with failures
-    shows them first."""
+    names: ``fan``, ``offset``, ``limit``, ``failed``), with whether it lists
+    only failed members. A fan with failures shows them first."""
     source = _source(request)
     chosen = _natural(request, "fan", -1) if _one(request, "fan") is not None else None
     offset = _natural(request, "offset", 0)
+    limit = _natural(request, "limit", FAN_PAGE)
+    if not 1 <= limit <= MAX_FAN_PAGE:
+        raise UsageError(f"limit must be an integer from 1 to {MAX_FAN_PAGE}, not {limit}")
     failed_only = _flag(request, "failed")
     if chosen is not None and chosen not in {fan.first_seq for fan in fans}:
         raise UsageError(f"run {run_id!r} has no fan starting at seq {chosen}")
@@ -132,13 +137,13 @@ async def _fan_pages(
             # A narrow fan's members stand in the timeline themselves.
             continue
         failed = bool(fan.counts.get("failed"))
-        start = 0
+        start, size = 0, FAN_PAGE
         if fan.first_seq == chosen:
             failed = failed if failed_only is None else failed_only
-            start = offset
+            start, size = offset, limit
         try:
             members: FanPage | None = await source.fan_page(
-                run_id, fan.first_seq, offset=start, limit=FAN_PAGE, failed=failed
+                run_id, fan.first_seq, offset=start, limit=size, failed=failed
             )
         except UsageError:
             # Its first member is being recorded again (a retry deleted

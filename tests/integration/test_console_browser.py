@@ -1,0 +1,199 @@
+"""The console in a real headless Chromium: Debian's ``chromium`` and
+``chromium-driver`` driven by selenium (never a downloaded browser).
+
+An engine on SQLite with an embedded worker runs a fan of 2,000 remote
+steps, 50 of which fail on their first execution; the console is served on
+a real socket. The browser lists the runs, opens the run, pages through its
+failed members, is refused an action without the token, then retries the
+run with the token and watches the page refresh itself until the run has
+completed. Screenshots of each stage go to ``docs/images/console-*.png``
+(docs/console.md shows them).
+
+Selenium blocks, so it runs in a worker thread while Trio serves the
+console and runs the engine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Final
+
+import pytest
+import trio
+
+import trio_durable as td
+from trio_durable.console import serve_console
+
+CHROMIUM: Final = Path("/usr/bin/chromium")
+CHROMEDRIVER: Final = Path("/usr/bin/chromedriver")
+IMAGES: Final = Path(__file__).resolve().parents[2] / "docs" / "images"
+TOKEN: Final = "console-test-token"
+WIDTH: Final = 2000
+FAILING: Final = frozenset(range(1, WIDTH, 40))
+"""The 50 members that fail on their first execution."""
+WAIT: Final = 120.0
+"""Seconds the browser waits for a page to show something (2 shared cores)."""
+
+app = td.App("console-browser")
+
+
+class World:
+    """Whether the failing members are fixed (the test flips it)."""
+
+    fixed = False
+
+
+@app.step(group="g", retry=td.Retry(attempts=1))
+async def deliver(index: int) -> int:
+    if index in FAILING and not World.fixed:
+        raise td.FatalError(f"parcel {index} was lost", code="lost", details={"index": index})
+    return index
+
+
+@app.workflow()
+async def big_fan(ctx: td.Context, width: int) -> int:
+    return sum(await ctx.all(deliver, list(range(width)), mode="wait_all"))
+
+
+@app.workflow()
+async def small(ctx: td.Context, value: int) -> int:
+    return value
+
+
+@pytest.fixture
+def browser_binaries() -> Iterator[None]:
+    """Skips the test when Chromium or its driver is not installed, except
+    under ``CI=true`` (``.ci/run`` installs them), where that fails it."""
+    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    if missing:
+        message = f"{' and '.join(missing)} missing: install Debian's chromium and chromium-driver"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    # Selenium must use the system's browser and driver, never fetch one.
+    previous = os.environ.get("SE_OFFLINE")
+    os.environ["SE_OFFLINE"] = "true"
+    yield
+    if previous is None:
+        os.environ.pop("SE_OFFLINE", None)
+    else:
+        os.environ["SE_OFFLINE"] = previous
+
+
+def drive(url: str, engine: td.Engine) -> None:
+    """The browser's part, in a worker thread."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    IMAGES.mkdir(parents=True, exist_ok=True)
+
+    def wait_for_text(css: str, text: str) -> None:
+        def shown(d: WebDriver) -> bool:
+            return any(text in e.text for e in d.find_elements(By.CSS_SELECTOR, css))
+
+        WebDriverWait(driver, WAIT).until(shown, f"{css!r} never showed {text!r}")
+
+    def run_status() -> str:
+        return trio.from_thread.run(engine.get, "big").status
+
+    try:
+        # The runs list: the runs, their counts per status.
+        driver.get(f"{url}/")
+        wait_for_text("table.runs", "big")
+        assert driver.find_element(By.LINK_TEXT, "small-1")
+        chips = driver.find_element(By.CSS_SELECTOR, ".chips").text
+        assert "failed 1" in chips
+        assert "completed 1" in chips
+        driver.save_screenshot(IMAGES / "console-runs.png")
+
+        # The run: failed, its fan of 2,000 with 50 failed members shown first.
+        driver.find_element(By.LINK_TEXT, "big").click()
+        wait_for_text("#run-status", "failed")
+        fan = driver.find_element(By.CSS_SELECTOR, "section.fan")
+        assert fan.find_element(By.CSS_SELECTOR, ".count-failed").text == "50"
+        assert fan.find_element(By.CSS_SELECTOR, ".count-completed").text == "1950"
+        assert "Failed members 1 to 50 of 50" in fan.text
+        rows = fan.find_elements(By.CSS_SELECTOR, "table.members tr.entry")
+        assert len(rows) == 50
+        assert all("failed" in (row.get_attribute("class") or "") for row in rows)
+        driver.save_screenshot(IMAGES / "console-run-fan.png")
+
+        # Paging through the failed members, 20 at a time.
+        driver.get(f"{url}/runs/big?fan=1&failed=1&limit=20")
+        seen: list[str] = []
+        for expected in ("1 to 20 of 50", "21 to 40 of 50", "41 to 50 of 50"):
+            wait_for_text("section.fan .page-info", f"Failed members {expected}")
+            cells = driver.find_elements(By.CSS_SELECTOR, "table.members tr.entry td:first-child")
+            seen.extend(cell.text for cell in cells)
+            if expected == "21 to 40 of 50":
+                # An error's message and traceback open under its row.
+                driver.find_element(By.CSS_SELECTOR, "table.members details.error summary").click()
+                wait_for_text("table.members details.error[open]", "parcel 801 was lost")
+                driver.save_screenshot(IMAGES / "console-failed-members.png")
+            nexts = driver.find_elements(By.CSS_SELECTOR, "section.fan a.next")
+            if nexts:
+                nexts[0].click()
+        # Member i sits at seq i + 1.
+        assert seen == [str(index + 1) for index in sorted(FAILING)]
+        driver.find_element(By.CSS_SELECTOR, "section.fan a.prev").click()
+        wait_for_text("section.fan .page-info", "Failed members 21 to 40 of 50")
+
+        # An action without the token is refused, and nothing changes.
+        driver.get(f"{url}/runs/big")
+        wait_for_text("#run-status", "failed")
+        driver.find_element(By.ID, "retry").click()
+        wait_for_text("#flash.error", "this action needs the console's bearer token")
+        assert "retry refused (401)" in driver.find_element(By.ID, "flash").text
+        assert run_status() == "failed"
+        driver.save_screenshot(IMAGES / "console-refused.png")
+
+        # With the token the retry goes through; the page, never reloaded,
+        # refreshes itself until the run has completed.
+        World.fixed = True
+        driver.execute_script("window.notReloaded = true")
+        driver.find_element(By.ID, "token").send_keys(TOKEN)
+        driver.find_element(By.ID, "retry").click()
+        wait_for_text("#flash.ok", "retry: accepted")
+        wait_for_text("#run-status", "completed")
+        assert driver.execute_script("return window.notReloaded") is True
+        fan = driver.find_element(By.CSS_SELECTOR, "section.fan")
+        assert fan.find_element(By.CSS_SELECTOR, ".count-completed").text == "2000"
+        assert fan.find_element(By.CSS_SELECTOR, ".count-failed").text == "0"
+        assert run_status() == "completed"
+        driver.save_screenshot(IMAGES / "console-completed.png")
+    finally:
+        driver.quit()
+
+
+async def test_the_console_in_a_browser(tmp_path: Path, browser_binaries: None) -> None:
+    World.fixed = False
+    async with (
+        td.open_engine(app, store=f"sqlite:///{tmp_path / 'console.db'}", serve=["g"]) as engine,
+        trio.open_nursery() as nursery,
+    ):
+        await engine.start(small, 1, run_id="small-1")
+        assert await engine.result("small-1") == 1
+        await engine.start(big_fan, WIDTH, run_id="big")
+        with pytest.raises(td.RunFailed) as failed:
+            await engine.result("big")
+        assert failed.value.code == "gather_failed"
+        url = await nursery.start(partial(serve_console, engine, port=0, token=TOKEN))
+        await trio.to_thread.run_sync(drive, url, engine)
+        assert await engine.result("big") == sum(range(WIDTH))
+        nursery.cancel_scope.cancel()
