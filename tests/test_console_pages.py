@@ -307,3 +307,23 @@ async def test_the_static_files_are_served(
         style = await http.get("/static/console.css")
         assert style.status_code == 200
         assert style.headers["content-type"].startswith("text/css")
+
+
+async def test_mounted_under_a_prefix_the_pages_link_under_it(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    async with open_test_engine(app, serve=["g"]) as engine:
+        await engine.start(leaf, 1, run_id="l-1")
+        await engine.result("l-1")
+        outer = Starlette(routes=[Mount("/ops", app=console_app(engine))])
+        transport = httpx.ASGITransport(app=outer)
+        async with httpx.AsyncClient(transport=transport, base_url="http://site") as http:
+            text = (await http.get("/ops/")).text
+            assert 'href="/ops/runs/l-1"' in text
+            assert '<script src="/ops/static/console.js" defer>' in text
+            assert 'data-base="/ops"' in text
+            assert (await http.get("/ops/static/console.css")).status_code == 200
+            assert 'href="/ops/fleet"' in (await http.get("/ops/runs/l-1")).text
