@@ -6,8 +6,8 @@ steps, 50 of which fail on their first execution; the console is served on
 a real socket. The browser lists the runs, opens the run, pages through its
 failed members, is refused an action without the token, then retries the
 run with the token and watches the page refresh itself until the run has
-completed. Screenshots of each stage go to ``docs/images/console-*.png``
-(docs/console.md shows them).
+completed, and sends a signal the ended run refuses. Screenshots of each
+stage go to ``docs/images/console-*.png`` (docs/console.md shows them).
 
 Selenium blocks, so it runs in a worker thread while Trio serves the
 console and runs the engine.
@@ -119,7 +119,7 @@ def drive(url: str, engine: td.Engine) -> None:
         assert driver.find_element(By.LINK_TEXT, "small-1")
         chips = driver.find_element(By.CSS_SELECTOR, ".chips").text
         assert "failed 1" in chips
-        assert "completed 1" in chips
+        assert "completed 5" in chips
         driver.save_screenshot(IMAGES / "console-runs.png")
 
         # The run: failed, its fan of 2,000 with 50 failed members shown first.
@@ -177,6 +177,18 @@ def drive(url: str, engine: td.Engine) -> None:
         assert fan.find_element(By.CSS_SELECTOR, ".count-failed").text == "0"
         assert run_status() == "completed"
         driver.save_screenshot(IMAGES / "console-completed.png")
+
+        # The signal form sends a JSON payload, and says why it is refused.
+        signal = driver.find_element(By.CSS_SELECTOR, 'form[data-action="signal"]')
+        signal.find_element(By.NAME, "name").send_keys("nudge")
+        payload = signal.find_element(By.NAME, "payload")
+        payload.send_keys("{not json")
+        signal.find_element(By.TAG_NAME, "button").click()
+        wait_for_text("#flash.error", "the payload is not JSON")
+        payload.clear()
+        payload.send_keys('{"by": "browser"}')
+        signal.find_element(By.TAG_NAME, "button").click()
+        wait_for_text("#flash.error", "signal refused (409)")
     finally:
         driver.quit()
 
@@ -187,8 +199,10 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_binaries: None) 
         td.open_engine(app, store=f"sqlite:///{tmp_path / 'console.db'}", serve=["g"]) as engine,
         trio.open_nursery() as nursery,
     ):
-        await engine.start(small, 1, run_id="small-1")
-        assert await engine.result("small-1") == 1
+        for i in range(1, 6):
+            tags = ["nightly"] if i % 2 else ["manual", "ops"]
+            await engine.start(small, i, run_id=f"small-{i}", tags=tags)
+            assert await engine.result(f"small-{i}") == i
         await engine.start(big_fan, WIDTH, run_id="big")
         with pytest.raises(td.RunFailed) as failed:
             await engine.result("big")

@@ -66,9 +66,9 @@
     const action = form.dataset.action;
     let body = {};
     if (action === "signal") {
-      const raw = form.elements.payload.value.trim();
+      const raw = form.elements.namedItem("payload").value.trim();
       try {
-        body = { name: form.elements.name.value, payload: raw ? JSON.parse(raw) : null };
+        body = { name: form.elements.namedItem("name").value, payload: raw ? JSON.parse(raw) : null };
       } catch {
         say("the payload is not JSON", "error");
         return;
