@@ -6,8 +6,10 @@ steps, 50 of which fail on their first execution; the console is served on
 a real socket. The browser lists the runs, opens the run, pages through its
 failed members, is refused an action without the token, then retries the
 run with the token and watches the page refresh itself until the run has
-completed, and sends a signal the ended run refuses. Screenshots of each
-stage go to ``docs/images/console-*.png`` (docs/console.md shows them).
+completed, and sends a signal the ended run refuses. It takes a
+screenshot of each stage into a temporary folder; with
+``TRIO_DURABLE_SCREENSHOTS=docs/images`` it refreshes the ones
+docs/console.md shows.
 
 Selenium blocks, so it runs in a worker thread while Trio serves the
 console and runs the engine.
@@ -29,7 +31,6 @@ from trio_durable.console import serve_console
 
 CHROMIUM: Final = Path("/usr/bin/chromium")
 CHROMEDRIVER: Final = Path("/usr/bin/chromedriver")
-IMAGES: Final = Path(__file__).resolve().parents[2] / "docs" / "images"
 TOKEN: Final = "console-test-token"
 WIDTH: Final = 2000
 FAILING: Final = frozenset(range(1, WIDTH, 40))
@@ -83,7 +84,7 @@ def browser_binaries() -> Iterator[None]:
         os.environ["SE_OFFLINE"] = previous
 
 
-def drive(url: str, engine: td.Engine) -> None:
+def drive(url: str, engine: td.Engine, images: Path) -> None:
     """The browser's part, in a worker thread."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -101,7 +102,7 @@ def drive(url: str, engine: td.Engine) -> None:
     ):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    IMAGES.mkdir(parents=True, exist_ok=True)
+    images.mkdir(parents=True, exist_ok=True)
 
     def wait_for_text(css: str, text: str) -> None:
         def shown(d: WebDriver) -> bool:
@@ -120,7 +121,7 @@ def drive(url: str, engine: td.Engine) -> None:
         chips = driver.find_element(By.CSS_SELECTOR, ".chips").text
         assert "failed 1" in chips
         assert "completed 5" in chips
-        driver.save_screenshot(IMAGES / "console-runs.png")
+        driver.save_screenshot(images / "console-runs.png")
 
         # The run: failed, its fan of 2,000 with 50 failed members shown first.
         driver.find_element(By.LINK_TEXT, "big").click()
@@ -132,7 +133,7 @@ def drive(url: str, engine: td.Engine) -> None:
         rows = fan.find_elements(By.CSS_SELECTOR, "table.members tr.entry")
         assert len(rows) == 50
         assert all("failed" in (row.get_attribute("class") or "") for row in rows)
-        driver.save_screenshot(IMAGES / "console-run-fan.png")
+        driver.save_screenshot(images / "console-run-fan.png")
 
         # Paging through the failed members, 20 at a time.
         driver.get(f"{url}/runs/big?fan=1&failed=1&limit=20")
@@ -145,7 +146,7 @@ def drive(url: str, engine: td.Engine) -> None:
                 # An error's message and traceback open under its row.
                 driver.find_element(By.CSS_SELECTOR, "table.members details.error summary").click()
                 wait_for_text("table.members details.error[open]", "parcel 801 was lost")
-                driver.save_screenshot(IMAGES / "console-failed-members.png")
+                driver.save_screenshot(images / "console-failed-members.png")
             nexts = driver.find_elements(By.CSS_SELECTOR, "section.fan a.next")
             if nexts:
                 nexts[0].click()
@@ -161,7 +162,7 @@ def drive(url: str, engine: td.Engine) -> None:
         wait_for_text("#flash.error", "this action needs the console's bearer token")
         assert "retry refused (401)" in driver.find_element(By.ID, "flash").text
         assert run_status() == "failed"
-        driver.save_screenshot(IMAGES / "console-refused.png")
+        driver.save_screenshot(images / "console-refused.png")
 
         # With the token the retry goes through; the page, never reloaded,
         # refreshes itself until the run has completed.
@@ -176,7 +177,7 @@ def drive(url: str, engine: td.Engine) -> None:
         assert fan.find_element(By.CSS_SELECTOR, ".count-completed").text == "2000"
         assert fan.find_element(By.CSS_SELECTOR, ".count-failed").text == "0"
         assert run_status() == "completed"
-        driver.save_screenshot(IMAGES / "console-completed.png")
+        driver.save_screenshot(images / "console-completed.png")
 
         # The signal form sends a JSON payload, and says why it is refused.
         signal = driver.find_element(By.CSS_SELECTOR, 'form[data-action="signal"]')
@@ -208,6 +209,9 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_binaries: None) 
             await engine.result("big")
         assert failed.value.code == "gather_failed"
         url = await nursery.start(partial(serve_console, engine, port=0, token=TOKEN))
-        await trio.to_thread.run_sync(drive, url, engine)
+        images = Path(os.environ.get("TRIO_DURABLE_SCREENSHOTS") or tmp_path / "images")
+        await trio.to_thread.run_sync(drive, url, engine, images)
+        for stage in ("runs", "run-fan", "failed-members", "refused", "completed"):
+            assert (images / f"console-{stage}.png").stat().st_size > 10_000
         assert await engine.result("big") == sum(range(WIDTH))
         nursery.cancel_scope.cancel()
