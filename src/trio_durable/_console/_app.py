@@ -94,7 +94,9 @@ def error_body(status: int, code: str, message: str) -> JSONResponse:
 
 
 def _is_api(request: Request) -> bool:
-    return request.url.path.startswith(API_PREFIXES)
+    # Mounted under a prefix, the path starts with it.
+    path, root = request.url.path, str(request.scope.get("root_path", ""))
+    return path.removeprefix(root).startswith(API_PREFIXES)
 
 
 def _classify(exc: Exception) -> tuple[int, str, str]:
@@ -138,10 +140,11 @@ def console_app(
     Raises:
       UsageError: ``token`` is empty or ``cors_origins`` is a bare string.
     """
-    from .._client import Client
-    from .._engine import Engine
+    # Engine and Client are the RunQueries there are; importing _engine
+    # here would make a cycle, since the engine serves the console too.
+    from .._run_queries import RunQueries
 
-    if not isinstance(source, Engine | Client):
+    if not isinstance(source, RunQueries):
         raise UsageError(f"console_app needs a td.Engine or a td.Client, not {source!r}")
     if token is not None and (not isinstance(token, str) or not token.strip()):
         raise UsageError("the console's token must be a non-empty string or None")
