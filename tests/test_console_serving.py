@@ -98,7 +98,7 @@ async def test_the_console_command_serves_until_sigint(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'cli.db'}"
     async with td.open_engine(app, store=store) as engine:
         await engine.result((await engine.start(doubled, 5, run_id="five")).id)
-    args = ["console", "--store", store, "--port", "0"]
+    args = ["console", "--store", store, "--port", "0", "--app", "cli_app:app"]
     async with cli_process(args, env={"TRIO_DURABLE_CONSOLE_TOKEN": "tok"}) as console:
         line = await console.wait_for("http://127.0.0.1:")
         url = line.strip()
@@ -109,6 +109,7 @@ async def test_the_console_command_serves_until_sigint(tmp_path: Path) -> None:
             assert (await client.get("/api/runs/five")).json()["run"]["output"] == 10
             fleet = await client.get("/api/fleet")
             assert fleet.status_code == 503
+            assert (await client.get("/api/queues")).json() == {"queues": []}
             # The token came from the environment: a wrong one is refused.
             wrong = await client.post(
                 "/api/runs/five/retry", headers={"Authorization": "Bearer nope"}
@@ -120,3 +121,13 @@ async def test_the_console_command_serves_until_sigint(tmp_path: Path) -> None:
             assert right.status_code == 409
         assert await console.stop(signal.SIGINT) == 0
         assert "console stopped" in console.output
+
+
+async def test_the_console_command_says_when_it_cannot_listen(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    # A documentation address (RFC 5737): never one of this machine's.
+    args = ["console", "--store", store, "--host", "203.0.113.7", "--port", "0"]
+    async with cli_process(args) as console:
+        await console.wait_for("cannot listen on 203.0.113.7:0")
+        assert await console.exited() == 1
+        assert "Traceback" not in console.output

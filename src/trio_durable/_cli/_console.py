@@ -20,6 +20,8 @@ from .._app import App
 from .._client import open_client
 from ._apps import load_app
 from ._common import (
+    EXIT_FAILED,
+    CommandError,
     broker_option,
     log_level_option,
     logging_to_stderr,
@@ -72,7 +74,8 @@ def console_command(
 ) -> None:
     """Serve the console over a store until SIGTERM or SIGINT.
 
-    It prints the URL it listens on. Actions (signal, cancel, retry) need
+    It prints the URL it listens on; an address it cannot listen on exits
+    with status 1. Actions (signal, cancel, retry) need
     the bearer token given with --token or TRIO_DURABLE_CONSOLE_TOKEN;
     without one, the console is read-only (see docs/http-api.md).
     """
@@ -83,18 +86,31 @@ def console_command(
         raise click.UsageError("--token must not be empty")
     app = load_app(app_spec) if app_spec else None
     with logging_to_stderr(log_level):
-        trio.run(
-            partial(
-                _serve,
-                store_url,
-                broker,
-                app,
-                host=host,
-                port=port,
-                token=token,
-                cors_origins=cors_origins,
+        try:
+            trio.run(
+                partial(
+                    _serve,
+                    store_url,
+                    broker,
+                    app,
+                    host=host,
+                    port=port,
+                    token=token,
+                    cors_origins=cors_origins,
+                )
             )
-        )
+        except* OSError as group:
+            # Binding failed (address not local, port taken): one line, not
+            # hypercorn's traceback.
+            first = _first(group)
+            raise CommandError(
+                f"cannot listen on {host}:{port}: {first.strerror or first}", EXIT_FAILED
+            ) from None
+
+
+def _first(group: BaseExceptionGroup[OSError]) -> OSError:
+    found = group.exceptions[0]
+    return _first(found) if isinstance(found, BaseExceptionGroup) else found
 
 
 async def _serve(
