@@ -446,6 +446,8 @@ async def open_engine(
       InvalidURLError: The store URL is malformed.
       UsageError: An option is out of range, or ``tracing`` is asked for
         without opentelemetry-api installed.
+      OSError: The console's address cannot be listened on (raised from
+        the engine's nursery, in its exception group).
     """
     options = EngineOptions(
         lease_ttl=lease_ttl,
