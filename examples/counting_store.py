@@ -20,6 +20,7 @@ from trio_durable.stores import (
     Op,
     QueueDepth,
     RunFilter,
+    RunStamp,
     RunStatus,
     StoreHelpers,
     StoreStatistics,
@@ -93,6 +94,9 @@ class CountingStore(StoreHelpers):
 
     async def queue_depths(self) -> list[QueueDepth]:
         return await self.inner.queue_depths()
+
+    async def run_stamp(self, run_id: str) -> RunStamp | None:
+        return await self.inner.run_stamp(run_id)
 
     async def find_checkpoints(
         self,

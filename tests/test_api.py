@@ -23,6 +23,7 @@ def test_public_api_is_pinned() -> None:
         "Checkpoint",
         "Client",
         "Clock",
+        "ConsoleOptions",
         "Context",
         "Disagreement",
         "Engine",

@@ -118,6 +118,7 @@ def test_the_store_sdk_is_pinned() -> None:
         "RemoveSignalWaiter",
         "RescheduleCheckpoint",
         "RunFilter",
+        "RunStamp",
         "RunStatus",
         "RunWatch",
         "STALL_IGNORED_PREFIX",

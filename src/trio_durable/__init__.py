@@ -55,6 +55,7 @@ from ._observe import Event as Event
 from ._on_error import OnError as OnError
 from ._on_error import lineage as lineage
 from ._on_error import parent_of as parent_of
+from ._options import ConsoleOptions as ConsoleOptions
 from ._records import Checkpoint as Checkpoint
 from ._records import ErrorInfo as ErrorInfo
 from ._records import Run as Run
@@ -85,6 +86,7 @@ __all__ = [
     "Checkpoint",
     "Client",
     "Clock",
+    "ConsoleOptions",
     "Context",
     "Disagreement",
     "Engine",

@@ -33,7 +33,7 @@ from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
 from ._observe import DEFAULT_EVENT_BUFFER, Event, Metrics
-from ._options import DEFAULT_TIMER_BATCH_SIZE, EngineOptions
+from ._options import DEFAULT_TIMER_BATCH_SIZE, ConsoleOptions, EngineOptions
 from ._records import (
     DEFAULT_TRACEBACK_LIMIT,
     Run,
@@ -69,6 +69,7 @@ class Engine(RunQueries, StartsRuns):
       engine_id: This engine's id, the owner of the leases it takes.
       clock: Its `Clock`.
       rng: Its seeded random source (ids, jitter, shuffles).
+      console_url: The URL its console listens on (``console=``), or None.
     """
 
     def __init__(self, runtime: Runtime) -> None:
@@ -81,6 +82,7 @@ class Engine(RunQueries, StartsRuns):
         self.clock = runtime.clock
         self.rng = runtime.rng
         self.results_queue = runtime.results_queue
+        self.console_url: str | None = None
 
     def _query_store(self) -> Store:
         self._rt.scheduler.check_open()
@@ -378,6 +380,7 @@ async def open_engine(
     retention: Retention | None = None,
     tracing: bool | TracerProvider = False,
     metrics_interval: float = 15.0,
+    console: ConsoleOptions | None = None,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -434,11 +437,17 @@ async def open_engine(
       metrics_interval: Seconds between reads of the flow-control queues'
         depths from the store, for the queue gauges of `Engine.metrics`
         (only if ``app`` has queues).
+      console: Serve the console (its JSON API, pages and ``/metrics``)
+        from this engine's nursery, as `ConsoleOptions` say; it listens
+        before the block is entered, at `Engine.console_url` (see
+        docs/http-api.md). None serves none.
 
     Raises:
       InvalidURLError: The store URL is malformed.
       UsageError: An option is out of range, or ``tracing`` is asked for
         without opentelemetry-api installed.
+      OSError: The console's address cannot be listened on (raised from
+        the engine's nursery, in its exception group).
     """
     options = EngineOptions(
         lease_ttl=lease_ttl,
@@ -457,6 +466,8 @@ async def open_engine(
     )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")
+    if console is not None and not isinstance(console, ConsoleOptions):
+        raise UsageError(f"console= takes a td.ConsoleOptions or None, not {console!r}")
     routes = check_group_routes(app, serve, "serve")
     rng = random.Random(seed)
     if engine_id is None:
@@ -482,6 +493,21 @@ async def open_engine(
                     unserved.workflow,
                     "every failure" if unserved.code is None else f"code {unserved.code!r}",
                     unserved.handler,
+                )
+            if console is not None:
+                # Imported here: `import trio_durable` never loads starlette.
+                from ._console import serve_console
+
+                engine.console_url = await rt.nursery.start(
+                    partial(
+                        serve_console,
+                        engine,
+                        host=console.host,
+                        port=console.port,
+                        token=console.token,
+                        cors_origins=console.cors_origins,
+                    ),
+                    name="trio_durable console",
                 )
             yield engine
 

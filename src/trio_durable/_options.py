@@ -180,3 +180,52 @@ class WorkerOptions:
             )
         object.__setattr__(self, "heartbeat", float(self.heartbeat))
         object.__setattr__(self, "ttl", float(self.ttl))
+
+
+def _console_host(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+        raise UsageError(f"ConsoleOptions.host must be an address or host name, not {value!r}")
+
+
+def _console_port(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise UsageError(f"ConsoleOptions.port must be an integer from 0 to 65535, not {value!r}")
+
+
+def _console_token(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise UsageError("ConsoleOptions.token must be a non-empty string or None")
+
+
+def _origins(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise UsageError(f"ConsoleOptions.cors_origins is a list of origins, not {value!r}")
+    if not all(isinstance(origin, str) and origin for origin in value):
+        raise UsageError(f"ConsoleOptions.cors_origins must hold origins, not {value!r}")
+    return tuple(value)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ConsoleOptions:
+    """The console an engine serves from its own nursery:
+    ``open_engine(app, console=td.ConsoleOptions(port=8080))``.
+
+    It serves the JSON API, the pages and ``/metrics`` of that engine (see
+    docs/http-api.md); `Engine.console_url` tells where.
+
+    Attributes:
+      host: The address to listen on (loopback by default).
+      port: The port; 0 lets the system choose one.
+      token: The bearer token actions need; None serves read-only.
+      cors_origins: Origins allowed to call the API from a browser; none
+        by default (CORS off).
+
+    Raises:
+      UsageError: A value is malformed.
+    """
+
+    host: str = attrs.field(default="127.0.0.1", validator=_console_host)
+    port: int = attrs.field(default=8080, validator=_console_port)
+    token: str | None = attrs.field(default=None, validator=_console_token, repr=False)
+    cors_origins: tuple[str, ...] = attrs.field(default=(), converter=_origins)

@@ -323,6 +323,53 @@ class FanCounts:
 
 @final
 @attrs.define(frozen=True, kw_only=True)
+class RunStamp:
+    """What changes whenever a run or one of its checkpoints changes, read
+    without a payload (one row of `Store.run_stamp`): the console's ETags.
+
+    Attributes:
+      run_id: The run.
+      namespace: Its namespace.
+      status: Its status.
+      updated_at: When its row last changed.
+      lease_owner: The engine holding its lease, if any.
+      lease_expiry: When that lease lapses.
+      wake_at: When it is due to resume.
+      recoveries: How often it was taken over.
+      checkpoints: How many checkpoints it has.
+      pending: How many of them are ``pending``.
+      running: How many are ``running``.
+      completed: How many are ``completed``.
+      failed: How many are ``failed``.
+      attempts: Their attempts, summed.
+      seq_sum: Their seqs, summed (a checkpoint replaced by another).
+      last_enqueued_at: The latest ``enqueued_at`` among them.
+      last_started_at: The latest ``started_at``.
+      last_finished_at: The latest ``finished_at``.
+    """
+
+    run_id: str
+    namespace: str
+    status: RunStatus
+    updated_at: float
+    lease_owner: str | None = None
+    lease_expiry: float | None = None
+    wake_at: float | None = None
+    recoveries: int = 0
+    checkpoints: int = 0
+    pending: int = 0
+    running: int = 0
+    completed: int = 0
+    failed: int = 0
+    attempts: int = 0
+    seq_sum: int = 0
+    last_enqueued_at: float | None = None
+    last_started_at: float | None = None
+    last_finished_at: float | None = None
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
 class QueueDepth:
     """How full one flow-control queue is, fleet-wide (one row of
     `Store.queue_depths`).

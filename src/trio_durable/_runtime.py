@@ -120,6 +120,8 @@ class Runtime:
       worker: The embedded worker (``serve=``), once started.
       crashed: Set by a simulated crash (`trio_durable.testing`): closing
         leaves the leases to lapse, as a killed process would.
+      nursery: The nursery its parts and turns run in (what the engine
+        serves besides, such as its console, runs there too).
     """
 
     app: App
@@ -138,6 +140,7 @@ class Runtime:
     scheduler: Scheduler = attrs.field(init=False)
     worker: Worker | None = None
     crashed: bool = False
+    nursery: trio.Nursery = attrs.field(init=False)
 
 
 @asynccontextmanager
@@ -270,6 +273,7 @@ def _assemble(
     # The scheduler drives turns, and turns reach the scheduler (to wake
     # runs): the runtime is complete once both exist.
     rt.scheduler = Scheduler(nursery, Turns(rt), telemetry.stats)
+    rt.nursery = nursery
     return rt
 
 

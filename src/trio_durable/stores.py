@@ -15,6 +15,7 @@ from ._records import CheckpointStatus as CheckpointStatus
 from ._records import FanCounts as FanCounts
 from ._records import QueueDepth as QueueDepth
 from ._records import RunFilter as RunFilter
+from ._records import RunStamp as RunStamp
 from ._records import RunStatus as RunStatus
 from ._stores._base import STALL_IGNORED_PREFIX as STALL_IGNORED_PREFIX
 from ._stores._base import AdmitToQueue as AdmitToQueue
@@ -66,6 +67,7 @@ __all__ = [
     "RemoveSignalWaiter",
     "RescheduleCheckpoint",
     "RunFilter",
+    "RunStamp",
     "RunStatus",
     "RunWatch",
     "SettleCheckpoint",

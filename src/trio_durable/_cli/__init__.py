@@ -10,7 +10,8 @@ group of commands to it:
   read: ``_values``);
 - ``_fleet``: ``workers``, the live fleet and its gaps;
 - ``_migrate``: ``migrate``, a store's schema created or upgraded;
-- ``_simulate``: ``simulate``, the deterministic simulation.
+- ``_simulate``: ``simulate``, the deterministic simulation;
+- ``_console``: ``console``, the web console and its JSON API over a store.
 
 ``_common`` holds what they share: the store and broker options, errors
 turned into one line and an exit code, tables, JSON and progress. Only this
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 import click
 
 from ._common import EXIT_INTERRUPTED, DurableGroup
+from ._console import console_command
 from ._fleet import workers_command
 from ._migrate import migrate_command
 from ._processes import engine_command, worker_command
@@ -57,6 +59,7 @@ cli.add_command(worker_command)
 cli.add_command(workers_command)
 cli.add_command(migrate_command)
 cli.add_command(simulate_command)
+cli.add_command(console_command)
 
 
 def main(argv: Sequence[str] | None = None, *, prog_name: str = PROG_NAME) -> int:

@@ -45,6 +45,8 @@ from ._common import (
 )
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = _STOP_SIGNALS
+"""The signals that stop a process of the command (``console`` too)."""
 
 _ID_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:@")
 
@@ -305,3 +307,8 @@ async def _serve_worker(app: App, options: dict[str, Any], drain_timeout: float)
                 drain_timeout,
             )
         say(f"worker {worker.instance_id} stopped")
+
+
+serve_until_signalled = _serve_until_signalled
+"""`_serve_until_signalled`, for the other commands that serve until
+signalled (``console``)."""

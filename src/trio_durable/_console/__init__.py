@@ -6,7 +6,8 @@ the flow-control queues, served on Trio by hypercorn (docs/console.md).
 hypercorn are imported only here, so `import trio_durable` never loads them.
 """
 
-from ._app import ConsoleSource, console_app
+from ._app import ConsoleSource
+from ._make import console_app
 from ._serve import serve_console
 
 __all__ = ["ConsoleSource", "console_app", "serve_console"]

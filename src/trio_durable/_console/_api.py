@@ -1,5 +1,11 @@
 """The JSON API: runs, a run's detail, history and fan pages, the fleet,
-the flow-control queues, and the actions on a run."""
+the flow-control queues, ``/metrics``, and the actions on a run.
+
+The reads go through the console's source (`Engine` or `Client`) as any
+caller's would; `_json` makes their answers, `_params` reads their query
+parameters and `_etags` answers a run's detail and fan pages 304 from one
+payload-free read (docs/http-api.md).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,18 @@ import json
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from .._exceptions import UsageError
+from .._fleet_report import fleet_report
+from . import _params
 from ._app import ApiError, console_of
+from ._etags import etag, matches, not_modified, read_stamp
+from ._json import Paths, detail_json, fan_page_json, fleet_json, history_json, run_page_json
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+"""The content type of the Prometheus text exposition format."""
 
 
 async def json_body(request: Request) -> dict[str, Any]:
@@ -69,9 +83,122 @@ async def _retry(request: Request) -> JSONResponse:
     return JSONResponse({"run_id": run.id, "status": run.status}, status_code=202)
 
 
+def _paths(request: Request) -> Paths:
+    # Mounted under a prefix, links carry it.
+    return Paths(str(request.scope.get("root_path", "")))
+
+
+def _json(data: Any, tag: str | None = None) -> JSONResponse:
+    headers = None if tag is None else {"ETag": tag, "Cache-Control": "no-cache"}
+    return JSONResponse(data, headers=headers)
+
+
+async def _runs(request: Request) -> JSONResponse:
+    filters = _params.run_filters(request)
+    try:
+        page = await console_of(request).source.list_runs(**filters)
+    except UsageError as exc:
+        # The filters' values that only the query checks (statuses, cursor).
+        raise ApiError(400, "bad_parameter", str(exc)) from None
+    return _json(run_page_json(page, _paths(request)))
+
+
+async def _run_detail(request: Request) -> Response:
+    _params.only(request, {"namespace"})
+    namespace = _params.namespace(request)
+    source = console_of(request).source
+    run_id = request.path_params["run_id"]
+    stamp = await read_stamp(source.store, run_id, namespace)
+    tag = etag(stamp, "run")
+    if matches(request, tag):
+        return not_modified(tag)
+    detail = await source.run_detail(run_id, namespace=namespace)
+    return _json(detail_json(detail, _paths(request)), tag)
+
+
+async def _history(request: Request) -> JSONResponse:
+    _params.only(request, {"namespace"})
+    namespace = _params.namespace(request)
+    run_id = request.path_params["run_id"]
+    history = await console_of(request).source.history(run_id, namespace=namespace)
+    return _json(history_json(history, _paths(request)))
+
+
+async def _fan_page(request: Request) -> Response:
+    _params.only(request, _params.FAN_PARAMETERS)
+    namespace = _params.namespace(request)
+    text = request.path_params["group"]
+    try:
+        fan = int(text, 10)
+    except ValueError:
+        raise _params.bad("group", f"a fan is its first seq, an integer, not {text!r}") from None
+    offset = _params.integer(request, "offset", 0, 0, None)
+    limit = _params.limit(request)
+    failed = _params.boolean(request, "failed")
+    source = console_of(request).source
+    run_id = request.path_params["run_id"]
+    stamp = await read_stamp(source.store, run_id, namespace)
+    tag = etag(stamp, "fan", fan, offset, limit, failed)
+    if matches(request, tag):
+        return not_modified(tag)
+    try:
+        page = await source.fan_page(
+            run_id, fan, offset=offset, limit=limit, failed=failed, namespace=namespace
+        )
+    except UsageError as exc:
+        # Every argument was checked above: what is left is a run without
+        # a fan at that seq, a resource that is not there.
+        raise ApiError(404, "fan_not_found", str(exc)) from None
+    return _json(fan_page_json(page, failed, _paths(request)), tag)
+
+
+async def _fleet(request: Request) -> JSONResponse:
+    _params.only(request, ())
+    source = console_of(request).source
+    if source.broker is None:
+        raise ApiError(
+            503, "no_broker", "the fleet is read from the broker: give the console a broker URL"
+        )
+    report = await fleet_report(source.broker, source.app)
+    return _json(fleet_json(report))
+
+
+async def _queues(request: Request) -> JSONResponse:
+    _params.only(request, ())
+    source = console_of(request).source
+    limits = {} if source.app is None else {q.name: q.concurrency for q in source.app.queues}
+    depths = {depth.queue: depth for depth in await source.store.queue_depths()}
+    queues = []
+    for name in sorted(limits.keys() | depths.keys()):
+        depth = depths.get(name)
+        queues.append(
+            {
+                "name": name,
+                "limit": limits.get(name),
+                "admitted": 0 if depth is None else depth.admitted,
+                "waiting": 0 if depth is None else depth.waiting,
+            }
+        )
+    return _json({"queues": queues})
+
+
+async def _metrics(request: Request) -> Response:
+    metrics = getattr(console_of(request).source, "metrics", None)
+    if metrics is None:
+        raise ApiError(404, "no_metrics", "a client keeps no metrics: scrape the engines' /metrics")
+    return Response(metrics(), media_type=PROMETHEUS_TEXT)
+
+
 def api_routes() -> list[BaseRoute]:
     """The routes under ``/api`` and ``/metrics``."""
     return [
+        Route("/api/runs", _runs, methods=["GET"]),
+        Route("/api/runs/{run_id}", _run_detail, methods=["GET"]),
+        Route("/api/runs/{run_id}/history", _history, methods=["GET"]),
+        Route("/api/runs/{run_id}/fans/{group}", _fan_page, methods=["GET"]),
+        Route("/api/fleet", _fleet, methods=["GET"]),
+        Route("/api/queues", _queues, methods=["GET"]),
+        Route("/metrics", _metrics, methods=["GET"]),
         Route("/api/runs/{run_id}/signal", _signal, methods=["POST"]),
         Route("/api/runs/{run_id}/cancel", _cancel, methods=["POST"]),
         Route("/api/runs/{run_id}/retry", _retry, methods=["POST"]),

@@ -1,28 +1,21 @@
-"""The console's ASGI application: its routes, its errors and its token.
+"""What every route of the console shares: its state, its errors and its
+token.
 
 Every route reads through a `ConsoleSource` (an `Engine` or a `Client`).
 The JSON API (`_api`), the webhook and breakpoint routes (`_hooks`) and the
-pages (`_pages`) each give their routes; this module puts them together,
-turns the library's errors into JSON bodies with a proper status, and checks
-the bearer token that actions need.
+pages (`_pages`) each give their routes; `_make` puts them together into
+the application and turns the library's errors into answers. This module
+checks the bearer token that actions need.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, TypeAlias, final
 
 import attrs
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute
-
-from .._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
+from starlette.responses import JSONResponse
 
 if TYPE_CHECKING:
     from .._client import Client
@@ -91,89 +84,3 @@ def error_body(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(
         {"error": {"code": code, "message": message}}, status_code=status, headers=headers
     )
-
-
-def _is_api(request: Request) -> bool:
-    return request.url.path.startswith(API_PREFIXES)
-
-
-def _classify(exc: Exception) -> tuple[int, str, str]:
-    if isinstance(exc, ApiError):
-        return exc.status, exc.code, exc.message
-    if isinstance(exc, RunNotFoundError):
-        return 404, "run_not_found", str(exc)
-    if isinstance(exc, InvalidRunStateError):
-        return 409, "invalid_run_state", str(exc)
-    if isinstance(exc, UsageError):
-        return 400, "bad_request", str(exc)
-    if isinstance(exc, HTTPException):
-        return exc.status_code, "http_error", str(exc.detail)
-    return 500, "internal_error", "the console failed to answer; see its log"
-
-
-async def _on_error(request: Request, exc: Exception) -> Response:
-    status, code, message = _classify(exc)
-    if _is_api(request):
-        return error_body(status, code, message)
-    from ._pages import error_page
-
-    return error_page(request, status, message)
-
-
-def console_app(
-    source: ConsoleSource,
-    *,
-    token: str | None = None,
-    cors_origins: Sequence[str] = (),
-) -> Starlette:
-    """The console as an ASGI application, to serve or mount in your own.
-
-    Args:
-      source: The `Engine` or `Client` it reads runs through and acts with.
-      token: The bearer token that actions (signal, cancel, retry, ...)
-        need; None serves a read-only API and pages.
-      cors_origins: Origins allowed to call the API from a browser; none
-        by default (CORS off).
-
-    Raises:
-      UsageError: ``token`` is empty or ``cors_origins`` is a bare string.
-    """
-    from .._client import Client
-    from .._engine import Engine
-
-    if not isinstance(source, Engine | Client):
-        raise UsageError(f"console_app needs a td.Engine or a td.Client, not {source!r}")
-    if token is not None and (not isinstance(token, str) or not token.strip()):
-        raise UsageError("the console's token must be a non-empty string or None")
-    if isinstance(cors_origins, str):
-        raise UsageError("cors_origins is a list of origins, not a string")
-    from ._api import api_routes
-    from ._hooks import hook_routes
-    from ._pages import page_routes
-
-    routes: list[BaseRoute] = [*api_routes(), *hook_routes(), *page_routes()]
-    middleware = []
-    if cors_origins:
-        middleware.append(
-            Middleware(
-                CORSMiddleware,
-                allow_origins=list(cors_origins),
-                allow_methods=["GET", "POST", "DELETE"],
-                allow_headers=["Authorization", "Content-Type", "If-None-Match"],
-                expose_headers=["ETag"],
-            )
-        )
-    app = Starlette(
-        routes=routes,
-        middleware=middleware,
-        # The library's errors and the API's own answer with their status;
-        # anything else is a 500 (and is raised on, for the server to log).
-        exception_handlers={
-            ApiError: _on_error,
-            UsageError: _on_error,
-            HTTPException: _on_error,
-            Exception: _on_error,
-        },
-    )
-    app.state.console = Console(source=source, token=token)
-    return app

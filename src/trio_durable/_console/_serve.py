@@ -7,7 +7,8 @@ from functools import partial
 
 import trio
 
-from ._app import ConsoleSource, console_app
+from ._app import ConsoleSource
+from ._make import console_app
 
 
 async def serve_console(

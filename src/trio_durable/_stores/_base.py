@@ -26,6 +26,7 @@ from .._records import (
     QueueDepth,
     Run,
     RunFilter,
+    RunStamp,
     RunStatus,
 )
 
@@ -481,6 +482,15 @@ class Store(Protocol):
     async def queue_depths(self) -> list[QueueDepth]:
         """Every flow-control queue with a step holding a slot or waiting in
         line, by name: how many hold one, how many wait."""
+        ...
+
+    async def run_stamp(self, run_id: str) -> RunStamp | None:
+        """The run's state columns with an aggregate of its checkpoints, in
+        one read that reads no payload (no input, output or error), or None
+        if no run has this id. Equal stamps mean that what a run's detail
+        shows is unchanged: a write to the run's row, a checkpoint recorded
+        or deleted, or a change of a checkpoint's status, attempts or times
+        changes the stamp."""
         ...
 
     async def find_checkpoints(

@@ -21,6 +21,7 @@ from .._records import (
     QueueDepth,
     Run,
     RunFilter,
+    RunStamp,
     RunStatus,
     signal_token_prefix,
 )
@@ -100,6 +101,34 @@ class MemoryQueries:
             )
             for name in sorted(self._holders.keys() | self._waiting.keys())
         ]
+
+    async def run_stamp(self, run_id: str) -> RunStamp | None:
+        await self._enter()
+        run = self._runs.get(run_id)
+        if run is None:
+            return None
+        self._stats.run_rows_read += 1
+        table = self._checkpoints.get(run_id, {})
+        counts = {"pending": 0, "running": 0, "completed": 0, "failed": 0}
+        for cp in table.values():
+            counts[cp.status] += 1
+        return RunStamp(
+            run_id=run.id,
+            namespace=run.namespace,
+            status=run.status,
+            updated_at=run.updated_at,
+            lease_owner=run.lease_owner,
+            lease_expiry=run.lease_expiry,
+            wake_at=run.wake_at,
+            recoveries=run.recoveries,
+            checkpoints=len(table),
+            **counts,
+            attempts=sum(cp.attempts for cp in table.values()),
+            seq_sum=sum(table),
+            last_enqueued_at=max(_present(cp.enqueued_at for cp in table.values()), default=None),
+            last_started_at=max(_present(cp.started_at for cp in table.values()), default=None),
+            last_finished_at=max(_present(cp.finished_at for cp in table.values()), default=None),
+        )
 
     async def find_checkpoints(
         self,

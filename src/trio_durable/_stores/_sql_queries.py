@@ -30,6 +30,7 @@ from .._records import (
     QueueDepth,
     Run,
     RunFilter,
+    RunStamp,
     RunStatus,
     signal_token_prefix,
 )
@@ -44,6 +45,26 @@ _FAN_COUNTS = """
         sum(attempts), min(enqueued_at), max(finished_at), min(kind), min(name)
     FROM checkpoints WHERE run_id = {p} AND parallel_group IS NOT NULL
     GROUP BY parallel_group, status ORDER BY parallel_group, status
+"""
+
+# The run's state columns (never its input, output or error) beside one
+# aggregate row of its checkpoints' status, attempts, seqs and times (never
+# their payloads), read by the checkpoints' primary key range.
+_RUN_STAMP = """
+    SELECT r.namespace, r.status, r.updated_at, r.lease_owner, r.lease_expiry, r.wake_at,
+        r.recoveries, c.n, c.pending, c.running, c.completed, c.failed, c.attempts, c.seqs,
+        c.enqueued, c.started, c.finished
+    FROM runs r CROSS JOIN (
+        SELECT count(*) AS n,
+            sum(CASE WHEN status = 'pending' THEN 1 ELSE 0 END) AS pending,
+            sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END) AS running,
+            sum(CASE WHEN status = 'completed' THEN 1 ELSE 0 END) AS completed,
+            sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS failed,
+            sum(attempts) AS attempts, sum(seq) AS seqs, max(enqueued_at) AS enqueued,
+            max(started_at) AS started, max(finished_at) AS finished
+        FROM checkpoints WHERE run_id = {p}
+    ) AS c
+    WHERE r.id = {p}
 """
 
 # Holders and waiters of each queue, counted in one pass over both tables.
@@ -258,6 +279,17 @@ class SQLQueries:
 
         return await self._commit.submit(work, writes=False)
 
+    async def run_stamp(self, run_id: str) -> RunStamp | None:
+        statement = _RUN_STAMP.format(p=self._dialect.param)
+
+        def work(cur: Any) -> tuple[RunStamp | None, Counts]:
+            row = cur.execute(statement, (run_id, run_id)).fetchone()
+            if row is None:
+                return None, (0, 0, 0, 0)
+            return _run_stamp(run_id, row), (0, 0, 1, 0)
+
+        return await self._commit.submit(work, writes=False)
+
     async def find_checkpoints(
         self,
         run_id: str,
@@ -302,4 +334,30 @@ def _fan_counts(row: Any) -> FanCounts:
         last_finished_at=finished,
         kind=kind,
         name=name,
+    )
+
+
+def _run_stamp(run_id: str, row: Any) -> RunStamp:
+    (namespace, status, updated_at, owner, expiry, wake_at, recoveries) = row[:7]
+    (n, pending, running, completed, failed, attempts, seqs) = row[7:14]
+    return RunStamp(
+        run_id=run_id,
+        namespace=namespace,
+        status=status,
+        updated_at=updated_at,
+        lease_owner=owner,
+        lease_expiry=expiry,
+        wake_at=wake_at,
+        recoveries=int(recoveries),
+        # With no checkpoints, the sums are NULL.
+        checkpoints=int(n or 0),
+        pending=int(pending or 0),
+        running=int(running or 0),
+        completed=int(completed or 0),
+        failed=int(failed or 0),
+        attempts=int(attempts or 0),
+        seq_sum=int(seqs or 0),
+        last_enqueued_at=row[14],
+        last_started_at=row[15],
+        last_finished_at=row[16],
     )

@@ -27,6 +27,7 @@ from .._records import (
     QueueDepth,
     Run,
     RunFilter,
+    RunStamp,
     RunStatus,
 )
 from .._stores._base import (
@@ -238,6 +239,9 @@ class FaultyStore(StoreHelpers, ChangeFeed):
 
     async def queue_depths(self) -> list[QueueDepth]:
         return await self.inner.queue_depths()
+
+    async def run_stamp(self, run_id: str) -> RunStamp | None:
+        return await self.inner.run_stamp(run_id)
 
     async def find_checkpoints(
         self,

@@ -34,6 +34,7 @@ from ._store_queries import QUERIES_CHECKS
 from ._store_queues import QUEUES_CHECKS
 from ._store_runs import RUNS_CHECKS
 from ._store_signals import SIGNALS_CHECKS
+from ._store_stamps import STAMPS_CHECKS
 from ._store_support import (
     OpenStore,
     StoreCheck,
@@ -204,6 +205,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     *QUEUES_CHECKS,
     *SIGNALS_CHECKS,
     *QUERIES_CHECKS,
+    *STAMPS_CHECKS,
     check_handles_share_one_store,
     check_announcements_reach_the_watches_of_other_writers,
     check_statistics_count_rows_read,

@@ -1,0 +1,155 @@
+"""``trio-durable console``: the console (JSON API and pages) over a store,
+served by hypercorn until SIGTERM or SIGINT.
+
+It opens a client of the store (and of the broker, for the fleet), serves
+`console_app` over it, prints the URL it listens on (on stdout) and a
+ready line (on stderr), and stops at the first SIGTERM or SIGINT with exit
+status 0. It runs no workflow: engines sharing the store run what its
+actions (signal, cancel, retry) ask for.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+
+import click
+import trio
+
+from .._app import App
+from .._client import open_client
+from ._apps import load_app
+from ._common import (
+    EXIT_FAILED,
+    CommandError,
+    broker_option,
+    log_level_option,
+    logging_to_stderr,
+    need_store,
+    say,
+    shown,
+    store_option,
+)
+from ._processes import STOP_SIGNALS, serve_until_signalled
+
+TOKEN_ENV = "TRIO_DURABLE_CONSOLE_TOKEN"
+
+
+@click.command("console", short_help="Serve the web console and its JSON API over a store.")
+@store_option("The store's URL (required).")
+@broker_option("The broker's URL, for the fleet page and /api/fleet.")
+@click.option(
+    "--app", "app_spec", metavar="MODULE:APP", help="The App: queue limits, typed outputs."
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="The port (0: one the system picks).",
+)
+@click.option(
+    "--token",
+    metavar="TOKEN",
+    help=f"The bearer token actions need (or {TOKEN_ENV}); without one, read-only.",
+)
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="An origin allowed to call the API from a browser (repeat it); none by default.",
+)
+@log_level_option
+def console_command(
+    store: str | None,
+    broker: str | None,
+    app_spec: str | None,
+    host: str,
+    port: int,
+    token: str | None,
+    cors_origins: tuple[str, ...],
+    log_level: str,
+) -> None:
+    """Serve the console over a store until SIGTERM or SIGINT.
+
+    It prints the URL it listens on; an address it cannot listen on exits
+    with status 1. Actions (signal, cancel, retry) need
+    the bearer token given with --token or TRIO_DURABLE_CONSOLE_TOKEN;
+    without one, the console is read-only (see docs/http-api.md).
+    """
+    store_url = need_store(store)
+    if token is None:
+        token = os.environ.get(TOKEN_ENV) or None
+    if token is not None and not token.strip():
+        raise click.UsageError("--token must not be empty")
+    app = load_app(app_spec) if app_spec else None
+    with logging_to_stderr(log_level):
+        try:
+            trio.run(
+                partial(
+                    _serve,
+                    store_url,
+                    broker,
+                    app,
+                    host=host,
+                    port=port,
+                    token=token,
+                    cors_origins=cors_origins,
+                )
+            )
+        except* OSError as group:
+            # Binding failed (address not local, port taken): one line, not
+            # hypercorn's traceback.
+            first = _first(group)
+            raise CommandError(
+                f"cannot listen on {host}:{port}: {first.strerror or first}", EXIT_FAILED
+            ) from None
+
+
+def _first(group: BaseExceptionGroup[OSError]) -> OSError:
+    found = group.exceptions[0]
+    return _first(found) if isinstance(found, BaseExceptionGroup) else found
+
+
+async def _serve(
+    store: str,
+    broker: str | None,
+    app: App | None,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    cors_origins: tuple[str, ...],
+) -> None:
+    from ..console import serve_console
+
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with (
+            open_client(store, broker=broker, app=app) as client,
+            trio.open_nursery() as nursery,
+        ):
+            url = await nursery.start(
+                partial(
+                    serve_console,
+                    client,
+                    host=host,
+                    port=port,
+                    token=token,
+                    cors_origins=cors_origins,
+                )
+            )
+            click.echo(url)
+            # Nothing to drain: the first signal stops it.
+            await serve_until_signalled(
+                "console",
+                f"{url} (store {shown(store)},"
+                f" {'actions need the token' if token else 'read-only'})",
+                trio.lowlevel.checkpoint,
+                "",
+                signals,
+                1.0,
+            )
+            nursery.cancel_scope.cancel()
+    say("console stopped")

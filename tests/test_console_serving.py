@@ -1,0 +1,133 @@
+"""Serving the console: the engine's ``console=`` option over a real socket,
+``trio-durable console`` as a real process, `ConsoleOptions` checks, and
+``import trio_durable`` loading none of starlette, hypercorn and jinja2."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+import trio_durable as td
+from cli_processes import cli_process
+
+app = td.App("console-serving")
+
+
+@app.step()
+async def double(n: int) -> int:
+    return 2 * n
+
+
+@app.workflow()
+async def doubled(ctx: td.Context, n: int) -> int:
+    return await ctx.step(double, n)
+
+
+async def test_the_engine_serves_its_console_and_metrics(tmp_path: Path) -> None:
+    options = td.ConsoleOptions(port=0, token="t0ken")
+    store = f"sqlite:///{tmp_path / 'engine.db'}"
+    async with td.open_engine(app, store=store, console=options) as engine:
+        url = engine.console_url
+        assert url is not None
+        assert url.startswith("http://127.0.0.1:")
+        assert await engine.result((await engine.start(doubled, 21, run_id="d")).id) == 42
+        async with httpx.AsyncClient(base_url=url) as client:
+            detail = await client.get("/api/runs/d")
+            assert detail.status_code == 200
+            assert detail.json()["run"]["output"] == 42
+            cached = await client.get(
+                "/api/runs/d", headers={"If-None-Match": detail.headers["etag"]}
+            )
+            assert cached.status_code == 304
+            metrics = await client.get("/metrics")
+            assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+            assert "trio_durable_" in metrics.text
+            refused = await client.post("/api/runs/d/cancel")
+            assert refused.status_code == 401
+    # Leaving the block stopped the server.
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient(base_url=url) as client:
+            await client.get("/api/runs")
+    async with td.open_engine(app) as engine:
+        assert engine.console_url is None
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"port": -1},
+        {"port": 65536},
+        {"port": "8080"},
+        {"port": True},
+        {"host": ""},
+        {"host": "local host"},
+        {"token": ""},
+        {"token": "  "},
+        {"token": 3},
+        {"cors_origins": "https://a.example"},
+        {"cors_origins": [""]},
+    ],
+)
+def test_console_options_refuse_bad_values(kwargs: dict[str, object]) -> None:
+    with pytest.raises(td.UsageError, match="ConsoleOptions"):
+        td.ConsoleOptions(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_open_engine_refuses_a_console_that_is_no_options() -> None:
+    with pytest.raises(td.UsageError, match="console="):
+        async with td.open_engine(app, console={"port": 0}):  # type: ignore[arg-type]
+            pass
+
+
+def test_import_trio_durable_loads_no_web_framework() -> None:
+    code = (
+        "import sys, trio_durable as td; td.ConsoleOptions(port=0);"
+        " print(sorted(m for m in ('starlette', 'hypercorn', 'jinja2', 'httpx')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+async def test_the_console_command_serves_until_sigint(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    async with td.open_engine(app, store=store) as engine:
+        await engine.result((await engine.start(doubled, 5, run_id="five")).id)
+    args = ["console", "--store", store, "--port", "0", "--app", "cli_app:app"]
+    async with cli_process(args, env={"TRIO_DURABLE_CONSOLE_TOKEN": "tok"}) as console:
+        line = await console.wait_for("http://127.0.0.1:")
+        url = line.strip()
+        await console.wait_for("console ready")
+        async with httpx.AsyncClient(base_url=url) as client:
+            runs = (await client.get("/api/runs")).json()
+            assert [run["id"] for run in runs["runs"]] == ["five"]
+            assert (await client.get("/api/runs/five")).json()["run"]["output"] == 10
+            fleet = await client.get("/api/fleet")
+            assert fleet.status_code == 503
+            assert (await client.get("/api/queues")).json() == {"queues": []}
+            # The token came from the environment: a wrong one is refused.
+            wrong = await client.post(
+                "/api/runs/five/retry", headers={"Authorization": "Bearer nope"}
+            )
+            assert wrong.status_code == 401
+            right = await client.post(
+                "/api/runs/five/retry", headers={"Authorization": "Bearer tok"}
+            )
+            assert right.status_code == 409
+        assert await console.stop(signal.SIGINT) == 0
+        assert "console stopped" in console.output
+
+
+async def test_the_console_command_says_when_it_cannot_listen(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    # A documentation address (RFC 5737): never one of this machine's.
+    args = ["console", "--store", store, "--host", "203.0.113.7", "--port", "0"]
+    async with cli_process(args) as console:
+        await console.wait_for("cannot listen on 203.0.113.7:0")
+        assert await console.exited() == 1
+        assert "Traceback" not in console.output
