@@ -25,6 +25,7 @@ from ._current import StepInfo as StepInfo
 from ._current import current_step as current_step
 from ._engine import Engine as Engine
 from ._engine import open_engine as open_engine
+from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
 from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import FatalError as FatalError
 from ._exceptions import GatherError as GatherError
@@ -47,6 +48,9 @@ from ._exceptions import StoreError as StoreError
 from ._exceptions import TrioDurableError as TrioDurableError
 from ._exceptions import UnknownWorkflowError as UnknownWorkflowError
 from ._exceptions import UsageError as UsageError
+from ._exceptions import WebhookError as WebhookError
+from ._exceptions import WebhookNotFoundError as WebhookNotFoundError
+from ._exceptions import WebhookUsedError as WebhookUsedError
 from ._fleet import Disagreement as Disagreement
 from ._fleet import Fleet as Fleet
 from ._handle import RunHandle as RunHandle
@@ -56,8 +60,10 @@ from ._on_error import OnError as OnError
 from ._on_error import lineage as lineage
 from ._on_error import parent_of as parent_of
 from ._options import ConsoleOptions as ConsoleOptions
+from ._records import Breakpoint as Breakpoint
 from ._records import Checkpoint as Checkpoint
 from ._records import ErrorInfo as ErrorInfo
+from ._records import PausedStep as PausedStep
 from ._records import Run as Run
 from ._runtime import EngineStatistics as EngineStatistics
 from ._stores import open_store as open_store
@@ -79,6 +85,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "Breakpoint",
+    "BreakpointNotFoundError",
     "Broker",
     "BrokerError",
     "BrokerFaults",
@@ -110,6 +118,7 @@ __all__ = [
     "MemoryStore",
     "NonDeterminismError",
     "OnError",
+    "PausedStep",
     "RegistrationError",
     "RemoteStepError",
     "Retention",
@@ -135,6 +144,9 @@ __all__ = [
     "UnknownWorkflowError",
     "UnservedRoute",
     "UsageError",
+    "WebhookError",
+    "WebhookNotFoundError",
+    "WebhookUsedError",
     "Worker",
     "WorkerDescriptor",
     "WorkerStatistics",

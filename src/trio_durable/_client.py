@@ -30,6 +30,7 @@ from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
+from ._hook_api import HookActions
 from ._records import Run
 from ._run_queries import RunQueries
 from ._runs import Endings, await_end, create_run, new_run, outcome
@@ -44,7 +45,7 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 
 @final
-class Client(RunQueries, StartsRuns):
+class Client(RunQueries, StartsRuns, HookActions):
     """Starts, reads and controls runs; runs none of them.
 
     It also finds and reads runs, and prunes ended ones, as `Engine` does
@@ -92,6 +93,17 @@ class Client(RunQueries, StartsRuns):
     def _query_store(self) -> Store:
         self._check_open()
         return self.store
+
+    # What `HookActions` (webhooks, breakpoints) needs of its front end.
+
+    def _check_live(self) -> None:
+        self._check_open()
+
+    def _origin(self) -> str:
+        return self.client_id
+
+    def _wake_ops(self, runs: Sequence[Run]) -> Sequence[Op]:
+        return self._wake(runs)
 
     async def _start(
         self,

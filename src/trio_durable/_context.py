@@ -28,6 +28,7 @@ from ._records import ErrorInfo
 from ._remote import remote_step
 from ._replay import Replay, Suspend
 from ._waits import signal, timer
+from ._webhooks import create_webhook
 
 
 @final
@@ -290,6 +291,15 @@ class Context:
         ):
             raise UsageError(f"signal timeout must be a finite number >= 0, not {timeout!r}")
         return await signal(self._replay, name, timeout, type)
+
+    async def webhook(self, name: str) -> str:
+        """Create a one-time callback durably and return its token (at
+        least 128 random bits; the same on every replay). Delivering it
+        (``POST /hooks/{token}``, `Client.deliver_webhook`) hands its JSON
+        payload to this run as the signal ``name`` would: take it with
+        ``await ctx.wait_signal(name)``. See docs/webhooks-and-breakpoints.md.
+        """
+        return await create_webhook(self._replay, name)
 
     # -- children -------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
+from ._hook_api import HookActions
 from ._observe import DEFAULT_EVENT_BUFFER, Event, Metrics
 from ._options import DEFAULT_TIMER_BATCH_SIZE, ConsoleOptions, EngineOptions
 from ._records import (
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 
-class Engine(RunQueries, StartsRuns):
+class Engine(RunQueries, StartsRuns, HookActions):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -87,6 +88,24 @@ class Engine(RunQueries, StartsRuns):
     def _query_store(self) -> Store:
         self._rt.scheduler.check_open()
         return self.store
+
+    # What `HookActions` (webhooks, breakpoints) needs of its front end.
+
+    def _check_live(self) -> None:
+        self._rt.scheduler.check_open()
+
+    def _origin(self) -> str:
+        return self.engine_id
+
+    def _wake_ops(self, runs: Sequence[Run]) -> Sequence[Op]:
+        return self._pass_on(runs)
+
+    def _woke(self, run: Run) -> None:
+        if self._serves(run):
+            self._rt.scheduler.wake(run.id)
+
+    def _breakpoints_changed(self) -> None:
+        self._rt.breakpoints.changed()
 
     # -- public API -----------------------------------------------------------
 
@@ -381,6 +400,7 @@ async def open_engine(
     tracing: bool | TracerProvider = False,
     metrics_interval: float = 15.0,
     console: ConsoleOptions | None = None,
+    webhook_secret: bytes | str | None = None,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -441,6 +461,10 @@ async def open_engine(
         from this engine's nursery, as `ConsoleOptions` say; it listens
         before the block is entered, at `Engine.console_url` (see
         docs/http-api.md). None serves none.
+      webhook_secret: The secret webhook tokens are derived from (at least
+        16 bytes; the same on every engine of a fleet). Without one, a
+        random secret is made once and kept in the store, which then holds
+        what derives the tokens (see docs/webhooks-and-breakpoints.md).
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -463,6 +487,7 @@ async def open_engine(
         retention=retention,
         tracing=tracing,
         metrics_interval=metrics_interval,
+        webhook_secret=webhook_secret,
     )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")

@@ -314,6 +314,26 @@ class RunConflictError(UsageError):
     another workflow. The existing run is left untouched."""
 
 
+class WebhookError(UsageError):
+    """A webhook token could not be delivered (see `Context.webhook`).
+    Nothing was changed."""
+
+
+@final
+class WebhookNotFoundError(WebhookError, LookupError):
+    """No webhook has this token (or its run was pruned)."""
+
+
+@final
+class WebhookUsedError(WebhookError):
+    """The webhook was delivered already: a token is good for one delivery."""
+
+
+@final
+class BreakpointNotFoundError(UsageError, LookupError):
+    """No breakpoint has this id."""
+
+
 @final
 class InvalidURLError(UsageError):
     """A store or broker URL is malformed or names an unknown scheme."""

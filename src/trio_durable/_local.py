@@ -19,6 +19,7 @@ import trio
 
 from . import _serde
 from ._app import Step
+from ._breakpoints import pause_before, suspend_if_paused
 from ._current import StepInfo, call_step
 from ._exceptions import SerializationError
 from ._failures import error_info, retryable, step_failure
@@ -43,7 +44,13 @@ async def local_step(
         return recorded_value(step, cp)
     if cp is not None and cp.status == "failed":
         raise step_failure(cp)
+    # Pending only when a breakpoint paused the run here: it suspends
+    # again, or, continued, runs the step now.
+    suspend_if_paused(cp)
     input_json = _serde.check_step_args(step, args, compensate)
+    if cp is None:
+        compensation = compensate.name if compensate else None
+        await pause_before(replay, seq, step, "local", input_json, compensation)
     return await execute(
         replay,
         step,

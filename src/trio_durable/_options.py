@@ -113,6 +113,23 @@ def _batch_size(value: object) -> int:
     return DEFAULT_TIMER_BATCH_SIZE
 
 
+def check_secret(value: object) -> bytes | None:
+    """``open_engine``'s ``webhook_secret`` as bytes.
+
+    Raises:
+      UsageError: It is not None, bytes or str, or shorter than 16 bytes.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.encode()
+    if not isinstance(value, bytes):
+        raise UsageError(f"webhook_secret must be bytes or a str, not {type(value).__name__}")
+    if len(value) < 16:
+        raise UsageError("webhook_secret must be at least 16 bytes long")
+    return value
+
+
 @final
 @attrs.frozen(kw_only=True)
 class EngineOptions:
@@ -139,6 +156,8 @@ class EngineOptions:
     retention: Retention | None = attrs.field(default=None, validator=_retention)
     tracing: bool | TracerProvider = attrs.field(default=False, validator=_tracing)
     metrics_interval: float = attrs.field(default=15.0, validator=positive_finite)
+    # Never shown: a repr in a log must not give away what derives tokens.
+    webhook_secret: bytes | None = attrs.field(default=None, converter=check_secret, repr=False)
 
     def __attrs_post_init__(self) -> None:
         # Checked as given (an error quotes the value as the caller wrote

@@ -16,7 +16,7 @@ import attrs
 RunStatus = Literal[
     "pending", "running", "suspended", "completed", "failed", "cancelling", "cancelled", "dead"
 ]
-CheckpointKind = Literal["local", "remote", "timer", "signal", "child"]
+CheckpointKind = Literal["local", "remote", "timer", "signal", "child", "webhook"]
 CheckpointStatus = Literal["pending", "running", "completed", "failed"]
 FanMode = Literal["fail_fast", "wait_all", "settled"]
 
@@ -197,7 +197,8 @@ class Checkpoint:
         operations count up from 1; compensations sit at ``-seq`` of the step
         they undo.
       name: The step, workflow or signal name, or ``"sleep"`` for a timer.
-      kind: ``local``, ``remote``, ``timer``, ``signal`` or ``child``.
+      kind: ``local``, ``remote``, ``timer``, ``signal``, ``child`` or
+        ``webhook`` (its output holds the nonce its token derives from).
       status: ``pending``, ``running``, ``completed`` or ``failed``.
       input: The operation's input as JSON text, if any.
       output: Its result as JSON text, once completed. For a child this is the
@@ -384,3 +385,66 @@ class QueueDepth:
     queue: str
     admitted: int
     waiting: int
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class Webhook:
+    """A one-time callback of a run (`Context.webhook`), as the store keeps
+    it: under the SHA-256 of its token, never the token itself.
+
+    Attributes:
+      token_hash: The token's SHA-256, in hex.
+      run_id: The run it delivers to.
+      name: The signal name its payload is delivered as.
+      created_at: When the run created it.
+      used_at: When it was delivered, or None while it is unused.
+    """
+
+    token_hash: str
+    run_id: str
+    name: str
+    created_at: float
+    used_at: float | None = None
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class Breakpoint:
+    """Runs of ``workflow`` pause before each step named ``step`` that has
+    no recorded result, until someone continues them or skips the step
+    (see docs/webhooks-and-breakpoints.md).
+
+    Attributes:
+      id: The breakpoint's id.
+      workflow: The workflow's name.
+      step: The step's name.
+      created_at: When it was set (durable time).
+    """
+
+    id: str
+    workflow: str
+    step: str
+    created_at: float
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class PausedStep:
+    """A run paused at a breakpoint, before the step at ``seq``.
+
+    Attributes:
+      run_id: The paused run.
+      seq: The seq of the step it has not run yet.
+      workflow: The run's workflow.
+      step: The step's name.
+      breakpoint_id: The breakpoint that paused it.
+      paused_at: When it paused (durable time).
+    """
+
+    run_id: str
+    seq: int
+    workflow: str
+    step: str
+    breakpoint_id: str
+    paused_at: float

@@ -25,6 +25,7 @@ import attrs
 
 from . import _serde
 from ._app import FlowQueue, Step
+from ._breakpoints import CONTINUED, marked, pause_before, suspend_if_paused
 from ._dispatch import group_route
 from ._exceptions import UsageError
 from ._failures import step_failure
@@ -323,10 +324,15 @@ async def remote_step(
     planner = StepPlanner(
         replay, step, flow, priority if priority is not None else (flow.priority if flow else 0)
     )
+    suspend_if_paused(cp)
     if cp is None:
         undo = None if compensation is None else replay.runtime.app.get_step(compensation)
         input_json = _serde.check_step_args(step, args, undo)
+        await pause_before(replay, seq, step, "remote", input_json, compensation)
         cp = await planner.new(seq, input_json, None, compensation=compensation)
+    elif marked(cp, CONTINUED):
+        # Continued past a breakpoint: recorded afresh and sent, as if new.
+        cp = await planner.new(seq, cp.input or "[]", None, compensation=cp.compensation)
     elif cp.status == "pending":
         cp = await planner.drive(cp)
     if cp.status == "completed":

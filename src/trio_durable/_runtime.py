@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
+from ._breakpoints import Breakpoints
 from ._brokers._base import RESULTS
 from ._clock import Clock
 from ._dispatch import Dispatcher
@@ -37,6 +38,7 @@ from ._stores._base import ReleaseRun, RunWatch
 from ._tracing import DISABLED, Tracing, make_tracing
 from ._turn import Turns
 from ._wakes import engine_delivery, keep_watching
+from ._webhooks import WebhookKeys
 from ._worker import Worker, open_worker
 
 if TYPE_CHECKING:
@@ -122,6 +124,8 @@ class Runtime:
         leaves the leases to lapse, as a killed process would.
       nursery: The nursery its parts and turns run in (what the engine
         serves besides, such as its console, runs there too).
+      breakpoints: The breakpoints as last read from the store.
+      webhook_keys: The secret webhook tokens derive from.
     """
 
     app: App
@@ -141,6 +145,8 @@ class Runtime:
     worker: Worker | None = None
     crashed: bool = False
     nursery: trio.Nursery = attrs.field(init=False)
+    breakpoints: Breakpoints = attrs.field(factory=Breakpoints)
+    webhook_keys: WebhookKeys = attrs.field(factory=WebhookKeys)
 
 
 @asynccontextmanager
@@ -269,6 +275,7 @@ def _assemble(
             app, broker, clock, rng, sent, results_queue, options.blocked_recheck, tracing
         ),
         tracing=tracing,
+        webhook_keys=WebhookKeys(options.webhook_secret),
     )
     # The scheduler drives turns, and turns reach the scheduler (to wake
     # runs): the runtime is complete once both exist.

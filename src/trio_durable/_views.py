@@ -71,6 +71,8 @@ class HistoryEntry:
       started_at: When its first attempt started.
       finished_at: When it settled.
       wake_at: When a timer, a signal's timeout or a retry is due.
+      paused: Whether the run is paused at a breakpoint before this step
+        (it is pending until continued or skipped).
     """
 
     seq: int
@@ -88,6 +90,7 @@ class HistoryEntry:
     started_at: float | None = None
     finished_at: float | None = None
     wake_at: float | None = None
+    paused: bool = False
 
     @classmethod
     def of(cls, cp: Checkpoint) -> HistoryEntry:
@@ -116,6 +119,8 @@ class HistoryEntry:
             started_at=cp.started_at,
             finished_at=cp.finished_at,
             wake_at=cp.wake_at,
+            # The mark `_breakpoints.PAUSED` (this module imports no engine part).
+            paused=cp.status == "pending" and cp.error is not None and cp.error.code == "paused",
         )
 
 

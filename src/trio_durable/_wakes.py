@@ -89,7 +89,8 @@ def ends_delivery(endings: Endings) -> Deliver:
 def engine_delivery(rt: Runtime) -> Deliver:
     """What an engine's watch does with announcements: wake the runs it can
     run (cutting short the turn in flight of a run told to cancel), and the
-    callers of ``result`` waiting for a run that ended."""
+    callers of ``result`` waiting for a run that ended; read the
+    breakpoints again when they changed."""
     scheduler, endings = rt.scheduler, rt.endings
 
     def deliver(announced: Sequence[Announce] | None) -> None:
@@ -98,10 +99,13 @@ def engine_delivery(rt: Runtime) -> Deliver:
             signals.poke.set()
             signals.rescan.set()
             endings.recheck()
+            rt.breakpoints.changed()
             return
         for item in announced:
             if item.kind == "end":
                 endings.ended(item.run_id)
+            elif item.kind == "breakpoints":
+                rt.breakpoints.changed()
             elif serves(rt.app, item.workflow, item.version):
                 if item.kind == "cancel":
                     scheduler.interrupt(item.run_id)

@@ -1,11 +1,128 @@
 """The webhook and breakpoint routes: ``POST /hooks/{token}`` and the
-breakpoint actions."""
+breakpoint actions.
+
+``POST /hooks/{token}`` needs no bearer token: the webhook's token is the
+credential. Its JSON body (an empty body is null) is the payload; it
+answers 202 ``{"delivered": true}``, 404 for an unknown token and 409 for a
+used one or a run that ended. Reading breakpoints needs no token; setting,
+clearing, continuing and skipping do, as every action.
+
+This module imports nothing of `._app` at run time: the console's state is
+the application's ``state.console``, and errors are the library's, which
+the application turns into JSON bodies.
+"""
 
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+import json
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
+
+from .._exceptions import UsageError
+
+if TYPE_CHECKING:
+    from ._app import Console
+
+
+def _console(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+async def _json_body(request: Request) -> Any:
+    """The request's JSON body (None if empty).
+
+    Raises:
+      UsageError: It is not JSON (answered 400).
+    """
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise UsageError("the request body is not valid JSON") from None
+
+
+async def _object_body(request: Request) -> dict[str, Any]:
+    body = await _json_body(request)
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise UsageError("the request body must be a JSON object")
+    return body
+
+
+async def deliver(request: Request) -> JSONResponse:
+    """``POST /hooks/{token}``: deliver the body through the webhook."""
+    payload = await _json_body(request)
+    await _console(request).source.deliver_webhook(request.path_params["token"], payload)
+    return JSONResponse({"delivered": True}, status_code=202)
+
+
+def _breakpoint_json(bp: Any) -> dict[str, Any]:
+    return attrs.asdict(bp)
+
+
+async def list_breakpoints(request: Request) -> JSONResponse:
+    """``GET /api/breakpoints``: the breakpoints, and the runs paused at them."""
+    source = _console(request).source
+    breakpoints = await source.breakpoints()
+    paused = await source.paused_steps()
+    return JSONResponse(
+        {
+            "breakpoints": [_breakpoint_json(bp) for bp in breakpoints],
+            "paused": [attrs.asdict(p) for p in paused],
+        }
+    )
+
+
+async def set_breakpoint(request: Request) -> JSONResponse:
+    """``POST /api/breakpoints`` with ``{"workflow": ..., "step": ...}``."""
+    console = _console(request)
+    console.check_token(request)
+    body = await _object_body(request)
+    bp = await console.source.set_breakpoint(workflow=body.get("workflow"), step=body.get("step"))  # type: ignore[arg-type]
+    return JSONResponse(_breakpoint_json(bp), status_code=201)
+
+
+async def clear_breakpoint(request: Request) -> JSONResponse:
+    """``DELETE /api/breakpoints/{id}``."""
+    console = _console(request)
+    console.check_token(request)
+    await console.source.clear_breakpoint(request.path_params["breakpoint_id"])
+    return JSONResponse({"cleared": True})
+
+
+async def continue_run(request: Request) -> JSONResponse:
+    """``POST /api/runs/{id}/continue``: the paused step runs."""
+    console = _console(request)
+    console.check_token(request)
+    await console.source.continue_run(request.path_params["run_id"])
+    return JSONResponse({"continued": True})
+
+
+async def skip_step(request: Request) -> JSONResponse:
+    """``POST /api/runs/{id}/skip`` with ``{"output": ...}``: the paused
+    step is recorded as returning ``output``."""
+    console = _console(request)
+    console.check_token(request)
+    body = await _object_body(request)
+    await console.source.skip_step(request.path_params["run_id"], body.get("output"))
+    return JSONResponse({"skipped": True})
 
 
 def hook_routes() -> list[BaseRoute]:
     """The routes of webhooks and breakpoints."""
-    return []
+    return [
+        Route("/hooks/{token}", deliver, methods=["POST"]),
+        Route("/api/breakpoints", list_breakpoints, methods=["GET"]),
+        Route("/api/breakpoints", set_breakpoint, methods=["POST"]),
+        Route("/api/breakpoints/{breakpoint_id}", clear_breakpoint, methods=["DELETE"]),
+        Route("/api/runs/{run_id}/continue", continue_run, methods=["POST"]),
+        Route("/api/runs/{run_id}/skip", skip_step, methods=["POST"]),
+    ]

@@ -14,7 +14,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from .._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
+from .._exceptions import (
+    BreakpointNotFoundError,
+    InvalidRunStateError,
+    RunNotFoundError,
+    UsageError,
+    WebhookNotFoundError,
+    WebhookUsedError,
+)
 from ._api import api_routes
 from ._app import API_PREFIXES, ApiError, Console, ConsoleSource, error_body
 from ._hooks import hook_routes
@@ -34,6 +41,12 @@ def _classify(exc: Exception) -> tuple[int, str, str]:
         return 404, "run_not_found", str(exc)
     if isinstance(exc, InvalidRunStateError):
         return 409, "invalid_run_state", str(exc)
+    if isinstance(exc, WebhookNotFoundError):
+        return 404, "webhook_not_found", str(exc)
+    if isinstance(exc, WebhookUsedError):
+        return 409, "webhook_used", str(exc)
+    if isinstance(exc, BreakpointNotFoundError):
+        return 404, "breakpoint_not_found", str(exc)
     if isinstance(exc, UsageError):
         return 400, "bad_request", str(exc)
     if isinstance(exc, HTTPException):

@@ -18,17 +18,21 @@ import trio
 
 from .._exceptions import StoreError
 from .._records import (
+    Breakpoint,
     Checkpoint,
     CheckpointKind,
     CheckpointStatus,
     ErrorInfo,
     FanCounts,
+    PausedStep,
     QueueDepth,
     Run,
     RunFilter,
     RunStamp,
     RunStatus,
+    Webhook,
 )
+from ._hook_ops import HookOp
 
 
 @final
@@ -271,7 +275,7 @@ class ReleaseRun:
     owner: str
 
 
-AnnounceKind = Literal["wake", "cancel", "end"]
+AnnounceKind = Literal["wake", "cancel", "end", "breakpoints"]
 
 
 @final
@@ -286,7 +290,9 @@ class Announce:
       kind: ``"wake"``: the run needs a turn (a client started, signalled or
         retried it, or an engine that lacks its workflow passes it on);
         ``"cancel"``: it was told to cancel (a turn in flight is cut short);
-        ``"end"``: it ended (callers waiting for its result read it).
+        ``"end"``: it ended (callers waiting for its result read it);
+        ``"breakpoints"``: breakpoints were set or cleared (``run_id`` is
+        the breakpoint's id), engines read them again.
       workflow: Its workflow, or None if the writer does not know it.
       version: Its version, or None.
       origin: Who wrote it (an engine or client id); its own watch skips it.
@@ -315,6 +321,7 @@ Op = (
     | LockRun
     | ReleaseRun
     | Announce
+    | HookOp
 )
 
 
@@ -511,9 +518,24 @@ class Store(Protocol):
         """Delete at most ``limit`` runs whose status is a key of
         ``older_than`` (terminal statuses only) and whose ``updated_at`` is
         before its value, unless their parent exists and has not ended; with
-        each its input, checkpoints, signal waiters, buffered signals and
-        flow-control queue entries, in one transaction. Returns the ids
+        each its input, checkpoints, signal waiters, buffered signals,
+        flow-control queue entries, webhooks and pauses, in one transaction. Returns the ids
         deleted, sorted."""
+        ...
+
+    # Webhooks and breakpoints (see `._hook_ops` for their writes).
+
+    async def get_webhook(self, token_hash: str) -> Webhook | None:
+        """The webhook kept under ``token_hash``, or None."""
+        ...
+
+    async def list_breakpoints(self) -> list[Breakpoint]:
+        """Every breakpoint, oldest first (by ``created_at``, then id)."""
+        ...
+
+    async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
+        """The steps runs that have not ended are paused before (of
+        ``run_id`` only, if given), by run id, then seq."""
         ...
 
     def statistics(self) -> StoreStatistics:

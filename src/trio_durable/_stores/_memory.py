@@ -21,7 +21,16 @@ import attrs
 import trio
 
 from .._exceptions import InvalidURLError
-from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, RunStatus
+from .._records import (
+    TERMINAL_STATUSES,
+    Breakpoint,
+    Checkpoint,
+    CheckpointStatus,
+    PausedStep,
+    Run,
+    RunStatus,
+    Webhook,
+)
 from .._urls import mask_url
 from ._base import (
     STALL_IGNORED_PREFIX,
@@ -46,6 +55,7 @@ from ._base import (
     run_due_at,
 )
 from ._helpers import StoreHelpers
+from ._memory_hooks import MemoryHooks
 from ._memory_queries import MemoryQueries
 from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
 from ._watch import LocalWatches
@@ -92,6 +102,7 @@ class MemoryStore(MemoryQueries, StoreHelpers):
         # process (`RunWatch`).
         self._watches = LocalWatches()
         self.watch = self._watches.watch
+        self._hooks = MemoryHooks()
 
     # -- change feed ----------------------------------------------------------
     # Engines sharing this store live in this process, so instead of polling
@@ -420,7 +431,7 @@ class MemoryStore(MemoryQueries, StoreHelpers):
                         attrs.evolve(current, lease_owner=None, lease_expiry=None), journal
                     )
                 return None
-        raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
+        return self._hooks.apply(op, journal)
 
     def _slot_done(self, run_id: str, seq: int) -> bool:
         """Whether a step no longer needs a queue slot: its checkpoint is
@@ -580,6 +591,23 @@ class MemoryStore(MemoryQueries, StoreHelpers):
     async def buffered_signals(self, token: str) -> list[str]:
         await self._enter()
         return list(self._buffered.get(token, []))
+
+    async def get_webhook(self, token_hash: str) -> Webhook | None:
+        await self._enter()
+        return self._hooks.webhooks.get(token_hash)
+
+    async def list_breakpoints(self) -> list[Breakpoint]:
+        await self._enter()
+        return self._hooks.list_breakpoints()
+
+    async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
+        await self._enter()
+        return [
+            paused
+            for paused in self._hooks.paused_steps(run_id)
+            if (run := self._runs.get(paused.run_id)) is not None
+            and run.status not in TERMINAL_STATUSES
+        ]
 
     async def signal_waiter(self, token: str) -> tuple[str, int] | None:
         await self._enter()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -27,6 +27,9 @@ from .._records import (
 )
 from ._base import StoreStatistics
 
+if TYPE_CHECKING:
+    from ._memory_hooks import MemoryHooks
+
 
 class MemoryQueries:
     """Queries over `MemoryStore`'s rows (see `Store.find_runs` and the
@@ -37,6 +40,7 @@ class MemoryQueries:
     _by_status: dict[str, dict[str, list[int]]]
     _waiters: dict[str, tuple[str, int]]
     _buffered: dict[str, list[str]]
+    _hooks: MemoryHooks
     _holders: dict[str, frozenset[tuple[str, int]]]
     _waiting: dict[str, tuple[tuple[int, float, int, str, int], ...]]
     _end_events: dict[str, trio.Event]
@@ -187,6 +191,7 @@ class MemoryQueries:
             _keep(self._holders, queue, kept)
         for queue, line in list(self._waiting.items()):
             _keep(self._waiting, queue, tuple(w for w in line if w[3] != run_id))
+        self._hooks.forget(run_id)
 
 
 def _keep(mapping: dict[str, Any], key: str, value: Any) -> None:

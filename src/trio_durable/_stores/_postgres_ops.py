@@ -22,6 +22,7 @@ from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, dum
 from . import _base
 from ._base import Op, TurnState, WriteConflict
 from ._group_commit import Counts
+from ._hook_sql import RUN_TABLES, hook_ops
 from ._postgres_watch import write_announcement
 
 # The row codecs are shared with the SQLite store: both keep the same columns.
@@ -413,6 +414,7 @@ _OPS: Final[dict[type[Any], Callable[[psycopg.Cursor[Any], Any], Any]]] = {
     _base.LockRun: _lock_run,
     _base.ReleaseRun: _release_run,
     _base.Announce: write_announcement,
+    **hook_ops("%s"),
 }
 
 
@@ -561,6 +563,7 @@ DIALECT: Final = Dialect[psycopg.Cursor[Any]](
     apply_ops=apply_ops,
     begin_turn=begin_turn,
     runs_written=runs_written,
+    run_tables=RUN_TABLES,
     run_columns=", ".join(f"r.{field}" for field in RUN_FIELDS),
     # Tokens compare as bytes whatever the database's collation.
     bytewise=' COLLATE "C"',

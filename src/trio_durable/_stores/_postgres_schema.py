@@ -21,8 +21,9 @@ from psycopg import sql
 
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
+from ._hook_sql import TABLES as HOOK_TABLES
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -203,6 +204,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         ON CONFLICT DO NOTHING
         """,
     ),
+    # Webhooks (by their token's hash), breakpoints, paused steps, settings.
+    HOOK_TABLES,
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

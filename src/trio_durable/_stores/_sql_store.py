@@ -22,6 +22,7 @@ from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
 from ._base import STALL_IGNORED_PREFIX, Op, StoreStatistics, TurnState
 from ._group_commit import Counts, GroupCommit
 from ._helpers import StoreHelpers
+from ._hook_sql import SQLHooks
 from ._rows import INT64_MAX, INT64_MIN, load_checkpoint, load_run
 from ._sql_queries import SQLQueries
 
@@ -83,7 +84,7 @@ class Dialect(Generic[C]):
     lock_skipping: str = ""
 
 
-class SQLStore(SQLQueries, StoreHelpers, Generic[C]):
+class SQLStore(SQLQueries, SQLHooks, StoreHelpers, Generic[C]):
     """A `Store` whose calls are SQL statements run in group commit.
 
     Subclasses create the `GroupCommit` (their trips) and the `Dialect`.

@@ -28,6 +28,7 @@ from .._records import (
 from . import _base
 from ._base import Op, TurnState, run_due_at
 from ._group_commit import Counts
+from ._hook_sql import RUN_TABLES, hook_ops
 from ._rows import (
     CHECKPOINT_COLUMNS,
     INT64_MAX,
@@ -395,6 +396,7 @@ _OPS: Final[dict[type[Any], Callable[[sqlite3.Cursor, Any], Any]]] = {
     _base.LockRun: _lock_run,
     _base.ReleaseRun: _release_run,
     _base.Announce: write_announcement,
+    **hook_ops("?"),
 }
 
 
@@ -491,6 +493,6 @@ DIALECT: Final = Dialect[sqlite3.Cursor](
     begin_turn=begin_turn,
     run_columns=_RUN_SELECT,
     run_from=_RUNS,
-    run_tables=("run_inputs",),
+    run_tables=("run_inputs", *RUN_TABLES),
 )
 """The SQLite store's statements, for `SQLStore`."""

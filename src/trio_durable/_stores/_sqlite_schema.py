@@ -17,14 +17,16 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
+from ._hook_sql import TABLES as HOOK_TABLES
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
 indexed the queries of `Store.find_runs` (``run_tags`` and the indexes of
-runs by status, workflow, namespace and end) and added ``announcements``. An
-older file is migrated when it is opened."""
+runs by status, workflow, namespace and end) and added ``announcements``;
+version 4 added webhooks, breakpoints, paused steps and settings. An older
+file is migrated when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
 """Seconds between two looks of a store's watch for commits of other
@@ -208,6 +210,7 @@ _SCHEMA: Final = (
         origin TEXT NOT NULL
     )
     """,
+    *HOOK_TABLES,
 )
 
 _MIGRATIONS: Final = {
@@ -224,6 +227,9 @@ _MIGRATIONS: Final = {
         " SELECT j.value, r.created_at, r.id FROM runs r, json_each(r.tags) j"
         " WHERE r.tags <> '[]'",
     ),
+    # From version 3: webhooks, breakpoints, paused_steps and store_settings
+    # are new tables, which the schema creates.
+    3: (),
 }
 
 

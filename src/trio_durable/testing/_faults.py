@@ -21,14 +21,17 @@ import trio
 from .._exceptions import StoreError
 from .._fans import FAN_CANCELLED
 from .._records import (
+    Breakpoint,
     Checkpoint,
     CheckpointStatus,
     FanCounts,
+    PausedStep,
     QueueDepth,
     Run,
     RunFilter,
     RunStamp,
     RunStatus,
+    Webhook,
 )
 from .._stores._base import (
     ChangeFeed,
@@ -242,6 +245,15 @@ class FaultyStore(StoreHelpers, ChangeFeed):
 
     async def run_stamp(self, run_id: str) -> RunStamp | None:
         return await self.inner.run_stamp(run_id)
+
+    async def get_webhook(self, token_hash: str) -> Webhook | None:
+        return await self.inner.get_webhook(token_hash)
+
+    async def list_breakpoints(self) -> list[Breakpoint]:
+        return await self.inner.list_breakpoints()
+
+    async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
+        return await self.inner.paused_steps(run_id)
 
     async def find_checkpoints(
         self,

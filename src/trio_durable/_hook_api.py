@@ -1,0 +1,127 @@
+"""The webhook and breakpoint methods `Engine` and `Client` share.
+
+Each checks that its front end is open, writes through `_webhooks` or
+`_breakpoints` with what the front end adds to the batch (a client's
+announcement that wakes the run on the engine serving it), and lets the
+front end wake what it serves itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import _breakpoints, _webhooks
+from ._clock import Clock
+from ._control import read_run
+from ._exceptions import BreakpointNotFoundError
+from ._records import Breakpoint, PausedStep, Run
+from ._stores._base import Op, Store
+
+
+class HookActions:
+    """Webhook deliveries and breakpoints, for a front end on ``store``."""
+
+    store: Store
+    clock: Clock
+
+    def _check_live(self) -> None:
+        raise NotImplementedError
+
+    def _origin(self) -> str:
+        raise NotImplementedError
+
+    def _wake_ops(self, runs: Sequence[Run]) -> Sequence[Op]:
+        """What to write with a batch that gives ``runs`` something to do."""
+        raise NotImplementedError
+
+    def _woke(self, run: Run) -> None:
+        """``run`` has something to do (the batch committed)."""
+
+    def _breakpoints_changed(self) -> None:
+        """This front end set or cleared a breakpoint."""
+
+    async def deliver_webhook(self, token: str, payload: Any = None) -> None:
+        """Deliver ``payload`` through the webhook of ``token`` (made by
+        `Context.webhook`): its run gets it as the signal named as the
+        webhook, and the engine serving it resumes it at once.
+
+        Raises:
+          WebhookNotFoundError: No webhook has this token.
+          WebhookUsedError: It was delivered already (a token is good once).
+          InvalidRunStateError: Its run has ended.
+          SerializationError: The payload cannot be serialized.
+        """
+        self._check_live()
+        run, waiting = await _webhooks.deliver_webhook(
+            self.store, self.clock.now(), token, payload, self._wake_ops
+        )
+        if waiting:
+            self._woke(run)
+
+    async def set_breakpoint(self, *, workflow: str, step: str) -> Breakpoint:
+        """Pause runs of ``workflow`` before each step named ``step`` that
+        has no recorded result (see docs/webhooks-and-breakpoints.md).
+        Setting one already set returns it.
+
+        Raises:
+          UsageError: ``workflow`` or ``step`` is not a non-empty string.
+        """
+        self._check_live()
+        found = await _breakpoints.set_breakpoint(
+            self.store, self.clock.now(), self._origin(), workflow, step
+        )
+        self._breakpoints_changed()
+        return found
+
+    async def breakpoints(self) -> list[Breakpoint]:
+        """Every breakpoint, oldest first."""
+        self._check_live()
+        return await self.store.list_breakpoints()
+
+    async def clear_breakpoint(self, breakpoint_id: str) -> None:
+        """Remove a breakpoint. Runs paused at it stay paused until
+        continued or skipped.
+
+        Raises:
+          BreakpointNotFoundError: No breakpoint has this id.
+        """
+        self._check_live()
+        existed = await _breakpoints.clear_breakpoint(self.store, self._origin(), breakpoint_id)
+        self._breakpoints_changed()
+        if not existed:
+            raise BreakpointNotFoundError(f"no breakpoint {breakpoint_id!r}")
+
+    async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
+        """The runs paused at a breakpoint (only ``run_id``, if given), with
+        the step each is paused before."""
+        self._check_live()
+        return await self.store.paused_steps(run_id)
+
+    async def continue_run(self, run_id: str) -> None:
+        """Resume a run paused at a breakpoint: the step runs.
+
+        Raises:
+          RunNotFoundError: No run has this id.
+          InvalidRunStateError: The run is not paused.
+        """
+        await self._resume(run_id, False, None)
+
+    async def skip_step(self, run_id: str, output: Any = None) -> None:
+        """Resume a run paused at a breakpoint without running the step:
+        it is recorded as completed with ``output``, which the body gets
+        as the step's return value.
+
+        Raises:
+          RunNotFoundError: No run has this id.
+          InvalidRunStateError: The run is not paused.
+          SerializationError: ``output`` cannot be serialized.
+        """
+        await self._resume(run_id, True, output)
+
+    async def _resume(self, run_id: str, skip: bool, output: Any) -> None:
+        self._check_live()
+        run = await read_run(self.store, run_id, None)
+        also = list(self._wake_ops([run]))
+        await _breakpoints.resume(self.store, self.clock.now(), run, skip, output, also)
+        self._woke(run)
