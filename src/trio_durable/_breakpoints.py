@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 import trio
 
-from . import _serde
 from ._exceptions import InvalidRunStateError, UsageError
 from ._records import (
     TERMINAL_STATUSES,
@@ -198,20 +197,19 @@ async def _paused(store: Store, run: Run) -> PausedStep:
 
 
 async def resume(
-    store: Store, now: float, run: Run, skip: bool, output: Any, also: list[Op]
+    store: Store, now: float, run: Run, output_json: str | None, also: list[Op]
 ) -> PausedStep:
     """Continue ``run`` past the step it is paused before (the first, if
-    several), or skip that step with ``output``, writing ``also`` with it.
+    several), or, given ``output_json``, skip that step with that output,
+    writing ``also`` with it.
 
     Raises:
       InvalidRunStateError: The run is not paused (or another action
         resumed it meanwhile); nothing changed.
-      SerializationError: ``output`` cannot be serialized.
     """
-    output_json = _serde.dumps(output) if skip else None
     paused = await _paused(store, run)
     op: Op
-    if skip:
+    if output_json is not None:
         op = SettleCheckpoint(run.id, paused.seq, "completed", output_json, None, now)
     else:
         [cp] = await store.get_checkpoints(run.id, paused.seq, paused.seq)

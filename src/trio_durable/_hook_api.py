@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import _breakpoints, _webhooks
+from . import _breakpoints, _serde, _webhooks
 from ._clock import Clock
 from ._control import read_run
 from ._exceptions import BreakpointNotFoundError
@@ -121,7 +121,8 @@ class HookActions:
 
     async def _resume(self, run_id: str, skip: bool, output: Any) -> None:
         self._check_live()
+        output_json = _serde.dumps(output) if skip else None
         run = await read_run(self.store, run_id, None)
         also = list(self._wake_ops([run]))
-        await _breakpoints.resume(self.store, self.clock.now(), run, skip, output, also)
+        await _breakpoints.resume(self.store, self.clock.now(), run, output_json, also)
         self._woke(run)
