@@ -16,6 +16,8 @@ from conftest import EngineFactory
 def test_public_api_is_pinned() -> None:
     assert sorted(td.__all__) == [
         "App",
+        "Breakpoint",
+        "BreakpointNotFoundError",
         "Broker",
         "BrokerError",
         "BrokerFaults",
@@ -47,6 +49,7 @@ def test_public_api_is_pinned() -> None:
         "MemoryStore",
         "NonDeterminismError",
         "OnError",
+        "PausedStep",
         "RegistrationError",
         "RemoteStepError",
         "Retention",
@@ -72,6 +75,9 @@ def test_public_api_is_pinned() -> None:
         "UnknownWorkflowError",
         "UnservedRoute",
         "UsageError",
+        "WebhookError",
+        "WebhookNotFoundError",
+        "WebhookUsedError",
         "Worker",
         "WorkerDescriptor",
         "WorkerStatistics",

@@ -81,7 +81,8 @@ class Breakpoints:
             trio.current_time() - self._read_at > _UNWATCHED_REFRESH
         ):
             self._stale = True
-        if self._stale:
+        # A read in flight holds the lock: wait for what it finds.
+        if self._stale or self._lock.locked():
             async with self._lock:
                 if self._stale:
                     # Cleared before reading: a change announced during the

@@ -4,7 +4,8 @@ Each check is an ``async def check_...(factory)`` that opens the fresh, empty
 stores it needs from ``factory`` (a `StoreFactory`, or a plain `OpenStore`),
 runs operations on them and asserts what the engine relies on: atomic
 batches, exactly one winner of a claim, leases, the join barrier's counts,
-flow-control queues, signals, due times, statistics and closing. `STORE_CHECKS`
+flow-control queues, signals, webhooks and breakpoints, due times,
+statistics and closing. `STORE_CHECKS`
 lists them all, for ``pytest.mark.parametrize``; `check_store` runs them one
 after another.
 
@@ -30,6 +31,7 @@ from ..._stores._base import (
     WriteConflict,
 )
 from ._store_checkpoints import CHECKPOINTS_CHECKS
+from ._store_hooks import HOOKS_CHECKS
 from ._store_queries import QUERIES_CHECKS
 from ._store_queues import QUEUES_CHECKS
 from ._store_runs import RUNS_CHECKS
@@ -204,6 +206,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     *CHECKPOINTS_CHECKS,
     *QUEUES_CHECKS,
     *SIGNALS_CHECKS,
+    *HOOKS_CHECKS,
     *QUERIES_CHECKS,
     *STAMPS_CHECKS,
     check_handles_share_one_store,
