@@ -34,7 +34,15 @@ from ._records import (
     Run,
 )
 from ._replay import Suspend
-from ._stores._base import Announce, ClaimCheckpoint, Op, RunWatch, SettleCheckpoint, WriteConflict
+from ._stores._base import (
+    Announce,
+    ClaimCheckpoint,
+    Op,
+    RunWatch,
+    SettleCheckpoint,
+    UpdateRun,
+    WriteConflict,
+)
 from ._stores._hook_ops import DeleteBreakpoint, PauseStep, PutBreakpoint, ResumeStep
 
 if TYPE_CHECKING:
@@ -218,8 +226,14 @@ async def resume(
             message=f"continued past breakpoint {paused.breakpoint_id}", code=CONTINUED
         )
         op = ClaimCheckpoint(attrs.evolve(cp, error=mark))
+    # Due now: an engine that starts later (or missed the announcement)
+    # finds the run by its due time; its checkpoint, still pending when
+    # continued, keeps the reconcile pass from seeing it as stalled.
+    due = UpdateRun(
+        run.id, {"wake_at": now}, expect_status=frozenset({"suspended"}), now=now, strict=False
+    )
     try:
-        await store.apply([ResumeStep(run.id, paused.seq), op, *also])
+        await store.apply([ResumeStep(run.id, paused.seq), op, due, *also])
     except WriteConflict as exc:
         raise InvalidRunStateError(f"run {run.id!r} was resumed meanwhile") from exc
     return paused

@@ -33,7 +33,7 @@ from ._exceptions import (
     WebhookUsedError,
 )
 from ._records import TERMINAL_STATUSES, Checkpoint, Run, signal_token
-from ._stores._base import DeliverSignal, PutCheckpoint, WriteConflict
+from ._stores._base import DeliverSignal, Op, PutCheckpoint, UpdateRun, WriteConflict
 from ._stores._hook_ops import CreateWebhook, KeepSetting, UseWebhook
 
 if TYPE_CHECKING:
@@ -133,9 +133,19 @@ async def deliver_webhook(
     run = await read_run(store, hook.run_id, None)
     if run.status in TERMINAL_STATUSES:
         raise InvalidRunStateError(f"run {run.id!r} is {run.status}; it takes no webhooks")
-    deliver = DeliverSignal(signal_token(run.id, hook.name), payload_json, now)
+    signal = signal_token(run.id, hook.name)
+    ops: list[Op] = [UseWebhook(hashed, now), DeliverSignal(signal, payload_json, now)]
+    if await store.signal_waiter(signal) is not None:
+        # Due now, too: an engine that starts later (or missed the
+        # announcement) finds the run by its due time, not only by the
+        # reconcile pass.
+        ops.append(
+            UpdateRun(
+                run.id, {"wake_at": now}, expect_status=frozenset({"suspended"}), strict=False
+            )
+        )
     try:
-        _, waiter, *_ = await store.apply([UseWebhook(hashed, now), deliver, *also([run])])
+        _, waiter, *_ = await store.apply([*ops, *also([run])])
     except WriteConflict:
         raise WebhookUsedError("this webhook was delivered already") from None
     return run, waiter is not None

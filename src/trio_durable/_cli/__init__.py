@@ -28,6 +28,7 @@ import click
 from ._common import EXIT_INTERRUPTED, DurableGroup
 from ._console import console_command
 from ._fleet import workers_command
+from ._hooks import breakpoints_group, hooks_group
 from ._migrate import migrate_command
 from ._processes import engine_command, worker_command
 from ._runs import runs_group
@@ -60,6 +61,8 @@ cli.add_command(workers_command)
 cli.add_command(migrate_command)
 cli.add_command(simulate_command)
 cli.add_command(console_command)
+cli.add_command(breakpoints_group)
+cli.add_command(hooks_group)
 
 
 def main(argv: Sequence[str] | None = None, *, prog_name: str = PROG_NAME) -> int:

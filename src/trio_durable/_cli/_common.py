@@ -31,6 +31,7 @@ from rich.text import Text
 
 from .._brokers._base import BrokerError
 from .._exceptions import (
+    BreakpointNotFoundError,
     InvalidRunStateError,
     RunConflictError,
     RunNotFoundError,
@@ -38,6 +39,7 @@ from .._exceptions import (
     TrioDurableError,
     UnknownWorkflowError,
     UsageError,
+    WebhookError,
 )
 from .._urls import mask_url, scrub
 
@@ -81,6 +83,8 @@ def exit_code_of(exc: BaseException) -> int | None:
     if isinstance(
         exc, RunNotFoundError | UnknownWorkflowError | InvalidRunStateError | RunConflictError
     ):
+        return EXIT_FAILED
+    if isinstance(exc, WebhookError | BreakpointNotFoundError):
         return EXIT_FAILED
     if isinstance(exc, UsageError):
         return EXIT_USAGE

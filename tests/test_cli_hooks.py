@@ -1,0 +1,119 @@
+"""``trio-durable breakpoints ...``, ``runs continue|skip`` and ``hooks
+deliver`` in process, on a SQLite file an engine writes between commands
+(so each command's effect outlives the engine that saw it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import trio
+
+import trio_durable as td
+from test_breakpoints import CALLS
+from test_breakpoints import app as bp_app
+from test_cli import invoke, one_error_line
+from test_webhooks import _handed, quiet
+from test_webhooks import app as hook_app
+
+
+async def _run_until_paused(url: str, run_id: str, start: bool) -> list[td.PausedStep]:
+    async with td.open_engine(bp_app, store=url) as engine:
+        if start:
+            await engine.start("order", 5, run_id=run_id)
+        with trio.fail_after(10):
+            while not (paused := await engine.paused_steps(run_id)):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            await engine.drain()
+        return paused
+
+
+async def _finish(url: str, run_id: str) -> list[str]:
+    async with td.open_engine(bp_app, store=url) as engine:
+        with trio.fail_after(10):
+            result: list[str] = await engine.result(run_id)
+        return result
+
+
+def test_breakpoint_commands(tmp_path: Path) -> None:
+    CALLS.clear()
+    url = f"sqlite:///{tmp_path / 'bp.db'}"
+    trio.run(_finish_nothing, url)
+    created = invoke(
+        ["breakpoints", "set", "--workflow", "order", "--step", "charge", "--json"],
+        {"TRIO_DURABLE_STORE": url},
+    )
+    assert created.exit_code == 0, created.stderr
+    bp = json.loads(created.stdout)
+    assert (bp["workflow"], bp["step"]) == ("order", "charge")
+
+    [paused] = trio.run(_run_until_paused, url, "cli-1", True)
+    assert paused.seq == 1
+    listed = invoke(["breakpoints", "list", "--store", url, "--json"])
+    assert json.loads(listed.stdout)["breakpoints"] == [bp]
+    assert [p["run_id"] for p in json.loads(listed.stdout)["paused"]] == ["cli-1"]
+    table = invoke(["breakpoints", "list", "--store", url])
+    assert bp["id"] in table.stdout
+    assert "cli-1" in table.stdout
+
+    resumed = invoke(["runs", "continue", "cli-1", "--store", url])
+    assert resumed.exit_code == 0, resumed.stderr
+    assert "continued" in resumed.stdout
+    refused = invoke(["runs", "continue", "cli-1", "--store", url])
+    assert refused.exit_code == 1
+    assert "not paused" in one_error_line(refused)
+
+    [paused] = trio.run(_run_until_paused, url, "cli-1", False)
+    assert paused.seq == 2
+    assert CALLS == ["charge 5"]
+    bad = invoke(["runs", "skip", "cli-1", "--store", url, "--output", "{nope"])
+    assert bad.exit_code == 2
+    skipped = invoke(["runs", "skip", "cli-1", "--store", url, "--output", '"by hand"'])
+    assert skipped.exit_code == 0, skipped.stderr
+    assert trio.run(_finish, url, "cli-1") == ["charged 5", "by hand"]
+
+    cleared = invoke(["breakpoints", "clear", bp["id"], "--store", url])
+    assert cleared.exit_code == 0, cleared.stderr
+    again = invoke(["breakpoints", "clear", bp["id"], "--store", url])
+    assert again.exit_code == 1
+    assert "no breakpoint" in one_error_line(again)
+    assert json.loads(invoke(["breakpoints", "list", "--store", url, "--json"]).stdout) == {
+        "breakpoints": [],
+        "paused": [],
+    }
+
+
+async def _finish_nothing(url: str) -> None:
+    """Create the store (the commands refuse a file without a schema)."""
+    async with td.open_store(url):
+        pass
+
+
+async def _hooked(url: str) -> str:
+    async with td.open_engine(hook_app, store=url) as engine:
+        await engine.start(quiet, run_id="cli-hook")
+        with trio.fail_after(10):
+            token = await _handed("cli-hook")
+            await engine.drain()
+        return token
+
+
+async def _hook_result(url: str) -> str:
+    async with td.open_engine(hook_app, store=url) as engine:
+        with trio.fail_after(10):
+            result: str = await engine.result("cli-hook")
+        return result
+
+
+def test_hooks_deliver(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hooks.db'}"
+    token = trio.run(_hooked, url)
+    unknown = invoke(["hooks", "deliver", "nope", "--store", url])
+    assert unknown.exit_code == 1
+    assert "no webhook" in one_error_line(unknown)
+    delivered = invoke(["hooks", "deliver", token, "--store", url, "--payload", '"ok"'])
+    assert delivered.exit_code == 0, delivered.stderr
+    used = invoke(["hooks", "deliver", token, "--store", url])
+    assert used.exit_code == 1
+    assert "delivered already" in one_error_line(used)
+    assert trio.run(_hook_result, url) == "ok"
