@@ -156,11 +156,15 @@ async def test_a_cancelled_paused_run_is_no_longer_listed(autojump_clock: trio.a
 
 
 async def test_breakpoints_reach_engines_and_survive_restarts(tmp_path: Path) -> None:
+    await breakpoints_across_engines(f"sqlite:///{tmp_path / 'bp.db'}")
+
+
+async def breakpoints_across_engines(url: str) -> None:
     """A client on its own store object sets the breakpoint; the engine
     learns it from the announcement; the run pauses, the engine closes, a
-    client continues it and a second engine finishes it."""
+    client continues it and a second engine finishes it (also run on
+    PostgreSQL: tests/integration/test_postgres_hooks.py)."""
     CALLS.clear()
-    url = f"sqlite:///{tmp_path / 'bp.db'}"
     async with td.open_store(url) as client_store, td.open_client(client_store) as client:
         async with td.open_engine(app, store=url, seed=5) as first:
             # The engine has read the (empty) breakpoints already.

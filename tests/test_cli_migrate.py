@@ -116,3 +116,24 @@ def test_migrate_an_unreachable_store_masks_the_password() -> None:
             "Error: cannot open the PostgreSQL store at postgresql://postgres:***@127.0.0.1:1/nowhere"
         )
         assert SECRET not in result.output
+
+
+def test_migrate_upgrades_a_version_3_file(tmp_path: Path) -> None:
+    """`trio-durable migrate` applies version 4 (webhooks, breakpoints) to
+    a file an older trio-durable wrote."""
+    path = tmp_path / "old.db"
+    store = f"sqlite:///{path}"
+    assert invoke(["migrate", "--store", store]).exit_code == 0
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.executescript(
+        "BEGIN; DROP TABLE webhooks; DROP TABLE breakpoints; DROP TABLE paused_steps;"
+        " DROP TABLE store_settings; PRAGMA user_version = 3; COMMIT;"
+    )
+    connection.close()
+    result = invoke(["migrate", "--store", store, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["before"], document["after"]) == (3, SCHEMA_VERSION)
+    assert SCHEMA_VERSION == 4
+    listed = invoke(["breakpoints", "list", "--store", store, "--json"])
+    assert json.loads(listed.stdout) == {"breakpoints": [], "paused": []}

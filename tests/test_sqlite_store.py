@@ -13,9 +13,10 @@ import trio
 import trio.testing
 
 from trio_durable._exceptions import InvalidURLError, StoreError
-from trio_durable._records import ErrorInfo, RunFilter, RunStatus
+from trio_durable._records import Breakpoint, ErrorInfo, RunFilter, RunStatus
 from trio_durable._stores import _sqlite_schema
 from trio_durable._stores._base import CreateRun, PutCheckpoint, UpdateRun, WriteConflict
+from trio_durable._stores._hook_ops import CreateWebhook, PutBreakpoint
 from trio_durable._stores._sqlite import SQLiteStore, open_sqlite_store
 from trio_durable.testing.conformance._store_support import make_checkpoint, make_run
 
@@ -371,3 +372,33 @@ async def test_sqlite_batch_failing_in_the_database_fails_alone(sqlite_url: str)
         assert good is not None
         assert good.output == '"fine"'
         assert store.statistics().transactions == 2
+
+
+_HOOK_TABLES = ("webhooks", "breakpoints", "paused_steps", "store_settings")
+
+
+async def test_sqlite_migrates_a_version_3_file(sqlite_url: str, tmp_path: Path) -> None:
+    """Version 4 added the tables of webhooks, breakpoints, paused steps
+    and settings: a version 3 file gains them, its runs kept."""
+    run = make_run(tags=("a",))
+    async with open_sqlite_store(sqlite_url) as store:
+        await store.create_run(run)
+    with sqlite3.connect(tmp_path / "store.db", isolation_level=None) as connection:
+        connection.executescript(
+            "BEGIN;"
+            + "".join(f"DROP TABLE {table};" for table in _HOOK_TABLES)
+            + "PRAGMA user_version = 3; COMMIT;"
+        )
+    connection.close()
+
+    async with open_sqlite_store(sqlite_url) as store:
+        assert await store.get_run("r1") == run
+        bp = Breakpoint(id="b", workflow="w", step="s", created_at=1.0)
+        await store.apply([PutBreakpoint(bp), CreateWebhook("h", "r1", "go", 1.0)])
+        assert await store.list_breakpoints() == [bp]
+        assert await store.get_webhook("h") is not None
+    with sqlite3.connect(tmp_path / "store.db") as connection:
+        assert connection.execute("PRAGMA user_version").fetchone() == (4,)
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+        assert set(_HOOK_TABLES) <= tables
+    connection.close()

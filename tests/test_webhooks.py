@@ -96,15 +96,20 @@ async def test_a_webhook_delivers_its_payload_once(autojump_clock: trio.abc.Cloc
 
 
 async def test_two_deliveries_of_one_token_one_wins(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'race.db'}"
+    await deliveries_race(f"sqlite:///{tmp_path / 'race.db'}", "race")
+
+
+async def deliveries_race(url: str, run_id: str) -> None:
+    """Six deliveries of one token at once, through an engine and a client
+    on its own store object: one wins, five are told it was used."""
     async with (
         td.open_engine(app, store=url, seed=2) as engine,
         td.open_store(url) as other,
         td.open_client(other) as client,
     ):
-        handle = await engine.start(approval, run_id="race")
+        handle = await engine.start(approval, run_id=run_id)
         with trio.fail_after(10):
-            token = await _handed("race")
+            token = await _handed(run_id)
         outcomes: list[str] = []
 
         async def deliver(via: td.Engine | td.Client, i: int) -> None:
@@ -149,31 +154,33 @@ async def test_the_store_never_holds_a_token(tmp_path: Path) -> None:
 
 
 async def test_a_webhook_survives_restarts_across_engines(tmp_path: Path) -> None:
+    await webhook_across_engines(f"sqlite:///{tmp_path / 'restart.db'}", "restart")
+    connection = sqlite3.connect(tmp_path / "restart.db")
+    # Derived from the given secret: the store keeps no secret then.
+    assert connection.execute("SELECT COUNT(*) FROM store_settings").fetchone() == (0,)
+    connection.close()
+
+
+async def webhook_across_engines(url: str, run_id: str) -> None:
     """Created on one engine, delivered by a client after that engine
     closed, its run resumed by a second engine with the same secret: the
     token the body derives on replay is the one handed out."""
-    url = f"sqlite:///{tmp_path / 'restart.db'}"
     secret = b"a fleet-wide secret of 32 bytes!"
     async with td.open_engine(app, store=url, seed=4, webhook_secret=secret) as first:
-        await first.start(approval, run_id="restart")
+        await first.start(approval, run_id=run_id)
         with trio.fail_after(10):
-            token = await _handed("restart")
+            token = await _handed(run_id)
             await first.drain()
-        assert (await first.get("restart")).status == "suspended"
-    # Derived from the given secret: the store keeps no secret then.
-    async with td.open_store(url) as store:
-        assert await store.apply([]) == []
-        async with td.open_client(store) as client:
-            await client.deliver_webhook(token, "approved")
-            with pytest.raises(td.WebhookUsedError):
-                await client.deliver_webhook(token, "again")
-            async with td.open_engine(app, store=url, seed=5, webhook_secret=secret) as second:
-                with trio.fail_after(20):
-                    result = await second.result("restart")
+        assert (await first.get(run_id)).status == "suspended"
+    async with td.open_store(url) as store, td.open_client(store) as client:
+        await client.deliver_webhook(token, "approved")
+        with pytest.raises(td.WebhookUsedError):
+            await client.deliver_webhook(token, "again")
+        async with td.open_engine(app, store=url, seed=5, webhook_secret=secret) as second:
+            with trio.fail_after(20):
+                result = await second.result(run_id)
     assert result["token"] == token
     assert result["decision"] == "approved"
-    connection = sqlite3.connect(tmp_path / "restart.db")
-    assert connection.execute("SELECT COUNT(*) FROM store_settings").fetchone() == (0,)
 
 
 @pytest.mark.parametrize("bad", [b"short", 42, ""])

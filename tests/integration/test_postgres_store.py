@@ -38,6 +38,7 @@ from trio_durable._stores._base import (
     UpdateRun,
     WriteConflict,
 )
+from trio_durable._stores._hook_ops import KeepSetting
 from trio_durable._stores._postgres import PostgresStore, open_postgres_store
 from trio_durable._stores._postgres_ops import (
     LIST_DUE_RUNS,
@@ -114,19 +115,38 @@ async def test_opening_creates_the_schema_once_and_records_its_version(url: str)
         _schema_of(url),
     )
     assert [name for (name,) in tables] == [
+        "breakpoints",
         "buffered_signals",
         "checkpoints",
+        "paused_steps",
         "queue_slots",
         "queue_waiters",
         "run_tags",
         "runs",
         "schema_version",
         "signal_waiters",
+        "store_settings",
+        "webhooks",
     ]
     # Reopening changes nothing and keeps the rows.
     async with open_postgres_store(url) as store:
         assert len(await store.list_runs()) == 4
     assert await _sql(url, "SELECT count(*) FROM schema_version") == [(SCHEMA_VERSION,)]
+
+
+async def test_a_version_2_schema_gains_webhooks_and_breakpoints(url: str) -> None:
+    async with open_postgres_store(url) as store:
+        await store.create_run(Run(id="kept", workflow="w"))
+    # Back to version 2, before webhooks and breakpoints.
+    for table in ("webhooks", "breakpoints", "paused_steps", "store_settings"):
+        await _sql(url, f"DROP TABLE {table}")
+    await _sql(url, "DELETE FROM schema_version WHERE version = 3")
+    async with open_postgres_store(url) as store:
+        assert [run.id for run in await store.list_runs()] == ["kept"]
+        assert await store.list_breakpoints() == []
+        assert await store.apply([KeepSetting("s", "v")]) == ["v"]
+    assert await _sql(url, "SELECT max(version) FROM schema_version") == [(3,)]
+    assert SCHEMA_VERSION == 3
 
 
 async def test_a_schema_newer_than_the_code_refuses_to_open(url: str) -> None:
