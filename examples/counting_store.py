@@ -25,6 +25,7 @@ from trio_durable.stores import (
     StoreHelpers,
     StoreStatistics,
     TurnState,
+    Webhook,
 )
 
 
@@ -97,6 +98,15 @@ class CountingStore(StoreHelpers):
 
     async def run_stamp(self, run_id: str) -> RunStamp | None:
         return await self.inner.run_stamp(run_id)
+
+    async def get_webhook(self, token_hash: str) -> Webhook | None:
+        return await self.inner.get_webhook(token_hash)
+
+    async def list_breakpoints(self) -> list[td.Breakpoint]:
+        return await self.inner.list_breakpoints()
+
+    async def paused_steps(self, run_id: str | None = None) -> list[td.PausedStep]:
+        return await self.inner.paused_steps(run_id)
 
     async def find_checkpoints(
         self,

@@ -17,6 +17,7 @@ from ._records import QueueDepth as QueueDepth
 from ._records import RunFilter as RunFilter
 from ._records import RunStamp as RunStamp
 from ._records import RunStatus as RunStatus
+from ._records import Webhook as Webhook
 from ._stores._base import STALL_IGNORED_PREFIX as STALL_IGNORED_PREFIX
 from ._stores._base import AdmitToQueue as AdmitToQueue
 from ._stores._base import Announce as Announce
@@ -43,8 +44,23 @@ from ._stores._base import WaitSignal as WaitSignal
 from ._stores._base import WriteConflict as WriteConflict
 from ._stores._base import run_due_at as run_due_at
 from ._stores._helpers import StoreHelpers as StoreHelpers
+from ._stores._hook_ops import CreateWebhook as CreateWebhook
+from ._stores._hook_ops import DeleteBreakpoint as DeleteBreakpoint
+from ._stores._hook_ops import KeepSetting as KeepSetting
+from ._stores._hook_ops import PauseStep as PauseStep
+from ._stores._hook_ops import PutBreakpoint as PutBreakpoint
+from ._stores._hook_ops import ResumeStep as ResumeStep
+from ._stores._hook_ops import UseWebhook as UseWebhook
 
 __all__ = [
+    "Webhook",
+    "UseWebhook",
+    "ResumeStep",
+    "PutBreakpoint",
+    "PauseStep",
+    "KeepSetting",
+    "DeleteBreakpoint",
+    "CreateWebhook",
     "STALL_IGNORED_PREFIX",
     "TERMINAL_STATUSES",
     "AdmitToQueue",
