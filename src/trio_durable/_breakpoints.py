@@ -83,26 +83,34 @@ class Breakpoints:
         changed, or announcements may have been missed)."""
         self._stale = True
 
+    async def refresh(self, store: Store) -> None:
+        """Read the breakpoints (the engine does at start, so a step finds
+        them without waiting for the store)."""
+        async with self._lock:
+            # Cleared before reading: a change announced during the read
+            # makes the next step read again.
+            self._stale = False
+            try:
+                found = await store.list_breakpoints()
+            except BaseException:
+                self._stale = True
+                raise
+            self._by_step = {(bp.workflow, bp.step): bp for bp in found}
+            self._read_at = trio.current_time()
+
     async def match(self, store: Store, workflow: str, step: str) -> Breakpoint | None:
-        """The breakpoint on ``step`` of ``workflow``, if any."""
+        """The breakpoint on ``step`` of ``workflow``, if any: from memory,
+        unless they changed since they were read."""
         if not isinstance(store, RunWatch) and (
             trio.current_time() - self._read_at > _UNWATCHED_REFRESH
         ):
             self._stale = True
-        # A read in flight holds the lock: wait for what it finds.
-        if self._stale or self._lock.locked():
+        if self._stale:
+            await self.refresh(store)
+        elif self._lock.locked():
+            # A read in flight: wait for what it finds.
             async with self._lock:
-                if self._stale:
-                    # Cleared before reading: a change announced during the
-                    # read makes the next step read again.
-                    self._stale = False
-                    try:
-                        found = await store.list_breakpoints()
-                    except BaseException:
-                        self._stale = True
-                        raise
-                    self._by_step = {(bp.workflow, bp.step): bp for bp in found}
-                    self._read_at = trio.current_time()
+                pass
         return self._by_step.get((workflow, step))
 
 

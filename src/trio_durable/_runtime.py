@@ -190,6 +190,13 @@ async def open_runtime(
                         engine_delivery(rt),
                         name="trio_durable store watch",
                     )
+                # Read once the watch runs: a change announced from now on
+                # is heard, so no step reads them again until one is.
+                try:
+                    await rt.breakpoints.refresh(store)
+                except StoreError as exc:
+                    # The first step reads them, then.
+                    logger.warning("could not read the breakpoints: %s", exc)
                 await nursery.start(consume_results, rt, name="trio_durable result consumer")
                 if serve:
                     rt.worker = await nursery.start(
