@@ -56,6 +56,8 @@ def test_breakpoint_commands(tmp_path: Path) -> None:
     assert bp["id"] in table.stdout
     assert "cli-1" in table.stdout
 
+    history = invoke(["runs", "history", "cli-1", "--store", url])
+    assert "paused" in history.stdout, history.stdout
     resumed = invoke(["runs", "continue", "cli-1", "--store", url])
     assert resumed.exit_code == 0, resumed.stderr
     assert "continued" in resumed.stdout

@@ -147,7 +147,7 @@ def _entry_row(entry: HistoryEntry, origin: float) -> list[Any]:
         entry.seq,
         entry.kind,
         name,
-        entry.status,
+        "paused" if entry.paused else entry.status,
         entry.attempts,
         at,
         took,
