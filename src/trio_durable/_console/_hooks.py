@@ -86,7 +86,10 @@ async def set_breakpoint(request: Request) -> JSONResponse:
     console = _console(request)
     console.check_token(request)
     body = await _object_body(request)
-    bp = await console.source.set_breakpoint(workflow=body.get("workflow"), step=body.get("step"))  # type: ignore[arg-type]
+    # Checked there: a missing or empty name is a UsageError (400).
+    workflow: Any = body.get("workflow")
+    step: Any = body.get("step")
+    bp = await console.source.set_breakpoint(workflow=workflow, step=step)
     return JSONResponse(_breakpoint_json(bp), status_code=201)
 
 
