@@ -62,6 +62,16 @@ async def fragile(ctx: td.Context) -> None:
     await ctx.step(explode)
 
 
+@app.step()
+async def wrap(item: str) -> str:
+    return f"wrapped {item}"
+
+
+@app.workflow()
+async def gift(ctx: td.Context, item: str) -> str:
+    return await ctx.step(wrap, item)
+
+
 @asynccontextmanager
 async def console(
     open_test_engine: EngineFactory, **kwargs: Any
@@ -248,6 +258,32 @@ async def test_the_queues_page_shows_limits_and_depths(
     async with console(open_test_engine) as (_, http):
         text = (await http.get("/queues")).text
         assert "<td>mail</td>\n      <td>3</td>\n      <td>2</td>\n      <td>0</td>" in text
+
+
+async def test_the_breakpoints_page_and_a_paused_run_offer_continue_and_skip(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine, token="t") as (engine, http):
+        empty = (await http.get("/breakpoints")).text
+        assert "No breakpoint is set." in empty and "No run is paused." in empty
+        bp = await engine.set_breakpoint(workflow="gift", step="wrap")
+        await engine.start(gift, HOSTILE, run_id="g1")
+        await engine.drain()
+        text = (await http.get("/breakpoints")).text
+        assert f'data-breakpoint="{bp.id}"' in text
+        assert '<a href="/runs/g1">g1</a>' in text
+        assert 'form data-action="continue" data-run="g1"' in text
+        run = (await http.get("/runs/g1")).text
+        assert "before step <b>wrap</b> (seq 1)" in run
+        assert 'form data-action="skip" data-run="g1"' in run
+        assert '<span class="status status-paused">paused</span>' in run
+        # What the skip button sends, and the run goes on.
+        headers = {"Authorization": "Bearer t"}
+        answer = await http.post("/api/runs/g1/skip", json={"output": "by hand"}, headers=headers)
+        assert answer.status_code == 200, answer.text
+        assert await engine.result("g1") == "by hand"
+        assert "No run is paused." in (await http.get("/breakpoints")).text
+        assert "status-paused" not in (await http.get("/runs/g1")).text
 
 
 async def test_unknown_runs_and_bad_input_get_their_error_pages(

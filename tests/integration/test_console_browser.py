@@ -18,16 +18,20 @@ console and runs the engine.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
 import trio
 
 import trio_durable as td
 from trio_durable.console import serve_console
+
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.remote.webelement import WebElement
 
 CHROMIUM: Final = Path("/usr/bin/chromium")
 CHROMEDRIVER: Final = Path("/usr/bin/chromedriver")
@@ -64,6 +68,16 @@ async def small(ctx: td.Context, value: int) -> int:
     return value
 
 
+@app.step()
+async def pack(item: str) -> str:
+    return f"packed {item}"
+
+
+@app.workflow()
+async def packing(ctx: td.Context, item: str) -> str:
+    return await ctx.step(pack, item)
+
+
 @pytest.fixture
 def browser_binaries() -> Iterator[None]:
     """Skips the test when Chromium or its driver is not installed, except
@@ -84,13 +98,10 @@ def browser_binaries() -> Iterator[None]:
         os.environ["SE_OFFLINE"] = previous
 
 
-def drive(url: str, engine: td.Engine, images: Path) -> None:
-    """The browser's part, in a worker thread."""
+def open_driver() -> WebDriver:
+    """A headless Chromium: the system's browser through its driver."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import WebDriverWait
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
@@ -101,14 +112,30 @@ def drive(url: str, engine: td.Engine, images: Path) -> None:
         "--window-size=1400,1000",
     ):
         options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    images.mkdir(parents=True, exist_ok=True)
+    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+
+
+def text_waiter(driver: WebDriver) -> Callable[[str, str], None]:
+    """Waits until an element matching a CSS selector shows a text."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     def wait_for_text(css: str, text: str) -> None:
         def shown(d: WebDriver) -> bool:
             return any(text in e.text for e in d.find_elements(By.CSS_SELECTOR, css))
 
         WebDriverWait(driver, WAIT).until(shown, f"{css!r} never showed {text!r}")
+
+    return wait_for_text
+
+
+def drive(url: str, engine: td.Engine, images: Path) -> None:
+    """The browser's part, in a worker thread."""
+    from selenium.webdriver.common.by import By
+
+    driver = open_driver()
+    images.mkdir(parents=True, exist_ok=True)
+    wait_for_text = text_waiter(driver)
 
     def run_status() -> str:
         return trio.from_thread.run(engine.get, "big").status
@@ -214,4 +241,75 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_binaries: None) 
         for stage in ("runs", "run-fan", "failed-members", "refused", "completed"):
             assert (images / f"console-{stage}.png").stat().st_size > 10_000
         assert await engine.result("big") == sum(range(WIDTH))
+        nursery.cancel_scope.cancel()
+
+
+def drive_breakpoints(url: str, engine: td.Engine, images: Path) -> None:
+    """Set a breakpoint on the breakpoints page, watch two runs pause at
+    it, continue one and skip the step of the other, in a worker thread."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    driver = open_driver()
+    images.mkdir(parents=True, exist_ok=True)
+    wait_for_text = text_waiter(driver)
+
+    def in_row(run_id: str, css: str) -> WebElement:
+        row = f"//table[contains(@class, 'paused-runs')]//tr[td/a[text()='{run_id}']]"
+        return driver.find_element(By.XPATH, row).find_element(By.CSS_SELECTOR, css)
+
+    def click(run_id: str, css: str) -> None:
+        # The page may swap its content (live refresh) between finding
+        # the button and clicking it: find it again then.
+        for _ in range(5):
+            try:
+                in_row(run_id, css).click()
+                return
+            except StaleElementReferenceException:
+                continue
+        raise AssertionError(f"{css} of {run_id} kept going stale")
+
+    try:
+        driver.get(f"{url}/breakpoints")
+        wait_for_text("main", "No breakpoint is set.")
+        driver.find_element(By.ID, "token").send_keys(TOKEN)
+        form = driver.find_element(By.CSS_SELECTOR, 'form[data-action="set-breakpoint"]')
+        form.find_element(By.NAME, "workflow").send_keys("packing")
+        form.find_element(By.NAME, "step").send_keys("pack")
+        form.find_element(By.TAG_NAME, "button").click()
+        wait_for_text("#flash.ok", "set-breakpoint: accepted")
+        wait_for_text("table.breakpoints", "packing")
+
+        for item in ("a", "b"):
+            trio.from_thread.run(partial(engine.start, packing, item, run_id=f"pack-{item}"))
+        # Both pause before the step, and the page shows them on its own.
+        wait_for_text("table.paused-runs", "pack-a")
+        wait_for_text("table.paused-runs", "pack-b")
+        driver.save_screenshot(images / "console-breakpoints.png")
+
+        click("pack-a", 'form[data-action="continue"] button')
+        wait_for_text("#flash.ok", "continue: accepted")
+        # Typing keeps the page from refreshing under the field.
+        in_row("pack-b", 'form[data-action="skip"] textarea').send_keys('"packed by hand"')
+        click("pack-b", 'form[data-action="skip"] button')
+        wait_for_text("#flash.ok", "skip: accepted")
+        wait_for_text("main", "No run is paused.")
+    finally:
+        driver.quit()
+
+
+async def test_breakpoints_in_a_browser(tmp_path: Path, browser_binaries: None) -> None:
+    async with (
+        td.open_engine(app, store=f"sqlite:///{tmp_path / 'console.db'}") as engine,
+        trio.open_nursery() as nursery,
+    ):
+        url = await nursery.start(partial(serve_console, engine, port=0, token=TOKEN))
+        images = Path(os.environ.get("TRIO_DURABLE_SCREENSHOTS") or tmp_path / "images")
+        await trio.to_thread.run_sync(drive_breakpoints, url, engine, images)
+        with trio.fail_after(30):
+            assert await engine.result("pack-a") == "packed a"
+            assert await engine.result("pack-b") == "packed by hand"
+        [entry] = [e for e in (await engine.history("pack-b")).entries if e.name == "pack"]
+        assert (entry.status, entry.attempts) == ("completed", 0)
+        assert (images / "console-breakpoints.png").stat().st_size > 10_000
         nursery.cancel_scope.cancel()

@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from .._exceptions import UsageError
 from .._on_error import lineage
 from .._records import RunStatus
-from .._views import FOLD_WIDTH, FanPage, FanStats
+from .._views import FOLD_WIDTH, FanPage, FanStats, HistoryEntry
 from ._render import FAN_PAGE, error_response, page_response
 
 if TYPE_CHECKING:
@@ -171,6 +171,9 @@ async def run_page(request: Request) -> Response:
         ancestors=list(reversed(chain[1:])),
         handles=None if handles is None else handles.group("handles"),
         fan_pages=await _fan_pages(request, detail.run.id, detail.fans),
+        paused=[
+            entry for entry in detail.timeline if isinstance(entry, HistoryEntry) and entry.paused
+        ],
         fold_width=FOLD_WIDTH,
         fan_page_size=FAN_PAGE,
     )
@@ -226,6 +229,20 @@ async def queues_page(request: Request) -> Response:
     return page_response(request, "queues.html", title="Queues", nav="queues", queues=rows)
 
 
+async def breakpoints_page(request: Request) -> Response:
+    """``/breakpoints``: the breakpoints set, a form to set one, and the runs
+    paused at them with their continue and skip actions."""
+    source = _source(request)
+    return page_response(
+        request,
+        "breakpoints.html",
+        title="Breakpoints",
+        nav="breakpoints",
+        breakpoints=await source.breakpoints(),
+        paused=await source.paused_steps(),
+    )
+
+
 def page_routes() -> list[BaseRoute]:
     """The routes of the pages and their static files."""
     return [
@@ -233,6 +250,7 @@ def page_routes() -> list[BaseRoute]:
         Route("/runs/{run_id}", run_page, methods=["GET"]),
         Route("/fleet", fleet_page, methods=["GET"]),
         Route("/queues", queues_page, methods=["GET"]),
+        Route("/breakpoints", breakpoints_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=_STATIC), name="static"),
     ]
 

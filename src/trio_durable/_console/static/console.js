@@ -62,26 +62,58 @@
     document.title = page.title;
   }
 
+  // A JSON field of a form: its value parsed, null when empty; undefined
+  // (and said) when it is not JSON.
+  function jsonField(form, name) {
+    const raw = form.elements.namedItem(name).value.trim();
+    try {
+      return raw ? JSON.parse(raw) : null;
+    } catch {
+      say(`the ${name} is not JSON`, "error");
+      return undefined;
+    }
+  }
+
+  // What each form's action sends: [method, path, body]; undefined when
+  // the form's input is refused here.
+  function request(form) {
+    const action = form.dataset.action;
+    const run = `/api/runs/${encodeURIComponent(form.dataset.run || "")}`;
+    const field = (name) => form.elements.namedItem(name).value;
+    switch (action) {
+      case "signal": {
+        const payload = jsonField(form, "payload");
+        return payload === undefined ? undefined : ["POST", `${run}/signal`, { name: field("name"), payload }];
+      }
+      case "skip": {
+        const output = jsonField(form, "output");
+        return output === undefined ? undefined : ["POST", `${run}/skip`, { output }];
+      }
+      case "cancel":
+        return ["POST", `${run}/cancel`, { compensate: form.dataset.compensate === "true" }];
+      case "set-breakpoint":
+        return ["POST", "/api/breakpoints", { workflow: field("workflow"), step: field("step") }];
+      case "clear-breakpoint":
+        return ["DELETE", `/api/breakpoints/${encodeURIComponent(form.dataset.breakpoint)}`, null];
+      default: // retry, continue
+        return ["POST", `${run}/${action}`, {}];
+    }
+  }
+
   async function act(form) {
     const action = form.dataset.action;
-    let body = {};
-    if (action === "signal") {
-      const raw = form.elements.namedItem("payload").value.trim();
-      try {
-        body = { name: form.elements.namedItem("name").value, payload: raw ? JSON.parse(raw) : null };
-      } catch {
-        say("the payload is not JSON", "error");
-        return;
-      }
-    } else if (action === "cancel") {
-      body = { compensate: form.dataset.compensate === "true" };
-    }
+    const asked = request(form);
+    if (asked === undefined) return;
+    const [method, path, body] = asked;
     const headers = { "Content-Type": "application/json" };
     if (token.value.trim()) headers.Authorization = `Bearer ${token.value.trim()}`;
-    const url = `${base}/api/runs/${encodeURIComponent(form.dataset.run)}/${action}`;
     let response;
     try {
-      response = await fetch(url, { method: "POST", headers, body: JSON.stringify(body) });
+      response = await fetch(base + path, {
+        method,
+        headers,
+        body: body === null ? undefined : JSON.stringify(body),
+      });
     } catch (error) {
       say(`the console did not answer: ${error}`, "error");
       return;
