@@ -13,8 +13,9 @@ disagree) it lists two kinds of gaps:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import final
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, final
 
 import attrs
 
@@ -83,6 +84,44 @@ class FleetReport:
     capability_gaps: tuple[CapabilityGap, ...]
     unserved: tuple[UnservedHandler, ...]
     now: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON values: what ``trio-durable workers
+        --json`` prints and ``GET /api/fleet`` answers."""
+        fleet = self.fleet
+        document: dict[str, Any] = plain(
+            {
+                "workers": fleet.workers,
+                "workflows": fleet.workflows,
+                "steps": fleet.steps,
+                "deploys": fleet.deploys,
+                "disagreements": [
+                    {
+                        "kind": d.kind,
+                        "subject": d.subject,
+                        "values": [
+                            {"value": json.loads(value), "workers": list(who)}
+                            for value, who in d.values.items()
+                        ],
+                    }
+                    for d in fleet.disagreements
+                ],
+                "capability_gaps": self.capability_gaps,
+                "unserved_on_error_routes": self.unserved,
+            }
+        )
+        return document
+
+
+def plain(value: Any) -> Any:
+    """``value`` with attrs records as dicts and tuples as lists."""
+    if attrs.has(type(value)):
+        return plain(attrs.asdict(value, recurse=False))
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value
 
 
 def capability_gaps(

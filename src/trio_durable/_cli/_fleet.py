@@ -13,7 +13,6 @@ they disagree. On top of that it lists two kinds of gaps:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -30,7 +29,6 @@ from ._common import (
     broker_option,
     json_option,
     need_broker,
-    plain,
     print_json,
     print_tables,
     shown,
@@ -42,29 +40,7 @@ from ._common import (
 
 def report_json(report: FleetReport, broker_url: str) -> dict[str, Any]:
     """The JSON document of ``trio-durable workers --json``."""
-    fleet = report.fleet
-    document = {
-        "broker": shown(broker_url),
-        "workers": fleet.workers,
-        "workflows": fleet.workflows,
-        "steps": fleet.steps,
-        "deploys": fleet.deploys,
-        "disagreements": [
-            {
-                "kind": d.kind,
-                "subject": d.subject,
-                "values": [
-                    {"value": json.loads(value), "workers": list(who)}
-                    for value, who in d.values.items()
-                ],
-            }
-            for d in fleet.disagreements
-        ],
-        "capability_gaps": report.capability_gaps,
-        "unserved_on_error_routes": report.unserved,
-    }
-    result: dict[str, Any] = plain(document)
-    return result
+    return {"broker": shown(broker_url), **report.to_json()}
 
 
 def _age(at: float, now: float) -> str:

@@ -181,30 +181,14 @@ def fan_page_json(page: FanPage, failed: bool, paths: Paths) -> dict[str, Any]:
 
 
 def fleet_json(report: FleetReport) -> dict[str, Any]:
-    """``GET /api/fleet``."""
-    fleet = report.fleet
+    """``GET /api/fleet``: the report (as ``trio-durable workers --json``
+    prints it) with the live workers of each group and when it was read."""
     groups: dict[str, list[str]] = {}
-    for worker in fleet.workers:
+    for worker in report.fleet.workers:
         for route in worker.groups:
             groups.setdefault(route, []).append(worker.instance_id)
     return {
-        "groups": {route: who for route, who in sorted(groups.items())},
-        "workers": plain(fleet.workers),
-        "workflows": plain(fleet.workflows),
-        "steps": plain(fleet.steps),
-        "deploys": plain(fleet.deploys),
-        "disagreements": [
-            {
-                "kind": d.kind,
-                "subject": d.subject,
-                "values": [
-                    {"value": json.loads(value), "workers": list(who)}
-                    for value, who in d.values.items()
-                ],
-            }
-            for d in fleet.disagreements
-        ],
-        "capability_gaps": plain(report.capability_gaps),
-        "unserved_on_error_routes": plain(report.unserved),
+        "groups": dict(sorted(groups.items())),
+        **report.to_json(),
         "read_at": report.now,
     }

@@ -55,7 +55,7 @@ from ._base import (
     run_due_at,
 )
 from ._helpers import StoreHelpers
-from ._memory_hooks import MemoryHooks
+from ._memory_hooks import MemoryHooks, put_undoable
 from ._memory_queries import MemoryQueries
 from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
 from ._watch import LocalWatches
@@ -240,24 +240,6 @@ class MemoryStore(MemoryQueries, StoreHelpers):
             table[seq] = new
             self._index_add(run_id, new.status, seq)
 
-    def _set_mapping(
-        self, mapping: dict[str, Any], key: str, value: Any, journal: list[_Undo]
-    ) -> None:
-        missing = key not in mapping
-        old = mapping.get(key)
-        if value is None:
-            mapping.pop(key, None)
-        else:
-            mapping[key] = value
-
-        def undo() -> None:
-            if missing:
-                mapping.pop(key, None)
-            else:
-                mapping[key] = old
-
-        journal.append(undo)
-
     # -- writes ---------------------------------------------------------------
 
     async def apply(self, ops: Sequence[Op]) -> list[Any]:
@@ -356,18 +338,16 @@ class MemoryStore(MemoryQueries, StoreHelpers):
                 mine = [w for w in waiting if (w[3], w[4]) == key]
                 ahead = [w for w in waiting if (w[3], w[4]) != key and -w[0] > priority]
                 if len(holders) < limit and not ahead:
-                    self._set_mapping(self._holders, qname, holders | {key}, journal)
+                    put_undoable(self._holders, qname, holders | {key}, journal)
                     if mine:
                         rest = tuple(w for w in waiting if (w[3], w[4]) != key)
-                        self._set_mapping(self._waiting, qname, rest or None, journal)
+                        put_undoable(self._waiting, qname, rest or None, journal)
                     self._unmark(run_id, seq, journal)
                     return True
                 if not mine:
                     self._arrivals += 1
                     entry = (-priority, at, self._arrivals, run_id, seq)
-                    self._set_mapping(
-                        self._waiting, qname, tuple(sorted((*waiting, entry))), journal
-                    )
+                    put_undoable(self._waiting, qname, tuple(sorted((*waiting, entry))), journal)
                 return False
             case ReleaseQueueSlot(qname, run_id, seq, limit):
                 key = (run_id, seq)
@@ -385,8 +365,8 @@ class MemoryStore(MemoryQueries, StoreHelpers):
                     holders = holders | {candidate}
                     self._unmark(*candidate, journal)
                     admitted.append(candidate)
-                self._set_mapping(self._holders, qname, holders or None, journal)
-                self._set_mapping(self._waiting, qname, tuple(line) or None, journal)
+                put_undoable(self._holders, qname, holders or None, journal)
+                put_undoable(self._waiting, qname, tuple(line) or None, journal)
                 return admitted
             case DeleteCheckpoints(run_id, seqs):
                 for seq in seqs:
@@ -397,17 +377,17 @@ class MemoryStore(MemoryQueries, StoreHelpers):
                 queue = self._buffered.get(token)
                 if queue:
                     payload = queue[0]
-                    self._set_mapping(self._buffered, token, queue[1:] or None, journal)
+                    put_undoable(self._buffered, token, queue[1:] or None, journal)
                     self._apply_one(
                         SettleCheckpoint(run_id, seq, "completed", payload, None, at), journal
                     )
                     return payload
-                self._set_mapping(self._waiters, token, (run_id, seq), journal)
+                put_undoable(self._waiters, token, (run_id, seq), journal)
                 return None
             case DeliverSignal(token, payload, at):
                 waiter = self._waiters.get(token)
                 if waiter is not None:
-                    self._set_mapping(self._waiters, token, None, journal)
+                    put_undoable(self._waiters, token, None, journal)
                     settled_cp = self._apply_one(
                         SettleCheckpoint(waiter[0], waiter[1], "completed", payload, None, at),
                         journal,
@@ -415,10 +395,10 @@ class MemoryStore(MemoryQueries, StoreHelpers):
                     if settled_cp is not None:
                         return waiter
                 queue = self._buffered.get(token, [])
-                self._set_mapping(self._buffered, token, [*queue, payload], journal)
+                put_undoable(self._buffered, token, [*queue, payload], journal)
                 return None
             case RemoveSignalWaiter(token):
-                self._set_mapping(self._waiters, token, None, journal)
+                put_undoable(self._waiters, token, None, journal)
                 return None
             case Announce():
                 return None  # published by `apply` once the batch held

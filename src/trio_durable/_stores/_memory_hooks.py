@@ -38,36 +38,36 @@ class MemoryHooks:
             case CreateWebhook(token_hash, run_id, name, at):
                 if token_hash not in self.webhooks:
                     hook = Webhook(token_hash=token_hash, run_id=run_id, name=name, created_at=at)
-                    _put(self.webhooks, token_hash, hook, journal)
+                    put_undoable(self.webhooks, token_hash, hook, journal)
                 return None
             case UseWebhook(token_hash, at):
                 found = self.webhooks.get(token_hash)
                 if found is None or found.used_at is not None:
                     raise WriteConflict("the webhook is unknown or used")
-                _put(self.webhooks, token_hash, attrs.evolve(found, used_at=at), journal)
+                put_undoable(self.webhooks, token_hash, attrs.evolve(found, used_at=at), journal)
                 return None
             case KeepSetting(name, value):
                 if name not in self.settings:
-                    _put(self.settings, name, value, journal)
+                    put_undoable(self.settings, name, value, journal)
                 return self.settings[name]
             case PutBreakpoint(bp):
                 if bp.id not in self.breakpoints:
-                    _put(self.breakpoints, bp.id, bp, journal)
+                    put_undoable(self.breakpoints, bp.id, bp, journal)
                 return None
             case DeleteBreakpoint(breakpoint_id):
                 if breakpoint_id not in self.breakpoints:
                     return False
-                _put(self.breakpoints, breakpoint_id, None, journal)
+                put_undoable(self.breakpoints, breakpoint_id, None, journal)
                 return True
             case PauseStep(paused):
                 key = (paused.run_id, paused.seq)
                 if key not in self.paused:
-                    _put(self.paused, key, paused, journal)
+                    put_undoable(self.paused, key, paused, journal)
                 return None
             case ResumeStep(run_id, seq):
                 if (run_id, seq) not in self.paused:
                     raise WriteConflict(f"run {run_id!r} is not paused at seq {seq}")
-                _put(self.paused, (run_id, seq), None, journal)
+                put_undoable(self.paused, (run_id, seq), None, journal)
                 return None
         raise TypeError(f"unknown store operation {op!r}")  # pragma: no cover
 
@@ -85,7 +85,9 @@ class MemoryHooks:
             del self.paused[key]
 
 
-def _put(mapping: dict[Any, Any], key: Any, value: Any, journal: list[_Undo]) -> None:
+def put_undoable(mapping: dict[Any, Any], key: Any, value: Any, journal: list[_Undo]) -> None:
+    """Set ``mapping[key]`` to ``value`` (None deletes it), with the undo of
+    that in ``journal``."""
     missing = key not in mapping
     old = mapping.get(key)
     if value is None:
