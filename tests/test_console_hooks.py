@@ -74,7 +74,7 @@ async def test_post_hooks_delivers_once(autojump_clock: trio.abc.Clock, through:
             assert missing.json()["error"]["code"] == "webhook_not_found"
             bad = await http.post(f"/hooks/{token}", content=b"{not json")
             assert bad.status_code == 400
-            assert bad.json()["error"]["code"] == "bad_request"
+            assert bad.json()["error"]["code"] == "bad_json"
             # No bearer needed.
             delivered = await http.post(f"/hooks/{token}", json={"approved": True})
             assert delivered.status_code == 202

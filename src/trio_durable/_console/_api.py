@@ -9,7 +9,6 @@ payload-free read (docs/http-api.md).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
@@ -19,30 +18,12 @@ from starlette.routing import BaseRoute, Route
 from .._exceptions import UsageError
 from .._fleet_report import fleet_report
 from . import _params
-from ._app import ApiError, console_of
+from ._app import ApiError, console_of, read_object
 from ._etags import etag, matches, not_modified, read_stamp
 from ._json import Paths, detail_json, fan_page_json, fleet_json, history_json, run_page_json
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 """The content type of the Prometheus text exposition format."""
-
-
-async def json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object body; an empty body is ``{}``.
-
-    Raises:
-      ApiError: 400 if the body is not a JSON object.
-    """
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, "bad_json", f"the body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "bad_json", "the body must be a JSON object")
-    return body
 
 
 def namespace_of(request: Request) -> str | None:
@@ -53,7 +34,7 @@ def namespace_of(request: Request) -> str | None:
 async def _signal(request: Request) -> JSONResponse:
     console = console_of(request)
     console.check_token(request)
-    body = await json_body(request)
+    body = await read_object(request)
     name = body.get("name")
     if not isinstance(name, str) or not name:
         raise ApiError(400, "bad_request", "a signal needs a non-empty string 'name'")
@@ -65,7 +46,7 @@ async def _signal(request: Request) -> JSONResponse:
 async def _cancel(request: Request) -> JSONResponse:
     console = console_of(request)
     console.check_token(request)
-    body = await json_body(request)
+    body = await read_object(request)
     compensate = body.get("compensate", False)
     if not isinstance(compensate, bool):
         raise ApiError(400, "bad_request", "'compensate' must be true or false")
@@ -77,7 +58,7 @@ async def _cancel(request: Request) -> JSONResponse:
 async def _retry(request: Request) -> JSONResponse:
     console = console_of(request)
     console.check_token(request)
-    await json_body(request)
+    await read_object(request)
     run_id = request.path_params["run_id"]
     run = await console.source.retry(run_id, namespace=namespace_of(request))
     return JSONResponse({"run_id": run.id, "status": run.status}, status_code=202)

@@ -11,7 +11,8 @@ checks the bearer token that actions need.
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING, Final, TypeAlias, final
+import json
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import attrs
 from starlette.requests import Request
@@ -84,3 +85,32 @@ def error_body(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(
         {"error": {"code": code, "message": message}}, status_code=status, headers=headers
     )
+
+
+async def read_json(request: Request) -> Any:
+    """The request's JSON body; an empty body is None.
+
+    Raises:
+      ApiError: 400 ``bad_json`` if the body is not JSON.
+    """
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, "bad_json", f"the body is not JSON: {exc}") from None
+
+
+async def read_object(request: Request) -> dict[str, Any]:
+    """The request's JSON object body; an empty body is ``{}``.
+
+    Raises:
+      ApiError: 400 ``bad_json`` if the body is not a JSON object.
+    """
+    body = await read_json(request)
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise ApiError(400, "bad_json", "the body must be a JSON object")
+    return body

@@ -7,60 +7,25 @@ answers 202 ``{"delivered": true}``, 404 for an unknown token and 409 for a
 used one or a run that ended. Reading breakpoints needs no token; setting,
 clearing, continuing and skipping do, as every action.
 
-This module imports nothing of `._app` at run time: the console's state is
-the application's ``state.console``, and errors are the library's, which
-the application turns into JSON bodies.
+Errors are the library's, which the application turns into JSON bodies.
 """
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from .._exceptions import UsageError
-
-if TYPE_CHECKING:
-    from ._app import Console
-
-
-def _console(request: Request) -> Console:
-    console: Console = request.app.state.console
-    return console
-
-
-async def _json_body(request: Request) -> Any:
-    """The request's JSON body (None if empty).
-
-    Raises:
-      UsageError: It is not JSON (answered 400).
-    """
-    raw = await request.body()
-    if not raw.strip():
-        return None
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise UsageError("the request body is not valid JSON") from None
-
-
-async def _object_body(request: Request) -> dict[str, Any]:
-    body = await _json_body(request)
-    if body is None:
-        return {}
-    if not isinstance(body, dict):
-        raise UsageError("the request body must be a JSON object")
-    return body
+from ._app import console_of, read_json, read_object
 
 
 async def deliver(request: Request) -> JSONResponse:
     """``POST /hooks/{token}``: deliver the body through the webhook."""
-    payload = await _json_body(request)
-    await _console(request).source.deliver_webhook(request.path_params["token"], payload)
+    payload = await read_json(request)
+    await console_of(request).source.deliver_webhook(request.path_params["token"], payload)
     return JSONResponse({"delivered": True}, status_code=202)
 
 
@@ -70,7 +35,7 @@ def _breakpoint_json(bp: Any) -> dict[str, Any]:
 
 async def list_breakpoints(request: Request) -> JSONResponse:
     """``GET /api/breakpoints``: the breakpoints, and the runs paused at them."""
-    source = _console(request).source
+    source = console_of(request).source
     breakpoints = await source.breakpoints()
     paused = await source.paused_steps()
     return JSONResponse(
@@ -83,9 +48,9 @@ async def list_breakpoints(request: Request) -> JSONResponse:
 
 async def set_breakpoint(request: Request) -> JSONResponse:
     """``POST /api/breakpoints`` with ``{"workflow": ..., "step": ...}``."""
-    console = _console(request)
+    console = console_of(request)
     console.check_token(request)
-    body = await _object_body(request)
+    body = await read_object(request)
     # Checked there: a missing or empty name is a UsageError (400).
     workflow: Any = body.get("workflow")
     step: Any = body.get("step")
@@ -95,7 +60,7 @@ async def set_breakpoint(request: Request) -> JSONResponse:
 
 async def clear_breakpoint(request: Request) -> JSONResponse:
     """``DELETE /api/breakpoints/{id}``."""
-    console = _console(request)
+    console = console_of(request)
     console.check_token(request)
     await console.source.clear_breakpoint(request.path_params["breakpoint_id"])
     return JSONResponse({"cleared": True})
@@ -103,7 +68,7 @@ async def clear_breakpoint(request: Request) -> JSONResponse:
 
 async def continue_run(request: Request) -> JSONResponse:
     """``POST /api/runs/{id}/continue``: the paused step runs."""
-    console = _console(request)
+    console = console_of(request)
     console.check_token(request)
     await console.source.continue_run(request.path_params["run_id"])
     return JSONResponse({"continued": True})
@@ -112,9 +77,9 @@ async def continue_run(request: Request) -> JSONResponse:
 async def skip_step(request: Request) -> JSONResponse:
     """``POST /api/runs/{id}/skip`` with ``{"output": ...}``: the paused
     step is recorded as returning ``output``."""
-    console = _console(request)
+    console = console_of(request)
     console.check_token(request)
-    body = await _object_body(request)
+    body = await read_object(request)
     await console.source.skip_step(request.path_params["run_id"], body.get("output"))
     return JSONResponse({"skipped": True})
 
