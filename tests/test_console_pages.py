@@ -265,7 +265,8 @@ async def test_the_breakpoints_page_and_a_paused_run_offer_continue_and_skip(
 ) -> None:
     async with console(open_test_engine, token="t") as (engine, http):
         empty = (await http.get("/breakpoints")).text
-        assert "No breakpoint is set." in empty and "No run is paused." in empty
+        assert "No breakpoint is set." in empty
+        assert "No run is paused." in empty
         bp = await engine.set_breakpoint(workflow="gift", step="wrap")
         await engine.start(gift, HOSTILE, run_id="g1")
         await engine.drain()

@@ -22,9 +22,10 @@ async def serve_console(
 ) -> None:
     """Serve the console of ``source`` on ``host:port`` until cancelled.
 
-    Start it with ``await nursery.start(serve_console, engine)``: that
-    returns the URL it listens on once it does (with ``port=0``, the port
-    the system chose).
+    Start it with ``await nursery.start(serve_console, engine)`` (with
+    options, ``nursery.start(functools.partial(serve_console, engine,
+    port=0, token=token))``): that returns the URL it listens on once it
+    does (with ``port=0``, the port the system chose).
 
     Args:
       source: The `Engine` or `Client` to serve.
