@@ -111,9 +111,21 @@ async def test_counts_and_checkpoint_pages_use_indexes(database: Path) -> None:
     )
     [step] = _plan(database, statement, params)
     assert "(run_id=? AND seq>? AND seq<?)" in step
-    plan = _plan(database, _sql_queries._FAN_COUNTS.format(p="?"), ["r3"])
-    assert plan[0].startswith("SEARCH checkpoints USING INDEX"), plan
-    assert "(run_id=?)" in plan[0], plan
+    # A run's fans are found by hops along the primary key; each fan is
+    # summed up, and the run's stamp read, from checkpoints_status alone
+    # (its entries, never a row with payloads, and never sorted).
+    plan = _plan(database, _sql_queries._FANS.format(p="?"), ["r3"] * 4)
+    assert all("checkpoints_status" not in step for step in plan), plan
+    assert not any("TEMP B-TREE" in step or step.startswith("SCAN c") for step in plan), plan
+    per_fan = _sql_queries._FAN_STATUS.format(fan=0, status="failed", p="?")
+    assert _plan(database, per_fan, ["r3", 2, 500]) == [
+        "SEARCH checkpoints USING COVERING INDEX checkpoints_status"
+        " (run_id=? AND status=? AND seq>? AND seq<?)"
+    ]
+    stamp = _sql_queries._CHECKPOINT_STAMP.format(status="completed", p="?")
+    assert _plan(database, stamp, ["r3"]) == [
+        "SEARCH checkpoints USING COVERING INDEX checkpoints_status (run_id=? AND status=?)"
+    ]
 
     plan = _plan(database, _sql_queries.prune_candidates_statement(DIALECT), ["failed", 99.0, 10])
     assert plan[0] == "SEARCH r USING INDEX runs_ended (status=? AND updated_at<?)", plan

@@ -377,19 +377,36 @@ async def test_sqlite_batch_failing_in_the_database_fails_alone(sqlite_url: str)
 _HOOK_TABLES = ("webhooks", "breakpoints", "paused_steps", "store_settings")
 
 
+def _schema_of(path: Path) -> list[tuple[str, str, str]]:
+    with sqlite3.connect(path) as connection:
+        rows = connection.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+            " ORDER BY type, name"
+        ).fetchall()
+    connection.close()
+    return rows
+
+
 async def test_sqlite_migrates_a_version_3_file(sqlite_url: str, tmp_path: Path) -> None:
     """Version 4 added the tables of webhooks, breakpoints, paused steps
-    and settings: a version 3 file gains them, its runs kept."""
+    and settings, and widened ``checkpoints_status``: a version 3 file
+    gains them, its runs and checkpoints kept, and ends with the schema a
+    new file has."""
     run = make_run(tags=("a",))
     async with open_sqlite_store(sqlite_url) as store:
         await store.create_run(run)
+        await store.save_checkpoint(make_checkpoint("r1", 1, status="failed", attempts=2))
+    fresh = _schema_of(tmp_path / "store.db")
     with sqlite3.connect(tmp_path / "store.db", isolation_level=None) as connection:
         connection.executescript(
             "BEGIN;"
             + "".join(f"DROP TABLE {table};" for table in _HOOK_TABLES)
+            + "DROP INDEX checkpoints_status;"
+            + "CREATE INDEX checkpoints_status ON checkpoints (run_id, status, seq);"
             + "PRAGMA user_version = 3; COMMIT;"
         )
     connection.close()
+    assert _schema_of(tmp_path / "store.db") != fresh
 
     async with open_sqlite_store(sqlite_url) as store:
         assert await store.get_run("r1") == run
@@ -401,4 +418,10 @@ async def test_sqlite_migrates_a_version_3_file(sqlite_url: str, tmp_path: Path)
         assert connection.execute("PRAGMA user_version").fetchone() == (4,)
         tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
         assert set(_HOOK_TABLES) <= tables
+        # The widened index holds the checkpoint written before.
+        assert connection.execute(
+            "SELECT seq, attempts FROM checkpoints INDEXED BY checkpoints_status"
+            " WHERE run_id = 'r1' AND status = 'failed'"
+        ).fetchall() == [(1, 2)]
     connection.close()
+    assert _schema_of(tmp_path / "store.db") == fresh

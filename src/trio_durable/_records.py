@@ -305,8 +305,8 @@ class FanCounts:
       attempts: Their attempts, summed.
       first_enqueued_at: The earliest ``enqueued_at`` among them.
       last_finished_at: The latest ``finished_at`` among them.
-      kind: Their kind (the least, should they differ).
-      name: Their name (the least, should they differ).
+      kind: Their kind (a fan's members share one).
+      name: Their name (a fan's members share one).
     """
 
     fan: int

@@ -77,6 +77,16 @@ async def _sql(url: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
     return await trio.to_thread.run_sync(run)
 
 
+async def _indexes(url: str) -> list[tuple[Any, ...]]:
+    """The schema's indexes: name and definition (the schema's name left out)."""
+    rows = await _sql(
+        url,
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY indexname",
+        _schema_of(url),
+    )
+    return [(name, definition.replace(_schema_of(url), "")) for name, definition in rows]
+
+
 async def _until(url: str, statement: str, *params: Any) -> None:
     """Poll until ``statement`` returns a row (within `PATIENCE`)."""
     with trio.fail_after(PATIENCE):
@@ -137,15 +147,27 @@ async def test_opening_creates_the_schema_once_and_records_its_version(url: str)
 async def test_a_version_2_schema_gains_webhooks_and_breakpoints(url: str) -> None:
     async with open_postgres_store(url) as store:
         await store.create_run(Run(id="kept", workflow="w"))
-    # Back to version 2, before webhooks and breakpoints.
+        # Back to version 2, before webhooks and breakpoints.
+        await store.save_checkpoint(
+            Checkpoint(run_id="kept", seq=1, name="s", kind="local", attempts=2)
+        )
+    fresh = await _indexes(url)
+    # Back to version 2, before webhooks and breakpoints, with the narrow
+    # checkpoints_status.
     for table in ("webhooks", "breakpoints", "paused_steps", "store_settings"):
         await _sql(url, f"DROP TABLE {table}")
+    await _sql(url, "DROP INDEX checkpoints_status")
+    await _sql(url, "CREATE INDEX checkpoints_status ON checkpoints (run_id, status, seq)")
     await _sql(url, "DELETE FROM schema_version WHERE version = 3")
+    assert await _indexes(url) != fresh
     async with open_postgres_store(url) as store:
         assert [run.id for run in await store.list_runs()] == ["kept"]
         assert await store.list_breakpoints() == []
         assert await store.apply([KeepSetting("s", "v")]) == ["v"]
+        assert (await store.run_stamp("kept")) is not None
     assert await _sql(url, "SELECT max(version) FROM schema_version") == [(3,)]
+    # The migrated schema's indexes are those of a new one.
+    assert await _indexes(url) == fresh
     assert SCHEMA_VERSION == 3
 
 

@@ -35,6 +35,15 @@ CONNECT_TIMEOUT: Final = 10
 # Serializes migrations of one database by every process that opens it.
 _MIGRATION_LOCK: Final = 0x7472696F5F6475  # "trio_du"
 
+# The join barrier counts a fan's settled members by status over a seq
+# range, the console sums up a fan per status over its seq range and a
+# run's checkpoints for its ETag: from version 3 this index covers all
+# three (index-only scans), where version 1 made it (run_id, status, seq).
+CHECKPOINTS_STATUS: Final = (
+    "CREATE INDEX checkpoints_status ON checkpoints"
+    " (run_id, status, seq, attempts, enqueued_at, started_at, finished_at)"
+)
+
 # Each migration is the statements that take the schema from the version
 # before it to its own (migration i makes version i + 1). Append only.
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
@@ -204,8 +213,10 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         ON CONFLICT DO NOTHING
         """,
     ),
-    # Webhooks (by their token's hash), breakpoints, paused steps, settings.
-    HOOK_TABLES,
+    # Webhooks (by their token's hash), breakpoints, paused steps, settings;
+    # ``checkpoints_status`` widened to cover what the console's fan sums
+    # and run stamps read (see `._sql_queries`), made anew.
+    (*HOOK_TABLES, "DROP INDEX checkpoints_status", CHECKPOINTS_STATUS),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

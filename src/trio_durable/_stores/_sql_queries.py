@@ -10,8 +10,10 @@ indexes of their schemas serve (their tests assert the plans):
 - runs with tags: ``run_tags``, one row per tag of a run keyed by
   ``(tag, created_at, run_id)`` (triggers on ``runs`` keep it), walked
   backwards for the first tag, the others looked up by key;
-- a fan's members by status: ``checkpoints_status``; ended runs by age:
-  ``runs_ended``.
+- a fan's members by status, a fan summed up and a run's stamp:
+  ``checkpoints_status``, which covers the columns they read (``(run_id,
+  status, seq, attempts, enqueued_at, started_at, finished_at)``); ended
+  runs by age: ``runs_ended``.
 
 Several statuses are read one status at a time, each in index order, and
 merged: never a sort of every matching run.
@@ -19,8 +21,8 @@ merged: never a sort of every matching run.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, get_args
 
 from .._records import (
     TERMINAL_STATUSES,
@@ -40,31 +42,53 @@ from ._rows import CHECKPOINT_COLUMNS, load_checkpoint, load_run
 if TYPE_CHECKING:
     from ._sql_store import Dialect
 
-_FAN_COUNTS = """
-    SELECT parallel_group, status, count(*), max(parallel_size), min(seq), max(seq),
-        sum(attempts), min(enqueued_at), max(finished_at), min(kind), min(name)
-    FROM checkpoints WHERE run_id = {p} AND parallel_group IS NOT NULL
-    GROUP BY parallel_group, status ORDER BY parallel_group, status
+# A run's fans, one row each (first seq, size, kind, name, read from its
+# lowest recorded member), found by hopping: from one fan's member, the next
+# fan starts at or after its first seq plus its size, since a fan's members
+# hold the consecutive seqs from its first. Each hop reads rows by the
+# primary key, from the end of the last fan: the fans' members are never
+# walked, only the checkpoints between fans.
+_FANS = """
+    WITH RECURSIVE hop(seq) AS (
+        SELECT (SELECT seq FROM checkpoints WHERE run_id = {p} AND parallel_group IS NOT NULL
+            ORDER BY seq LIMIT 1)
+        UNION ALL
+        SELECT (SELECT c.seq FROM checkpoints c WHERE c.run_id = {p}
+            AND c.seq >= f.parallel_group + f.parallel_size AND c.parallel_group IS NOT NULL
+            ORDER BY c.seq LIMIT 1)
+        FROM hop JOIN checkpoints f ON f.run_id = {p} AND f.seq = hop.seq
+    )
+    SELECT f.parallel_group, f.parallel_size, f.kind, f.name
+    FROM hop JOIN checkpoints f ON f.run_id = {p} AND f.seq = hop.seq
 """
 
-# The run's state columns (never its input, output or error) beside one
-# aggregate row of its checkpoints' status, attempts, seqs and times (never
-# their payloads), read by the checkpoints' primary key range.
-_RUN_STAMP = """
-    SELECT r.namespace, r.status, r.updated_at, r.lease_owner, r.lease_expiry, r.wake_at,
-        r.recoveries, c.n, c.pending, c.running, c.completed, c.failed, c.attempts, c.seqs,
-        c.enqueued, c.started, c.finished
-    FROM runs r CROSS JOIN (
-        SELECT count(*) AS n,
-            sum(CASE WHEN status = 'pending' THEN 1 ELSE 0 END) AS pending,
-            sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END) AS running,
-            sum(CASE WHEN status = 'completed' THEN 1 ELSE 0 END) AS completed,
-            sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS failed,
-            sum(attempts) AS attempts, sum(seq) AS seqs, max(enqueued_at) AS enqueued,
-            max(started_at) AS started, max(finished_at) AS finished
-        FROM checkpoints WHERE run_id = {p}
-    ) AS c
-    WHERE r.id = {p}
+# One fan's members of one status summed up: a range of the covering index
+# ``checkpoints_status`` (run, status, seq) read in order, never a table
+# row, never sorted or hashed (one status per statement, so no grouping).
+_FAN_STATUS = """
+    SELECT {fan}, '{status}', count(*), min(seq), max(seq), sum(attempts), min(enqueued_at),
+        max(finished_at)
+    FROM checkpoints WHERE run_id = {p} AND status = '{status}' AND seq >= {p} AND seq <= {p}
+"""
+
+_STATUSES: tuple[CheckpointStatus, ...] = tuple(sorted(get_args(CheckpointStatus)))
+
+# Fans summed up per statement: a bound on its size and its parameters.
+_FANS_PER_STATEMENT = 64
+
+# The run's state columns (never its input, output or error).
+_RUN_STATE = """
+    SELECT namespace, status, updated_at, lease_owner, lease_expiry, wake_at, recoveries
+    FROM runs WHERE id = {p}
+"""
+
+# Its checkpoints' status, attempts, seqs and times (never their payloads),
+# one status at a time: read from the covering index ``checkpoints_status``
+# alone.
+_CHECKPOINT_STAMP = """
+    SELECT '{status}', count(*), sum(attempts), sum(seq), max(enqueued_at), max(started_at),
+        max(finished_at)
+    FROM checkpoints WHERE run_id = {p} AND status = '{status}'
 """
 
 # Holders and waiters of each queue, counted in one pass over both tables.
@@ -262,11 +286,26 @@ class SQLQueries:
         return await self._commit.submit(work, writes=False)
 
     async def fan_counts(self, run_id: str) -> list[FanCounts]:
-        statement = _FAN_COUNTS.format(p=self._dialect.param)
+        p = self._dialect.param
+        fans_statement = _FANS.format(p=p)
 
         def work(cur: Any) -> tuple[list[FanCounts], None]:
-            rows = cur.execute(statement, (run_id,)).fetchall()
-            return [_fan_counts(row) for row in rows], None
+            fans = cur.execute(fans_statement, (run_id,) * 4).fetchall()
+            rows: list[FanCounts] = []
+            for start in range(0, len(fans), _FANS_PER_STATEMENT):
+                chunk = fans[start : start + _FANS_PER_STATEMENT]
+                arms: list[str] = []
+                params: list[Any] = []
+                for i, (fan, size, _, _) in enumerate(chunk):
+                    for status in _STATUSES:
+                        arms.append(_FAN_STATUS.format(fan=i, status=status, p=p))
+                        params.extend((run_id, int(fan), int(fan) + int(size or 0) - 1))
+                for row in cur.execute(" UNION ALL ".join(arms), params).fetchall():
+                    if row[2]:
+                        fan, size, kind, name = chunk[row[0]]
+                        rows.append(_fan_counts(fan, size, kind, name, row[1:]))
+            rows.sort(key=lambda row: (row.fan, row.status))
+            return rows, None
 
         return await self._commit.submit(work, writes=False)
 
@@ -280,13 +319,23 @@ class SQLQueries:
         return await self._commit.submit(work, writes=False)
 
     async def run_stamp(self, run_id: str) -> RunStamp | None:
-        statement = _RUN_STAMP.format(p=self._dialect.param)
+        run_statement = _RUN_STATE.format(p=self._dialect.param)
+        checkpoints_statement = " UNION ALL ".join(
+            _CHECKPOINT_STAMP.format(p=self._dialect.param, status=status) for status in _STATUSES
+        )
 
         def work(cur: Any) -> tuple[RunStamp | None, Counts]:
-            row = cur.execute(statement, (run_id, run_id)).fetchone()
+            # One read transaction: the run and its checkpoints as of one
+            # moment.
+            row = cur.execute(run_statement, (run_id,)).fetchone()
             if row is None:
                 return None, (0, 0, 0, 0)
-            return _run_stamp(run_id, row), (0, 0, 1, 0)
+            by_status = [
+                found
+                for found in cur.execute(checkpoints_statement, (run_id,) * len(_STATUSES))
+                if found[1]
+            ]
+            return _run_stamp(run_id, row, by_status), (0, 0, 1, 0)
 
         return await self._commit.submit(work, writes=False)
 
@@ -320,8 +369,8 @@ class SQLQueries:
         return await self._commit.submit(work, writes=True)
 
 
-def _fan_counts(row: Any) -> FanCounts:
-    fan, status, count, size, first, last, attempts, enqueued, finished, kind, name = row
+def _fan_counts(fan: Any, size: Any, kind: Any, name: Any, row: Any) -> FanCounts:
+    status, count, first, last, attempts, enqueued, finished = row
     return FanCounts(
         fan=int(fan),
         status=status,
@@ -337,9 +386,9 @@ def _fan_counts(row: Any) -> FanCounts:
     )
 
 
-def _run_stamp(run_id: str, row: Any) -> RunStamp:
-    (namespace, status, updated_at, owner, expiry, wake_at, recoveries) = row[:7]
-    (n, pending, running, completed, failed, attempts, seqs) = row[7:14]
+def _run_stamp(run_id: str, row: Any, by_status: list[Any]) -> RunStamp:
+    (namespace, status, updated_at, owner, expiry, wake_at, recoveries) = row
+    counts = {name: int(count) for name, count, *_ in by_status}
     return RunStamp(
         run_id=run_id,
         namespace=namespace,
@@ -349,15 +398,18 @@ def _run_stamp(run_id: str, row: Any) -> RunStamp:
         lease_expiry=expiry,
         wake_at=wake_at,
         recoveries=int(recoveries),
-        # With no checkpoints, the sums are NULL.
-        checkpoints=int(n or 0),
-        pending=int(pending or 0),
-        running=int(running or 0),
-        completed=int(completed or 0),
-        failed=int(failed or 0),
-        attempts=int(attempts or 0),
-        seq_sum=int(seqs or 0),
-        last_enqueued_at=row[14],
-        last_started_at=row[15],
-        last_finished_at=row[16],
+        checkpoints=sum(counts.values()),
+        pending=counts.get("pending", 0),
+        running=counts.get("running", 0),
+        completed=counts.get("completed", 0),
+        failed=counts.get("failed", 0),
+        attempts=sum(int(r[2] or 0) for r in by_status),
+        seq_sum=sum(int(r[3]) for r in by_status),
+        last_enqueued_at=_latest(r[4] for r in by_status),
+        last_started_at=_latest(r[5] for r in by_status),
+        last_finished_at=_latest(r[6] for r in by_status),
     )
+
+
+def _latest(values: Iterable[float | None]) -> float | None:
+    return max((value for value in values if value is not None), default=None)

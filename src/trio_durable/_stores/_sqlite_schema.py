@@ -39,6 +39,17 @@ BUSY_TIMEOUT: Final = 10.0
 
 _SYNCHRONOUS_MODES: Final = {"FULL": 2, "NORMAL": 1}
 
+# The join barrier counts a fan's settled members by status over a seq
+# range, the console sums up a fan per status over its seq range and a
+# run's checkpoints for its ETag (see `._sql_queries`): this index answers
+# all three without touching the rows, which hold the payloads. Version 4
+# widened it from (run_id, status, seq); widening costs writes less than a
+# second index would.
+CHECKPOINTS_STATUS: Final = (
+    "CREATE INDEX IF NOT EXISTS checkpoints_status ON checkpoints"
+    " (run_id, status, seq, attempts, enqueued_at, started_at, finished_at)"
+)
+
 _SCHEMA: Final = (
     """
     CREATE TABLE IF NOT EXISTS runs (
@@ -154,9 +165,7 @@ _SCHEMA: Final = (
         PRIMARY KEY (run_id, seq)
     )
     """,
-    # The join barrier counts a fan's settled members by status over a seq
-    # range; this index answers that without touching the rows.
-    "CREATE INDEX IF NOT EXISTS checkpoints_status ON checkpoints (run_id, status, seq)",
+    CHECKPOINTS_STATUS,
     """
     CREATE TABLE IF NOT EXISTS signal_waiters (
         token TEXT PRIMARY KEY,
@@ -228,8 +237,9 @@ _MIGRATIONS: Final = {
         " WHERE r.tags <> '[]'",
     ),
     # From version 3: webhooks, breakpoints, paused_steps and store_settings
-    # are new tables, which the schema creates.
-    3: (),
+    # are new tables, which the schema creates; ``checkpoints_status`` is
+    # widened (made anew: an index's columns cannot be altered).
+    3: ("DROP INDEX checkpoints_status", CHECKPOINTS_STATUS),
 }
 
 

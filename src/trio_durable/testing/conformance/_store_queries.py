@@ -173,6 +173,60 @@ async def check_fan_counts_sum_up_each_fan_by_status(factory: StoreFactory | Ope
         assert await store.fan_counts("missing") == []
 
 
+async def check_fan_counts_find_every_fan_however_recorded(
+    factory: StoreFactory | OpenStore,
+) -> None:
+    """`Store.fan_counts` finds fans after many steps, fans side by side,
+    fans whose first members are not recorded (yet, or any more: only
+    members count), and a fan of one; the checkpoints between fans and
+    after them never count."""
+    async with fresh_store(factory) as store:
+        await store.create_run(make_run("r1", status="suspended"))
+        for seq in range(1, 31):
+            await store.save_checkpoint(make_checkpoint("r1", seq, status="completed"))
+
+        async def member(seq: int, fan: int, size: int, status: str = "completed") -> None:
+            await store.save_checkpoint(
+                make_checkpoint(
+                    "r1",
+                    seq,
+                    name=f"f{fan}",
+                    kind="remote",
+                    status=status,
+                    attempts=1,
+                    parallel_group=fan,
+                    parallel_size=size,
+                )
+            )
+
+        for seq in range(31, 35):  # a fan of 4 at 31..34
+            await member(seq, 31, 4)
+        for seq in range(35, 38):  # right after it, a fan of 3 at 35..37
+            await member(seq, 35, 3, "failed" if seq == 36 else "completed")
+        await store.save_checkpoint(make_checkpoint("r1", 38, status="completed"))
+        for seq in (41, 42):  # a fan of 5 at 39..43: 39, 40 and 43 not recorded
+            await member(seq, 39, 5, "pending")
+        await member(44, 44, 1)  # a fan of one
+        for seq in range(45, 60):
+            await store.save_checkpoint(make_checkpoint("r1", seq, status="pending"))
+        rows = await store.fan_counts("r1")
+        assert [(r.fan, r.status, r.count, r.first_seq, r.last_seq, r.size) for r in rows] == [
+            (31, "completed", 4, 31, 34, 4),
+            (35, "completed", 2, 35, 37, 3),
+            (35, "failed", 1, 36, 36, 3),
+            (39, "pending", 2, 41, 42, 5),
+            (44, "completed", 1, 44, 44, 1),
+        ], rows
+        assert [(r.kind, r.name, r.attempts) for r in rows] == [
+            ("remote", "f31", 4),
+            ("remote", "f35", 2),
+            ("remote", "f35", 1),
+            ("remote", "f39", 2),
+            ("remote", "f44", 1),
+        ]
+        assert await store.fan_counts("r2") == []
+
+
 async def check_find_checkpoints_pages_by_seq_and_status(
     factory: StoreFactory | OpenStore,
 ) -> None:
@@ -274,6 +328,7 @@ QUERIES_CHECKS = (
     check_find_runs_filters_and_orders_newest_first,
     check_count_runs_per_status,
     check_fan_counts_sum_up_each_fan_by_status,
+    check_fan_counts_find_every_fan_however_recorded,
     check_find_checkpoints_pages_by_seq_and_status,
     check_prune_runs_deletes_ended_runs_with_their_rows,
     check_queries_after_aclose_raise_closed_resource_error,
