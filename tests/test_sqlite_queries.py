@@ -180,3 +180,43 @@ async def test_a_version_2_file_is_upgraded_in_place(tmp_path: Path) -> None:
         indexes = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
         assert {"runs_status", "runs_workflow", "runs_namespace", "runs_ended"} <= indexes
     connection.close()
+
+
+async def test_fan_counts_ends_on_members_outside_their_range(tmp_path: Path) -> None:
+    """Members whose size is missing or too small for their seq (no engine
+    writes them) neither make the search for fans loop nor get lost: each
+    is counted in its fan, as the memory store counts it."""
+    from trio_durable._stores import open_store
+
+    def members() -> list[Any]:
+        return [
+            make_checkpoint("r1", 1, parallel_group=1, parallel_size=0),
+            make_checkpoint("r1", 2, parallel_group=1, parallel_size=0, status="completed"),
+            make_checkpoint("r1", 3, parallel_group=3, parallel_size=None),
+            make_checkpoint("r1", 4, parallel_group=3, parallel_size=None),
+            make_checkpoint("r1", 5, status="completed"),
+            make_checkpoint("r1", 6, parallel_group=6, parallel_size=2),
+        ]
+
+    found = []
+    for url in ("memory://", f"sqlite:///{tmp_path / 'odd.db'}"):
+        async with open_store(url) as store:
+            await store.create_run(make_run("r1"))
+            for checkpoint in members():
+                await store.save_checkpoint(checkpoint)
+            found.append(
+                [
+                    (r.fan, r.status, r.count, r.first_seq, r.last_seq)
+                    for r in await store.fan_counts("r1")
+                ]
+            )
+    assert (
+        found[0]
+        == found[1]
+        == [
+            (1, "completed", 1, 2, 2),
+            (1, "pending", 1, 1, 1),
+            (3, "pending", 2, 3, 4),
+            (6, "pending", 1, 6, 6),
+        ]
+    ), found

@@ -47,18 +47,22 @@ if TYPE_CHECKING:
 # fan starts at or after its first seq plus its size, since a fan's members
 # hold the consecutive seqs from its first. Each hop reads rows by the
 # primary key, from the end of the last fan: the fans' members are never
-# walked, only the checkpoints between fans.
+# walked, only the checkpoints between fans. A member outside its fan's
+# range, or without a size, only makes the hop go on from the next seq (a
+# fan may then be found twice: `_fan_ranges` merges them).
 _FANS = """
     WITH RECURSIVE hop(seq) AS (
         SELECT (SELECT seq FROM checkpoints WHERE run_id = {p} AND parallel_group IS NOT NULL
             ORDER BY seq LIMIT 1)
         UNION ALL
         SELECT (SELECT c.seq FROM checkpoints c WHERE c.run_id = {p}
-            AND c.seq >= f.parallel_group + f.parallel_size AND c.parallel_group IS NOT NULL
+            AND c.seq >= CASE WHEN f.parallel_group + f.parallel_size > f.seq
+                THEN f.parallel_group + f.parallel_size ELSE f.seq + 1 END
+            AND c.parallel_group IS NOT NULL
             ORDER BY c.seq LIMIT 1)
         FROM hop JOIN checkpoints f ON f.run_id = {p} AND f.seq = hop.seq
     )
-    SELECT f.parallel_group, f.parallel_size, f.kind, f.name
+    SELECT f.parallel_group, f.parallel_size, f.kind, f.name, f.seq
     FROM hop JOIN checkpoints f ON f.run_id = {p} AND f.seq = hop.seq
 """
 
@@ -290,19 +294,19 @@ class SQLQueries:
         fans_statement = _FANS.format(p=p)
 
         def work(cur: Any) -> tuple[list[FanCounts], None]:
-            fans = cur.execute(fans_statement, (run_id,) * 4).fetchall()
+            fans = _fan_ranges(cur.execute(fans_statement, (run_id,) * 4).fetchall())
             rows: list[FanCounts] = []
             for start in range(0, len(fans), _FANS_PER_STATEMENT):
                 chunk = fans[start : start + _FANS_PER_STATEMENT]
                 arms: list[str] = []
                 params: list[Any] = []
-                for i, (fan, size, _, _) in enumerate(chunk):
+                for i, (fan, _, _, _, last) in enumerate(chunk):
                     for status in _STATUSES:
                         arms.append(_FAN_STATUS.format(fan=i, status=status, p=p))
-                        params.extend((run_id, int(fan), int(fan) + int(size or 0) - 1))
+                        params.extend((run_id, fan, last))
                 for row in cur.execute(" UNION ALL ".join(arms), params).fetchall():
                     if row[2]:
-                        fan, size, kind, name = chunk[row[0]]
+                        fan, size, kind, name, _ = chunk[row[0]]
                         rows.append(_fan_counts(fan, size, kind, name, row[1:]))
             rows.sort(key=lambda row: (row.fan, row.status))
             return rows, None
@@ -367,6 +371,20 @@ class SQLQueries:
             return prune(cur, dialect, older, max(limit, 0)), (1, 0, 0, 0)
 
         return await self._commit.submit(work, writes=True)
+
+
+def _fan_ranges(found: list[Any]) -> list[tuple[int, int, Any, Any, int]]:
+    """Each fan the hops found, once: its first seq, size, kind, name and
+    the last seq of its range (its size's, or its last member found)."""
+    fans: dict[int, tuple[int, int, Any, Any, int]] = {}
+    for group, size, kind, name, seq in found:
+        first, size = int(group), int(size or 0)
+        last = max(first + size - 1, int(seq))
+        if first in fans:
+            _, known, kind, name, end = fans[first]
+            size, last = max(size, known), max(last, end)
+        fans[first] = (first, size, kind, name, last)
+    return list(fans.values())
 
 
 def _fan_counts(fan: Any, size: Any, kind: Any, name: Any, row: Any) -> FanCounts:
