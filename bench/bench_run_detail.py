@@ -34,7 +34,8 @@ from psycopg import sql
 from trio_durable._queries import fan_page, history, run_detail
 from trio_durable._records import Checkpoint, ErrorInfo, Run
 from trio_durable._stores import open_store
-from trio_durable._stores._base import PutCheckpoint, Store
+from trio_durable._stores._base import Store
+from trio_durable._stores._ops import PutCheckpoint
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/trio_durable"
 BOOM = ErrorInfo(message="boom", code="refused")

@@ -13,7 +13,7 @@ import pytest
 import trio_durable as td
 from trio_durable._barrier import join_barrier
 from trio_durable._records import Checkpoint, CheckpointStatus, FanMode, Run
-from trio_durable._stores._base import PutCheckpoint
+from trio_durable._stores._ops import PutCheckpoint
 
 
 def member(

@@ -19,7 +19,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory
-from trio_durable._stores._base import Op, UpdateRun
+from trio_durable._stores._ops import Op, UpdateRun
 
 app = td.App("cancel-window")
 

@@ -14,7 +14,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory
-from trio_durable._stores._base import SettleCheckpoint
+from trio_durable._stores._ops import SettleCheckpoint
 
 app = td.App("fans")
 

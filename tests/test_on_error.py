@@ -25,7 +25,7 @@ import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
 from prometheus_samples import families, sample, samples
 from trio_durable._on_error import HANDOFF_BASE, NEVER_ROUTED, pick_on_error_route
-from trio_durable._stores._base import CreateRun, Op, PutCheckpoint, ReleaseRun, UpdateRun
+from trio_durable._stores._ops import CreateRun, Op, PutCheckpoint, ReleaseRun, UpdateRun
 
 app = td.App("routing")
 

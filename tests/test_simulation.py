@@ -30,8 +30,8 @@ import trio
 from trio._core import _run as trio_run
 
 import trio_durable as td
-from trio_durable._stores._base import Op, SettleCheckpoint
 from trio_durable._stores._memory import MemoryStore
+from trio_durable._stores._ops import Op, SettleCheckpoint
 from trio_durable._stores._rules import is_of
 from trio_durable.testing import (
     Faults,

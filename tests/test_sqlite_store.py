@@ -15,8 +15,9 @@ import trio.testing
 from trio_durable._exceptions import InvalidURLError, StoreError
 from trio_durable._records import Breakpoint, ErrorInfo, RunFilter, RunStatus
 from trio_durable._stores import _sqlite_schema
-from trio_durable._stores._base import CreateRun, PutCheckpoint, UpdateRun, WriteConflict
+from trio_durable._stores._base import WriteConflict
 from trio_durable._stores._hook_ops import CreateWebhook, PutBreakpoint
+from trio_durable._stores._ops import CreateRun, PutCheckpoint, UpdateRun
 from trio_durable._stores._sqlite import SQLiteStore, open_sqlite_store
 from trio_durable.testing.conformance._store_support import make_checkpoint, make_run
 

@@ -30,13 +30,7 @@ from trio_durable._brokers._base import RESULTS, Delivery, Outgoing
 from trio_durable._brokers._memory import MemoryBroker, MemoryConsumer
 from trio_durable._exceptions import RemoteStepError
 from trio_durable._replay import TurnState
-from trio_durable._stores._base import (
-    CreateRun,
-    Op,
-    PutCheckpoint,
-    SettleCheckpoint,
-    UpdateRun,
-)
+from trio_durable._stores._ops import CreateRun, Op, PutCheckpoint, SettleCheckpoint, UpdateRun
 from trio_durable._wire import Result, Task
 
 app = td.App("step_fans")

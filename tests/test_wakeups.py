@@ -50,7 +50,7 @@ async def test_an_engine_without_the_workflow_signals(url: str) -> None:
 
 
 async def test_a_sqlite_watch_says_when_it_missed_announcements(url: str) -> None:
-    from trio_durable._stores._base import Announce
+    from trio_durable._stores._ops import Announce
     from trio_durable._stores._sqlite_watch import KEEP, TRIM_EVERY
 
     heard: list[Any] = []

@@ -47,7 +47,7 @@ from prometheus_samples import sample
 from trio_durable import _serde
 from trio_durable._brokers._base import RESULTS, Outgoing, is_broker_safe
 from trio_durable._stores import open_store
-from trio_durable._stores._base import SettleCheckpoint
+from trio_durable._stores._ops import SettleCheckpoint
 from trio_durable._wire import (
     MAX_ATTEMPT,
     MAX_PRIORITY,

@@ -34,16 +34,9 @@ from ._records import (
     Run,
 )
 from ._replay import Suspend
-from ._stores._base import (
-    Announce,
-    ClaimCheckpoint,
-    Op,
-    RunWatch,
-    SettleCheckpoint,
-    UpdateRun,
-    WriteConflict,
-)
+from ._stores._base import RunWatch, WriteConflict
 from ._stores._hook_ops import DeleteBreakpoint, PauseStep, PutBreakpoint, ResumeStep
+from ._stores._ops import Announce, ClaimCheckpoint, Op, SettleCheckpoint, UpdateRun
 
 if TYPE_CHECKING:
     from ._app import Step

@@ -17,7 +17,7 @@ import attrs
 
 from . import _serde
 from ._records import ACTIVE_STATUSES, Checkpoint, ErrorInfo, FanMode, Run
-from ._stores._base import CreateRun, UpdateRun
+from ._stores._ops import CreateRun, UpdateRun
 
 if TYPE_CHECKING:
     from ._app import App, Workflow

@@ -36,7 +36,8 @@ from ._run_queries import RunQueries
 from ._runs import Endings, await_end, create_run, new_run, outcome
 from ._starts import StartsRuns
 from ._stores import enter_store
-from ._stores._base import Op, RunWatch, Store
+from ._stores._base import RunWatch, Store
+from ._stores._ops import Op
 from ._wakes import announce, announces_ends, ends_delivery, keep_watching
 
 _RESULT_POLL_INTERVAL: Final = 1.0

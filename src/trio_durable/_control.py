@@ -20,7 +20,8 @@ from ._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
 from ._options import check_id
 from ._records import TERMINAL_STATUSES, Run, RunStatus, signal_token
 from ._saga import plan_retry
-from ._stores._base import DeliverSignal, Op, WriteConflict
+from ._stores._base import WriteConflict
+from ._stores._ops import DeliverSignal, Op
 
 if TYPE_CHECKING:
     from ._app import App

@@ -45,7 +45,8 @@ from ._runtime import EngineStatistics, Runtime, open_runtime
 from ._scheduler import drain
 from ._starts import StartsRuns
 from ._stores import enter_store
-from ._stores._base import Op, Store
+from ._stores._base import Store
+from ._stores._ops import Op
 from ._views import Retention
 from ._wakes import announce, serves
 from ._worker import worker_metrics

@@ -30,7 +30,7 @@ from ._exceptions import UsageError
 from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode
 from ._remote import StepPlanner
 from ._replay import Replay, Suspend, recorded_value
-from ._stores._base import Op, SettleCheckpoint
+from ._stores._ops import Op, SettleCheckpoint
 
 FAN_CANCELLED: Final = "fan_cancelled"
 """The error code of fan members a ``fail_fast`` fan cancelled."""

@@ -24,7 +24,7 @@ from ._on_error import (
     without_on_error_tags,
 )
 from ._records import Checkpoint, ErrorInfo, Run
-from ._stores._base import CreateRun
+from ._stores._ops import CreateRun
 
 if TYPE_CHECKING:
     from ._app import App

@@ -16,7 +16,8 @@ from ._clock import Clock
 from ._control import read_run
 from ._exceptions import BreakpointNotFoundError
 from ._records import Breakpoint, PausedStep, Run
-from ._stores._base import Op, Store
+from ._stores._base import Store
+from ._stores._ops import Op
 
 
 class HookActions:

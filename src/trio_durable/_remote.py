@@ -31,13 +31,13 @@ from ._exceptions import UsageError
 from ._failures import step_failure
 from ._records import Checkpoint, ErrorInfo, FanMode
 from ._replay import Replay, Suspend, recorded_value
-from ._stores._base import (
+from ._stores._base import Store
+from ._stores._ops import (
     AdmitToQueue,
     ClaimCheckpoint,
     PutCheckpoint,
     ReleaseQueueSlot,
     SettleCheckpoint,
-    Store,
 )
 from ._wire import Task
 

@@ -21,7 +21,7 @@ from ._app import Step
 from ._exceptions import NonDeterminismError, UsageError
 from ._observe import Event, EventKind
 from ._records import Checkpoint, CheckpointKind, Run
-from ._stores._base import Op, PutCheckpoint
+from ._stores._ops import Op, PutCheckpoint
 
 if TYPE_CHECKING:
     from ._runtime import Runtime

@@ -34,12 +34,14 @@ from ._handoff import output_source
 from ._options import check_id
 from ._records import LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo, Run
 from ._replay import TurnState
-from ._stores._base import ChangeFeed, CreateRun
+from ._stores._base import ChangeFeed
+from ._stores._ops import CreateRun
 
 if TYPE_CHECKING:
     from ._app import App
     from ._runtime import Runtime
-    from ._stores._base import Op, Store
+    from ._stores._base import Store
+    from ._stores._ops import Op
 
 
 @attrs.define(eq=False)

@@ -34,7 +34,8 @@ from ._runs import Endings
 from ._scheduler import Scheduler
 from ._sent import SentTasks
 from ._settle import consume_results
-from ._stores._base import ReleaseRun, RunWatch
+from ._stores._base import RunWatch
+from ._stores._ops import ReleaseRun
 from ._tracing import DISABLED, Tracing, make_tracing
 from ._turn import Turns
 from ._wakes import engine_delivery, keep_watching

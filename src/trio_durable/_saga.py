@@ -30,7 +30,7 @@ from ._local import execute
 from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus, signal_token
 from ._remote import RESEND
-from ._stores._base import (
+from ._stores._ops import (
     ClaimCheckpoint,
     DeleteCheckpoints,
     Op,

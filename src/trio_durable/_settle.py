@@ -28,7 +28,7 @@ from ._exceptions import StoreError
 from ._fans import FAN_CANCELLED
 from ._observe import Event, EventKind
 from ._records import Checkpoint, ErrorInfo, RunStatus, bound_traceback
-from ._stores._base import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
+from ._stores._ops import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result, WireError
 
 if TYPE_CHECKING:

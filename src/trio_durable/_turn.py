@@ -38,14 +38,8 @@ from ._records import (
 from ._remote import let_in_meanwhile
 from ._replay import Replay, Suspend, TurnState
 from ._saga import compensate
-from ._stores._base import (
-    Op,
-    RemoveSignalWaiter,
-    SettleCheckpoint,
-    UpdateRun,
-    WaitSignal,
-    WriteConflict,
-)
+from ._stores._base import WriteConflict
+from ._stores._ops import Op, RemoveSignalWaiter, SettleCheckpoint, UpdateRun, WaitSignal
 from ._tracing import attributes
 from ._wakes import announce, announces_ends
 

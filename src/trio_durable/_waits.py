@@ -22,7 +22,7 @@ from . import _serde
 from ._exceptions import SignalTimeout
 from ._records import Checkpoint, ErrorInfo, signal_token
 from ._replay import Replay, Suspend
-from ._stores._base import RemoveSignalWaiter, SettleCheckpoint, WaitSignal
+from ._stores._ops import RemoveSignalWaiter, SettleCheckpoint, WaitSignal
 
 
 async def timer(replay: Replay, due: Callable[[float], float]) -> None:

@@ -24,7 +24,8 @@ import trio
 
 from ._exceptions import StoreError
 from ._records import LATEST_VERSION, Run
-from ._stores._base import Announce, AnnounceKind, ChangeFeed, Op, RunWatch
+from ._stores._base import ChangeFeed, RunWatch
+from ._stores._ops import Announce, AnnounceKind, Op
 
 if TYPE_CHECKING:
     from ._app import App

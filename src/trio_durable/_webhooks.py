@@ -33,8 +33,9 @@ from ._exceptions import (
     WebhookUsedError,
 )
 from ._records import TERMINAL_STATUSES, Checkpoint, Run, signal_token
-from ._stores._base import DeliverSignal, Op, PutCheckpoint, UpdateRun, WriteConflict
+from ._stores._base import WriteConflict
 from ._stores._hook_ops import CreateWebhook, KeepSetting, UseWebhook
+from ._stores._ops import DeliverSignal, Op, PutCheckpoint, UpdateRun
 
 if TYPE_CHECKING:
     from ._replay import Replay

@@ -19,28 +19,11 @@ from ._records import RunStamp as RunStamp
 from ._records import RunStatus as RunStatus
 from ._records import Webhook as Webhook
 from ._stores._base import STALL_IGNORED_PREFIX as STALL_IGNORED_PREFIX
-from ._stores._base import AdmitToQueue as AdmitToQueue
-from ._stores._base import Announce as Announce
-from ._stores._base import AnnounceKind as AnnounceKind
 from ._stores._base import ChangeFeed as ChangeFeed
-from ._stores._base import ClaimCheckpoint as ClaimCheckpoint
-from ._stores._base import CreateRun as CreateRun
-from ._stores._base import DeleteCheckpoints as DeleteCheckpoints
-from ._stores._base import DeliverSignal as DeliverSignal
-from ._stores._base import LockRun as LockRun
-from ._stores._base import Op as Op
-from ._stores._base import PutCheckpoint as PutCheckpoint
-from ._stores._base import ReleaseQueueSlot as ReleaseQueueSlot
-from ._stores._base import ReleaseRun as ReleaseRun
-from ._stores._base import RemoveSignalWaiter as RemoveSignalWaiter
-from ._stores._base import RescheduleCheckpoint as RescheduleCheckpoint
 from ._stores._base import RunWatch as RunWatch
-from ._stores._base import SettleCheckpoint as SettleCheckpoint
 from ._stores._base import Store as Store
 from ._stores._base import StoreStatistics as StoreStatistics
 from ._stores._base import TurnState as TurnState
-from ._stores._base import UpdateRun as UpdateRun
-from ._stores._base import WaitSignal as WaitSignal
 from ._stores._base import WriteConflict as WriteConflict
 from ._stores._base import run_due_at as run_due_at
 from ._stores._helpers import StoreHelpers as StoreHelpers
@@ -51,6 +34,23 @@ from ._stores._hook_ops import PauseStep as PauseStep
 from ._stores._hook_ops import PutBreakpoint as PutBreakpoint
 from ._stores._hook_ops import ResumeStep as ResumeStep
 from ._stores._hook_ops import UseWebhook as UseWebhook
+from ._stores._ops import AdmitToQueue as AdmitToQueue
+from ._stores._ops import Announce as Announce
+from ._stores._ops import AnnounceKind as AnnounceKind
+from ._stores._ops import ClaimCheckpoint as ClaimCheckpoint
+from ._stores._ops import CreateRun as CreateRun
+from ._stores._ops import DeleteCheckpoints as DeleteCheckpoints
+from ._stores._ops import DeliverSignal as DeliverSignal
+from ._stores._ops import LockRun as LockRun
+from ._stores._ops import Op as Op
+from ._stores._ops import PutCheckpoint as PutCheckpoint
+from ._stores._ops import ReleaseQueueSlot as ReleaseQueueSlot
+from ._stores._ops import ReleaseRun as ReleaseRun
+from ._stores._ops import RemoveSignalWaiter as RemoveSignalWaiter
+from ._stores._ops import RescheduleCheckpoint as RescheduleCheckpoint
+from ._stores._ops import SettleCheckpoint as SettleCheckpoint
+from ._stores._ops import UpdateRun as UpdateRun
+from ._stores._ops import WaitSignal as WaitSignal
 
 __all__ = [
     "Webhook",

@@ -29,16 +29,15 @@ from servers.postgres import scratch_schema
 from trio_durable._exceptions import InvalidURLError, StoreError
 from trio_durable._records import Checkpoint, Run
 from trio_durable._stores import open_store
-from trio_durable._stores._base import (
-    STALL_IGNORED_PREFIX,
+from trio_durable._stores._base import STALL_IGNORED_PREFIX, WriteConflict
+from trio_durable._stores._hook_ops import KeepSetting
+from trio_durable._stores._ops import (
     ClaimCheckpoint,
     CreateRun,
     PutCheckpoint,
     SettleCheckpoint,
     UpdateRun,
-    WriteConflict,
 )
-from trio_durable._stores._hook_ops import KeepSetting
 from trio_durable._stores._postgres import PostgresStore, open_postgres_store
 from trio_durable._stores._postgres_ops import (
     LIST_DUE_RUNS,

@@ -16,7 +16,7 @@ import trio_durable as td
 import wakeups
 from servers import postgres as postgres_server
 from servers.postgres import scratch_schema
-from trio_durable._stores._base import Announce
+from trio_durable._stores._ops import Announce
 
 
 @pytest.fixture

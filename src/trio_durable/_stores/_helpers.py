@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._records import Checkpoint, Run
-from ._base import (
+from ._ops import (
     ClaimCheckpoint,
     CreateRun,
     DeliverSignal,

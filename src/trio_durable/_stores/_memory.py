@@ -32,8 +32,11 @@ from .._records import (
     Webhook,
 )
 from .._urls import mask_url
-from ._base import (
-    STALL_IGNORED_PREFIX,
+from ._base import STALL_IGNORED_PREFIX, StoreStatistics, TurnState, run_due_at
+from ._helpers import StoreHelpers
+from ._memory_hooks import MemoryHooks, put_undoable
+from ._memory_queries import MemoryQueries
+from ._ops import (
     AdmitToQueue,
     Announce,
     ClaimCheckpoint,
@@ -48,15 +51,9 @@ from ._base import (
     RemoveSignalWaiter,
     RescheduleCheckpoint,
     SettleCheckpoint,
-    StoreStatistics,
-    TurnState,
     UpdateRun,
     WaitSignal,
-    run_due_at,
 )
-from ._helpers import StoreHelpers
-from ._memory_hooks import MemoryHooks, put_undoable
-from ._memory_queries import MemoryQueries
 from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
 from ._watch import LocalWatches
 

@@ -19,10 +19,11 @@ import psycopg
 
 from .._exceptions import LeaseLostError, StoreError
 from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, dump_error
-from . import _base
-from ._base import Op, TurnState, WriteConflict
+from . import _ops
+from ._base import TurnState, WriteConflict
 from ._group_commit import Counts
 from ._hook_sql import RUN_TABLES, hook_ops
+from ._ops import Op
 from ._postgres_watch import write_announcement
 
 # The row codecs are shared with the SQLite store: both keep the same columns.
@@ -136,14 +137,14 @@ def select_run(cur: psycopg.Cursor[Any], run_id: str) -> Run | None:
     return None if row is None else load_run(row)
 
 
-def _create_run(cur: psycopg.Cursor[Any], op: _base.CreateRun) -> Any:
+def _create_run(cur: psycopg.Cursor[Any], op: _ops.CreateRun) -> Any:
     cur.execute(_INSERT_RUN, run_row(op.run)[:-1])
     if cur.rowcount == 1:
         return (op.run, True)
     return (select_run(cur, op.run.id), False)
 
 
-def _update(cur: psycopg.Cursor[Any], op: _base.UpdateRun) -> Any:
+def _update(cur: psycopg.Cursor[Any], op: _ops.UpdateRun) -> Any:
     fields = tuple(op.changes)
     for field in fields:
         # Also keeps the SQL text built from the names to known columns.
@@ -182,7 +183,7 @@ def _update(cur: psycopg.Cursor[Any], op: _base.UpdateRun) -> Any:
     return False
 
 
-def _why_not_updated(cur: psycopg.Cursor[Any], op: _base.UpdateRun) -> StoreError:
+def _why_not_updated(cur: psycopg.Cursor[Any], op: _ops.UpdateRun) -> StoreError:
     """The error an `UpdateRun` whose statement changed nothing raises."""
     run_id = op.run_id
     current = select_run(cur, run_id)
@@ -203,7 +204,7 @@ def _claim_params(cp: Checkpoint) -> tuple[Any, ...]:
     return (*checkpoint_values(cp), cp.run_id, cp.seq)
 
 
-def _settle_params(op: _base.SettleCheckpoint) -> dict[str, Any]:
+def _settle_params(op: _ops.SettleCheckpoint) -> dict[str, Any]:
     return {
         "run_id": op.run_id,
         "seq": op.seq,
@@ -219,7 +220,7 @@ def _settle_params(op: _base.SettleCheckpoint) -> dict[str, Any]:
     }
 
 
-def _reschedule_params(op: _base.RescheduleCheckpoint) -> dict[str, Any]:
+def _reschedule_params(op: _ops.RescheduleCheckpoint) -> dict[str, Any]:
     return {
         "run_id": op.run_id,
         "seq": op.seq,
@@ -233,7 +234,7 @@ def _reschedule_params(op: _base.RescheduleCheckpoint) -> dict[str, Any]:
     }
 
 
-def _reschedule(cur: psycopg.Cursor[Any], op: _base.RescheduleCheckpoint) -> Any:
+def _reschedule(cur: psycopg.Cursor[Any], op: _ops.RescheduleCheckpoint) -> Any:
     row = cur.execute(_RESCHEDULE_CHECKPOINT, _reschedule_params(op)).fetchone()
     return None if row is None else load_checkpoint(row)
 
@@ -268,7 +269,7 @@ def _holders(cur: psycopg.Cursor[Any], queue: str) -> int:
     return int(row[0])
 
 
-def _admit(cur: psycopg.Cursor[Any], op: _base.AdmitToQueue) -> Any:
+def _admit(cur: psycopg.Cursor[Any], op: _ops.AdmitToQueue) -> Any:
     # Counting holders and then taking a slot must not interleave with
     # another transaction doing the same.
     _lock(cur, op.queue, _QUEUE_LOCK_SEED)
@@ -298,7 +299,7 @@ def _admit(cur: psycopg.Cursor[Any], op: _base.AdmitToQueue) -> Any:
     return False
 
 
-def _release_slot(cur: psycopg.Cursor[Any], op: _base.ReleaseQueueSlot) -> Any:
+def _release_slot(cur: psycopg.Cursor[Any], op: _ops.ReleaseQueueSlot) -> Any:
     if not _slot_done(cur, op.run_id, op.seq):
         return []
     _lock(cur, op.queue, _QUEUE_LOCK_SEED)
@@ -331,7 +332,7 @@ def _release_slot(cur: psycopg.Cursor[Any], op: _base.ReleaseQueueSlot) -> Any:
     return admitted
 
 
-def _delete_checkpoints(cur: psycopg.Cursor[Any], op: _base.DeleteCheckpoints) -> Any:
+def _delete_checkpoints(cur: psycopg.Cursor[Any], op: _ops.DeleteCheckpoints) -> Any:
     cur.execute(
         "DELETE FROM checkpoints WHERE run_id = %s AND seq = ANY(%s::bigint[])",
         (op.run_id, list(op.seqs)),
@@ -339,7 +340,7 @@ def _delete_checkpoints(cur: psycopg.Cursor[Any], op: _base.DeleteCheckpoints) -
     return None
 
 
-def _wait_signal(cur: psycopg.Cursor[Any], op: _base.WaitSignal) -> Any:
+def _wait_signal(cur: psycopg.Cursor[Any], op: _ops.WaitSignal) -> Any:
     # A wait and a delivery for one token must not interleave, or each could
     # miss the other (a waiter registered and a payload buffered).
     _lock(cur, op.token, _SIGNAL_LOCK_SEED)
@@ -362,7 +363,7 @@ def _wait_signal(cur: psycopg.Cursor[Any], op: _base.WaitSignal) -> Any:
     return None
 
 
-def _deliver_signal(cur: psycopg.Cursor[Any], op: _base.DeliverSignal) -> Any:
+def _deliver_signal(cur: psycopg.Cursor[Any], op: _ops.DeliverSignal) -> Any:
     _lock(cur, op.token, _SIGNAL_LOCK_SEED)
     row = cur.execute(
         "DELETE FROM signal_waiters WHERE token = %s RETURNING run_id, seq", (op.token,)
@@ -380,19 +381,19 @@ def _deliver_signal(cur: psycopg.Cursor[Any], op: _base.DeliverSignal) -> Any:
     return None
 
 
-def _remove_signal_waiter(cur: psycopg.Cursor[Any], op: _base.RemoveSignalWaiter) -> Any:
+def _remove_signal_waiter(cur: psycopg.Cursor[Any], op: _ops.RemoveSignalWaiter) -> Any:
     cur.execute("DELETE FROM signal_waiters WHERE token = %s", (op.token,))
     return None
 
 
-def _lock_run(cur: psycopg.Cursor[Any], op: _base.LockRun) -> Any:
+def _lock_run(cur: psycopg.Cursor[Any], op: _ops.LockRun) -> Any:
     cur.execute(
         _LOCK_RUN, {"run_id": op.run_id, "owner": op.owner, "expiry": op.expiry, "now": op.now}
     )
     return cur.rowcount == 1
 
 
-def _release_run(cur: psycopg.Cursor[Any], op: _base.ReleaseRun) -> Any:
+def _release_run(cur: psycopg.Cursor[Any], op: _ops.ReleaseRun) -> Any:
     cur.execute(
         "UPDATE runs SET lease_owner = NULL, lease_expiry = NULL"
         " WHERE id = %s AND lease_owner = %s",
@@ -402,18 +403,18 @@ def _release_run(cur: psycopg.Cursor[Any], op: _base.ReleaseRun) -> Any:
 
 
 _OPS: Final[dict[type[Any], Callable[[psycopg.Cursor[Any], Any], Any]]] = {
-    _base.CreateRun: _create_run,
-    _base.UpdateRun: _update,
-    _base.RescheduleCheckpoint: _reschedule,
-    _base.AdmitToQueue: _admit,
-    _base.ReleaseQueueSlot: _release_slot,
-    _base.DeleteCheckpoints: _delete_checkpoints,
-    _base.WaitSignal: _wait_signal,
-    _base.DeliverSignal: _deliver_signal,
-    _base.RemoveSignalWaiter: _remove_signal_waiter,
-    _base.LockRun: _lock_run,
-    _base.ReleaseRun: _release_run,
-    _base.Announce: write_announcement,
+    _ops.CreateRun: _create_run,
+    _ops.UpdateRun: _update,
+    _ops.RescheduleCheckpoint: _reschedule,
+    _ops.AdmitToQueue: _admit,
+    _ops.ReleaseQueueSlot: _release_slot,
+    _ops.DeleteCheckpoints: _delete_checkpoints,
+    _ops.WaitSignal: _wait_signal,
+    _ops.DeliverSignal: _deliver_signal,
+    _ops.RemoveSignalWaiter: _remove_signal_waiter,
+    _ops.LockRun: _lock_run,
+    _ops.ReleaseRun: _release_run,
+    _ops.Announce: write_announcement,
     **hook_ops("%s"),
 }
 
@@ -430,11 +431,11 @@ def _each_result(cur: psycopg.Cursor[Any]) -> list[Any]:
 def _run_group(cur: psycopg.Cursor[Any], kind: type[Any], ops: list[Any]) -> list[Any]:
     """Apply a row of consecutive puts, claims or settles in one round trip
     (psycopg pipelines an ``executemany``)."""
-    if kind is _base.PutCheckpoint:
+    if kind is _ops.PutCheckpoint:
         cur.executemany(_UPSERT_CHECKPOINT, [_checkpoint_row(op.checkpoint) for op in ops])
         return [None] * len(ops)
     params: list[Any]
-    if kind is _base.ClaimCheckpoint:
+    if kind is _ops.ClaimCheckpoint:
         statement, params = _CLAIM_CHECKPOINT, [_claim_params(op.checkpoint) for op in ops]
     else:
         statement, params = _SETTLE_CHECKPOINT, [_settle_params(op) for op in ops]
@@ -443,7 +444,7 @@ def _run_group(cur: psycopg.Cursor[Any], kind: type[Any], ops: list[Any]) -> lis
     else:
         cur.executemany(statement, params, returning=True)
         rows = _each_result(cur)
-    if kind is _base.ClaimCheckpoint:
+    if kind is _ops.ClaimCheckpoint:
         return [row is not None for row in rows]
     return [None if row is None else load_checkpoint(row) for row in rows]
 
@@ -452,18 +453,18 @@ def _checkpoint_row(cp: Checkpoint) -> tuple[Any, ...]:
     return (cp.run_id, cp.seq, *checkpoint_values(cp))
 
 
-_GROUPED: Final = (_base.PutCheckpoint, _base.ClaimCheckpoint, _base.SettleCheckpoint)
+_GROUPED: Final = (_ops.PutCheckpoint, _ops.ClaimCheckpoint, _ops.SettleCheckpoint)
 
 
 def runs_written(ops: Sequence[Op]) -> tuple[str, ...]:
     """The runs whose rows (or checkpoints) ``ops`` write."""
     runs: list[str] = []
     for op in ops:
-        if isinstance(op, _base.CreateRun):
+        if isinstance(op, _ops.CreateRun):
             runs.append(op.run.id)
-        elif isinstance(op, _base.PutCheckpoint | _base.ClaimCheckpoint):
+        elif isinstance(op, _ops.PutCheckpoint | _ops.ClaimCheckpoint):
             runs.append(op.checkpoint.run_id)
-        elif isinstance(op, _base.Announce):
+        elif isinstance(op, _ops.Announce):
             # Writes no row: a NOTIFY.
             continue
         else:

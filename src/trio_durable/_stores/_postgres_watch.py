@@ -28,7 +28,7 @@ from psycopg import sql
 
 from .._exceptions import StoreError
 from .._urls import scrub
-from ._base import Announce
+from ._ops import Announce
 from ._postgres_schema import connect
 from ._watch import Deliver
 

@@ -15,7 +15,8 @@ import attrs
 
 from .._exceptions import LeaseLostError, StoreError
 from .._records import Checkpoint, Run
-from ._base import RescheduleCheckpoint, UpdateRun, WriteConflict
+from ._base import WriteConflict
+from ._ops import RescheduleCheckpoint, UpdateRun
 
 
 def holds_lease(run: Run, owner: str, now: float | None) -> bool:

@@ -19,10 +19,11 @@ from typing import Any, Generic, Protocol, Self, TypeVar, final
 import attrs
 
 from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
-from ._base import STALL_IGNORED_PREFIX, Op, StoreStatistics, TurnState
+from ._base import STALL_IGNORED_PREFIX, StoreStatistics, TurnState
 from ._group_commit import Counts, GroupCommit
 from ._helpers import StoreHelpers
 from ._hook_sql import SQLHooks
+from ._ops import Op
 from ._rows import INT64_MAX, INT64_MIN, load_checkpoint, load_run
 from ._sql_queries import SQLQueries
 

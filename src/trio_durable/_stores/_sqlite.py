@@ -45,8 +45,8 @@ import trio
 from trio._core._run import SystemClock as _SystemClock
 
 from .._exceptions import StoreError
-from ._base import Announce, Op
 from ._group_commit import GroupCommit, Job
+from ._ops import Announce, Op
 from ._sql_store import SQLStore
 from ._sqlite_ops import DIALECT
 from ._sqlite_schema import WATCH_INTERVAL, connect, parse_url

@@ -25,10 +25,11 @@ from .._records import (
     dump_error,
     dump_errors,
 )
-from . import _base
-from ._base import Op, TurnState, run_due_at
+from . import _ops
+from ._base import TurnState, run_due_at
 from ._group_commit import Counts
 from ._hook_sql import RUN_TABLES, hook_ops
+from ._ops import Op
 from ._rows import (
     CHECKPOINT_COLUMNS,
     INT64_MAX,
@@ -126,7 +127,7 @@ _TURN_FIELDS: Final = ("lease_owner", "lease_expiry", "recoveries", "status")
 # -- operations (run in a trip) ----------------------------------------------------
 
 
-def _create_run(cur: sqlite3.Cursor, op: _base.CreateRun) -> Any:
+def _create_run(cur: sqlite3.Cursor, op: _ops.CreateRun) -> Any:
     row = run_row(op.run)
     cur.execute(_INSERT_RUN, row[:_INPUT_INDEX] + row[_INPUT_INDEX + 1 :])
     if cur.rowcount == 1:
@@ -135,7 +136,7 @@ def _create_run(cur: sqlite3.Cursor, op: _base.CreateRun) -> Any:
     return (_select_run(cur, op.run.id), False)
 
 
-def _update(cur: sqlite3.Cursor, op: _base.UpdateRun) -> Any:
+def _update(cur: sqlite3.Cursor, op: _ops.UpdateRun) -> Any:
     current = _select_run(cur, op.run_id, with_input=False)
     problem = expectation_failure(current, op)
     if problem is not None:
@@ -149,7 +150,7 @@ def _update(cur: sqlite3.Cursor, op: _base.UpdateRun) -> Any:
     return True
 
 
-def _claim(cur: sqlite3.Cursor, op: _base.ClaimCheckpoint) -> Any:
+def _claim(cur: sqlite3.Cursor, op: _ops.ClaimCheckpoint) -> Any:
     cp = op.checkpoint
     cur.execute(_CLAIM_CHECKPOINT, (*checkpoint_values(cp), cp.run_id, cp.seq))
     return cur.rowcount == 1
@@ -181,7 +182,7 @@ def _conditions_hold(
     return cp
 
 
-def _settle(cur: sqlite3.Cursor, op: _base.SettleCheckpoint) -> Any:
+def _settle(cur: sqlite3.Cursor, op: _ops.SettleCheckpoint) -> Any:
     conditional = (
         op.attempt is not None
         or op.unless_run_status
@@ -209,7 +210,7 @@ def _settle(cur: sqlite3.Cursor, op: _base.SettleCheckpoint) -> Any:
     return load_checkpoint(rows[0]) if rows else None
 
 
-def _reschedule(cur: sqlite3.Cursor, op: _base.RescheduleCheckpoint) -> Any:
+def _reschedule(cur: sqlite3.Cursor, op: _ops.RescheduleCheckpoint) -> Any:
     cp = _conditions_hold(
         cur, op.run_id, op.seq, op.attempt, op.unless_run_status, op.kind, op.name
     )
@@ -244,7 +245,7 @@ def _unmark(cur: sqlite3.Cursor, run_id: str, seq: int) -> None:
     )
 
 
-def _admit(cur: sqlite3.Cursor, op: _base.AdmitToQueue) -> Any:
+def _admit(cur: sqlite3.Cursor, op: _ops.AdmitToQueue) -> Any:
     held = cur.execute(
         "SELECT 1 FROM queue_slots WHERE queue = ? AND run_id = ? AND seq = ?",
         (op.queue, op.run_id, op.seq),
@@ -279,7 +280,7 @@ def _admit(cur: sqlite3.Cursor, op: _base.AdmitToQueue) -> Any:
     return False
 
 
-def _release_slot(cur: sqlite3.Cursor, op: _base.ReleaseQueueSlot) -> Any:
+def _release_slot(cur: sqlite3.Cursor, op: _ops.ReleaseQueueSlot) -> Any:
     if not _slot_done(cur, op.run_id, op.seq):
         return []
     cur.execute(
@@ -313,7 +314,7 @@ def _release_slot(cur: sqlite3.Cursor, op: _base.ReleaseQueueSlot) -> Any:
     return admitted
 
 
-def _delete_checkpoints(cur: sqlite3.Cursor, op: _base.DeleteCheckpoints) -> Any:
+def _delete_checkpoints(cur: sqlite3.Cursor, op: _ops.DeleteCheckpoints) -> Any:
     cur.executemany(
         "DELETE FROM checkpoints WHERE run_id = ? AND seq = ?",
         [(op.run_id, seq) for seq in op.seqs],
@@ -321,7 +322,7 @@ def _delete_checkpoints(cur: sqlite3.Cursor, op: _base.DeleteCheckpoints) -> Any
     return None
 
 
-def _wait_signal(cur: sqlite3.Cursor, op: _base.WaitSignal) -> Any:
+def _wait_signal(cur: sqlite3.Cursor, op: _ops.WaitSignal) -> Any:
     row = cur.execute(
         "SELECT id, payload FROM buffered_signals WHERE token = ? ORDER BY id LIMIT 1",
         (op.token,),
@@ -340,7 +341,7 @@ def _wait_signal(cur: sqlite3.Cursor, op: _base.WaitSignal) -> Any:
     return None
 
 
-def _deliver_signal(cur: sqlite3.Cursor, op: _base.DeliverSignal) -> Any:
+def _deliver_signal(cur: sqlite3.Cursor, op: _ops.DeliverSignal) -> Any:
     rows = cur.execute(
         "DELETE FROM signal_waiters WHERE token = ? RETURNING run_id, seq", (op.token,)
     ).fetchall()
@@ -357,12 +358,12 @@ def _deliver_signal(cur: sqlite3.Cursor, op: _base.DeliverSignal) -> Any:
     return None
 
 
-def _remove_signal_waiter(cur: sqlite3.Cursor, op: _base.RemoveSignalWaiter) -> Any:
+def _remove_signal_waiter(cur: sqlite3.Cursor, op: _ops.RemoveSignalWaiter) -> Any:
     cur.execute("DELETE FROM signal_waiters WHERE token = ?", (op.token,))
     return None
 
 
-def _lock_run(cur: sqlite3.Cursor, op: _base.LockRun) -> Any:
+def _lock_run(cur: sqlite3.Cursor, op: _ops.LockRun) -> Any:
     current = _select_run(cur, op.run_id, with_input=False)
     if current is None:
         return False
@@ -373,7 +374,7 @@ def _lock_run(cur: sqlite3.Cursor, op: _base.LockRun) -> Any:
     return True
 
 
-def _release_run(cur: sqlite3.Cursor, op: _base.ReleaseRun) -> Any:
+def _release_run(cur: sqlite3.Cursor, op: _ops.ReleaseRun) -> Any:
     current = _select_run(cur, op.run_id, with_input=False)
     if current is not None and current.lease_owner == op.owner:
         released = attrs.evolve(current, lease_owner=None, lease_expiry=None)
@@ -382,20 +383,20 @@ def _release_run(cur: sqlite3.Cursor, op: _base.ReleaseRun) -> Any:
 
 
 _OPS: Final[dict[type[Any], Callable[[sqlite3.Cursor, Any], Any]]] = {
-    _base.CreateRun: _create_run,
-    _base.UpdateRun: _update,
-    _base.ClaimCheckpoint: _claim,
-    _base.SettleCheckpoint: _settle,
-    _base.RescheduleCheckpoint: _reschedule,
-    _base.AdmitToQueue: _admit,
-    _base.ReleaseQueueSlot: _release_slot,
-    _base.DeleteCheckpoints: _delete_checkpoints,
-    _base.WaitSignal: _wait_signal,
-    _base.DeliverSignal: _deliver_signal,
-    _base.RemoveSignalWaiter: _remove_signal_waiter,
-    _base.LockRun: _lock_run,
-    _base.ReleaseRun: _release_run,
-    _base.Announce: write_announcement,
+    _ops.CreateRun: _create_run,
+    _ops.UpdateRun: _update,
+    _ops.ClaimCheckpoint: _claim,
+    _ops.SettleCheckpoint: _settle,
+    _ops.RescheduleCheckpoint: _reschedule,
+    _ops.AdmitToQueue: _admit,
+    _ops.ReleaseQueueSlot: _release_slot,
+    _ops.DeleteCheckpoints: _delete_checkpoints,
+    _ops.WaitSignal: _wait_signal,
+    _ops.DeliverSignal: _deliver_signal,
+    _ops.RemoveSignalWaiter: _remove_signal_waiter,
+    _ops.LockRun: _lock_run,
+    _ops.ReleaseRun: _release_run,
+    _ops.Announce: write_announcement,
     **hook_ops("?"),
 }
 
@@ -406,7 +407,7 @@ def apply_ops(cur: sqlite3.Cursor, ops: Sequence[Op]) -> list[Any]:
     # consecutive puts with one executemany, before the next other operation.
     puts: list[tuple[Any, ...]] = []
     for op in ops:
-        if isinstance(op, _base.PutCheckpoint):
+        if isinstance(op, _ops.PutCheckpoint):
             cp = op.checkpoint
             puts.append((cp.run_id, cp.seq, *checkpoint_values(cp)))
             results.append(None)

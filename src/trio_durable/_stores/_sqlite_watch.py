@@ -31,7 +31,7 @@ from typing import Any, Final
 import trio
 
 from .._exceptions import StoreError
-from ._base import Announce
+from ._ops import Announce
 from ._sqlite_schema import BUSY_TIMEOUT
 from ._watch import Deliver, LocalWatches
 

@@ -9,7 +9,7 @@ from typing import final
 import attrs
 import trio
 
-from ._base import Announce
+from ._ops import Announce
 
 Deliver = Callable[[Sequence[Announce] | None], None]
 

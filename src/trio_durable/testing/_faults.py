@@ -33,15 +33,10 @@ from .._records import (
     RunStatus,
     Webhook,
 )
-from .._stores._base import (
-    ChangeFeed,
-    DeleteCheckpoints,
-    Op,
-    StoreStatistics,
-    TurnState,
-)
+from .._stores._base import ChangeFeed, StoreStatistics, TurnState
 from .._stores._helpers import StoreHelpers
 from .._stores._memory import MemoryStore
+from .._stores._ops import DeleteCheckpoints, Op
 
 
 @final

@@ -35,7 +35,7 @@ import trio.testing
 import trio_durable as td
 
 from ..._brokers._base import RESULTS, Broker
-from ..._stores._base import AdmitToQueue, PutCheckpoint
+from ..._stores._ops import AdmitToQueue, PutCheckpoint
 from ._broker_factory import EVENTUALLY, BrokerFactory, BrokerMaker, as_factory, settle
 
 BACKOFF: Final = 0.25

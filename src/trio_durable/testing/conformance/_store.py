@@ -20,16 +20,8 @@ from collections.abc import Sequence
 
 import trio
 
-from ..._stores._base import (
-    Announce,
-    CreateRun,
-    PutCheckpoint,
-    RunWatch,
-    Store,
-    StoreStatistics,
-    UpdateRun,
-    WriteConflict,
-)
+from ..._stores._base import RunWatch, Store, StoreStatistics, WriteConflict
+from ..._stores._ops import Announce, CreateRun, PutCheckpoint, UpdateRun
 from ._store_checkpoints import CHECKPOINTS_CHECKS
 from ._store_hooks import HOOKS_CHECKS
 from ._store_queries import QUERIES_CHECKS

@@ -8,14 +8,14 @@ import attrs
 import trio
 
 from ..._records import Checkpoint, ErrorInfo, RunStatus
-from ..._stores._base import (
+from ..._stores._base import WriteConflict
+from ..._stores._ops import (
     ClaimCheckpoint,
     DeleteCheckpoints,
     PutCheckpoint,
     RescheduleCheckpoint,
     SettleCheckpoint,
     UpdateRun,
-    WriteConflict,
 )
 from ._store_support import (
     OpenStore,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 
 from ..._records import Breakpoint, PausedStep, Webhook
-from ..._stores._base import CreateRun, DeliverSignal, Store, UpdateRun, WriteConflict
+from ..._stores._base import Store, WriteConflict
 from ..._stores._hook_ops import (
     CreateWebhook,
     DeleteBreakpoint,
@@ -15,6 +15,7 @@ from ..._stores._hook_ops import (
     ResumeStep,
     UseWebhook,
 )
+from ..._stores._ops import CreateRun, DeliverSignal, UpdateRun
 from ._store_support import OpenStore, StoreFactory, fresh_store, make_run, raises, two_handles
 
 

@@ -8,7 +8,8 @@ from typing import Any
 import trio
 
 from ..._records import ErrorInfo, RunFilter, signal_token
-from ..._stores._base import AdmitToQueue, Store, UpdateRun
+from ..._stores._base import Store
+from ..._stores._ops import AdmitToQueue, UpdateRun
 from ._store_support import (
     OpenStore,
     StoreFactory,

@@ -5,14 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..._records import ErrorInfo, QueueDepth
-from ..._stores._base import (
-    AdmitToQueue,
-    ReleaseQueueSlot,
-    SettleCheckpoint,
-    Store,
-    UpdateRun,
-    WriteConflict,
-)
+from ..._stores._base import Store, WriteConflict
+from ..._stores._ops import AdmitToQueue, ReleaseQueueSlot, SettleCheckpoint, UpdateRun
 from ._store_support import (
     OpenStore,
     StoreFactory,

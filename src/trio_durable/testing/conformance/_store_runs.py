@@ -8,7 +8,8 @@ import attrs
 
 from ..._exceptions import LeaseLostError, StoreError
 from ..._records import ErrorInfo, Run
-from ..._stores._base import (
+from ..._stores._base import WriteConflict
+from ..._stores._ops import (
     CreateRun,
     DeleteCheckpoints,
     LockRun,
@@ -17,7 +18,6 @@ from ..._stores._base import (
     SettleCheckpoint,
     UpdateRun,
     WaitSignal,
-    WriteConflict,
 )
 from ._store_support import (
     OpenStore,

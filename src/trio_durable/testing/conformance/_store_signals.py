@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..._stores._base import (
-    DeliverSignal,
-    RemoveSignalWaiter,
-    WaitSignal,
-)
+from ..._stores._ops import DeliverSignal, RemoveSignalWaiter, WaitSignal
 from ._store_support import (
     OpenStore,
     StoreFactory,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from ..._records import ErrorInfo, RunStamp
-from ..._stores._base import (
+from ..._stores._base import Store
+from ..._stores._ops import (
     ClaimCheckpoint,
     DeleteCheckpoints,
     PutCheckpoint,
     RescheduleCheckpoint,
     SettleCheckpoint,
-    Store,
     UpdateRun,
 )
 from ._store_support import OpenStore, StoreFactory, fresh_store, make_checkpoint, make_run
