@@ -14,7 +14,7 @@ disagree) it lists two kinds of gaps:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, final
 
 import attrs
@@ -25,6 +25,7 @@ from ._clock import Clock
 from ._dispatch import split_group_route
 from ._fleet import Fleet, aggregate
 from ._handoff import unserved_on_error_routes
+from ._views import plain
 
 APP_DECLARER = "--app"
 """Who declares an on-error route of the App given (``--app`` on the
@@ -111,17 +112,6 @@ class FleetReport:
             }
         )
         return document
-
-
-def plain(value: Any) -> Any:
-    """``value`` with attrs records as dicts and tuples as lists."""
-    if attrs.has(type(value)):
-        return plain(attrs.asdict(value, recurse=False))
-    if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
-    return value
 
 
 def capability_gaps(

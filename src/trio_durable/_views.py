@@ -291,3 +291,18 @@ class Retention:
             "dead": self.dead,
         }
         return {status: now - age for status, age in ages.items() if age is not None}
+
+
+def plain(value: Any, *, compact_errors: bool = False) -> Any:
+    """``value`` as plain JSON values: attrs records as dicts, tuples as
+    lists. With ``compact_errors``, an `ErrorInfo` is its ``to_json()`` (the
+    fields that are None left out), as the console's API answers them."""
+    if compact_errors and isinstance(value, ErrorInfo):
+        return value.to_json()
+    if attrs.has(type(value)):
+        value = attrs.asdict(value, recurse=False)
+    if isinstance(value, Mapping):
+        return {key: plain(item, compact_errors=compact_errors) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item, compact_errors=compact_errors) for item in value]
+    return value

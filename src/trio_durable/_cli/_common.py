@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
-import attrs
 import click
 from rich.console import Console, Group, RenderableType
 from rich.progress import (
@@ -42,6 +41,7 @@ from .._exceptions import (
     WebhookError,
 )
 from .._urls import mask_url, scrub
+from .._views import plain as plain
 
 # -- exit codes (the table in docs/operations.md) ----------------------------
 
@@ -262,18 +262,6 @@ def say(message: str) -> None:
 def print_json(document: Any) -> None:
     """The command's one JSON document, on stdout."""
     click.echo(json.dumps(document, indent=2))
-
-
-def plain(value: Any) -> Any:
-    """``value`` with attrs records as dicts and tuples as lists: what
-    `print_json` prints, and what it reads back as."""
-    if attrs.has(type(value)):
-        return plain(attrs.asdict(value, recurse=False))
-    if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
-    return value
 
 
 def stdout_console() -> Console:

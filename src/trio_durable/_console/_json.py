@@ -9,33 +9,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
-import attrs
-
 from .._fleet_report import FleetReport
 from .._on_error import lineage, parent_of
-from .._records import ErrorInfo, Run
+from .._records import Run
 from .._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage
+from .._views import plain as views_plain
 
 _HANDLER_ID: Final = re.compile(r"\.onError\.\d+$")
 """How the id of an on-error handler run ends (see `parent_of`)."""
 
 
 def plain(value: Any) -> Any:
-    """``value`` with attrs records as dicts, tuples as lists, errors as
-    their JSON objects."""
-    if isinstance(value, ErrorInfo):
-        return value.to_json()
-    if attrs.has(type(value)):
-        return plain(attrs.asdict(value, recurse=False))
-    if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
-    return value
+    """``value`` as plain JSON values, errors as their JSON objects."""
+    return views_plain(value, compact_errors=True)
 
 
 class Paths:
