@@ -57,13 +57,7 @@ from trio_durable.brokers import (
 )
 
 from ._nats_url import (
-    DEAD_MAX_AGE,
-    DEAD_STREAM,
     DEAD_SUBJECT,
-    RESULT_SUBJECT,
-    RESULTS_STREAM,
-    TASK_SUBJECT,
-    TASKS_STREAM,
     WORKERS_BUCKET,
     NatsOptions,
     parse_nats_url,
@@ -77,10 +71,13 @@ try:
     import nats.js.errors
     from nats.aio.client import Client as NatsClient
     from nats.aio.msg import Msg
-    from nats.js import JetStreamContext, api
+    from nats.js import JetStreamContext
     from nats.js.kv import KeyValue
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("the NATS broker needs nats-py: pip install trio-durable-nats") from exc
+
+# After nats-py, whose absence the lines above name.
+from ._nats_setup import ensure_consumer, read_descriptors, set_up
 
 logger = logging.getLogger("trio_durable.brokers.nats")
 
@@ -280,101 +277,6 @@ async def _publish_each(
     return [outcome if isinstance(outcome, BaseException) else None for outcome in outcomes]
 
 
-async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
-    try:
-        await js.add_stream(config)
-    except nats.js.errors.BadRequestError as exc:
-        # 10058: the stream exists with other settings (an older version of
-        # this adapter, or other URL options): bring it to these.
-        if exc.err_code != 10058:
-            raise
-        await js.update_stream(config)
-
-
-async def _setup(js: JetStreamContext, options: NatsOptions) -> KeyValue:
-    """Create the streams and the bucket, or bring them to these settings."""
-    for name, subject, retention, max_age in (
-        (TASKS_STREAM, TASK_SUBJECT, api.RetentionPolicy.WORK_QUEUE, None),
-        (RESULTS_STREAM, RESULT_SUBJECT, api.RetentionPolicy.WORK_QUEUE, None),
-        (DEAD_STREAM, DEAD_SUBJECT, api.RetentionPolicy.LIMITS, DEAD_MAX_AGE),
-    ):
-        await _ensure_stream(
-            js,
-            api.StreamConfig(
-                name=name,
-                description="trio-durable (see docs/nats.md)",
-                subjects=[f"{subject}.>"],
-                retention=retention,
-                storage=api.StorageType.FILE,
-                num_replicas=options.replicas,
-                max_age=max_age,
-            ),
-        )
-    try:
-        return await js.create_key_value(
-            bucket=WORKERS_BUCKET,
-            description="trio-durable worker announcements",
-            history=1,
-            storage=api.StorageType.FILE,
-            replicas=options.replicas,
-        )
-    except nats.js.errors.BadRequestError:
-        # It exists with other settings: use it as it is.
-        return await js.key_value(WORKERS_BUCKET)
-
-
-async def _ensure_consumer(
-    js: JetStreamContext, stream: str, subject: str, name: str, options: NatsOptions
-) -> None:
-    # Create-or-update: the server keeps one durable consumer per name and
-    # takes the editable settings (ack_wait, max_deliver) from the last call.
-    await js.add_consumer(
-        stream,
-        api.ConsumerConfig(
-            name=name,
-            durable_name=name,
-            filter_subject=subject,
-            ack_policy=api.AckPolicy.EXPLICIT,
-            deliver_policy=api.DeliverPolicy.ALL,
-            ack_wait=options.ack_wait,
-            max_deliver=options.max_deliver,
-            max_ack_pending=-1,
-        ),
-    )
-
-
-async def _read_descriptors(kv: KeyValue, limit: float) -> list[bytes]:
-    """The current value of every key of the bucket: one watcher, stopped
-    once it has delivered the initial values."""
-    watcher = await kv.watchall(ignore_deletes=True, inactive_threshold=limit)
-    values: list[bytes] = []
-    wait = limit
-    try:
-        while True:
-            try:
-                entry = await watcher.updates(wait)  # type: ignore[no-untyped-call]
-            except nats.errors.TimeoutError:
-                if not values:
-                    raise
-                # The watcher counted the values pending when it started; an
-                # announcement that expired before it was delivered never
-                # comes, and neither does nats-py's end-of-values marker. The
-                # values arrive in one burst: a pause means they are all in.
-                break
-            if entry is None or entry.delta == 0:
-                if entry is not None and entry.value and entry.operation is None:
-                    values.append(entry.value)
-                break
-            # Purges and expiry markers carry no value (nats-py reports some
-            # of them as entries with value None).
-            if entry.value and entry.operation is None:
-                values.append(entry.value)
-            wait = min(limit, _BURST_PAUSE)
-    finally:
-        await watcher.stop()  # type: ignore[no-untyped-call]
-    return values
-
-
 async def _http_get_json(url: str, limit: float) -> Any:
     """GET a JSON document over plain HTTP/1.0 with asyncio streams (so it is
     cancellable with the bridge call, unlike a blocking client in a thread)."""
@@ -409,10 +311,6 @@ class _Dispatch:
     error: BaseException | None = None
     failed_at: int | None = None
 
-
-_BURST_PAUSE: Final = 0.5
-"""Seconds without a value after which the initial values of a bucket
-watcher count as all delivered (see `_read_descriptors`)."""
 
 _CLIENT_ERRORS: Final = (nats.errors.Error, OSError, asyncio.TimeoutError, ValueError)
 
@@ -634,7 +532,7 @@ class NatsBroker:
         puller = _Puller(self._nc, stream, name, prefetch, inbox, self._tasks)
 
         async def start() -> None:
-            await _ensure_consumer(self._js, stream, subject, name, self.options)
+            await ensure_consumer(self._js, stream, subject, name, self.options)
             await puller.start()
 
         await self._call(start, f"open a consumer of {queue!r}")
@@ -684,7 +582,7 @@ class NatsBroker:
         """
         timeout = self.options.timeout
         values = await self._call(
-            lambda: _read_descriptors(self._kv, timeout), "read worker announcements"
+            lambda: read_descriptors(self._kv, timeout), "read worker announcements"
         )
         now = self._clock.now()
         live: dict[str, WorkerDescriptor] = {}
@@ -828,7 +726,7 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
             raise BrokerUnavailable(f"cannot connect to NATS at {options.shown}: {reason}") from exc
         try:
             try:
-                kv = await bridge.run(lambda: _setup(js, options))
+                kv = await bridge.run(lambda: set_up(js, options))
             except _CLIENT_ERRORS as exc:
                 reason = scrub(repr(exc), options.server, user_is_secret=True)
                 raise BrokerUnavailable(

@@ -8,14 +8,14 @@ RabbitMQ, through aio-pika behind the asyncio bridge of
 """
 
 from ._amqp import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
-from ._amqp import DEFAULT_MAX_PAYLOAD as DEFAULT_MAX_PAYLOAD
 from ._amqp import WORKERS_EXCHANGE as WORKERS_EXCHANGE
 from ._amqp import AmqpBroker as AmqpBroker
 from ._amqp import AmqpConsumer as AmqpConsumer
-from ._amqp import AmqpOptions as AmqpOptions
 from ._amqp import open_amqp_broker as open_amqp_broker
-from ._amqp import parse_amqp_url as parse_amqp_url
 from ._amqp import queue_arguments as queue_arguments
+from ._amqp_url import DEFAULT_MAX_PAYLOAD as DEFAULT_MAX_PAYLOAD
+from ._amqp_url import AmqpOptions as AmqpOptions
+from ._amqp_url import parse_amqp_url as parse_amqp_url
 
 __version__ = "0.1.0"
 

@@ -44,37 +44,31 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, TypeVar, final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aio_pika
 import aiormq
-import attrs
 import trio
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
 from pamqp import commands as spec
 
 from trio_durable.brokers import (
-    AMBIGUOUS_HINT,
     Bridge,
-    BridgeMode,
     BrokerUnavailable,
     Delivery,
     Inbox,
-    InvalidURLError,
     Outgoing,
     OwnedTasks,
     PayloadTooLarge,
     UsageError,
     WorkerDescriptor,
-    bridge_mode,
     check_payload_sizes,
     descriptor_from_json,
     descriptor_to_json,
-    mask_url,
     open_bridge,
     scrub,
-    userinfo_is_ambiguous,
 )
+
+from ._amqp_url import AmqpOptions, parse_amqp_url
 
 logger = logging.getLogger("trio_durable")
 
@@ -89,29 +83,8 @@ WORKERS_EXCHANGE: Final = "trio_durable.workers"
 CLOSE_TIMEOUT: Final = 5.0
 """Seconds a close may take before it is abandoned (shielded from cancellation)."""
 MAX_QUEUE_NAME: Final = 255 - len(DEAD_LETTER_SUFFIX)
-DEFAULT_MAX_PAYLOAD: Final = 128 * 1024 * 1024
-"""The largest body dispatched without ``?max_payload=``: RabbitMQ's default
-``max_message_size`` (3.8 and later), which the client cannot ask the server."""
-LARGEST_MAX_PAYLOAD: Final = 512 * 1024 * 1024
-"""The most ``max_message_size`` can be set to on the server."""
-
 _PERSISTENT: Final = 2
 _TRANSIENT: Final = 1
-
-# Options the adapter reads, and those it passes on to aio-pika unchanged.
-_OWN_OPTIONS: Final = frozenset(
-    {
-        "bridge",
-        "prefetch",
-        "publish_timeout",
-        "reconnect_interval",
-        "connect_timeout",
-        "max_payload",
-    }
-)
-_CLIENT_OPTIONS: Final = frozenset(
-    {"heartbeat", "name", "cafile", "capath", "keyfile", "certfile", "no_verify_ssl"}
-)
 
 # What the client library raises when the server or the connection fails.
 # aiormq's ChannelInvalidStateError (a channel or connection that closed)
@@ -123,106 +96,6 @@ _CLIENT_ERRORS: Final = (
     OSError,
     RuntimeError,
 )
-
-
-@final
-@attrs.define(frozen=True, kw_only=True)
-class AmqpOptions:
-    """What a broker URL says, parsed (see `parse_amqp_url`).
-
-    Attributes:
-      client_url: The URL handed to aio-pika (without this adapter's options).
-      bridge: How aio-pika is bridged into Trio.
-      prefetch: The most unacked messages any one consumer may hold (a cap
-        on what `AmqpBroker.open_consumer` is asked for), or None for no cap.
-      publish_timeout: Seconds a dispatch waits for a dropped connection to
-        come back before it raises `BrokerUnavailable`.
-      reconnect_interval: Seconds between attempts to reconnect.
-      connect_timeout: Seconds the first connection may take.
-      max_payload: The largest message body, in bytes, a dispatch sends:
-        the server's ``max_message_size``, which AMQP does not tell clients
-        (default `DEFAULT_MAX_PAYLOAD`, the server's default).
-    """
-
-    client_url: str
-    bridge: BridgeMode
-    prefetch: int | None = None
-    publish_timeout: float = 30.0
-    reconnect_interval: float = 1.0
-    connect_timeout: float = 10.0
-    max_payload: int = DEFAULT_MAX_PAYLOAD
-
-
-def parse_amqp_url(url: str) -> AmqpOptions:
-    """Parse an ``amqp://`` or ``amqps://`` broker URL.
-
-    Raises:
-      InvalidURLError: The scheme is not amqp(s), the host is missing, or an
-        option is unknown, repeated or out of range.
-    """
-    # Messages show the URL with its password masked, and never quote what
-    # urllib says about it (a password with an unencoded '/', '?' or '#'
-    # is split across the URL's parts).
-    shown = mask_url(url)
-    if userinfo_is_ambiguous(url):
-        raise InvalidURLError(f"malformed broker URL {shown!r}: {AMBIGUOUS_HINT}")
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 -- raises ValueError for a bad port
-    except ValueError:
-        raise InvalidURLError(f"the broker URL {shown!r} has a bad host or port") from None
-    if parts.scheme.lower() not in ("amqp", "amqps"):
-        raise InvalidURLError(f"not an amqp:// or amqps:// URL: {shown!r}")
-    if not parts.hostname:
-        raise InvalidURLError(f"the broker URL {shown!r} names no host")
-    bridge = bridge_mode(url)
-    own: dict[str, str] = {}
-    passed: list[tuple[str, str]] = []
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key in own or any(key == k for k, _ in passed):
-            raise InvalidURLError(f"the option {key}= is given twice in {shown!r}")
-        if key in _OWN_OPTIONS:
-            own[key] = value
-        elif key in _CLIENT_OPTIONS:
-            passed.append((key, value))
-        else:
-            known = ", ".join(sorted(_OWN_OPTIONS | _CLIENT_OPTIONS))
-            raise InvalidURLError(f"unknown option {key}= in {shown!r} (known: {known})")
-    if "heartbeat" in dict(passed):
-        _number(shown, "heartbeat", dict(passed)["heartbeat"], integer=True, zero=True)
-
-    prefetch = own.get("prefetch")
-    max_payload = DEFAULT_MAX_PAYLOAD
-    if "max_payload" in own:
-        max_payload = int(_number(shown, "max_payload", own["max_payload"], integer=True))
-        if max_payload > LARGEST_MAX_PAYLOAD:
-            raise InvalidURLError(
-                f"max_payload= must be at most {LARGEST_MAX_PAYLOAD} (RabbitMQ's largest"
-                f" max_message_size), not {max_payload} (in {shown!r})"
-            )
-    return AmqpOptions(
-        client_url=urlunsplit(parts._replace(query=urlencode(passed))),
-        bridge=bridge,
-        prefetch=None
-        if prefetch is None
-        else int(_number(shown, "prefetch", prefetch, integer=True)),
-        publish_timeout=_number(shown, "publish_timeout", own.get("publish_timeout", "30")),
-        reconnect_interval=_number(shown, "reconnect_interval", own.get("reconnect_interval", "1")),
-        connect_timeout=_number(shown, "connect_timeout", own.get("connect_timeout", "10")),
-        max_payload=max_payload,
-    )
-
-
-def _number(shown: str, key: str, text: str, *, integer: bool = False, zero: bool = False) -> float:
-    try:
-        value = int(text) if integer else float(text)
-    except ValueError:
-        value = -1
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        kind = "integer" if integer else "number"
-        sign = "non-negative" if zero else "positive"
-        raise InvalidURLError(f"{key}= must be a {sign} {kind}, not {text!r} (in {shown!r})")
-    return value
 
 
 def queue_arguments(queue: str) -> dict[str, Any]:

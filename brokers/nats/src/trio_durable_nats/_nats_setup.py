@@ -1,0 +1,124 @@
+"""What the NATS adapter keeps on the server, made or brought up to date
+on the asyncio side of the bridge: the streams, the durable pull consumer
+of each queue and the bucket of worker announcements, and reading that
+bucket (see ``docs/nats.md``)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext, api
+from nats.js.kv import KeyValue
+
+from ._nats_url import (
+    DEAD_MAX_AGE,
+    DEAD_STREAM,
+    DEAD_SUBJECT,
+    RESULT_SUBJECT,
+    RESULTS_STREAM,
+    TASK_SUBJECT,
+    TASKS_STREAM,
+    WORKERS_BUCKET,
+    NatsOptions,
+)
+
+_BURST_PAUSE: Final = 0.5
+"""Seconds without a value after which the initial values of a bucket
+watcher count as all delivered (see `read_descriptors`)."""
+
+
+async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
+    try:
+        await js.add_stream(config)
+    except nats.js.errors.BadRequestError as exc:
+        # 10058: the stream exists with other settings (an older version of
+        # this adapter, or other URL options): bring it to these.
+        if exc.err_code != 10058:
+            raise
+        await js.update_stream(config)
+
+
+async def set_up(js: JetStreamContext, options: NatsOptions) -> KeyValue:
+    """Create the streams and the bucket, or bring them to these settings."""
+    for name, subject, retention, max_age in (
+        (TASKS_STREAM, TASK_SUBJECT, api.RetentionPolicy.WORK_QUEUE, None),
+        (RESULTS_STREAM, RESULT_SUBJECT, api.RetentionPolicy.WORK_QUEUE, None),
+        (DEAD_STREAM, DEAD_SUBJECT, api.RetentionPolicy.LIMITS, DEAD_MAX_AGE),
+    ):
+        await ensure_stream(
+            js,
+            api.StreamConfig(
+                name=name,
+                description="trio-durable (see docs/nats.md)",
+                subjects=[f"{subject}.>"],
+                retention=retention,
+                storage=api.StorageType.FILE,
+                num_replicas=options.replicas,
+                max_age=max_age,
+            ),
+        )
+    try:
+        return await js.create_key_value(
+            bucket=WORKERS_BUCKET,
+            description="trio-durable worker announcements",
+            history=1,
+            storage=api.StorageType.FILE,
+            replicas=options.replicas,
+        )
+    except nats.js.errors.BadRequestError:
+        # It exists with other settings: use it as it is.
+        return await js.key_value(WORKERS_BUCKET)
+
+
+async def ensure_consumer(
+    js: JetStreamContext, stream: str, subject: str, name: str, options: NatsOptions
+) -> None:
+    # Create-or-update: the server keeps one durable consumer per name and
+    # takes the editable settings (ack_wait, max_deliver) from the last call.
+    await js.add_consumer(
+        stream,
+        api.ConsumerConfig(
+            name=name,
+            durable_name=name,
+            filter_subject=subject,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            deliver_policy=api.DeliverPolicy.ALL,
+            ack_wait=options.ack_wait,
+            max_deliver=options.max_deliver,
+            max_ack_pending=-1,
+        ),
+    )
+
+
+async def read_descriptors(kv: KeyValue, limit: float) -> list[bytes]:
+    """The current value of every key of the bucket: one watcher, stopped
+    once it has delivered the initial values."""
+    watcher = await kv.watchall(ignore_deletes=True, inactive_threshold=limit)
+    values: list[bytes] = []
+    wait = limit
+    try:
+        while True:
+            try:
+                entry = await watcher.updates(wait)  # type: ignore[no-untyped-call]
+            except nats.errors.TimeoutError:
+                if not values:
+                    raise
+                # The watcher counted the values pending when it started; an
+                # announcement that expired before it was delivered never
+                # comes, and neither does nats-py's end-of-values marker. The
+                # values arrive in one burst: a pause means they are all in.
+                break
+            if entry is None or entry.delta == 0:
+                if entry is not None and entry.value and entry.operation is None:
+                    values.append(entry.value)
+                break
+            # Purges and expiry markers carry no value (nats-py reports some
+            # of them as entries with value None).
+            if entry.value and entry.operation is None:
+                values.append(entry.value)
+            wait = min(limit, _BURST_PAUSE)
+    finally:
+        await watcher.stop()  # type: ignore[no-untyped-call]
+    return values
