@@ -249,6 +249,9 @@ class Workflow(Generic[P, R]):
       version: The registered version.
       fn: The ``async def`` body; its first parameter is the `Context`.
       on_error: Its on-error routes (see `OnError`).
+      group: The worker group whose workers decide its runs (a remote
+        workflow), or None. Without one, a worker that registers it still
+        serves it under its name as the group (see `decision_group`).
     """
 
     def __init__(
@@ -258,13 +261,22 @@ class Workflow(Generic[P, R]):
         name: str,
         version: str,
         on_error: tuple[OnError, ...] = (),
+        group: str | None = None,
     ) -> None:
         self.fn = fn
         self.name = name
         self.version = version
         self.on_error = on_error
+        self.group = group
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
+
+    @property
+    def decision_group(self) -> str:
+        """The group whose workers take its decision tasks: its ``group``,
+        else its name (a workflow is served by convention under its own
+        name)."""
+        return self.group if self.group is not None else self.name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise FatalError(
@@ -342,6 +354,7 @@ class App:
         name: str | None = None,
         version: str = DEFAULT_VERSION,
         on_error: Sequence[OnError] = (),
+        group: str | None = None,
     ) -> Callable[[Callable[Concatenate[Context, P], Awaitable[R]]], Workflow[P, R]]: ...
 
     def workflow(
@@ -352,6 +365,7 @@ class App:
         name: str | None = None,
         version: str = DEFAULT_VERSION,
         on_error: Sequence[OnError] = (),
+        group: str | None = None,
     ) -> Any:
         """Register an ``async def`` as a workflow: ``@app.workflow``, or
         ``@app.workflow(...)`` with options.
@@ -368,10 +382,15 @@ class App:
           on_error: Routes that hand a failed run to a handler workflow by
             its error's code: at most one `OnError` per code and one
             catch-all.
+          group: Makes the workflow remote: engines send its decision tasks
+            to workers serving this group (a broker-safe token), which run
+            its body. Without it, a worker whose app registers the workflow
+            serves its decision tasks under the workflow's name as the group.
 
         Raises:
           RegistrationError: The name and version are taken, the name is
-            invalid, the function is not an ``async def``, its first
+            invalid, the group is not broker-safe, the function is not an
+            ``async def``, its first
             parameter is not the context (missing, not positional, or
             annotated with a type other than `Context` or `typing.Any`), it
             has a required
@@ -379,6 +398,11 @@ class App:
         """
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow version must be a non-empty string, not {version!r}")
+        if group is not None and not is_broker_safe(group):
+            raise RegistrationError(
+                f"workflow group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
+                " (at most 100, not starting with '.' or '-')"
+            )
 
         def register(fn: Callable[..., Awaitable[Any]]) -> Workflow[Any, Any]:
             if not inspect.iscoroutinefunction(fn):
@@ -391,7 +415,9 @@ class App:
                     f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
                 )
             routes = check_on_error_routes(wf_name, on_error)
-            wf: Workflow[Any, Any] = Workflow(fn, name=wf_name, version=version, on_error=routes)
+            wf: Workflow[Any, Any] = Workflow(
+                fn, name=wf_name, version=version, on_error=routes, group=group
+            )
             self._workflows[key] = wf
             self._latest[wf_name] = wf
             return wf
@@ -529,13 +555,21 @@ class App:
 
     @property
     def groups(self) -> list[str]:
-        """The worker groups of the remote steps, sorted."""
+        """The worker groups of the remote steps, sorted (see
+        `workflow_groups` for the groups that decide workflows)."""
         return sorted({s.group for s in self._steps.values() if s.group is not None})
+
+    @property
+    def workflow_groups(self) -> list[str]:
+        """The decision groups of the workflows (each one's group, else its
+        name), sorted: the groups whose workers may serve their decision
+        tasks."""
+        return sorted({wf.decision_group for wf in self._workflows.values()})
 
     def registration_hash(self) -> str:
         """A canonical hash of every registration: steps with their groups,
         requirements, flow-control queues, retries and timeouts, the queues,
-        and workflows with their versions.
+        and workflows with their versions, on-error routes and groups.
 
         It does not depend on registration order, nor on how an equal number
         is written (``backoff=1`` or ``1.0``), so two processes of one deploy
@@ -567,7 +601,14 @@ class App:
                 for q in sorted(self._queues.values(), key=lambda q: q.name)
             },
             "workflows": sorted(
-                [name, version, sorted([r.code or "", r.workflow] for r in wf.on_error)]
+                [
+                    name,
+                    version,
+                    sorted([r.code or "", r.workflow] for r in wf.on_error),
+                    # Only when given, so that a deploy declaring no
+                    # workflow group hashes as it did before groups existed.
+                    *([] if wf.group is None else [wf.group]),
+                ]
                 for (name, version), wf in self._workflows.items()
             ),
         }
