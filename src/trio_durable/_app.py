@@ -8,7 +8,6 @@ import json
 import math
 import random
 import re
-import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import (
     TYPE_CHECKING,
@@ -27,6 +26,8 @@ import attrs
 from ._brokers._base import is_broker_safe
 from ._exceptions import FatalError, RegistrationError, UnknownWorkflowError
 from ._on_error import OnError, check_on_error_routes
+from ._records import LATEST_VERSION
+from ._signatures import check_parameters
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -54,62 +55,6 @@ def _check_name(kind: str, name: str) -> str:
             "(starting with a letter or '_', at most 200 characters)"
         )
     return name
-
-
-def _check_parameters(target: str, fn: Callable[..., Any], *, context: bool) -> None:
-    """Refuse what no call could fill: inputs are passed positionally, after
-    the context for a workflow."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError) as exc:
-        raise RegistrationError(f"{target}: cannot read its signature ({exc})") from exc
-    if context:
-        first = params[0] if params else None
-        if first is None or first.kind not in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
-            raise RegistrationError(
-                f"{target} must take the context first:"
-                f" async def {fn.__name__}(ctx: td.Context, ...)"
-            )
-        if first.annotation is not first.empty and not _is_context(fn, first):
-            raise RegistrationError(
-                f"{target} must take the context first, but its first parameter"
-                f" {first.name!r} is annotated {_annotation_text(first.annotation)},"
-                " not td.Context"
-            )
-    for param in params:
-        if param.kind == param.KEYWORD_ONLY and param.default is param.empty:
-            raise RegistrationError(
-                f"{target} has the required keyword-only parameter {param.name!r}:"
-                " inputs are passed positionally"
-            )
-
-
-def _annotation_text(annotation: object) -> str:
-    if isinstance(annotation, str):
-        return annotation
-    return getattr(annotation, "__qualname__", None) or repr(annotation)
-
-
-def _is_context(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
-    """Whether ``param`` is annotated `Context` (or `typing.Any`, which
-    claims nothing, or something that cannot be resolved at run time).
-
-    `Context` is recognised by where it is defined: ``_context`` imports this
-    module, so this one cannot import it back.
-    """
-    hint = param.annotation
-    if isinstance(hint, str):
-        try:
-            hint = typing.get_type_hints(fn)[param.name]
-        except Exception:
-            # An annotation names something only a type checker sees (an
-            # import under TYPE_CHECKING, perhaps of Context by another
-            # name): what cannot be resolved cannot be judged.
-            return True
-    return hint is Any or (
-        getattr(hint, "__module__", None) == "trio_durable._context"
-        and getattr(hint, "__qualname__", None) == "Context"
-    )
 
 
 def _finite(name: str, value: float, *, minimum: float = 0.0) -> float:
@@ -252,6 +197,8 @@ class Workflow(Generic[P, R]):
       group: The worker group whose workers decide its runs (a remote
         workflow), or None. Without one, a worker that registers it still
         serves it under its name as the group (see `decision_group`).
+      has_body: False for a workflow declared by name with
+        `App.remote_workflow`, whose body lives on workers only.
     """
 
     def __init__(
@@ -262,12 +209,14 @@ class Workflow(Generic[P, R]):
         version: str,
         on_error: tuple[OnError, ...] = (),
         group: str | None = None,
+        has_body: bool = True,
     ) -> None:
         self.fn = fn
         self.name = name
         self.version = version
         self.on_error = on_error
         self.group = group
+        self.has_body = has_body
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -277,6 +226,12 @@ class Workflow(Generic[P, R]):
         else its name (a workflow is served by convention under its own
         name)."""
         return self.group if self.group is not None else self.name
+
+    @property
+    def remote(self) -> bool:
+        """Whether workers decide its runs (an engine sends them decision
+        tasks rather than run the body): it has a group, or no body here."""
+        return self.group is not None or not self.has_body
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise FatalError(
@@ -408,8 +363,13 @@ class App:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"workflow {fn!r} must be an async def")
             wf_name = _check_name("workflow", fn.__name__ if name is None else name)
-            _check_parameters(f"workflow {wf_name!r}", fn, context=True)
+            check_parameters(f"workflow {wf_name!r}", fn, context=True)
             key = (wf_name, version)
+            if (wf_name, LATEST_VERSION) in self._workflows:
+                raise RegistrationError(
+                    f"workflow {wf_name!r} is declared remote in app {self.name!r}"
+                    " (remote_workflow): its body lives on workers"
+                )
             if key in self._workflows:
                 raise RegistrationError(
                     f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
@@ -423,6 +383,53 @@ class App:
             return wf
 
         return register if fn is None else register(fn)
+
+    def remote_workflow(self, name: str, *, group: str | None = None) -> Workflow[..., Any]:
+        """Declare by name a workflow whose body lives on workers only.
+
+        Engines send its runs' decision tasks to workers of ``group``, which
+        replay the body and answer with what it does next. Its version is
+        `LATEST_VERSION`: whichever version the serving workers register.
+        Declaring is optional: an engine serves a workflow it does not
+        register by convention when live workers announce it. The returned
+        `Workflow` starts runs (`Engine.start`, `Context.child`) like one
+        with a body; its inputs are not checked here, as its parameters are
+        not known.
+
+        Args:
+          name: The workflow's registered name on the workers.
+          group: The group whose workers serve it; without it, the group
+            live workers announce for it, else its name.
+
+        Raises:
+          RegistrationError: The name is invalid or registered already, or
+            the group is not broker-safe.
+        """
+        wf_name = _check_name("workflow", name)
+        if group is not None and not is_broker_safe(group):
+            raise RegistrationError(
+                f"workflow group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
+                " (at most 100, not starting with '.' or '-')"
+            )
+        if any(n == wf_name for n, _ in self._workflows):
+            raise RegistrationError(
+                f"workflow {wf_name!r} is already registered in app {self.name!r}"
+            )
+
+        async def body(ctx: Context, *args: Any) -> Any:
+            raise FatalError(
+                f"workflow {wf_name!r} is remote: its body lives on workers of"
+                f" {group or wf_name!r}, not in this process",
+                code="remote_workflow",
+            )
+
+        body.__name__ = body.__qualname__ = wf_name
+        wf: Workflow[..., Any] = Workflow(
+            body, name=wf_name, version=LATEST_VERSION, group=group, has_body=False
+        )
+        self._workflows[(wf_name, LATEST_VERSION)] = wf
+        self._latest[wf_name] = wf
+        return wf
 
     @overload
     def step(self, fn: Callable[P, Awaitable[R]], /) -> Step[P, R]: ...
@@ -500,7 +507,7 @@ class App:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"step {fn!r} must be an async def")
             step_name = _check_name("step", fn.__name__ if name is None else name)
-            _check_parameters(f"step {step_name!r}", fn, context=False)
+            check_parameters(f"step {step_name!r}", fn, context=False)
             if step_name in self._steps:
                 raise RegistrationError(
                     f"step {step_name!r} is already registered in app {self.name!r}"
@@ -561,10 +568,10 @@ class App:
 
     @property
     def workflow_groups(self) -> list[str]:
-        """The decision groups of the workflows (each one's group, else its
-        name), sorted: the groups whose workers may serve their decision
-        tasks."""
-        return sorted({wf.decision_group for wf in self._workflows.values()})
+        """The decision groups of the workflows with a body here (each one's
+        group, else its name), sorted: the groups whose decision tasks a
+        worker of this app can serve."""
+        return sorted({wf.decision_group for wf in self._workflows.values() if wf.has_body})
 
     def registration_hash(self) -> str:
         """A canonical hash of every registration: steps with their groups,

@@ -97,6 +97,9 @@ def describe(
     groups = {split_group_route(route)[0] for route in routes}
     workflows: dict[str, dict[str, Any]] = {}
     for wf in app.workflows:
+        if not wf.has_body:
+            # Declared by name (`App.remote_workflow`): other workers run it.
+            continue
         entry = workflows.setdefault(wf.name, {"versions": [], "on_error": [], "routes": {}})
         entry["versions"].append(wf.version)
         entry["routes"][wf.version] = sorted(
