@@ -5,6 +5,7 @@ on-error routes, steps' and queues' specs)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
@@ -19,6 +20,7 @@ from trio_durable._brokers._base import Broker, Consumer, Outgoing, WorkerDescri
 from trio_durable._catalogue import CACHE_SECONDS, FAILED_READ_SECONDS, Catalogue
 from trio_durable._descriptor import check_group_routes
 from trio_durable._worker import Worker, open_worker
+from trio_durable.brokers import descriptor_from_json, descriptor_to_json
 
 
 class CountingBroker:
@@ -452,3 +454,17 @@ async def test_steps_and_queues_as_announced(autojump_clock: trio.abc.Clock) -> 
         # Local steps are not announced, nor queues no announced step uses.
         assert await catalogue.step("reserve") is None
         assert await catalogue.queue("other") is None
+
+
+async def test_the_new_fields_survive_the_adapters_codec(autojump_clock: trio.abc.Clock) -> None:
+    """RabbitMQ and NATS carry descriptors as JSON through one codec."""
+    routes = [td.OnError("declined", workflow="refund")]
+    broker = td.MemoryBroker()
+    async with running_worker(
+        shop(on_error=routes), broker, groups=["orders", "payments"], instance_id="w-1"
+    ):
+        [d] = await broker.worker_descriptors()
+    text = json.dumps(descriptor_to_json(d))
+    assert descriptor_from_json(json.loads(text)) == d
+    assert d.workflows["checkout"]["group"] == "orders"
+    assert d.steps["charge"]["queue"] == {"name": "charges", "concurrency": 4, "priority": 2}
