@@ -19,6 +19,7 @@ from conftest import fixed_wall
 from trio_durable._brokers._base import Broker, Consumer, Outgoing, WorkerDescriptor
 from trio_durable._catalogue import CACHE_SECONDS, FAILED_READ_SECONDS, Catalogue
 from trio_durable._descriptor import check_group_routes
+from trio_durable._serde import check_workflow_args
 from trio_durable._worker import Worker, open_worker
 from trio_durable.brokers import descriptor_from_json, descriptor_to_json
 
@@ -187,9 +188,14 @@ def test_remote_workflow_declares_a_workflow_by_name() -> None:
         app.workflow(name="report")(report)
 
 
-async def test_a_remote_declarations_body_refuses_to_run() -> None:
+async def test_a_remote_declarations_body_refuses_to_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     app = td.App("service")
     checkout = app.remote_workflow("checkout", group="orders")
+    # Any inputs fit (the workers' body checks them), with nothing to warn of.
+    assert check_workflow_args(checkout, ["o-1", {"n": 1}]) == '["o-1",{"n":1}]'
+    assert caplog.records == []
     with pytest.raises(td.FatalError, match="its body lives on workers of 'orders'") as caught:
         await checkout.fn(None, "o-1")  # type: ignore[arg-type]
     assert caught.value.code == "remote_workflow"

@@ -416,7 +416,7 @@ class App:
                 f"workflow {wf_name!r} is already registered in app {self.name!r}"
             )
 
-        async def body(ctx: Context, *args: Any) -> Any:
+        async def body(ctx: Any, *args: Any) -> Any:
             raise FatalError(
                 f"workflow {wf_name!r} is remote: its body lives on workers of"
                 f" {group or wf_name!r}, not in this process",
