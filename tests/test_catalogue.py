@@ -474,3 +474,33 @@ async def test_the_new_fields_survive_the_adapters_codec(autojump_clock: trio.ab
     assert descriptor_from_json(json.loads(text)) == d
     assert d.workflows["checkout"]["group"] == "orders"
     assert d.steps["charge"]["queue"] == {"name": "charges", "concurrency": 4, "priority": 2}
+
+
+async def test_announcements_of_older_or_other_programs(autojump_clock: trio.abc.Clock) -> None:
+    broker = td.MemoryBroker()
+    catalogue = Catalogue(broker)
+    # A worker from before per-version routes and workflow groups: its
+    # routes are read from "on_error"; it serves no decision tasks.
+    older = WorkerDescriptor(
+        instance_id="w-old",
+        app="shop",
+        groups=("checkout",),
+        workflows={
+            "checkout": {"versions": ["1"], "on_error": [{"code": None, "workflow": "refund"}]}
+        },
+    )
+    # Something else announcing malformed entries breaks no lookup.
+    other = WorkerDescriptor(
+        instance_id="w-odd",
+        app="odd",
+        groups=("odd",),
+        workflows={"odd": {"versions": 3, "group": "odd"}, "checkout": {"versions": "1"}},
+        steps={"charge": {"queue": {"name": "charges", "concurrency": "four"}}},
+    )
+    await broker.announce(older, 15.0)
+    await broker.announce(other, 15.0)
+    assert await catalogue.on_error_routes("checkout", "1") == (td.OnError(workflow="refund"),)
+    assert await catalogue.served("checkout", "1", "default") is None
+    assert await catalogue.served("odd", "1", "default") is None
+    assert await catalogue.served("odd", "", "default") == "odd"
+    assert await catalogue.queue("charges") is None

@@ -123,7 +123,7 @@ class Catalogue:
             entry = d.workflows.get(workflow)
             if not isinstance(entry, dict) or not isinstance(entry.get("group"), str):
                 continue
-            if version != LATEST_VERSION and version not in entry.get("versions", ()):
+            if version != LATEST_VERSION and version not in _versions(entry):
                 continue
             group: str = entry["group"]
             # The route as `_dispatch.group_route` spells it for a step.
@@ -153,7 +153,7 @@ class Catalogue:
             entry = d.workflows.get(workflow)
             if not isinstance(entry, dict):
                 continue
-            versions = list(entry.get("versions", ()))
+            versions = _versions(entry)
             announced = versions[-1:] if version == LATEST_VERSION else [version]
             if not announced or announced[0] not in versions:
                 continue
@@ -213,6 +213,15 @@ class Catalogue:
                 ):
                     return FlowQueue(name=name, concurrency=concurrency, priority=priority)
         return None
+
+
+def _versions(entry: dict[str, Any]) -> list[str]:
+    """The versions a workflow's entry lists; none if it is malformed (an
+    announcement of some other program must not break a lookup)."""
+    versions = entry.get("versions")
+    if not isinstance(versions, list):
+        return []
+    return [v for v in versions if isinstance(v, str)]
 
 
 def _canonical(value: Any) -> str:
