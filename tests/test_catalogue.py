@@ -9,6 +9,7 @@ import json
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -134,7 +135,7 @@ def test_a_workflow_group_must_be_broker_safe() -> None:
             app.workflow(group=bad)(checkout)
     assert app.workflows == []
     wf = app.workflow(group="orders")(checkout)
-    assert (wf.group, wf.decision_group, wf.remote, wf.has_body) == ("orders", "orders", True, True)
+    assert (wf.group, wf.decision_group, wf.remote) == ("orders", "orders", True)
 
 
 def test_workflow_groups_are_decision_groups() -> None:
@@ -170,7 +171,7 @@ def test_remote_workflow_declares_a_workflow_by_name() -> None:
     app = td.App("service")
     checkout = app.remote_workflow("checkout", group="orders")
     assert (checkout.name, checkout.version, checkout.group) == ("checkout", "", "orders")
-    assert (checkout.remote, checkout.has_body, checkout.decision_group) == (True, False, "orders")
+    assert (checkout.remote, checkout.decision_group) == (True, "orders")
     assert app.get_workflow("checkout") is checkout
     # Without a group it is decided under its name, until workers say otherwise.
     assert app.remote_workflow("report").decision_group == "report"
@@ -196,8 +197,8 @@ async def test_a_remote_declarations_body_refuses_to_run(
     # Any inputs fit (the workers' body checks them), with nothing to warn of.
     assert check_workflow_args(checkout, ["o-1", {"n": 1}]) == '["o-1",{"n":1}]'
     assert caplog.records == []
-    with pytest.raises(td.FatalError, match="its body lives on workers of 'orders'") as caught:
-        await checkout.fn(None, "o-1")  # type: ignore[arg-type]
+    with pytest.raises(td.FatalError, match="'checkout' runs on workers") as caught:
+        await checkout.fn(SimpleNamespace(workflow="checkout"), "o-1")  # type: ignore[arg-type]
     assert caught.value.code == "remote_workflow"
 
 

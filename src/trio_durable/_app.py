@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import math
-import random
 import re
+import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import (
     TYPE_CHECKING,
@@ -21,13 +20,14 @@ from typing import (
     overload,
 )
 
-import attrs
-
 from ._brokers._base import is_broker_safe
 from ._exceptions import FatalError, RegistrationError, UnknownWorkflowError
 from ._on_error import OnError, check_on_error_routes
+from ._policies import NO_RETRY as NO_RETRY
+from ._policies import FlowQueue as FlowQueue
+from ._policies import Retry as Retry
+from ._policies import finite
 from ._records import LATEST_VERSION
-from ._signatures import check_parameters
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -57,78 +57,60 @@ def _check_name(kind: str, name: str) -> str:
     return name
 
 
-def _finite(name: str, value: float, *, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RegistrationError(f"{name} must be a finite number, not {value!r}")
-    if value < minimum:
-        raise RegistrationError(f"{name} must be >= {minimum}, not {value!r}")
-    return float(value)
-
-
-@final
-@attrs.define(frozen=True)
-class Retry:
-    """How a step is retried.
-
-    Attempt ``n`` (counting from 1) that fails is followed, if attempts
-    remain, by a wait of ``min(max_backoff, backoff * 2 ** (n - 1))``, scaled
-    by a factor drawn uniformly from ``[1 - jitter, 1 + jitter]`` out of the
-    engine's seeded random source. A `FatalError`, or any exception whose
-    ``retryable`` attribute is False, is never retried.
-
-    Args:
-      attempts: How many attempts in all (1 means no retry).
-      backoff: The first wait, in seconds.
-      max_backoff: The cap on any wait, in seconds.
-      jitter: The fraction by which a wait may vary (0 to 1).
-
-    Raises:
-      RegistrationError: An argument is out of range.
-    """
-
-    attempts: int = 3
-    backoff: float = 1.0
-    max_backoff: float = 60.0
-    jitter: float = 0.1
-
-    def __attrs_post_init__(self) -> None:
-        if (
-            isinstance(self.attempts, bool)
-            or not isinstance(self.attempts, int)
-            or self.attempts < 1
-        ):
+def _check_parameters(target: str, fn: Callable[..., Any], *, context: bool) -> None:
+    """Refuse what no call could fill: inputs are passed positionally, after
+    the context for a workflow."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise RegistrationError(f"{target}: cannot read its signature ({exc})") from exc
+    if context:
+        first = params[0] if params else None
+        if first is None or first.kind not in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
             raise RegistrationError(
-                f"Retry attempts must be a positive integer, not {self.attempts!r}"
+                f"{target} must take the context first:"
+                f" async def {fn.__name__}(ctx: td.Context, ...)"
             )
-        _finite("Retry backoff", self.backoff)
-        _finite("Retry max_backoff", self.max_backoff)
-        if not 0.0 <= _finite("Retry jitter", self.jitter) <= 1.0:
-            raise RegistrationError(f"Retry jitter must be between 0 and 1, not {self.jitter!r}")
-
-    def delay(self, failed_attempt: int, rng: random.Random) -> float:
-        """The wait after attempt ``failed_attempt`` (1-based) failed."""
-        base = min(self.max_backoff, self.backoff * 2.0 ** min(failed_attempt - 1, 64))
-        if self.jitter:
-            base *= rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)
-        return max(0.0, base)
-
-
-NO_RETRY: Final = Retry(attempts=1)
+        if first.annotation is not first.empty and not _is_context(fn, first):
+            raise RegistrationError(
+                f"{target} must take the context first, but its first parameter"
+                f" {first.name!r} is annotated {_annotation_text(first.annotation)},"
+                " not td.Context"
+            )
+    for param in params:
+        if param.kind == param.KEYWORD_ONLY and param.default is param.empty:
+            raise RegistrationError(
+                f"{target} has the required keyword-only parameter {param.name!r}:"
+                " inputs are passed positionally"
+            )
 
 
-@final
-@attrs.define(frozen=True)
-class FlowQueue:
-    """A flow-control queue: at most ``concurrency`` of its steps run at once
-    across the whole fleet, higher ``priority`` admitted first.
+def _annotation_text(annotation: object) -> str:
+    if isinstance(annotation, str):
+        return annotation
+    return getattr(annotation, "__qualname__", None) or repr(annotation)
 
-    Made by `App.queue`. Admission state lives in the store, so every engine
-    sharing the store shares the limit.
+
+def _is_context(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
+    """Whether ``param`` is annotated `Context` (or `typing.Any`, which
+    claims nothing, or something that cannot be resolved at run time).
+
+    `Context` is recognised by where it is defined: ``_context`` imports this
+    module, so this one cannot import it back.
     """
-
-    name: str
-    concurrency: int
-    priority: int = 0
+    hint = param.annotation
+    if isinstance(hint, str):
+        try:
+            hint = typing.get_type_hints(fn)[param.name]
+        except Exception:
+            # An annotation names something only a type checker sees (an
+            # import under TYPE_CHECKING, perhaps of Context by another
+            # name): what cannot be resolved cannot be judged.
+            return True
+    return hint is Any or (
+        getattr(hint, "__module__", None) == "trio_durable._context"
+        and getattr(hint, "__qualname__", None) == "Context"
+    )
 
 
 @final
@@ -197,8 +179,6 @@ class Workflow(Generic[P, R]):
       group: The worker group whose workers decide its runs (a remote
         workflow), or None. Without one, a worker that registers it still
         serves it under its name as the group (see `decision_group`).
-      has_body: False for a workflow declared by name with
-        `App.remote_workflow`, whose body lives on workers only.
     """
 
     def __init__(
@@ -209,29 +189,14 @@ class Workflow(Generic[P, R]):
         version: str,
         on_error: tuple[OnError, ...] = (),
         group: str | None = None,
-        has_body: bool = True,
     ) -> None:
         self.fn = fn
         self.name = name
         self.version = version
         self.on_error = on_error
         self.group = group
-        self.has_body = has_body
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
-
-    @property
-    def decision_group(self) -> str:
-        """The group whose workers take its decision tasks: its ``group``,
-        else its name (a workflow is served by convention under its own
-        name)."""
-        return self.group if self.group is not None else self.name
-
-    @property
-    def remote(self) -> bool:
-        """Whether workers decide its runs (an engine sends them decision
-        tasks rather than run the body): it has a group, or no body here."""
-        return self.group is not None or not self.has_body
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise FatalError(
@@ -240,8 +205,40 @@ class Workflow(Generic[P, R]):
             code="nested_workflow_call",
         )
 
+    @property
+    def remote(self) -> bool:
+        """Whether the workflow's turns are decided on workers (it has a
+        ``group``, or was declared by name with `App.remote_workflow`)."""
+        return self.group is not None or self.fn is remote_body
+
+    @property
+    def decision_group(self) -> str:
+        """The group whose workers decide its turns: its ``group``, else its
+        own name (served by convention)."""
+        return self.group or self.name
+
     def __repr__(self) -> str:
         return f"<Workflow {self.name} v{self.version}>"
+
+
+async def remote_body(ctx: Any, *args: Any) -> Any:
+    """The body of a workflow declared by name (`App.remote_workflow`), or
+    met by name in a decision: it lives on workers, never runs here."""
+    raise FatalError(
+        f"workflow {ctx.workflow!r} runs on workers; this process holds no body for it",
+        code="remote_workflow",
+    )
+
+
+async def remote_step_body(*args: Any) -> Any:
+    """The function of a remote step known here only from a remote
+    workflow's decision: it runs on workers, never here."""
+    raise FatalError("this remote step runs on workers only", code="remote_step")
+
+
+def shadow_workflow(name: str, version: str, group: str | None = None) -> Workflow[..., Any]:
+    """A workflow known here by name only, whose body lives on workers."""
+    return Workflow(remote_body, name=name, version=version, group=group)
 
 
 @final
@@ -363,7 +360,7 @@ class App:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"workflow {fn!r} must be an async def")
             wf_name = _check_name("workflow", fn.__name__ if name is None else name)
-            check_parameters(f"workflow {wf_name!r}", fn, context=True)
+            _check_parameters(f"workflow {wf_name!r}", fn, context=True)
             key = (wf_name, version)
             if (wf_name, LATEST_VERSION) in self._workflows:
                 raise RegistrationError(
@@ -385,50 +382,35 @@ class App:
         return register if fn is None else register(fn)
 
     def remote_workflow(self, name: str, *, group: str | None = None) -> Workflow[..., Any]:
-        """Declare by name a workflow whose body lives on workers only.
+        """Declare by name a workflow whose body lives on workers: the engine
+        sends each turn of its runs to a worker of ``group`` as a decision
+        task (docs/remote-workflows.md). Start it by the object returned or
+        by name.
 
-        Engines send its runs' decision tasks to workers of ``group``, which
-        replay the body and answer with what it does next. Its version is
-        `LATEST_VERSION`: whichever version the serving workers register.
-        Declaring is optional: an engine serves a workflow it does not
-        register by convention when live workers announce it. The returned
-        `Workflow` starts runs (`Engine.start`, `Context.child`) like one
-        with a body; its inputs are not checked here, as its parameters are
-        not known.
+        A workflow no engine declares is served by convention all the same,
+        when live workers announce it; declaring it pins its group and lets
+        `Engine.start` check its name without asking the fleet.
 
         Args:
-          name: The workflow's registered name on the workers.
-          group: The group whose workers serve it; without it, the group
-            live workers announce for it, else its name.
+          name: The workflow's name.
+          group: The group whose workers serve it; defaults to the group the
+            workers announce for it, else its name.
 
         Raises:
-          RegistrationError: The name is invalid or registered already, or
-            the group is not broker-safe.
+          RegistrationError: The name is taken or invalid, or the group is
+            not broker-safe.
         """
-        wf_name = _check_name("workflow", name)
+        _check_name("workflow", name)
         if group is not None and not is_broker_safe(group):
             raise RegistrationError(
                 f"workflow group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
                 " (at most 100, not starting with '.' or '-')"
             )
-        if any(n == wf_name for n, _ in self._workflows):
-            raise RegistrationError(
-                f"workflow {wf_name!r} is already registered in app {self.name!r}"
-            )
-
-        async def body(ctx: Any, *args: Any) -> Any:
-            raise FatalError(
-                f"workflow {wf_name!r} is remote: its body lives on workers of"
-                f" {group or wf_name!r}, not in this process",
-                code="remote_workflow",
-            )
-
-        body.__name__ = body.__qualname__ = wf_name
-        wf: Workflow[..., Any] = Workflow(
-            body, name=wf_name, version=LATEST_VERSION, group=group, has_body=False
-        )
-        self._workflows[(wf_name, LATEST_VERSION)] = wf
-        self._latest[wf_name] = wf
+        if name in self._latest:
+            raise RegistrationError(f"workflow {name!r} is already registered in app {self.name!r}")
+        wf = shadow_workflow(name, LATEST_VERSION, group)
+        self._workflows[(name, LATEST_VERSION)] = wf
+        self._latest[name] = wf
         return wf
 
     @overload
@@ -499,7 +481,7 @@ class App:
         if queue is not None and group is None:
             raise RegistrationError("queue= only applies to remote steps (give a group=)")
         if timeout is not None:
-            _finite("step timeout", timeout)
+            finite("step timeout", timeout)
             if timeout <= 0:
                 raise RegistrationError(f"step timeout must be positive, not {timeout!r}")
 
@@ -507,7 +489,7 @@ class App:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"step {fn!r} must be an async def")
             step_name = _check_name("step", fn.__name__ if name is None else name)
-            check_parameters(f"step {step_name!r}", fn, context=False)
+            _check_parameters(f"step {step_name!r}", fn, context=False)
             if step_name in self._steps:
                 raise RegistrationError(
                     f"step {step_name!r} is already registered in app {self.name!r}"
@@ -571,7 +553,9 @@ class App:
         """The decision groups of the workflows with a body here (each one's
         group, else its name), sorted: the groups whose decision tasks a
         worker of this app can serve."""
-        return sorted({wf.decision_group for wf in self._workflows.values() if wf.has_body})
+        return sorted(
+            {wf.decision_group for wf in self._workflows.values() if wf.fn is not remote_body}
+        )
 
     def registration_hash(self) -> str:
         """A canonical hash of every registration: steps with their groups,

@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from ._app import App, Step
+from ._app import App, Step, remote_body
 from ._brokers._base import WorkerDescriptor, is_broker_safe
 from ._dispatch import split_group_route
 from ._exceptions import UsageError
@@ -97,7 +97,7 @@ def describe(
     groups = {split_group_route(route)[0] for route in routes}
     workflows: dict[str, dict[str, Any]] = {}
     for wf in app.workflows:
-        if not wf.has_body:
+        if wf.fn is remote_body:
             # Declared by name (`App.remote_workflow`): other workers run it.
             continue
         entry = workflows.setdefault(wf.name, {"versions": [], "on_error": [], "routes": {}})
