@@ -329,3 +329,31 @@ async def test_starting_an_unknown_workflow_by_name_is_refused(
     async with td.open_engine(service, store=td.MemoryStore(), broker=td.MemoryBroker()) as engine:
         with pytest.raises(td.UnknownWorkflowError, match="no live worker announces it"):
             await engine.start("nowhere")
+
+
+@shop.workflow(group="orders")
+async def bulky(ctx: td.Context, size: int) -> int:
+    reserved = await ctx.step(reserve, "x" * size)
+    await ctx.step(charge, "o")
+    return len(reserved)
+
+
+service.remote_workflow("bulky", group="orders")
+
+
+async def test_a_decision_task_over_the_brokers_limit_fails_the_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The local step's output goes in the history of the next decision
+    # task, which is then too large to send: the run fails for good.
+    broker = td.MemoryBroker(max_payload=20_000)
+    async with (
+        td.open_engine(service, store=td.MemoryStore(), broker=broker) as engine,
+        td.open_worker(shop, broker=broker, groups=GROUPS),
+    ):
+        small = await engine.start("bulky", 10)
+        assert await small.result() == len("reserved:") + 10
+        large = await engine.start("bulky", 15_000)
+        with pytest.raises(td.RunFailed) as failed:
+            await large.result()
+        assert failed.value.code == "payload_too_large"
