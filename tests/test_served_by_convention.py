@@ -80,13 +80,15 @@ async def test_a_workflow_no_engine_registers_runs_when_workers_announce_it(
         with pytest.raises(td.UnknownWorkflowError):
             await engine.start("greet", "ann")
         async with td.open_worker(greeter, broker=broker, groups=["greet", "orders"]):
-            assert await engine.start("greet", "ann").result() == "hello ANN"
-            assert await engine.start("order", "tea").result() == "ordered tea"
+            assert await (await engine.start("greet", "ann")).result() == "hello ANN"
+            assert await (await engine.start("order", "tea")).result() == "ordered tea"
         # The client starts by name too; the engine serves the run.
-        async with td.open_client(store=store, broker=broker) as client:
-            async with td.open_worker(greeter, broker=broker, groups=["greet"]):
-                handle = await client.start("greet", "bo")
-                assert await engine.result(handle.id) == "hello BO"
+        async with (
+            td.open_client(store=store, broker=broker) as client,
+            td.open_worker(greeter, broker=broker, groups=["greet"]),
+        ):
+            handle = await client.start("greet", "bo")
+            assert await engine.result(handle.id) == "hello BO"
 
 
 async def test_on_error_routes_come_from_the_announcements(
