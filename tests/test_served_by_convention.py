@@ -13,20 +13,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from trio_durable._brokers._base import WorkerDescriptor
-
-
-class CountingBroker(td.MemoryBroker):
-    """A memory broker that counts how often the announcements are read."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads = 0
-
-    async def worker_descriptors(self, group: str | None = None) -> list[WorkerDescriptor]:
-        self.reads += 1
-        return await super().worker_descriptors(group)
-
+from counting_broker import CountingBroker
 
 greeter = td.App("greeter")
 
@@ -39,7 +26,8 @@ async def shout(name: str) -> str:
 @greeter.workflow()
 async def greet(ctx: td.Context, name: str) -> str:
     """No group: served under its own name."""
-    return f"hello {await ctx.step(shout, name)}"
+    shouted = await ctx.step(shout, name)
+    return f"hello {shouted}"
 
 
 @greeter.workflow(group="orders")
