@@ -90,6 +90,12 @@ async def decision_route(rt: Runtime, run: Run) -> str | None:
     group = None if wf is None else wf.group
     if group is None:
         route = await rt.catalogue.served(run.workflow, run.version, run.namespace)
+        if route is None and wf is None:
+            # A run nothing here knows (started by a client, by name) backs
+            # off for a minute: what was read may predate the workers that
+            # announce its workflow now, so read afresh first.
+            rt.catalogue.invalidate()
+            route = await rt.catalogue.served(run.workflow, run.version, run.namespace)
         if route is not None or wf is None:
             return route
         group = wf.decision_group
