@@ -9,16 +9,17 @@ by side:
     app declares it by name only (`App.remote_workflow`), and each turn is a
     decision task that a worker answers by replaying the body.
 
-Both use the same worker: one `open_worker` in this process (over NATS
-on a broker connection of its own), serving ``work`` and ``deciders`` (concurrency 256);
-each measurement opens a fresh engine, worker and store. For each broker
-in ``--brokers`` (the memory broker; NATS JetStream at ``--nats-url``)
-and each store in ``--stores`` (the memory store; a SQLite file), it
-prints for (a) and for (b) the runs per second, the CPU time of this
-process per run (engine, worker and broker client together), the broker
-messages per run (tasks and results, counted as the engine and the worker
-dispatch them) and the decision tasks per run; then (b)'s runs per second
-and CPU per run as a ratio to (a)'s.
+Both use the same worker: one `open_worker` in this process (over NATS on
+a broker connection of its own), serving ``work`` and ``deciders``
+(concurrency 256); each measurement opens a fresh engine, worker and
+store. For each broker in ``--brokers`` (the memory broker; NATS
+JetStream at ``--nats-url``) and each store in ``--stores`` (the memory
+store; a SQLite file), it prints for (a) and for (b) the runs per second
+and the CPU time of this process per run (engine, worker and broker
+client together); per run, the broker messages (tasks and results,
+counted as the engine and the worker dispatch them), the decision tasks,
+the engine's turns and the store's batches (`Store.apply` calls); then
+(b)'s runs per second and CPU per run as ratios to (a)'s.
 
 Each measurement uses a namespace of its own, so over NATS its queues
 collide with no one's. It prints figures and never passes or fails. Usage:
@@ -138,8 +139,11 @@ class Counted:
 class Figures:
     runs_per_s: float
     cpu_ms_per_run: float
-    messages_per_run: float
+    tasks_per_run: float
+    results_per_run: float
     decision_tasks_per_run: float
+    turns_per_run: float
+    store_batches_per_run: float
 
 
 @asynccontextmanager
@@ -186,20 +190,26 @@ async def measure(workflow: str, runs: int, url: str | None, store: str) -> Figu
         cpu = time.process_time() - cpu
         await engine.drain()
         await worker.wait_idle()
-    messages = tally.step_tasks + tally.decision_tasks + tally.results
+        turns = engine.statistics().turns
+        batches = engine.store.statistics().batches
     return Figures(
         runs_per_s=runs / elapsed,
         cpu_ms_per_run=1000 * cpu / runs,
-        messages_per_run=messages / runs,
+        tasks_per_run=(tally.step_tasks + tally.decision_tasks) / runs,
+        results_per_run=tally.results / runs,
         decision_tasks_per_run=tally.decision_tasks / runs,
+        turns_per_run=turns / runs,
+        store_batches_per_run=batches / runs,
     )
 
 
-def line(label: str, f: Figures) -> str:
+def lines(label: str, f: Figures) -> str:
     return (
-        f"    {label}: {f.runs_per_s:7.0f} runs/s, {f.cpu_ms_per_run:6.2f} ms CPU/run,"
-        f" {f.messages_per_run:5.2f} broker messages/run,"
-        f" {f.decision_tasks_per_run:4.2f} decision tasks/run"
+        f"    {label}: {f.runs_per_s:6.0f} runs/s, {f.cpu_ms_per_run:5.2f} ms CPU/run\n"
+        f"        per run: {f.tasks_per_run + f.results_per_run:5.2f} broker messages"
+        f" = {f.tasks_per_run - f.decision_tasks_per_run:.2f} step tasks"
+        f" + {f.decision_tasks_per_run:.2f} decision tasks + {f.results_per_run:.2f} results; {f.turns_per_run:5.2f} turns,"
+        f" {f.store_batches_per_run:5.2f} store batches"
     )
 
 
@@ -216,7 +226,7 @@ async def compare(
         if store_name == "SQLite":
             store = f"sqlite:///{directory / f'{workflow}-{secrets.token_hex(4)}.db'}"
         figures[workflow] = await measure(workflow, runs, url, store)
-        print(line(label, figures[workflow]), flush=True)
+        print(lines(label, figures[workflow]), flush=True)
     a, b = figures["local_three"], figures["remote_three"]
     print(
         f"    (b)/(a): {b.runs_per_s / a.runs_per_s:.2f} of the runs/s,"
