@@ -21,7 +21,7 @@ counted as the engine and the worker dispatch them), the decision tasks,
 the engine's turns and the store's batches (`Store.apply` calls); then
 (b)'s runs per second and CPU per run as ratios to (a)'s.
 
-Each measurement uses a namespace of its own, so over NATS its queues
+Each invocation uses a namespace of its own, so over NATS its queues
 collide with no one's. It prints figures and never passes or fails. Usage:
 ``python bench/bench_remote_workflows.py [--runs 1000] [--nats-runs 500]
 [--brokers memory,nats] [--stores memory,sqlite] [--nats-url nats://...]
@@ -32,6 +32,7 @@ server on 4222).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import secrets
 import sys
@@ -51,6 +52,9 @@ WORK = "work"
 DECIDERS = "deciders"
 CONCURRENCY = 256
 """The worker's concurrency (so its prefetch), as in the other broker benches."""
+NAMESPACE = f"bench{secrets.token_hex(4)}"
+"""This invocation's namespace: over NATS, its queues are its own."""
+MEASUREMENTS = itertools.count()
 
 
 async def _inc(x: int) -> int:
@@ -160,15 +164,15 @@ async def connections(url: str | None, tally: Tally) -> AsyncIterator[tuple[Coun
 
 async def measure(workflow: str, runs: int, url: str | None, store: str) -> Figures:
     """Start ``runs`` runs of ``workflow`` at once and wait for them all."""
-    namespace = f"bench{secrets.token_hex(4)}"
     tally = Tally()
+    prefix = f"{NAMESPACE}.{workflow}.{next(MEASUREMENTS)}"
     async with AsyncExitStack() as stack:
         engine_broker, worker_broker = await stack.enter_async_context(connections(url, tally))
         worker = await stack.enter_async_context(
             td.open_worker(
                 workers,
                 broker=worker_broker,
-                groups=[f"{WORK}@{namespace}", f"{DECIDERS}@{namespace}"],
+                groups=[f"{WORK}@{NAMESPACE}", f"{DECIDERS}@{NAMESPACE}"],
                 concurrency=CONCURRENCY,
                 seed=2,
             )
@@ -178,7 +182,7 @@ async def measure(workflow: str, runs: int, url: str | None, store: str) -> Figu
         )
 
         async def one(i: int) -> None:
-            run = await engine.start(workflow, i, run_id=f"{namespace}.{i}", namespace=namespace)
+            run = await engine.start(workflow, i, run_id=f"{prefix}.{i}", namespace=NAMESPACE)
             assert await engine.result(run.id) == i + 3
 
         cpu = time.process_time()
