@@ -17,6 +17,7 @@ import trio_durable as td
 from trio_durable._brokers._base import RESULTS, Outgoing
 from trio_durable._decision_wire import Decision
 from trio_durable._wire import Result
+from trio_durable._worker import crash
 
 calls: Counter[str] = Counter()
 
@@ -329,3 +330,84 @@ async def test_starting_an_unknown_workflow_by_name_is_refused(
     async with td.open_engine(service, store=td.MemoryStore(), broker=td.MemoryBroker()) as engine:
         with pytest.raises(td.UnknownWorkflowError, match="no live worker announces it"):
             await engine.start("nowhere")
+
+
+@shop.workflow(group="orders")
+async def bulky(ctx: td.Context, size: int) -> int:
+    reserved = await ctx.step(reserve, "x" * size)
+    await ctx.step(charge, "o")
+    return len(reserved)
+
+
+service.remote_workflow("bulky", group="orders")
+
+
+async def test_a_decision_task_over_the_brokers_limit_fails_the_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The local step's output goes in the history of the next decision
+    # task, which is then too large to send: the run fails for good.
+    broker = td.MemoryBroker(max_payload=20_000)
+    async with (
+        td.open_engine(service, store=td.MemoryStore(), broker=broker) as engine,
+        td.open_worker(shop, broker=broker, groups=GROUPS),
+    ):
+        small = await engine.start("bulky", 10)
+        assert await small.result() == len("reserved:") + 10
+        large = await engine.start("bulky", 15_000)
+        with pytest.raises(td.RunFailed) as failed:
+            await large.result()
+        assert failed.value.code == "payload_too_large"
+
+
+stalled = trio.Event()
+
+
+@shop.step()
+async def slow_label(order: str) -> str:
+    calls["slow_label"] += 1
+    if calls["slow_label"] == 1:
+        stalled.set()
+        await trio.sleep_forever()
+    return f"label:{order}"
+
+
+@shop.workflow(group="orders")
+async def labelled(ctx: td.Context, order: str) -> str:
+    label = await ctx.step(slow_label, order)
+    charged = await ctx.step(charge, order)
+    return f"{label}/{charged}"
+
+
+service.remote_workflow("labelled", group="orders")
+
+
+async def test_a_worker_killed_mid_decision_leaves_its_task_to_another(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    global stalled
+    stalled = trio.Event()
+    store = td.MemoryStore()
+    broker = td.MemoryBroker()
+    async with td.open_engine(service, store=store, broker=broker) as engine:
+        with trio.CancelScope() as killed:
+            async with td.open_worker(shop, broker=broker, groups=GROUPS) as first:
+                handle = await engine.start("labelled", "o-8")
+                await stalled.wait()
+                # Killed in the middle of the decision's local step: its
+                # task was never acked, so the broker delivers it again.
+                crash(first)
+                killed.cancel()
+        async with td.open_worker(shop, broker=broker, groups=GROUPS):
+            assert await handle.result() == "label:o-8/charged:o-8"
+        checkpoints = await store.get_checkpoints(handle.id)
+        assert [(cp.seq, cp.name, cp.status, cp.attempts) for cp in checkpoints] == [
+            (1, "slow_label", "completed", 1),
+            (2, "charge", "completed", 1),
+            # Two decision tasks: the one redelivered kept its attempt.
+            (td.DECISION_SEQ, "labelled", "completed", 2),
+        ]
+    # The local step ran again on the second worker (at least once); the
+    # run completed once, with one result per checkpoint.
+    assert calls["slow_label"] == 2
+    assert calls["charge"] == 1
