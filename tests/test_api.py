@@ -27,6 +27,7 @@ def test_public_api_is_pinned() -> None:
         "Clock",
         "ConsoleOptions",
         "Context",
+        "DECISION_SEQ",
         "Disagreement",
         "Engine",
         "EngineClosedError",

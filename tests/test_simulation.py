@@ -78,10 +78,10 @@ def test_ci_budget_of_200_seeds(first: int) -> None:
         for seed in range(first, first + 50)
     ]
     assert _failures(reports) == ""
-    # Every seed made all 26 runs (19 started by the workload, 7 children)
+    # Every seed made all 38 runs (24 started by the workload, 14 children)
     # and injected faults.
     for report in reports:
-        assert sum(report.statuses.values()) == 26, (report.seed, report.statuses)
+        assert sum(report.statuses.values()) == 38, (report.seed, report.statuses)
         assert report.faults, report.seed
 
 
@@ -295,9 +295,11 @@ def test_report_of_the_builtin_workload() -> None:
     report = simulate(app, default_workload, seed=5, keep_trace=True)
     assert report.seed == 5
     assert report.ok
-    # 19 runs started by the workload, plus children: 1 child and 5 fan
-    # members of "children", and the on-error handler of "routed".
-    assert report.statuses == {"cancelled": 1, "completed": 23, "failed": 2}
+    # 24 runs started by the workload, plus children: 1 child and 5 fan
+    # members of "children", the on-error handler of "routed", 2 children
+    # and 4 fan members of "remote-parent", and the remote handler of
+    # "remote-saga".
+    assert report.statuses == {"cancelled": 1, "completed": 35, "failed": 2}
     assert report.outputs == {
         **{f"steps-{i}": ("completed", 4 * i + 1) for i in range(6)},
         "signal-early": ("completed", "early"),
@@ -310,6 +312,11 @@ def test_report_of_the_builtin_workload() -> None:
         **{f"queued-{i}": ("completed", -i) for i in range(4)},
         "retried": ("completed", "ok"),
         "cancelled": ("cancelled", "cancelled"),
+        # Decided on the workers: 2i + (2i + 1) = 4i + 1, as steps-i.
+        **{f"remote-steps-{i}": ("completed", 4 * i + 1) for i in range(3)},
+        # Its remote child (9), local child (4), fan (0 + 1 + 4 + 9) and signal (100).
+        "remote-parent": ("completed", 9 + 4 + 14 + 100),
+        "remote-saga": ("completed", "remotely handled remote-saga (rejected)"),
     }
     assert report.faults
     assert set(report.faults) <= FAULT_KINDS
@@ -327,6 +334,8 @@ def test_report_of_the_builtin_workload() -> None:
     # Compensations ran (saga failed, cancelled with compensate=True).
     assert report.ledger["sg:undo"] >= 1
     assert report.ledger["lf:undo"] >= 1
+    # The remote saga's undo ran on a worker before its handoff.
+    assert report.ledger["rsg:undo"] >= 1
     # The trace is the events, and the hash is the trace's.
     assert report.trace
     assert any(" run.completed steps-0 " in line for line in report.trace)

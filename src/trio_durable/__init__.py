@@ -60,6 +60,7 @@ from ._on_error import OnError as OnError
 from ._on_error import lineage as lineage
 from ._on_error import parent_of as parent_of
 from ._options import ConsoleOptions as ConsoleOptions
+from ._records import DECISION_SEQ as DECISION_SEQ
 from ._records import Breakpoint as Breakpoint
 from ._records import Checkpoint as Checkpoint
 from ._records import ErrorInfo as ErrorInfo
@@ -96,6 +97,7 @@ __all__ = [
     "Clock",
     "ConsoleOptions",
     "Context",
+    "DECISION_SEQ",
     "Disagreement",
     "Engine",
     "EngineClosedError",

@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import math
-import random
 import re
 import typing
 from collections.abc import Awaitable, Callable, Sequence
@@ -22,11 +20,14 @@ from typing import (
     overload,
 )
 
-import attrs
-
 from ._brokers._base import is_broker_safe
 from ._exceptions import FatalError, RegistrationError, UnknownWorkflowError
 from ._on_error import OnError, check_on_error_routes
+from ._policies import NO_RETRY as NO_RETRY
+from ._policies import FlowQueue as FlowQueue
+from ._policies import Retry as Retry
+from ._policies import finite
+from ._records import LATEST_VERSION
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -112,80 +113,6 @@ def _is_context(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
     )
 
 
-def _finite(name: str, value: float, *, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RegistrationError(f"{name} must be a finite number, not {value!r}")
-    if value < minimum:
-        raise RegistrationError(f"{name} must be >= {minimum}, not {value!r}")
-    return float(value)
-
-
-@final
-@attrs.define(frozen=True)
-class Retry:
-    """How a step is retried.
-
-    Attempt ``n`` (counting from 1) that fails is followed, if attempts
-    remain, by a wait of ``min(max_backoff, backoff * 2 ** (n - 1))``, scaled
-    by a factor drawn uniformly from ``[1 - jitter, 1 + jitter]`` out of the
-    engine's seeded random source. A `FatalError`, or any exception whose
-    ``retryable`` attribute is False, is never retried.
-
-    Args:
-      attempts: How many attempts in all (1 means no retry).
-      backoff: The first wait, in seconds.
-      max_backoff: The cap on any wait, in seconds.
-      jitter: The fraction by which a wait may vary (0 to 1).
-
-    Raises:
-      RegistrationError: An argument is out of range.
-    """
-
-    attempts: int = 3
-    backoff: float = 1.0
-    max_backoff: float = 60.0
-    jitter: float = 0.1
-
-    def __attrs_post_init__(self) -> None:
-        if (
-            isinstance(self.attempts, bool)
-            or not isinstance(self.attempts, int)
-            or self.attempts < 1
-        ):
-            raise RegistrationError(
-                f"Retry attempts must be a positive integer, not {self.attempts!r}"
-            )
-        _finite("Retry backoff", self.backoff)
-        _finite("Retry max_backoff", self.max_backoff)
-        if not 0.0 <= _finite("Retry jitter", self.jitter) <= 1.0:
-            raise RegistrationError(f"Retry jitter must be between 0 and 1, not {self.jitter!r}")
-
-    def delay(self, failed_attempt: int, rng: random.Random) -> float:
-        """The wait after attempt ``failed_attempt`` (1-based) failed."""
-        base = min(self.max_backoff, self.backoff * 2.0 ** min(failed_attempt - 1, 64))
-        if self.jitter:
-            base *= rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)
-        return max(0.0, base)
-
-
-NO_RETRY: Final = Retry(attempts=1)
-
-
-@final
-@attrs.define(frozen=True)
-class FlowQueue:
-    """A flow-control queue: at most ``concurrency`` of its steps run at once
-    across the whole fleet, higher ``priority`` admitted first.
-
-    Made by `App.queue`. Admission state lives in the store, so every engine
-    sharing the store shares the limit.
-    """
-
-    name: str
-    concurrency: int
-    priority: int = 0
-
-
 @final
 class Step(Generic[P, R]):
     """A registered step: a function whose result is checkpointed.
@@ -258,11 +185,13 @@ class Workflow(Generic[P, R]):
         name: str,
         version: str,
         on_error: tuple[OnError, ...] = (),
+        group: str | None = None,
     ) -> None:
         self.fn = fn
         self.name = name
         self.version = version
         self.on_error = on_error
+        self.group = group
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -273,8 +202,40 @@ class Workflow(Generic[P, R]):
             code="nested_workflow_call",
         )
 
+    @property
+    def remote(self) -> bool:
+        """Whether the workflow's turns are decided on workers (it has a
+        ``group``, or was declared by name with `App.remote_workflow`)."""
+        return self.group is not None or self.fn is remote_body
+
+    @property
+    def decision_group(self) -> str:
+        """The group whose workers decide its turns: its ``group``, else its
+        own name (served by convention)."""
+        return self.group or self.name
+
     def __repr__(self) -> str:
         return f"<Workflow {self.name} v{self.version}>"
+
+
+async def remote_body(ctx: Any, *args: Any) -> Any:
+    """The body of a workflow declared by name (`App.remote_workflow`), or
+    met by name in a decision: it lives on workers, never runs here."""
+    raise FatalError(
+        f"workflow {ctx.workflow!r} runs on workers; this process holds no body for it",
+        code="remote_workflow",
+    )
+
+
+async def remote_step_body(*args: Any) -> Any:
+    """The function of a remote step known here only from a remote
+    workflow's decision: it runs on workers, never here."""
+    raise FatalError("this remote step runs on workers only", code="remote_step")
+
+
+def shadow_workflow(name: str, version: str, group: str | None = None) -> Workflow[..., Any]:
+    """A workflow known here by name only, whose body lives on workers."""
+    return Workflow(remote_body, name=name, version=version, group=group)
 
 
 @final
@@ -342,6 +303,7 @@ class App:
         name: str | None = None,
         version: str = DEFAULT_VERSION,
         on_error: Sequence[OnError] = (),
+        group: str | None = None,
     ) -> Callable[[Callable[Concatenate[Context, P], Awaitable[R]]], Workflow[P, R]]: ...
 
     def workflow(
@@ -352,6 +314,7 @@ class App:
         name: str | None = None,
         version: str = DEFAULT_VERSION,
         on_error: Sequence[OnError] = (),
+        group: str | None = None,
     ) -> Any:
         """Register an ``async def`` as a workflow: ``@app.workflow``, or
         ``@app.workflow(...)`` with options.
@@ -379,6 +342,11 @@ class App:
         """
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow version must be a non-empty string, not {version!r}")
+        if group is not None and not is_broker_safe(group):
+            raise RegistrationError(
+                f"workflow group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
+                " (at most 100, not starting with '.' or '-')"
+            )
 
         def register(fn: Callable[..., Awaitable[Any]]) -> Workflow[Any, Any]:
             if not inspect.iscoroutinefunction(fn):
@@ -391,12 +359,46 @@ class App:
                     f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
                 )
             routes = check_on_error_routes(wf_name, on_error)
-            wf: Workflow[Any, Any] = Workflow(fn, name=wf_name, version=version, on_error=routes)
+            wf: Workflow[Any, Any] = Workflow(
+                fn, name=wf_name, version=version, on_error=routes, group=group
+            )
             self._workflows[key] = wf
             self._latest[wf_name] = wf
             return wf
 
         return register if fn is None else register(fn)
+
+    def remote_workflow(self, name: str, *, group: str | None = None) -> Workflow[..., Any]:
+        """Declare by name a workflow whose body lives on workers: the engine
+        sends each turn of its runs to a worker of ``group`` as a decision
+        task (docs/remote-workflows.md). Start it by the object returned or
+        by name.
+
+        A workflow no engine declares is served by convention all the same,
+        when live workers announce it; declaring it pins its group and lets
+        `Engine.start` check its name without asking the fleet.
+
+        Args:
+          name: The workflow's name.
+          group: The group whose workers serve it; defaults to the group the
+            workers announce for it, else its name.
+
+        Raises:
+          RegistrationError: The name is taken or invalid, or the group is
+            not broker-safe.
+        """
+        _check_name("workflow", name)
+        if group is not None and not is_broker_safe(group):
+            raise RegistrationError(
+                f"workflow group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
+                " (at most 100, not starting with '.' or '-')"
+            )
+        if name in self._latest:
+            raise RegistrationError(f"workflow {name!r} is already registered in app {self.name!r}")
+        wf = shadow_workflow(name, LATEST_VERSION, group)
+        self._workflows[(name, LATEST_VERSION)] = wf
+        self._latest[name] = wf
+        return wf
 
     @overload
     def step(self, fn: Callable[P, Awaitable[R]], /) -> Step[P, R]: ...
@@ -466,7 +468,7 @@ class App:
         if queue is not None and group is None:
             raise RegistrationError("queue= only applies to remote steps (give a group=)")
         if timeout is not None:
-            _finite("step timeout", timeout)
+            finite("step timeout", timeout)
             if timeout <= 0:
                 raise RegistrationError(f"step timeout must be positive, not {timeout!r}")
 

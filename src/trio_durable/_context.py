@@ -19,12 +19,13 @@ from typing import Any, Concatenate, Literal, final, overload
 import trio
 
 from . import _serde
-from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow, workflow_of
+from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow
 from ._children import Failed, child_outcome, record_child
+from ._decider import child_command, step_command
 from ._exceptions import GatherError, GatherFailure, RunFailed, UsageError
 from ._fans import FAN_CANCELLED, fan
 from ._local import local_step
-from ._records import ErrorInfo
+from ._records import CheckpointKind, ErrorInfo
 from ._remote import remote_step
 from ._replay import Replay, Suspend
 from ._waits import signal, timer
@@ -212,6 +213,22 @@ class Context:
                     f"compensate= must be a local step, not the remote {compensate.name!r}"
                 )
         if step.remote:
+            decider = self._replay.decider
+            if decider is not None:
+                decider.reach(
+                    self._replay,
+                    step.name,
+                    "remote",
+                    1,
+                    lambda: step_command(
+                        self._replay,
+                        step,
+                        args,
+                        compensate.name if compensate else None,
+                        queue,
+                        priority,
+                    ),
+                )
             return await remote_step(
                 self._replay,
                 step,
@@ -240,6 +257,7 @@ class Context:
             or seconds < 0
         ):
             raise UsageError(f"sleep seconds must be a finite number >= 0, not {seconds!r}")
+        self._decide_wait("sleep", "timer", {"op": "sleep", "seconds": float(seconds)})
         await timer(self._replay, lambda now: now + float(seconds))
 
     async def sleep_until(self, when: float | datetime.datetime) -> None:
@@ -257,6 +275,7 @@ class Context:
             target = float(when)
         else:
             raise UsageError(f"sleep_until needs epoch seconds or a datetime, not {when!r}")
+        self._decide_wait("sleep", "timer", {"op": "sleep", "until": target})
         await timer(self._replay, lambda now: target)
 
     # -- signals --------------------------------------------------------------
@@ -290,6 +309,7 @@ class Context:
             or timeout < 0
         ):
             raise UsageError(f"signal timeout must be a finite number >= 0, not {timeout!r}")
+        self._decide_wait(name, "signal", {"op": "signal", "name": name, "timeout": timeout})
         return await signal(self._replay, name, timeout, type)
 
     async def webhook(self, name: str) -> str:
@@ -299,7 +319,19 @@ class Context:
         payload to this run as the signal ``name`` would: take it with
         ``await ctx.wait_signal(name)``. See docs/webhooks-and-breakpoints.md.
         """
+        decider = self._replay.decider
+        if decider is not None:
+            if not isinstance(name, str) or not name:
+                raise UsageError(f"webhook name must be a non-empty string, not {name!r}")
+            return decider.webhook(self._replay, name)
         return await create_webhook(self._replay, name)
+
+    def _decide_wait(self, name: str, kind: CheckpointKind, command: dict[str, Any]) -> None:
+        """On a worker deciding a turn: stop at a wait the history has not
+        settled (see `_decider`)."""
+        decider = self._replay.decider
+        if decider is not None:
+            decider.reach(self._replay, name, kind, 1, lambda: dict(command))
 
     # -- children -------------------------------------------------------------
 
@@ -378,7 +410,9 @@ class Context:
             parameters; no child is started.
         """
         replay = self._replay
-        wf = workflow_of(replay.runtime.app, workflow)
+        wf = replay.workflow(workflow)
+        if replay.decider is not None:
+            replay.decider.reach(replay, wf.name, "child", 1, child_command(wf, args, awaited=True))
         seq = replay.next_seq()
         cp = replay.recorded(seq, wf.name, "child")
         if cp is None:
@@ -474,7 +508,11 @@ class Context:
             parameters; no child is started.
         """
         replay = self._replay
-        wf = workflow_of(replay.runtime.app, workflow)
+        wf = replay.workflow(workflow)
+        if replay.decider is not None:
+            replay.decider.reach(
+                replay, wf.name, "child", 1, child_command(wf, args, awaited=False)
+            )
         seq = replay.next_seq()
         cp = replay.recorded(seq, wf.name, "child")
         if cp is not None:

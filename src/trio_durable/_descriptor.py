@@ -24,7 +24,7 @@ def check_group_routes(app: App, routes: Sequence[str], what: str) -> tuple[str,
     """
     if isinstance(routes, str):
         raise UsageError(f"{what} must be a list of group names, not the string {routes!r}")
-    known = set(app.groups)
+    known = set(app.groups) | {wf.decision_group for wf in app.workflows}
     checked: list[str] = []
     for route in routes:
         if not isinstance(route, str):

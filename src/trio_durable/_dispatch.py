@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from ._brokers._base import Broker, BrokerError, Outgoing, PayloadTooLarge, WorkerDescriptor
+from ._learned import Learned, step_of
 from ._payload import lowered, task_message
 from ._records import DEFAULT_NAMESPACE
 from ._tracing import DISABLED, Tracing
@@ -125,6 +126,8 @@ class Dispatcher:
         # The broker queues the embedded worker consumes: tasks sent there
         # are this engine's own to wait for (see `_sent`).
         self.own_queues: frozenset[str] = frozenset()
+        # The steps remote workflows' decisions named (the runtime's).
+        self.learned = Learned()
 
     async def send(self, tasks: list[Task]) -> None:
         """Send tasks whose pending checkpoints just committed. A task over
@@ -184,7 +187,9 @@ class Dispatcher:
         for task in tasks:
             message = task_message(
                 attrs.evolve(task, reply_to=self._results_queue),
-                broker_queue(task.route, self._requires(task.step)),
+                broker_queue(
+                    task.route, () if task.kind == "decision" else self._requires(task.step)
+                ),
                 limit,
                 now,
             )
@@ -202,7 +207,7 @@ class Dispatcher:
             self._sent.unsent(task.run_id, task.seq, task.attempt)
 
     def _requires(self, step_name: str) -> tuple[str, ...]:
-        step = self._app.get_step(step_name)
+        step = step_of(self._app, self.learned, step_name)
         return () if step is None else step.requires
 
     async def capability_gap(self, group_route: str, requires: tuple[str, ...]) -> str | None:

@@ -23,8 +23,9 @@ import attrs
 import trio
 
 from . import _serde
-from ._app import Step, Workflow, workflow_of
+from ._app import Step, Workflow
 from ._children import Failed, cancel_request, child_outcome, completion, record_child
+from ._decider import fan_command
 from ._dispatch import group_route
 from ._exceptions import UsageError
 from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode
@@ -64,8 +65,9 @@ async def fan(
     check_fan_target(target)
     if isinstance(target, Step):
         replay.check_step(target)
+        member: Workflow[..., Any] | Step[..., Any] = target
     else:
-        wf = workflow_of(replay.runtime.app, target)
+        member = wf = replay.workflow(target)
     if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
         raise UsageError(f"fan inputs must be a sequence, not {type(inputs).__name__}")
     if concurrency is not None and (
@@ -83,6 +85,14 @@ async def fan(
             else:
                 _serde.check_workflow_args(wf, (value,))
     total = len(inputs)
+    if replay.decider is not None:
+        replay.decider.reach(
+            replay,
+            member.name,
+            "remote" if isinstance(member, Step) else "child",
+            total,
+            lambda: fan_command(replay, member, inputs, concurrency, mode),
+        )
     first = replay.take_seqs(total)
     if total == 0:
         await trio.lowlevel.checkpoint()

@@ -76,6 +76,7 @@ def task_message(task: Task, queue: str, limit: int | None, now: float) -> Outgo
         started_at=now,
         finished_at=now,
         queue=task.queue,
+        kind=task.kind,
     )
     logger.warning(
         "step %r of run %s (seq %d): %s; it fails with code %s",

@@ -16,7 +16,7 @@ import attrs
 RunStatus = Literal[
     "pending", "running", "suspended", "completed", "failed", "cancelling", "cancelled", "dead"
 ]
-CheckpointKind = Literal["local", "remote", "timer", "signal", "child", "webhook"]
+CheckpointKind = Literal["local", "remote", "timer", "signal", "child", "webhook", "decision"]
 CheckpointStatus = Literal["pending", "running", "completed", "failed"]
 FanMode = Literal["fail_fast", "wait_all", "settled"]
 
@@ -32,6 +32,10 @@ ACTIVE_STATUSES: Final[frozenset[RunStatus]] = frozenset(
 DEFAULT_NAMESPACE: Final = "default"
 
 LATEST_VERSION: Final = ""
+
+DECISION_SEQ: Final = 999_999_999
+"""The seq of a remote workflow run's decision checkpoint: past every seq a
+body reaches, below the on-error handoffs (docs/remote-workflows.md)."""
 """The version of a run started by workflow name where no app tells the
 versions (a `Client` without one): the engine that first runs it runs the
 version registered last there, and writes it on the run. No workflow can be
@@ -197,8 +201,10 @@ class Checkpoint:
         operations count up from 1; compensations sit at ``-seq`` of the step
         they undo.
       name: The step, workflow or signal name, or ``"sleep"`` for a timer.
-      kind: ``local``, ``remote``, ``timer``, ``signal``, ``child`` or
-        ``webhook`` (its output holds the nonce its token derives from).
+      kind: ``local``, ``remote``, ``timer``, ``signal``, ``child``,
+        ``webhook`` (its output holds the nonce its token derives from) or
+        ``decision`` (a remote workflow's decision task and the decision
+        that answered it, at `DECISION_SEQ`).
       status: ``pending``, ``running``, ``completed`` or ``failed``.
       input: The operation's input as JSON text, if any.
       output: Its result as JSON text, once completed. For a child this is the

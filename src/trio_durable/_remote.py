@@ -29,6 +29,7 @@ from ._breakpoints import CONTINUED, marked, pause_before, suspend_if_paused
 from ._dispatch import group_route
 from ._exceptions import UsageError
 from ._failures import step_failure
+from ._learned import queue_of
 from ._records import Checkpoint, ErrorInfo, FanMode
 from ._replay import Replay, Suspend, recorded_value
 from ._stores._base import Store
@@ -312,7 +313,7 @@ async def remote_step(
     flow = None
     name = flow_queue if flow_queue is not None else step.queue
     if name is not None:
-        flow = replay.runtime.app.get_queue(name)
+        flow = queue_of(replay.runtime.app, replay.runtime.learned, name)
         if flow is None:
             raise UsageError(
                 f"no flow-control queue {name!r} is registered in app {replay.runtime.app.name!r}"

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from . import _serde
-from ._app import Step
-from ._exceptions import NonDeterminismError, UsageError
+from ._app import Step, Workflow, remote_body, shadow_workflow, workflow_of
+from ._exceptions import NonDeterminismError, UnknownWorkflowError, UsageError
 from ._observe import Event, EventKind
-from ._records import Checkpoint, CheckpointKind, Run
+from ._records import LATEST_VERSION, Checkpoint, CheckpointKind, Run
 from ._stores._ops import Op, PutCheckpoint
 
 if TYPE_CHECKING:
+    from ._decider import Decider
     from ._runtime import Runtime
     from ._wire import Task
 
@@ -95,10 +96,22 @@ class Replay:
       turn: What the turn read and is about to write.
     """
 
-    def __init__(self, runtime: Runtime, turn: TurnState) -> None:
+    def __init__(self, runtime: Runtime, turn: TurnState, decider: Decider | None = None) -> None:
         self.runtime = runtime
         self.turn = turn
         self._seq = 0
+        # Set on a worker replaying a remote workflow for a decision task
+        # (see `_decide`): durable operations not settled in the history
+        # end the decision instead of running.
+        self.decider = decider
+
+    def peek(self) -> int:
+        """The seq the next durable operation takes."""
+        return self._seq + 1
+
+    def seek(self, seq: int) -> None:
+        """Take ``seq`` next (an engine carrying out a decision's command)."""
+        self._seq = seq - 1
 
     @property
     def run(self) -> Run:
@@ -143,10 +156,32 @@ class Replay:
             raise error
         return cp
 
+    def workflow(self, target: Workflow[..., Any] | str) -> Workflow[..., Any]:
+        """The workflow ``target`` names for a child or a fan: registered
+        here, or known by name only (its body lives on workers): one an
+        engine met in a decision's command, or, on a worker deciding a
+        turn, one this worker's app lacks.
+
+        Raises:
+          UnknownWorkflowError: It is neither.
+        """
+        if isinstance(target, Workflow) and target.fn is remote_body:
+            return target
+        try:
+            return workflow_of(self.runtime.app, target)
+        except UnknownWorkflowError:
+            if self.decider is not None and isinstance(target, str) and target:
+                return shadow_workflow(target, LATEST_VERSION)
+            raise
+
     def check_step(self, step: object) -> None:
-        """Raise `UsageError` unless ``step`` is a step of this app."""
+        """Raise `UsageError` unless ``step`` is a step of this app (or one
+        a remote workflow's decision named, see `_decision_turn`)."""
         app = self.runtime.app
-        if not isinstance(step, Step) or app.get_step(step.name) is not step:
+        if not isinstance(step, Step) or (
+            app.get_step(step.name) is not step
+            and self.runtime.learned.steps.get(step.name) is not step
+        ):
             raise UsageError(f"{step!r} is not a step registered in app {app.name!r}")
 
     def emit(self, kind: EventKind, seq: int | None, name: str | None, **data: Any) -> None:

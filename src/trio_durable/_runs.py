@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from . import _serde
-from ._app import Workflow, workflow_of
+from ._app import App, Workflow, workflow_of
 from ._children import output_type
 from ._exceptions import (
     RecordedTraceback,
@@ -100,7 +100,17 @@ async def start_run(
 ) -> Run:
     """`Engine.start`: the run as stored, created and woken here if new."""
     rt.scheduler.check_open()
-    new = new_run(rt.app, workflow, args, run_id, namespace, tags)
+    app: App | None = rt.app
+    if isinstance(workflow, str) and not any(wf.name == workflow for wf in rt.app.workflows):
+        # Served by convention (docs/remote-workflows.md): a workflow this
+        # engine does not register runs if live workers announce it; they
+        # check its inputs.
+        if await rt.catalogue.served(workflow, LATEST_VERSION, namespace) is None:
+            raise UnknownWorkflowError(
+                f"no workflow {workflow!r} in app {rt.app.name!r}, and no live worker announces it"
+            )
+        app = None
+    new = new_run(app, workflow, args, run_id, namespace, tags)
     # The run is created leased to this engine, so its first turn needs no
     # write of its own; if this engine dies, the lease lapses and any
     # engine takes the run over.

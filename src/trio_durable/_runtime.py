@@ -23,9 +23,11 @@ import trio
 
 from ._breakpoints import Breakpoints
 from ._brokers._base import RESULTS
+from ._catalogue import Catalogue
 from ._clock import Clock
 from ._dispatch import Dispatcher
 from ._exceptions import StoreError
+from ._learned import Learned
 from ._observe import Event, EventHub, EventKind, Metrics
 from ._poller import poll_due, reconcile_stalled
 from ._records import QueueDepth, Run
@@ -127,6 +129,9 @@ class Runtime:
         serves besides, such as its console, runs there too).
       breakpoints: The breakpoints as last read from the store.
       webhook_keys: The secret webhook tokens derive from.
+      learned: The steps and queues remote workflows' decisions named.
+      catalogue: What live workers announce (remote workflows' groups and
+        routes), read at most once per `CACHE_SECONDS`.
     """
 
     app: App
@@ -148,6 +153,8 @@ class Runtime:
     nursery: trio.Nursery = attrs.field(init=False)
     breakpoints: Breakpoints = attrs.field(factory=Breakpoints)
     webhook_keys: WebhookKeys = attrs.field(factory=WebhookKeys)
+    learned: Learned = attrs.field(factory=Learned)
+    catalogue: Catalogue = attrs.field(init=False)
 
 
 @asynccontextmanager
@@ -287,6 +294,8 @@ def _assemble(
     )
     # The scheduler drives turns, and turns reach the scheduler (to wake
     # runs): the runtime is complete once both exist.
+    rt.dispatcher.learned = rt.learned
+    rt.catalogue = Catalogue(broker)
     rt.scheduler = Scheduler(nursery, Turns(rt), telemetry.stats)
     rt.nursery = nursery
     return rt

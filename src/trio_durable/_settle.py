@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from ._app import NO_RETRY
 from ._barrier import join_barrier
 from ._brokers._base import BrokerError, Consumer, Delivery
 from ._exceptions import StoreError
 from ._fans import FAN_CANCELLED
+from ._learned import queue_of, step_of
 from ._observe import Event, EventKind
-from ._records import Checkpoint, ErrorInfo, RunStatus, bound_traceback
+from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, RunStatus, bound_traceback
 from ._stores._ops import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result, WireError
 
@@ -97,26 +97,40 @@ def _success(result: Result, now: float, or_failed_with: str | None = None) -> S
 
 def _op_for(rt: Runtime, result: Result) -> Op:
     now = rt.clock.now()
+    if result.kind == "decision":
+        # Applied by the run's next turn; the claim needs the decision
+        # checkpoint pending at this very attempt, so a duplicate or a
+        # decision of a superseded task changes nothing.
+        return SettleCheckpoint(
+            result.run_id,
+            DECISION_SEQ,
+            result.status,
+            result.output if result.status == "completed" else None,
+            None if result.status == "completed" else _error_of(rt, result),
+            now,
+            attempt=result.attempt,
+            unless_run_status=_DROP_FOR,
+            kind="decision",
+        )
     if result.status == "completed":
         return _success(result, now)
-    error = ErrorInfo(
-        message=result.error or "failed",
-        code=result.code,
-        details=result.details,
-        type=result.error_type,
-        step=result.step,
-        # The worker cut it to its own limit; this engine keeps to its own.
-        traceback=bound_traceback(result.traceback, rt.options.traceback_limit),
-    )
-    step = rt.app.get_step(result.step)
-    retry = step.retry if step is not None else NO_RETRY
-    if result.retryable and result.attempt < retry.attempts:
+    error = _error_of(rt, result)
+    step = step_of(rt.app, rt.learned, result.step)
+    if step is None:
+        # A step of a remote workflow this engine has not met yet: the
+        # worker's own retry policy says when (and whether) to try again.
+        due = result.retry_in if result.retryable else None
+    elif result.retryable and result.attempt < step.retry.attempts:
+        due = step.retry.delay(result.attempt, rt.rng)
+    else:
+        due = None
+    if due is not None:
         return RescheduleCheckpoint(
             result.run_id,
             result.seq,
             result.attempt,
             error,
-            now + retry.delay(result.attempt, rt.rng),
+            now + due,
             unless_run_status=_DROP_FOR,
             kind="remote",
             name=result.step,
@@ -132,6 +146,18 @@ def _op_for(rt: Runtime, result: Result) -> Op:
         unless_run_status=_DROP_FOR,
         kind="remote",
         name=result.step,
+    )
+
+
+def _error_of(rt: Runtime, result: Result) -> ErrorInfo:
+    return ErrorInfo(
+        message=result.error or "failed",
+        code=result.code,
+        details=result.details,
+        type=result.error_type,
+        step=result.step if result.kind == "step" else None,
+        # The worker cut it to its own limit; this engine keeps to its own.
+        traceback=bound_traceback(result.traceback, rt.options.traceback_limit),
     )
 
 
@@ -256,7 +282,10 @@ async def _salvage(
     late = [
         (delivery, result)
         for (delivery, result), outcome in zip(readable, outcomes, strict=True)
-        if outcome is None and result.status == "completed" and id(delivery) not in given_back
+        if outcome is None
+        and result.status == "completed"
+        and result.kind == "step"
+        and id(delivery) not in given_back
     ]
     if not late:
         return []
@@ -282,7 +311,7 @@ def _releases(
     for (_, result), op in zip(readable, ops, strict=True):
         if result.queue is None or isinstance(op, RescheduleCheckpoint):
             continue  # a retry keeps its slot through its backoff
-        flow = rt.app.get_queue(result.queue)
+        flow = queue_of(rt.app, rt.learned, result.queue)
         if flow is None:
             logger.error("result names the unknown queue %r; its slot stays held", result.queue)
             continue
@@ -301,6 +330,9 @@ async def _ack(consumer: Consumer, deliveries: Sequence[Delivery]) -> None:
 
 
 def _emit_result(rt: Runtime, result: Result, cp: Checkpoint) -> None:
+    if result.kind == "decision":
+        # A decision is no step: what it records shows when it is applied.
+        return
     kind: EventKind = "step.completed" if cp.status == "completed" else "step.failed"
     data: dict[str, Any] = {
         "attempt": result.attempt,

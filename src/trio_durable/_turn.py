@@ -22,12 +22,14 @@ from . import _serde
 from ._barrier import join_barrier
 from ._children import cancel_request, completion
 from ._context import Context
+from ._decision_turn import compensate_remote, decision_route, remote_turn
 from ._exceptions import LeaseLostError, NonDeterminismError, StoreError
 from ._failures import error_info
 from ._handoff import follow_handoff, hand_off, on_error_routes_in_doubt
 from ._on_error import RETIRED_PREFIX, active_handoff, pick_on_error_route
 from ._records import (
     ACTIVE_STATUSES,
+    DECISION_SEQ,
     LATEST_VERSION,
     CheckpointStatus,
     ErrorInfo,
@@ -185,7 +187,10 @@ class Turn:
             await self.end("dead", error=error)
             return
         if run.status == "cancelling":
-            await self._finish_cancel()
+            route = await decision_route(rt, run) if run.compensate else None
+            if route is not None and await compensate_remote(self, route, now):
+                return
+            await self._finish_cancel(compensated=route is not None)
             return
         handoff = active_handoff(state.checkpoints)
         if handoff is not None:
@@ -200,6 +205,10 @@ class Turn:
             version = rt.app.get_workflow(run.workflow).version
             run = state.run = attrs.evolve(run, version=version)
             state.ops.append(UpdateRun(run.id, {"version": version}, expect_owner=rt.engine_id))
+        route = await decision_route(rt, run)
+        if route is not None:
+            await remote_turn(self, route, now)
+            return
         if not rt.app.has_workflow(run.workflow, run.version):
             # Another engine of a newer or older deploy may know it: leave the
             # run untouched but for a later wake.
@@ -252,7 +261,7 @@ class Turn:
             else:
                 await rt.store.release_run_lock(run.id, rt.engine_id)
         elif kind == "suspended":
-            await self._suspend(value)
+            await self.suspend(value)
         elif kind == "completed":
             await self.end("completed", output=value)
         else:
@@ -390,7 +399,24 @@ class Turn:
         # froze its members, an attempt sent again) waits for no result.
         rt.sent.observed(turn.run.id, turn.checkpoints.values())
 
-    async def _suspend(self, suspend: Suspend) -> None:
+    async def suspend_cancelling(self, wake_at: float | None) -> None:
+        """Write the turn of a cancelling run that waits (for its undos to
+        be decided on a worker): it stays cancelling, due at ``wake_at``."""
+        results = await self.write(self.fence({"wake_at": wake_at}, _CANCELLING))
+        if results is None:
+            return
+        await self.after_commit(results)
+        if wake_at is not None:
+            self.runtime.scheduler.signals.wake_at(wake_at)
+        found = await self.runtime.store.get_checkpoints(
+            self.state.run.id, DECISION_SEQ, DECISION_SEQ
+        )
+        if found and found[0].status != "pending":
+            # The decision came back while this turn held the lease.
+            self._slot.again = True
+
+    async def suspend(self, suspend: Suspend) -> None:
+        """Suspend the run with the turn's writes, as ``suspend`` says."""
         rt, turn = self.runtime, self.state
         run = turn.run
         wake_at = suspend.wake_at
@@ -530,10 +556,10 @@ class Turn:
                 for parent in await join_barrier(rt.store, [settled]):
                     rt.scheduler.wake(parent)
 
-    async def _finish_cancel(self) -> None:
+    async def _finish_cancel(self, *, compensated: bool = False) -> None:
         rt, turn = self.runtime, self.state
         run = turn.run
-        if run.compensate:
+        if run.compensate and not compensated:
             await self._compensate(Replay(rt, turn))
         now = rt.clock.now()
         error = ErrorInfo(message="cancelled", code="cancelled")
@@ -553,6 +579,9 @@ class Turn:
                 turn.cancelled_children.append(cp.child_id)
             elif cp.kind == "signal":
                 turn.ops.append(RemoveSignalWaiter(signal_token(run.id, cp.name)))
+            elif cp.kind == "decision":
+                # A decision that comes back now changes nothing.
+                turn.ops.append(SettleCheckpoint(run.id, cp.seq, "failed", None, error, now))
         await self.end("cancelled", error=error)
 
 

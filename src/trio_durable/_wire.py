@@ -28,6 +28,8 @@ from ._serde import MAX_NESTING, nesting_exceeds
 
 WIRE_VERSION: Final = 1
 
+MessageKind = Literal["step", "decision"]
+
 MAX_SEQ: Final = 2**63 - 1
 """The largest seq a message may carry: what a signed 64-bit column holds."""
 
@@ -78,6 +80,10 @@ class Task:
         one is dropped when decoding, never fatal: tracing must not fail a
         step.
       tracestate: The W3C ``tracestate`` that goes with it, if any.
+      kind: ``step`` for a remote step's attempt; ``decision`` for a
+        remote workflow's decision task (docs/remote-workflows.md): then
+        ``step`` names the workflow, ``seq`` is `DECISION_SEQ` and
+        ``input`` holds the run's history (see `_decision_wire`).
     """
 
     run_id: str
@@ -94,6 +100,7 @@ class Task:
     priority: int = 0
     traceparent: str | None = None
     tracestate: str | None = None
+    kind: MessageKind = "step"
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {"v": WIRE_VERSION, **attrs.asdict(self)}
@@ -102,6 +109,8 @@ class Task:
         for key in ("traceparent", "tracestate"):
             if data[key] is None:
                 del data[key]
+        if self.kind == "step":
+            del data["kind"]
         return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
@@ -135,6 +144,7 @@ class Task:
                 priority=_integer(data, "priority", 0, MAX_PRIORITY, default=0),
                 traceparent=traceparent,
                 tracestate=tracestate,
+                kind=_message_kind(data),
             )
         except WireError as exc:
             raise WireError(f"not a task: {exc}") from None
@@ -165,6 +175,13 @@ class Result:
         if it raised one.
       traceback: Its traceback as text (bounded by the worker's
         ``traceback_limit``), if recorded.
+      retry_in: For a failure that may be retried, the seconds the
+        worker's own retry policy of the step waits before the next
+        attempt, or None if that policy has no attempt left. An engine
+        that registers the step applies its own policy; one that does not
+        (the step is called by a remote workflow) applies this.
+      kind: ``step``, or ``decision`` for a decision (then ``output`` is
+        the decision, see `_decision_wire`).
     """
 
     run_id: str
@@ -184,10 +201,16 @@ class Result:
     queue: str | None = None
     error_type: str | None = None
     traceback: str | None = None
+    retry_in: float | None = None
+    kind: MessageKind = "step"
 
     def encode(self) -> bytes:
         data: dict[str, Any] = {"v": WIRE_VERSION, **attrs.asdict(self)}
         data["output"] = None if self.output is None else json.loads(self.output)
+        if self.kind == "step":
+            del data["kind"]
+        if self.retry_in is None:
+            del data["retry_in"]
         return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
@@ -232,6 +255,8 @@ class Result:
                 queue=_optional_name(data, "queue"),
                 error_type=_text(data, "error_type"),
                 traceback=_text(data, "traceback"),
+                retry_in=(None if data.get("retry_in") is None else _seconds(data, "retry_in")),
+                kind=_message_kind(data),
             )
         except WireError as exc:
             raise WireError(f"not a result: {exc}") from None
@@ -390,6 +415,15 @@ def _trace_context(data: dict[str, Any]) -> tuple[str | None, str | None]:
     if not isinstance(tracestate, str) or not _TRACESTATE.fullmatch(tracestate):
         tracestate = None
     return traceparent, tracestate
+
+
+def _message_kind(data: dict[str, Any]) -> MessageKind:
+    """What a task or result is for: a step (the default, so every message
+    from before decisions existed reads as one) or a decision."""
+    value = data.get("kind", "step")
+    if value == "step" or value == "decision":
+        return value  # type: ignore[no-any-return]
+    _reject(f"kind must be 'step' or 'decision', not {_kind(value)}")
 
 
 def _reply_to(data: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ descriptor well within its time to live.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -36,9 +37,10 @@ from ._brokers._base import (
 )
 from ._clock import Clock
 from ._current import StepInfo, call_step
+from ._decide import decide
 from ._descriptor import check_group_routes, describe
 from ._dispatch import served_broker_queues, split_group_route
-from ._exceptions import FatalError, SerializationError, UsageError
+from ._exceptions import FatalError, SerializationError, UnknownWorkflowError, UsageError
 from ._failures import error_info
 from ._observe import Metrics
 from ._options import DEFAULT_MAX_DELIVERIES, WorkerOptions
@@ -297,9 +299,12 @@ class Worker:
                 finished_at=self._clock.now(),
                 worker=self.instance_id,
                 queue=task.queue,
+                kind=task.kind,
                 **fields,
             )
 
+        if task.kind == "decision":
+            return await self._decide(task, result)
         if step is None or not step.remote:
             self._stats.failed += 1
             return result(
@@ -347,6 +352,53 @@ class Worker:
             )
         self._stats.completed += 1
         return result("completed", output=output)
+
+    async def _decide(self, task: Task, result: Callable[..., Result]) -> Result:
+        """Decide a remote workflow's turn (see `_decide`)."""
+        try:
+            with self._tracing.span(
+                f"decide {task.step}",
+                self._span_attributes(task),
+                parent=_trace_context(task),
+                consumer=True,
+            ):
+                decision = await decide(
+                    self.app,
+                    task,
+                    clock=self._clock,
+                    rng=self._rng,
+                    worker_id=self.instance_id,
+                    traceback_limit=self._traceback_limit,
+                    tracing=self._tracing,
+                )
+        except WireError as exc:
+            self._stats.failed += 1
+            return result("failed", error=str(exc), code="bad_task", retryable=False)
+        except UnknownWorkflowError as exc:
+            self._stats.failed += 1
+            return result("failed", error=str(exc), code="unknown_workflow", retryable=False)
+        except Exception as exc:
+            # A fault of this worker (not of the body, whose failure is a
+            # decision): the run fails with it rather than loop on it.
+            self._stats.failed += 1
+            info = error_info(exc, traceback_limit=self._traceback_limit)
+            logger.error(
+                "worker %s could not decide run %r: %s",
+                self.instance_id,
+                task.run_id,
+                info.message,
+                exc_info=exc,
+            )
+            return result(
+                "failed",
+                error=info.message,
+                code=info.code or "decision_failed",
+                retryable=False,
+                error_type=info.type,
+                traceback=info.traceback,
+            )
+        self._stats.completed += 1
+        return result("completed", output=json.dumps(decision.encode()))
 
     def _span_attributes(self, task: Task) -> dict[str, str | int]:
         return attributes(

@@ -164,7 +164,11 @@ class FaultyStore(StoreHelpers, ChangeFeed):
             new = self._status(key)
             new_row = self._row(key)
             settled = ("completed", "failed")
-            if old in settled and new in settled and new_row != old_row:
+            if _decision_applied(old_row, new_row):
+                # A remote workflow's decision checkpoint, its decision
+                # applied: the next decision task's answer settles it again.
+                self.resets[key] = self.resets.get(key, 0) + 1
+            elif old in settled and new in settled and new_row != old_row:
                 # A settled checkpoint written again with another record: a
                 # second settle (retirements of handoffs rename, not settle;
                 # a late success kept on a member a fail_fast fan cancelled
@@ -299,3 +303,15 @@ class FaultyStore(StoreHelpers, ChangeFeed):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def _decision_applied(old: Checkpoint | None, new: Checkpoint | None) -> bool:
+    return (
+        old is not None
+        and new is not None
+        and old.kind == "decision"
+        and old.status == "completed"
+        and old.output is not None
+        and new.status == "completed"
+        and new.output is None
+    )

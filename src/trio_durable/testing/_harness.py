@@ -261,6 +261,8 @@ async def _simulation(
     keep_trace: bool,
 ) -> SimulationReport:
     rng = random.Random(seed)
+    # Workers serve the remote steps' groups and the remote workflows'.
+    groups = sorted({*app.groups, *(wf.decision_group for wf in app.workflows if wf.remote)})
     store = FaultyStore(MemoryStore(), random.Random(rng.getrandbits(64)), faults)
     broker = MemoryBroker(
         BrokerFaults(
@@ -321,7 +323,7 @@ async def _simulation(
                 async with open_worker(
                     app,
                     broker=broker,
-                    groups=app.groups,
+                    groups=groups,
                     concurrency=8,
                     instance_id=f"worker-{index}",
                     wall_clock=wall,
@@ -375,7 +377,7 @@ async def _simulation(
     async with trio.open_nursery() as nursery:
         for index in range(engine_count):
             nursery.start_soon(host_engine, index, name=f"sim engine {index}")
-        for index in range(worker_count if app.groups else 0):
+        for index in range(worker_count if groups else 0):
             nursery.start_soon(host_worker, index, name=f"sim worker {index}")
         async with trio.open_nursery() as chaos:
             chaos.start_soon(crash_engines)

@@ -5,7 +5,10 @@ faults must equal a fault-free execution's: local and remote steps that fail
 their first attempt, timers, signals (sent before and after the wait, and one
 never sent), children, fans over children and over remote steps in waves, a
 flow-control queue, saga compensation, an on-error handoff, a retried run and
-a cancelled one. Steps record their effects in the simulation's ledger.
+a cancelled one; and remote workflows, decided on the workers (a local step
+run there, remote steps, a timer, a signal, remote and local children, a
+fan over remote children, compensation, and a handoff to a remote handler).
+Steps record their effects in the simulation's ledger.
 """
 
 from __future__ import annotations
@@ -141,6 +144,43 @@ async def long_flow(ctx: Any, key: str) -> str:
     return "finished"
 
 
+# -- remote workflows: decided on the workers of "deciders" ---------------------------
+
+
+@app.workflow(group="deciders")
+async def remote_steps_flow(ctx: Any, key: str, x: int) -> int:
+    a = await ctx.step(local_flaky, f"{key}:rl", x)
+    b = await ctx.step(remote_flaky, f"{key}:rr", a)
+    await ctx.sleep((x * 11) % 40)
+    return int(a + b)
+
+
+@app.workflow(group="deciders")
+async def remote_square_child(ctx: Any, x: int) -> int:
+    return int(await ctx.step(remote_square, x))
+
+
+@app.workflow(group="deciders")
+async def remote_parent(ctx: Any, x: int) -> int:
+    c = await ctx.child(remote_steps_flow, f"rc{x}", x)
+    local = await ctx.child(square_child, x)
+    fan = await ctx.all(remote_square_child, list(range(4)), concurrency=3)
+    go = await ctx.wait_signal("go", timeout=3000)
+    return int(c + local + sum(fan) + go)
+
+
+@app.workflow(group="deciders")
+async def remote_handler(ctx: Any, info: dict[str, Any]) -> str:
+    return f"remotely handled {info['run_id']} ({info['error'].get('code')})"
+
+
+@app.workflow(group="deciders", on_error=[OnError("rejected", workflow="remote_handler")])
+async def remote_saga_flow(ctx: Any, key: str) -> None:
+    await ctx.step(reserve, key, compensate=release)
+    await ctx.sleep(5)
+    raise FatalError("rejected after the reservation", code="rejected")
+
+
 async def default_workload(sim: Simulation) -> None:
     """Start one of everything (several of some), spread over time."""
     # Steps keep recording into this simulation's ledger after the workload
@@ -164,10 +204,15 @@ async def default_workload(sim: Simulation) -> None:
             await sim.start(queued_flow, i, run_id=f"queued-{i}")
         await sim.start(retried_flow, "rf", run_id="retried")
         nursery.start_soon(sim.retry, "retried")
+        for i in range(3):
+            await sim.start(remote_steps_flow, f"rs{i}", i, run_id=f"remote-steps-{i}")
+        await sim.start(remote_parent, 2, run_id="remote-parent")
+        await sim.start(remote_saga_flow, "rsg", run_id="remote-saga")
         await sim.start(long_flow, "lf", run_id="cancelled")
         # A clock jump can let the cancellation below land before the run's
         # first turn: then its step and undo never run (seed 5066).
         sim.may_skip("lf", "lf:undo")
         await sim.sleep(rng.uniform(10, 300))
         await sim.signal("signal-late", "go", "late")
+        await sim.signal("remote-parent", "go", 100)
         await sim.cancel("cancelled", compensate=True)

@@ -66,11 +66,14 @@ from ._broker_descriptors import (
 from ._broker_descriptors import (
     check_descriptors_round_trip_every_field as check_descriptors_round_trip_every_field,
 )
-from ._broker_engine import BROKER_ENGINE_CHECKS as BROKER_ENGINE_CHECKS
 from ._broker_engine import (
     check_a_mix_of_remote_workflows_settles_exactly_once as check_a_mix_of_remote_workflows_settles_exactly_once,
 )
-from ._broker_engine import check_broker_engine as check_broker_engine
+from ._broker_engine_remote import (
+    check_a_mix_of_workflows_decided_on_workers_settles_exactly_once as check_a_mix_of_workflows_decided_on_workers_settles_exactly_once,
+)
+from ._broker_engine_suite import BROKER_ENGINE_CHECKS as BROKER_ENGINE_CHECKS
+from ._broker_engine_suite import check_broker_engine as check_broker_engine
 from ._broker_factory import EVENTUALLY as EVENTUALLY
 from ._broker_factory import BrokerFactory as BrokerFactory
 from ._broker_factory import BrokerMaker as BrokerMaker

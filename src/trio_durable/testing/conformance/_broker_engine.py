@@ -24,7 +24,6 @@ import json
 import math
 import secrets
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
@@ -478,25 +477,3 @@ async def _mix(factory: BrokerFactory) -> None:
                         assert len(record.flaky_times[key]) == 2
                         first, second_call = record.flaky_times[key]
                         assert second_call - first == BACKOFF
-
-
-BROKER_ENGINE_CHECKS: Final[
-    tuple[Callable[[BrokerFactory | BrokerMaker], Awaitable[None]], ...]
-] = (check_a_mix_of_remote_workflows_settles_exactly_once,)
-"""Every check of the engine suite: parametrize a test over it."""
-
-
-async def check_broker_engine(factory: BrokerFactory | BrokerMaker) -> None:
-    """Run every check of `BROKER_ENGINE_CHECKS` against ``factory``.
-
-    Args:
-      factory: A `BrokerFactory` (or a plain opener), as for `check_broker`.
-
-    Raises:
-      AssertionError: An engine and workers over the broker broke a
-        guarantee (the message and the traceback say which).
-      RuntimeError: ``factory.trio_clock`` without an autojump `MockClock`.
-    """
-    factory = as_factory(factory)
-    for check in BROKER_ENGINE_CHECKS:
-        await check(factory)

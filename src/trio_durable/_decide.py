@@ -1,0 +1,206 @@
+"""Decisions: a worker replays a remote workflow's body against its history.
+
+A decision task carries a run and its resolved history (`_decision_wire`).
+The worker runs the body with the same `Context` as an engine does, on a
+`Replay` whose checkpoints are that history and whose `Decider` watches
+every durable operation the body reaches:
+
+- settled in the history: it returns (or raises) what was recorded, as on
+  an engine;
+- a local step not yet recorded: it runs here, now, with its retries, and
+  its checkpoint goes back in the decision;
+- anything else not settled (a remote step, a timer, a signal wait, a
+  webhook, a child, a fan): the body stops there, and the operation goes
+  back as the decision's `Command`, for the engine to carry out.
+
+A body that returns or raises ends the decision with its output or error;
+a failure first runs the saga's undos here (they are local steps). A
+history that the body does not match fails the run with code
+``non_determinism``, which is never routed on error. Nothing here touches a
+store: the decision is the only thing the worker writes.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any, cast, final
+
+import attrs
+
+from . import _serde
+from ._app import App, Workflow, remote_body
+from ._clock import Clock
+from ._context import Context
+from ._decider import Decider
+from ._decision_wire import Command, Decision, read_request
+from ._exceptions import NonDeterminismError, UnknownWorkflowError, UsageError
+from ._failures import error_info
+from ._learned import Learned
+from ._records import LATEST_VERSION, Checkpoint, ErrorInfo, Run
+from ._replay import Replay, Suspend, TurnState
+from ._saga import compensate
+from ._stores._ops import Op, PutCheckpoint
+from ._tracing import DISABLED, Tracing
+from ._wire import Task
+
+if TYPE_CHECKING:
+    from ._observe import Event
+    from ._runtime import Runtime
+
+# -- the worker's stand-ins for an engine's parts -------------------------------------
+
+
+@final
+class _Writes:
+    """Takes the writes a body's undos make as they end (`compensate`
+    writes each at once): they go back in the decision."""
+
+    def __init__(self) -> None:
+        self.checkpoints: dict[int, Checkpoint] = {}
+
+    async def apply(self, ops: list[Op]) -> list[Any]:
+        for op in ops:
+            if isinstance(op, PutCheckpoint):
+                self.checkpoints[op.checkpoint.seq] = op.checkpoint
+        return [None] * len(ops)
+
+
+@final
+class _Events:
+    def emit(self, event: Event) -> None:
+        pass
+
+
+@final
+class _NoBreakpoints:
+    async def match(self, store: object, workflow: str, step: str) -> None:
+        return None
+
+
+@attrs.define
+class _Options:
+    traceback_limit: int
+
+
+@attrs.define
+class _DecisionRuntime:
+    """What `Replay`, local steps and the saga use of an engine's runtime."""
+
+    app: App
+    clock: Clock
+    rng: random.Random
+    options: _Options
+    tracing: Tracing
+    engine_id: str
+    store: _Writes = attrs.field(factory=_Writes)
+    telemetry: _Events = attrs.field(factory=_Events)
+    breakpoints: _NoBreakpoints = attrs.field(factory=_NoBreakpoints)
+    learned: Learned = attrs.field(factory=Learned)
+
+
+def pick_workflow(app: App, name: str, version: str) -> Workflow[..., Any]:
+    """The workflow a decision task asks for: its pinned version, or the
+    one registered last for a run not pinned yet.
+
+    Raises:
+      UnknownWorkflowError: This worker lacks it, or holds no body for it.
+    """
+    wf = app.get_workflow(name, None if version == LATEST_VERSION else version)
+    if wf.fn is remote_body:
+        raise UnknownWorkflowError(f"workflow {name!r} is only declared by name here")
+    return wf
+
+
+async def decide(
+    app: App,
+    task: Task,
+    *,
+    clock: Clock,
+    rng: random.Random,
+    worker_id: str,
+    traceback_limit: int,
+    tracing: Tracing = DISABLED,
+) -> Decision:
+    """Replay the run ``task`` carries and decide its turn.
+
+    Raises:
+      WireError: The task's input is not a valid decision request.
+      UnknownWorkflowError: This worker lacks the workflow (or version).
+    """
+    request = read_request(task.run_id, task.input)
+    wf = pick_workflow(app, task.step, request.version)
+    run = Run(
+        id=task.run_id,
+        workflow=wf.name,
+        version=wf.version,
+        namespace=request.namespace,
+        input=request.input,
+        tags=request.tags,
+    )
+    runtime = _DecisionRuntime(
+        app=app,
+        clock=clock,
+        rng=rng,
+        options=_Options(traceback_limit),
+        tracing=tracing,
+        engine_id=worker_id,
+    )
+    state = TurnState(run=run, checkpoints=dict(request.checkpoints))
+    decider = Decider(request)
+    replay = Replay(cast("Runtime", runtime), state, decider)
+    if request.compensate:
+        await compensate(replay)
+        return _decision(wf, runtime, state, error=ErrorInfo(message="cancelled", code="cancelled"))
+    try:
+        args = _serde.load_args(request.input, wf.fn, skip=1)
+        value = await wf.fn(Context(replay), *args)
+        if state.nondeterminism is not None:
+            raise state.nondeterminism
+        output = _serde.dumps(value)
+    except Suspend:
+        if state.nondeterminism is not None:
+            return _failed(wf, runtime, state, replay, state.nondeterminism)
+        if decider.next is None:
+            raise UsageError("the body suspended without reaching a durable operation") from None
+        return _decision(wf, runtime, state, next=decider.next)
+    except Exception as exc:
+        failure = state.nondeterminism or exc
+        if not isinstance(failure, NonDeterminismError):
+            await compensate(replay)
+        return _failed(wf, runtime, state, replay, failure)
+    return _decision(wf, runtime, state, output=output)
+
+
+def _failed(
+    wf: Workflow[..., Any],
+    runtime: _DecisionRuntime,
+    state: TurnState,
+    replay: Replay,
+    exc: BaseException,
+) -> Decision:
+    error = error_info(exc, traceback_limit=runtime.options.traceback_limit)
+    return _decision(wf, runtime, state, error=error)
+
+
+def _decision(
+    wf: Workflow[..., Any],
+    runtime: _DecisionRuntime,
+    state: TurnState,
+    *,
+    next: Command | None = None,
+    output: str | None = None,
+    error: ErrorInfo | None = None,
+) -> Decision:
+    """The decision, with every local checkpoint the body (or its undos)
+    recorded."""
+    local = dict(runtime.store.checkpoints)
+    for op in state.ops:
+        if isinstance(op, PutCheckpoint) and op.checkpoint.kind == "local":
+            local[op.checkpoint.seq] = op.checkpoint
+    return Decision(
+        version=wf.version,
+        local=tuple(local[seq] for seq in sorted(local)),
+        next=next,
+        output=output,
+        error=error,
+    )

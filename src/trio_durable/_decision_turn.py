@@ -1,0 +1,424 @@
+"""A remote workflow's turn on the engine: send a decision task, apply the
+decision (docs/remote-workflows.md).
+
+The run's decision checkpoint, at `DECISION_SEQ`, says where the run stands:
+
+- missing, or ``completed`` without output: no decision is out. The turn
+  fires the timers that are due, records the checkpoint ``pending`` (its
+  ``attempts`` numbers the decision tasks), and sends the task once that
+  write committed, carrying the run's history;
+- ``pending``: a task is out. The run waits, unless the task counts as lost
+  (``remote_redispatch``): then it is sent again as a new attempt;
+- ``completed`` with output: a decision came back. Whichever engine's
+  result consumer got it settled the checkpoint by a claim that needs it
+  pending at the task's attempt, so a duplicate or stale decision changed
+  nothing. The turn applies it: the local steps' checkpoints, then the
+  body's end, or the one durable operation it waits on, carried out by the
+  same code a local body's turn runs. An operation that resolves at once
+  (a signal already buffered, a child started, a due timer) is settled
+  now, and the next decision task goes out in the same write;
+- ``failed``: no worker could decide (it lacks the workflow, or the task
+  was too large to send): the run fails with that error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from ._app import (
+    FlowQueue,
+    Retry,
+    Step,
+    Workflow,
+    remote_body,
+    remote_step_body,
+    shadow_workflow,
+    workflow_of,
+)
+from ._context import Context
+from ._decision_wire import Command, Decision, history, request_input
+from ._exceptions import StoreError, UnknownWorkflowError
+from ._failures import error_info
+from ._fans import fan
+from ._handoff import hand_off
+from ._on_error import NEVER_ROUTED, OnError, pick_on_error_route
+from ._records import (
+    DECISION_SEQ,
+    DEFAULT_NAMESPACE,
+    LATEST_VERSION,
+    Checkpoint,
+    ErrorInfo,
+    Run,
+)
+from ._remote import remote_step
+from ._replay import Replay, Suspend
+from ._stores._ops import ClaimCheckpoint, UpdateRun
+from ._waits import signal, timer
+from ._webhooks import create_webhook, derive_token
+from ._wire import Task, WireError
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+    from ._turn import Turn
+
+logger = logging.getLogger("trio_durable")
+
+_SETTLED: Final = frozenset({"completed", "failed"})
+_WATCH: Final = (DECISION_SEQ, DECISION_SEQ)
+
+
+async def decision_route(rt: Runtime, run: Run) -> str | None:
+    """The group route whose workers decide ``run``'s turns, or None if the
+    run's body runs here (or nothing here or in the fleet knows it)."""
+    app = rt.app
+    known = any(wf.name == run.workflow for wf in app.workflows)
+    latest = app.get_workflow(run.workflow) if known else None
+    wf: Workflow[..., Any] | None
+    if run.version != LATEST_VERSION and app.has_workflow(run.workflow, run.version):
+        wf = app.get_workflow(run.workflow, run.version)
+    elif run.version == LATEST_VERSION or (latest is not None and latest.fn is remote_body):
+        # A declaration by name stands for every version the workers have.
+        wf = latest
+    else:
+        wf = None
+    if wf is not None and not wf.remote:
+        return None
+    group = None if wf is None else wf.group
+    if group is None:
+        route = await rt.catalogue.served(run.workflow, run.version, run.namespace)
+        if route is not None or wf is None:
+            return route
+        group = wf.decision_group
+    return group if run.namespace == DEFAULT_NAMESPACE else f"{group}@{run.namespace}"
+
+
+async def remote_turn(turn: Turn, route: str, now: float) -> None:
+    """Take a remote workflow's run on from where its decision stands."""
+    rt, state = turn.runtime, turn.state
+    marker = state.checkpoints.get(DECISION_SEQ)
+    if marker is not None and marker.status == "pending":
+        if marker.wake_at is None or marker.wake_at > now:
+            await turn.suspend(Suspend("decision", marker.wake_at, watch=_WATCH))
+            return
+        policy = rt.options.remote_redispatch
+        if policy is None:
+            # Sent by an engine that redispatches; this one waits.
+            await turn.suspend(Suspend("decision", None, watch=_WATCH))
+            return
+        redispatches = sum(1 for e in marker.errors if e.code == "redispatched")
+        if redispatches >= policy[1]:
+            error = ErrorInfo(
+                message=f"no decision after {redispatches + 1} decision tasks", code="lost"
+            )
+            await turn.end("failed", error=error)
+            return
+        lost = ErrorInfo(
+            message=f"no decision within {policy[0]} s; dispatched again", code="redispatched"
+        )
+        await _dispatch(turn, route, marker, now, lost)
+        return
+    if marker is not None and marker.status == "failed":
+        error = marker.error or ErrorInfo(message="no worker could decide the run's turn")
+        await turn.end("failed", error=error)
+        return
+    if marker is not None and marker.output is not None:
+        state.put(attrs.evolve(marker, output=None))
+        try:
+            decision = Decision.decode(marker.output, state.run.id)
+        except WireError as exc:
+            await turn.end("failed", error=ErrorInfo(message=str(exc), code="bad_decision"))
+            return
+        kind, value = await _apply(turn, decision)
+        if kind == "suspended":
+            await turn.suspend(value)
+            return
+        if kind == "completed":
+            await turn.end("completed", output=value)
+            return
+        if kind == "failed":
+            await fail_remote(turn, value)
+            return
+    await _dispatch(turn, route, marker, now, None)
+
+
+async def compensate_remote(turn: Turn, route: str, now: float) -> bool:
+    """For a remote workflow's run cancelled with compensation: have a
+    worker run the undos of its completed steps (they are local steps, and
+    only the workers hold them). Returns False once nothing is left to
+    undo: the cancel then ends the run as for a local body."""
+    state = turn.state
+    marker = state.checkpoints.get(DECISION_SEQ)
+    if marker is not None and marker.status == "pending":
+        if marker.wake_at is None or marker.wake_at > turn.runtime.clock.now():
+            await turn.suspend_cancelling(marker.wake_at)
+            return True
+        await _dispatch(turn, route, marker, now, _LOST, compensate=True)
+        return True
+    if marker is not None and marker.status == "completed" and marker.output is not None:
+        state.put(attrs.evolve(marker, output=None))
+        try:
+            decision = Decision.decode(marker.output, state.run.id)
+        except WireError:
+            decision = None
+        if decision is not None:
+            # Whatever the worker ran (a turn's local steps, or undos) did
+            # run: it is recorded, so undos cover it.
+            for cp in decision.local:
+                existing = state.checkpoints.get(cp.seq)
+                if existing is None or existing.status not in _SETTLED:
+                    state.put(cp)
+    undone = {-cp.seq for cp in state.checkpoints.values() if cp.seq < 0}
+    if not any(
+        cp.seq > 0 and cp.compensation and cp.status == "completed" and cp.seq not in undone
+        for cp in state.checkpoints.values()
+    ):
+        return False
+    await _dispatch(turn, route, marker, now, None, compensate=True)
+    return True
+
+
+_LOST: Final = ErrorInfo(message="no decision in time; dispatched again", code="redispatched")
+
+
+async def _dispatch(
+    turn: Turn,
+    route: str,
+    marker: Checkpoint | None,
+    now: float,
+    lost: ErrorInfo | None,
+    *,
+    compensate: bool = False,
+) -> None:
+    """Send the run's next decision task (once this turn's writes commit)
+    and suspend the run until its decision comes back."""
+    rt, state = turn.runtime, turn.state
+    run = state.run
+    for cp in list(state.checkpoints.values()):
+        # The history carries fired timers: a due one is settled here.
+        if cp.kind == "timer" and cp.status == "pending" and (cp.wake_at or 0.0) <= now:
+            state.put(attrs.evolve(cp, status="completed", finished_at=now))
+    tokens: dict[int, str] = {}
+    webhooks = [cp for cp in state.checkpoints.values() if cp.kind == "webhook"]
+    if webhooks:
+        secret = await rt.webhook_keys.secret(rt.store)
+        for cp in webhooks:
+            tokens[cp.seq] = derive_token(secret, json.loads(cp.output or "{}")["nonce"])
+    policy = rt.options.remote_redispatch
+    wake_at = None if policy is None else now + policy[0]
+    attempt = (0 if marker is None else marker.attempts) + 1
+    new = Checkpoint(
+        run_id=run.id,
+        seq=DECISION_SEQ,
+        name=run.workflow,
+        kind="decision",
+        attempts=attempt,
+        group=route,
+        errors=() if marker is None or lost is None else (*marker.errors, lost),
+        wake_at=wake_at,
+        enqueued_at=now,
+        started_at=now,
+    )
+    if lost is not None:
+        # A claim: a decision that settled the checkpoint meanwhile wins,
+        # and then the task is not sent again.
+        state.checkpoints[DECISION_SEQ] = new
+        state.ops.append(ClaimCheckpoint(new))
+    else:
+        state.put(new)
+    task = Task(
+        run_id=run.id,
+        seq=DECISION_SEQ,
+        attempt=attempt,
+        step=run.workflow,
+        workflow=run.workflow,
+        route=route,
+        input=request_input(
+            run, history(list(state.checkpoints.values())), tokens, compensate=compensate
+        ),
+        dispatched_at=now,
+        kind="decision",
+    )
+    state.dispatch.append((len(state.ops) - 1, task))
+    if compensate:
+        await turn.suspend_cancelling(wake_at)
+    else:
+        await turn.suspend(Suspend("decision", wake_at, watch=_WATCH))
+
+
+async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
+    """Apply ``decision`` to the turn: ``("suspended", Suspend)``,
+    ``("completed", output)``, ``("failed", ErrorInfo)``, or
+    ``("resolved", None)`` when the operation it waits on resolved at once
+    (the next decision task is due)."""
+    rt, state = turn.runtime, turn.state
+    run = state.run
+    if run.version == LATEST_VERSION:
+        # Pinned with this turn's writes: every later decision task asks
+        # the workers for the same version.
+        state.run = attrs.evolve(run, version=decision.version)
+        state.ops.append(
+            UpdateRun(run.id, {"version": decision.version}, expect_owner=rt.engine_id)
+        )
+    elif decision.version != run.version:
+        message = f"a decision of version {decision.version!r} for a run of {run.version!r}"
+        return "failed", ErrorInfo(message=message, code="bad_decision")
+    for cp in decision.local:
+        existing = state.checkpoints.get(cp.seq)
+        if existing is None or existing.status not in _SETTLED:
+            state.put(cp)
+    if decision.output is not None:
+        return "completed", decision.output
+    if decision.error is not None:
+        return "failed", decision.error
+    assert decision.next is not None
+    command = decision.next
+    replay = Replay(rt, state)
+    replay.seek(command.seq)
+    failure: Exception | None = None
+    try:
+        await _carry_out(replay, command)
+    except Suspend as suspend:
+        return "suspended", suspend
+    except StoreError:
+        raise
+    except Exception as exc:
+        failure = exc
+    if state.nondeterminism is not None:
+        return "failed", error_info(state.nondeterminism)
+    count = len(json.loads(command.args["inputs"])) if command.op == "fan" else 1
+    settled = [state.checkpoints.get(seq) for seq in range(command.seq, command.seq + count)]
+    if all(cp is not None and cp.status in _SETTLED for cp in settled):
+        return "resolved", None
+    # Nothing was recorded there: the workers would stop at the same point
+    # again and again. The run fails with what went wrong instead.
+    if failure is None:
+        failure = RuntimeError(f"the decision's {command.op} at seq {command.seq} recorded nothing")
+    return "failed", error_info(failure, traceback_limit=rt.options.traceback_limit)
+
+
+async def _carry_out(replay: Replay, command: Command) -> None:
+    """Carry out ``command`` as a local body's turn would."""
+    rt = replay.runtime
+    args = command.args
+    if command.op == "step":
+        step = learn_step(rt, args)
+        await remote_step(
+            replay,
+            step,
+            json.loads(args["input"]),
+            compensation=args["compensation"],
+            flow_queue=args["flow_queue"],
+            priority=args["priority"],
+        )
+    elif command.op == "sleep":
+        if "until" in args:
+            until = float(args["until"])
+            await timer(replay, lambda now: until)
+        else:
+            seconds = float(args["seconds"])
+            await timer(replay, lambda now: now + seconds)
+    elif command.op == "signal":
+        await signal(replay, args["name"], args["timeout"], Any)
+    elif command.op == "webhook":
+        await create_webhook(replay, args["name"])
+    elif command.op == "child":
+        wf = _child_workflow(rt, args["workflow"], args["version"])
+        inputs = json.loads(args["input"])
+        ctx = Context(replay)
+        if args["awaited"]:
+            await ctx.child(wf, *inputs)
+        else:
+            await ctx.start_child(wf, *inputs)
+    else:
+        target = (
+            learn_step(rt, args)
+            if args["target"] == "step"
+            else _child_workflow(rt, args["name"], args["version"])
+        )
+        await fan(replay, target, json.loads(args["inputs"]), args["concurrency"], args["mode"])
+
+
+def _child_workflow(rt: Runtime, name: str, version: str) -> Any:
+    """The workflow a command starts children of: registered here (at that
+    version, or any if none is given), else known by name only."""
+    app = rt.app
+    if version and app.has_workflow(name, version):
+        return app.get_workflow(name, version)
+    if not version:
+        try:
+            return workflow_of(app, name)
+        except UnknownWorkflowError:
+            pass
+    return shadow_workflow(name, version or LATEST_VERSION)
+
+
+def learn_step(rt: Runtime, spec: dict[str, Any]) -> Step[..., Any]:
+    """The remote step a command names: registered here, else made from
+    its registration as the command carries it, and kept (see `_learned`)."""
+    name = spec["name"]
+    registered = rt.app.get_step(name)
+    if registered is not None and registered.remote:
+        return registered
+    queue = spec.get("queue")
+    if queue is not None:
+        rt.learned.queues[queue["name"]] = FlowQueue(
+            name=queue["name"], concurrency=queue["concurrency"], priority=queue["priority"]
+        )
+    retry = Retry(**spec["retry"])
+    known = rt.learned.steps.get(name)
+    if (
+        known is not None
+        and known.group == spec["group"]
+        and known.requires == tuple(spec["requires"])
+        and known.timeout == spec["timeout"]
+        and known.retry == retry
+    ):
+        return known
+    step: Step[..., Any] = Step(
+        remote_step_body,
+        name=name,
+        retry=retry,
+        timeout=spec["timeout"],
+        group=spec["group"],
+        requires=tuple(spec["requires"]),
+    )
+    rt.learned.steps[name] = step
+    return step
+
+
+async def on_error_routes(rt: Runtime, run: Run) -> tuple[OnError, ...] | str:
+    """A remote workflow's on-error routes: its own if this engine
+    registers its body, else those its live workers agree on (or why they
+    cannot be trusted)."""
+    if rt.app.has_workflow(run.workflow, run.version):
+        wf = rt.app.get_workflow(run.workflow, run.version)
+        if wf.on_error:
+            return wf.on_error
+    return await rt.catalogue.on_error_routes(run.workflow, run.version)
+
+
+async def fail_remote(turn: Turn, error: ErrorInfo) -> None:
+    """A remote workflow's body failed (its undos ran on the worker): hand
+    the run to the handler its routes pick, or end it as failed."""
+    rt, state = turn.runtime, turn.state
+    if error.code not in NEVER_ROUTED:
+        routes = await on_error_routes(rt, state.run)
+        if isinstance(routes, str):
+            rt.telemetry.emit_run("run.unrouted", state.run, code=error.code, reason=routes)
+        else:
+            route = pick_on_error_route(routes, error)
+            if route is not None:
+                logger.warning(
+                    "run %r (workflow %r) failed: %s; handing it to %r",
+                    state.run.id,
+                    state.run.workflow,
+                    error.message,
+                    route.workflow,
+                )
+                await hand_off(turn, route, error)
+                return
+    await turn.end("failed", error=error)
