@@ -2,11 +2,10 @@
 
 Two sides, in one process here to keep the demo short:
 
-- the **engine side** (this module): an app with no workflow and no step, an
-  engine on a SQLite file. It starts ``checkout`` by name and runs it,
-  although it never imports the code: the workers announce the workflow, and
-  the engine serves it by convention, sending each turn to them as a
-  decision task;
+- the **engine side** (this module): an app that declares ``checkout`` and
+  ``ship`` by name and holds no workflow body and no step, an engine on a
+  SQLite file. It starts ``checkout`` and runs it although it never imports
+  the code: it sends each turn to the workers as a decision task;
 - the **worker side** (examples/shop_workers.py, imported only by
   `serve_workers`): the workflow code, with two workers of its app, one for
   the ``orders`` and ``ship`` groups (the workflows' decisions and their
@@ -34,9 +33,10 @@ import trio
 import trio_durable as td
 
 engine_app = td.App("service")
-"""The engine's app: no workflow, no step. It could declare the workflow by
-name (``engine_app.remote_workflow("checkout", group="orders")``); served by
-convention, it needs not even that."""
+"""The engine's app: no workflow body, no step."""
+checkout = engine_app.remote_workflow("checkout", group="orders")
+"""Declared by name: its body lives on the workers of ``orders``."""
+engine_app.remote_workflow("ship")  # checkout's child, served under its own name
 
 
 async def serve_workers(broker: td.Broker, *, task_status: trio.TaskStatus[None]) -> None:
@@ -50,16 +50,14 @@ async def serve_workers(broker: td.Broker, *, task_status: trio.TaskStatus[None]
 
 
 async def main(path: str) -> int:
-    print(
-        f"engine app {engine_app.name!r}: {len(engine_app.workflows)} workflows,"
-        f" {len(engine_app.steps)} steps"
-    )
+    bodies = [wf.name for wf in engine_app.workflows if not wf.remote]
+    print(f"engine app {engine_app.name!r}: workflow bodies {bodies}, steps {engine_app.steps}")
     broker = td.MemoryBroker()
     async with trio.open_nursery() as workers:
         await workers.start(serve_workers, broker)
         async with td.open_engine(engine_app, store=f"sqlite:///{path}", broker=broker) as engine:
-            handle = await engine.start("checkout", "o-1", 1200, run_id="o-1")
-            print(f"started {handle.id!r}: workflow 'checkout', by name")
+            handle = await engine.start(checkout, "o-1", 1200, run_id="o-1")
+            print(f"started {handle.id!r}: workflow {handle.workflow!r}, remote: {checkout.remote}")
             with trio.fail_after(30):
                 result = await handle.result()
             print(f"o-1 -> {result}")

@@ -9,12 +9,11 @@ Everything in this module runs on workers, never in the engine:
   decision, and its result goes back with the decision;
 - ``charge`` is a remote step of another group (``payments``): the decision
   asks the engine for it, and a payments worker runs it;
-- ``ship`` is a child workflow declared without a group: it is served by
-  convention, under its own name as the group (``ship``).
+- ``ship`` is a child workflow declared without a group: it is served
+  under its own name as the group (``ship``).
 
 The engine that runs the checkouts (examples/remote_workflows_demo.py)
-never imports this module: it learns of these workflows from what the
-workers announce.
+never imports this module: it knows these workflows by name only.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """examples/remote_workflows_demo.py runs as docs/remote-workflows.md says: an
-engine whose app holds no workflow runs ``checkout`` by name, served by
-convention from what the workers of examples/shop_workers.py announce; the
-local steps run on the orders worker, the remote step on the payments
-worker, and the timer and the child are kept by the engine."""
+engine whose app holds no workflow body runs ``checkout``, declared by name,
+decided by the workers of examples/shop_workers.py; the local steps run on
+the orders worker, the remote step on the payments worker, and the engine
+keeps the timer and starts the child."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import trio
 ROOT = Path(__file__).resolve().parents[1]
 
 OUTPUT = [
-    "engine app 'service': 0 workflows, 0 steps",
-    "started 'o-1': workflow 'checkout', by name",
+    "engine app 'service': workflow bodies [], steps []",
+    "started 'o-1': workflow 'checkout', remote: True",
     "  reserve('o-1') ran on the orders worker",
     "  charge('o-1', 1200) ran on the payments worker",
     "  label('o-1') ran on the orders worker",
@@ -52,7 +52,8 @@ async def test_the_engine_side_of_the_example_does_not_import_the_workflow_code(
     check = (
         "import sys; sys.path.insert(0, 'examples'); import remote_workflows_demo as demo;"
         " assert 'shop_workers' not in sys.modules, 'imported';"
-        " assert not demo.engine_app.workflows and not demo.engine_app.steps"
+        " assert not demo.engine_app.steps;"
+        " assert all(wf.remote for wf in demo.engine_app.workflows)"
     )
     with trio.fail_after(60):
         await trio.run_process([sys.executable, "-c", check], cwd=ROOT)
