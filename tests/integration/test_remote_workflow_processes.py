@@ -1,11 +1,12 @@
 """Remote workflows across real processes, with a worker killed mid-decision.
 
-An engine process (``trio-durable engine remote_service:app``) whose app has
-no workflow and which cannot import the workflow code (its module lives in
-remote_workflow_code/, not on the engine's path), and two worker processes
-(``trio-durable worker remote_orders:app``) that can, share a SQLite file
-store and a real broker. A client starts runs of ``order`` by name; the
-engine serves the workflow by convention from the workers' announcements.
+An engine process (``trio-durable engine remote_service:app``) whose app
+holds no workflow body (it declares ``order`` by name) and which cannot
+import the workflow code (its module lives in remote_workflow_code/, not on
+the engine's path), and two worker processes (``trio-durable worker
+remote_orders:app``) that can, share a SQLite file store and a real broker.
+A client starts runs of ``order`` by name; the engine sends each of their
+turns to the workers as a decision task.
 
 One run's local step hangs the first time it runs, inside a decision: the
 worker holding that decision task is killed with SIGKILL while the other
