@@ -105,7 +105,7 @@ def test_a_worker_needs_groups_its_app_has() -> None:
     assert one_error_line(result) == "Error: give the group routes to serve: --groups GROUP"
     result = invoke(["worker", "cli_app:app", *broker, "--groups", "cli,nowhere"])
     assert result.exit_code == 2
-    assert "groups names the group 'nowhere', which no step of app 'cli-test' has" in (
+    assert "groups names the group 'nowhere', which no step or workflow of app 'cli-test' has" in (
         one_error_line(result)
     )
 

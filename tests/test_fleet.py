@@ -170,14 +170,29 @@ async def test_descriptor_says_what_the_worker_serves(autojump_clock: trio.abc.C
     assert d.runtime["trio"] == trio.__version__
     assert d.groups == ("payments", "shipping@acme")
     # Only the remote steps of the groups it serves; the local step is not
-    # announced. Requirements are sorted.
+    # announced. Requirements are sorted; retries and timeouts are told, for
+    # an engine without the steps' code.
+    default_retry = {"attempts": 3, "backoff": 1.0, "max_backoff": 60.0, "jitter": 0.1}
     assert d.steps == {
-        "charge": {"group": "payments", "requires": ["gpu"]},
-        "ship": {"group": "shipping", "requires": ["crane", "truck"]},
+        "charge": {
+            "group": "payments",
+            "requires": ["gpu"],
+            "retry": default_retry,
+            "timeout": None,
+            "queue": None,
+        },
+        "ship": {
+            "group": "shipping",
+            "requires": ["crane", "truck"],
+            "retry": default_retry,
+            "timeout": None,
+            "queue": None,
+        },
     }
+    # It serves neither "checkout" nor "report" as a group: no "group".
     assert d.workflows == {
-        "checkout": {"versions": ["1", "2"], "on_error": []},
-        "report": {"versions": ["1"], "on_error": []},
+        "checkout": {"versions": ["1", "2"], "on_error": [], "routes": {"1": [], "2": []}},
+        "report": {"versions": ["1"], "on_error": [], "routes": {"1": []}},
     }
     assert d.capabilities == ("crane", "gpu")
     assert d.registration_hash == app.registration_hash()

@@ -24,6 +24,7 @@ import trio
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
 from prometheus_samples import families, sample, samples
+from trio_durable._catalogue import CACHE_SECONDS
 from trio_durable._on_error import HANDOFF_BASE, NEVER_ROUTED, pick_on_error_route
 from trio_durable._stores._ops import CreateRun, Op, PutCheckpoint, ReleaseRun, UpdateRun
 
@@ -1631,7 +1632,9 @@ async def test_workers_disagreeing_on_routes_leave_the_run_unrouted(
                     'w-2: [{"code":"out_of_stock","workflow":"h1"}]; '
                     'w-1: [{"code":null,"workflow":"h1"}]',
                 }
-            # The rollout is over: a retry routes the failure.
+            # The rollout is over: once the announcements were read again
+            # (they are cached for 5 s), a retry routes the failure.
+            await trio.sleep(CACHE_SECONDS)
             await engine.retry("o")
             assert await engine.result("o") == "h1 handled o"
             assert (await _handoff(engine, "o")).child_id == "o.onError.0"

@@ -59,7 +59,10 @@ async def flow(ctx: td.Context, x: int) -> int:
         ({"traceback_limit": -1}, "traceback_limit must be an integer >= 0, not -1"),
         ({"worker_concurrency": 0}, "concurrency must be a positive integer, not 0"),
         ({"serve": "g"}, "serve must be a list of group names, not the string 'g'"),
-        ({"serve": ["nope"]}, "serve names the group 'nope', which no step of app 'options' has"),
+        (
+            {"serve": ["nope"]},
+            "serve names the group 'nope', which no step or workflow of app 'options' has",
+        ),
         (
             {"engine_id": "has space"},
             "engine_id must be 1 to 255 characters of letters, digits and '_.-:@', not 'has space'",

@@ -17,6 +17,7 @@ import trio_durable as td
 from trio_durable._brokers._base import RESULTS, Outgoing
 from trio_durable._decision_wire import Decision
 from trio_durable._wire import Result
+from trio_durable._worker import crash
 
 calls: Counter[str] = Counter()
 
@@ -357,3 +358,56 @@ async def test_a_decision_task_over_the_brokers_limit_fails_the_run(
         with pytest.raises(td.RunFailed) as failed:
             await large.result()
         assert failed.value.code == "payload_too_large"
+
+
+stalled = trio.Event()
+
+
+@shop.step()
+async def slow_label(order: str) -> str:
+    calls["slow_label"] += 1
+    if calls["slow_label"] == 1:
+        stalled.set()
+        await trio.sleep_forever()
+    return f"label:{order}"
+
+
+@shop.workflow(group="orders")
+async def labelled(ctx: td.Context, order: str) -> str:
+    label = await ctx.step(slow_label, order)
+    charged = await ctx.step(charge, order)
+    return f"{label}/{charged}"
+
+
+service.remote_workflow("labelled", group="orders")
+
+
+async def test_a_worker_killed_mid_decision_leaves_its_task_to_another(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    global stalled
+    stalled = trio.Event()
+    store = td.MemoryStore()
+    broker = td.MemoryBroker()
+    async with td.open_engine(service, store=store, broker=broker) as engine:
+        with trio.CancelScope() as killed:
+            async with td.open_worker(shop, broker=broker, groups=GROUPS) as first:
+                handle = await engine.start("labelled", "o-8")
+                await stalled.wait()
+                # Killed in the middle of the decision's local step: its
+                # task was never acked, so the broker delivers it again.
+                crash(first)
+                killed.cancel()
+        async with td.open_worker(shop, broker=broker, groups=GROUPS):
+            assert await handle.result() == "label:o-8/charged:o-8"
+        checkpoints = await store.get_checkpoints(handle.id)
+        assert [(cp.seq, cp.name, cp.status, cp.attempts) for cp in checkpoints] == [
+            (1, "slow_label", "completed", 1),
+            (2, "charge", "completed", 1),
+            # Two decision tasks: the one redelivered kept its attempt.
+            (td.DECISION_SEQ, "labelled", "completed", 2),
+        ]
+    # The local step ran again on the second worker (at least once); the
+    # run completed once, with one result per checkpoint.
+    assert calls["slow_label"] == 2
+    assert calls["charge"] == 1

@@ -176,6 +176,9 @@ class Workflow(Generic[P, R]):
       version: The registered version.
       fn: The ``async def`` body; its first parameter is the `Context`.
       on_error: Its on-error routes (see `OnError`).
+      group: The worker group whose workers decide its runs (a remote
+        workflow), or None. Without one, a worker that registers it still
+        serves it under its name as the group (see `decision_group`).
     """
 
     def __init__(
@@ -331,10 +334,15 @@ class App:
           on_error: Routes that hand a failed run to a handler workflow by
             its error's code: at most one `OnError` per code and one
             catch-all.
+          group: Makes the workflow remote: engines send its decision tasks
+            to workers serving this group (a broker-safe token), which run
+            its body. Without it, a worker whose app registers the workflow
+            serves its decision tasks under the workflow's name as the group.
 
         Raises:
           RegistrationError: The name and version are taken, the name is
-            invalid, the function is not an ``async def``, its first
+            invalid, the group is not broker-safe, the function is not an
+            ``async def``, its first
             parameter is not the context (missing, not positional, or
             annotated with a type other than `Context` or `typing.Any`), it
             has a required
@@ -354,6 +362,11 @@ class App:
             wf_name = _check_name("workflow", fn.__name__ if name is None else name)
             _check_parameters(f"workflow {wf_name!r}", fn, context=True)
             key = (wf_name, version)
+            if (wf_name, LATEST_VERSION) in self._workflows:
+                raise RegistrationError(
+                    f"workflow {wf_name!r} is declared remote in app {self.name!r}"
+                    " (remote_workflow): its body lives on workers"
+                )
             if key in self._workflows:
                 raise RegistrationError(
                     f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
@@ -531,13 +544,23 @@ class App:
 
     @property
     def groups(self) -> list[str]:
-        """The worker groups of the remote steps, sorted."""
+        """The worker groups of the remote steps, sorted (see
+        `workflow_groups` for the groups that decide workflows)."""
         return sorted({s.group for s in self._steps.values() if s.group is not None})
+
+    @property
+    def workflow_groups(self) -> list[str]:
+        """The decision groups of the workflows with a body here (each one's
+        group, else its name), sorted: the groups whose decision tasks a
+        worker of this app can serve."""
+        return sorted(
+            {wf.decision_group for wf in self._workflows.values() if wf.fn is not remote_body}
+        )
 
     def registration_hash(self) -> str:
         """A canonical hash of every registration: steps with their groups,
         requirements, flow-control queues, retries and timeouts, the queues,
-        and workflows with their versions.
+        and workflows with their versions, on-error routes and groups.
 
         It does not depend on registration order, nor on how an equal number
         is written (``backoff=1`` or ``1.0``), so two processes of one deploy
@@ -569,7 +592,14 @@ class App:
                 for q in sorted(self._queues.values(), key=lambda q: q.name)
             },
             "workflows": sorted(
-                [name, version, sorted([r.code or "", r.workflow] for r in wf.on_error)]
+                [
+                    name,
+                    version,
+                    sorted([r.code or "", r.workflow] for r in wf.on_error),
+                    # Only when given, so that a deploy declaring no
+                    # workflow group hashes as it did before groups existed.
+                    *([] if wf.group is None else [wf.group]),
+                ]
                 for (name, version), wf in self._workflows.items()
             ),
         }

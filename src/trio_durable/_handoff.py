@@ -29,6 +29,7 @@ from ._stores._ops import CreateRun
 if TYPE_CHECKING:
     from ._app import App
     from ._brokers._base import Broker
+    from ._catalogue import Catalogue
     from ._stores._base import Store
     from ._turn import Turn
 
@@ -53,14 +54,12 @@ class UnservedRoute:
     handler: str
 
 
-async def on_error_routes_in_doubt(broker: Broker, workflow: str) -> str | None:
+async def on_error_routes_in_doubt(catalogue: Catalogue, workflow: str) -> str | None:
     """Why the fleet's routes for ``workflow`` cannot be trusted now (live
-    workers announce different route sets: a rollout), or None."""
-    try:
-        fleet = aggregate(await broker.worker_descriptors())
-    except BrokerError as exc:
-        logger.warning("cannot read worker announcements to route a failure: %s", exc)
-        return None
+    workers announce different route sets: a rollout), or None. The
+    announcements are read through the catalogue's cache, so a burst of
+    failures costs one read."""
+    fleet = aggregate(list(await catalogue.descriptors()))
     for disagreement in fleet.disagreements:
         if disagreement.kind == "on_error" and disagreement.subject == workflow:
             sets = "; ".join(

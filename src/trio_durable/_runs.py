@@ -106,6 +106,10 @@ async def start_run(
         # engine does not register runs if live workers announce it; they
         # check its inputs.
         if await rt.catalogue.served(workflow, LATEST_VERSION, namespace) is None:
+            # What was read may predate the workers that announce it now: a
+            # start refused reads the announcements afresh first.
+            rt.catalogue.invalidate()
+        if await rt.catalogue.served(workflow, LATEST_VERSION, namespace) is None:
             raise UnknownWorkflowError(
                 f"no workflow {workflow!r} in app {rt.app.name!r}, and no live worker announces it"
             )

@@ -456,7 +456,7 @@ class Turn:
             await self._compensate(replay)
         on_error = pick_on_error_route(wf.on_error, error)
         if on_error is not None:
-            reason = await on_error_routes_in_doubt(rt.broker, wf.name)
+            reason = await on_error_routes_in_doubt(rt.catalogue, wf.name)
             if reason is None:
                 logger.warning(
                     "run %r (workflow %r) failed%s: %s; handing it to %r",

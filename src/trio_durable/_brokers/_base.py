@@ -163,8 +163,13 @@ class WorkerDescriptor:
       app_version: The application's version.
       runtime: Python, trio and platform versions, for people.
       groups: The worker group routes it consumes.
-      steps: For each step it serves: its group and required capabilities.
-      workflows: For each workflow it knows: its versions.
+      steps: For each step it serves: its ``group``, required capabilities
+        (``requires``), ``retry`` policy, ``timeout`` and flow-control
+        ``queue`` (``{"name", "concurrency", "priority"}`` or None).
+      workflows: For each workflow it knows: its ``versions``, the
+        ``on_error`` routes of them all, each version's own ``routes``, and
+        the ``group`` whose decision tasks it takes for the workflow, when it
+        serves that group.
       capabilities: What it offers to steps with ``requires=``.
       registration_hash: The canonical hash of its registrations (a deploy).
       announced_at: When it last announced (durable time).
