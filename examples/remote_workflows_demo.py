@@ -2,10 +2,12 @@
 
 Two sides, in one process here to keep the demo short:
 
-- the **engine side** (this module): an app that declares ``checkout`` and
-  ``ship`` by name and holds no workflow body and no step, an engine on a
-  SQLite file. It starts ``checkout`` and runs it although it never imports
-  the code: it sends each turn to the workers as a decision task;
+- the **engine side** (this module): an app that holds no workflow body and
+  no step, only ``checkout`` declared by name, and an engine on a SQLite
+  file. It starts ``checkout`` and runs it although it never imports the
+  code: it sends each turn to the workers as a decision task. Its child
+  ``ship`` is not even declared: live workers announce it, and the engine
+  serves it by convention;
 - the **worker side** (examples/shop_workers.py, imported only by
   `serve_workers`): the workflow code, with two workers of its app, one for
   the ``orders`` and ``ship`` groups (the workflows' decisions and their
@@ -36,7 +38,6 @@ engine_app = td.App("service")
 """The engine's app: no workflow body, no step."""
 checkout = engine_app.remote_workflow("checkout", group="orders")
 """Declared by name: its body lives on the workers of ``orders``."""
-engine_app.remote_workflow("ship")  # checkout's child, served under its own name
 
 
 async def serve_workers(broker: td.Broker, *, task_status: trio.TaskStatus[None]) -> None:
@@ -67,6 +68,12 @@ async def main(path: str) -> int:
             # The run's decision checkpoint counts the decision tasks it took.
             [decision] = [cp for cp in checkpoints if cp.kind == "decision"]
             print(f"o-1 took {decision.attempts} decision tasks, sent to {decision.group!r}")
+            [child] = [cp.child_id for cp in checkpoints if cp.kind == "child"]
+            assert child is not None
+            [decided] = [
+                cp for cp in await engine.store.get_checkpoints(child) if cp.kind == "decision"
+            ]
+            print(f"its child {child!r} (ship, declared nowhere) was decided on {decided.group!r}")
             run = await engine.get("o-1")
         workers.cancel_scope.cancel()
     expected = {"hold": "hold-o-1", "receipt": "receipt-o-1-1200", "parcel": "parcel-o-1"}

@@ -13,7 +13,8 @@ Everything in this module runs on workers, never in the engine:
   under its own name as the group (``ship``).
 
 The engine that runs the checkouts (examples/remote_workflows_demo.py)
-never imports this module: it knows these workflows by name only.
+never imports this module: it knows ``checkout`` by name, and ``ship``
+from what the workers announce.
 """
 
 from __future__ import annotations

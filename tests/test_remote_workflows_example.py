@@ -2,7 +2,7 @@
 engine whose app holds no workflow body runs ``checkout``, declared by name,
 decided by the workers of examples/shop_workers.py; the local steps run on
 the orders worker, the remote step on the payments worker, and the engine
-keeps the timer and starts the child."""
+keeps the timer and starts the child, which it serves by convention."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ OUTPUT = [
     "o-1 -> {'hold': 'hold-o-1', 'receipt': 'receipt-o-1-1200', 'parcel': 'parcel-o-1'}",
     "o-1's checkpoints: 1 local reserve, 2 remote charge, 3 timer sleep, 4 child ship",
     "o-1 took 4 decision tasks, sent to 'orders'",
+    "its child 'o-1.child.4' (ship, declared nowhere) was decided on 'ship'",
     "ok: the engine ran checkout without its code; the workers decided every turn",
 ]
 """What the demo prints (the page shows it too)."""

@@ -102,8 +102,12 @@ async def kill_a_worker_mid_decision(broker: str, tmp_path: Path) -> None:
         # The worker that took the hanging decision is inside it, holding
         # its task unacknowledged; the other runs are at their steps and
         # timers.
-        with trio.fail_after(60):
-            victim_pid = await until_marked(markers, "hang", HANG_KEY)
+        try:
+            with trio.fail_after(60):
+                victim_pid = await until_marked(markers, "hang", HANG_KEY)
+        except trio.TooSlowError:
+            print(logs(processes))
+            raise
         [victim] = [n for n in ("worker-1", "worker-2") if processes[n].process.pid == victim_pid]
         open_at_kill = [
             run.id
