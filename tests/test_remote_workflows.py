@@ -411,3 +411,34 @@ async def test_a_worker_killed_mid_decision_leaves_its_task_to_another(
     # run completed once, with one result per checkpoint.
     assert calls["slow_label"] == 2
     assert calls["charge"] == 1
+
+
+async def test_a_breakpoint_pauses_a_remote_step_of_a_remote_workflow(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+    broker = td.MemoryBroker()
+    async with (
+        td.open_engine(service, store=store, broker=broker) as engine,
+        td.open_worker(shop, broker=broker, groups=GROUPS),
+    ):
+        await engine.set_breakpoint(workflow="checkout", step="charge")
+        paused_run = await engine.start("checkout", "o-9")
+        with engine.subscribe() as events:
+            while not await engine.paused_steps(paused_run.id):
+                await events.receive()
+        [paused] = await engine.paused_steps(paused_run.id)
+        assert (paused.step, paused.seq) == ("charge", 2)
+        assert calls["charge"] == 0
+        await engine.continue_run(paused_run.id)
+        assert await paused_run.result() == {
+            "reserved": "reserved:o-9",
+            "charged": "charged:o-9",
+        }
+        skipped_run = await engine.start("checkout", "o-10")
+        with engine.subscribe() as events:
+            while not await engine.paused_steps(skipped_run.id):
+                await events.receive()
+        await engine.skip_step(skipped_run.id, "skipped")
+        assert await skipped_run.result() == {"reserved": "reserved:o-10", "charged": "skipped"}
+    assert calls["charge"] == 1

@@ -39,6 +39,7 @@ from ._app import (
     shadow_workflow,
     workflow_of,
 )
+from ._breakpoints import CONTINUED
 from ._context import Context
 from ._decision_wire import Command, Decision, history, request_input
 from ._exceptions import StoreError, UnknownWorkflowError
@@ -54,9 +55,9 @@ from ._records import (
     ErrorInfo,
     Run,
 )
-from ._remote import remote_step
+from ._remote import RESEND, remote_step
 from ._replay import Replay, Suspend
-from ._stores._ops import ClaimCheckpoint, UpdateRun
+from ._stores._ops import ClaimCheckpoint, SettleCheckpoint, UpdateRun
 from ._waits import signal, timer
 from ._webhooks import create_webhook, derive_token
 from ._wire import Task, WireError
@@ -90,6 +91,12 @@ async def decision_route(rt: Runtime, run: Run) -> str | None:
     group = None if wf is None else wf.group
     if group is None:
         route = await rt.catalogue.served(run.workflow, run.version, run.namespace)
+        if route is None and wf is None:
+            # A run nothing here knows (started by a client, by name) backs
+            # off for a minute: what was read may predate the workers that
+            # announce its workflow now, so read afresh first.
+            rt.catalogue.invalidate()
+            route = await rt.catalogue.served(run.workflow, run.version, run.namespace)
         if route is not None or wf is None:
             return route
         group = wf.decision_group
@@ -114,6 +121,9 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
             error = ErrorInfo(
                 message=f"no decision after {redispatches + 1} decision tasks", code="lost"
             )
+            state.ops.append(
+                SettleCheckpoint(state.run.id, DECISION_SEQ, "failed", None, error, now)
+            )
             await turn.end("failed", error=error)
             return
         lost = ErrorInfo(
@@ -126,7 +136,8 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
         await turn.end("failed", error=error)
         return
     if marker is not None and marker.output is not None:
-        state.put(attrs.evolve(marker, output=None))
+        applied = attrs.evolve(marker, output=None, input=None)
+        state.put(applied)
         try:
             decision = Decision.decode(marker.output, state.run.id)
         except WireError as exc:
@@ -134,6 +145,8 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
             return
         kind, value = await _apply(turn, decision)
         if kind == "suspended":
+            assert decision.next is not None
+            state.put(attrs.evolve(applied, input=_waits(state.checkpoints, decision.next)))
             await turn.suspend(value)
             return
         if kind == "completed":
@@ -142,7 +155,62 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
         if kind == "failed":
             await fail_remote(turn, value)
             return
+    elif marker is not None and marker.input is not None:
+        wake_at = _unchanged(state.checkpoints, marker.input, now)
+        if wake_at is not False:
+            # Woken, but nothing the body waits on moved: asking a worker
+            # again would bring back the same command.
+            first, last = json.loads(marker.input)["waits"]
+            await turn.suspend(Suspend("unchanged", wake_at, watch=(first, last)))
+            return
     await _dispatch(turn, route, marker, now, None)
+
+
+def _command_seqs(command: Command) -> range:
+    count = len(json.loads(command.args["inputs"])) if command.op == "fan" else 1
+    return range(command.seq, command.seq + count)
+
+
+def _waits(checkpoints: dict[int, Checkpoint], command: Command) -> str:
+    """What an applied decision's body waits on, kept on the decision
+    checkpoint: the command's seqs and how many of them were settled."""
+    seqs = _command_seqs(command)
+    settled = sum(
+        1 for seq in seqs if (cp := checkpoints.get(seq)) is not None and cp.status in _SETTLED
+    )
+    return json.dumps({"waits": [seqs[0], seqs[-1]], "settled": settled})
+
+
+def _unchanged(checkpoints: dict[int, Checkpoint], waits: str, now: float) -> float | bool | None:
+    """When a run woken with nothing changed for its body is due next (None
+    for no due time); False if something did change, or is due: a settled
+    operation, a due time passed (a timer, a retry's backoff, a lost step),
+    a step continued past its breakpoint, waiting in a queue or let in (an
+    attempt not yet sent)."""
+    data = json.loads(waits)
+    first, last = data["waits"]
+    settled = 0
+    due: list[float] = []
+    for seq in range(first, last + 1):
+        cp = checkpoints.get(seq)
+        if cp is None:
+            continue
+        if cp.status in _SETTLED:
+            settled += 1
+            continue
+        if cp.error is not None and cp.error.code in (CONTINUED, "queued", RESEND):
+            return False
+        if cp.kind == "remote" and cp.started_at is None and cp.wake_at is None:
+            # An attempt to send now: let into its queue by another's
+            # release.
+            return False
+        if cp.wake_at is not None:
+            if cp.wake_at <= now:
+                return False
+            due.append(cp.wake_at)
+    if settled != data["settled"]:
+        return False
+    return min(due, default=None)
 
 
 async def compensate_remote(turn: Turn, route: str, now: float) -> bool:
@@ -289,8 +357,7 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
         failure = exc
     if state.nondeterminism is not None:
         return "failed", error_info(state.nondeterminism)
-    count = len(json.loads(command.args["inputs"])) if command.op == "fan" else 1
-    settled = [state.checkpoints.get(seq) for seq in range(command.seq, command.seq + count)]
+    settled = [state.checkpoints.get(seq) for seq in _command_seqs(command)]
     if all(cp is not None and cp.status in _SETTLED for cp in settled):
         return "resolved", None
     # Nothing was recorded there: the workers would stop at the same point

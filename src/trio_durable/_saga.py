@@ -107,10 +107,15 @@ async def plan_retry(
     undone = {-cp.seq for cp in checkpoints if cp.seq < 0}
     deletes: list[int] = []
     for cp in checkpoints:
-        if cp.kind == "decision" and cp.status == "failed":
-            # No worker could decide: the retried run asks again (the
-            # attempts count on, so a late answer to the old task is stale).
-            ops.append(PutCheckpoint(attrs.evolve(cp, status="completed", error=None)))
+        if cp.kind == "decision":
+            # A remote workflow's run: the retried run asks a worker afresh
+            # (the attempts count on, so a late answer to an old task is
+            # stale).
+            ops.append(
+                PutCheckpoint(
+                    attrs.evolve(cp, status="completed", error=None, input=None, output=None)
+                )
+            )
             continue
         if cp.seq >= HANDOFF_BASE:
             if not cp.name.startswith(RETIRED_PREFIX):
