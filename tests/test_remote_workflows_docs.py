@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 import trio_durable as td
@@ -135,11 +134,6 @@ def test_the_page_shows_the_code_the_tests_run() -> None:
         assert _code(block) in source, block
 
 
-@pytest.mark.xfail(
-    reason="an engine's watch wakes only runs of workflows its app registers (_wakes.serves):"
-    " a client's start of a workflow served by convention waits for the reconcile scan",
-    strict=True,
-)
 async def test_a_client_start_of_a_workflow_served_by_convention_runs_at_once(
     autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:

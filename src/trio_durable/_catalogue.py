@@ -104,6 +104,18 @@ class Catalogue:
                 self._fresh_for = fresh_for
             return descriptors
 
+    async def announces(self, workflow: str) -> bool:
+        """Whether a live worker announces serving ``workflow``'s decision
+        tasks. Not found in what was read, the announcements are read again
+        if that read is more than `FAILED_READ_SECONDS` old: a worker may
+        have started since."""
+        if any(_serves(d, workflow) for d in await self.descriptors()):
+            return True
+        if self._read_at is not None and trio.current_time() - self._read_at < FAILED_READ_SECONDS:
+            return False
+        self.invalidate()
+        return any(_serves(d, workflow) for d in await self.descriptors())
+
     async def served(self, workflow: str, version: str, namespace: str) -> str | None:
         """The group route to send ``workflow``'s decision tasks to.
 
@@ -226,3 +238,8 @@ def _versions(entry: dict[str, Any]) -> list[str]:
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _serves(descriptor: WorkerDescriptor, workflow: str) -> bool:
+    entry = descriptor.workflows.get(workflow)
+    return isinstance(entry, dict) and isinstance(entry.get("group"), str)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final, final
 
 import trio
 
+from ._app import remote_body
 from ._exceptions import StoreError
 from ._records import LATEST_VERSION, Run
 from ._stores._base import ChangeFeed, RunWatch
@@ -63,12 +64,27 @@ def announces_ends(store: Store) -> bool:
 
 def serves(app: App, workflow: str | None, version: str | None) -> bool:
     """Whether an engine of ``app`` can run a turn of a run of ``workflow``
-    at ``version`` (None: not known, so it may)."""
+    at ``version`` (None: not known, so it may).
+
+    It can for a workflow its app declares by name only, at any version:
+    live workers decide its turns (docs/remote-workflows.md). One its app
+    does not know at all is `served_by_convention` or not."""
     if workflow is None or version is None:
         return True
+    known = [wf for wf in app.workflows if wf.name == workflow]
+    if any(wf.fn is remote_body for wf in known):
+        return True
     if version == LATEST_VERSION:
-        return any(wf.name == workflow for wf in app.workflows)
+        return bool(known)
     return app.has_workflow(workflow, version)
+
+
+async def wake_if_served_by_convention(rt: Runtime, run_id: str, workflow: str) -> None:
+    """Wake a run announced by another process (a client's start) whose
+    workflow this engine's app does not know, if live workers announce it:
+    they decide its turns (docs/remote-workflows.md)."""
+    if await rt.catalogue.announces(workflow):
+        rt.scheduler.wake(run_id)
 
 
 def ends_delivery(endings: Endings) -> Deliver:
@@ -111,6 +127,10 @@ def engine_delivery(rt: Runtime) -> Deliver:
                 if item.kind == "cancel":
                     scheduler.interrupt(item.run_id)
                 scheduler.wake(item.run_id)
+            elif item.workflow is not None and not any(
+                wf.name == item.workflow for wf in rt.app.workflows
+            ):
+                rt.nursery.start_soon(wake_if_served_by_convention, rt, item.run_id, item.workflow)
 
     return deliver
 

@@ -1,7 +1,8 @@
 """Remote workflows across real processes, with a worker killed mid-decision.
 
 An engine process (``trio-durable engine remote_service:app``) whose app
-holds no workflow body (it declares ``order`` by name) and which cannot
+holds no workflow body and no declaration (it serves ``order`` by
+convention, as the workers announce it) and which cannot
 import the workflow code (its module lives in remote_workflow_code/, not on
 the engine's path), and two worker processes (``trio-durable worker
 remote_orders:app``) that can, share a SQLite file store and a real broker.

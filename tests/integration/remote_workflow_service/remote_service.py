@@ -1,5 +1,6 @@
 """The engine's app of tests/integration/test_remote_workflow_processes.py:
-no workflow body and no step, only the workflow ``order`` declared by name.
+no workflow body, no step, no declaration: the engine serves ``order`` by
+convention, as its workers announce it.
 The engine process runs from this folder, where the workflow code
 (remote_workflow_code/remote_orders.py) cannot be imported; importing this
 module checks that, so an engine that could reach the code refuses to start."""
@@ -14,4 +15,3 @@ if importlib.util.find_spec("remote_orders") is not None:
     raise RuntimeError("the engine's process must not reach the workflow code (remote_orders)")
 
 app = td.App("remote-service")
-app.remote_workflow("order", group="orders")
