@@ -29,8 +29,8 @@ import trio
 import trio_durable as td
 
 from ..._brokers._base import RESULTS
+from . import _broker_engine as mix
 from ._broker_engine import (
-    BACKOFF,
     QUEUE_CONCURRENCY,
     QUEUED_SECONDS,
     WORKER_CONCURRENCY,
@@ -54,8 +54,6 @@ DECIDERS: Final = "deciders"
 _SESSION: Final = secrets.token_hex(3)
 _serial = itertools.count()
 
-record = Record()
-
 # -- the workers' app: every body, step and queue --------------------------------------
 
 workers = td.App("broker-engine-workers")
@@ -63,40 +61,13 @@ workers.queue("slots", concurrency=QUEUE_CONCURRENCY)
 local_calls: Counter[str] = Counter()
 
 
-@workers.step(group="math")
-async def square(x: int) -> int:
-    return x * x
-
-
-@workers.step(group="math")
-async def double(x: int) -> int:
-    return 2 * x
-
-
-@workers.step(group="math", retry=td.Retry(attempts=3, backoff=BACKOFF, jitter=0))
-async def flaky(key: str) -> str:
-    record.flaky_calls[key] += 1
-    record.flaky_times.setdefault(key, []).append(trio.current_time())
-    if record.flaky_calls[key] == 1:
-        raise ValueError(f"first call for {key} fails")
-    return f"ok:{key}"
-
-
-@workers.step(group="math", retry=td.Retry(attempts=3, backoff=BACKOFF, jitter=0))
-async def declined(x: int) -> int:
-    raise td.FatalError(f"declined {x}", code="card_declined", details={"x": x})
-
-
-@workers.step(group="math", queue="slots")
-async def exclusive(job: Job) -> str:
-    record.queued_running.append(job.key)
-    record.queued_starts.append(trio.current_time())
-    record.queued_peak = max(record.queued_peak, len(record.queued_running))
-    try:
-        await trio.sleep(job.seconds)
-    finally:
-        record.queued_running.remove(job.key)
-    return f"done:{job.key}"
+# The engine suite's steps, registered on the workers alone; they record
+# into that suite's `Record` (reset by each check).
+square = workers.step(name="square", group="math")(mix.square.fn)
+double = workers.step(name="double", group="math")(mix.double.fn)
+flaky = workers.step(name="flaky", group="math", retry=mix.flaky.retry)(mix.flaky.fn)
+declined = workers.step(name="declined", group="math", retry=mix.declined.retry)(mix.declined.fn)
+exclusive = workers.step(name="exclusive", group="math", queue="slots")(mix.exclusive.fn)
 
 
 @workers.step()
@@ -244,7 +215,6 @@ async def check_a_mix_of_workflows_decided_on_workers_settles_exactly_once(
       RuntimeError: ``factory`` says the broker is on Trio's clock, and this
         run's clock is not an autojump `trio.testing.MockClock`.
     """
-    global record
     factory = as_factory(factory)
     clock = trio.lowlevel.current_clock()
     if factory.trio_clock and not (
@@ -254,12 +224,12 @@ async def check_a_mix_of_workflows_decided_on_workers_settles_exactly_once(
             "a broker on Trio's clock (trio_clock=True) is checked under"
             f" trio.testing.MockClock(autojump_threshold=0); this run's clock is {clock!r}"
         )
-    record = Record()
+    mix.record = Record()
     local_calls.clear()
     try:
         await _mix(factory)
     finally:
-        record = Record()
+        mix.record = Record()
         local_calls.clear()
 
 
@@ -401,7 +371,7 @@ async def _mix(factory: BrokerFactory) -> None:
 
         assert peak_in_flight(events, "exclusive") <= QUEUE_CONCURRENCY
         if not duplicates:
-            assert record.queued_peak <= QUEUE_CONCURRENCY
+            assert mix.record.queued_peak <= QUEUE_CONCURRENCY
         seen = Counter(
             event.data["worker"]
             for event in events
