@@ -76,16 +76,18 @@ async def decision_route(rt: Runtime, run: Run) -> str | None:
     """The group route whose workers decide ``run``'s turns, or None if the
     run's body runs here (or nothing here or in the fleet knows it)."""
     app = rt.app
-    known = any(wf.name == run.workflow for wf in app.workflows)
-    latest = app.get_workflow(run.workflow) if known else None
     wf: Workflow[..., Any] | None
-    if run.version != LATEST_VERSION and app.has_workflow(run.workflow, run.version):
+    if app.has_workflow(run.workflow, run.version):
+        # The common case, a body registered here: one lookup per turn.
         wf = app.get_workflow(run.workflow, run.version)
-    elif run.version == LATEST_VERSION or (latest is not None and latest.fn is remote_body):
-        # A declaration by name stands for every version the workers have.
-        wf = latest
     else:
-        wf = None
+        try:
+            latest: Workflow[..., Any] | None = app.get_workflow(run.workflow)
+        except UnknownWorkflowError:
+            latest = None
+        # A declaration by name stands for every version the workers have.
+        remote = latest is not None and latest.fn is remote_body
+        wf = latest if run.version == LATEST_VERSION or remote else None
     if wf is not None and not wf.remote:
         return None
     group = None if wf is None else wf.group
