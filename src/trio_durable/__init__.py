@@ -21,12 +21,17 @@ from ._client import Client as Client
 from ._client import open_client as open_client
 from ._clock import Clock as Clock
 from ._context import Context as Context
+from ._controls import RateLimit as RateLimit
+from ._controls import RunControls as RunControls
 from ._current import StepInfo as StepInfo
 from ._current import current_step as current_step
 from ._engine import Engine as Engine
 from ._engine import open_engine as open_engine
 from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
+from ._exceptions import ContinueAsNewError as ContinueAsNewError
 from ._exceptions import EngineClosedError as EngineClosedError
+from ._exceptions import EntityError as EntityError
+from ._exceptions import EntityKeyError as EntityKeyError
 from ._exceptions import FatalError as FatalError
 from ._exceptions import GatherError as GatherError
 from ._exceptions import GatherFailure as GatherFailure
@@ -41,12 +46,16 @@ from ._exceptions import RunCancelled as RunCancelled
 from ._exceptions import RunConflictError as RunConflictError
 from ._exceptions import RunFailed as RunFailed
 from ._exceptions import RunNotFoundError as RunNotFoundError
+from ._exceptions import ScheduleError as ScheduleError
+from ._exceptions import ScheduleNotFoundError as ScheduleNotFoundError
 from ._exceptions import SerializationError as SerializationError
 from ._exceptions import SignalTimeout as SignalTimeout
 from ._exceptions import StepFailed as StepFailed
 from ._exceptions import StoreError as StoreError
 from ._exceptions import TrioDurableError as TrioDurableError
+from ._exceptions import UnknownEntityError as UnknownEntityError
 from ._exceptions import UnknownWorkflowError as UnknownWorkflowError
+from ._exceptions import UnsubscribedEventWarning as UnsubscribedEventWarning
 from ._exceptions import UsageError as UsageError
 from ._exceptions import WebhookError as WebhookError
 from ._exceptions import WebhookNotFoundError as WebhookNotFoundError
@@ -97,11 +106,15 @@ __all__ = [
     "Clock",
     "ConsoleOptions",
     "Context",
+    "ContinueAsNewError",
+    "current_step",
     "DECISION_SEQ",
     "Disagreement",
     "Engine",
     "EngineClosedError",
     "EngineStatistics",
+    "EntityError",
+    "EntityKeyError",
     "ErrorInfo",
     "Event",
     "FanPage",
@@ -116,11 +129,19 @@ __all__ = [
     "InvalidRunStateError",
     "InvalidURLError",
     "LeaseLostError",
+    "lineage",
     "MemoryBroker",
     "MemoryStore",
     "NonDeterminismError",
     "OnError",
+    "open_broker",
+    "open_client",
+    "open_engine",
+    "open_store",
+    "open_worker",
+    "parent_of",
     "PausedStep",
+    "RateLimit",
     "RegistrationError",
     "RemoteStepError",
     "Retention",
@@ -128,12 +149,15 @@ __all__ = [
     "Run",
     "RunCancelled",
     "RunConflictError",
+    "RunControls",
     "RunDetail",
     "RunFailed",
     "RunHandle",
     "RunHistory",
     "RunNotFoundError",
     "RunPage",
+    "ScheduleError",
+    "ScheduleNotFoundError",
     "SerializationError",
     "SignalTimeout",
     "Step",
@@ -143,8 +167,10 @@ __all__ = [
     "StoreError",
     "StoreStatistics",
     "TrioDurableError",
+    "UnknownEntityError",
     "UnknownWorkflowError",
     "UnservedRoute",
+    "UnsubscribedEventWarning",
     "UsageError",
     "WebhookError",
     "WebhookNotFoundError",
@@ -153,12 +179,4 @@ __all__ = [
     "WorkerDescriptor",
     "WorkerStatistics",
     "Workflow",
-    "current_step",
-    "lineage",
-    "open_broker",
-    "open_client",
-    "open_engine",
-    "open_store",
-    "open_worker",
-    "parent_of",
 ]

@@ -5,23 +5,32 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import re
-import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import (
     TYPE_CHECKING,
     Any,
     Concatenate,
-    Final,
-    Generic,
-    ParamSpec,
-    TypeVar,
     final,
     overload,
 )
 
 from ._brokers._base import is_broker_safe
-from ._exceptions import FatalError, RegistrationError, UnknownWorkflowError
+from ._controls import Collect, RateLimit, RunControls, run_controls
+from ._definitions import A1 as A1
+from ._definitions import A2 as A2
+from ._definitions import A3 as A3
+from ._definitions import A4 as A4
+from ._definitions import A5 as A5
+from ._definitions import DEFAULT_VERSION as DEFAULT_VERSION
+from ._definitions import P as P
+from ._definitions import R as R
+from ._definitions import Step as Step
+from ._definitions import Workflow as Workflow
+from ._definitions import check_name, check_parameters
+from ._definitions import remote_body as remote_body
+from ._definitions import remote_step_body as remote_step_body
+from ._definitions import shadow_workflow as shadow_workflow
+from ._exceptions import RegistrationError, UnknownWorkflowError
 from ._on_error import OnError, check_on_error_routes
 from ._policies import NO_RETRY as NO_RETRY
 from ._policies import FlowQueue as FlowQueue
@@ -31,214 +40,6 @@ from ._records import LATEST_VERSION
 
 if TYPE_CHECKING:
     from ._context import Context
-
-P = ParamSpec("P")
-R = TypeVar("R")
-# The inputs of a step or workflow, by position, in the overloads that type
-# calls of them (`Context.step`, `Engine.start`, ...): keyword options such
-# as ``compensate=`` cannot sit beside ``*args: P.args, **kwargs: P.kwargs``,
-# so each count of inputs has an overload of its own.
-A1 = TypeVar("A1")
-A2 = TypeVar("A2")
-A3 = TypeVar("A3")
-A4 = TypeVar("A4")
-A5 = TypeVar("A5")
-
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,199}$")
-DEFAULT_VERSION: Final = "1"
-
-
-def _check_name(kind: str, name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise RegistrationError(
-            f"{kind} name {name!r} is invalid: use letters, digits, '_', '.', '-' "
-            "(starting with a letter or '_', at most 200 characters)"
-        )
-    return name
-
-
-def _check_parameters(target: str, fn: Callable[..., Any], *, context: bool) -> None:
-    """Refuse what no call could fill: inputs are passed positionally, after
-    the context for a workflow."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError) as exc:
-        raise RegistrationError(f"{target}: cannot read its signature ({exc})") from exc
-    if context:
-        first = params[0] if params else None
-        if first is None or first.kind not in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
-            raise RegistrationError(
-                f"{target} must take the context first:"
-                f" async def {fn.__name__}(ctx: td.Context, ...)"
-            )
-        if first.annotation is not first.empty and not _is_context(fn, first):
-            raise RegistrationError(
-                f"{target} must take the context first, but its first parameter"
-                f" {first.name!r} is annotated {_annotation_text(first.annotation)},"
-                " not td.Context"
-            )
-    for param in params:
-        if param.kind == param.KEYWORD_ONLY and param.default is param.empty:
-            raise RegistrationError(
-                f"{target} has the required keyword-only parameter {param.name!r}:"
-                " inputs are passed positionally"
-            )
-
-
-def _annotation_text(annotation: object) -> str:
-    if isinstance(annotation, str):
-        return annotation
-    return getattr(annotation, "__qualname__", None) or repr(annotation)
-
-
-def _is_context(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
-    """Whether ``param`` is annotated `Context` (or `typing.Any`, which
-    claims nothing, or something that cannot be resolved at run time).
-
-    `Context` is recognised by where it is defined: ``_context`` imports this
-    module, so this one cannot import it back.
-    """
-    hint = param.annotation
-    if isinstance(hint, str):
-        try:
-            hint = typing.get_type_hints(fn)[param.name]
-        except Exception:
-            # An annotation names something only a type checker sees (an
-            # import under TYPE_CHECKING, perhaps of Context by another
-            # name): what cannot be resolved cannot be judged.
-            return True
-    return hint is Any or (
-        getattr(hint, "__module__", None) == "trio_durable._context"
-        and getattr(hint, "__qualname__", None) == "Context"
-    )
-
-
-@final
-class Step(Generic[P, R]):
-    """A registered step: a function whose result is checkpointed.
-
-    Made by `App.step`. Calling it directly runs the function, with no
-    checkpoint; inside a workflow use `Context.step`.
-
-    Attributes:
-      name: The registered name.
-      fn: The function.
-      retry: Its retry policy.
-      timeout: Seconds one attempt may take, or None.
-      group: The worker group that runs it, or None for a local step.
-      requires: Capabilities a worker must offer to run it.
-      queue: The flow-control queue its calls go through by default.
-    """
-
-    @property
-    def remote(self) -> bool:
-        """Whether the step runs on workers rather than in the engine."""
-        return self.group is not None
-
-    def __init__(
-        self,
-        fn: Callable[P, Awaitable[R]],
-        *,
-        name: str,
-        retry: Retry,
-        timeout: float | None,
-        group: str | None = None,
-        requires: tuple[str, ...] = (),
-        queue: str | None = None,
-    ) -> None:
-        self.queue = queue
-        self.fn = fn
-        self.name = name
-        self.retry = retry
-        self.timeout = timeout
-        self.group = group
-        self.requires = requires
-        self.__doc__ = fn.__doc__
-        self.__wrapped__ = fn
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
-        return self.fn(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<Step {self.name}>"
-
-
-@final
-class Workflow(Generic[P, R]):
-    """A registered workflow.
-
-    Made by `App.workflow`. Start it with `Engine.start`, or from another
-    workflow with `Context.child`. Calling it directly is an error: a
-    workflow's body only runs under the engine, which checkpoints it.
-
-    Attributes:
-      name: The registered name.
-      version: The registered version.
-      fn: The ``async def`` body; its first parameter is the `Context`.
-      on_error: Its on-error routes (see `OnError`).
-      group: The worker group whose workers decide its runs (a remote
-        workflow), or None. Without one, a worker that registers it still
-        serves it under its name as the group (see `decision_group`).
-    """
-
-    def __init__(
-        self,
-        fn: Callable[Concatenate[Context, P], Awaitable[R]],
-        *,
-        name: str,
-        version: str,
-        on_error: tuple[OnError, ...] = (),
-        group: str | None = None,
-    ) -> None:
-        self.fn = fn
-        self.name = name
-        self.version = version
-        self.on_error = on_error
-        self.group = group
-        self.__doc__ = fn.__doc__
-        self.__wrapped__ = fn
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise FatalError(
-            f"workflow {self.name!r} was called directly; start it with engine.start(), "
-            "or from a workflow with ctx.child() or ctx.start_child()",
-            code="nested_workflow_call",
-        )
-
-    @property
-    def remote(self) -> bool:
-        """Whether the workflow's turns are decided on workers (it has a
-        ``group``, or was declared by name with `App.remote_workflow`)."""
-        return self.group is not None or self.fn is remote_body
-
-    @property
-    def decision_group(self) -> str:
-        """The group whose workers decide its turns: its ``group``, else its
-        own name (served by convention)."""
-        return self.group or self.name
-
-    def __repr__(self) -> str:
-        return f"<Workflow {self.name} v{self.version}>"
-
-
-async def remote_body(ctx: Any, *args: Any) -> Any:
-    """The body of a workflow declared by name (`App.remote_workflow`), or
-    met by name in a decision: it lives on workers, never runs here."""
-    raise FatalError(
-        f"workflow {ctx.workflow!r} runs on workers; this process holds no body for it",
-        code="remote_workflow",
-    )
-
-
-async def remote_step_body(*args: Any) -> Any:
-    """The function of a remote step known here only from a remote
-    workflow's decision: it runs on workers, never here."""
-    raise FatalError("this remote step runs on workers only", code="remote_step")
-
-
-def shadow_workflow(name: str, version: str, group: str | None = None) -> Workflow[..., Any]:
-    """A workflow known here by name only, whose body lives on workers."""
-    return Workflow(remote_body, name=name, version=version, group=group)
 
 
 @final
@@ -251,7 +52,7 @@ class App:
     """
 
     def __init__(self, name: str, *, version: str = "0") -> None:
-        self.name = _check_name("app", name)
+        self.name = check_name("app", name)
         self.version = version
         self._workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
         self._latest: dict[str, Workflow[Any, Any]] = {}
@@ -271,7 +72,7 @@ class App:
           RegistrationError: The name is taken or invalid, or an option is
             out of range.
         """
-        _check_name("queue", name)
+        check_name("queue", name)
         if name in self._queues:
             raise RegistrationError(f"queue {name!r} is already registered in app {self.name!r}")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -307,6 +108,15 @@ class App:
         version: str = DEFAULT_VERSION,
         on_error: Sequence[OnError] = (),
         group: str | None = None,
+        timeout: float | None = None,
+        concurrency_key: Callable[..., str] | None = None,
+        max_concurrent: int | None = None,
+        singleton: bool = False,
+        dedup_key: Callable[..., str] | None = None,
+        rate_limit: RateLimit | None = None,
+        events: str | Sequence[str] = (),
+        debounce: float | None = None,
+        debounce_collect: Collect = "last",
     ) -> Callable[[Callable[Concatenate[Context, P], Awaitable[R]]], Workflow[P, R]]: ...
 
     def workflow(
@@ -318,6 +128,15 @@ class App:
         version: str = DEFAULT_VERSION,
         on_error: Sequence[OnError] = (),
         group: str | None = None,
+        timeout: float | None = None,
+        concurrency_key: Callable[..., str] | None = None,
+        max_concurrent: int | None = None,
+        singleton: bool = False,
+        dedup_key: Callable[..., str] | None = None,
+        rate_limit: RateLimit | None = None,
+        events: str | Sequence[str] = (),
+        debounce: float | None = None,
+        debounce_collect: Collect = "last",
     ) -> Any:
         """Register an ``async def`` as a workflow: ``@app.workflow``, or
         ``@app.workflow(...)`` with options.
@@ -338,6 +157,25 @@ class App:
             to workers serving this group (a broker-safe token), which run
             its body. Without it, a worker whose app registers the workflow
             serves its decision tasks under the workflow's name as the group.
+          timeout: Seconds a run may take from its start (an `Engine.start`
+            may give its own); when they pass, the run is cancelled with
+            compensation, and its awaited children with it
+            (docs/run-controls.md).
+          concurrency_key: Maps a run's inputs to a key: at most
+            ``max_concurrent`` runs per key execute at once, fleet-wide; the
+            others wait in start order (docs/concurrency-keys.md).
+          max_concurrent: The limit per key; 1 if not given.
+          singleton: While a run with the same key is open, a start returns
+            that run instead of starting another.
+          dedup_key: Maps a run's inputs to a key: while a run with the same
+            key waits to be admitted, a start returns that run.
+          rate_limit: At most so many runs admitted per period, fleet-wide.
+          events: Event names: `Engine.send_event` of one starts a run with
+            the event's payload (docs/events.md).
+          debounce: Seconds: events for one key within this window start one
+            run.
+          debounce_collect: ``"last"`` (the run gets the last payload) or
+            ``"all"`` (the list of the window's payloads).
 
         Raises:
           RegistrationError: The name and version are taken, the name is
@@ -356,11 +194,28 @@ class App:
                 " (at most 100, not starting with '.' or '-')"
             )
 
+        def controls(wf_name: str) -> RunControls:
+            return run_controls(
+                wf_name,
+                timeout=timeout,
+                concurrency_key=concurrency_key,
+                max_concurrent=max_concurrent,
+                singleton=singleton,
+                dedup_key=dedup_key,
+                rate_limit=rate_limit,
+                events=events,
+                debounce=debounce,
+                debounce_collect=debounce_collect,
+            )
+
+        # Options are checked before anything else, under the name given.
+        controls(name or "?")
+
         def register(fn: Callable[..., Awaitable[Any]]) -> Workflow[Any, Any]:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"workflow {fn!r} must be an async def")
-            wf_name = _check_name("workflow", fn.__name__ if name is None else name)
-            _check_parameters(f"workflow {wf_name!r}", fn, context=True)
+            wf_name = check_name("workflow", fn.__name__ if name is None else name)
+            check_parameters(f"workflow {wf_name!r}", fn, context=True)
             key = (wf_name, version)
             if (wf_name, LATEST_VERSION) in self._workflows:
                 raise RegistrationError(
@@ -373,7 +228,12 @@ class App:
                 )
             routes = check_on_error_routes(wf_name, on_error)
             wf: Workflow[Any, Any] = Workflow(
-                fn, name=wf_name, version=version, on_error=routes, group=group
+                fn,
+                name=wf_name,
+                version=version,
+                on_error=routes,
+                group=group,
+                controls=controls(wf_name),
             )
             self._workflows[key] = wf
             self._latest[wf_name] = wf
@@ -400,7 +260,7 @@ class App:
           RegistrationError: The name is taken or invalid, or the group is
             not broker-safe.
         """
-        _check_name("workflow", name)
+        check_name("workflow", name)
         if group is not None and not is_broker_safe(group):
             raise RegistrationError(
                 f"workflow group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
@@ -488,8 +348,8 @@ class App:
         def register(fn: Callable[..., Awaitable[Any]]) -> Step[Any, Any]:
             if not inspect.iscoroutinefunction(fn):
                 raise RegistrationError(f"step {fn!r} must be an async def")
-            step_name = _check_name("step", fn.__name__ if name is None else name)
-            _check_parameters(f"step {step_name!r}", fn, context=False)
+            step_name = check_name("step", fn.__name__ if name is None else name)
+            check_parameters(f"step {step_name!r}", fn, context=False)
             if step_name in self._steps:
                 raise RegistrationError(
                     f"step {step_name!r} is already registered in app {self.name!r}"

@@ -339,6 +339,43 @@ class InvalidURLError(UsageError):
     """A store or broker URL is malformed or names an unknown scheme."""
 
 
+class ScheduleError(UsageError):
+    """A schedule is invalid (its cron expression, timezone or an option),
+    or cannot be changed as asked. Nothing is written."""
+
+
+@final
+class ScheduleNotFoundError(ScheduleError, LookupError):
+    """No schedule has the given name."""
+
+
+@final
+class ContinueAsNewError(UsageError):
+    """`Context.continue_as_new` was called where a run cannot end: inside a
+    step, or with inputs that do not fit the workflow. Nothing is written."""
+
+
+class EntityError(UsageError):
+    """An entity call is invalid. Nothing is written."""
+
+
+@final
+class UnknownEntityError(EntityError, LookupError):
+    """No entity, or no handler of the entity, has the given name."""
+
+
+@final
+class EntityKeyError(EntityError, TypeError):
+    """An entity was called with a key of a type it does not take."""
+
+
+@final
+class UnsubscribedEventWarning(UserWarning):
+    """An event was sent that no workflow subscribes to. The event is kept
+    all the same, so a workflow that subscribes later can be started for it
+    by hand."""
+
+
 class StoreError(TrioDurableError):
     """The store failed to read or write. The operation may be retried."""
 
