@@ -31,6 +31,7 @@ from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
 from ._hook_api import HookActions
+from ._lifecycle import check_timeout, continued_to, deadline_ops, workflow_timeout
 from ._records import Run
 from ._run_queries import RunQueries
 from ._runs import Endings, await_end, create_run, new_run, outcome
@@ -113,11 +114,18 @@ class Client(RunQueries, StartsRuns, HookActions):
         run_id: str | None,
         namespace: str,
         tags: tuple[str, ...] | list[str],
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[Any]:
         self._check_open()
+        timeout = check_timeout(timeout)
         new = new_run(self.app, workflow, args, run_id, namespace, tags)
+        timeout = timeout or workflow_timeout(self.app, new.workflow, new.version)
         stored, _ = await create_run(
-            self.store, self._rng, self.clock.now(), new, also=lambda run: self._wake([run])
+            self.store,
+            self._rng,
+            self.clock.now(),
+            new,
+            also=lambda run: [*self._wake([run]), *deadline_ops(run, timeout)],
         )
         return RunHandle.of(stored, self)
 
@@ -142,6 +150,10 @@ class Client(RunQueries, StartsRuns, HookActions):
         self._check_open()
         read = partial(self.get, run_id, namespace=namespace)
         run = await await_end(self.store, self._endings, self._poll_interval, run_id, read)
+        while (following := await continued_to(self.store, run)) is not None:
+            # A run that continued as new ends with its chain's last generation.
+            read = partial(self.get, following, namespace=namespace)
+            run = await await_end(self.store, self._endings, self._poll_interval, following, read)
         return await outcome(self.store, self._types, run)
 
     async def signal(

@@ -33,6 +33,7 @@ from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
 from ._hook_api import HookActions
+from ._lifecycle import continued_to
 from ._observe import DEFAULT_EVENT_BUFFER, Event, Metrics
 from ._options import DEFAULT_TIMER_BATCH_SIZE, ConsoleOptions, EngineOptions
 from ._records import (
@@ -117,9 +118,10 @@ class Engine(RunQueries, StartsRuns, HookActions):
         run_id: str | None,
         namespace: str,
         tags: tuple[str, ...] | list[str],
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[Any]:
         return RunHandle.of(
-            await start_run(self._rt, workflow, args, run_id, namespace, tags), self
+            await start_run(self._rt, workflow, args, run_id, namespace, tags, timeout), self
         )
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
@@ -154,6 +156,12 @@ class Engine(RunQueries, StartsRuns, HookActions):
         rt = self._rt
         read = partial(self.get, run_id, namespace=namespace)
         run = await await_end(rt.store, rt.endings, rt.options.result_poll_interval, run_id, read)
+        while (following := await continued_to(rt.store, run)) is not None:
+            # A run that continued as new ends with its chain's last generation.
+            read = partial(self.get, following, namespace=namespace)
+            run = await await_end(
+                rt.store, rt.endings, rt.options.result_poll_interval, following, read
+            )
         return await outcome(self.store, self.app, run)
 
     async def signal(
@@ -183,7 +191,7 @@ class Engine(RunQueries, StartsRuns, HookActions):
             self.store, self.clock.now(), run_id, name, payload, namespace, self._pass_on
         )
         if waiting and self._serves(run):
-            self._rt.scheduler.wake(run_id)
+            self._rt.scheduler.wake(run.id)
 
     async def cancel(
         self, run_id: str, *, compensate: bool = False, namespace: str | None = None
@@ -219,8 +227,8 @@ class Engine(RunQueries, StartsRuns, HookActions):
             ),
         )
         if self._serves(run):
-            self._rt.scheduler.interrupt(run_id)
-            self._rt.scheduler.wake(run_id)
+            self._rt.scheduler.interrupt(run.id)
+            self._rt.scheduler.wake(run.id)
 
     async def retry(self, run_id: str, *, namespace: str | None = None) -> Run:
         """Run a failed or dead run's body again from its checkpoints.
