@@ -5,6 +5,7 @@ key)."""
 from __future__ import annotations
 
 import json
+
 import pytest
 import trio
 import trio.testing
