@@ -218,3 +218,33 @@ async def test_the_chain_is_followed_from_another_engine_on_one_sqlite_file(
         assert await client.result("x") == [3, "c"]
         handle = await client.start(waiter, 1, run_id="x")
         assert await handle.result() == [3, "c"]
+
+
+# -- a remote workflow's body (decided on a worker) -----------------------------------
+
+workers = td.App("workers")
+
+
+@workers.workflow(group="deciders")
+async def remote_counter(ctx: td.Context, i: int) -> int:
+    ctx.continue_as_new(i + 1)
+
+
+service = td.App("service")
+service.remote_workflow("remote_counter", group="deciders")
+
+
+async def test_a_remote_workflow_that_continues_as_new_fails_with_a_clear_code(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = td.MemoryBroker()
+    async with (
+        td.open_engine(service, broker=broker, seed=0, wall_clock=fixed_wall) as engine,
+        td.open_worker(workers, broker=broker, groups=["deciders"]),
+    ):
+        await engine.start("remote_counter", 1, run_id="r")
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result("r")
+        assert info.value.code == "unsupported_in_remote_workflow"
+        with pytest.raises(td.RunNotFoundError):
+            await engine.get("r.gen.2")

@@ -247,3 +247,45 @@ async def test_the_deadline_fires_on_another_engine_after_the_first_stopped(
         assert info.value.code == "timeout"
         assert trio.current_time() == 60.0
         assert undone == ["hotel"]
+
+
+# -- a remote workflow (decided on a worker): the engine keeps its deadline -----------
+
+workers = td.App("workers")
+
+
+@workers.step()
+async def remote_undo(item: str) -> None:
+    undone.append(item)
+
+
+@workers.step()
+async def remote_book(item: str) -> str:
+    return item
+
+
+@workers.workflow(group="deciders")
+async def remote_trip(ctx: td.Context) -> str:
+    await ctx.step(remote_book, "plane", compensate=remote_undo)
+    await ctx.sleep(3600)
+    return "flown"
+
+
+service = td.App("service")
+service.remote_workflow("remote_trip", group="deciders")
+
+
+async def test_a_remote_workflows_run_is_cancelled_at_its_deadline_with_compensation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = td.MemoryBroker()
+    async with (
+        td.open_engine(service, broker=broker, seed=0, wall_clock=fixed_wall) as engine,
+        td.open_worker(workers, broker=broker, groups=["deciders"]),
+    ):
+        await engine.start("remote_trip", run_id="r", timeout=30)
+        with pytest.raises(td.RunCancelled) as info:
+            await engine.result("r")
+        assert info.value.code == "timeout"
+        assert trio.current_time() == 30.0
+        assert undone == ["plane"]
