@@ -107,5 +107,5 @@ async def test_value_pages_walk_the_primary_key_in_order(url: str) -> None:
     async with open_postgres_store(url) as store:
         page = await store.list_values("scope3", prefix="key:0001", limit=3)
         assert [value.key for value in page] == ["key:000103", "key:000113", "key:000123"]
-        after = await store.list_values("scope3", prefix="key:0001", after="key:000193")
-        assert [value.key for value in after] == []
+        rest = await store.list_values("scope3", prefix="key:0001", after="key:000173")
+        assert [value.key for value in rest] == ["key:000183", "key:000193"]
