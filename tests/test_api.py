@@ -72,6 +72,7 @@ def test_public_api_is_pinned() -> None:
         "ScheduleError",
         "ScheduleNotFoundError",
         "SerializationError",
+        "SignalTargetNotFoundError",
         "SignalTimeout",
         "Step",
         "StepFailed",

@@ -49,6 +49,7 @@ from ._exceptions import RunNotFoundError as RunNotFoundError
 from ._exceptions import ScheduleError as ScheduleError
 from ._exceptions import ScheduleNotFoundError as ScheduleNotFoundError
 from ._exceptions import SerializationError as SerializationError
+from ._exceptions import SignalTargetNotFoundError as SignalTargetNotFoundError
 from ._exceptions import SignalTimeout as SignalTimeout
 from ._exceptions import StepFailed as StepFailed
 from ._exceptions import StoreError as StoreError
@@ -159,6 +160,7 @@ __all__ = [
     "ScheduleError",
     "ScheduleNotFoundError",
     "SerializationError",
+    "SignalTargetNotFoundError",
     "SignalTimeout",
     "Step",
     "StepFailed",

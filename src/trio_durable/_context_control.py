@@ -27,6 +27,7 @@ from ._exceptions import (
 )
 from ._lifecycle import REMOTE_UNSUPPORTED, ContinueAsNew, started_output
 from ._replay import Replay
+from ._run_signals import check_signal, send_signal
 
 
 def _remote_unsupported(what: str) -> NoReturn:
@@ -85,6 +86,48 @@ class ControlOperations:
         except (InvalidArgumentsError, SerializationError) as exc:
             raise ContinueAsNewError(f"cannot continue as new: {exc}") from exc
         raise ContinueAsNew(input_json)
+
+    # -- signals to other runs ----------------------------------------------------
+
+    async def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Send the signal ``name`` with ``payload`` to the run ``run_id``,
+        durably and exactly once per key.
+
+        The target takes it with ``ctx.wait_signal(name)`` (or finds it
+        buffered). The delivery, this call's checkpoint and the claim of
+        the key are one atomic write: a replay of this call, a retry of the
+        run, or another run sending with the same key delivers nothing
+        more. A target that continued as new gets it at its latest
+        generation.
+
+        Args:
+          run_id: The target run's id (in this run's namespace).
+          name: The signal's name.
+          payload: Its payload (a JSON-able value or an attrs instance).
+          idempotency_key: The key it is sent once for; by default this
+            run's id and this call's seq (so each call sends once).
+
+        Raises:
+          SignalTargetNotFoundError: No run ``run_id`` in this namespace;
+            nothing is written.
+          InvalidRunStateError: The target already ended; nothing is
+            written.
+          SerializationError: The payload cannot be serialized.
+          UsageError: An argument is malformed.
+          FatalError: In a remote workflow's body (decided on a worker):
+            code ``unsupported_in_remote_workflow``.
+        """
+        check_signal(run_id, name, idempotency_key)
+        if self._replay.decider is not None:
+            _remote_unsupported("ctx.signal")
+        await send_signal(self._replay, run_id, name, payload, idempotency_key)
 
     # -- started children ---------------------------------------------------------
 

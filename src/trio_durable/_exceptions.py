@@ -389,3 +389,10 @@ class LeaseLostError(StoreError):
 @final
 class EngineClosedError(TrioDurableError):
     """The engine was used after `open_engine` exited."""
+
+
+@final
+class SignalTargetNotFoundError(UsageError, LookupError):
+    """`Context.signal` was given a run id that no run of the sender's
+    namespace has. Raised in the sending body; nothing was written, and the
+    key is not claimed."""
