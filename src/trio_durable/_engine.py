@@ -142,7 +142,8 @@ class Engine(RunQueries, StartsRuns, HookActions):
         """Wait until the run ends and return its output.
 
         The output is structured as the workflow's return annotation or,
-        for a run handed to an on-error handler, as the handler's.
+        for a run handed to an on-error handler, as the handler's. For a run
+        that continued as new, it is the chain's last generation's.
 
         Args:
           run_id: The run's id.
@@ -170,7 +171,8 @@ class Engine(RunQueries, StartsRuns, HookActions):
         """Send the signal ``name`` with ``payload`` to a run.
 
         If the run is waiting for it, the run resumes; otherwise the signal is
-        buffered for its next wait of that name and never lost. A run whose
+        buffered for its next wait of that name and never lost. A run that
+        continued as new is signalled at its chain's latest generation. A run whose
         workflow this engine's app lacks is announced instead, for an engine
         that has it (see docs/client.md); this one takes no turn of it.
 
@@ -199,7 +201,9 @@ class Engine(RunQueries, StartsRuns, HookActions):
         """Cancel a run, and the children it awaits.
 
         The run's turn in flight, if any, is interrupted; it is then marked
-        ``cancelling`` and ends ``cancelled``.
+        ``cancelling`` and ends ``cancelled``. Children it started with
+        ``cancel_with_parent=True`` are cancelled too. A run that continued
+        as new is cancelled at its chain's latest generation.
 
         Args:
           run_id: The run's id.
