@@ -289,3 +289,21 @@ async def test_a_remote_workflows_run_is_cancelled_at_its_deadline_with_compensa
         assert info.value.code == "timeout"
         assert trio.current_time() == 30.0
         assert undone == ["plane"]
+
+
+async def test_a_client_start_by_name_gets_the_workflows_timeout_on_its_first_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+    async with (
+        td.open_engine(app, store=store, seed=0, wall_clock=fixed_wall),
+        td.open_client(store, wall_clock=fixed_wall) as client,
+    ):
+        # Without an app, the client cannot know the timeout: the run's
+        # first turn records the deadline, counted from its creation.
+        await client.start("trip", 3600.0, run_id="named")
+        with pytest.raises(td.RunCancelled) as info:
+            await client.result("named")
+        assert info.value.code == "timeout"
+        assert trio.current_time() == 60.0
+        assert (await _deadline(store, "named")).wake_at == WALL_START + 60.0

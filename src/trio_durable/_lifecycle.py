@@ -30,7 +30,7 @@ import trio
 
 from ._children import cancel_request
 from ._exceptions import UsageError
-from ._records import CONTINUED_SEQ, DEADLINE_SEQ, Checkpoint, ErrorInfo, Run
+from ._records import CONTINUED_SEQ, DEADLINE_SEQ, LATEST_VERSION, Checkpoint, ErrorInfo, Run
 from ._stores._ops import CreateRun, Op, PutCheckpoint, UpdateRun
 
 if TYPE_CHECKING:
@@ -195,8 +195,13 @@ def check_timeout(timeout: float | None) -> float | None:
 
 def workflow_timeout(app: App | None, workflow: str, version: str) -> float | None:
     """The timeout ``@app.workflow(timeout=)`` gave the workflow, if ``app``
-    has it."""
-    if app is None or not app.has_workflow(workflow, version):
+    has it (for `LATEST_VERSION`, the version registered last, which the
+    run's first turn pins)."""
+    if app is None:
+        return None
+    if version == LATEST_VERSION and any(wf.name == workflow for wf in app.workflows):
+        return app.get_workflow(workflow).controls.timeout
+    if not app.has_workflow(workflow, version):
         return None
     return app.get_workflow(workflow, version).controls.timeout
 
