@@ -95,22 +95,7 @@ async def continue_run(turn: Turn, cont: ContinueAsNew) -> None:
         await turn.end("failed", error=error)
         return
     now = rt.clock.now()
-    state.put(
-        Checkpoint(
-            run_id=run.id,
-            seq=CONTINUED_SEQ,
-            name=run.workflow,
-            kind="child",
-            status="completed",
-            input=cont.input_json,
-            output=json.dumps(next_id),
-            child_id=next_id,
-            enqueued_at=now,
-            started_at=now,
-            finished_at=now,
-        )
-    )
-    # The next generation settles what this one would have: an awaiting
+    # The new generation settles what this one would have: an awaiting
     # parent's checkpoint, so a parent sees the chain's final outcome.
     following = Run(
         id=next_id,
@@ -124,8 +109,23 @@ async def continue_run(turn: Turn, cont: ContinueAsNew) -> None:
         created_at=now,
         updated_at=now,
     )
-    state.ops.append(CreateRun(following))
-    state.ops.append(
+    links: list[Op] = [
+        PutCheckpoint(
+            Checkpoint(
+                run_id=run.id,
+                seq=CONTINUED_SEQ,
+                name=run.workflow,
+                kind="child",
+                status="completed",
+                input=cont.input_json,
+                output=json.dumps(next_id),
+                child_id=next_id,
+                enqueued_at=now,
+                started_at=now,
+                finished_at=now,
+            )
+        ),
+        CreateRun(following),
         PutCheckpoint(
             Checkpoint(
                 run_id=next_id,
@@ -139,17 +139,21 @@ async def continue_run(turn: Turn, cont: ContinueAsNew) -> None:
                 started_at=now,
                 finished_at=now,
             )
-        )
-    )
+        ),
+    ]
     deadline = state.checkpoints.get(DEADLINE_SEQ)
     if deadline is not None and deadline.status == "pending":
         # A whole-run timeout bounds the whole chain.
-        state.ops.append(PutCheckpoint(attrs.evolve(deadline, run_id=next_id)))
-    state.started_children.append(following)
-    state.wake_after.append(next_id)
+        links.append(PutCheckpoint(attrs.evolve(deadline, run_id=next_id)))
     # This generation settles no parent: its last generation does.
     state.run = attrs.evolve(run, parent_id=None, parent_seq=None)
-    await turn.end("completed", output=None)
+    # Written with the end only: a cancel that landed during the turn
+    # cancels this generation, and no next one is created.
+    await turn.end("completed", output=None, also=links)
+    created = await rt.store.get_run(next_id)
+    if created is not None and created.status == "pending":
+        rt.telemetry.emit_run("run.started", created)
+        rt.scheduler.wake(next_id)
 
 
 async def continued_to(store: Store, run: Run) -> str | None:
