@@ -466,3 +466,27 @@ class PausedStep:
     step: str
     breakpoint_id: str
     paused_at: float
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class StoredValue:
+    """A keyed value the store keeps apart from any run (schedules, admission
+    queues, entities' state, ...), written with `PutValue` and read with
+    `Store.get_value` and `Store.list_values`. Pruning runs never touches it.
+
+    Attributes:
+      scope: The family of values it belongs to (``"schedule"``,
+        ``"entity:cart"``, ...).
+      key: Its key within the scope.
+      value: JSON text.
+      version: 1 when inserted, one more on every write since: a writer that
+        read version n writes only if it is still n (``expect_version``).
+      updated_at: When it was last written (durable time).
+    """
+
+    scope: str
+    key: str
+    value: str
+    version: int
+    updated_at: float
