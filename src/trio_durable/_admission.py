@@ -33,6 +33,7 @@ from . import _serde
 from ._controls import key_of
 from ._exceptions import InvalidArgumentsError, LeaseLostError
 from ._failures import error_info
+from ._rate_limits import RATE_LIMITED, reserve
 from ._records import ADMISSION_SEQ, LATEST_VERSION, Checkpoint, ErrorInfo
 from ._replay import Suspend
 from ._stores._ops import (
@@ -206,6 +207,14 @@ def in_line(cp: Checkpoint) -> bool:
     return cp.status == "pending" and cp.error is not None and cp.error.code == QUEUED
 
 
+def waits(cp: Checkpoint) -> bool:
+    """Whether an admission checkpoint's run has not been admitted yet: it
+    waits for a queue slot or for its rate limit."""
+    return (
+        cp.status == "pending" and cp.error is not None and cp.error.code in (QUEUED, RATE_LIMITED)
+    )
+
+
 async def admit(turn: Turn, now: float) -> bool:
     """The turn's first act: whether the run is admitted and its body may
     run. If not, the run has been suspended (or failed, for a key function
@@ -239,12 +248,48 @@ async def admit(turn: Turn, now: float) -> bool:
             if asked is None:
                 return False
             cp = asked
+            fresh = False
         if in_line(cp):
             await turn.suspend(Suspend(ADMISSION, cp.wake_at, admission=ADMISSION_SEQ))
             return False
-    elif fresh:
-        state.put(attrs.evolve(cp, error=None))
+    if gate.rate is not None:
+        return await _rate_gate(turn, cp, gate.rate, now, stored=not fresh)
     return True
+
+
+async def _rate_gate(
+    turn: Turn, cp: Checkpoint, rate: tuple[int, float], now: float, *, stored: bool
+) -> bool:
+    """Past its queue (if any), a run under a rate limit reserves its time
+    once (see `_rate_limits`), recorded on its checkpoint with the turn's
+    writes, and waits until then: whether it may run now."""
+    state = turn.state
+    at = (json.loads(cp.output) if cp.output else {}).get("rate_at")
+    if at is None:
+        name = rate_name(state.run.workflow)
+        at = await reserve(turn.runtime.store, name, rate[0], rate[1], now)
+        error = None
+        if at > now:
+            error = ErrorInfo(message=f"waiting for the rate limit of {name!r}", code=RATE_LIMITED)
+        cp = attrs.evolve(
+            cp,
+            output=json.dumps({"rate_at": at}),
+            error=error,
+            wake_at=None if error is None else at,
+        )
+        _record(state, cp, stored=stored)
+    elif at <= now and cp.error is not None:
+        # Its time came: the mark is cleared with the turn's writes.
+        _record(state, attrs.evolve(cp, error=None, wake_at=None), stored=stored)
+    if at > now:
+        await turn.suspend(Suspend(ADMISSION, at))
+        return False
+    return True
+
+
+def _record(state: TurnState, cp: Checkpoint, *, stored: bool) -> None:
+    state.checkpoints[ADMISSION_SEQ] = cp
+    state.ops.append(ClaimCheckpoint(cp) if stored else PutCheckpoint(cp))
 
 
 def _late_checkpoint(rt: Runtime, state: TurnState, now: float) -> Checkpoint | None:
@@ -314,7 +359,7 @@ def release_ops(state: TurnState, now: float) -> list[Op]:
     if cp is None or cp.status != "pending":
         return []
     gate = Gate.of(cp)
-    if in_line(cp):
+    if waits(cp):
         error = ErrorInfo(message="the run ended before it was admitted", code="not_admitted")
         ops: list[Op] = [SettleCheckpoint(state.run.id, ADMISSION_SEQ, "failed", None, error, now)]
     else:
