@@ -16,6 +16,7 @@ import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
 from trio_durable._records import ADMISSION_SEQ, QueueDepth
 from trio_durable._stores._base import Store
+from trio_durable._stores._ops import UpdateRun
 
 app = td.App("keys")
 
@@ -62,6 +63,12 @@ async def limited_one(ctx: td.Context, key: str, i: int, seconds: float = HOLD) 
 async def failing(ctx: td.Context, key: str, i: int) -> int:
     await ctx.step(hold, key, i, HOLD)
     raise td.FatalError("boom", code="boom")
+
+
+@app.workflow(concurrency_key=lambda key: key)
+async def napper(ctx: td.Context, key: str) -> str:
+    await ctx.sleep(HOLD)
+    return "rested"
 
 
 @app.workflow()
@@ -219,6 +226,23 @@ async def test_every_end_gives_the_slot_back(
         await engine.cancel(held2.id)
         await engine.drain()
     assert await store.queue_depths() == []
+
+
+async def test_a_dead_run_gives_the_slot_back(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    store = td.MemoryStore()
+    async with open_test_engine(app, store=store, max_recoveries=3) as engine:
+        holder = await engine.start(napper, "d")
+        waiter = await engine.start(napper, "d")
+        await trio.sleep(1)
+        # As if taken over from dead engines too often: its next turn ends it dead.
+        await store.apply([UpdateRun(holder.id, {"recoveries": 4})])
+        with pytest.raises(td.RunFailed, match="taken over"):
+            await holder.result()
+        assert await waiter.result() == "rested"
+        assert trio.current_time() == 2 * HOLD
+        assert await store.queue_depths() == []
 
 
 async def test_a_run_handed_to_its_on_error_handler_gives_the_slot_back(

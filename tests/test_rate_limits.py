@@ -139,6 +139,18 @@ async def test_a_queue_rate_limits_its_steps(
 ) -> None:
     async with open_test_engine(app, serve=["calls"]) as engine:
         handles = [await engine.start(calls, n) for n in range(5)]
+        await trio.sleep(1)
+        # The steps over the limit wait unsent, marked, due when it lets them.
+        marks = []
+        for handle in handles:
+            [cp] = await engine.store.get_checkpoints(handle.id, 1, 1)
+            marks.append((cp.started_at is None, cp.error and cp.error.code, cp.wake_at))
+        assert sorted(marks, key=str) == sorted(
+            [(False, None, None)] * 2
+            + [(True, "rate_limited", WALL_START + 5.0)] * 2
+            + [(True, "rate_limited", WALL_START + 10.0)],
+            key=str,
+        )
         assert [await h.result() for h in handles] == list(range(5))
     assert began["call_api"] == [0.0, 0.0, 5.0, 5.0, 10.0]
 
