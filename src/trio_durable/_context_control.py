@@ -246,8 +246,8 @@ class ControlOperations:
         child_id = f"{run.id}.child.{seq}"
         input_json = _serde.check_workflow_args(wf, args)
         now = replay.runtime.clock.now()
-        workflow_id = (wf.name, wf.version)
-        record_child(replay.turn, workflow_id, seq, child_id, input_json, now, awaited=False)
+        # The Workflow itself: its run controls give the child its admission.
+        record_child(replay.turn, wf, seq, child_id, input_json, now, awaited=False)
         if cancel_with_parent:
             # Marked on the start's own checkpoint, which the parent's
             # cancel reads (see `_lifecycle.cancel_linked`).
