@@ -129,7 +129,7 @@ async def bad_key_shopper(ctx: td.Context) -> int:
 
 
 async def stored_state(store: td.Store, scope: str, key: str) -> tuple[Any, int] | None:
-    value = await store.get_value(scope, key)  # type: ignore[attr-defined]
+    value = await store.get_value(scope, key)
     if value is None:
         return None
     return json.loads(value.value), value.version
@@ -177,7 +177,7 @@ def test_registration_checks_the_class_and_its_handlers() -> None:
     with pytest.raises(td.RegistrationError, match="invalid"):
         other.entity("no:colons")
     with pytest.raises(td.RegistrationError, match="must be a class"):
-        other.entity("fn")(len)  # type: ignore[type-var]
+        other.entity("fn")(len)  # type: ignore[arg-type]
     with pytest.raises(td.RegistrationError, match="already registered"):
         app.entity("cart")(Counter)
     # Nothing half-registered stays behind.
@@ -355,21 +355,21 @@ async def test_a_workflow_sees_an_exclusive_handlers_failure(
 async def test_a_client_calls_entities_that_an_engine_runs(
     open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:
-    async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
-        async with (
-            open_test_engine(app, store=store),
-            td.open_client(store, app=app) as client,
-        ):
-            cart = client.entity("cart", "c")
-            assert await cart.add("fig") == 1
-            assert await cart.add("date") == 2
-            assert await cart.count() == 2
-            # A call repeated with its call id is the same call.
-            again = client.entity("cart", "c", call_id="once")
-            assert await again.add("lime") == 3
-            assert await again.add("lime") == 3
-            assert await cart.items_now() == ["fig", "date", "lime"]
-            assert await client.entity("account", 7).deposit(5) == Balance(5, [5])
+    async with (
+        td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store,
+        open_test_engine(app, store=store),
+        td.open_client(store, app=app) as client,
+    ):
+        cart = client.entity("cart", "c")
+        assert await cart.add("fig") == 1
+        assert await cart.add("date") == 2
+        assert await cart.count() == 2
+        # A call repeated with its call id is the same call.
+        again = client.entity("cart", "c", call_id="once")
+        assert await again.add("lime") == 3
+        assert await again.add("lime") == 3
+        assert await cart.items_now() == ["fig", "date", "lime"]
+        assert await client.entity("account", 7).deposit(5) == Balance(5, [5])
 
 
 # -- bad input -------------------------------------------------------------------
@@ -387,7 +387,7 @@ async def test_bad_calls_fail_before_anything_is_written(
             with pytest.raises(td.UnknownEntityError, match="no entity 'basket'"):
                 front.entity("basket", "k")
             with pytest.raises(td.UnknownEntityError, match="no handler 'remove'"):
-                front.entity("cart", "k").remove
+                front.entity("cart", "k").remove  # noqa: B018
             with pytest.raises(td.EntityKeyError, match="str keys, not int 7"):
                 front.entity("cart", 7)
             with pytest.raises(td.EntityKeyError, match="int keys, not bool True"):
@@ -406,7 +406,7 @@ async def test_bad_calls_fail_before_anything_is_written(
         assert issubclass(td.EntityKeyError, td.EntityError)
         assert issubclass(td.EntityError, td.UsageError)
         assert await engine.store.list_runs() == []
-        assert await engine.store.list_values("entity:cart") == []  # type: ignore[attr-defined]
+        assert await engine.store.list_values("entity:cart") == []
         # From a workflow: the body fails at the call, which records nothing.
         run = await engine.start(bad_key_shopper, run_id="bad")
         with pytest.raises(td.RunFailed, match="str keys, not int 7"):
@@ -538,6 +538,6 @@ async def thousand_calls(open_test_engine: EngineFactory, store: td.Store, calls
         assert await b.entity("counter", "k").get() == calls
     assert sorted(returned) == list(range(1, calls + 1))
     assert sum(ended.values()) == calls
-    value = await store.get_value("entity:counter", "k")  # type: ignore[attr-defined]
+    value = await store.get_value("entity:counter", "k")
     assert value is not None
     assert (json.loads(value.value), value.version) == ({"total": calls}, calls)

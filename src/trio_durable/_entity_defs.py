@@ -41,7 +41,8 @@ _MARK: Final = "__trio_durable_entity_handler__"
 
 
 def _mark(kind: HandlerKind, fn: F) -> F:
-    if not inspect.iscoroutinefunction(fn):
+    function: object = fn
+    if not inspect.iscoroutinefunction(function):
         raise RegistrationError(f"entity handler {fn!r} must be an async def")
     setattr(fn, _MARK, kind)
     return fn
