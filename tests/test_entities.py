@@ -503,18 +503,21 @@ async def test_a_thousand_exclusive_calls_from_two_engines_leave_the_sum(
     open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:
     async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
-        await thousand_calls(open_test_engine, store, CALLS)
+        await thousand_calls(open_test_engine, (store, store), CALLS)
 
 
-async def thousand_calls(open_test_engine: EngineFactory, store: td.Store, calls: int) -> None:
+async def thousand_calls(
+    open_test_engine: EngineFactory, stores: tuple[td.Store, td.Store], calls: int
+) -> dict[str, int]:
     """``calls`` exclusive add(1) calls on one key, started alternately from
-    two engines sharing ``store``: each returns a distinct running total,
-    and the state holds their sum."""
+    two engines on ``stores`` (one store, or two connections to one
+    database): each returns a distinct running total, and the state holds
+    their sum. Returns how many calls each engine ended."""
     returned: list[int] = []
     ended: dict[str, int] = {}
     async with (
-        open_test_engine(app, store=store, engine_id="a", seed=1) as a,
-        open_test_engine(app, store=store, engine_id="b", seed=2) as b,
+        open_test_engine(app, store=stores[0], engine_id="a", seed=1) as a,
+        open_test_engine(app, store=stores[1], engine_id="b", seed=2) as b,
     ):
 
         async def count_ends(engine: td.Engine, task_status: trio.TaskStatus[None]) -> None:
@@ -538,6 +541,7 @@ async def thousand_calls(open_test_engine: EngineFactory, store: td.Store, calls
         assert await b.entity("counter", "k").get() == calls
     assert sorted(returned) == list(range(1, calls + 1))
     assert sum(ended.values()) == calls
-    value = await store.get_value("entity:counter", "k")
+    value = await stores[0].get_value("entity:counter", "k")
     assert value is not None
     assert (json.loads(value.value), value.version) == ({"total": calls}, calls)
+    return ended
