@@ -507,17 +507,21 @@ async def test_a_thousand_exclusive_calls_from_two_engines_leave_the_sum(
 
 
 async def thousand_calls(
-    open_test_engine: EngineFactory, stores: tuple[td.Store, td.Store], calls: int
+    open_test_engine: EngineFactory,
+    stores: tuple[td.Store, td.Store],
+    calls: int,
+    **options: Any,
 ) -> dict[str, int]:
     """``calls`` exclusive add(1) calls on one key, started alternately from
     two engines on ``stores`` (one store, or two connections to one
     database): each returns a distinct running total, and the state holds
-    their sum. Returns how many calls each engine ended."""
+    their sum. ``options`` go to both engines. Returns how many calls each
+    engine ended."""
     returned: list[int] = []
     ended: dict[str, int] = {}
     async with (
-        open_test_engine(app, store=stores[0], engine_id="a", seed=1) as a,
-        open_test_engine(app, store=stores[1], engine_id="b", seed=2) as b,
+        open_test_engine(app, store=stores[0], engine_id="a", seed=1, **options) as a,
+        open_test_engine(app, store=stores[1], engine_id="b", seed=2, **options) as b,
     ):
 
         async def count_ends(engine: td.Engine, task_status: trio.TaskStatus[None]) -> None:

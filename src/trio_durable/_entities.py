@@ -67,7 +67,8 @@ class EntityRef:
         Raises:
           UnknownEntityError: The entity has no handler so named.
         """
-        if name.startswith("__"):
+        if name.startswith("_") and name not in self._entity.handlers:
+            # Probes such as copy's and IPython's look for such names.
             raise AttributeError(name)
         handler = self._entity.handler(name)
         call = self._call
