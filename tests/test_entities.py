@@ -549,3 +549,49 @@ async def thousand_calls(
     assert value is not None
     assert (json.loads(value.value), value.version) == ({"total": calls}, calls)
     return ended
+
+
+gate = trio.Event()
+
+
+@app.entity("gated_counter")
+class GatedCounter:
+    def __init__(self) -> None:
+        self.total = 0
+
+    @td.exclusive
+    async def add(self, n: int) -> int:
+        ran("gated")
+        if self.total == 3:
+            await gate.wait()
+        self.total += n
+        return self.total
+
+
+async def test_calls_waiting_in_line_go_on_when_their_engine_leaves(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    global gate
+    gate = trio.Event()
+    async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
+        async with open_test_engine(app, store=store, engine_id="leaving") as leaving:
+            async with trio.open_nursery() as nursery:
+                for n in range(10):
+                    ref = leaving.entity("gated_counter", "k", call_id=f"call-{n}")
+                    nursery.start_soon(ref.add, 1)
+                    await trio.testing.wait_all_tasks_blocked()
+                # Three calls are done, the fourth holds the key, six wait in
+                # line: the engine leaves (giving back its leases), and its
+                # callers with it.
+                assert handler_runs == {"gated": 4}
+                nursery.cancel_scope.cancel()
+        stored = await store.get_value("entity:gated_counter", "k")
+        assert stored is not None
+        assert (stored.value, stored.version) == ('{"total":3}', 3)
+        gate.set()
+        async with open_test_engine(app, store=store, engine_id="staying") as staying:
+            totals = [await staying.result(f"call-{n}") for n in range(10)]
+            assert await staying.entity("gated_counter", "k").add(0) == 10
+    assert totals == list(range(1, 11))
+    # The interrupted call ran its handler again, on the state as it was.
+    assert handler_runs == {"gated": 12}
