@@ -574,17 +574,19 @@ async def test_calls_waiting_in_line_go_on_when_their_engine_leaves(
     global gate
     gate = trio.Event()
     async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
-        async with open_test_engine(app, store=store, engine_id="leaving") as leaving:
-            async with trio.open_nursery() as nursery:
-                for n in range(10):
-                    ref = leaving.entity("gated_counter", "k", call_id=f"call-{n}")
-                    nursery.start_soon(ref.add, 1)
-                    await trio.testing.wait_all_tasks_blocked()
-                # Three calls are done, the fourth holds the key, six wait in
-                # line: the engine leaves (giving back its leases), and its
-                # callers with it.
-                assert handler_runs == {"gated": 4}
-                nursery.cancel_scope.cancel()
+        async with (
+            open_test_engine(app, store=store, engine_id="leaving") as leaving,
+            trio.open_nursery() as nursery,
+        ):
+            for n in range(10):
+                ref = leaving.entity("gated_counter", "k", call_id=f"call-{n}")
+                nursery.start_soon(ref.add, 1)
+                await trio.testing.wait_all_tasks_blocked()
+            # Three calls are done, the fourth holds the key, six wait in
+            # line: the engine leaves (giving back its leases), and its
+            # callers with it.
+            assert handler_runs == {"gated": 4}
+            nursery.cancel_scope.cancel()
         stored = await store.get_value("entity:gated_counter", "k")
         assert stored is not None
         assert (stored.value, stored.version) == ('{"total":3}', 3)
