@@ -36,11 +36,8 @@ def test_public_api_is_pinned() -> None:
         "EntityError",
         "EntityKeyError",
         "EntityRef",
-        "EntityRef",
         "ErrorInfo",
         "Event",
-        "exclusive",
-        "exclusive",
         "FanPage",
         "FanStats",
         "FatalError",
@@ -76,8 +73,6 @@ def test_public_api_is_pinned() -> None:
         "ScheduleError",
         "ScheduleNotFoundError",
         "SerializationError",
-        "shared",
-        "shared",
         "SignalTimeout",
         "Step",
         "StepFailed",
@@ -99,6 +94,7 @@ def test_public_api_is_pinned() -> None:
         "WorkerStatistics",
         "Workflow",
         "current_step",
+        "exclusive",
         "lineage",
         "open_broker",
         "open_client",
@@ -106,6 +102,7 @@ def test_public_api_is_pinned() -> None:
         "open_store",
         "open_worker",
         "parent_of",
+        "shared",
     ]
     # Public submodules (trio_durable.testing, .brokers) become attributes
     # once imported; they are not names of the top-level API.
