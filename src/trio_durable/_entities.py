@@ -22,14 +22,15 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from . import _serde
+from ._admission import StartControls, creation_ops
 from ._children import Failed, child_outcome, record_child
 from ._entity_defs import Entity, Handler, run_handler
 from ._exceptions import RunFailed, UnknownEntityError, UsageError
 from ._failures import error_info, step_failure
-from ._records import ADMISSION_SEQ, DEFAULT_NAMESPACE, Checkpoint, ErrorInfo, Run
-from ._replay import Replay, Suspend, TurnState
+from ._records import DEFAULT_NAMESPACE, Checkpoint, ErrorInfo, Run
+from ._replay import Replay, Suspend
 from ._runs import NewRun, create_run
-from ._stores._ops import Op, PutCheckpoint
+from ._stores._ops import Op
 
 if TYPE_CHECKING:
     import random
@@ -111,20 +112,10 @@ def call_input(key: Any, handler: Handler, entity: Entity, args: tuple[Any, ...]
     return f"[{json.dumps(key)},{json.dumps(handler.name)},{args_json}]"
 
 
-def admission(entity: Entity, key: str, run_id: str, now: float) -> Checkpoint:
-    """The pending admission checkpoint an exclusive call's run is created
-    with: one slot of the key's queue."""
-    queue = entity.queue(key)
-    return Checkpoint(
-        run_id=run_id,
-        seq=ADMISSION_SEQ,
-        name="admission",
-        kind="local",
-        status="pending",
-        input=json.dumps({"queue": queue, "limit": 1, "rate": None}),
-        error=ErrorInfo(message=f"waiting for a slot of queue {queue!r}", code="queued"),
-        enqueued_at=now,
-    )
+def admission(entity: Entity, key: str) -> StartControls:
+    """The admission an exclusive call's run is created with: one slot of
+    the key's queue (see `_admission`)."""
+    return StartControls(workflow=entity.workflow.name, queue=entity.queue(key), limit=1)
 
 
 def _plain_args(input_json: str) -> list[Any]:
@@ -205,7 +196,7 @@ async def _exclusive_in_workflow(
         record_child(
             replay.turn, (wf.name, wf.version), seq, child_id, input_json, now, awaited=True
         )
-        replay.turn.ops.append(PutCheckpoint(admission(entity, key, child_id, now)))
+        replay.turn.ops.extend(creation_ops(child_id, admission(entity, key), now))
         raise Suspend("entity")
     if cp.status == "pending":
         # Watched: the call may end while this turn holds the lease.
@@ -254,28 +245,14 @@ def engine_entity(
         now = rt.clock.now()
         if handler.kind == "shared":
             return await _direct_read(rt.store, now, entity, key_text, handler, input_json)
-        made: list[Checkpoint] = []
-
-        def with_admission(run: Run) -> Sequence[Op]:
-            made.append(admission(entity, key_text, run.id, now))
-            return [PutCheckpoint(made[-1])]
-
-        new = _new_call(entity, input_json, call_id)
+        new = _new_call(entity, key_text, input_json, call_id)
         stored, created = await create_run(
-            rt.store,
-            rt.rng,
-            now,
-            new,
-            owner=rt.engine_id,
-            lease_ttl=rt.options.lease_ttl,
-            also=with_admission,
+            rt.store, rt.rng, now, new, owner=rt.engine_id, lease_ttl=rt.options.lease_ttl
         )
         if created:
             rt.telemetry.emit_run("run.started", stored)
-            rt.scheduler.wake(
-                stored.id,
-                initial=TurnState(run=stored, checkpoints={cp.seq: cp for cp in made[-1:]}),
-            )
+            # Its first turn reads the admission it was created with.
+            rt.scheduler.wake(stored.id)
         return handler.returned(await result(stored.id))
 
     return EntityRef(entity, key, call)
@@ -305,17 +282,14 @@ def client_entity(
         if handler.kind == "shared":
             return await _direct_read(store, now, entity, key_text, handler, input_json)
 
-        def with_admission(run: Run) -> Sequence[Op]:
-            return [PutCheckpoint(admission(entity, key_text, run.id, now)), *wake([run])]
-
-        new = _new_call(entity, input_json, call_id)
-        stored, _ = await create_run(store, rng, now, new, also=with_admission)
+        new = _new_call(entity, key_text, input_json, call_id)
+        stored, _ = await create_run(store, rng, now, new, also=lambda run: wake([run]))
         return handler.returned(await result(stored.id))
 
     return EntityRef(entity, key, call)
 
 
-def _new_call(entity: Entity, input_json: str, call_id: str | None) -> NewRun:
+def _new_call(entity: Entity, key: str, input_json: str, call_id: str | None) -> NewRun:
     return NewRun(
         workflow=entity.workflow.name,
         version=entity.workflow.version,
@@ -323,4 +297,5 @@ def _new_call(entity: Entity, input_json: str, call_id: str | None) -> NewRun:
         run_id=call_id,
         namespace=DEFAULT_NAMESPACE,
         tags=(),
+        controls=admission(entity, key),
     )
