@@ -597,3 +597,35 @@ async def test_calls_waiting_in_line_go_on_when_their_engine_leaves(
     assert totals == list(range(1, 11))
     # The interrupted call ran its handler again, on the state as it was.
     assert handler_runs == {"gated": 12}
+
+
+async def test_exclusive_calls_of_different_keys_run_at_once(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    release = trio.Event()
+    inside: list[str] = []
+    local = td.App("keys")
+
+    @local.entity("slow")
+    class Slow:
+        def __init__(self) -> None:
+            self.n = 0
+
+        @td.exclusive
+        async def bump(self, key: str) -> int:
+            inside.append(key)
+            await release.wait()
+            self.n += 1
+            return self.n
+
+    async with open_test_engine(local) as engine, trio.open_nursery() as nursery:
+        for key in ["x", "y", "x"]:
+            nursery.start_soon(engine.entity("slow", key).bump, key)
+            await trio.testing.wait_all_tasks_blocked()
+        # One call of each key is in its handler; the second call of x waits.
+        assert inside == ["x", "y"]
+        release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert inside == ["x", "y", "x"]
+        assert await engine.entity("slow", "x").bump("x") == 3
+        assert await engine.entity("slow", "y").bump("y") == 2
