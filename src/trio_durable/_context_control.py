@@ -18,6 +18,7 @@ from ._app import A1, A2, A3, A4, A5, P, R, Workflow
 from ._children import record_child
 from ._current import current_step
 from ._decider import child_command
+from ._entities import EntityRef, workflow_entity
 from ._exceptions import (
     ContinueAsNewError,
     FatalError,
@@ -255,3 +256,27 @@ class ControlOperations:
             replay.turn.put(attrs.evolve(started, output=started_output(child_id, True)))
         await trio.lowlevel.checkpoint()
         return child_id
+
+    # -- entities ------------------------------------------------------------------
+
+    def entity(self, name: str, key: Any) -> EntityRef:
+        """One key of the entity ``name``: its handlers are the attributes,
+        ``await ctx.entity("cart", key).add(item)``.
+
+        An exclusive call is an awaited child run (``<run>.child.<seq>``)
+        that waits its turn behind the key's earlier exclusive calls,
+        fleet-wide; replay returns its recorded result, as for
+        `Context.child`. A shared call reads the state as stored and its
+        result is recorded (replay returns it). See docs/entities.md.
+
+        Raises:
+          UnknownEntityError: No entity ``name`` (or, at the call, no such
+            handler).
+          EntityKeyError: ``key`` is not of the entity's key type.
+          InvalidArgumentsError: At the call, the inputs do not fit the
+            handler; nothing is recorded.
+          RunFailed: An exclusive handler raised (its error's message, code
+            and details are the exception's); the state is unchanged.
+          StepFailed: A shared handler raised.
+        """
+        return workflow_entity(self._replay, name, key)

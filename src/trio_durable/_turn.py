@@ -521,6 +521,8 @@ class Turn:
             ),
             *also,
         ]
+        if status == "completed":
+            ops.extend(turn.end_ops)
         if announces_ends(rt.store):
             # For callers of `result` in other processes.
             ops.extend(announce(rt.store, rt.engine_id, "end", [run]))
