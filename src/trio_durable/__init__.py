@@ -27,11 +27,14 @@ from ._current import StepInfo as StepInfo
 from ._current import current_step as current_step
 from ._engine import Engine as Engine
 from ._engine import open_engine as open_engine
+from ._events import EventReceipt as EventReceipt
+from ._events import EventRecord as EventRecord
 from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
 from ._exceptions import ContinueAsNewError as ContinueAsNewError
 from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import EntityError as EntityError
 from ._exceptions import EntityKeyError as EntityKeyError
+from ._exceptions import EventConflictError as EventConflictError
 from ._exceptions import FatalError as FatalError
 from ._exceptions import GatherError as GatherError
 from ._exceptions import GatherFailure as GatherFailure
@@ -117,6 +120,9 @@ __all__ = [
     "EntityKeyError",
     "ErrorInfo",
     "Event",
+    "EventConflictError",
+    "EventReceipt",
+    "EventRecord",
     "FanPage",
     "FanStats",
     "FatalError",
