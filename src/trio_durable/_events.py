@@ -34,6 +34,7 @@ from ._wakes import announce
 
 if TYPE_CHECKING:
     from ._app import App
+    from ._definitions import Workflow
     from ._runtime import Runtime
     from ._stores._base import Store
 
@@ -275,7 +276,7 @@ async def _store_event(
     name: str,
     key: str | None,
     plain: Any,
-    subs: Sequence[Any],
+    subs: Sequence[Workflow[..., Any]],
     inputs: Sequence[str],
 ) -> EventReceipt:
     store, now = front.store, front.now()
@@ -322,7 +323,9 @@ def _run_id(event_id: str, workflow: str) -> str:
     return f"{event_id}.{workflow}"
 
 
-def _new_run(front: EventFront, wf: Any, run_id: str, run_input: str, now: float) -> Run:
+def _new_run(
+    front: EventFront, wf: Workflow[..., Any], run_id: str, run_input: str, now: float
+) -> Run:
     owner = front.owner
     return Run(
         id=run_id,
@@ -337,7 +340,7 @@ def _new_run(front: EventFront, wf: Any, run_id: str, run_input: str, now: float
     )
 
 
-def _warn_unsubscribed(name: str, subs: Sequence[Any]) -> None:
+def _warn_unsubscribed(name: str, subs: Sequence[Workflow[..., Any]]) -> None:
     if not subs:
         warnings.warn(
             f"no workflow subscribes to event {name!r}; it was stored all the same",
