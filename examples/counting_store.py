@@ -22,6 +22,7 @@ from trio_durable.stores import (
     RunFilter,
     RunStamp,
     RunStatus,
+    StoredValue,
     StoreHelpers,
     StoreStatistics,
     TurnState,
@@ -107,6 +108,14 @@ class CountingStore(StoreHelpers):
 
     async def paused_steps(self, run_id: str | None = None) -> list[td.PausedStep]:
         return await self.inner.paused_steps(run_id)
+
+    async def get_value(self, scope: str, key: str) -> StoredValue | None:
+        return await self.inner.get_value(scope, key)
+
+    async def list_values(
+        self, scope: str, *, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[StoredValue]:
+        return await self.inner.list_values(scope, prefix=prefix, after=after, limit=limit)
 
     async def find_checkpoints(
         self,

@@ -13,6 +13,7 @@ import trio
 import trio_durable as td
 from test_cli import SECRET, invoke, one_error_line
 from trio_durable._stores._sqlite_schema import SCHEMA_VERSION
+from trio_durable.stores import PutValue, StoredValue
 
 
 def _version(path: Path) -> int:
@@ -134,6 +135,29 @@ def test_migrate_upgrades_a_version_3_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert (document["before"], document["after"]) == (3, SCHEMA_VERSION)
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     listed = invoke(["breakpoints", "list", "--store", store, "--json"])
     assert json.loads(listed.stdout) == {"breakpoints": [], "paused": []}
+
+
+def test_migrate_upgrades_a_version_4_file(tmp_path: Path) -> None:
+    """`trio-durable migrate` applies version 5 (keyed values) to a file an
+    older trio-durable wrote, and the store then keeps values."""
+    path = tmp_path / "old.db"
+    store = f"sqlite:///{path}"
+    assert invoke(["migrate", "--store", store]).exit_code == 0
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.executescript("BEGIN; DROP TABLE durable_values; PRAGMA user_version = 4; COMMIT;")
+    connection.close()
+    result = invoke(["migrate", "--store", store, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["before"], document["after"]) == (4, SCHEMA_VERSION)
+
+    async def keep() -> list[StoredValue]:
+        async with td.open_store(store) as opened:
+            assert await opened.apply([PutValue("s", "k", '"v"', 1.0)]) == [1]
+            return await opened.list_values("s")
+
+    [kept] = trio.run(keep)
+    assert (kept.key, kept.value, kept.version) == ("k", '"v"', 1)

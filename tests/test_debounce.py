@@ -80,7 +80,7 @@ async def test_each_key_has_its_own_window_and_none_is_a_key(
         await engine.drain()
         assert sorted(text for wf, _, text in ran if wf == "latest") == ["a2", "b1", "n2"]
         # The windows are kept in the store by key, None apart from "null".
-        rows = await engine.store.list_values(debounce_scope("latest"))  # type: ignore[attr-defined]
+        rows = await engine.store.list_values(debounce_scope("latest"))
         assert [row.key for row in rows] == sorted([window_key("a"), window_key("b"), "null"])
 
 

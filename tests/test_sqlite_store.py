@@ -416,7 +416,9 @@ async def test_sqlite_migrates_a_version_3_file(sqlite_url: str, tmp_path: Path)
         assert await store.list_breakpoints() == [bp]
         assert await store.get_webhook("h") is not None
     with sqlite3.connect(tmp_path / "store.db") as connection:
-        assert connection.execute("PRAGMA user_version").fetchone() == (4,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (
+            _sqlite_schema.SCHEMA_VERSION,
+        )
         tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
         assert set(_HOOK_TABLES) <= tables
         # The widened index holds the checkpoint written before.

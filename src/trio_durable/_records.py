@@ -41,6 +41,18 @@ versions (a `Client` without one): the engine that first runs it runs the
 version registered last there, and writes it on the run. No workflow can be
 registered under it (a version is never empty)."""
 
+ADMISSION_SEQ: Final = 999_999_990
+"""The seq of a run's admission checkpoint (a concurrency key, a rate limit or
+an entity's exclusivity): pending until the run is let in."""
+
+DEADLINE_SEQ: Final = 999_999_991
+"""The seq of a run's whole-run deadline: a pending "timer" checkpoint named
+"deadline"."""
+
+CONTINUED_SEQ: Final = 999_999_992
+"""The seq of the completed "child" checkpoint a run that continued as new
+keeps, whose ``child_id`` is the next generation's run id."""
+
 
 DEFAULT_TRACEBACK_LIMIT: Final = 8192
 """How many characters of a traceback an error keeps by default."""
@@ -454,3 +466,27 @@ class PausedStep:
     step: str
     breakpoint_id: str
     paused_at: float
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class StoredValue:
+    """A keyed value the store keeps apart from any run (schedules, admission
+    queues, entities' state, ...), written with `PutValue` and read with
+    `Store.get_value` and `Store.list_values`. Pruning runs never touches it.
+
+    Attributes:
+      scope: The family of values it belongs to (``"schedule"``,
+        ``"entity:cart"``, ...).
+      key: Its key within the scope.
+      value: JSON text.
+      version: 1 when inserted, one more on every write since: a writer that
+        read version n writes only if it is still n (``expect_version``).
+      updated_at: When it was last written (durable time).
+    """
+
+    scope: str
+    key: str
+    value: str
+    version: int
+    updated_at: float

@@ -17,6 +17,7 @@ from ._records import QueueDepth as QueueDepth
 from ._records import RunFilter as RunFilter
 from ._records import RunStamp as RunStamp
 from ._records import RunStatus as RunStatus
+from ._records import StoredValue as StoredValue
 from ._records import Webhook as Webhook
 from ._stores._base import STALL_IGNORED_PREFIX as STALL_IGNORED_PREFIX
 from ._stores._base import ChangeFeed as ChangeFeed
@@ -44,6 +45,7 @@ from ._stores._ops import DeliverSignal as DeliverSignal
 from ._stores._ops import LockRun as LockRun
 from ._stores._ops import Op as Op
 from ._stores._ops import PutCheckpoint as PutCheckpoint
+from ._stores._ops import PutValue as PutValue
 from ._stores._ops import ReleaseQueueSlot as ReleaseQueueSlot
 from ._stores._ops import ReleaseRun as ReleaseRun
 from ._stores._ops import RemoveSignalWaiter as RemoveSignalWaiter
@@ -77,6 +79,7 @@ __all__ = [
     "LockRun",
     "Op",
     "PutCheckpoint",
+    "PutValue",
     "QueueDepth",
     "ReleaseQueueSlot",
     "ReleaseRun",
@@ -90,6 +93,7 @@ __all__ = [
     "Store",
     "StoreHelpers",
     "StoreStatistics",
+    "StoredValue",
     "TurnState",
     "UpdateRun",
     "WaitSignal",

@@ -127,6 +127,7 @@ async def test_opening_creates_the_schema_once_and_records_its_version(url: str)
         "breakpoints",
         "buffered_signals",
         "checkpoints",
+        "durable_values",
         "paused_steps",
         "queue_slots",
         "queue_waiters",
@@ -153,21 +154,21 @@ async def test_a_version_2_schema_gains_webhooks_and_breakpoints(url: str) -> No
     fresh = await _indexes(url)
     # Back to version 2, before webhooks and breakpoints, with the narrow
     # checkpoints_status.
-    for table in ("webhooks", "breakpoints", "paused_steps", "store_settings"):
+    for table in ("webhooks", "breakpoints", "paused_steps", "store_settings", "durable_values"):
         await _sql(url, f"DROP TABLE {table}")
     await _sql(url, "DROP INDEX checkpoints_status")
     await _sql(url, "CREATE INDEX checkpoints_status ON checkpoints (run_id, status, seq)")
-    await _sql(url, "DELETE FROM schema_version WHERE version = 3")
+    await _sql(url, "DELETE FROM schema_version WHERE version >= 3")
     assert await _indexes(url) != fresh
     async with open_postgres_store(url) as store:
         assert [run.id for run in await store.list_runs()] == ["kept"]
         assert await store.list_breakpoints() == []
         assert await store.apply([KeepSetting("s", "v")]) == ["v"]
         assert (await store.run_stamp("kept")) is not None
-    assert await _sql(url, "SELECT max(version) FROM schema_version") == [(3,)]
+    assert await _sql(url, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
     # The migrated schema's indexes are those of a new one.
     assert await _indexes(url) == fresh
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
 
 
 async def test_a_schema_newer_than_the_code_refuses_to_open(url: str) -> None:

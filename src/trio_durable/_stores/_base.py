@@ -28,6 +28,7 @@ from .._records import (
     RunFilter,
     RunStamp,
     RunStatus,
+    StoredValue,
     Webhook,
 )
 from ._ops import Announce, Op
@@ -250,6 +251,20 @@ class Store(Protocol):
     async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
         """The steps runs that have not ended are paused before (of
         ``run_id`` only, if given), by run id, then seq."""
+        ...
+
+    # Keyed values (see `._ops.PutValue` for their write).
+
+    async def get_value(self, scope: str, key: str) -> StoredValue | None:
+        """The value kept at ``(scope, key)``, or None."""
+        ...
+
+    async def list_values(
+        self, scope: str, *, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[StoredValue]:
+        """The values of ``scope`` whose key starts with ``prefix`` (and, with
+        ``after``, is greater than it), by key (code point by code point), at
+        most ``limit``."""
         ...
 
     def statistics(self) -> StoreStatistics:

@@ -36,6 +36,7 @@ from ._base import STALL_IGNORED_PREFIX, StoreStatistics, TurnState, run_due_at
 from ._helpers import StoreHelpers
 from ._memory_hooks import MemoryHooks, put_undoable
 from ._memory_queries import MemoryQueries
+from ._memory_values import MemoryValues
 from ._ops import (
     AdmitToQueue,
     Announce,
@@ -46,6 +47,7 @@ from ._ops import (
     LockRun,
     Op,
     PutCheckpoint,
+    PutValue,
     ReleaseQueueSlot,
     ReleaseRun,
     RemoveSignalWaiter,
@@ -62,7 +64,7 @@ _instances = itertools.count(1)
 
 
 @final
-class MemoryStore(MemoryQueries, StoreHelpers):
+class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
     """A `Store` that keeps its rows in this process's memory.
 
     One instance may be shared by several engines in one Trio run (that is how
@@ -100,6 +102,7 @@ class MemoryStore(MemoryQueries, StoreHelpers):
         self._watches = LocalWatches()
         self.watch = self._watches.watch
         self._hooks = MemoryHooks()
+        self._values, self._value_keys = {}, {}
 
     # -- change feed ----------------------------------------------------------
     # Engines sharing this store live in this process, so instead of polling
@@ -399,6 +402,8 @@ class MemoryStore(MemoryQueries, StoreHelpers):
                 return None
             case Announce():
                 return None  # published by `apply` once the batch held
+            case PutValue():
+                return self._put_value(op, journal)
             case LockRun(run_id, owner, expiry, now):
                 return self._lock(run_id, owner, expiry, now, journal) is not None
             case ReleaseRun(run_id, owner):

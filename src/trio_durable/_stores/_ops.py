@@ -278,6 +278,29 @@ class Announce:
     origin: str
 
 
+@final
+@attrs.define(frozen=True)
+class PutValue:
+    """Insert, replace or delete the keyed value at ``(scope, key)`` (a
+    `StoredValue`), stamped ``at``.
+
+    ``value`` is JSON text, or None to delete the row. A value inserted has
+    version 1; each write of a stored one adds 1. With ``expect_version``
+    the write applies only if the row is absent (``0``) or stored with that
+    version (``n > 0``); None writes whatever is stored. A failed
+    expectation rolls back the whole batch and raises `WriteConflict`; with
+    ``strict=False`` it only skips this operation. Result: the new version
+    (0 after a delete, whether a row was there or not), or None if skipped.
+    """
+
+    scope: str
+    key: str
+    value: str | None
+    at: float
+    expect_version: int | None = None
+    strict: bool = True
+
+
 Op = (
     CreateRun
     | UpdateRun
@@ -295,4 +318,5 @@ Op = (
     | ReleaseRun
     | Announce
     | HookOp
+    | PutValue
 )

@@ -41,6 +41,7 @@ from ._rows import (
     run_row,
 )
 from ._sql_store import Dialect
+from ._values_sql import value_ops
 
 # Seeds of the advisory locks that serialize writes to one signal token or
 # one queue (a hash collision only serializes two of them needlessly).
@@ -416,6 +417,7 @@ _OPS: Final[dict[type[Any], Callable[[psycopg.Cursor[Any], Any], Any]]] = {
     _ops.ReleaseRun: _release_run,
     _ops.Announce: write_announcement,
     **hook_ops("%s"),
+    **value_ops("%s"),
 }
 
 

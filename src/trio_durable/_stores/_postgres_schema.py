@@ -22,8 +22,9 @@ from psycopg import sql
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 from ._hook_sql import TABLES as HOOK_TABLES
+from ._values_sql import POSTGRES_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -217,6 +218,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # ``checkpoints_status`` widened to cover what the console's fan sums
     # and run stamps read (see `._sql_queries`), made anew.
     (*HOOK_TABLES, "DROP INDEX checkpoints_status", CHECKPOINTS_STATUS),
+    # 4: keyed values (see `._values_sql`).
+    (VALUES_TABLE,),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -16,7 +16,7 @@ import attrs
 from .._exceptions import LeaseLostError, StoreError
 from .._records import Checkpoint, Run
 from ._base import WriteConflict
-from ._ops import RescheduleCheckpoint, UpdateRun
+from ._ops import PutValue, RescheduleCheckpoint, UpdateRun
 
 
 def holds_lease(run: Run, owner: str, now: float | None) -> bool:
@@ -93,4 +93,13 @@ def rescheduled(cp: Checkpoint, op: RescheduleCheckpoint) -> Checkpoint:
         errors=(*cp.errors, op.error),
         started_at=None,
         wake_at=op.wake_at,
+    )
+
+
+def value_conflict(op: PutValue) -> WriteConflict:
+    """The error of a strict `PutValue` whose ``expect_version`` failed."""
+    if op.expect_version == 0:
+        return WriteConflict(f"the value {op.key!r} of scope {op.scope!r} exists already")
+    return WriteConflict(
+        f"the value {op.key!r} of scope {op.scope!r} is not at version {op.expect_version}"
     )

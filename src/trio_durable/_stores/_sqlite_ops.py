@@ -44,6 +44,7 @@ from ._rows import (
 from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
 from ._sql_store import Dialect
 from ._sqlite_watch import write_announcement
+from ._values_sql import value_ops
 
 # A run is its runs row joined with its input.
 _RUNS: Final = "runs r JOIN run_inputs i ON i.run_id = r.id"
@@ -398,6 +399,7 @@ _OPS: Final[dict[type[Any], Callable[[sqlite3.Cursor, Any], Any]]] = {
     _ops.ReleaseRun: _release_run,
     _ops.Announce: write_announcement,
     **hook_ops("?"),
+    **value_ops("?"),
 }
 
 

@@ -18,15 +18,17 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
+from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
 indexed the queries of `Store.find_runs` (``run_tags`` and the indexes of
 runs by status, workflow, namespace and end) and added ``announcements``;
-version 4 added webhooks, breakpoints, paused steps and settings. An older
-file is migrated when it is opened."""
+version 4 added webhooks, breakpoints, paused steps and settings; version 5
+added keyed values (``durable_values``). An older file is migrated when it
+is opened."""
 
 WATCH_INTERVAL: Final = 0.01
 """Seconds between two looks of a store's watch for commits of other
@@ -220,6 +222,7 @@ _SCHEMA: Final = (
     )
     """,
     *HOOK_TABLES,
+    VALUES_TABLE,
 )
 
 _MIGRATIONS: Final = {
@@ -240,6 +243,8 @@ _MIGRATIONS: Final = {
     # are new tables, which the schema creates; ``checkpoints_status`` is
     # widened (made anew: an index's columns cannot be altered).
     3: ("DROP INDEX checkpoints_status", CHECKPOINTS_STATUS),
+    # From version 4: ``durable_values``, a new table, the schema creates.
+    4: (),
 }
 
 

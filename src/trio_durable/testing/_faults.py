@@ -31,6 +31,7 @@ from .._records import (
     RunFilter,
     RunStamp,
     RunStatus,
+    StoredValue,
     Webhook,
 )
 from .._stores._base import ChangeFeed, StoreStatistics, TurnState
@@ -253,6 +254,14 @@ class FaultyStore(StoreHelpers, ChangeFeed):
 
     async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
         return await self.inner.paused_steps(run_id)
+
+    async def get_value(self, scope: str, key: str) -> StoredValue | None:
+        return await self.inner.get_value(scope, key)
+
+    async def list_values(
+        self, scope: str, *, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[StoredValue]:
+        return await self.inner.list_values(scope, prefix=prefix, after=after, limit=limit)
 
     async def find_checkpoints(
         self,

@@ -4,7 +4,7 @@ Each check is an ``async def check_...(factory)`` that opens the fresh, empty
 stores it needs from ``factory`` (a `StoreFactory`, or a plain `OpenStore`),
 runs operations on them and asserts what the engine relies on: atomic
 batches, exactly one winner of a claim, leases, the join barrier's counts,
-flow-control queues, signals, webhooks and breakpoints, due times,
+flow-control queues, signals, webhooks and breakpoints, keyed values, due times,
 statistics and closing. `STORE_CHECKS`
 lists them all, for ``pytest.mark.parametrize``; `check_store` runs them one
 after another.
@@ -40,6 +40,7 @@ from ._store_support import (
     raises,
     two_handles,
 )
+from ._store_values import VALUES_CHECKS
 
 
 async def check_statistics_are_a_live_store_statistics(factory: StoreFactory | OpenStore) -> None:
@@ -201,6 +202,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     *HOOKS_CHECKS,
     *QUERIES_CHECKS,
     *STAMPS_CHECKS,
+    *VALUES_CHECKS,
     check_handles_share_one_store,
     check_announcements_reach_the_watches_of_other_writers,
     check_statistics_count_rows_read,

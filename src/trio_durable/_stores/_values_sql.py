@@ -1,0 +1,171 @@
+"""Keyed values in the SQL stores: their table, the write of `PutValue` and
+the reads `Store.get_value` and `Store.list_values`, written once for SQLite
+and PostgreSQL (which differ here in the placeholder and the table's
+collation).
+
+Each write decides with one statement that the database applies to the
+newest version of the row: an upsert, an insert that does nothing on a
+conflict, or an update or delete conditional on the version. In PostgreSQL
+a concurrent writer of the row is waited out and the condition evaluated
+again, so of two writers expecting one version exactly one wins; SQLite lets
+one writer in at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from .._records import StoredValue
+from ._ops import PutValue
+from ._rules import value_conflict
+
+if TYPE_CHECKING:
+    from ._group_commit import GroupCommit
+    from ._sql_store import Dialect
+
+# Keys are ordered code point by code point, as in the memory store: SQLite
+# compares text as bytes (UTF-8, whose byte order is the code points'), and
+# PostgreSQL does with the "C" collation, given to the column so that the
+# primary key's index serves the ordered pages of `list_values`. Values are
+# no run's rows: pruning runs leaves them.
+SQLITE_TABLE: Final = """
+    CREATE TABLE IF NOT EXISTS durable_values (
+        scope TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (scope, key)
+    )
+    """
+
+POSTGRES_TABLE: Final = """
+    CREATE TABLE durable_values (
+        scope text NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        value text NOT NULL,
+        version bigint NOT NULL,
+        updated_at double precision NOT NULL,
+        PRIMARY KEY (scope, key)
+    )
+    """
+
+_COLUMNS: Final = "scope, key, value, version, updated_at"
+
+
+def value_ops(p: str) -> dict[type[Any], Callable[[Any, Any], Any]]:
+    """The handler of `PutValue`, for a dialect whose placeholder is ``p``."""
+    row_is = f"scope = {p} AND key = {p}"
+    upsert = (
+        f"INSERT INTO durable_values ({_COLUMNS}) VALUES ({p}, {p}, {p}, 1, {p})"
+        " ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value,"
+        " version = durable_values.version + 1, updated_at = excluded.updated_at"
+        " RETURNING version"
+    )
+    insert = (
+        f"INSERT INTO durable_values ({_COLUMNS}) VALUES ({p}, {p}, {p}, 1, {p})"
+        " ON CONFLICT (scope, key) DO NOTHING RETURNING version"
+    )
+    update = (
+        f"UPDATE durable_values SET value = {p}, version = version + 1, updated_at = {p}"
+        f" WHERE {row_is} AND version = {p} RETURNING version"
+    )
+
+    def put_value(cur: Any, op: PutValue) -> int | None:
+        where = (op.scope, op.key)
+        expected = op.expect_version
+        version: int | None
+        if op.value is None:
+            version = 0
+            if expected is None:
+                cur.execute(f"DELETE FROM durable_values WHERE {row_is}", where)
+            elif expected == 0:
+                # Nothing to delete if it is absent; a conflict if not.
+                found = cur.execute(f"SELECT 1 FROM durable_values WHERE {row_is}", where)
+                if found.fetchone() is not None:
+                    version = None
+            else:
+                cur.execute(
+                    f"DELETE FROM durable_values WHERE {row_is} AND version = {p}",
+                    (*where, expected),
+                )
+                if cur.rowcount != 1:
+                    version = None
+        else:
+            if expected is None:
+                row = cur.execute(upsert, (*where, op.value, op.at)).fetchone()
+            elif expected == 0:
+                row = cur.execute(insert, (*where, op.value, op.at)).fetchone()
+            else:
+                row = cur.execute(update, (op.value, op.at, *where, expected)).fetchone()
+            version = None if row is None else int(row[0])
+        if version is None and op.strict:
+            raise value_conflict(op)
+        return version
+
+    return {PutValue: put_value}
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string greater than every string starting with ``prefix``
+    (None if there is none): keys with the prefix are those from ``prefix``
+    up to it, a range an index walks."""
+    chars = list(prefix)
+    while chars:
+        following = ord(chars.pop()) + 1
+        if 0xD800 <= following <= 0xDFFF:
+            following = 0xE000  # surrogates are no characters of UTF-8 text
+        if following <= 0x10FFFF:
+            return "".join(chars) + chr(following)
+    return None
+
+
+class SQLValues:
+    """The read methods of keyed values for `SQLStore`."""
+
+    _commit: GroupCommit[Any]
+    _dialect: Dialect[Any]
+
+    async def _value_rows(self, statement: str, params: tuple[Any, ...]) -> list[StoredValue]:
+        def work(cur: Any) -> tuple[list[StoredValue], None]:
+            rows = cur.execute(statement, params).fetchall()
+            return [
+                StoredValue(scope=s, key=k, value=v, version=int(n), updated_at=at)
+                for s, k, v, n, at in rows
+            ], None
+
+        return await self._commit.submit(work, writes=False)
+
+    async def get_value(self, scope: str, key: str) -> StoredValue | None:
+        p = self._dialect.param
+        rows = await self._value_rows(
+            f"SELECT {_COLUMNS} FROM durable_values WHERE scope = {p} AND key = {p}",
+            (scope, key),
+        )
+        return rows[0] if rows else None
+
+    async def list_values(
+        self, scope: str, *, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[StoredValue]:
+        statement, params = list_values_query(self._dialect.param, scope, prefix, after, limit)
+        return await self._value_rows(statement, params)
+
+
+def list_values_query(
+    p: str, scope: str, prefix: str, after: str | None, limit: int
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement and parameters of `Store.list_values`, for a dialect
+    whose placeholder is ``p``: a walk of the primary key's index from the
+    prefix (or past ``after``) to the end of the prefix's range."""
+    where = f"scope = {p} AND key >= {p}"
+    params: tuple[Any, ...] = (scope, prefix)
+    end = prefix_end(prefix)
+    if end is not None:
+        where += f" AND key < {p}"
+        params += (end,)
+    if after is not None:
+        where += f" AND key > {p}"
+        params += (after,)
+    statement = f"SELECT {_COLUMNS} FROM durable_values WHERE {where} ORDER BY key LIMIT {p}"
+    return statement, (*params, max(limit, 0))
