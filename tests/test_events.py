@@ -253,3 +253,25 @@ async def test_a_client_without_an_app_cannot_send_events(tmp_path: Path) -> Non
     async with td.open_client(f"sqlite:///{tmp_path / 'c.db'}") as client:
         with pytest.raises(td.UsageError, match="open_client\\(app="):
             await client.send_event("order.placed", 1)
+
+
+async def test_runs_an_event_starts_wait_for_their_concurrency_key(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    app = td.App("keyed")
+    ends: list[tuple[str, float]] = []
+
+    @app.workflow(
+        events=["order.placed"], concurrency_key=lambda order: order.sku, max_concurrent=1
+    )
+    async def pack(ctx: td.Context, order: Order) -> None:
+        await ctx.sleep(10)
+        ends.append((order.sku, trio.current_time()))
+
+    async with open_test_engine(app) as engine:
+        for index, sku in enumerate(["apple", "apple", "pear"]):
+            await engine.send_event("order.placed", Order(sku, 1), event_id=f"o-{index}")
+        for index in range(3):
+            await engine.result(f"o-{index}.pack")
+    # One apple at a time (each takes 10 s); the pear beside them.
+    assert sorted(ends) == [("apple", 10.0), ("apple", 20.0), ("pear", 10.0)]
