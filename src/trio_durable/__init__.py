@@ -27,6 +27,9 @@ from ._current import StepInfo as StepInfo
 from ._current import current_step as current_step
 from ._engine import Engine as Engine
 from ._engine import open_engine as open_engine
+from ._entities import EntityRef as EntityRef
+from ._entity_defs import exclusive as exclusive
+from ._entity_defs import shared as shared
 from ._events import EventReceipt as EventReceipt
 from ._events import EventRecord as EventRecord
 from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
@@ -118,11 +121,13 @@ __all__ = [
     "EngineStatistics",
     "EntityError",
     "EntityKeyError",
+    "EntityRef",
     "ErrorInfo",
     "Event",
     "EventConflictError",
     "EventReceipt",
     "EventRecord",
+    "exclusive",
     "FanPage",
     "FanStats",
     "FatalError",
@@ -165,6 +170,7 @@ __all__ = [
     "ScheduleError",
     "ScheduleNotFoundError",
     "SerializationError",
+    "shared",
     "SignalTimeout",
     "Step",
     "StepFailed",
