@@ -30,11 +30,14 @@ from ._engine import open_engine as open_engine
 from ._entities import EntityRef as EntityRef
 from ._entity_defs import exclusive as exclusive
 from ._entity_defs import shared as shared
+from ._events import EventReceipt as EventReceipt
+from ._events import EventRecord as EventRecord
 from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
 from ._exceptions import ContinueAsNewError as ContinueAsNewError
 from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import EntityError as EntityError
 from ._exceptions import EntityKeyError as EntityKeyError
+from ._exceptions import EventConflictError as EventConflictError
 from ._exceptions import FatalError as FatalError
 from ._exceptions import GatherError as GatherError
 from ._exceptions import GatherFailure as GatherFailure
@@ -122,6 +125,9 @@ __all__ = [
     "EntityRef",
     "ErrorInfo",
     "Event",
+    "EventConflictError",
+    "EventReceipt",
+    "EventRecord",
     "exclusive",
     "FanPage",
     "FanStats",

@@ -39,6 +39,7 @@ from ._policies import FlowQueue as FlowQueue
 from ._policies import Retry as Retry
 from ._policies import finite
 from ._records import LATEST_VERSION
+from ._subscribers import check_subscriber
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -202,7 +203,9 @@ class App:
             parameter is not the context (missing, not positional, or
             annotated with a type other than `Context` or `typing.Any`), it
             has a required
-            keyword-only parameter, or two routes share a code.
+            keyword-only parameter, or two routes share a code; or it
+            subscribes to events but cannot take a payload (the list of
+            them, with ``debounce_collect="all"``) as its one input.
         """
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow version must be a non-empty string, not {version!r}")
@@ -245,13 +248,21 @@ class App:
                     f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
                 )
             routes = check_on_error_routes(wf_name, on_error)
+            wf_controls = controls(wf_name)
+            if wf_controls.events:
+                check_subscriber(
+                    f"workflow {wf_name!r}",
+                    fn,
+                    wf_controls.debounce_collect,
+                    wf_controls.debounce is not None,
+                )
             wf: Workflow[Any, Any] = Workflow(
                 fn,
                 name=wf_name,
                 version=version,
                 on_error=routes,
                 group=group,
-                controls=controls(wf_name),
+                controls=wf_controls,
             )
             self._workflows[key] = wf
             self._latest[wf_name] = wf

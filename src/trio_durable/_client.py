@@ -26,6 +26,7 @@ from ._brokers._base import Broker
 from ._clock import Clock
 from ._control import cancel_run, read_run, retry_run, signal_run
 from ._entities import EntityRef, client_entity
+from ._events import EventFront, SendsEvents, client_front
 from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
@@ -48,7 +49,7 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 
 @final
-class Client(RunQueries, StartsRuns, HookActions):
+class Client(RunQueries, StartsRuns, HookActions, SendsEvents):
     """Starts, reads and controls runs; runs none of them.
 
     It also finds and reads runs, and prunes ended ones, as `Engine` does
@@ -107,6 +108,23 @@ class Client(RunQueries, StartsRuns, HookActions):
 
     def _wake_ops(self, runs: Sequence[Run]) -> Sequence[Op]:
         return self._wake(runs)
+
+    # What `SendsEvents` (`send_event`) needs of its front end.
+
+    def _event_front(self) -> EventFront:
+        self._check_open()
+        if self.app is None:
+            raise UsageError(
+                "send_event needs the app whose workflows subscribe: open_client(app=...)"
+            )
+        return client_front(
+            self.store,
+            self.app,
+            self.clock.now,
+            lambda: f"event-{self._rng.getrandbits(64):016x}",
+            self.client_id,
+            self._wake,
+        )
 
     async def _start(
         self,

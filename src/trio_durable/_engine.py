@@ -28,6 +28,7 @@ from ._brokers._base import Broker
 from ._control import cancel_run, read_run, retry_run, signal_run
 from ._descriptor import check_group_routes
 from ._entities import EntityRef, engine_entity
+from ._events import EventFront, SendsEvents, engine_front
 from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 
-class Engine(RunQueries, StartsRuns, HookActions):
+class Engine(RunQueries, StartsRuns, HookActions, SendsEvents):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -109,6 +110,12 @@ class Engine(RunQueries, StartsRuns, HookActions):
 
     def _breakpoints_changed(self) -> None:
         self._rt.breakpoints.changed()
+
+    # What `SendsEvents` (`send_event`) needs of its front end.
+
+    def _event_front(self) -> EventFront:
+        self._rt.scheduler.check_open()
+        return engine_front(self._rt, self._pass_on)
 
     # -- public API -----------------------------------------------------------
 

@@ -376,6 +376,12 @@ class UnsubscribedEventWarning(UserWarning):
     by hand."""
 
 
+class EventConflictError(UsageError):
+    """An event was sent with the id of a stored event of another name
+    (`Engine.send_event`). Sending the same event again is no conflict: it
+    returns the first send's receipt."""
+
+
 class StoreError(TrioDurableError):
     """The store failed to read or write. The operation may be retried."""
 

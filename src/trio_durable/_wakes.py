@@ -123,6 +123,8 @@ def engine_delivery(rt: Runtime) -> Deliver:
                 endings.ended(item.run_id)
             elif item.kind == "breakpoints":
                 rt.breakpoints.changed()
+            elif item.kind == "due":
+                scheduler.signals.poke.set()
             elif serves(rt.app, item.workflow, item.version):
                 if item.kind == "cancel":
                     scheduler.interrupt(item.run_id)
