@@ -70,6 +70,7 @@ def test_public_api_is_pinned() -> None:
         "RunNotFoundError",
         "RunPage",
         "ScheduleError",
+        "ScheduleInfo",
         "ScheduleNotFoundError",
         "SerializationError",
         "SignalTimeout",

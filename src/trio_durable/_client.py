@@ -34,6 +34,7 @@ from ._hook_api import HookActions
 from ._records import Run
 from ._run_queries import RunQueries
 from ._runs import Endings, await_end, create_run, new_run, outcome
+from ._schedules import ManagesSchedules
 from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import RunWatch, Store
@@ -46,7 +47,7 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 
 @final
-class Client(RunQueries, StartsRuns, HookActions):
+class Client(RunQueries, StartsRuns, HookActions, ManagesSchedules):
     """Starts, reads and controls runs; runs none of them.
 
     It also finds and reads runs, and prunes ended ones, as `Engine` does
@@ -105,6 +106,9 @@ class Client(RunQueries, StartsRuns, HookActions):
 
     def _wake_ops(self, runs: Sequence[Run]) -> Sequence[Op]:
         return self._wake(runs)
+
+    def _schedules_app(self) -> App | None:
+        return self.app
 
     async def _start(
         self,

@@ -43,6 +43,7 @@ from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
 from ._scheduler import drain
+from ._schedules import ManagesSchedules
 from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import Store
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 
-class Engine(RunQueries, StartsRuns, HookActions):
+class Engine(RunQueries, StartsRuns, HookActions, ManagesSchedules):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -107,6 +108,12 @@ class Engine(RunQueries, StartsRuns, HookActions):
 
     def _breakpoints_changed(self) -> None:
         self._rt.breakpoints.changed()
+
+    def _schedules_changed(self) -> None:
+        self._rt.schedules.changed()
+
+    def _schedules_app(self) -> App:
+        return self.app
 
     # -- public API -----------------------------------------------------------
 
