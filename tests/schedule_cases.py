@@ -164,7 +164,8 @@ async def never_twice(url: str, minutes: int = 120) -> None:
     assert info.skipped == info.missed == 0
     assert sorted(run.id for run in runs) == expected
     # Both engines raced for the ticks, and each tick went to one of them.
-    assert started["a"] and started["b"]
+    assert started["a"]
+    assert started["b"]
     assert sorted(started["a"] + started["b"]) == expected
     assert {run.status for run in runs} == {"completed"}
 

@@ -148,6 +148,8 @@ def make_spec(
     Raises:
       ScheduleError: Any part is invalid.
     """
+    # The name first: what the error says is about the schedule's name.
+    _name(None, attrs.fields(ScheduleSpec).name, name)
     target = check if check is not None else workflow if isinstance(workflow, Workflow) else None
     wf_name = workflow.name if isinstance(workflow, Workflow) else workflow
     if not isinstance(args, tuple | list):
