@@ -450,3 +450,21 @@ async def test_a_client_change_reaches_the_engine_at_once(
         assert [run.id for run in await started_runs(eng)] == ids(60, 420)
         handle = await client.trigger_schedule("nightly")
         assert await handle.result() == 1
+
+
+async def test_a_long_outage_counts_every_missed_tick(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+    async with engine(store) as eng:
+        await eng.create_schedule("nightly", job, cron="* * * * *", args=(1,), catchup_window=90)
+    # Down for three days: 4,320 ticks, worked off in writes of 1,000.
+    await trio.sleep(3 * 86_400 + 30)
+    async with engine(store) as eng:
+        await trio.sleep(1)
+        info = await eng.get_schedule("nightly")
+        runs = await started_runs(eng)
+    # The ticks of the last 90 s are caught up: one starts, one is skipped
+    # (the first's run is still open).
+    assert (info.missed, info.started, info.skipped) == (4320 - 2, 1, 1)
+    assert [run.id for run in runs] == ids(3 * 86_400 - 60)

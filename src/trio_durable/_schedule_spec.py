@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -115,6 +116,13 @@ class ScheduleSpec:
         zone = ZoneInfo(self.timezone)
         start = datetime.fromtimestamp(after, zone)
         return float(croniter(self.cron, start).get_next(float))
+
+    def ticks_after(self, after: float) -> Iterator[float]:
+        """The ticks strictly after ``after``, in order (one croniter for
+        them all: the same ticks as `next_tick` one by one)."""
+        ticks = croniter(self.cron, datetime.fromtimestamp(after, ZoneInfo(self.timezone)))
+        while True:
+            yield float(ticks.get_next(float))
 
     def jitter_of(self, tick: float) -> float:
         """The delay of ``tick``'s start: derived from the schedule's name

@@ -46,6 +46,11 @@ logger = logging.getLogger("trio_durable")
 
 _OUTAGE_BACKOFF = 0.1
 
+_MISSED_PER_WRITE = 1000
+"""Missed ticks counted per write: after a long outage, a schedule's
+backlog is worked off in writes of this many ticks (croniter takes about
+0.2 ms a tick), so the engine's other tasks run in between."""
+
 
 @final
 class ScheduleTicker:
@@ -58,6 +63,10 @@ class ScheduleTicker:
     def __init__(self) -> None:
         self._event = trio.Event()
         self.passes = 0
+        # name -> (spec version, state version, when its next tick is due),
+        # as the last pass left it: a schedule whose versions are unchanged
+        # and whose next tick is not due is not computed again.
+        self.known: dict[str, tuple[int, int, float]] = {}
 
     def changed(self) -> None:
         """A schedule changed (here, or announced from elsewhere)."""
@@ -158,24 +167,37 @@ async def tick_due(rt: Runtime) -> tuple[float, set[str]]:
     """One pass: handle every schedule's due ticks. Returns when the next
     tick is due, and the runs buffered ticks wait for."""
     soonest, waits = math.inf, set()
-    for name, (spec_value, state_value) in (await read_schedules(rt.store)).items():
+    found = await read_schedules(rt.store)
+    known = rt.schedules.known
+    for name in [name for name in known if name not in found]:
+        del known[name]
+    for name, (spec_value, state_value) in found.items():
+        versions = (spec_value.version, 0 if state_value is None else state_value.version)
+        cached = known.get(name)
+        if cached is not None and cached[:2] == versions and cached[2] > rt.clock.now():
+            soonest = min(soonest, cached[2])
+            continue
         try:
             spec = ScheduleSpec.from_json(spec_value.value)
         except (ValueError, TypeError, ScheduleError) as exc:
             logger.warning("schedule %r cannot be read (%s); it is left alone", name, exc)
             continue
-        wake_at, wait_for = await _advance(rt, spec, state_value)
+        wake_at, wait_for, state_version = await _advance(rt, spec, state_value)
         soonest = min(soonest, wake_at)
         if wait_for is not None:
             waits.add(wait_for)
+            known.pop(name, None)
+        else:
+            known[name] = (spec_value.version, state_version, wake_at)
     return soonest, waits
 
 
 async def _advance(
     rt: Runtime, spec: ScheduleSpec, state_value: StoredValue | None
-) -> tuple[float, str | None]:
+) -> tuple[float, str | None, int]:
     """Handle ``spec``'s due ticks, one compare-and-swap each, re-reading
-    its state on a conflict."""
+    its state on a conflict. Returns when its next tick is due, the run a
+    buffered tick waits for, and the version of its state."""
     store, name = rt.store, spec.name
     while True:
         now = rt.clock.now()
@@ -187,14 +209,14 @@ async def _advance(
             )
             state_value = await store.get_value(STATE_SCOPE, name)
             if state_value is None:
-                return math.inf, None
+                return math.inf, None, 0
             continue
         state = ScheduleState.from_json(state_value.value)
         if state.paused:
-            return math.inf, None
+            return math.inf, None, state_value.version
         step = await _next_step(rt, spec, state, now)
         if step.state is None:
-            return step.wake_at, step.wait_for
+            return step.wake_at, step.wait_for, state_value.version
         ops: list[Op] = []
         run: Run | None = None
         if step.tick is not None:
@@ -210,7 +232,7 @@ async def _advance(
             # schedule): read its state again and go on from there.
             state_value = await store.get_value(STATE_SCOPE, name)
             if state_value is None:
-                return math.inf, None
+                return math.inf, None, 0
             continue
         if run is not None:
             stored, created = results[0]
@@ -229,11 +251,14 @@ async def _next_step(rt: Runtime, spec: ScheduleSpec, state: ScheduleState, now:
             # The run the buffered tick waited for ended: start it now.
             return _Step(state=_started_state(spec, state, state.buffered), tick=state.buffered)
     cursor, missed = state.cursor, 0
-    tick = spec.next_tick(cursor)
+    ticks = spec.ticks_after(cursor)
+    tick = next(ticks)
     while spec.due_at(tick) <= now and now - spec.due_at(tick) > spec.catchup_window:
         # Older than the catch-up window: skipped, and counted as missed.
         cursor, missed = tick, missed + 1
-        tick = spec.next_tick(tick)
+        if missed == _MISSED_PER_WRITE:
+            return _Step(state=attrs.evolve(state, cursor=cursor, missed=state.missed + missed))
+        tick = next(ticks)
     base = attrs.evolve(state, cursor=cursor, missed=state.missed + missed)
     if spec.due_at(tick) > now:
         return _Step(
