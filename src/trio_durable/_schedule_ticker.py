@@ -102,6 +102,10 @@ async def tick_schedules(
     declared = await _declare(rt, quiet=True)
     task_status.started()
     failures = 0
+    # The due time the last wait slept until: durable time turned into
+    # Trio's and back may come out a rounding short of it, and a tick
+    # found not quite due would be waited for again, at once, forever.
+    reached = -math.inf
     async with trio.open_nursery() as watchers:
         watching: dict[str, trio.CancelScope] = {}
         while True:
@@ -109,7 +113,7 @@ async def tick_schedules(
             try:
                 if not declared:
                     declared = await _declare(rt, quiet=False)
-                wake_at, waits = await tick_due(rt)
+                wake_at, waits = await tick_due(rt, reached)
             except StoreError as exc:
                 failures += 1
                 delay = min(
@@ -128,8 +132,11 @@ async def tick_schedules(
                 # Nothing announces changes made elsewhere: look again at
                 # least every reconcile interval.
                 wake_at = min(wake_at, rt.clock.now() + rt.options.reconcile_interval)
-            with trio.move_on_at(rt.clock.to_trio(wake_at) if wake_at < math.inf else math.inf):
+            with trio.move_on_at(
+                rt.clock.to_trio(wake_at) if wake_at < math.inf else math.inf
+            ) as waited:
                 await changed.wait()
+            reached = wake_at if waited.cancelled_caught else -math.inf
 
 
 async def _declare(rt: Runtime, *, quiet: bool) -> bool:
@@ -163,9 +170,10 @@ async def _watch_end(
         rt.schedules.changed()
 
 
-async def tick_due(rt: Runtime) -> tuple[float, set[str]]:
-    """One pass: handle every schedule's due ticks. Returns when the next
-    tick is due, and the runs buffered ticks wait for."""
+async def tick_due(rt: Runtime, reached: float = -math.inf) -> tuple[float, set[str]]:
+    """One pass: handle every schedule's due ticks (those due at
+    ``reached`` too, whatever the clock says). Returns when the next tick
+    is due, and the runs buffered ticks wait for."""
     soonest, waits = math.inf, set()
     found = await read_schedules(rt.store)
     known = rt.schedules.known
@@ -174,7 +182,7 @@ async def tick_due(rt: Runtime) -> tuple[float, set[str]]:
     for name, (spec_value, state_value) in found.items():
         versions = (spec_value.version, 0 if state_value is None else state_value.version)
         cached = known.get(name)
-        if cached is not None and cached[:2] == versions and cached[2] > rt.clock.now():
+        if cached is not None and cached[:2] == versions and cached[2] > _now(rt, reached):
             soonest = min(soonest, cached[2])
             continue
         try:
@@ -182,7 +190,7 @@ async def tick_due(rt: Runtime) -> tuple[float, set[str]]:
         except (ValueError, TypeError, ScheduleError) as exc:
             logger.warning("schedule %r cannot be read (%s); it is left alone", name, exc)
             continue
-        wake_at, wait_for, state_version = await _advance(rt, spec, state_value)
+        wake_at, wait_for, state_version = await _advance(rt, spec, state_value, reached)
         soonest = min(soonest, wake_at)
         if wait_for is not None:
             waits.add(wait_for)
@@ -193,14 +201,14 @@ async def tick_due(rt: Runtime) -> tuple[float, set[str]]:
 
 
 async def _advance(
-    rt: Runtime, spec: ScheduleSpec, state_value: StoredValue | None
+    rt: Runtime, spec: ScheduleSpec, state_value: StoredValue | None, reached: float
 ) -> tuple[float, str | None, int]:
     """Handle ``spec``'s due ticks, one compare-and-swap each, re-reading
     its state on a conflict. Returns when its next tick is due, the run a
     buffered tick waits for, and the version of its state."""
     store, name = rt.store, spec.name
     while True:
-        now = rt.clock.now()
+        now = _now(rt, reached)
         if state_value is None:
             # A spec whose state is missing: its first tick is after now.
             fresh = ScheduleState(cursor=now).to_json()
@@ -273,6 +281,10 @@ async def _next_step(rt: Runtime, spec: ScheduleSpec, state: ScheduleState, now:
     if spec.overlap == "buffer_one" and base.buffered is None:
         return _Step(state=attrs.evolve(base, cursor=tick, buffered=tick))
     return _Step(state=attrs.evolve(base, cursor=tick, skipped=base.skipped + 1))
+
+
+def _now(rt: Runtime, reached: float) -> float:
+    return max(rt.clock.now(), reached)
 
 
 def _started_state(spec: ScheduleSpec, state: ScheduleState, tick: float) -> ScheduleState:
