@@ -296,7 +296,7 @@ class Engine(RunQueries, StartsRuns, HookActions, ManagesSchedules):
         result comes from outside.
 
         Drain does not wait for what only the world outside this engine
-        ends: timers not yet due, signals, children running on another
+        ends: timers not yet due, schedules' next ticks, signals, children running on another
         engine, steps sent to groups it does not serve (a separate worker
         runs them, or none does yet; a result of theirs that reached the
         engine is settled first), and steps parked as ``blocked`` or
