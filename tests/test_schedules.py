@@ -468,3 +468,37 @@ async def test_a_long_outage_counts_every_missed_tick(
     # (the first's run is still open).
     assert (info.missed, info.started, info.skipped) == (4320 - 2, 1, 1)
     assert [run.id for run in runs] == ids(3 * 86_400 - 60)
+
+
+class Unannounced:
+    """A memory store seen without its watch and change feed: a store on
+    which nothing tells an engine of others' writes."""
+
+    HIDDEN = frozenset({"watch", "run_end_event", "due_event", "unwoken_runs", "unwoken_event"})
+
+    def __init__(self, inner: td.MemoryStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.HIDDEN:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_without_announcements_an_engine_looks_again_every_reconcile_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    inner = td.MemoryStore()
+    store: Any = Unannounced(inner)
+    async with (
+        engine(store, reconcile_interval=300) as eng,
+        td.open_client(inner, wall_clock=Wall(START)) as client,
+    ):
+        await trio.sleep(10)
+        await client.create_schedule("nightly", "job", cron="* * * * *", args=[1], catchup_window=0)
+        await trio.sleep(330)
+        info = await client.get_schedule("nightly")
+        runs = await started_runs(eng)
+    # The engine looked at 300: the ticks of 60 to 240 were late by then.
+    assert (info.missed, info.started) == (4, 1)
+    assert [(run.id, run.created_at - START) for run in runs] == [(ids(300)[0], 300)]
