@@ -148,17 +148,24 @@ class SQLValues:
     async def list_values(
         self, scope: str, *, prefix: str = "", after: str | None = None, limit: int = 100
     ) -> list[StoredValue]:
-        p = self._dialect.param
-        where = f"scope = {p} AND key >= {p}"
-        params: tuple[Any, ...] = (scope, prefix)
-        end = prefix_end(prefix)
-        if end is not None:
-            where += f" AND key < {p}"
-            params += (end,)
-        if after is not None:
-            where += f" AND key > {p}"
-            params += (after,)
-        return await self._value_rows(
-            f"SELECT {_COLUMNS} FROM durable_values WHERE {where} ORDER BY key LIMIT {p}",
-            (*params, max(limit, 0)),
-        )
+        statement, params = list_values_query(self._dialect.param, scope, prefix, after, limit)
+        return await self._value_rows(statement, params)
+
+
+def list_values_query(
+    p: str, scope: str, prefix: str, after: str | None, limit: int
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement and parameters of `Store.list_values`, for a dialect
+    whose placeholder is ``p``: a walk of the primary key's index from the
+    prefix (or past ``after``) to the end of the prefix's range."""
+    where = f"scope = {p} AND key >= {p}"
+    params: tuple[Any, ...] = (scope, prefix)
+    end = prefix_end(prefix)
+    if end is not None:
+        where += f" AND key < {p}"
+        params += (end,)
+    if after is not None:
+        where += f" AND key > {p}"
+        params += (after,)
+    statement = f"SELECT {_COLUMNS} FROM durable_values WHERE {where} ORDER BY key LIMIT {p}"
+    return statement, (*params, max(limit, 0))
