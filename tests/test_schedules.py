@@ -219,7 +219,7 @@ async def test_create_pause_resume_trigger_delete_and_list(
         assert [run.id for run in await started_runs(caller)] == ids(600)
         # A trigger starts one run now, paused or not.
         handle = await caller.trigger_schedule("nightly")
-        assert handle.id == "nightly@trigger-2026-06-01T00:33:20.000Z"
+        assert handle.id == "nightly@trigger-1-2026-06-01T00:33:20.000Z"
         assert await handle.result() == 60
         info = await caller.get_schedule("nightly")
         assert (info.triggered, info.started, info.last_run_id) == (1, 1, handle.id)
@@ -502,3 +502,19 @@ async def test_without_announcements_an_engine_looks_again_every_reconcile_inter
     # The engine looked at 300: the ticks of 60 to 240 were late by then.
     assert (info.missed, info.started) == (4, 1)
     assert [(run.id, run.created_at - START) for run in runs] == [(ids(300)[0], 300)]
+
+
+async def test_triggers_at_one_instant_start_a_run_each(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with engine() as eng:
+        await eng.create_schedule("nightly", job, cron="0 0 1 1 *", args=(5,))
+        first = await eng.trigger_schedule("nightly")
+        second = await eng.trigger_schedule("nightly")
+        assert [first.id, second.id] == [
+            "nightly@trigger-1-2026-06-01T00:00:00.000Z",
+            "nightly@trigger-2-2026-06-01T00:00:00.000Z",
+        ]
+        assert [await first.result(), await second.result()] == [5, 5]
+        info = await eng.get_schedule("nightly")
+    assert (info.triggered, info.started, info.last_run_id) == (2, 0, second.id)

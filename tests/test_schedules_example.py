@@ -25,14 +25,14 @@ async def test_the_schedules_example_runs(tmp_path: Path) -> None:
         "declared night-shift: next tick 00:00 UTC",
         "every engine stops at 00:40 UTC",
         "engines back at 01:20 UTC",
-        "triggered night-shift@trigger-2026-03-29T01:40:00.000Z: report for ops",
+        "triggered night-shift@trigger-1-2026-03-29T01:40:00.000Z: report for ops",
         "resumed: next tick 23:30 UTC",
         "night-shift@2026-03-29T00:00:00Z started 00:00 UTC, completed",
         "night-shift@2026-03-29T00:30:00Z started 00:30 UTC, completed",
         # Missed while every engine was down; started when they came back.
         "night-shift@2026-03-29T01:00:00Z started 01:20 UTC, completed",
         "night-shift@2026-03-29T01:30:00Z started 01:30 UTC, completed",
-        "night-shift@trigger-2026-03-29T01:40:00.000Z started 01:40 UTC, completed",
+        "night-shift@trigger-1-2026-03-29T01:40:00.000Z started 01:40 UTC, completed",
         "night-shift@2026-03-29T23:30:00Z started 23:30 UTC, completed",
         "started 5, skipped 0, missed 0, triggered 1",
     ]

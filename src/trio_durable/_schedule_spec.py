@@ -293,10 +293,9 @@ def tick_run_id(name: str, tick: float) -> str:
     return f"{name}@{tick_stamp(tick)}"
 
 
-def trigger_run_id(name: str, now: float) -> str:
-    """The id of the run `trigger_schedule` starts at ``now`` (to the
-    millisecond; never a tick's id)."""
+def trigger_run_id(name: str, now: float, count: int) -> str:
+    """The id of the run the ``count``-th `trigger_schedule` starts at
+    ``now`` (never a tick's id)."""
     moment = datetime.fromtimestamp(now, UTC)
-    return (
-        f"{name}@trigger-{moment.strftime('%Y-%m-%dT%H:%M:%S')}.{moment.microsecond // 1000:03d}Z"
-    )
+    stamp = f"{moment.strftime('%Y-%m-%dT%H:%M:%S')}.{moment.microsecond // 1000:03d}Z"
+    return f"{name}@trigger-{count}-{stamp}"

@@ -108,10 +108,10 @@ async def change_state(
     now: float,
     origin: str,
     change: Callable[[ScheduleSpec, ScheduleState], ScheduleState | None],
-    also: Callable[[ScheduleSpec], Sequence[Op]] | None = None,
+    also: Callable[[ScheduleSpec, ScheduleState], Sequence[Op]] | None = None,
 ) -> tuple[ScheduleSpec, ScheduleState, list[Any]]:
     """Read schedule ``name`` and write ``change(spec, state)`` as its new
-    state (None: write nothing), retried on a conflict; ``also(spec)``
+    state (None: write nothing), retried on a conflict; ``also(spec, new state)``
     gives operations to write in the same batch. Returns the spec, the
     state written and the results of ``also``'s operations.
 
@@ -132,7 +132,7 @@ async def change_state(
         new = change(spec, state)
         if new is None:
             return spec, state, []
-        extra: list[Op] = [] if also is None else list(also(spec))
+        extra: list[Op] = [] if also is None else list(also(spec, new))
         expect = 0 if state_value is None else state_value.version
         ops: list[Op] = [
             *extra,
@@ -292,8 +292,9 @@ class ManagesSchedules:
     async def trigger_schedule(self, name: str) -> RunHandle[Any]:
         """Start one run of the schedule's workflow now, paused or not,
         whatever its overlap policy says (its id is
-        ``<name>@trigger-<UTC time to the millisecond>``). Ticks then count
-        it as the schedule's last run.
+        ``<name>@trigger-<n>-<UTC time to the millisecond>``, ``n`` counting
+        the schedule's triggers). Ticks then count it as the schedule's
+        last run.
 
         Raises:
           ScheduleNotFoundError: No schedule has this name.
@@ -302,21 +303,18 @@ class ManagesSchedules:
         now = self.clock.now()
         made: list[Run] = []
 
-        def run_ops(spec: ScheduleSpec) -> list[Op]:
-            made[:] = [
-                schedule_run(
-                    spec,
-                    trigger_run_id(spec.name, now),
-                    run_version(self._schedules_app(), spec.workflow),
-                    now,
-                )
-            ]
+        def run_ops(spec: ScheduleSpec, state: ScheduleState) -> list[Op]:
+            assert state.last_run_id is not None
+            version = run_version(self._schedules_app(), spec.workflow)
+            made[:] = [schedule_run(spec, state.last_run_id, version, now)]
             return [CreateRun(made[0]), *self._wake_ops(made)]
 
         def trigger(spec: ScheduleSpec, state: ScheduleState) -> ScheduleState:
-            return attrs.evolve(
-                state, last_run_id=trigger_run_id(spec.name, now), triggered=state.triggered + 1
-            )
+            # Numbered, so triggers at one instant (a mock clock's) start
+            # a run each; the number is the state's, swapped in with it.
+            count = state.triggered + 1
+            run_id = trigger_run_id(spec.name, now, count)
+            return attrs.evolve(state, last_run_id=run_id, triggered=count)
 
         _, _, results = await change_state(
             self.store, _name_of(name), now, self._origin(), trigger, run_ops
