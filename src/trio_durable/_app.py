@@ -67,7 +67,14 @@ class App:
         self._queues: dict[str, FlowQueue] = {}
         self._schedules: dict[str, ScheduleSpec] = {}
 
-    def queue(self, name: str, *, concurrency: int, priority: int = 0) -> FlowQueue:
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency: int,
+        priority: int = 0,
+        rate_limit: RateLimit | None = None,
+    ) -> FlowQueue:
         """Register a flow-control queue.
 
         Args:
@@ -75,6 +82,8 @@ class App:
           concurrency: How many of its steps may run at once, fleet-wide.
           priority: The default priority of steps sent through it (higher
             is admitted first).
+          rate_limit: At most so many of its steps sent per period,
+            fleet-wide (each attempt counts), or None.
 
         Raises:
           RegistrationError: The name is taken or invalid, or an option is
@@ -89,7 +98,11 @@ class App:
             )
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise RegistrationError(f"queue priority must be an integer, not {priority!r}")
-        flow = FlowQueue(name=name, concurrency=concurrency, priority=priority)
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise RegistrationError(f"queue rate_limit must be a td.RateLimit, not {rate_limit!r}")
+        flow = FlowQueue(
+            name=name, concurrency=concurrency, priority=priority, rate_limit=rate_limit
+        )
         self._queues[name] = flow
         return flow
 

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _serde
+from ._admission import creation_ops, start_controls
+from ._definitions import Workflow
 from ._records import ACTIVE_STATUSES, Checkpoint, ErrorInfo, FanMode, Run
 from ._stores._ops import CreateRun, UpdateRun
 
 if TYPE_CHECKING:
-    from ._app import App, Workflow
+    from ._app import App
     from ._replay import TurnState
 
 
@@ -100,7 +102,7 @@ def child_outcome(app: App, wf: Workflow[..., Any], cp: Checkpoint) -> Any:
 
 def record_child(
     turn: TurnState,
-    workflow: tuple[str, str],
+    workflow: tuple[str, str] | Workflow[..., Any],
     seq: int,
     child_id: str,
     input_json: str,
@@ -113,8 +115,21 @@ def record_child(
     """Record in ``turn`` the start of a child run of ``workflow`` (name and
     version) at ``seq``: its checkpoint (pending if awaited, else completed
     with the child's id; ``error`` is the failure an on-error handler is
-    given) and its run, woken once the turn's writes commit."""
+    given) and its run, woken once the turn's writes commit.
+
+    A `Workflow` with run controls starts its child with its admission
+    (see `_admission`); given by name and version, a child that needs one
+    gets it in its first turn.
+
+    Raises:
+      InvalidArgumentsError: A key function of the workflow's run controls
+        failed on the child's inputs; nothing is recorded.
+    """
     run = turn.run
+    controls = None
+    if isinstance(workflow, Workflow):
+        controls = start_controls(workflow, input_json)
+        workflow = (workflow.name, workflow.version)
     turn.put(
         Checkpoint(
             run_id=run.id,
@@ -146,6 +161,8 @@ def record_child(
         updated_at=now,
     )
     turn.ops.append(CreateRun(child))
+    if controls is not None:
+        turn.ops.extend(creation_ops(child_id, controls, now))
     turn.started_children.append(child)
     turn.wake_after.append(child_id)
 

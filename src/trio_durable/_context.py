@@ -527,7 +527,7 @@ class Context(ControlOperations):
         self, wf: Workflow[..., Any], seq: int, child_id: str, input_json: str, *, awaited: bool
     ) -> None:
         now = self._replay.runtime.clock.now()
-        workflow = (wf.name, wf.version)
+        workflow = wf  # its run controls give the child its admission
         record_child(self._replay.turn, workflow, seq, child_id, input_json, now, awaited=awaited)
 
     # -- fans -----------------------------------------------------------------

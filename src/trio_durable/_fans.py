@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from . import _serde
+from ._admission import start_controls
 from ._app import Step, Workflow
 from ._children import Failed, cancel_request, child_outcome, completion, record_child
 from ._decider import fan_command
@@ -120,10 +121,14 @@ async def _child_fan(
     else:
         wave = _next_wave(members, concurrency)
         if wave:
+            # A key function of the run controls that fails on one member
+            # fails the fan before any member is recorded.
+            for i in wave:
+                start_controls(wf, _serde.dump_args([inputs[i]]))
             for i in wave:
                 record_child(
                     replay.turn,
-                    (wf.name, wf.version),
+                    wf,
                     first + i,
                     f"{fan_id}.{i}",
                     _serde.dump_args([inputs[i]]),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
+from ._admission import let_in, release_ops
 from ._brokers._base import BrokerError
 from ._children import completion_source, record_child
 from ._exceptions import UnknownWorkflowError
@@ -94,12 +95,16 @@ async def hand_off(turn: Turn, on_error: OnError, error: ErrorInfo) -> None:
         state, (name, version), seq, handler_id, input_json, now, awaited=True, error=error
     )
     tags = (*without_on_error_tags(run.tags), on_error_tag(on_error))
-    results = await turn.write(
-        turn.fence({"status": "suspended", "wake_at": None, "tags": tags}, frozenset({"running"}))
-    )
+    # Handed off, the run gives its admission back as if it ended.
+    final = [
+        *release_ops(state, now),
+        turn.fence({"status": "suspended", "wake_at": None, "tags": tags}, frozenset({"running"})),
+    ]
+    results = await turn.write(*final)
     if results is None:
         return
     await turn.after_commit(results)
+    let_in(rt, final, results)
     rt.telemetry.emit_run(
         "run.routed", run, code=error.code, handler=handler_id, workflow_handler=name
     )

@@ -9,6 +9,7 @@ from typing import Final, final
 
 import attrs
 
+from ._controls import RateLimit
 from ._exceptions import RegistrationError
 
 
@@ -75,7 +76,8 @@ NO_RETRY: Final = Retry(attempts=1)
 @attrs.define(frozen=True)
 class FlowQueue:
     """A flow-control queue: at most ``concurrency`` of its steps run at once
-    across the whole fleet, higher ``priority`` admitted first.
+    across the whole fleet, higher ``priority`` admitted first, and, with a
+    ``rate_limit``, at most so many of them sent per period.
 
     Made by `App.queue`. Admission state lives in the store, so every engine
     sharing the store shares the limit.
@@ -84,3 +86,4 @@ class FlowQueue:
     name: str
     concurrency: int
     priority: int = 0
+    rate_limit: RateLimit | None = None

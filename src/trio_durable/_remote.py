@@ -30,6 +30,7 @@ from ._dispatch import group_route
 from ._exceptions import UsageError
 from ._failures import step_failure
 from ._learned import queue_of
+from ._rate_limits import RATE_LIMITED, reserve
 from ._records import Checkpoint, ErrorInfo, FanMode
 from ._replay import Replay, Suspend, recorded_value
 from ._stores._base import Store
@@ -171,7 +172,7 @@ class StepPlanner:
         self.replay.turn.checkpoints[cp.seq] = queued
         if not admitted:
             return queued
-        return self._send(attrs.evolve(queued, error=None), now)
+        return await self._let_through(attrs.evolve(queued, error=None), now)
 
     async def _recheck_admission(self, cp: Checkpoint, now: float) -> Checkpoint:
         """A waiter's periodic look: renew its wait and ask again, in one
@@ -195,7 +196,30 @@ class StepPlanner:
         self.replay.turn.checkpoints[cp.seq] = waiting
         if not admitted:
             return waiting
-        return self._send(attrs.evolve(waiting, error=None), now)
+        return await self._let_through(attrs.evolve(waiting, error=None), now)
+
+    async def _let_through(self, cp: Checkpoint, now: float) -> Checkpoint:
+        """Send a step that may go (holding its queue's slot, if any), unless
+        its queue's rate limit is used up: then it reserves the time the
+        window lets it in, and is due then, marked ``rate_limited``."""
+        rate = None if self.flow is None else self.flow.rate_limit
+        if rate is None or _reserved(cp):
+            return self._send(cp, now)
+        assert self.flow is not None
+        at = await reserve(self.rt.store, self.flow.name, rate.starts, rate.per, now)
+        if at <= now:
+            return self._send(cp, now)
+        limited = attrs.evolve(
+            cp,
+            started_at=None,
+            wake_at=at,
+            error=ErrorInfo(
+                message=f"waiting for the rate limit of queue {self.flow.name!r}",
+                code=RATE_LIMITED,
+            ),
+        )
+        self._claim(limited)
+        return limited
 
     def _send(self, cp: Checkpoint, now: float) -> Checkpoint:
         sent = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now), error=None)
@@ -233,7 +257,7 @@ class StepPlanner:
                 and cp.error.code in ("blocked", RESEND)
             ):
                 return await self._admit(cp, now)
-            return self._send(cp, now)
+            return await self._let_through(cp, now)
         if cp.wake_at is None:
             return cp
         policy = self.rt.options.remote_redispatch
@@ -341,6 +365,12 @@ async def remote_step(
     if cp.status == "failed":
         raise step_failure(cp)
     raise Suspend("remote", cp.wake_at, watch=(seq, seq), admission=seq if _in_line(cp) else None)
+
+
+def _reserved(cp: Checkpoint) -> bool:
+    """Whether a step holds a reservation of its queue's rate limit (due
+    once its ``wake_at`` passed)."""
+    return cp.error is not None and cp.error.code == RATE_LIMITED
 
 
 def _in_line(cp: Checkpoint) -> bool:

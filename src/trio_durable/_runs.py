@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from . import _serde
+from ._admission import StartControls, start_controls
 from ._app import App, Workflow, workflow_of
 from ._children import output_type
 from ._exceptions import (
@@ -34,6 +35,7 @@ from ._handoff import output_source
 from ._options import check_id
 from ._records import LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo, Run
 from ._replay import TurnState
+from ._start_controls import create_controlled
 from ._stores._base import ChangeFeed
 from ._stores._ops import CreateRun
 
@@ -123,7 +125,9 @@ async def start_run(
     )
     if created:
         rt.telemetry.emit_run("run.started", stored)
-        rt.scheduler.wake(stored.id, initial=TurnState(run=stored, checkpoints={}))
+        # A run created with its admission reads it in its first turn.
+        initial = None if new.controls is not None else TurnState(run=stored, checkpoints={})
+        rt.scheduler.wake(stored.id, initial=initial)
     return stored
 
 
@@ -138,6 +142,7 @@ class NewRun:
     run_id: str | None
     namespace: str
     tags: tuple[str, ...] | list[str]
+    controls: StartControls | None = None
 
 
 def new_run(
@@ -158,7 +163,8 @@ def new_run(
     Raises:
       UnknownWorkflowError: ``app`` lacks the workflow, or it is neither a
         `Workflow` nor a non-empty name.
-      InvalidArgumentsError: ``args`` do not fit the workflow's parameters.
+      InvalidArgumentsError: ``args`` do not fit the workflow's parameters,
+        or a key function of its run controls failed on them.
       SerializationError: An input cannot be serialized.
     """
     if app is not None:
@@ -176,13 +182,15 @@ def new_run(
         )
     else:
         raise UnknownWorkflowError(f"not a workflow: {workflow!r}")
+    input_json = _serde.check_workflow_args(wf, args)
     return NewRun(
         workflow=wf.name,
         version=wf.version,
-        input=_serde.check_workflow_args(wf, args),
+        input=input_json,
         run_id=run_id,
         namespace=namespace,
         tags=tags,
+        controls=start_controls(wf, input_json),
     )
 
 
@@ -239,7 +247,10 @@ async def create_run(
         created_at=now,
         updated_at=now,
     )
-    [(stored, created), *_] = await store.apply([CreateRun(run), *also(run)])
+    if new.controls is not None:
+        stored, created = await create_controlled(store, run, new.controls, also(run))
+    else:
+        [(stored, created), *_] = await store.apply([CreateRun(run), *also(run)])
     if not created:
         return _same_workflow(stored, new.workflow, new.namespace), False
     return stored, True

@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from . import _serde
+from ._admission import admit, let_in, release_ops
 from ._barrier import join_barrier
 from ._children import cancel_request, completion
 from ._context import Context
@@ -195,6 +196,8 @@ class Turn:
         handoff = active_handoff(state.checkpoints)
         if handoff is not None:
             await follow_handoff(self, handoff)
+            return
+        if not await admit(self, now):
             return
         if run.version == LATEST_VERSION and any(
             wf.name == run.workflow for wf in rt.app.workflows
@@ -508,6 +511,7 @@ class Turn:
         if announces_ends(rt.store):
             # For callers of `result` in other processes.
             ops.extend(announce(rt.store, rt.engine_id, "end", [run]))
+        ops.extend(release_ops(turn, rt.clock.now()))
         settles_parent = False
         if run.parent_id is not None and run.parent_seq is not None:
             settles_parent = True
@@ -526,6 +530,7 @@ class Turn:
             return
         rt.sent.run_ended(run.id)
         await self.after_commit(results)
+        let_in(rt, ops, results)
         if status in ("failed", "dead") and error is not None:
             _log_failed_run(run, status, error)
             rt.tracing.failed(f"run {status}: {error.message}")
