@@ -518,3 +518,32 @@ async def test_triggers_at_one_instant_start_a_run_each(
         assert [await first.result(), await second.result()] == [5, 5]
         info = await eng.get_schedule("nightly")
     assert (info.triggered, info.started, info.last_run_id) == (2, 0, second.id)
+
+
+limited = td.App("limited")
+limited_log: list[tuple[str, float]] = []
+
+
+@limited.workflow(concurrency_key=lambda team: team, max_concurrent=1)
+async def one_at_a_time(ctx: td.Context, team: str) -> str:
+    limited_log.append((ctx.run_id, trio.current_time()))
+    await ctx.sleep(1300)
+    return team
+
+
+async def test_tick_runs_wait_for_their_concurrency_key(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limited_log.clear()
+    begun = trio.current_time()
+    async with td.open_engine(limited, wall_clock=Wall(START), seed=0) as eng:
+        await eng.create_schedule(
+            "nightly", one_at_a_time, cron="*/10 * * * *", args=("ops",), overlap="allow"
+        )
+        await trio.sleep(3300)
+    # Each tick starts a run, but the key lets one body run at a time: the
+    # run of 1200 waits until 600's ends (1900), 1800's until 3200.
+    first_steps: dict[str, float] = {}
+    for run_id, at_time in limited_log:
+        first_steps.setdefault(run_id, at_time - begun)
+    assert first_steps == dict(zip(ids(600, 1200, 1800), [600, 1900, 3200], strict=True))

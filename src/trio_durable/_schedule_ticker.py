@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
+from ._admission import creation_ops, start_controls
 from ._control import read_run
-from ._exceptions import RunNotFoundError, ScheduleError, StoreError
+from ._exceptions import InvalidArgumentsError, RunNotFoundError, ScheduleError, StoreError
 from ._records import Run, StoredValue
 from ._replay import TurnState
 from ._runs import await_end
@@ -227,9 +228,14 @@ async def _advance(
             return step.wake_at, step.wait_for, state_value.version
         ops: list[Op] = []
         run: Run | None = None
+        admission: list[Op] = []
         if step.tick is not None:
             run = _tick_run(rt, spec, step.tick, now)
             ops.append(CreateRun(run))
+            # Its admission (a concurrency key, a rate limit) in the same
+            # batch, so it stands in line from its creation.
+            admission = _admission_ops(rt, run, now)
+            ops.extend(admission)
             ops.extend(announce(store, rt.engine_id, "wake", [] if _serves(rt, run) else [run]))
         text = step.state.to_json()
         ops.append(PutValue(STATE_SCOPE, name, text, now, expect_version=state_value.version))
@@ -245,7 +251,7 @@ async def _advance(
         if run is not None:
             stored, created = results[0]
             if created:
-                _started(rt, stored)
+                _started(rt, stored, bool(admission))
         state_value = attrs.evolve(state_value, value=text, version=results[-1], updated_at=now)
 
 
@@ -322,7 +328,22 @@ def _tick_run(rt: Runtime, spec: ScheduleSpec, tick: float, now: float) -> Run:
     )
 
 
-def _started(rt: Runtime, run: Run) -> None:
+def _admission_ops(rt: Runtime, run: Run, now: float) -> list[Op]:
+    """The writes that put a tick's run in line for admission, if its
+    workflow (as this engine's app has it) has controls; without them, its
+    first turn asks (as for a run a client started by name)."""
+    if not any(wf.name == run.workflow for wf in rt.app.workflows):
+        return []
+    try:
+        controls = start_controls(rt.app.get_workflow(run.workflow), run.input)
+    except InvalidArgumentsError:
+        return []  # its first turn fails it, as for any start
+    return [] if controls is None else creation_ops(run.id, controls, now)
+
+
+def _started(rt: Runtime, run: Run, admitted: bool) -> None:
     rt.telemetry.emit_run("run.started", run)
     if run.lease_owner == rt.engine_id:
-        rt.scheduler.wake(run.id, initial=TurnState(run=run, checkpoints={}))
+        # A run created with its admission reads it in its first turn.
+        initial = None if admitted else TurnState(run=run, checkpoints={})
+        rt.scheduler.wake(run.id, initial=initial)
