@@ -35,6 +35,7 @@ def test_public_api_is_pinned() -> None:
         "EngineStatistics",
         "EntityError",
         "EntityKeyError",
+        "EntityRef",
         "ErrorInfo",
         "Event",
         "FanPage",
@@ -94,6 +95,7 @@ def test_public_api_is_pinned() -> None:
         "WorkerStatistics",
         "Workflow",
         "current_step",
+        "exclusive",
         "lineage",
         "open_broker",
         "open_client",
@@ -101,6 +103,7 @@ def test_public_api_is_pinned() -> None:
         "open_store",
         "open_worker",
         "parent_of",
+        "shared",
     ]
     # Public submodules (trio_durable.testing, .brokers) become attributes
     # once imported; they are not names of the top-level API.

@@ -27,6 +27,9 @@ from ._current import StepInfo as StepInfo
 from ._current import current_step as current_step
 from ._engine import Engine as Engine
 from ._engine import open_engine as open_engine
+from ._entities import EntityRef as EntityRef
+from ._entity_defs import exclusive as exclusive
+from ._entity_defs import shared as shared
 from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
 from ._exceptions import ContinueAsNewError as ContinueAsNewError
 from ._exceptions import EngineClosedError as EngineClosedError
@@ -116,8 +119,10 @@ __all__ = [
     "EngineStatistics",
     "EntityError",
     "EntityKeyError",
+    "EntityRef",
     "ErrorInfo",
     "Event",
+    "exclusive",
     "FanPage",
     "FanStats",
     "FatalError",
@@ -161,6 +166,7 @@ __all__ = [
     "ScheduleInfo",
     "ScheduleNotFoundError",
     "SerializationError",
+    "shared",
     "SignalTimeout",
     "Step",
     "StepFailed",

@@ -10,6 +10,7 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Concatenate,
+    TypeVar,
     final,
     overload,
 )
@@ -30,7 +31,13 @@ from ._definitions import check_name, check_parameters
 from ._definitions import remote_body as remote_body
 from ._definitions import remote_step_body as remote_step_body
 from ._definitions import shadow_workflow as shadow_workflow
-from ._exceptions import RegistrationError, ScheduleError, UnknownWorkflowError
+from ._entity_defs import Entity, define_entity
+from ._exceptions import (
+    RegistrationError,
+    ScheduleError,
+    UnknownEntityError,
+    UnknownWorkflowError,
+)
 from ._on_error import OnError, check_on_error_routes
 from ._policies import NO_RETRY as NO_RETRY
 from ._policies import FlowQueue as FlowQueue
@@ -47,6 +54,8 @@ from ._schedule_spec import (
 
 if TYPE_CHECKING:
     from ._context import Context
+
+T = TypeVar("T")
 
 
 @final
@@ -66,6 +75,7 @@ class App:
         self._steps: dict[str, Step[Any, Any]] = {}
         self._queues: dict[str, FlowQueue] = {}
         self._schedules: dict[str, ScheduleSpec] = {}
+        self._entities: dict[str, Entity] = {}
 
     def queue(
         self,
@@ -446,6 +456,60 @@ class App:
             return step
 
         return register if fn is None else register(fn)
+
+    def entity(
+        self, name: str, *, key: type[str] | type[int] = str
+    ) -> Callable[[type[T]], type[T]]:
+        """Register a class as the keyed entity ``name``:
+        ``@app.entity("cart", key=str)``.
+
+        Each key has its own state, an instance of the class (made with no
+        arguments for a new key) whose attributes are stored as JSON. Its
+        ``async`` methods marked `exclusive` run one at a time per key,
+        fleet-wide, and the state they leave commits with their result;
+        those marked `shared` read the state concurrently. Call them with
+        `Context.entity`, `Engine.entity` or `Client.entity`
+        (docs/entities.md). The class is returned unchanged.
+
+        Args:
+          name: The entity's name.
+          key: The type of its keys: ``str`` (the default) or ``int``.
+
+        Raises:
+          RegistrationError: The name is taken or invalid, ``key`` is not
+            ``str`` or ``int``, the class cannot be made with no arguments,
+            or a handler is not an ``async def`` (or a public ``async def``
+            is not marked).
+        """
+        check_name("entity", name)
+        if key is not str and key is not int:
+            raise RegistrationError(f"entity {name!r}: key must be str or int, not {key!r}")
+
+        def register(cls: type[T]) -> type[T]:
+            if name in self._entities:
+                raise RegistrationError(
+                    f"entity {name!r} is already registered in app {self.name!r}"
+                )
+            entity = define_entity(name, cls, key)
+            wf = entity.workflow
+            self._entities[name] = entity
+            self._workflows[(wf.name, wf.version)] = wf
+            self._latest[wf.name] = wf
+            return cls
+
+        return register
+
+    def get_entity(self, name: str) -> Entity:
+        """The entity registered as ``name``.
+
+        Raises:
+          UnknownEntityError: None is.
+        """
+        entity = self._entities.get(name) if isinstance(name, str) else None
+        if entity is None:
+            known = ", ".join(sorted(self._entities)) or "none"
+            raise UnknownEntityError(f"no entity {name!r} in app {self.name!r} (known: {known})")
+        return entity
 
     # -- lookups --------------------------------------------------------------
 

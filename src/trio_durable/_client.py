@@ -25,6 +25,7 @@ from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._clock import Clock
 from ._control import cancel_run, read_run, retry_run, signal_run
+from ._entities import EntityRef, client_entity
 from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
@@ -222,6 +223,34 @@ class Client(RunQueries, StartsRuns, HookActions, ManagesSchedules):
         """
         self._check_open()
         return await _unserved(self._need_broker(), self._types)
+
+    def entity(self, name: str, key: Any, *, call_id: str | None = None) -> EntityRef:
+        """One key of the entity ``name`` of the client's app (see
+        `Engine.entity`): an exclusive call's run is created for an engine
+        sharing the store to take at once, and the call waits for its
+        result; a shared call reads the state here.
+
+        Raises:
+          UnknownEntityError: The client has no app, or its app no entity
+            ``name`` (or, at the call, no such handler); nothing is written.
+          EntityKeyError: ``key`` is not of the entity's key type; nothing
+            is written.
+          InvalidArgumentsError: At the call, the inputs do not fit the
+            handler; nothing is written.
+          RunFailed: An exclusive handler raised; the state is unchanged.
+        """
+        return client_entity(
+            app=self.app,
+            store=self.store,
+            clock=self.clock,
+            rng=self._rng,
+            wake=self._wake,
+            result=self.result,
+            check_open=self._check_open,
+            name=name,
+            key=key,
+            call_id=call_id,
+        )
 
 
 @asynccontextmanager

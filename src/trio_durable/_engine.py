@@ -27,6 +27,7 @@ from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._control import cancel_run, read_run, retry_run, signal_run
 from ._descriptor import check_group_routes
+from ._entities import EntityRef, engine_entity
 from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
@@ -382,6 +383,32 @@ class Engine(RunQueries, StartsRuns, HookActions, ManagesSchedules):
         """Routes whose handler workflow is neither registered on this engine
         nor known to any live worker: likely a typo in a handler's name."""
         return await _unserved(self.broker, self.app)
+
+    def entity(self, name: str, key: Any, *, call_id: str | None = None) -> EntityRef:
+        """One key of the entity ``name``: its handlers are the attributes,
+        ``await engine.entity("cart", key).add(item)``.
+
+        An exclusive call is a run of the entity's internal workflow
+        (``entity:<name>``) that waits its turn behind the key's earlier
+        exclusive calls, fleet-wide; the call returns its result. A shared
+        call runs the handler here, on the state as stored now.
+
+        Args:
+          name: The entity's name.
+          key: The key, of the entity's key type.
+          call_id: The id of an exclusive call's run: a call repeated with
+            it returns the first one's result and changes nothing.
+
+        Raises:
+          UnknownEntityError: No entity ``name`` (or, at the call, no such
+            handler); nothing is written.
+          EntityKeyError: ``key`` is not of the entity's key type; nothing
+            is written.
+          InvalidArgumentsError: At the call, the inputs do not fit the
+            handler; nothing is written.
+          RunFailed: An exclusive handler raised; the state is unchanged.
+        """
+        return engine_entity(self._rt, self.result, name, key, call_id)
 
 
 @asynccontextmanager

@@ -74,6 +74,9 @@ class TurnState:
     # index of the op that records it: a task whose claim lost is not sent.
     dispatch: list[tuple[int, Task]] = attrs.field(factory=list)
     nondeterminism: NonDeterminismError | None = None
+    # Writes the run's body hands to the write that completes the run (an
+    # entity's new state): they commit with its output or not at all.
+    end_ops: list[Op] = attrs.field(factory=list)
 
     def put(self, checkpoint: Checkpoint) -> None:
         self.checkpoints[checkpoint.seq] = checkpoint

@@ -508,6 +508,8 @@ class Turn:
                 {"status": status, "output": output, "error": error, "wake_at": None}, expect
             )
         ]
+        if status == "completed":
+            ops.extend(turn.end_ops)
         if announces_ends(rt.store):
             # For callers of `result` in other processes.
             ops.extend(announce(rt.store, rt.engine_id, "end", [run]))
