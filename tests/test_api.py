@@ -74,6 +74,7 @@ def test_public_api_is_pinned() -> None:
         "RunNotFoundError",
         "RunPage",
         "ScheduleError",
+        "ScheduleInfo",
         "ScheduleNotFoundError",
         "SerializationError",
         "SignalTargetNotFoundError",

@@ -83,6 +83,7 @@ from ._records import ErrorInfo as ErrorInfo
 from ._records import PausedStep as PausedStep
 from ._records import Run as Run
 from ._runtime import EngineStatistics as EngineStatistics
+from ._schedule_spec import ScheduleInfo as ScheduleInfo
 from ._stores import open_store as open_store
 from ._stores._base import Store as Store
 from ._stores._base import StoreStatistics as StoreStatistics
@@ -169,6 +170,7 @@ __all__ = [
     "RunNotFoundError",
     "RunPage",
     "ScheduleError",
+    "ScheduleInfo",
     "ScheduleNotFoundError",
     "SerializationError",
     "shared",

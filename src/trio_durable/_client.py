@@ -37,6 +37,7 @@ from ._lifecycle import check_timeout, continued_to, deadline_ops, workflow_time
 from ._records import Run
 from ._run_queries import RunQueries
 from ._runs import Endings, await_end, create_run, new_run, outcome
+from ._schedules import ManagesSchedules
 from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import RunWatch, Store
@@ -49,7 +50,7 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 
 @final
-class Client(RunQueries, StartsRuns, HookActions, SendsEvents):
+class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules):
     """Starts, reads and controls runs; runs none of them.
 
     It also finds and reads runs, and prunes ended ones, as `Engine` does
@@ -125,6 +126,9 @@ class Client(RunQueries, StartsRuns, HookActions, SendsEvents):
             self.client_id,
             self._wake,
         )
+
+    def _schedules_app(self) -> App | None:
+        return self.app
 
     async def _start(
         self,

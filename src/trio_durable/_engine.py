@@ -46,6 +46,7 @@ from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
 from ._scheduler import drain
+from ._schedules import ManagesSchedules
 from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import Store
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 
-class Engine(RunQueries, StartsRuns, HookActions, SendsEvents):
+class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -116,6 +117,12 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents):
     def _event_front(self) -> EventFront:
         self._rt.scheduler.check_open()
         return engine_front(self._rt, self._pass_on)
+
+    def _schedules_changed(self) -> None:
+        self._rt.schedules.changed()
+
+    def _schedules_app(self) -> App:
+        return self.app
 
     # -- public API -----------------------------------------------------------
 
@@ -309,7 +316,7 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents):
         result comes from outside.
 
         Drain does not wait for what only the world outside this engine
-        ends: timers not yet due, signals, children running on another
+        ends: timers not yet due, schedules' next ticks, signals, children running on another
         engine, steps sent to groups it does not serve (a separate worker
         runs them, or none does yet; a result of theirs that reached the
         engine is settled first), and steps parked as ``blocked`` or

@@ -117,6 +117,7 @@ def engine_delivery(rt: Runtime) -> Deliver:
             signals.rescan.set()
             endings.recheck()
             rt.breakpoints.changed()
+            rt.schedules.changed()
             return
         for item in announced:
             if item.kind == "end":
@@ -125,6 +126,8 @@ def engine_delivery(rt: Runtime) -> Deliver:
                 rt.breakpoints.changed()
             elif item.kind == "due":
                 scheduler.signals.poke.set()
+            elif item.kind == "schedules":
+                rt.schedules.changed()
             elif serves(rt.app, item.workflow, item.version):
                 if item.kind == "cancel":
                     scheduler.interrupt(item.run_id)
