@@ -362,9 +362,10 @@ async def test_a_lost_wake_is_recovered_by_the_next_look(
     async with open_test_engine(app, store=store, blocked_recheck=4.0) as engine:
         handles = [await engine.start(limited, "k", i, 12.0) for i in range(3)]
         assert [await h.result() for h in handles] == [0, 1, 2]
-    # Its first look (5 s after its start) found no slot; the slot freed at
-    # 12 s; its next look, at 9 s, neither; the one at 13 s let it in.
-    assert entered_at[2] == 13.0
+    # Its first look (5 s after its start) found no slot; its next look,
+    # after as long as it had waited (5 s, more than blocked_recheck), at
+    # 10 s, neither; the slot freed at 12 s; the look at 20 s let it in.
+    assert entered_at[2] == 20.0
 
 
 async def test_a_key_limit_holds_with_100_starts_on_two_engines(

@@ -16,7 +16,7 @@ The turn's first act (`admit`, before any body runs) reads the checkpoint:
 a run in line suspends until the release that lets it in wakes it, or, in
 case that wake was lost (its write applied though its caller was told it
 failed, or the run's lease was held elsewhere then), until its next look
-(``blocked_recheck``), when it asks again. A run whose checkpoint was
+(`next_look`), when it asks again. A run whose checkpoint was
 settled at an earlier end and that runs again (it was retried) asks afresh.
 """
 
@@ -59,7 +59,26 @@ QUEUED: Final = "queued"
 FIRST_LOOK: Final = 5.0
 """Seconds after its creation that a run which found no slot then looks at
 its line again, unless a release lets it in first (an engine's later looks
-are ``blocked_recheck`` apart)."""
+are `next_look` apart)."""
+RECHECK_CAP: Final = 60.0
+"""The longest (in seconds) a waiter in a flow-control queue's line goes
+between looks, unless ``blocked_recheck`` is longer."""
+
+
+def next_look(cp: Checkpoint, now: float, every: float) -> float:
+    """When a waiter in a flow-control queue's line (a run waiting for
+    admission or a step, ``cp`` its checkpoint) looks at the line again
+    after a look at ``now``.
+
+    A release wakes whoever it lets in; a look only rescues a waiter whose
+    wake was lost, so a waiter looks again after as long as it has waited
+    (since ``cp.enqueued_at``): its looks back off, doubling, from
+    ``every`` (``blocked_recheck``) to `RECHECK_CAP` (or ``every``, if that
+    is longer). A thousand waiters in one line cost a few looks each, not
+    one per ``every`` seconds. The interval is derived from the checkpoint
+    alone, so it carries over turns and engines."""
+    waited = 0.0 if cp.enqueued_at is None else now - cp.enqueued_at
+    return now + max(every, min(waited, RECHECK_CAP))
 
 
 def queue_name(workflow: str, key: str) -> str:
@@ -330,7 +349,7 @@ async def _ask(
     rt, state = turn.runtime, turn.state
     assert gate.queue is not None
     run = state.run
-    waiting = attrs.evolve(cp, wake_at=now + rt.options.blocked_recheck)
+    waiting = attrs.evolve(cp, wake_at=next_look(cp, now, rt.options.blocked_recheck))
     try:
         written, admitted, _ = await rt.store.apply(
             [

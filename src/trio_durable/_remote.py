@@ -24,6 +24,7 @@ from typing import Any, Final, final
 import attrs
 
 from . import _serde
+from ._admission import next_look
 from ._app import FlowQueue, Step
 from ._breakpoints import CONTINUED, marked, pause_before, suspend_if_paused
 from ._dispatch import group_route
@@ -147,14 +148,15 @@ class StepPlanner:
         the admission state is shared by every engine."""
         assert self.flow is not None
         # A waiter is woken by the release that lets it in; it also looks
-        # again every blocked_recheck, in case that wake was lost (a release
-        # whose write was applied though its caller was told it failed).
+        # again now and then, backing off (next_look), in case that wake was
+        # lost (a release whose write was applied though its caller was
+        # told it failed).
         queued = attrs.evolve(
             cp,
             error=ErrorInfo(
                 message=f"waiting for a slot of queue {self.flow.name!r}", code="queued"
             ),
-            wake_at=now + self.rt.options.blocked_recheck,
+            wake_at=next_look(cp, now, self.rt.options.blocked_recheck),
         )
         _, admitted = await self.rt.store.apply(
             [
@@ -175,11 +177,12 @@ class StepPlanner:
         return await self._let_through(attrs.evolve(queued, error=None), now)
 
     async def _recheck_admission(self, cp: Checkpoint, now: float) -> Checkpoint:
-        """A waiter's periodic look: renew its wait and ask again, in one
-        write, so a slot given to it meanwhile (whose wake may be lost) is
-        found, and a concurrent admission is never undone by a stale copy."""
+        """A waiter's look (ever further apart: `next_look`): renew its wait
+        and ask again, in one write, so a slot given to it meanwhile (whose
+        wake may be lost) is found, and a concurrent admission is never
+        undone by a stale copy."""
         assert self.flow is not None
-        waiting = attrs.evolve(cp, wake_at=now + self.rt.options.blocked_recheck)
+        waiting = attrs.evolve(cp, wake_at=next_look(cp, now, self.rt.options.blocked_recheck))
         claimed, admitted = await self.rt.store.apply(
             [
                 ClaimCheckpoint(waiting),
