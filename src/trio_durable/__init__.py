@@ -30,11 +30,14 @@ from ._engine import open_engine as open_engine
 from ._entities import EntityRef as EntityRef
 from ._entity_defs import exclusive as exclusive
 from ._entity_defs import shared as shared
+from ._events import EventReceipt as EventReceipt
+from ._events import EventRecord as EventRecord
 from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
 from ._exceptions import ContinueAsNewError as ContinueAsNewError
 from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import EntityError as EntityError
 from ._exceptions import EntityKeyError as EntityKeyError
+from ._exceptions import EventConflictError as EventConflictError
 from ._exceptions import FatalError as FatalError
 from ._exceptions import GatherError as GatherError
 from ._exceptions import GatherFailure as GatherFailure
@@ -52,6 +55,7 @@ from ._exceptions import RunNotFoundError as RunNotFoundError
 from ._exceptions import ScheduleError as ScheduleError
 from ._exceptions import ScheduleNotFoundError as ScheduleNotFoundError
 from ._exceptions import SerializationError as SerializationError
+from ._exceptions import SignalTargetNotFoundError as SignalTargetNotFoundError
 from ._exceptions import SignalTimeout as SignalTimeout
 from ._exceptions import StepFailed as StepFailed
 from ._exceptions import StoreError as StoreError
@@ -79,6 +83,7 @@ from ._records import ErrorInfo as ErrorInfo
 from ._records import PausedStep as PausedStep
 from ._records import Run as Run
 from ._runtime import EngineStatistics as EngineStatistics
+from ._schedule_spec import ScheduleInfo as ScheduleInfo
 from ._stores import open_store as open_store
 from ._stores._base import Store as Store
 from ._stores._base import StoreStatistics as StoreStatistics
@@ -121,6 +126,9 @@ __all__ = [
     "EntityRef",
     "ErrorInfo",
     "Event",
+    "EventConflictError",
+    "EventReceipt",
+    "EventRecord",
     "exclusive",
     "FanPage",
     "FanStats",
@@ -162,9 +170,11 @@ __all__ = [
     "RunNotFoundError",
     "RunPage",
     "ScheduleError",
+    "ScheduleInfo",
     "ScheduleNotFoundError",
     "SerializationError",
     "shared",
+    "SignalTargetNotFoundError",
     "SignalTimeout",
     "Step",
     "StepFailed",

@@ -299,7 +299,9 @@ def _late_checkpoint(rt: Runtime, state: TurnState, now: float) -> Checkpoint | 
     run with a body history already (started before its workflow had
     controls) runs on unadmitted."""
     run = state.run
-    if state.checkpoints:
+    if any(seq < ADMISSION_SEQ for seq in state.checkpoints):
+        # Reserved seqs (a deadline, a continued generation's backward
+        # link) are no body history.
         return None
     wf = _workflow(rt, run.workflow, run.version)
     if wf is None or not wf.controls.admitted:

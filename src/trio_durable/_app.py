@@ -32,13 +32,26 @@ from ._definitions import remote_body as remote_body
 from ._definitions import remote_step_body as remote_step_body
 from ._definitions import shadow_workflow as shadow_workflow
 from ._entity_defs import Entity, define_entity
-from ._exceptions import RegistrationError, UnknownEntityError, UnknownWorkflowError
+from ._exceptions import (
+    RegistrationError,
+    ScheduleError,
+    UnknownEntityError,
+    UnknownWorkflowError,
+)
 from ._on_error import OnError, check_on_error_routes
 from ._policies import NO_RETRY as NO_RETRY
 from ._policies import FlowQueue as FlowQueue
 from ._policies import Retry as Retry
 from ._policies import finite
 from ._records import LATEST_VERSION
+from ._schedule_spec import (
+    DEFAULT_CATCHUP_WINDOW,
+    DEFAULT_CRON,
+    Overlap,
+    ScheduleSpec,
+    make_spec,
+)
+from ._subscribers import check_subscriber
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -62,6 +75,7 @@ class App:
         self._latest: dict[str, Workflow[Any, Any]] = {}
         self._steps: dict[str, Step[Any, Any]] = {}
         self._queues: dict[str, FlowQueue] = {}
+        self._schedules: dict[str, ScheduleSpec] = {}
         self._entities: dict[str, Entity] = {}
 
     def queue(
@@ -111,6 +125,64 @@ class App:
     def queues(self) -> list[FlowQueue]:
         """The registered flow-control queues, by name."""
         return sorted(self._queues.values(), key=lambda q: q.name)
+
+    def schedule(
+        self,
+        name: str,
+        workflow: Workflow[..., Any] | str,
+        *,
+        cron: str = DEFAULT_CRON,
+        timezone: str = "UTC",
+        args: tuple[Any, ...] | list[Any] = (),
+        overlap: Overlap = "skip",
+        catchup_window: float = DEFAULT_CATCHUP_WINDOW,
+        jitter: float = 0.0,
+    ) -> None:
+        """Declare a schedule: each tick of ``cron`` in ``timezone`` starts
+        one run of ``workflow`` with ``args``, fleet-wide. Every engine of
+        this app writes it to its store when it opens (see docs/schedules.md).
+
+        Args:
+          name: The schedule's name (letters, digits, '_', '.', '-').
+          workflow: The workflow, or the name of one (registered here or
+            served elsewhere).
+          cron: A cron expression (5 fields, or 6 with seconds last).
+          timezone: The IANA timezone ``cron`` is read in.
+          args: The runs' inputs, checked against the workflow if known.
+          overlap: What a tick does while the previous run is still open:
+            ``"skip"`` it, ``"buffer_one"`` (start it when that run ends;
+            further ticks meanwhile are skipped) or ``"allow"`` it.
+          catchup_window: Seconds a tick may be late (after an outage) and
+            still start; older ticks are skipped and counted as missed.
+          jitter: Each tick starts up to this many seconds late, by a
+            delay derived from the name and the tick.
+
+        Raises:
+          ScheduleError: The name is taken, or an option (the cron
+            expression, the timezone, ...) or ``args`` are invalid.
+        """
+        check = workflow if isinstance(workflow, Workflow) else None
+        if isinstance(workflow, str) and workflow in self._latest:
+            check = self._latest[workflow]
+        spec = make_spec(
+            name,
+            workflow,
+            cron=cron,
+            timezone=timezone,
+            args=args,
+            overlap=overlap,
+            catchup_window=catchup_window,
+            jitter=jitter,
+            check=check,
+        )
+        if name in self._schedules:
+            raise ScheduleError(f"schedule {name!r} is already declared in app {self.name!r}")
+        self._schedules[name] = spec
+
+    @property
+    def schedules(self) -> list[ScheduleSpec]:
+        """The schedules declared with `schedule`, by name."""
+        return [self._schedules[name] for name in sorted(self._schedules)]
 
     @overload
     def workflow(
@@ -202,7 +274,9 @@ class App:
             parameter is not the context (missing, not positional, or
             annotated with a type other than `Context` or `typing.Any`), it
             has a required
-            keyword-only parameter, or two routes share a code.
+            keyword-only parameter, or two routes share a code; or it
+            subscribes to events but cannot take a payload (the list of
+            them, with ``debounce_collect="all"``) as its one input.
         """
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow version must be a non-empty string, not {version!r}")
@@ -245,13 +319,21 @@ class App:
                     f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
                 )
             routes = check_on_error_routes(wf_name, on_error)
+            wf_controls = controls(wf_name)
+            if wf_controls.events:
+                check_subscriber(
+                    f"workflow {wf_name!r}",
+                    fn,
+                    wf_controls.debounce_collect,
+                    wf_controls.debounce is not None,
+                )
             wf: Workflow[Any, Any] = Workflow(
                 fn,
                 name=wf_name,
                 version=version,
                 on_error=routes,
                 group=group,
-                controls=controls(wf_name),
+                controls=wf_controls,
             )
             self._workflows[key] = wf
             self._latest[wf_name] = wf

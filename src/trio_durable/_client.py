@@ -26,15 +26,18 @@ from ._brokers._base import Broker
 from ._clock import Clock
 from ._control import cancel_run, read_run, retry_run, signal_run
 from ._entities import EntityRef, client_entity
+from ._events import EventFront, SendsEvents, client_front
 from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
 from ._hook_api import HookActions
+from ._lifecycle import check_timeout, continued_to, deadline_ops, workflow_timeout
 from ._records import Run
 from ._run_queries import RunQueries
 from ._runs import Endings, await_end, create_run, new_run, outcome
+from ._schedules import ManagesSchedules
 from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import RunWatch, Store
@@ -47,7 +50,7 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 
 @final
-class Client(RunQueries, StartsRuns, HookActions):
+class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules):
     """Starts, reads and controls runs; runs none of them.
 
     It also finds and reads runs, and prunes ended ones, as `Engine` does
@@ -107,6 +110,26 @@ class Client(RunQueries, StartsRuns, HookActions):
     def _wake_ops(self, runs: Sequence[Run]) -> Sequence[Op]:
         return self._wake(runs)
 
+    # What `SendsEvents` (`send_event`) needs of its front end.
+
+    def _event_front(self) -> EventFront:
+        self._check_open()
+        if self.app is None:
+            raise UsageError(
+                "send_event needs the app whose workflows subscribe: open_client(app=...)"
+            )
+        return client_front(
+            self.store,
+            self.app,
+            self.clock.now,
+            lambda: f"event-{self._rng.getrandbits(64):016x}",
+            self.client_id,
+            self._wake,
+        )
+
+    def _schedules_app(self) -> App | None:
+        return self.app
+
     async def _start(
         self,
         workflow: Workflow[..., Any] | str,
@@ -114,11 +137,18 @@ class Client(RunQueries, StartsRuns, HookActions):
         run_id: str | None,
         namespace: str,
         tags: tuple[str, ...] | list[str],
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[Any]:
         self._check_open()
+        timeout = check_timeout(timeout)
         new = new_run(self.app, workflow, args, run_id, namespace, tags)
+        timeout = timeout or workflow_timeout(self.app, new.workflow, new.version)
         stored, _ = await create_run(
-            self.store, self._rng, self.clock.now(), new, also=lambda run: self._wake([run])
+            self.store,
+            self._rng,
+            self.clock.now(),
+            new,
+            also=lambda run: [*self._wake([run]), *deadline_ops(run, timeout)],
         )
         return RunHandle.of(stored, self)
 
@@ -143,6 +173,10 @@ class Client(RunQueries, StartsRuns, HookActions):
         self._check_open()
         read = partial(self.get, run_id, namespace=namespace)
         run = await await_end(self.store, self._endings, self._poll_interval, run_id, read)
+        while (following := await continued_to(self.store, run)) is not None:
+            # A run that continued as new ends with its chain's last generation.
+            read = partial(self.get, following, namespace=namespace)
+            run = await await_end(self.store, self._endings, self._poll_interval, following, read)
         return await outcome(self.store, self._types, run)
 
     async def signal(

@@ -16,8 +16,6 @@ import math
 from collections.abc import Sequence
 from typing import Any, Concatenate, Literal, final, overload
 
-import trio
-
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow
 from ._children import Failed, child_outcome, record_child
@@ -436,92 +434,6 @@ class Context(ControlOperations):
                 traceback=recorded.traceback,
             )
         return value
-
-    @overload
-    async def start_child(
-        self,
-        workflow: Workflow[[], R],
-        /,
-    ) -> str: ...
-
-    @overload
-    async def start_child(
-        self,
-        workflow: Workflow[[A1], R],
-        a1: A1,
-        /,
-    ) -> str: ...
-
-    @overload
-    async def start_child(
-        self,
-        workflow: Workflow[[A1, A2], R],
-        a1: A1,
-        a2: A2,
-        /,
-    ) -> str: ...
-
-    @overload
-    async def start_child(
-        self,
-        workflow: Workflow[[A1, A2, A3], R],
-        a1: A1,
-        a2: A2,
-        a3: A3,
-        /,
-    ) -> str: ...
-
-    @overload
-    async def start_child(
-        self,
-        workflow: Workflow[[A1, A2, A3, A4], R],
-        a1: A1,
-        a2: A2,
-        a3: A3,
-        a4: A4,
-        /,
-    ) -> str: ...
-
-    @overload
-    async def start_child(
-        self,
-        workflow: Workflow[Concatenate[A1, A2, A3, A4, A5, P], R],
-        a1: A1,
-        a2: A2,
-        a3: A3,
-        a4: A4,
-        a5: A5,
-        /,
-        *args: Any,
-    ) -> str: ...
-
-    @overload
-    async def start_child(self, workflow: str, /, *args: Any) -> str: ...
-
-    async def start_child(self, workflow: Workflow[..., Any] | str, /, *args: Any) -> str:
-        """Start a child workflow without waiting for it; return its id.
-
-        The child starts once this turn's writes are durable. Its end does not
-        wake the parent, and cancelling the parent does not cancel it.
-
-        Raises:
-          InvalidArgumentsError: ``args`` do not fit the workflow's
-            parameters; no child is started.
-        """
-        replay = self._replay
-        wf = replay.workflow(workflow)
-        if replay.decider is not None:
-            replay.decider.reach(
-                replay, wf.name, "child", 1, child_command(wf, args, awaited=False)
-            )
-        seq = replay.next_seq()
-        cp = replay.recorded(seq, wf.name, "child")
-        if cp is not None:
-            return cp.child_id or ""
-        child_id = f"{self.run_id}.child.{seq}"
-        self._start(wf, seq, child_id, _serde.check_workflow_args(wf, args), awaited=False)
-        await trio.lowlevel.checkpoint()
-        return child_id
 
     def _start(
         self, wf: Workflow[..., Any], seq: int, child_id: str, input_json: str, *, awaited: bool

@@ -17,6 +17,7 @@ import attrs
 from . import _serde
 from ._children import cancel_request
 from ._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
+from ._lifecycle import latest_generation
 from ._options import check_id
 from ._records import TERMINAL_STATUSES, Run, RunStatus, signal_token
 from ._saga import plan_retry
@@ -79,10 +80,10 @@ async def signal_run(
     if not isinstance(name, str) or not name:
         raise UsageError(f"signal name must be a non-empty string, not {name!r}")
     payload_json = _serde.dumps(payload)
-    run = await read_run(store, run_id, namespace)
+    run = await latest_generation(store, await read_run(store, run_id, namespace))
     if run.status in TERMINAL_STATUSES:
         raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it takes no signals")
-    deliver = DeliverSignal(signal_token(run_id, name), payload_json, now)
+    deliver = DeliverSignal(signal_token(run.id, name), payload_json, now)
     [waiter, *_] = await store.apply([deliver, *also([run])])
     return run, waiter is not None
 
@@ -102,10 +103,10 @@ async def cancel_run(
       RunNotFoundError: No run has this id (in ``namespace``).
       InvalidRunStateError: The run already ended (or ended meanwhile).
     """
-    run = await read_run(store, run_id, namespace)
+    run = await latest_generation(store, await read_run(store, run_id, namespace))
     if run.status in TERMINAL_STATUSES:
         raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it cannot be cancelled")
-    request = cancel_request(run_id, compensate, now)
+    request = cancel_request(run.id, compensate, now)
     try:
         await store.apply([attrs.evolve(request, strict=True), *also([run])])
     except WriteConflict as exc:

@@ -28,12 +28,14 @@ from ._brokers._base import Broker
 from ._control import cancel_run, read_run, retry_run, signal_run
 from ._descriptor import check_group_routes
 from ._entities import EntityRef, engine_entity
+from ._events import EventFront, SendsEvents, engine_front
 from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
 from ._hook_api import HookActions
+from ._lifecycle import continued_to
 from ._observe import DEFAULT_EVENT_BUFFER, Event, Metrics
 from ._options import DEFAULT_TIMER_BATCH_SIZE, ConsoleOptions, EngineOptions
 from ._records import (
@@ -44,6 +46,7 @@ from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
 from ._scheduler import drain
+from ._schedules import ManagesSchedules
 from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import Store
@@ -59,7 +62,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 
-class Engine(RunQueries, StartsRuns, HookActions):
+class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -109,6 +112,18 @@ class Engine(RunQueries, StartsRuns, HookActions):
     def _breakpoints_changed(self) -> None:
         self._rt.breakpoints.changed()
 
+    # What `SendsEvents` (`send_event`) needs of its front end.
+
+    def _event_front(self) -> EventFront:
+        self._rt.scheduler.check_open()
+        return engine_front(self._rt, self._pass_on)
+
+    def _schedules_changed(self) -> None:
+        self._rt.schedules.changed()
+
+    def _schedules_app(self) -> App:
+        return self.app
+
     # -- public API -----------------------------------------------------------
 
     async def _start(
@@ -118,9 +133,10 @@ class Engine(RunQueries, StartsRuns, HookActions):
         run_id: str | None,
         namespace: str,
         tags: tuple[str, ...] | list[str],
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[Any]:
         return RunHandle.of(
-            await start_run(self._rt, workflow, args, run_id, namespace, tags), self
+            await start_run(self._rt, workflow, args, run_id, namespace, tags, timeout), self
         )
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
@@ -141,7 +157,8 @@ class Engine(RunQueries, StartsRuns, HookActions):
         """Wait until the run ends and return its output.
 
         The output is structured as the workflow's return annotation or,
-        for a run handed to an on-error handler, as the handler's.
+        for a run handed to an on-error handler, as the handler's. For a run
+        that continued as new, it is the chain's last generation's.
 
         Args:
           run_id: The run's id.
@@ -155,6 +172,12 @@ class Engine(RunQueries, StartsRuns, HookActions):
         rt = self._rt
         read = partial(self.get, run_id, namespace=namespace)
         run = await await_end(rt.store, rt.endings, rt.options.result_poll_interval, run_id, read)
+        while (following := await continued_to(rt.store, run)) is not None:
+            # A run that continued as new ends with its chain's last generation.
+            read = partial(self.get, following, namespace=namespace)
+            run = await await_end(
+                rt.store, rt.endings, rt.options.result_poll_interval, following, read
+            )
         return await outcome(self.store, self.app, run)
 
     async def signal(
@@ -163,7 +186,8 @@ class Engine(RunQueries, StartsRuns, HookActions):
         """Send the signal ``name`` with ``payload`` to a run.
 
         If the run is waiting for it, the run resumes; otherwise the signal is
-        buffered for its next wait of that name and never lost. A run whose
+        buffered for its next wait of that name and never lost. A run that
+        continued as new is signalled at its chain's latest generation. A run whose
         workflow this engine's app lacks is announced instead, for an engine
         that has it (see docs/client.md); this one takes no turn of it.
 
@@ -184,7 +208,7 @@ class Engine(RunQueries, StartsRuns, HookActions):
             self.store, self.clock.now(), run_id, name, payload, namespace, self._pass_on
         )
         if waiting and self._serves(run):
-            self._rt.scheduler.wake(run_id)
+            self._rt.scheduler.wake(run.id)
 
     async def cancel(
         self, run_id: str, *, compensate: bool = False, namespace: str | None = None
@@ -192,7 +216,9 @@ class Engine(RunQueries, StartsRuns, HookActions):
         """Cancel a run, and the children it awaits.
 
         The run's turn in flight, if any, is interrupted; it is then marked
-        ``cancelling`` and ends ``cancelled``.
+        ``cancelling`` and ends ``cancelled``. Children it started with
+        ``cancel_with_parent=True`` are cancelled too. A run that continued
+        as new is cancelled at its chain's latest generation.
 
         Args:
           run_id: The run's id.
@@ -220,8 +246,8 @@ class Engine(RunQueries, StartsRuns, HookActions):
             ),
         )
         if self._serves(run):
-            self._rt.scheduler.interrupt(run_id)
-            self._rt.scheduler.wake(run_id)
+            self._rt.scheduler.interrupt(run.id)
+            self._rt.scheduler.wake(run.id)
 
     async def retry(self, run_id: str, *, namespace: str | None = None) -> Run:
         """Run a failed or dead run's body again from its checkpoints.
@@ -290,7 +316,7 @@ class Engine(RunQueries, StartsRuns, HookActions):
         result comes from outside.
 
         Drain does not wait for what only the world outside this engine
-        ends: timers not yet due, signals, children running on another
+        ends: timers not yet due, schedules' next ticks, signals, children running on another
         engine, steps sent to groups it does not serve (a separate worker
         runs them, or none does yet; a result of theirs that reached the
         engine is settled first), and steps parked as ``blocked`` or

@@ -376,6 +376,12 @@ class UnsubscribedEventWarning(UserWarning):
     by hand."""
 
 
+class EventConflictError(UsageError):
+    """An event was sent with the id of a stored event of another name
+    (`Engine.send_event`). Sending the same event again is no conflict: it
+    returns the first send's receipt."""
+
+
 class StoreError(TrioDurableError):
     """The store failed to read or write. The operation may be retried."""
 
@@ -389,3 +395,10 @@ class LeaseLostError(StoreError):
 @final
 class EngineClosedError(TrioDurableError):
     """The engine was used after `open_engine` exited."""
+
+
+@final
+class SignalTargetNotFoundError(UsageError, LookupError):
+    """`Context.signal` was given a run id that no run of the sender's
+    namespace has. Raised in the sending body; nothing was written, and the
+    key is not claimed."""

@@ -32,8 +32,9 @@ from ._exceptions import (
     UsageError,
 )
 from ._handoff import output_source
+from ._lifecycle import check_timeout, deadline_checkpoint, deadline_ops, workflow_timeout
 from ._options import check_id
-from ._records import LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo, Run
+from ._records import DEADLINE_SEQ, LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo, Run
 from ._replay import TurnState
 from ._start_controls import create_controlled
 from ._stores._base import ChangeFeed
@@ -99,9 +100,11 @@ async def start_run(
     run_id: str | None,
     namespace: str,
     tags: tuple[str, ...] | list[str],
+    timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
 ) -> Run:
     """`Engine.start`: the run as stored, created and woken here if new."""
     rt.scheduler.check_open()
+    timeout = check_timeout(timeout)
     app: App | None = rt.app
     if isinstance(workflow, str) and not any(wf.name == workflow for wf in rt.app.workflows):
         # Served by convention (docs/remote-workflows.md): a workflow this
@@ -117,16 +120,28 @@ async def start_run(
             )
         app = None
     new = new_run(app, workflow, args, run_id, namespace, tags)
+    timeout = timeout or workflow_timeout(app, new.workflow, new.version)
     # The run is created leased to this engine, so its first turn needs no
     # write of its own; if this engine dies, the lease lapses and any
     # engine takes the run over.
     stored, created = await create_run(
-        rt.store, rt.rng, rt.clock.now(), new, owner=rt.engine_id, lease_ttl=rt.options.lease_ttl
+        rt.store,
+        rt.rng,
+        rt.clock.now(),
+        new,
+        owner=rt.engine_id,
+        lease_ttl=rt.options.lease_ttl,
+        also=lambda run: deadline_ops(run, timeout),
     )
     if created:
         rt.telemetry.emit_run("run.started", stored)
         # A run created with its admission reads it in its first turn.
-        initial = None if new.controls is not None else TurnState(run=stored, checkpoints={})
+        initial = None
+        if new.controls is None:
+            checkpoints = (
+                {} if timeout is None else {DEADLINE_SEQ: deadline_checkpoint(stored, timeout)}
+            )
+            initial = TurnState(run=stored, checkpoints=checkpoints)
         rt.scheduler.wake(stored.id, initial=initial)
     return stored
 

@@ -33,6 +33,7 @@ from ._poller import poll_due, reconcile_stalled
 from ._records import QueueDepth, Run
 from ._retention import prune_forever
 from ._runs import Endings
+from ._schedule_ticker import ScheduleTicker, tick_schedules
 from ._scheduler import Scheduler
 from ._sent import SentTasks
 from ._settle import consume_results
@@ -132,6 +133,7 @@ class Runtime:
       learned: The steps and queues remote workflows' decisions named.
       catalogue: What live workers announce (remote workflows' groups and
         routes), read at most once per `CACHE_SECONDS`.
+      schedules: What tells the schedule ticker that schedules changed.
     """
 
     app: App
@@ -155,6 +157,7 @@ class Runtime:
     webhook_keys: WebhookKeys = attrs.field(factory=WebhookKeys)
     learned: Learned = attrs.field(factory=Learned)
     catalogue: Catalogue = attrs.field(init=False)
+    schedules: ScheduleTicker = attrs.field(factory=ScheduleTicker)
 
 
 @asynccontextmanager
@@ -220,6 +223,10 @@ async def open_runtime(
                 running = rt
                 nursery.start_soon(poll_due, rt, name="trio_durable due-run poller")
                 nursery.start_soon(reconcile_stalled, rt, name="trio_durable reconcile")
+                # Started once the app's schedules are declared, so a
+                # schedule the app declares is in the store when the
+                # engine's block is entered.
+                await nursery.start(tick_schedules, rt, name="trio_durable schedule ticker")
                 if app.queues:
                     nursery.start_soon(sample_queues, rt, name="trio_durable queue sampler")
                 if options.retention is not None:

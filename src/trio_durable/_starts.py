@@ -25,6 +25,7 @@ class StartsRuns:
         run_id: str | None,
         namespace: str,
         tags: tuple[str, ...] | list[str],
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[Any]:
         raise NotImplementedError
 
@@ -37,6 +38,7 @@ class StartsRuns:
         run_id: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[R]: ...
 
     @overload
@@ -49,6 +51,7 @@ class StartsRuns:
         run_id: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[R]: ...
 
     @overload
@@ -62,6 +65,7 @@ class StartsRuns:
         run_id: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[R]: ...
 
     @overload
@@ -76,6 +80,7 @@ class StartsRuns:
         run_id: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[R]: ...
 
     @overload
@@ -91,6 +96,7 @@ class StartsRuns:
         run_id: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[R]: ...
 
     @overload
@@ -107,6 +113,7 @@ class StartsRuns:
         run_id: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[R]: ...
 
     @overload
@@ -118,6 +125,7 @@ class StartsRuns:
         run_id: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[Any]: ...
 
     async def start(
@@ -128,6 +136,7 @@ class StartsRuns:
         run_id: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
     ) -> RunHandle[Any]:
         """Start a run of ``workflow`` with positional ``args``.
 
@@ -157,6 +166,11 @@ class StartsRuns:
             its seeded random source).
           namespace: The tenant the run belongs to.
           tags: Labels stored on the run.
+          timeout: Seconds the run may take from its start; then it is
+            cancelled with compensation (its error's code ``timeout``),
+            and the children it awaits with it. Defaults to the
+            workflow's ``@app.workflow(timeout=)``; a chain continued as
+            new shares it (see docs/run-controls.md).
 
         Returns:
           A `RunHandle`: the run as stored, whose ``result()`` waits for its
@@ -170,7 +184,8 @@ class StartsRuns:
           RunConflictError: ``run_id`` belongs to a run of another workflow,
             or to a run of another namespace (the error says nothing of
             that run).
-          UsageError: ``run_id``, ``namespace`` or ``tags`` are malformed.
+          UsageError: ``run_id``, ``namespace``, ``tags`` or ``timeout`` are
+            malformed.
           StoreError: The store failed.
         """
-        return await self._start(workflow, args, run_id, namespace, tags)
+        return await self._start(workflow, args, run_id, namespace, tags, timeout)

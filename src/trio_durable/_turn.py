@@ -13,11 +13,13 @@ runs, the lease is renewed; a turn that loses it writes nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 import trio
 
+from . import _lifecycle as lifecycle
 from . import _serde
 from ._admission import admit, let_in, release_ops
 from ._barrier import join_barrier
@@ -187,6 +189,7 @@ class Turn:
             )
             await self.end("dead", error=error)
             return
+        run = lifecycle.check_deadline(self, now)
         if run.status == "cancelling":
             route = await decision_route(rt, run) if run.compensate else None
             if route is not None and await compensate_remote(self, route, now):
@@ -244,7 +247,10 @@ class Turn:
         outcome: tuple[str, Any] = ("interrupted", None)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._renew_lease)
-            with trio.CancelScope() as slot.body_scope:
+            with trio.CancelScope(
+                deadline=lifecycle.body_deadline(state.checkpoints, now)
+            ) as scope:
+                slot.body_scope = scope
                 outcome = await self._run_body(wf, ctx)
             slot.body_scope = None
             nursery.cancel_scope.cancel()
@@ -267,6 +273,8 @@ class Turn:
             await self.suspend(value)
         elif kind == "completed":
             await self.end("completed", output=value)
+        elif kind == "continued":
+            await lifecycle.continue_run(self, value)
         else:
             await self._fail(replay, value, wf)
 
@@ -282,6 +290,8 @@ class Turn:
             if state.nondeterminism is not None:
                 return ("failed", state.nondeterminism)
             return ("suspended", suspend)
+        except lifecycle.ContinueAsNew as cont:
+            return ("failed", state.nondeterminism) if state.nondeterminism else ("continued", cont)
         except StoreError as exc:
             # A durable operation's own write failed: that is no failure of
             # the run; the turn is abandoned and run again.
@@ -422,7 +432,7 @@ class Turn:
         """Suspend the run with the turn's writes, as ``suspend`` says."""
         rt, turn = self.runtime, self.state
         run = turn.run
-        wake_at = suspend.wake_at
+        wake_at = lifecycle.wake_by_deadline(turn.checkpoints, suspend.wake_at)
         results = await self.write(
             self.fence({"status": "suspended", "wake_at": wake_at}, frozenset({"running"}))
         )
@@ -497,16 +507,19 @@ class Turn:
         output: str | None = None,
         error: ErrorInfo | None = None,
         returned_by: tuple[str, str] | None = None,
+        also: Sequence[Op] = (),
     ) -> None:
         """End the run as ``status``, settling its parent's checkpoint in the
-        same write and waking the parent through the join barrier."""
+        same write and waking the parent through the join barrier. ``also``
+        is written with the end, and only with it (not if a cancel landed)."""
         rt, turn = self.runtime, self.state
         run = turn.run
         expect = _END_EXPECTS.get(status, _RUNNING)
         ops: list[Op] = [
             self.fence(
                 {"status": status, "output": output, "error": error, "wake_at": None}, expect
-            )
+            ),
+            *also,
         ]
         if status == "completed":
             ops.extend(turn.end_ops)
@@ -569,7 +582,7 @@ class Turn:
         if run.compensate and not compensated:
             await self._compensate(Replay(rt, turn))
         now = rt.clock.now()
-        error = ErrorInfo(message="cancelled", code="cancelled")
+        error = lifecycle.cancel_error(turn.checkpoints)
         for cp in sorted(turn.checkpoints.values(), key=lambda cp: cp.seq):
             if cp.status != "pending" or cp.name.startswith(RETIRED_PREFIX):
                 # A retired handoff's handler is no longer the run's to wait
@@ -589,6 +602,7 @@ class Turn:
             elif cp.kind == "decision":
                 # A decision that comes back now changes nothing.
                 turn.ops.append(SettleCheckpoint(run.id, cp.seq, "failed", None, error, now))
+        await lifecycle.cancel_linked(self)
         await self.end("cancelled", error=error)
 
 

@@ -117,12 +117,17 @@ def engine_delivery(rt: Runtime) -> Deliver:
             signals.rescan.set()
             endings.recheck()
             rt.breakpoints.changed()
+            rt.schedules.changed()
             return
         for item in announced:
             if item.kind == "end":
                 endings.ended(item.run_id)
             elif item.kind == "breakpoints":
                 rt.breakpoints.changed()
+            elif item.kind == "due":
+                scheduler.signals.poke.set()
+            elif item.kind == "schedules":
+                rt.schedules.changed()
             elif serves(rt.app, item.workflow, item.version):
                 if item.kind == "cancel":
                     scheduler.interrupt(item.run_id)

@@ -245,7 +245,7 @@ class ReleaseRun:
     owner: str
 
 
-AnnounceKind = Literal["wake", "cancel", "end", "breakpoints"]
+AnnounceKind = Literal["wake", "cancel", "end", "breakpoints", "due", "schedules"]
 
 
 @final
@@ -262,7 +262,12 @@ class Announce:
         ``"cancel"``: it was told to cancel (a turn in flight is cut short);
         ``"end"``: it ended (callers waiting for its result read it);
         ``"breakpoints"``: breakpoints were set or cleared (``run_id`` is
-        the breakpoint's id), engines read them again.
+        the breakpoint's id), engines read them again;
+        ``"due"``: the run (a debounce window's, not to be started yet)
+        is due at a time its engines' pollers may not know: they look
+        again;
+        ``"schedules"``: a schedule was created, changed or deleted
+        (``run_id`` is its name), engines read their schedules again.
       workflow: Its workflow, or None if the writer does not know it.
       version: Its version, or None.
       origin: Who wrote it (an engine or client id); its own watch skips it.
