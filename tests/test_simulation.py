@@ -31,6 +31,7 @@ from trio._core import _run as trio_run
 
 import trio_durable as td
 import trio_durable._entity_defs as entity_defs
+import trio_durable._schedule_ticker as schedule_ticker
 import trio_durable._turn as turn_module
 from trio_durable._stores._memory import MemoryStore
 from trio_durable._stores._ops import Op, SettleCheckpoint
@@ -81,10 +82,12 @@ def test_ci_budget_of_200_seeds(first: int) -> None:
         for seed in range(first, first + 50)
     ]
     assert _failures(reports) == ""
-    # Every seed made all 64 runs (41 started by the workload, 23 children)
-    # and injected faults.
+    # Every seed made all 64 runs (41 started by the workload, 23 children),
+    # plus those of the schedule's ticks, and injected faults.
     for report in reports:
-        assert sum(report.statuses.values()) == 64, (report.seed, report.statuses)
+        ticks = sum(run_id.startswith("tick@") for run_id in report.outputs)
+        assert ticks >= 1, report.seed
+        assert sum(report.statuses.values()) == 64 + ticks, (report.seed, report.statuses)
         assert report.faults, report.seed
 
 
@@ -312,10 +315,32 @@ def test_planted_entity_state_written_apart_from_the_call_is_caught(
     monkeypatch.setattr(entity_defs, "run_handler", early)
     faults = Faults(store_fail_before=0.05, store_fail_after=0.05)
     report = simulate(app, default_workload, seed=1, faults=faults)
-    assert "entity tally[t]: state 650 at version 13, expected 645 at version 12" in (
-        report.violations
+    # More state than the calls added, at a version past their number.
+    assert any(
+        re.fullmatch(r"entity tally\[t\]: state \d+ at version \d+, expected 645 at version 12", v)
+        for v in report.violations
     ), report.violations
     assert any("are not a sequence of the adds" in v for v in report.violations)
+
+
+def test_planted_uncounted_missed_ticks_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The planted bug: ticks older than the catch-up window are passed over
+    # without being counted as missed. Seed 7's clock jumps over nine of them.
+    real = schedule_ticker._next_step
+
+    async def uncounted(rt: Any, spec: Any, state: Any, now: float) -> Any:
+        step = await real(rt, spec, state, now)
+        if step.state is not None:
+            step = attrs.evolve(step, state=attrs.evolve(step.state, missed=state.missed))
+        return step
+
+    monkeypatch.setattr(schedule_ticker, "_next_step", uncounted)
+    report = simulate(app, default_workload, seed=7, faults=Faults.everything())
+    assert len(report.violations) == 1, report.violations
+    assert re.fullmatch(
+        r"schedule tick: \d+ started, \d+ skipped and 0 missed, \d+ ticks due by [\d.]+",
+        report.violations[0],
+    )
 
 
 # -- regression seeds ---------------------------------------------------------
@@ -357,10 +382,15 @@ def test_report_of_the_builtin_workload() -> None:
     # members of "children", the on-error handler of "routed", 2 children
     # and 4 fan members of "remote-parent", the remote handler of
     # "remote-saga", and the 9 exclusive calls of the "tally-<w>" runs.
-    assert report.statuses == {"cancelled": 1, "completed": 61, "failed": 2}
+    # And the runs of the schedule's ticks, each one's id its tick's.
+    outputs = dict(report.outputs)
+    ticks = {run_id: outputs.pop(run_id) for run_id in sorted(outputs) if "@" in run_id}
+    assert ticks
+    assert all(run_id.startswith("tick@2023-11-14T22:") for run_id in ticks)
+    assert set(ticks.values()) == {("completed", "tick")}
+    assert report.statuses == {"cancelled": 1, "completed": 61 + len(ticks), "failed": 2}
     # What the entity's calls return depends on their order (the invariants
     # check it): each tally run returns its 3 adds' results, then its read.
-    outputs = dict(report.outputs)
     tallies = {run_id: outputs.pop(run_id) for run_id in sorted(outputs) if "tally" in run_id}
     assert sorted(tallies) == [f"tally-{w}" for w in range(3)] + [
         f"tally-call-{w}" for w in range(3)

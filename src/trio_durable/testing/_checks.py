@@ -1,5 +1,5 @@
-"""Invariants of the built-in workload's keyed parts: concurrency keys and
-entities, stated so that they hold exactly under the engine's guarantees.
+"""Invariants of the built-in workload's keyed parts: concurrency keys,
+entities and schedules, stated so that they hold exactly under the engine's guarantees.
 
 Steps run at least once, so a log may name a run more than once (a step
 executed again after a crash or a failed write). What a concurrency key
@@ -11,6 +11,8 @@ entries (from its first to its last) overlaps the spans of at most
 interleave. Each exclusive call of an entity changes its key's state once, in
 the write that ends the call, so its calls form a total order: their results
 are the state after each, all distinct, and the state's version counts them.
+A schedule handles each tick once (a compare-and-swap of its state, in the
+write that starts the tick's run), so its counters account for every tick.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from .._records import Run
@@ -134,4 +137,59 @@ async def entity_violations(
     for floor, read in reads:
         if read not in states or read < floor:
             violations.append(f"{where}: a read returned {read} after a call returned {floor}")
+    return violations
+
+
+def _grid_count(period: int, after: float, until: float) -> int:
+    """How many multiples of ``period`` lie in ``(after, until]``."""
+    return max(0, int(until // period) - int(after // period))
+
+
+async def schedule_violations(
+    store: Store,
+    *,
+    name: str,
+    period: int,
+    created: tuple[float, float],
+    ticked: Sequence[str],
+) -> list[str]:
+    """The invariants of a schedule ticking every ``period`` seconds (UTC),
+    created at a durable time within ``created``, paused before the end.
+
+    Each tick it handled (up to its cursor, the last one handled) started
+    one run, was skipped for an open run, or was missed, and is counted so:
+    started + skipped + missed is the number of ticks in the window. Every
+    tick run is of a tick in the window, there are ``started`` of them (one
+    per tick, their ids derived from it), and each noted its step in
+    ``ticked``.
+    """
+    where = f"schedule {name}"
+    stored = await store.get_value("schedule-state", name)
+    if stored is None:
+        return [f"{where}: no state at the end"]
+    state = json.loads(stored.value)
+    if not state["paused"]:
+        return [f"{where}: not paused at the end"]
+    cursor = state["cursor"]
+    counted = state["started"] + state["skipped"] + state["missed"]
+    due = (_grid_count(period, created[1], cursor), _grid_count(period, created[0], cursor))
+    violations: list[str] = []
+    if not due[0] <= counted <= due[1]:
+        violations.append(
+            f"{where}: {state['started']} started, {state['skipped']} skipped and"
+            f" {state['missed']} missed, {due[1]} ticks due by {cursor}"
+        )
+    runs = [run for run in await store.list_runs(limit=1_000_000) if run.id.startswith(f"{name}@")]
+    if len(runs) != state["started"]:
+        violations.append(f"{where}: {len(runs)} tick runs, {state['started']} started")
+    for run in runs:
+        tick = datetime.strptime(run.id.split("@", 1)[1], "%Y-%m-%dT%H:%M:%SZ")
+        at = tick.replace(tzinfo=UTC).timestamp()
+        if at % period or not created[0] < at <= cursor:
+            violations.append(f"{where}: the run {run.id} is of no tick in the window")
+        if run.id not in ticked:
+            violations.append(f"{where}: the run {run.id} never ran its step")
+    strays = sorted(set(ticked) - {run.id for run in runs})
+    if strays:
+        violations.append(f"{where}: steps of runs it did not start: {strays}")
     return violations

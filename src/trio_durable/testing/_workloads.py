@@ -23,8 +23,13 @@ from .._engine import Engine
 from .._entity_defs import exclusive, shared
 from .._exceptions import FatalError
 from .._on_error import OnError
-from ._checks import entity_violations, order_violations, span_violations
-from ._harness import Simulation
+from ._checks import (
+    entity_violations,
+    order_violations,
+    schedule_violations,
+    span_violations,
+)
+from ._harness import WALL_START, Simulation
 
 app = App("simulation")
 app.queue("limited", concurrency=2)
@@ -278,6 +283,54 @@ async def _tally_calls(sim: Simulation) -> None:
     )
 
 
+# A schedule the workload creates, ticking every minute; each tick's run
+# outlives the next tick, which the overlap policy ("skip") then skips.
+TICK_PERIOD = 60
+
+
+@app.step()
+async def tick_step(run_id: str) -> None:
+    _note("ticks", run_id)
+
+
+@app.workflow()
+async def tick_flow(ctx: Any, label: str) -> str:
+    await ctx.step(tick_step, ctx.run_id)
+    await ctx.sleep(90)
+    return label
+
+
+async def _create_schedule(sim: Simulation) -> tuple[float, float]:
+    """Create the schedule "tick"; return when (durable time, bounds)."""
+    before = WALL_START + trio.current_time()
+
+    async def create(engine: Engine) -> None:
+        await engine.create_schedule(
+            "tick", tick_flow, cron="* * * * *", args=["tick"], overlap="skip"
+        )
+
+    await sim.call(create)
+    return before, WALL_START + trio.current_time()
+
+
+async def _pause_schedule(sim: Simulation, created: tuple[float, float]) -> None:
+    async def pause(engine: Engine) -> None:
+        await engine.pause_schedule("tick")
+
+    await sim.call(pause)
+    # Paused, it starts nothing more, and the runs it started end; it stays
+    # in the store for the check.
+    sim.check(
+        lambda store: schedule_violations(
+            store,
+            name="tick",
+            period=TICK_PERIOD,
+            created=created,
+            ticked=sim.notes.get("ticks", []),
+        )
+    )
+
+
 # -- remote workflows: decided on the workers of "deciders" ---------------------------
 
 
@@ -322,6 +375,7 @@ async def default_workload(sim: Simulation) -> None:
     _current.append(sim)
     del _current[:-1]
     rng = sim.rng
+    created = await _create_schedule(sim)
     async with trio.open_nursery() as nursery:
         for i in range(6):
             await sim.start(steps_flow, f"s{i}", i, run_id=f"steps-{i}")
@@ -352,3 +406,4 @@ async def default_workload(sim: Simulation) -> None:
         await sim.signal("signal-late", "go", "late")
         await sim.signal("remote-parent", "go", 100)
         await sim.cancel("cancelled", compensate=True)
+        await _pause_schedule(sim, created)
