@@ -30,6 +30,9 @@ import trio
 from trio._core import _run as trio_run
 
 import trio_durable as td
+import trio_durable._entity_defs as entity_defs
+import trio_durable._schedule_ticker as schedule_ticker
+import trio_durable._turn as turn_module
 from trio_durable._stores._memory import MemoryStore
 from trio_durable._stores._ops import Op, SettleCheckpoint
 from trio_durable._stores._rules import is_of
@@ -40,6 +43,7 @@ from trio_durable.testing import (
     deterministic_scheduling,
     simulate,
 )
+from trio_durable.testing._checks import order_violations, span_violations
 from trio_durable.testing._workloads import app, default_workload
 
 FAULT_KINDS = {
@@ -78,10 +82,12 @@ def test_ci_budget_of_200_seeds(first: int) -> None:
         for seed in range(first, first + 50)
     ]
     assert _failures(reports) == ""
-    # Every seed made all 38 runs (24 started by the workload, 14 children)
-    # and injected faults.
+    # Every seed made all 64 runs (41 started by the workload, 23 children),
+    # plus those of the schedule's ticks, and injected faults.
     for report in reports:
-        assert sum(report.statuses.values()) == 38, (report.seed, report.statuses)
+        ticks = sum(run_id.startswith("tick@") for run_id in report.outputs)
+        assert ticks >= 1, report.seed
+        assert sum(report.statuses.values()) == 64 + ticks, (report.seed, report.statuses)
         assert report.faults, report.seed
 
 
@@ -260,6 +266,83 @@ def test_planted_claimless_settle_is_caught_by_the_builtin_workload(
     assert not all(r.ok for r in reports)
 
 
+# -- the keyed invariants ----------------------------------------------------
+
+
+def test_span_check_counts_runs_inside_at_once() -> None:
+    # Re-executions of one run's steps are one span, however many.
+    assert span_violations("k", ["a", "a", "a", "b", "b", "c"], 1) == []
+    assert span_violations("k", ["a", "b", "a"], 1) == [
+        "key k: 2 runs inside at once (limit 1): ['a', 'b']"
+    ]
+    assert span_violations("k", ["a", "b", "a", "c", "b", "c"], 2) == []
+    assert span_violations("k", ["a", "b", "c", "b", "a"], 2) != []
+    assert order_violations("k", ["a", "a", "b"], ["a", "b"]) == []
+    assert order_violations("k", ["b", "a"], ["a", "b"]) == [
+        "key k: runs went in as ['b', 'a'], started as ['a', 'b']"
+    ]
+
+
+def test_planted_unadmitted_runs_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The planted bug: a run's turn never waits for its concurrency slot.
+    async def admit(turn: Any, now: float) -> bool:
+        return True
+
+    monkeypatch.setattr(turn_module, "admit", admit)
+    report = simulate(app, default_workload, seed=1, faults=Faults.none())
+    assert "key one:a: 2 runs inside at once (limit 1): ['one:a-0', 'one:a-1']" in (
+        report.violations
+    )
+    assert any(
+        v.startswith("key two:c: 3 runs inside at once (limit 2)") for v in report.violations
+    )
+
+
+def test_planted_entity_state_written_apart_from_the_call_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The planted bug: an exclusive call writes the entity's new state on its
+    # own, before the write that ends the call: a failed end write makes the
+    # call run again, on the state it already changed.
+    original = entity_defs.run_handler
+
+    async def early(store: Any, now: float, *args: Any) -> tuple[Any, None]:
+        result, put = await original(store, now, *args)
+        if put is not None:
+            await store.apply([put])
+        return result, None
+
+    monkeypatch.setattr(entity_defs, "run_handler", early)
+    faults = Faults(store_fail_before=0.05, store_fail_after=0.05)
+    report = simulate(app, default_workload, seed=1, faults=faults)
+    # More state than the calls added, at a version past their number.
+    assert any(
+        re.fullmatch(r"entity tally\[t\]: state \d+ at version \d+, expected 645 at version 12", v)
+        for v in report.violations
+    ), report.violations
+    assert any("are not a sequence of the adds" in v for v in report.violations)
+
+
+def test_planted_uncounted_missed_ticks_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The planted bug: ticks older than the catch-up window are passed over
+    # without being counted as missed. Seed 7's clock jumps over nine of them.
+    real = schedule_ticker._next_step
+
+    async def uncounted(rt: Any, spec: Any, state: Any, now: float) -> Any:
+        step = await real(rt, spec, state, now)
+        if step.state is not None:
+            step = attrs.evolve(step, state=attrs.evolve(step.state, missed=state.missed))
+        return step
+
+    monkeypatch.setattr(schedule_ticker, "_next_step", uncounted)
+    report = simulate(app, default_workload, seed=7, faults=Faults.everything())
+    assert len(report.violations) == 1, report.violations
+    assert re.fullmatch(
+        r"schedule tick: \d+ started, \d+ skipped and 0 missed, \d+ ticks due by [\d.]+",
+        report.violations[0],
+    )
+
+
 # -- regression seeds ---------------------------------------------------------
 
 
@@ -295,12 +378,26 @@ def test_report_of_the_builtin_workload() -> None:
     report = simulate(app, default_workload, seed=5, keep_trace=True)
     assert report.seed == 5
     assert report.ok
-    # 24 runs started by the workload, plus children: 1 child and 5 fan
+    # 41 runs started by the workload, plus children: 1 child and 5 fan
     # members of "children", the on-error handler of "routed", 2 children
-    # and 4 fan members of "remote-parent", and the remote handler of
-    # "remote-saga".
-    assert report.statuses == {"cancelled": 1, "completed": 35, "failed": 2}
-    assert report.outputs == {
+    # and 4 fan members of "remote-parent", the remote handler of
+    # "remote-saga", and the 9 exclusive calls of the "tally-<w>" runs.
+    # And the runs of the schedule's ticks, each one's id its tick's.
+    outputs = dict(report.outputs)
+    ticks = {run_id: outputs.pop(run_id) for run_id in sorted(outputs) if "@" in run_id}
+    assert ticks
+    assert all(run_id.startswith("tick@2023-11-14T22:") for run_id in ticks)
+    assert set(ticks.values()) == {("completed", "tick")}
+    assert report.statuses == {"cancelled": 1, "completed": 61 + len(ticks), "failed": 2}
+    # What the entity's calls return depends on their order (the invariants
+    # check it): each tally run returns its 3 adds' results, then its read.
+    tallies = {run_id: outputs.pop(run_id) for run_id in sorted(outputs) if "tally" in run_id}
+    assert sorted(tallies) == [f"tally-{w}" for w in range(3)] + [
+        f"tally-call-{w}" for w in range(3)
+    ]
+    assert all(status == "completed" for status, _ in tallies.values())
+    assert all(len(tallies[f"tally-{w}"][1]) == 4 for w in range(3))
+    assert outputs == {
         **{f"steps-{i}": ("completed", 4 * i + 1) for i in range(6)},
         "signal-early": ("completed", "early"),
         "signal-late": ("completed", "late"),
@@ -317,6 +414,13 @@ def test_report_of_the_builtin_workload() -> None:
         # Its remote child (9), local child (4), fan (0 + 1 + 4 + 9) and signal (100).
         "remote-parent": ("completed", 9 + 4 + 14 + 100),
         "remote-saga": ("completed", "remotely handled remote-saga (rejected)"),
+        # Keyed runs return their label.
+        **{
+            f"keyed-{log}-{i}": ("completed", f"{log}-{i}")
+            for log in ("one:a", "two:c")
+            for i in range(4)
+        },
+        **{f"keyed-one:b-{i}": ("completed", f"one:b-{i}") for i in range(3)},
     }
     assert report.faults
     assert set(report.faults) <= FAULT_KINDS

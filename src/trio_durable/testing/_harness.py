@@ -26,6 +26,7 @@ from .._brokers._memory import BrokerFaults, MemoryBroker
 from .._engine import Engine, crash, open_engine
 from .._exceptions import EngineClosedError, InvalidRunStateError, StoreError, TrioDurableError
 from .._records import TERMINAL_STATUSES, Run
+from .._stores._base import Store
 from .._stores._memory import MemoryStore
 from .._worker import crash as crash_worker
 from .._worker import open_worker
@@ -68,6 +69,9 @@ class SimulationReport:
         return not self.violations
 
 
+Check = Callable[[Store], Awaitable[list[str]]]
+
+
 class Simulation:
     """What a workload drives the fleet with.
 
@@ -89,11 +93,30 @@ class Simulation:
         self.may_stay_suspended: set[str] = set()
         self.may_differ: set[str] = set()
         self.may_skip_effects: set[str] = set()
+        self.notes: dict[str, list[str]] = {}
+        self.checks: list[Check] = []
 
     def record(self, key: str) -> int:
         """Record one execution of an effect; return how many ran so far."""
         self.ledger[key] = self.ledger.get(key, 0) + 1
         return self.ledger[key]
+
+    def note(self, log: str, entry: str) -> None:
+        """Append ``entry`` to the ordered log ``log``: what steps saw, in
+        the order it happened (every execution, re-executions included)."""
+        self.notes.setdefault(log, []).append(entry)
+
+    def check(self, check: Check) -> None:
+        """Add an invariant of the workload's own: ``check(store)`` is
+        awaited once the fleet has drained (the store no longer fails), and
+        returns the violations it found."""
+        self.checks.append(check)
+
+    async def call(self, fn: Callable[[Engine], Awaitable[Any]]) -> Any:
+        """Call ``fn`` with a live engine, again on another one when the
+        engine crashed under it or the store failed on purpose: ``fn`` must
+        be idempotent (an entity call with a ``call_id``, say)."""
+        return await self._call(fn)
 
     def _engine_up(self, engine: Engine) -> None:
         self._engines[engine.engine_id] = engine
@@ -421,6 +444,8 @@ async def _simulation(
         allowed = run.id in sim.may_stay_suspended or run.parent_id in sim.may_stay_suspended
         if run.status not in TERMINAL_STATUSES and not allowed:
             violations.append(f"run {run.id} did not end: {run.status}")
+    for check in sim.checks:
+        violations.extend(await check(store.inner))
     for (run_id, seq), settles in sorted(store.settles.items()):
         if settles > 1 + store.resets.get((run_id, seq), 0):
             violations.append(f"checkpoint {run_id}@{seq} settled {settles} times")

@@ -13,14 +13,23 @@ Steps record their effects in the simulation's ledger.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import trio
 
 from .._app import App, Retry
+from .._engine import Engine
+from .._entity_defs import exclusive, shared
 from .._exceptions import FatalError
 from .._on_error import OnError
-from ._harness import Simulation
+from ._checks import (
+    entity_violations,
+    order_violations,
+    schedule_violations,
+    span_violations,
+)
+from ._harness import WALL_START, Simulation
 
 app = App("simulation")
 app.queue("limited", concurrency=2)
@@ -30,6 +39,11 @@ _current: list[Simulation] = []
 
 def _record(key: str) -> int:
     return _current[-1].record(key) if _current else 1
+
+
+def _note(log: str, entry: str) -> None:
+    if _current:
+        _current[-1].note(log, entry)
 
 
 @app.step(retry=Retry(attempts=4, backoff=1.0, jitter=0.5))
@@ -144,6 +158,179 @@ async def long_flow(ctx: Any, key: str) -> str:
     return "finished"
 
 
+# -- concurrency keys and an entity --------------------------------------------
+
+# Runs of one key of `keyed_one` go one at a time, of `keyed_two` two at a
+# time; their steps note the run in the key's log (see `_checks`).
+KEYED: dict[str, int] = {"one:a": 1, "one:b": 1, "two:c": 2}
+
+
+@app.step()
+async def inside(log: str, label: str) -> None:
+    _note(log, label)
+
+
+async def _keyed_body(ctx: Any, log: str, label: str, pause: int) -> str:
+    await ctx.step(inside, log, label)
+    await ctx.sleep(pause)
+    await ctx.step(inside, log, label)
+    await ctx.sleep(pause)
+    await ctx.step(inside, log, label)
+    return label
+
+
+@app.workflow(concurrency_key=lambda key, label, pause: key, max_concurrent=1)
+async def keyed_one(ctx: Any, key: str, label: str, pause: int) -> str:
+    return await _keyed_body(ctx, f"one:{key}", label, pause)
+
+
+@app.workflow(concurrency_key=lambda key, label, pause: key, max_concurrent=2)
+async def keyed_two(ctx: Any, key: str, label: str, pause: int) -> str:
+    return await _keyed_body(ctx, f"two:{key}", label, pause)
+
+
+@app.entity("tally")
+class Tally:
+    """A total per key: `add` is exclusive, `read` shared."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    @exclusive
+    async def add(self, n: int) -> int:
+        self.total += n
+        return self.total
+
+    @shared
+    async def read(self) -> int:
+        return self.total
+
+
+@app.workflow()
+async def tally_flow(ctx: Any, key: str, amounts: list[int]) -> list[int]:
+    tally = ctx.entity("tally", key)
+    added = []
+    for n in amounts:
+        added.append(await tally.add(n))
+        await ctx.sleep(n)
+    return [*added, await tally.read()]
+
+
+async def _keyed_runs(sim: Simulation) -> None:
+    """Eleven runs over three keys, started a second or two apart."""
+    started: dict[str, list[str]] = {log: [] for log in KEYED}
+    for i in range(4):
+        for workflow, key in ((keyed_one, "a"), (keyed_one, "b"), (keyed_two, "c")):
+            log = f"{workflow.name[6:]}:{key}"
+            if key == "b" and i == 3:
+                continue
+            label = f"{log}-{i}"
+            await sim.start(workflow, key, label, 5 + 7 * i, run_id=f"keyed-{log}-{i}")
+            started[log].append(label)
+            await sim.sleep(sim.rng.uniform(0, 2))
+
+    async def check(store: Any) -> list[str]:
+        violations: list[str] = []
+        for log, limit in KEYED.items():
+            entries = sim.notes.get(log, [])
+            violations.extend(span_violations(log, entries, limit))
+            if limit == 1:
+                violations.extend(order_violations(log, entries, started[log]))
+        return violations
+
+    sim.check(check)
+
+
+async def _tally_calls(sim: Simulation) -> None:
+    """Three workflows and the workload itself add to one key of `Tally`,
+    interleaved; the workload reads it too."""
+    key = "t"
+    amounts: list[int] = []
+    results: dict[str, int] = {}
+    reads: list[tuple[int, int]] = []
+    callers = [f"tally-{w}" for w in range(3)]
+    for w, caller in enumerate(callers):
+        plan = [3 * w + j + 1 for j in range(3)]
+        await sim.start(tally_flow, key, plan, run_id=caller)
+        sim.may_differ.add(caller)  # what its calls return depends on the order
+        amounts.extend(plan)
+        call_id = f"tally-call-{w}"
+        sim.may_differ.add(call_id)
+        n = 100 * (w + 1)
+        amounts.append(n)
+
+        async def add(engine: Engine, call_id: str = call_id, n: int = n) -> int:
+            return int(await engine.entity("tally", key, call_id=call_id).add(n))
+
+        results[call_id] = await sim.call(add)
+        floor = max(results.values())
+
+        async def read(engine: Engine) -> int:
+            return int(await engine.entity("tally", key).read())
+
+        reads.append((floor, await sim.call(read)))
+        await sim.sleep(sim.rng.uniform(0, 3))
+    sim.check(
+        partial(
+            entity_violations,
+            entity="tally",
+            key=key,
+            amounts=amounts,
+            results=results,
+            reads=reads,
+            callers=callers,
+        )
+    )
+
+
+# A schedule the workload creates, ticking every minute; each tick's run
+# outlives the next tick, which the overlap policy ("skip") then skips.
+TICK_PERIOD = 60
+
+
+@app.step()
+async def tick_step(run_id: str) -> None:
+    _note("ticks", run_id)
+
+
+@app.workflow()
+async def tick_flow(ctx: Any, label: str) -> str:
+    await ctx.step(tick_step, ctx.run_id)
+    await ctx.sleep(90)
+    return label
+
+
+async def _create_schedule(sim: Simulation) -> tuple[float, float]:
+    """Create the schedule "tick"; return when (durable time, bounds)."""
+    before = WALL_START + trio.current_time()
+
+    async def create(engine: Engine) -> None:
+        await engine.create_schedule(
+            "tick", tick_flow, cron="* * * * *", args=["tick"], overlap="skip"
+        )
+
+    await sim.call(create)
+    return before, WALL_START + trio.current_time()
+
+
+async def _pause_schedule(sim: Simulation, created: tuple[float, float]) -> None:
+    async def pause(engine: Engine) -> None:
+        await engine.pause_schedule("tick")
+
+    await sim.call(pause)
+    # Paused, it starts nothing more, and the runs it started end; it stays
+    # in the store for the check.
+    sim.check(
+        lambda store: schedule_violations(
+            store,
+            name="tick",
+            period=TICK_PERIOD,
+            created=created,
+            ticked=sim.notes.get("ticks", []),
+        )
+    )
+
+
 # -- remote workflows: decided on the workers of "deciders" ---------------------------
 
 
@@ -188,6 +375,7 @@ async def default_workload(sim: Simulation) -> None:
     _current.append(sim)
     del _current[:-1]
     rng = sim.rng
+    created = await _create_schedule(sim)
     async with trio.open_nursery() as nursery:
         for i in range(6):
             await sim.start(steps_flow, f"s{i}", i, run_id=f"steps-{i}")
@@ -208,6 +396,8 @@ async def default_workload(sim: Simulation) -> None:
             await sim.start(remote_steps_flow, f"rs{i}", i, run_id=f"remote-steps-{i}")
         await sim.start(remote_parent, 2, run_id="remote-parent")
         await sim.start(remote_saga_flow, "rsg", run_id="remote-saga")
+        await _keyed_runs(sim)
+        await _tally_calls(sim)
         await sim.start(long_flow, "lf", run_id="cancelled")
         # A clock jump can let the cancellation below land before the run's
         # first turn: then its step and undo never run (seed 5066).
@@ -216,3 +406,4 @@ async def default_workload(sim: Simulation) -> None:
         await sim.signal("signal-late", "go", "late")
         await sim.signal("remote-parent", "go", 100)
         await sim.cancel("cancelled", compensate=True)
+        await _pause_schedule(sim, created)
