@@ -34,7 +34,7 @@ from ._controls import key_of
 from ._exceptions import InvalidArgumentsError, LeaseLostError
 from ._failures import error_info
 from ._rate_limits import RATE_LIMITED, reserve
-from ._records import ADMISSION_SEQ, LATEST_VERSION, Checkpoint, ErrorInfo
+from ._records import ADMISSION_SEQ, Checkpoint, ErrorInfo
 from ._replay import Suspend
 from ._stores._ops import (
     AdmitToQueue,
@@ -318,24 +318,17 @@ def _late_checkpoint(rt: Runtime, state: TurnState, now: float) -> Checkpoint | 
     run with a body history already (started before its workflow had
     controls) runs on unadmitted."""
     run = state.run
+    wf = rt.app.find_workflow(run.workflow, run.version)
+    if wf is None or not wf.controls.admitted:
+        return None
     if any(seq < ADMISSION_SEQ for seq in state.checkpoints):
         # Reserved seqs (a deadline, a continued generation's backward
         # link) are no body history.
-        return None
-    wf = _workflow(rt, run.workflow, run.version)
-    if wf is None or not wf.controls.admitted:
         return None
     controls = start_controls(wf, run.input)
     if controls is None or not controls.admitted:
         return None
     return admission_checkpoint(run.id, controls.queue, controls.limit, controls.rate, now)
-
-
-def _workflow(rt: Runtime, name: str, version: str) -> Workflow[..., Any] | None:
-    app = rt.app
-    if version == LATEST_VERSION:
-        return app.get_workflow(name) if any(wf.name == name for wf in app.workflows) else None
-    return app.get_workflow(name, version) if app.has_workflow(name, version) else None
 
 
 async def _ask(

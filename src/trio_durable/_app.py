@@ -538,6 +538,13 @@ class App:
             raise UnknownWorkflowError(f"no workflow {what} in app {self.name!r} (known: {known})")
         return wf
 
+    def find_workflow(self, name: str, version: str) -> Workflow[Any, Any] | None:
+        """The workflow a run of ``name`` at ``version`` executes here (for
+        `LATEST_VERSION`, the one registered last), or None, in one lookup."""
+        if version == LATEST_VERSION:
+            return self._latest.get(name)
+        return self._workflows.get((name, version))
+
     def has_workflow(self, name: str, version: str) -> bool:
         """Whether ``name`` is registered at ``version``."""
         return (name, version) in self._workflows

@@ -30,7 +30,7 @@ import trio
 
 from ._children import cancel_request
 from ._exceptions import UsageError
-from ._records import CONTINUED_SEQ, DEADLINE_SEQ, LATEST_VERSION, Checkpoint, ErrorInfo, Run
+from ._records import CONTINUED_SEQ, DEADLINE_SEQ, Checkpoint, ErrorInfo, Run
 from ._stores._ops import CreateRun, Op, PutCheckpoint, UpdateRun
 
 if TYPE_CHECKING:
@@ -149,7 +149,8 @@ async def continue_run(turn: Turn, cont: ContinueAsNew) -> None:
     state.run = attrs.evolve(run, parent_id=None, parent_seq=None)
     # Written with the end only: a cancel that landed during the turn
     # cancels this generation, and no next one is created.
-    await turn.end("completed", output=None, also=links)
+    state.end_ops.extend(links)
+    await turn.end("completed", output=None)
     created = await rt.store.get_run(next_id)
     if created is not None and created.status == "pending":
         rt.telemetry.emit_run("run.started", created)
@@ -201,13 +202,8 @@ def workflow_timeout(app: App | None, workflow: str, version: str) -> float | No
     """The timeout ``@app.workflow(timeout=)`` gave the workflow, if ``app``
     has it (for `LATEST_VERSION`, the version registered last, which the
     run's first turn pins)."""
-    if app is None:
-        return None
-    if version == LATEST_VERSION and any(wf.name == workflow for wf in app.workflows):
-        return app.get_workflow(workflow).controls.timeout
-    if not app.has_workflow(workflow, version):
-        return None
-    return app.get_workflow(workflow, version).controls.timeout
+    wf = None if app is None else app.find_workflow(workflow, version)
+    return None if wf is None else wf.controls.timeout
 
 
 def deadline_checkpoint(run: Run, timeout: float) -> Checkpoint:

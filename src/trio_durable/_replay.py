@@ -75,7 +75,8 @@ class TurnState:
     dispatch: list[tuple[int, Task]] = attrs.field(factory=list)
     nondeterminism: NonDeterminismError | None = None
     # Writes the run's body hands to the write that completes the run (an
-    # entity's new state): they commit with its output or not at all.
+    # entity's new state, a continued run's next generation): they commit
+    # with its end or not at all.
     end_ops: list[Op] = attrs.field(factory=list)
 
     def put(self, checkpoint: Checkpoint) -> None:

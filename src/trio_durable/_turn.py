@@ -13,7 +13,6 @@ runs, the lease is renewed; a turn that loses it writes nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -507,11 +506,11 @@ class Turn:
         output: str | None = None,
         error: ErrorInfo | None = None,
         returned_by: tuple[str, str] | None = None,
-        also: Sequence[Op] = (),
     ) -> None:
         """End the run as ``status``, settling its parent's checkpoint in the
-        same write and waking the parent through the join barrier. ``also``
-        is written with the end, and only with it (not if a cancel landed)."""
+        same write and waking the parent through the join barrier. A run that
+        completes writes the turn's `TurnState.end_ops` with its end, and
+        only with it (not if a cancel landed)."""
         rt, turn = self.runtime, self.state
         run = turn.run
         expect = _END_EXPECTS.get(status, _RUNNING)
@@ -519,7 +518,6 @@ class Turn:
             self.fence(
                 {"status": status, "output": output, "error": error, "wake_at": None}, expect
             ),
-            *also,
         ]
         if status == "completed":
             ops.extend(turn.end_ops)
