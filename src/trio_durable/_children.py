@@ -18,6 +18,7 @@ import attrs
 from . import _serde
 from ._admission import creation_ops, start_controls
 from ._definitions import Workflow
+from ._exceptions import RunFailed
 from ._records import ACTIVE_STATUSES, Checkpoint, ErrorInfo, FanMode, Run
 from ._stores._ops import CreateRun, UpdateRun
 
@@ -98,6 +99,28 @@ def child_outcome(app: App, wf: Workflow[..., Any], cp: Checkpoint) -> Any:
             _, returns = _serde.signature_types(wf.fn)
         return _serde.structure(data.get("value"), returns)
     return Failed(str(data.get("error")), data.get("code"), data.get("details"))
+
+
+def child_value(app: App, wf: Workflow[..., Any], cp: Checkpoint) -> Any:
+    """What an awaited child's settled checkpoint returns to its parent's
+    body: the child's value.
+
+    Raises:
+      RunFailed: The child failed or was cancelled; its error's code and
+        details are the exception's.
+    """
+    value = child_outcome(app, wf, cp)
+    if isinstance(value, Failed):
+        recorded = cp.error or ErrorInfo(message=value.error)
+        raise RunFailed(
+            cp.child_id or "",
+            value.error,
+            value.code,
+            value.details,
+            step=recorded.step,
+            traceback=recorded.traceback,
+        )
+    return value
 
 
 def record_child(

@@ -18,13 +18,13 @@ from typing import Any, Concatenate, Literal, final, overload
 
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow
-from ._children import Failed, child_outcome, record_child
+from ._children import Failed, child_value, record_child
 from ._context_control import ControlOperations
 from ._decider import child_command, step_command
-from ._exceptions import GatherError, GatherFailure, RunFailed, UsageError
+from ._exceptions import GatherError, GatherFailure, UsageError
 from ._fans import FAN_CANCELLED, fan
 from ._local import local_step
-from ._records import CheckpointKind, ErrorInfo
+from ._records import CheckpointKind
 from ._remote import remote_step
 from ._replay import Replay, Suspend
 from ._waits import signal, timer
@@ -422,18 +422,7 @@ class Context(ControlOperations):
         if cp.status == "pending":
             # Watched: the child may end while this turn holds the lease.
             raise Suspend("child", watch=(seq, seq))
-        value = child_outcome(replay.runtime.app, wf, cp)
-        if isinstance(value, Failed):
-            recorded = cp.error or ErrorInfo(message=value.error)
-            raise RunFailed(
-                cp.child_id or "",
-                value.error,
-                value.code,
-                value.details,
-                step=recorded.step,
-                traceback=recorded.traceback,
-            )
-        return value
+        return child_value(replay.runtime.app, wf, cp)
 
     def _start(
         self, wf: Workflow[..., Any], seq: int, child_id: str, input_json: str, *, awaited: bool

@@ -23,11 +23,11 @@ import attrs
 
 from . import _serde
 from ._admission import StartControls, creation_ops
-from ._children import Failed, child_outcome, record_child
+from ._children import child_value, record_child
 from ._entity_defs import Entity, Handler, run_handler
-from ._exceptions import RunFailed, UnknownEntityError, UsageError
+from ._exceptions import UnknownEntityError, UsageError
 from ._failures import error_info, step_failure
-from ._records import DEFAULT_NAMESPACE, Checkpoint, ErrorInfo, Run
+from ._records import DEFAULT_NAMESPACE, Checkpoint, Run
 from ._replay import Replay, Suspend
 from ._runs import NewRun, create_run
 from ._stores._ops import Op
@@ -201,18 +201,7 @@ async def _exclusive_in_workflow(
     if cp.status == "pending":
         # Watched: the call may end while this turn holds the lease.
         raise Suspend("entity", watch=(seq, seq))
-    value = child_outcome(replay.runtime.app, wf, cp)
-    if isinstance(value, Failed):
-        recorded = cp.error or ErrorInfo(message=value.error)
-        raise RunFailed(
-            cp.child_id or "",
-            value.error,
-            value.code,
-            value.details,
-            step=recorded.step,
-            traceback=recorded.traceback,
-        )
-    return handler.returned(value)
+    return handler.returned(child_value(replay.runtime.app, wf, cp))
 
 
 # -- from an engine or a client -------------------------------------------------
