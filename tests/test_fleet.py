@@ -481,6 +481,33 @@ def test_registration_hash_changes_with_a_flow_queue_limit() -> None:
     )
 
 
+def test_registration_hash_changes_with_a_queue_rate_limit() -> None:
+    def app(rate: td.RateLimit | None) -> td.App:
+        a = td.App("shop")
+        a.queue("calls", concurrency=2, rate_limit=rate)
+        return a
+
+    assert app(None).registration_hash() != app(td.RateLimit(10, 1.0)).registration_hash()
+    assert (
+        app(td.RateLimit(10, 1)).registration_hash()
+        == app(td.RateLimit(10, 1.0)).registration_hash()
+    )
+
+
+def test_registration_hash_follows_registrations_made_after_it_was_read() -> None:
+    app = build_app()
+    first = app.registration_hash()
+    assert app.registration_hash() == first
+
+    @app.step()
+    async def later() -> None: ...
+
+    assert app.registration_hash() != first
+    fresh = build_app()
+    fresh.step(later.fn)
+    assert app.registration_hash() == fresh.registration_hash()
+
+
 # -- Capability routing -----------------------------------------------------------
 
 gpu_app = td.App("render")

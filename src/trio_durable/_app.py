@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import (
     TYPE_CHECKING,
@@ -44,6 +42,7 @@ from ._policies import FlowQueue as FlowQueue
 from ._policies import Retry as Retry
 from ._policies import finite
 from ._records import LATEST_VERSION
+from ._registration_hash import registration_hash
 from ._schedule_spec import (
     DEFAULT_CATCHUP_WINDOW,
     DEFAULT_CRON,
@@ -77,6 +76,7 @@ class App:
         self._queues: dict[str, FlowQueue] = {}
         self._schedules: dict[str, ScheduleSpec] = {}
         self._entities: dict[str, Entity] = {}
+        self._hashed: tuple[tuple[int, int, int], str] | None = None
 
     def queue(
         self,
@@ -579,53 +579,14 @@ class App:
         )
 
     def registration_hash(self) -> str:
-        """A canonical hash of every registration: steps with their groups,
-        requirements, flow-control queues, retries and timeouts, the queues,
-        and workflows with their versions, on-error routes and groups.
-
-        It does not depend on registration order, nor on how an equal number
-        is written (``backoff=1`` or ``1.0``), so two processes of one deploy
-        announce the same hash and a rollout shows as two hashes.
-        """
-
-        def number(value: float | None) -> float | None:
-            # json writes 1 and 1.0 differently; equal settings must hash alike.
-            return None if value is None else float(value)
-
-        data = {
-            "steps": {
-                s.name: {
-                    "group": s.group,
-                    "requires": list(s.requires),
-                    "queue": s.queue,
-                    "retry": {
-                        "attempts": s.retry.attempts,
-                        "backoff": number(s.retry.backoff),
-                        "max_backoff": number(s.retry.max_backoff),
-                        "jitter": number(s.retry.jitter),
-                    },
-                    "timeout": number(s.timeout),
-                }
-                for s in sorted(self._steps.values(), key=lambda s: s.name)
-            },
-            "queues": {
-                q.name: {"concurrency": q.concurrency, "priority": q.priority}
-                for q in sorted(self._queues.values(), key=lambda q: q.name)
-            },
-            "workflows": sorted(
-                [
-                    name,
-                    version,
-                    sorted([r.code or "", r.workflow] for r in wf.on_error),
-                    # Only when given, so that a deploy declaring no
-                    # workflow group hashes as it did before groups existed.
-                    *([] if wf.group is None else [wf.group]),
-                ]
-                for (name, version), wf in self._workflows.items()
-            ),
-        }
-        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """A canonical hash of every registration (see
+        `._registration_hash.registration_hash`): two processes of one
+        deploy announce the same hash, and a rollout shows as two hashes.
+        Computed once per set of registrations (they are only ever added)."""
+        size = (len(self._steps), len(self._queues), len(self._workflows))
+        if self._hashed is None or self._hashed[0] != size:
+            self._hashed = (size, registration_hash(self))
+        return self._hashed[1]
 
 
 def workflow_of(app: App, target: Workflow[Any, Any] | str) -> Workflow[Any, Any]:
