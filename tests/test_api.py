@@ -52,6 +52,8 @@ def test_public_api_is_pinned() -> None:
         "InvalidArgumentsError",
         "InvalidRunStateError",
         "InvalidURLError",
+        "Keyring",
+        "KeyringError",
         "LeaseLostError",
         "MemoryBroker",
         "MemoryStore",

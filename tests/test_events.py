@@ -73,7 +73,7 @@ async def test_an_event_starts_every_subscriber_with_its_payload(
         runs = await engine.list_runs()
         assert sorted(run.id for run in runs.runs) == ["o-1.audit", "o-1.reserve", "o-2.audit"]
         # The event is kept, with what it reached.
-        record = await engine.get_event("o-1")
+        record = await engine.get_event_record("o-1")
         assert record is not None
         assert record.receipt == receipt
         assert record.payload == {"sku": "apple", "quantity": 3}
@@ -159,7 +159,7 @@ async def test_an_event_nobody_subscribes_to_warns_and_is_kept(
         await engine.drain()
         assert seen == {}
         assert (await engine.list_runs()).runs == ()
-        record = await engine.get_event("s-1")
+        record = await engine.get_event_record("s-1")
         assert record is not None
         assert (record.name, record.payload, record.run_ids) == (
             "order.shipped",
@@ -167,7 +167,7 @@ async def test_an_event_nobody_subscribes_to_warns_and_is_kept(
             (),
         )
         assert [e.event_id for e in await engine.list_events()] == ["s-1"]
-        assert await engine.get_event("s-2") is None
+        assert await engine.get_event_record("s-2") is None
 
 
 def test_a_subscriber_must_take_the_payload_as_its_one_input() -> None:
@@ -242,7 +242,7 @@ async def test_a_client_sends_events_that_an_engine_runs_at_once(
             detail = await client.get(run_id)
             assert detail.updated_at - detail.created_at < 1.0
         assert (await client.send_event("order.placed", Order("x", 1), event_id="c-1")) == receipt
-        record = await engine.get_event("c-1")
+        record = await engine.get_event_record("c-1")
         assert record is not None
         assert record.sent_at == WALL_START + 5
         await engine.drain()

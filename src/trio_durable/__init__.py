@@ -71,6 +71,8 @@ from ._fleet import Disagreement as Disagreement
 from ._fleet import Fleet as Fleet
 from ._handle import RunHandle as RunHandle
 from ._handoff import UnservedRoute as UnservedRoute
+from ._keyring import Keyring as Keyring
+from ._keyring import KeyringError as KeyringError
 from ._observe import Event as Event
 from ._on_error import OnError as OnError
 from ._on_error import lineage as lineage
@@ -141,6 +143,8 @@ __all__ = [
     "InvalidArgumentsError",
     "InvalidRunStateError",
     "InvalidURLError",
+    "Keyring",
+    "KeyringError",
     "LeaseLostError",
     "lineage",
     "MemoryBroker",

@@ -74,7 +74,7 @@ class EventReceipt:
 @final
 @attrs.define(frozen=True, kw_only=True)
 class EventRecord:
-    """An event as the store keeps it (`Engine.get_event`,
+    """An event as the store keeps it (`Engine.get_event_record`,
     `Engine.list_events`).
 
     Attributes:
@@ -159,7 +159,7 @@ class SendsEvents:
         as the runs it starts and the windows it joins. It is idempotent by
         ``event_id``: sending an id again starts nothing and returns the
         receipt of the first send. An event no workflow subscribes to is
-        stored all the same (see `get_event`) and warns with
+        stored all the same (see `get_event_record`) and warns with
         `UnsubscribedEventWarning`.
 
         Args:
@@ -186,7 +186,7 @@ class SendsEvents:
         """
         return await send_event(self._event_front(), name, payload, key, event_id)
 
-    async def get_event(self, event_id: str) -> EventRecord | None:
+    async def get_event_record(self, event_id: str) -> EventRecord | None:
         """The event stored under ``event_id``, or None."""
         front = self._event_front()
         stored = await front.store.get_value(EVENT_SCOPE, event_id)
