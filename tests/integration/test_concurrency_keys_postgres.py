@@ -1,5 +1,6 @@
-"""Concurrency keys, singletons and dedup keys with two engines on one
-PostgreSQL database (the same scenarios as on SQLite, in real time)."""
+"""Concurrency keys, singletons and dedup keys (of runs and of steps) with
+two engines on one PostgreSQL database (the same scenarios as on SQLite, in
+real time)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from servers.postgres import scratch_schema
 from test_concurrency_keys import key_limit_across_engines, limited_one
 from test_singletons import singleton_race
+from test_step_dedup import dedup_race
 
 
 @pytest.fixture
@@ -26,3 +28,7 @@ async def test_a_key_limit_holds_with_100_starts_on_two_engines(url: str) -> Non
 
 async def test_two_engines_racing_start_one_run_per_key(url: str) -> None:
     await singleton_race(url, sleep=3.0)
+
+
+async def test_racing_step_calls_on_two_engines_let_one_wait(url: str) -> None:
+    await dedup_race(url, seconds=1.0)
