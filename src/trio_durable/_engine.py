@@ -38,10 +38,12 @@ from ._hook_api import HookActions
 from ._lifecycle import continued_to
 from ._observe import DEFAULT_EVENT_BUFFER, Event, Metrics
 from ._options import DEFAULT_TIMER_BATCH_SIZE, ConsoleOptions, EngineOptions
+from ._published import Front
 from ._records import (
     DEFAULT_TRACEBACK_LIMIT,
     Run,
 )
+from ._run_messages import QueriesAndUpdates
 from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
@@ -62,7 +64,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 
-class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules):
+class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, QueriesAndUpdates):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -123,6 +125,27 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules)
 
     def _schedules_app(self) -> App:
         return self.app
+
+    # What `QueriesAndUpdates` (`query`, `update`, `get_event`) needs.
+
+    def _message_front(self) -> Front:
+        rt = self._rt
+        rt.scheduler.check_open()
+        return Front(
+            store=self.store,
+            app=self.app,
+            clock=self.clock,
+            endings=rt.endings,
+            poll_interval=rt.options.result_poll_interval,
+            origin=self.engine_id,
+            new_id=lambda: f"update-{self.rng.getrandbits(64):016x}",
+            # Every engine that can run it is told, so that one whose turn
+            # of it is in flight runs another.
+            wake_ops=lambda runs: announce(self.store, self.engine_id, "wake", runs),
+            woke=self._woke,
+            webhook_keys=rt.webhook_keys,
+            traceback_limit=rt.options.traceback_limit,
+        )
 
     # -- public API -----------------------------------------------------------
 
