@@ -113,3 +113,212 @@ async def test_query_update_and_events(
         assert await engine.query("c", "stage") == "checked out"
         assert await engine.result("c") == {"items": [5, 7], "total": 12}
         assert ran == ["opened by ann", "charged 12"]
+
+
+async def test_bad_updates_and_queries_write_nothing(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    async with engine_on(store_url) as engine:
+        await engine.start(cart, "bo", run_id="c")
+        await engine.drain()
+        with pytest.raises(td.UpdateRejected) as rejected:
+            await engine.update("c", "add", -3)
+        assert rejected.value.code == "not_positive"
+        assert rejected.value.message == "the amount must be positive"
+        with pytest.raises(td.UnknownHandlerError):
+            await engine.update("c", "remove", 1)
+        with pytest.raises(td.UnknownHandlerError):
+            await engine.query("c", "missing")
+        with pytest.raises(td.InvalidArgumentsError):
+            await engine.update("c", "add", 1, 2)
+        with pytest.raises(td.InvalidArgumentsError):
+            await engine.query("c", "total", 1)
+        with pytest.raises(td.RunNotFoundError):
+            await engine.query("nope", "total")
+        with pytest.raises(td.RunNotFoundError):
+            await engine.update("c", "add", 1, namespace="other")
+        with pytest.raises(td.UsageError):
+            await engine.update("c", "add", 1, update_id="bad id with spaces")
+        with pytest.raises(td.UsageError):
+            await engine.get_event("c", "stage", timeout=-1)
+        with pytest.raises(td.UsageError):
+            await engine.get_event("c", "")
+        assert await engine.store.list_values("update:c") == []
+        assert await engine.query("c", "total") == 0
+
+
+async def test_a_failing_handler_fails_its_update_and_is_replayed(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    async with engine_on(store_url) as engine:
+        await engine.start(cart, "cy", run_id="c")
+        await engine.drain()
+        with pytest.raises(td.UpdateFailed) as failed:
+            await engine.update("c", "explode")
+        assert failed.value.message == "boom"
+        # What it changed before it raised stays changed, on every replay.
+        assert await engine.query("c", "total") == 1000
+        assert await engine.update("c", "add", 1) == 1001
+        await engine.signal("c", "checkout")
+        assert await engine.result("c") == {"items": [1000, 1], "total": 1001}
+
+
+async def test_an_update_is_answered_once_per_id(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    async with engine_on(store_url) as engine:
+        await engine.start(cart, "di", run_id="c")
+        await engine.drain()
+        assert await engine.update("c", "add", 2, update_id="u1") == 2
+        assert await engine.update("c", "add", 2, update_id="u1") == 2
+        assert await engine.update("c", "add", 3, update_id="u2") == 5
+        assert await engine.query("c", "total") == 5
+
+
+async def test_an_ended_run_answers_queries_and_takes_no_updates(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    async with engine_on(store_url) as engine:
+        await engine.start(cart, "ed", run_id="c")
+        await engine.drain()
+        await engine.update("c", "add", 4)
+        await engine.signal("c", "checkout")
+        await engine.result("c")
+        assert await engine.query("c", "total") == 4
+        assert await engine.query("c", "stage") == "checked out"
+        with pytest.raises(td.InvalidRunStateError):
+            await engine.update("c", "add", 1)
+        # Never published, and the run ended: None at once.
+        start = trio.current_time()
+        assert await engine.get_event("c", "never") is None
+        assert trio.current_time() == start
+
+
+async def test_update_and_get_event_wait_for_the_turn_without_polling(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    async with engine_on(store_url, result_poll_interval=10_000.0) as engine:
+        await engine.start(cart, "fa", run_id="c")
+        await engine.drain()
+        start = trio.current_time()
+        assert await engine.get_event("c", "late", timeout=30) is None
+        assert trio.current_time() == start + 30
+        got: list[Any] = []
+
+        async def wait_stage() -> None:
+            got.append(await engine.get_event("c", "stage", type=str))
+
+        async with trio.open_nursery() as nursery:
+            await engine.update("c", "add", 1)
+            assert trio.current_time() == start + 30
+            await engine.signal("c", "checkout")
+            nursery.start_soon(wait_stage)
+        assert got in (["open"], ["checked out"])
+        await engine.drain()
+        assert await engine.get_event("c", "stage") == "checked out"
+        assert trio.current_time() == start + 30
+
+
+@app.workflow()
+async def counter(ctx: td.Context) -> int:
+    count = [0]
+
+    @ctx.update("bump")
+    def bump() -> int:
+        count[0] += 1
+        return count[0]
+
+    @ctx.query("count")
+    def current() -> int:
+        return count[0]
+
+    while count[0] < 3:
+        ctx.set_event("count", count[0])
+        await ctx.sleep(3600)
+    await ctx.set_event("count", count[0])
+    return count[0]
+
+
+async def test_updates_apply_where_the_body_waits_and_replay_identically(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    async with engine_on(store_url) as engine:
+        await engine.start(counter, run_id="k")
+        await engine.drain()
+        assert await engine.update("k", "bump") == 1
+        assert await engine.update("k", "bump") == 2
+        # The body sees them when its sleep returns, as it did when the
+        # updates were applied.
+        await trio.sleep(3600)
+        await engine.drain()
+        assert await engine.get_event("k", "count") == 2
+        assert await engine.update("k", "bump") == 3
+        await trio.sleep(3600)
+        assert await engine.result("k") == 3
+        assert await engine.get_event("k", "count") == 3
+        assert await engine.query("k", "count") == 3
+
+
+@app.workflow()
+async def badly_registered(ctx: td.Context) -> list[str]:
+    caught: list[str] = []
+
+    async def handler() -> None:
+        pass
+
+    for register in (lambda: ctx.query("q")(handler), lambda: ctx.update("")(lambda: None)):
+        try:
+            register()
+        except td.UsageError as exc:
+            caught.append(type(exc).__name__)
+    try:
+        ctx.set_event("", 1)
+    except td.UsageError as exc:
+        caught.append(type(exc).__name__)
+    return caught
+
+
+async def test_bad_registrations_raise_usage_errors(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with engine_on("memory://") as engine:
+        await engine.start(badly_registered, run_id="b")
+        assert await engine.result("b") == ["UsageError"] * 3
+
+
+async def test_two_engines_and_a_client_on_one_sqlite_file(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    async with (
+        engine_on(url, seed=1) as holder,
+        engine_on(url, seed=2) as other,
+        td.open_client(url, app=app, wall_clock=fixed_wall) as client,
+        td.open_client(url, wall_clock=fixed_wall) as bare,
+    ):
+        await holder.start(cart, "fi", run_id="c")
+        await holder.drain()
+        # The other engine, and the client, answer by replaying the run.
+        assert await other.query("c", "total") == 0
+        assert await other.update("c", "add", 2) == 2
+        assert await client.update("c", "add", 3) == 5
+        assert await client.query("c", "items_over", 2) == [3]
+        assert await client.get_event("c", "stage") == "open"
+        assert await bare.get_event("c", "stage") == "open"
+        with pytest.raises(td.UsageError, match="app"):
+            await bare.query("c", "total")
+        with pytest.raises(td.UpdateRejected):
+            await client.update("c", "add", 0)
+        got: list[Any] = []
+
+        async def wait_for_checkout() -> None:
+            while (stage := await bare.get_event("c", "stage")) == "open":
+                await trio.sleep(1)
+            got.append(stage)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_checkout)
+            await client.signal("c", "checkout")
+        assert got == ["checked out"]
+        assert await client.result("c") == {"items": [2, 3], "total": 5}
+        assert ran == ["opened by fi", "charged 5"]
