@@ -72,6 +72,7 @@ async def cart(ctx: td.Context, owner: str) -> dict[str, Any]:
     state["stage"] = "checked out"
     await ctx.set_event("stage", "checked out")
     await ctx.step(record, f"charged {sum(items)}")
+    ctx.set_event("charged", sum(items))
     await ctx.sleep(60)
     return {"items": items, "total": sum(items)}
 
@@ -311,14 +312,16 @@ async def test_two_engines_and_a_client_on_one_sqlite_file(
             await client.update("c", "add", 0)
         got: list[Any] = []
 
-        async def wait_for_checkout() -> None:
-            while (stage := await bare.get_event("c", "stage")) == "open":
-                await trio.sleep(1)
-            got.append(stage)
+        async def wait_for_the_charge() -> None:
+            got.append(await bare.get_event("c", "charged"))
+            got.append(trio.current_time())
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(wait_for_checkout)
+            nursery.start_soon(wait_for_the_charge)
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == []
+            signalled = trio.current_time()
             await client.signal("c", "checkout")
-        assert got == ["checked out"]
+        assert got == [5, signalled]
         assert await client.result("c") == {"items": [2, 3], "total": 5}
         assert ran == ["opened by fi", "charged 5"]
