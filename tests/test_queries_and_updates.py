@@ -89,7 +89,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @asynccontextmanager
-async def engine_on(url: str, seed: int = 0, **kwargs: Any) -> AsyncIterator[td.Engine]:
+async def engine_on(url: str | td.Store, seed: int = 0, **kwargs: Any) -> AsyncIterator[td.Engine]:
     async with td.open_engine(app, store=url, seed=seed, wall_clock=fixed_wall, **kwargs) as e:
         yield e
 
@@ -325,3 +325,23 @@ async def test_two_engines_and_a_client_on_one_sqlite_file(
         assert got == [5, signalled]
         assert await client.result("c") == {"items": [2, 3], "total": 5}
         assert ran == ["opened by fi", "charged 5"]
+
+
+async def test_a_client_on_a_shared_memory_store(autojump_clock: trio.testing.MockClock) -> None:
+    store = td.MemoryStore()
+    async with (
+        engine_on(store) as engine,
+        td.open_client(store, app=app, wall_clock=fixed_wall) as client,
+    ):
+        await client.start(cart, "mo", run_id="c")
+        assert await client.get_event("c", "stage") == "open"
+        start = trio.current_time()
+        assert await client.update("c", "add", 9) == 9
+        assert await client.query("c", "total") == 9
+        assert await client.get_event("c", "charged", timeout=5) is None
+        assert trio.current_time() == start + 5
+        await client.signal("c", "checkout")
+        assert await client.get_event("c", "charged") == 9
+        await trio.sleep(60)
+        assert await client.result("c") == {"items": [9], "total": 9}
+        assert await engine.query("c", "stage") == "checked out"

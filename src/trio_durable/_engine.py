@@ -43,7 +43,7 @@ from ._records import (
     DEFAULT_TRACEBACK_LIMIT,
     Run,
 )
-from ._run_messages import QueriesAndUpdates
+from ._run_messages import QueriesAndUpdates, engine_front_of
 from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
@@ -129,23 +129,8 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules,
     # What `QueriesAndUpdates` (`query`, `update`, `get_event`) needs.
 
     def _message_front(self) -> Front:
-        rt = self._rt
-        rt.scheduler.check_open()
-        return Front(
-            store=self.store,
-            app=self.app,
-            clock=self.clock,
-            endings=rt.endings,
-            poll_interval=rt.options.result_poll_interval,
-            origin=self.engine_id,
-            new_id=lambda: f"update-{self.rng.getrandbits(64):016x}",
-            # Every engine that can run it is told, so that one whose turn
-            # of it is in flight runs another.
-            wake_ops=lambda runs: announce(self.store, self.engine_id, "wake", runs),
-            woke=self._woke,
-            webhook_keys=rt.webhook_keys,
-            traceback_limit=rt.options.traceback_limit,
-        )
+        self._rt.scheduler.check_open()
+        return engine_front_of(self._rt, self._woke)
 
     # -- public API -----------------------------------------------------------
 

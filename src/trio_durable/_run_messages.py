@@ -4,11 +4,37 @@ front end's parts (see docs/queries-and-updates.md)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ._published import Front, get_event
 from ._read_replay import query_run
 from ._updates import update_run
+from ._wakes import announce
+
+if TYPE_CHECKING:
+    from ._records import Run
+    from ._runtime import Runtime
+
+
+def engine_front_of(rt: Runtime, woke: Callable[[Run], None]) -> Front:
+    """What an engine's `query`, `update` and `get_event` use of its parts
+    (``woke`` wakes a run here if this engine can run it)."""
+    return Front(
+        store=rt.store,
+        app=rt.app,
+        clock=rt.clock,
+        endings=rt.endings,
+        poll_interval=rt.options.result_poll_interval,
+        origin=rt.engine_id,
+        new_id=lambda: f"update-{rt.rng.getrandbits(64):016x}",
+        # Every engine that can run it is told, so that one whose turn of
+        # it is in flight runs another.
+        wake_ops=lambda runs: announce(rt.store, rt.engine_id, "wake", runs),
+        woke=woke,
+        webhook_keys=rt.webhook_keys,
+        traceback_limit=rt.options.traceback_limit,
+    )
 
 
 class QueriesAndUpdates:
