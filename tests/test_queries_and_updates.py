@@ -345,3 +345,95 @@ async def test_a_client_on_a_shared_memory_store(autojump_clock: trio.testing.Mo
         await trio.sleep(60)
         assert await client.result("c") == {"items": [9], "total": 9}
         assert await engine.query("c", "stage") == "checked out"
+
+
+gate = {"open": trio.Event()}
+
+
+@app.step()
+async def wait_at_the_gate() -> str:
+    await gate["open"].wait()
+    return "through"
+
+
+@app.workflow()
+async def gated(ctx: td.Context) -> list[str]:
+    notes: list[str] = []
+
+    @ctx.update("note")
+    def note(text: str) -> int:
+        notes.append(text)
+        return len(notes)
+
+    @ctx.query("notes")
+    def read() -> list[str]:
+        return notes
+
+    await ctx.step(wait_at_the_gate)
+    await ctx.wait_signal("finish")
+    return notes
+
+
+async def test_an_update_sent_during_another_engines_turn_is_applied_where_it_waits(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    gate["open"] = trio.Event()
+    url = f"sqlite:///{tmp_path / 'gated.db'}"
+    async with engine_on(url, seed=1) as holder, engine_on(url, seed=2) as other:
+        await holder.start(gated, run_id="g")
+        await trio.testing.wait_all_tasks_blocked()
+        run = await other.get("g")
+        assert (run.status, run.lease_owner) == ("running", holder.engine_id)
+        answers: list[Any] = []
+
+        async def send() -> None:
+            answers.append(await other.update("g", "note", "hello"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send)
+            await trio.testing.wait_all_tasks_blocked()
+            # Accepted, but the body of the holder's turn is in its step.
+            assert answers == []
+            [waiting] = await other.store.list_values("update:g", prefix="inbox/")
+            assert waiting.key.startswith("inbox/update-")
+            gate["open"].set()
+        assert answers == [1]
+        assert await other.store.list_values("update:g", prefix="inbox/") == []
+        assert await other.query("g", "notes") == ["hello"]
+        await other.signal("g", "finish")
+        assert await holder.result("g") == ["hello"]
+
+
+registered = {"on": True}
+
+
+@app.workflow()
+async def changing(ctx: td.Context) -> None:
+    if registered["on"]:
+
+        @ctx.update("set")
+        def set_it() -> None:
+            pass
+
+    @ctx.query("ping")
+    def ping() -> str:
+        return "pong"
+
+    await ctx.wait_signal("never")
+
+
+async def test_a_logged_update_without_its_handler_is_nondeterminism(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    registered["on"] = True
+    async with engine_on(store_url) as engine:
+        await engine.start(changing, run_id="x")
+        await engine.drain()
+        await engine.update("x", "set")
+        assert await engine.query("x", "ping") == "pong"
+        registered["on"] = False
+        try:
+            with pytest.raises(td.NonDeterminismError):
+                await engine.query("x", "ping")
+        finally:
+            registered["on"] = True
