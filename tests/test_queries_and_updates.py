@@ -437,3 +437,30 @@ async def test_a_logged_update_without_its_handler_is_nondeterminism(
                 await engine.query("x", "ping")
         finally:
             registered["on"] = True
+
+
+@app.workflow()
+async def hooked(ctx: td.Context) -> str:
+    token = await ctx.webhook("callback")
+    ctx.set_event("token", token)
+
+    @ctx.query("token")
+    def read() -> str:
+        return token
+
+    return str(await ctx.wait_signal("callback"))
+
+
+async def test_a_query_replays_a_webhook_without_writing(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    async with engine_on(store_url) as engine:
+        await engine.start(hooked, run_id="h")
+        await engine.drain()
+        token = await engine.get_event("h", "token")
+        assert isinstance(token, str)
+        placeholder = await engine.query("h", "token")
+        assert isinstance(placeholder, str)
+        assert placeholder != token
+        await engine.deliver_webhook(token, "called")
+        assert await engine.result("h") == "called"

@@ -32,7 +32,6 @@ from ._records import TERMINAL_STATUSES, Checkpoint, Run
 from ._stores._base import ChangeFeed
 from ._stores._ops import Op, PutValue
 from ._wakes import announce
-from ._webhooks import WebhookKeys
 
 if TYPE_CHECKING:
     from ._app import App
@@ -141,8 +140,6 @@ class Front:
       new_id: Makes an update's id.
       wake_ops: The writes that wake a run wherever it is served.
       woke: Called with the run once those writes committed.
-      webhook_keys: The secret webhook tokens are derived from (a
-        placeholder for a client: it does not know an engine's).
       traceback_limit: How much of a handler's traceback an error keeps.
     """
 
@@ -155,7 +152,6 @@ class Front:
     new_id: Callable[[], str]
     wake_ops: Callable[[Sequence[Run]], Sequence[Op]]
     woke: Callable[[Run], None]
-    webhook_keys: WebhookKeys = attrs.field(factory=lambda: WebhookKeys(b"no webhook secret"))
     traceback_limit: int = 8192
 
 

@@ -65,7 +65,9 @@ class _ReadRuntime:
     app: App
     clock: Clock
     options: _Options
-    webhook_keys: WebhookKeys
+    # A placeholder: reading the real secret may write it (see
+    # `WebhookKeys`), and a client does not know an engine's.
+    webhook_keys: WebhookKeys = attrs.field(factory=lambda: WebhookKeys(b"read-only replay"))
     engine_id: str = "read-only replay"
     rng: random.Random = attrs.field(factory=lambda: random.Random(0))
     tracing: Tracing = DISABLED
@@ -112,7 +114,6 @@ async def replay_now(front: Front, run: Run, store: Store | None = None) -> Repl
         app=front.app,
         clock=front.clock,
         options=_Options(front.traceback_limit),
-        webhook_keys=front.webhook_keys,
     )
     replay = Replay(cast("Runtime", runtime), state, read_only=True)
     try:

@@ -32,7 +32,6 @@ def engine_front_of(rt: Runtime, woke: Callable[[Run], None]) -> Front:
         # it is in flight runs another.
         wake_ops=lambda runs: announce(rt.store, rt.engine_id, "wake", runs),
         woke=woke,
-        webhook_keys=rt.webhook_keys,
         traceback_limit=rt.options.traceback_limit,
     )
 
