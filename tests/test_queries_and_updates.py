@@ -264,10 +264,7 @@ async def test_updates_apply_where_the_body_waits_and_replay_identically(
 async def badly_registered(ctx: td.Context) -> list[str]:
     caught: list[str] = []
 
-    async def handler() -> None:
-        pass
-
-    for register in (lambda: ctx.query("q")(handler), lambda: ctx.update("")(lambda: None)):
+    for register in (lambda: ctx.query("q")(42), lambda: ctx.update("")(lambda: None)):
         try:
             register()
         except td.UsageError as exc:
@@ -464,3 +461,50 @@ async def test_a_query_replays_a_webhook_without_writing(
         assert placeholder != token
         await engine.deliver_webhook(token, "called")
         assert await engine.result("h") == "called"
+
+
+@app.workflow()
+async def async_handlers(ctx: td.Context) -> int:
+    seen = [0]
+
+    @ctx.query("seen")
+    async def read() -> int:
+        return seen[0]
+
+    @ctx.update("add")
+    async def add(n: int) -> int:
+        seen[0] += n
+        return seen[0]
+
+    @ctx.update("publish")
+    async def publish() -> None:
+        await ctx.set_event("from-a-handler", 1)
+
+    @ctx.update("nap")
+    async def nap() -> None:
+        await trio.sleep(1)
+
+    await ctx.wait_signal("go")
+    await ctx.step(record, f"saw {seen[0]}")
+    return seen[0]
+
+
+async def test_async_handlers_run_if_they_never_wait(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    async with engine_on(store_url) as engine:
+        await engine.start(async_handlers, run_id="a")
+        await engine.drain()
+        assert await engine.update("a", "add", 2) == 2
+        with pytest.raises(td.UpdateFailed, match="cannot run durable operations"):
+            await engine.update("a", "publish")
+        with pytest.raises(td.UpdateFailed, match="cannot wait"):
+            await engine.update("a", "nap")
+        assert await engine.query("a", "seen") == 2
+        assert await engine.update("a", "add", 3) == 5
+        await engine.signal("a", "go")
+        # The handlers that failed took no seq: the body's step is at seq 2.
+        assert await engine.result("a") == 5
+        assert ran == ["saw 5"]
+        [step] = [cp for cp in await engine.store.get_checkpoints("a") if cp.kind == "local"]
+        assert step.seq == 2

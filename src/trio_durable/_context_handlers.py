@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._exceptions import FatalError
-from ._handlers import UpdateHandler, check_handler_name, check_plain_function
+from ._handlers import UpdateHandler, check_function, check_handler_name
 from ._lifecycle import REMOTE_UNSUPPORTED
 from ._published import DONE, check_event_key, set_event
 from ._replay import Replay
@@ -25,8 +25,7 @@ class HandlerOperations:
     _replay: Replay
 
     def query(self, name: str) -> Callable[[F], F]:
-        """Register the decorated plain function as the query handler
-        ``name``: `Engine.query` calls it with the query's arguments and
+        """Register the decorated function as the query handler ``name``: `Engine.query` calls it with the query's arguments and
         returns what it returns (JSON-able). It reads the workflow's state
         (the variables it closes over) and must not change it::
 
@@ -40,22 +39,28 @@ class HandlerOperations:
         stands, without writing anything, and asks the handlers registered
         by then. Registering ``name`` again replaces the handler.
 
+        Handlers (and validators) run between the body's durable
+        operations: a plain function, or an ``async def`` that never waits
+        (it is run to its end at once; one that waits, or runs a durable
+        operation, raises `UsageError`).
+
         Raises:
           UsageError: ``name`` is not a non-empty string, or the handler is
-            not a plain (not ``async``) function.
+            not a function.
         """
         check_handler_name(name, "query")
 
         def register(fn: F) -> F:
-            check_plain_function(fn, "query handler")
+            check_function(fn, "query handler")
             self._replay.handlers.queries[name] = fn
             return fn
 
         return register
 
     def update(self, name: str, *, validator: Callable[..., Any] | None = None) -> Callable[[F], F]:
-        """Register the decorated plain function as the update handler
-        ``name``: it changes the workflow's state and returns a result
+        """Register the decorated function as the update handler ``name``
+        (a plain function, or an ``async def`` that never waits, as for
+        `query`): it changes the workflow's state and returns a result
         (JSON-able), which `Engine.update` returns to its caller::
 
             def positive(amount: int) -> None:
@@ -74,21 +79,21 @@ class HandlerOperations:
 
         Args:
           name: The update's name.
-          validator: A plain function called with the update's arguments
+          validator: A function called with the update's arguments
             before it is accepted (in the caller's replay of the run), and
             again before the handler runs in the turn; raising rejects the
             update (`UpdateRejected`). It must not change the state.
 
         Raises:
           UsageError: ``name`` is not a non-empty string, or the handler or
-            the validator is not a plain (not ``async``) function.
+            the validator is not a function.
         """
         check_handler_name(name, "update")
         if validator is not None:
-            check_plain_function(validator, "update validator")
+            check_function(validator, "update validator")
 
         def register(fn: F) -> F:
-            check_plain_function(fn, "update handler")
+            check_function(fn, "update handler")
             self._replay.handlers.updates[name] = UpdateHandler(fn=fn, validator=validator)
             return fn
 

@@ -74,16 +74,10 @@ def check_handler_name(name: object, what: str) -> str:
     return name
 
 
-def check_plain_function(fn: object, what: str) -> None:
-    """Handlers and validators are plain functions: they run between the
-    body's durable operations, and cannot await."""
+def check_function(fn: object, what: str) -> None:
+    """Raise `UsageError` unless ``fn`` is callable."""
     if not callable(fn):
         raise UsageError(f"a {what} must be a function, not {fn!r}")
-    if inspect.iscoroutinefunction(fn):
-        raise UsageError(
-            f"a {what} must be a plain def, not async def: it reads or changes the"
-            " workflow's state and cannot await"
-        )
 
 
 def check_arguments(fn: Callable[..., Any], args: list[Any], target: str) -> None:
@@ -108,6 +102,32 @@ class Handlers:
         # The first seq of the operation the body reached last: where it
         # waits when it suspends.
         self.position = 0
+        # Set while a handler or a validator runs: it may not take a seq.
+        self._calling = False
+
+    def call(self, fn: Callable[..., Any], args: list[Any]) -> Any:
+        """Call a handler or a validator with ``args``; return its result.
+
+        An ``async def`` one is run to its end at once: it may await what
+        never waits (``await ctx.set_event(...)`` returns at once too, but
+        takes a seq, so it is refused), and raises `UsageError` if it waits.
+
+        Raises:
+          UsageError: It ran a durable operation, or waited.
+        """
+        self._calling = True
+        try:
+            result = fn(*args)
+            if inspect.iscoroutine(result):
+                try:
+                    result.send(None)
+                except StopIteration as done:
+                    return done.value
+                result.close()
+                raise UsageError("a query or update handler (or validator) cannot wait")
+            return result
+        finally:
+            self._calling = False
 
     @property
     def log(self) -> list[LoggedUpdate]:
@@ -119,7 +139,15 @@ class Handlers:
 
     def reached(self, seq: int) -> None:
         """The body takes ``seq`` for its next operation: first apply again
-        the updates the run applied while it waited there."""
+        the updates the run applied while it waited there.
+
+        Raises:
+          UsageError: A handler or a validator runs a durable operation.
+        """
+        if self._calling:
+            raise UsageError(
+                "a query or update handler (or validator) cannot run durable operations"
+            )
         self.position = seq
         if self._turn.checkpoints.get(UPDATES_SEQ) is None and self._log is None:
             return
@@ -150,7 +178,7 @@ class Handlers:
         # If it raised the first time, it raises again: what it changed
         # before raising is changed again, and its failure was recorded.
         with contextlib.suppress(Exception):
-            handler.fn(*json.loads(logged.args))
+            self.call(handler.fn, json.loads(logged.args))
 
     def append(self, logged: LoggedUpdate) -> Checkpoint:
         """Add an update applied now to the log; return the log's

@@ -153,7 +153,7 @@ async def query_run(
         )
     check_arguments(handler, values, f"query {name!r}")
     try:
-        value = handler(*values)
+        value = replay.handlers.call(handler, values)
     except Exception as exc:
         info = error_info(exc)
         raise QueryFailed(run.id, name, info.message, info.code, info.details) from exc

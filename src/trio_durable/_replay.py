@@ -141,8 +141,8 @@ class Replay:
 
     def next_seq(self) -> int:
         """Take the next seq."""
+        self.handlers.reached(self._seq + 1)
         self._seq += 1
-        self.handlers.reached(self._seq)
         return self._seq
 
     def next_is_new(self) -> bool:

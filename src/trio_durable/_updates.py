@@ -28,7 +28,7 @@ from ._exceptions import (
     UsageError,
 )
 from ._failures import error_info
-from ._handlers import LoggedUpdate, UpdateHandler, check_arguments, plain_args
+from ._handlers import Handlers, LoggedUpdate, UpdateHandler, check_arguments, plain_args
 from ._options import check_id
 from ._published import Front, current_run, notify_values, wait_until
 from ._read_replay import replay_now
@@ -77,7 +77,7 @@ async def apply_updates(turn: Turn, replay: Replay, *, completed: bool) -> None:
         handler = handlers.updates.get(entry["name"])
         if handler is None:
             continue  # Not registered here yet: it waits in the inbox.
-        outcome, ran = _apply(handler, entry, rt.options.traceback_limit)
+        outcome, ran = _apply(handlers, handler, entry, rt.options.traceback_limit)
         if ran is not None:
             state.put(
                 handlers.append(
@@ -94,7 +94,7 @@ async def apply_updates(turn: Turn, replay: Replay, *, completed: bool) -> None:
 
 
 def _apply(
-    handler: UpdateHandler, entry: dict[str, Any], traceback_limit: int
+    handlers: Handlers, handler: UpdateHandler, entry: dict[str, Any], traceback_limit: int
 ) -> tuple[dict[str, Any], bool | None]:
     """Validate and run an update; its outcome, and whether its handler ran
     and returned (None: it did not run)."""
@@ -104,12 +104,12 @@ def _apply(
     try:
         check_arguments(handler.fn, args, f"update {name!r}")
         if handler.validator is not None:
-            handler.validator(*args)
+            handlers.call(handler.validator, args)
     except Exception as exc:
         # The state moved on since the caller validated it.
         return {**base, "status": "rejected", "error": _error(exc, 0)}, None
     try:
-        result = _serde.dumps(handler.fn(*args))
+        result = _serde.dumps(handlers.call(handler.fn, args))
     except Exception as exc:
         return {**base, "status": "failed", "error": _error(exc, traceback_limit)}, False
     return {**base, "status": "completed", "result": result}, True
@@ -171,7 +171,7 @@ async def update_run(
     check_arguments(handler.fn, values, f"update {name!r}")
     if handler.validator is not None:
         try:
-            handler.validator(*values)
+            replay.handlers.call(handler.validator, values)
         except Exception as exc:
             info = error_info(exc)
             raise UpdateRejected(run.id, name, info.message, info.code, info.details) from exc
