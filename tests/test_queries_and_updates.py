@@ -264,7 +264,11 @@ async def test_updates_apply_where_the_body_waits_and_replay_identically(
 async def badly_registered(ctx: td.Context) -> list[str]:
     caught: list[str] = []
 
-    for register in (lambda: ctx.query("q")(42), lambda: ctx.update("")(lambda: None)):
+    not_a_function: Any = 42
+    for register in (
+        lambda: ctx.query("q")(not_a_function),
+        lambda: ctx.update("")(lambda: None),
+    ):
         try:
             register()
         except td.UsageError as exc:
