@@ -4,6 +4,8 @@ holds 0, 100 and 1,000 local steps (the caller replays it), 100 updates one
 after the other from the engine and from a client (each validated by a
 replay, stored, applied by a turn and answered), and 100 reads of a
 published value. Prints one line per figure, and the same as JSON lines.
+Its runs stay in the store: give a PostgreSQL URL a scratch schema
+(``?schema=bench_queries``).
 """
 
 from __future__ import annotations
