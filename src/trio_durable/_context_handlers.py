@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ._exceptions import FatalError
+from ._context_control import remote_unsupported
 from ._handlers import UpdateHandler, check_function, check_handler_name
-from ._lifecycle import REMOTE_UNSUPPORTED
 from ._published import DONE, check_event_key, set_event
 from ._replay import Replay
 
@@ -116,10 +115,6 @@ class HandlerOperations:
         """
         check_event_key(key)
         if self._replay.decider is not None:
-            raise FatalError(
-                "ctx.set_event is not carried out in a remote workflow's body; run the"
-                " workflow on an engine",
-                code=REMOTE_UNSUPPORTED,
-            )
+            remote_unsupported("ctx.set_event")
         set_event(self._replay, key, value)
         return DONE
