@@ -512,3 +512,32 @@ async def test_async_handlers_run_if_they_never_wait(
         assert ran == ["saw 5"]
         [step] = [cp for cp in await engine.store.get_checkpoints("a") if cp.kind == "local"]
         assert step.seq == 2
+
+
+workers = td.App("handler-workers")
+
+
+@workers.workflow(group="deciders")
+async def remote_publisher(ctx: td.Context) -> str:
+    ctx.set_event("k", 1)
+    return "published"
+
+
+service = td.App("handler-service")
+service.remote_workflow("remote_publisher", group="deciders")
+
+
+async def test_a_remote_workflow_publishes_nothing_and_takes_no_queries(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = td.MemoryBroker()
+    async with (
+        td.open_engine(service, broker=broker, seed=0, wall_clock=fixed_wall) as engine,
+        td.open_worker(workers, broker=broker, groups=["deciders"]),
+    ):
+        await engine.start("remote_publisher", run_id="w")
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result("w")
+        assert info.value.code == "unsupported_in_remote_workflow"
+        with pytest.raises(td.UsageError, match="decided on workers"):
+            await engine.query("w", "anything")

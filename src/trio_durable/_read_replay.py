@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast, final
 import attrs
 
 from . import _serde
-from ._app import Workflow, remote_body
+from ._app import Workflow
 from ._context import Context
 from ._exceptions import QueryFailed, UnknownHandlerError, UsageError
 from ._failures import error_info
@@ -90,9 +90,9 @@ def body_of(app: App | None, run: Run) -> Workflow[..., Any]:
             " (open_client(..., app=app))"
         )
     wf = app.find_workflow(run.workflow, run.version)
-    if wf is None:
+    if wf is None and not any(w.remote for w in app.workflows if w.name == run.workflow):
         wf = app.get_workflow(run.workflow, run.version)  # raises UnknownWorkflowError
-    if wf.fn is remote_body or wf.remote:
+    if wf is None or wf.remote:
         raise UsageError(
             f"workflow {run.workflow!r} is decided on workers: its runs take no queries or updates"
         )
