@@ -541,3 +541,49 @@ async def test_a_remote_workflow_publishes_nothing_and_takes_no_queries(
         assert info.value.code == "unsupported_in_remote_workflow"
         with pytest.raises(td.UsageError, match="decided on workers"):
             await engine.query("w", "anything")
+
+
+@app.workflow()
+async def single_slot(ctx: td.Context) -> list[str]:
+    taken: list[str] = []
+
+    def free(who: str) -> None:
+        if taken:
+            raise td.FatalError(f"taken by {taken[0]}", code="taken")
+
+    @ctx.update("take", validator=free)
+    def take(who: str) -> str:
+        taken.append(who)
+        return who
+
+    await ctx.step(wait_at_the_gate)
+    await ctx.wait_signal("finish")
+    return taken
+
+
+async def test_the_validator_runs_again_when_the_update_is_applied(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    gate["open"] = trio.Event()
+    async with engine_on(store_url) as engine:
+        await engine.start(single_slot, run_id="s")
+        await trio.testing.wait_all_tasks_blocked()
+        outcomes: dict[str, Any] = {}
+
+        async def take(who: str) -> None:
+            try:
+                outcomes[who] = await engine.update("s", "take", who, update_id=who)
+            except td.UpdateRejected as exc:
+                outcomes[who] = exc.code
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(take, "ann")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(take, "bob")
+            await trio.testing.wait_all_tasks_blocked()
+            # Both accepted: the body, in its step, has taken nobody yet.
+            assert len(await engine.store.list_values("update:s", prefix="inbox/")) == 2
+            gate["open"].set()
+        assert outcomes == {"ann": "ann", "bob": "taken"}
+        await engine.signal("s", "finish")
+        assert await engine.result("s") == ["ann"]
