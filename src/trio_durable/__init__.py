@@ -46,6 +46,7 @@ from ._exceptions import InvalidRunStateError as InvalidRunStateError
 from ._exceptions import InvalidURLError as InvalidURLError
 from ._exceptions import LeaseLostError as LeaseLostError
 from ._exceptions import NonDeterminismError as NonDeterminismError
+from ._exceptions import QueryFailed as QueryFailed
 from ._exceptions import RegistrationError as RegistrationError
 from ._exceptions import RemoteStepError as RemoteStepError
 from ._exceptions import RunCancelled as RunCancelled
@@ -61,8 +62,11 @@ from ._exceptions import StepFailed as StepFailed
 from ._exceptions import StoreError as StoreError
 from ._exceptions import TrioDurableError as TrioDurableError
 from ._exceptions import UnknownEntityError as UnknownEntityError
+from ._exceptions import UnknownHandlerError as UnknownHandlerError
 from ._exceptions import UnknownWorkflowError as UnknownWorkflowError
 from ._exceptions import UnsubscribedEventWarning as UnsubscribedEventWarning
+from ._exceptions import UpdateFailed as UpdateFailed
+from ._exceptions import UpdateRejected as UpdateRejected
 from ._exceptions import UsageError as UsageError
 from ._exceptions import WebhookError as WebhookError
 from ._exceptions import WebhookNotFoundError as WebhookNotFoundError
@@ -158,6 +162,7 @@ __all__ = [
     "open_worker",
     "parent_of",
     "PausedStep",
+    "QueryFailed",
     "RateLimit",
     "RegistrationError",
     "RemoteStepError",
@@ -188,9 +193,12 @@ __all__ = [
     "StoreStatistics",
     "TrioDurableError",
     "UnknownEntityError",
+    "UnknownHandlerError",
     "UnknownWorkflowError",
     "UnservedRoute",
     "UnsubscribedEventWarning",
+    "UpdateFailed",
+    "UpdateRejected",
     "UsageError",
     "WebhookError",
     "WebhookNotFoundError",

@@ -34,7 +34,9 @@ from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
 from ._hook_api import HookActions
 from ._lifecycle import check_timeout, continued_to, deadline_ops, workflow_timeout
+from ._published import Front
 from ._records import Run
+from ._run_messages import QueriesAndUpdates
 from ._run_queries import RunQueries
 from ._runs import Endings, await_end, create_run, new_run, outcome
 from ._schedules import ManagesSchedules
@@ -50,7 +52,7 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 
 @final
-class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules):
+class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, QueriesAndUpdates):
     """Starts, reads and controls runs; runs none of them.
 
     It also finds and reads runs, and prunes ended ones, as `Engine` does
@@ -129,6 +131,22 @@ class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules)
 
     def _schedules_app(self) -> App | None:
         return self.app
+
+    # What `QueriesAndUpdates` (`query`, `update`, `get_event`) needs.
+
+    def _message_front(self) -> Front:
+        self._check_open()
+        return Front(
+            store=self.store,
+            app=self.app,
+            clock=self.clock,
+            endings=self._endings,
+            poll_interval=self._poll_interval,
+            origin=self.client_id,
+            new_id=lambda: f"update-{self._rng.getrandbits(64):016x}",
+            wake_ops=self._wake,
+            woke=lambda run: None,
+        )
 
     async def _start(
         self,

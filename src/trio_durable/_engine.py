@@ -38,10 +38,12 @@ from ._hook_api import HookActions
 from ._lifecycle import continued_to
 from ._observe import DEFAULT_EVENT_BUFFER, Event, Metrics
 from ._options import DEFAULT_TIMER_BATCH_SIZE, ConsoleOptions, EngineOptions
+from ._published import Front
 from ._records import (
     DEFAULT_TRACEBACK_LIMIT,
     Run,
 )
+from ._run_messages import QueriesAndUpdates, engine_front_of
 from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
 from ._runtime import EngineStatistics, Runtime, open_runtime
@@ -62,7 +64,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 
-class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules):
+class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, QueriesAndUpdates):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -123,6 +125,12 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules)
 
     def _schedules_app(self) -> App:
         return self.app
+
+    # What `QueriesAndUpdates` (`query`, `update`, `get_event`) needs.
+
+    def _message_front(self) -> Front:
+        self._rt.scheduler.check_open()
+        return engine_front_of(self._rt, self._woke)
 
     # -- public API -----------------------------------------------------------
 

@@ -402,3 +402,78 @@ class SignalTargetNotFoundError(UsageError, LookupError):
     """`Context.signal` was given a run id that no run of the sender's
     namespace has. Raised in the sending body; nothing was written, and the
     key is not claimed."""
+
+
+@final
+class UnknownHandlerError(UsageError, LookupError):
+    """`Engine.query` or `Engine.update` named no handler the run registered
+    where it stands (a body registers its handlers as it runs). Nothing was
+    written."""
+
+
+class _HandlerError(TrioDurableError):
+    """An update or query handler's failure, or a validator's rejection."""
+
+    _kind = "handler"
+    _outcome = "failed"
+
+    def __init__(
+        self, run_id: str, name: str, message: str, code: str | None = None, details: JSON = None
+    ) -> None:
+        super().__init__(f"{self._kind} {name!r} of run {run_id!r} {self._outcome}: {message}")
+        self.run_id = run_id
+        self.name = name
+        self.message = message
+        self.code = code
+        self.details = details
+
+
+@final
+class UpdateRejected(_HandlerError):
+    """An update's validator rejected it (`Engine.update`): raised by the
+    caller's own validation, and nothing was written; or by the validation
+    again in the run's turn, when the run's state changed meanwhile (then
+    the update is recorded as rejected, and its handler never ran).
+
+    Attributes:
+      run_id: The run.
+      name: The update's name.
+      message: The validator's error message.
+      code: Its code (a `FatalError`'s), or None.
+      details: Its JSON details, or None.
+    """
+
+    _kind = "update"
+    _outcome = "was rejected"
+
+
+@final
+class UpdateFailed(_HandlerError):
+    """An update's handler raised in the run's turn (`Engine.update`). The
+    run goes on; what the handler changed before it raised stays changed.
+
+    Attributes:
+      run_id: The run.
+      name: The update's name.
+      message: The handler's error message.
+      code: Its code (a `FatalError`'s), or None.
+      details: Its JSON details, or None.
+    """
+
+    _kind = "update"
+
+
+@final
+class QueryFailed(_HandlerError):
+    """A query handler raised (`Engine.query`); its ``__cause__`` is what it
+    raised, in the caller's process, which replayed the run to answer.
+
+    Attributes:
+      run_id: The run.
+      name: The query's name.
+      message: The handler's error message.
+      code: Its code (a `FatalError`'s), or None.
+      details: Its JSON details, or None.
+    """
+
+    _kind = "query"

@@ -12,6 +12,7 @@ write of the turn. The body ends the turn at a durable wait by raising
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
@@ -19,6 +20,7 @@ import attrs
 from . import _serde
 from ._app import Step, Workflow, remote_body, shadow_workflow, workflow_of
 from ._exceptions import NonDeterminismError, UnknownWorkflowError, UsageError
+from ._handlers import Handlers
 from ._observe import Event, EventKind
 from ._records import LATEST_VERSION, Checkpoint, CheckpointKind, Run
 from ._stores._ops import Op, PutCheckpoint
@@ -78,6 +80,9 @@ class TurnState:
     # entity's new state, a continued run's next generation): they commit
     # with its end or not at all.
     end_ops: list[Op] = attrs.field(factory=list)
+    # Called once the turn's writes commit (waking this process's callers
+    # waiting on what the run wrote, see `_published`).
+    committed: list[Callable[[], None]] = attrs.field(factory=list)
 
     def put(self, checkpoint: Checkpoint) -> None:
         self.checkpoints[checkpoint.seq] = checkpoint
@@ -100,7 +105,14 @@ class Replay:
       turn: What the turn read and is about to write.
     """
 
-    def __init__(self, runtime: Runtime, turn: TurnState, decider: Decider | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        turn: TurnState,
+        decider: Decider | None = None,
+        *,
+        read_only: bool = False,
+    ) -> None:
         self.runtime = runtime
         self.turn = turn
         self._seq = 0
@@ -108,6 +120,11 @@ class Replay:
         # (see `_decide`): durable operations not settled in the history
         # end the decision instead of running.
         self.decider = decider
+        # Set for a query's replay (see `_read_replay`): the first durable
+        # operation the history did not settle stops the body.
+        self.read_only = read_only
+        # The query and update handlers the body registered (`_handlers`).
+        self.handlers = Handlers(turn)
 
     def peek(self) -> int:
         """The seq the next durable operation takes."""
@@ -124,6 +141,7 @@ class Replay:
 
     def next_seq(self) -> int:
         """Take the next seq."""
+        self.handlers.reached(self._seq + 1)
         self._seq += 1
         return self._seq
 
@@ -134,6 +152,7 @@ class Replay:
     def take_seqs(self, count: int) -> int:
         """Take the next ``count`` seqs (a fan's members); return the first."""
         first = self._seq + 1
+        self.handlers.reached(first)
         self._seq += count
         return first
 
@@ -158,6 +177,8 @@ class Replay:
             if self.turn.nondeterminism is None:
                 self.turn.nondeterminism = error
             raise error
+        if self.read_only and (cp is None or cp.status not in ("completed", "failed")):
+            raise Suspend("read-only replay")
         return cp
 
     def workflow(self, target: Workflow[..., Any] | str) -> Workflow[..., Any]:

@@ -84,6 +84,13 @@ class Endings:
         for ending in waiting.values():
             ending.event.set()
 
+    def changed(self, run_id: str) -> None:
+        """A run wrote something its waiters read (a published value, an
+        update's outcome): wake them to read again."""
+        ending = self._waiting.pop(run_id, None)
+        if ending is not None:
+            ending.event.set()
+
     def ended(self, run_id: str, run: Run | None = None) -> None:
         """``run_id`` ended here: wake its waiters, with the row written
         (None: they read it)."""

@@ -45,6 +45,7 @@ from ._saga import compensate
 from ._stores._base import WriteConflict
 from ._stores._ops import Op, RemoveSignalWaiter, SettleCheckpoint, UpdateRun, WaitSignal
 from ._tracing import attributes
+from ._updates import apply_updates
 from ._wakes import announce, announces_ends
 
 if TYPE_CHECKING:
@@ -254,6 +255,8 @@ class Turn:
             slot.body_scope = None
             nursery.cancel_scope.cancel()
         kind, value = outcome
+        if kind in ("suspended", "completed") and state.nondeterminism is None:
+            await apply_updates(self, replay, completed=kind == "completed")
         if kind == "store_error":
             raise value
         if kind == "interrupted":
@@ -410,6 +413,8 @@ class Turn:
         # What the turn itself decided (a lost step, a fail_fast fan that
         # froze its members, an attempt sent again) waits for no result.
         rt.sent.observed(turn.run.id, turn.checkpoints.values())
+        for callback in turn.committed:
+            callback()
 
     async def suspend_cancelling(self, wake_at: float | None) -> None:
         """Write the turn of a cancelling run that waits (for its undos to

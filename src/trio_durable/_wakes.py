@@ -99,6 +99,8 @@ def ends_delivery(endings: Endings) -> Deliver:
         for item in announced:
             if item.kind == "end":
                 endings.ended(item.run_id)
+            elif item.kind == "values":
+                endings.changed(item.run_id)
 
     return deliver
 
@@ -128,6 +130,8 @@ def engine_delivery(rt: Runtime) -> Deliver:
                 scheduler.signals.poke.set()
             elif item.kind == "schedules":
                 rt.schedules.changed()
+            elif item.kind == "values":
+                endings.changed(item.run_id)
             elif serves(rt.app, item.workflow, item.version):
                 if item.kind == "cancel":
                     scheduler.interrupt(item.run_id)

@@ -1,0 +1,160 @@
+"""Read-only replay: a run's body replayed up to where it stands now, in the
+caller's process, to answer a query or to validate an update.
+
+The caller reads the run and its checkpoints (no lease), and runs the body
+on a `Replay` made ``read_only``: every durable operation the history
+settled replays as in a turn, and the first one it did not settle stops
+the body (a local step never runs, a timer never fires, nothing is
+written). The updates the run applied are applied again on the way, as in
+a turn. The handlers registered by then answer.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any, cast, final
+
+import attrs
+
+from . import _serde
+from ._app import Workflow
+from ._context import Context
+from ._exceptions import QueryFailed, UnknownHandlerError, UsageError
+from ._failures import error_info
+from ._handlers import check_arguments, plain_args
+from ._learned import Learned
+from ._lifecycle import ContinueAsNew
+from ._published import Front, current_run
+from ._records import Run
+from ._replay import Replay, Suspend, TurnState
+from ._tracing import DISABLED, Tracing
+from ._webhooks import WebhookKeys
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._clock import Clock
+    from ._observe import Event
+    from ._runtime import Runtime
+    from ._stores._base import Store
+
+
+@final
+class _ReadOnlyStore:
+    """What a read-only replay holds as its store: it writes nothing."""
+
+    async def apply(self, ops: object) -> list[Any]:
+        raise AssertionError("a read-only replay wrote to the store")
+
+
+@final
+class _NoEvents:
+    def emit(self, event: Event) -> None:
+        pass
+
+
+@attrs.define
+class _Options:
+    traceback_limit: int
+
+
+@attrs.define
+class _ReadRuntime:
+    """What `Replay` and the settled paths of the durable operations use of
+    an engine's runtime."""
+
+    app: App
+    clock: Clock
+    options: _Options
+    # A placeholder: reading the real secret may write it (see
+    # `WebhookKeys`), and a client does not know an engine's.
+    webhook_keys: WebhookKeys = attrs.field(factory=lambda: WebhookKeys(b"read-only replay"))
+    engine_id: str = "read-only replay"
+    rng: random.Random = attrs.field(factory=lambda: random.Random(0))
+    tracing: Tracing = DISABLED
+    store: _ReadOnlyStore = attrs.field(factory=_ReadOnlyStore)
+    telemetry: _NoEvents = attrs.field(factory=_NoEvents)
+    learned: Learned = attrs.field(factory=Learned)
+
+
+def body_of(app: App | None, run: Run) -> Workflow[..., Any]:
+    """The workflow whose body ``run`` executes, from ``app``.
+
+    Raises:
+      UsageError: There is no app, or its body is not in it (a remote
+        workflow's body runs on workers).
+      UnknownWorkflowError: The app lacks the workflow.
+    """
+    if app is None:
+        raise UsageError(
+            "queries and updates replay the run here: open the client with the app"
+            " (open_client(..., app=app))"
+        )
+    wf = app.find_workflow(run.workflow, run.version)
+    if wf is None and not any(w.remote for w in app.workflows if w.name == run.workflow):
+        wf = app.get_workflow(run.workflow, run.version)  # raises UnknownWorkflowError
+    if wf is None or wf.remote:
+        raise UsageError(
+            f"workflow {run.workflow!r} is decided on workers: its runs take no queries or updates"
+        )
+    return wf
+
+
+async def replay_now(front: Front, run: Run, store: Store | None = None) -> Replay:
+    """Replay ``run``'s body up to where its history stands; return the
+    replay, whose handlers answer.
+
+    Raises:
+      NonDeterminismError: The history does not match the body.
+    """
+    wf = body_of(front.app, run)
+    assert front.app is not None
+    checkpoints = await (store or front.store).get_checkpoints(run.id)
+    state = TurnState(run=run, checkpoints={cp.seq: cp for cp in checkpoints})
+    runtime = _ReadRuntime(
+        app=front.app,
+        clock=front.clock,
+        options=_Options(front.traceback_limit),
+    )
+    replay = Replay(cast("Runtime", runtime), state, read_only=True)
+    try:
+        args = _serde.load_args(run.input, wf.fn, skip=1)
+        await wf.fn(Context(replay), *args)
+    except (Suspend, ContinueAsNew):
+        pass
+    except Exception:
+        # The body raised where the run failed: the handlers registered by
+        # then answer (a failure of the replay itself is raised below).
+        pass
+    if state.nondeterminism is not None:
+        raise state.nondeterminism
+    replay.handlers.finish()
+    return replay
+
+
+async def query_run(
+    front: Front,
+    run_id: str,
+    name: str,
+    args: tuple[Any, ...],
+    namespace: str | None,
+    type_: Any,
+) -> Any:
+    """`Engine.query`."""
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"a query's name must be a non-empty string, not {name!r}")
+    _, values = plain_args(args)
+    run = await current_run(front, run_id, namespace)
+    replay = await replay_now(front, run)
+    handler = replay.handlers.queries.get(name)
+    if handler is None:
+        raise UnknownHandlerError(
+            f"run {run.id!r} has no query handler {name!r} where it stands"
+            f" (it has: {', '.join(sorted(replay.handlers.queries)) or 'none'})"
+        )
+    check_arguments(handler, values, f"query {name!r}")
+    try:
+        value = replay.handlers.call(handler, values)
+    except Exception as exc:
+        info = error_info(exc)
+        raise QueryFailed(run.id, name, info.message, info.code, info.details) from exc
+    return _serde.loads(_serde.dumps(value), type_)

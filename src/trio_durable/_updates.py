@@ -1,0 +1,231 @@
+"""Updates: a caller changes a run's state through one of its update
+handlers, durably, and gets the handler's result.
+
+The caller replays the run where it stands (`_read_replay`): the name must
+be a registered update handler there, and its validator must accept the
+arguments, else nothing is written. Accepted, the update is two keyed
+values of the scope ``update:<run id>``, written in one batch with the
+run's wake-up: its record ``record/<id>`` (``accepted``, later its outcome)
+and its inbox entry ``inbox/<id>``. The run's next turn that suspends or
+completes, wherever it runs, reads its inbox, validates each update again
+on the state it holds then, runs its handler, logs it (see `_handlers`)
+and writes its outcome, deleting the inbox entry, with the turn's own
+writes. The caller waits for the outcome without polling where the store
+announces writes (see `_published`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Final
+
+from . import _serde
+from ._exceptions import (
+    InvalidRunStateError,
+    UnknownHandlerError,
+    UpdateFailed,
+    UpdateRejected,
+    UsageError,
+)
+from ._failures import error_info
+from ._handlers import Handlers, LoggedUpdate, UpdateHandler, check_arguments, plain_args
+from ._options import check_id
+from ._published import Front, current_run, notify_values, wait_until
+from ._read_replay import replay_now
+from ._records import TERMINAL_STATUSES
+from ._stores._base import WriteConflict
+from ._stores._ops import PutValue
+
+if TYPE_CHECKING:
+    from ._replay import Replay
+    from ._stores._base import Store
+    from ._turn import Turn
+
+UPDATE_SCOPE: Final = "update:"
+"""The scope of a run's updates is this followed by its id."""
+
+INBOX: Final = "inbox/"
+RECORD: Final = "record/"
+_PAGE: Final = 100
+_DONE: Final = frozenset({"completed", "failed", "rejected"})
+
+
+def update_scope(run_id: str) -> str:
+    """The keyed-value scope of ``run_id``'s updates."""
+    return f"{UPDATE_SCOPE}{run_id}"
+
+
+# -- in the run's turn ------------------------------------------------------------------
+
+
+async def apply_updates(turn: Turn, replay: Replay, *, completed: bool) -> None:
+    """Apply the updates waiting in the run's inbox whose handlers the body
+    registered, where it suspended (or after it completed), adding their
+    writes to the turn's."""
+    handlers = replay.handlers
+    if not handlers.updates:
+        return
+    rt, state = turn.runtime, turn.state
+    run = state.run
+    scope = update_scope(run.id)
+    inbox = await _read_inbox(rt.store, scope)
+    if not inbox:
+        return
+    position = replay.peek() if completed else handlers.position
+    now = rt.clock.now()
+    for update_id, entry in inbox:
+        handler = handlers.updates.get(entry["name"])
+        if handler is None:
+            continue  # Not registered here yet: it waits in the inbox.
+        outcome, ran = _apply(handlers, handler, entry, rt.options.traceback_limit)
+        if ran is not None:
+            state.put(
+                handlers.append(
+                    LoggedUpdate(
+                        id=update_id, name=entry["name"], args=entry["args"], at=position, ok=ran
+                    )
+                )
+            )
+        state.ops.append(PutValue(scope, f"{INBOX}{update_id}", None, now))
+        state.ops.append(
+            PutValue(scope, f"{RECORD}{update_id}", json.dumps(outcome), now, strict=False)
+        )
+    notify_values(replay)
+
+
+def _apply(
+    handlers: Handlers, handler: UpdateHandler, entry: dict[str, Any], traceback_limit: int
+) -> tuple[dict[str, Any], bool | None]:
+    """Validate and run an update; its outcome, and whether its handler ran
+    and returned (None: it did not run)."""
+    name = entry["name"]
+    args = json.loads(entry["args"])
+    base = {"name": name, "args": entry["args"]}
+    try:
+        check_arguments(handler.fn, args, f"update {name!r}")
+        if handler.validator is not None:
+            handlers.call(handler.validator, args)
+    except Exception as exc:
+        # The state moved on since the caller validated it.
+        return {**base, "status": "rejected", "error": _error(exc, 0)}, None
+    try:
+        result = _serde.dumps(handlers.call(handler.fn, args))
+    except Exception as exc:
+        return {**base, "status": "failed", "error": _error(exc, traceback_limit)}, False
+    return {**base, "status": "completed", "result": result}, True
+
+
+def _error(exc: BaseException, traceback_limit: int) -> dict[str, Any]:
+    info = error_info(exc, traceback_limit=traceback_limit)
+    return {"message": info.message, "code": info.code, "details": info.details}
+
+
+async def _read_inbox(store: Store, scope: str) -> list[tuple[str, dict[str, Any]]]:
+    """The updates waiting in an inbox, in the order they were accepted."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    after: str | None = None
+    while True:
+        page = await store.list_values(scope, prefix=INBOX, after=after, limit=_PAGE)
+        for stored in page:
+            if stored.value is not None:
+                found.append((stored.key[len(INBOX) :], json.loads(stored.value)))
+        if len(page) < _PAGE:
+            break
+        after = page[-1].key
+    found.sort(key=lambda item: (item[1]["at"], item[0]))
+    return found
+
+
+# -- the caller's side ------------------------------------------------------------------
+
+
+async def update_run(
+    front: Front,
+    run_id: str,
+    name: str,
+    args: tuple[Any, ...],
+    namespace: str | None,
+    update_id: str | None,
+    type_: Any,
+) -> Any:
+    """`Engine.update`."""
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"an update's name must be a non-empty string, not {name!r}")
+    if update_id is not None:
+        check_id("update_id", update_id)
+    args_json, values = plain_args(args)
+    run = await current_run(front, run_id, namespace)
+    store, scope = front.store, update_scope(run.id)
+    if update_id is not None and await store.get_value(scope, f"{RECORD}{update_id}"):
+        # Sent before: its outcome, once there, is the answer.
+        return await _outcome(front, run.id, update_id, type_)
+    if run.status in TERMINAL_STATUSES:
+        raise InvalidRunStateError(f"run {run.id!r} is {run.status}; it takes no updates")
+    replay = await replay_now(front, run)
+    handler = replay.handlers.updates.get(name)
+    if handler is None:
+        raise UnknownHandlerError(
+            f"run {run.id!r} has no update handler {name!r} where it stands"
+            f" (it has: {', '.join(sorted(replay.handlers.updates)) or 'none'})"
+        )
+    check_arguments(handler.fn, values, f"update {name!r}")
+    if handler.validator is not None:
+        try:
+            replay.handlers.call(handler.validator, values)
+        except Exception as exc:
+            info = error_info(exc)
+            raise UpdateRejected(run.id, name, info.message, info.code, info.details) from exc
+    if update_id is None:
+        update_id = front.new_id()
+    now = front.clock.now()
+    accepted = {"name": name, "args": args_json, "at": now}
+    ops = [
+        PutValue(
+            scope,
+            f"{RECORD}{update_id}",
+            json.dumps({**accepted, "status": "accepted"}),
+            now,
+            expect_version=0,
+        ),
+        PutValue(scope, f"{INBOX}{update_id}", json.dumps(accepted), now, expect_version=0),
+        *front.wake_ops([run]),
+    ]
+    try:
+        await store.apply(ops)
+    except WriteConflict:
+        pass  # Accepted meanwhile under the same id: wait for that one.
+    else:
+        front.woke(run)
+    return await _outcome(front, run.id, update_id, type_)
+
+
+async def _outcome(front: Front, run_id: str, update_id: str, type_: Any) -> Any:
+    """Wait for an accepted update's outcome; its result, or its failure
+    raised."""
+    store, scope = front.store, update_scope(run_id)
+
+    async def read() -> tuple[bool, Any]:
+        stored = await store.get_value(scope, f"{RECORD}{update_id}")
+        record = None if stored is None or stored.value is None else json.loads(stored.value)
+        if record is not None and record["status"] in _DONE:
+            return True, record
+        run = await store.get_run(run_id)
+        if run is None or run.status in TERMINAL_STATUSES:
+            stored = await store.get_value(scope, f"{RECORD}{update_id}")
+            record = None if stored is None or stored.value is None else json.loads(stored.value)
+            if record is not None and record["status"] in _DONE:
+                return True, record
+            status = "gone" if run is None else run.status
+            raise InvalidRunStateError(
+                f"run {run_id!r} ended ({status}) before it applied update {update_id!r}"
+            )
+        return False, None
+
+    _, record = await wait_until(front, run_id, read)
+    if record["status"] == "completed":
+        return _serde.loads(record["result"], type_)
+    error = record.get("error") or {}
+    cls = UpdateRejected if record["status"] == "rejected" else UpdateFailed
+    raise cls(
+        run_id, record["name"], error.get("message", ""), error.get("code"), error.get("details")
+    )
