@@ -221,7 +221,7 @@ async def test_refused_seqs_and_ids_raise_their_own_errors_and_write_nothing(
         ops = engine.store.statistics().ops
         runs = await engine.store.list_runs()
         for bad in (0, -1, 8, 999_999_950):
-            with pytest.raises(td.ForkPointError, match="out of range.*1 to 7"):
+            with pytest.raises(td.ForkPointError, match=r"out of range.*1 to 7"):
                 await engine.fork("f", from_seq=bad)
             with pytest.raises(td.ForkPointError, match="out of range"):
                 await engine.retry("f", from_seq=bad)
@@ -229,7 +229,7 @@ async def test_refused_seqs_and_ids_raise_their_own_errors_and_write_nothing(
             with pytest.raises(td.ForkPointError, match="whole number"):
                 await engine.fork("f", from_seq=wrong)  # type: ignore[arg-type]
         for inside in (4, 5):
-            with pytest.raises(td.ForkPointError, match="inside the fan .* seqs 3 to 5"):
+            with pytest.raises(td.ForkPointError, match=r"inside the fan .* seqs 3 to 5"):
                 await engine.fork("f", from_seq=inside)
         # In place, a child would start again under the id its first run holds.
         with pytest.raises(td.ForkPointError, match=r"child run 'f\.child\.2' at seq 2"):
