@@ -353,3 +353,28 @@ async def test_engines_fork_each_others_runs_on_one_sqlite_file(
         assert calls == ["transform", "publish"]
         provenance = await one.store.get_checkpoints(fork.id, FORKED_FROM_SEQ, FORKED_FROM_SEQ)
         assert json.loads(provenance[0].input or "") == {"run_id": "p", "from_seq": 3}
+
+
+@app.workflow(concurrency_key=lambda account: account, max_concurrent=1)
+async def keyed(ctx: td.Context, account: str) -> Any:
+    return await ctx.wait_signal("go")
+
+
+async def test_a_fork_waits_for_admission_under_its_workflows_concurrency_key(
+    autojump_clock: trio.testing.MockClock, store_url: str, open_test_engine: EngineFactory
+) -> None:
+    async with _engine(store_url, open_test_engine) as engine:
+        await engine.start(keyed, "acme", run_id="k")
+        await engine.drain()
+        fork = await engine.fork("k", from_seq=1)
+        await engine.drain()
+        # The original holds the key's one slot: the fork waits in line.
+        [admission] = await engine.store.get_checkpoints(fork.id, 999_999_990, 999_999_990)
+        assert admission.status == "pending"
+        assert [cp.seq for cp in await engine.store.get_checkpoints(fork.id, 1, 100)] == []
+        await engine.signal("k", "go", "first")
+        assert await engine.result("k") == "first"
+        await engine.drain()
+        assert (await engine.store.get_checkpoints(fork.id, 1, 1))[0].kind == "signal"
+        await engine.signal(fork.id, "go", "second")
+        assert await fork.result() == "second"
