@@ -97,8 +97,7 @@ def test_fork_and_retry_from_a_seq_write_runs_an_engine_then_runs(
         (
             ["fork", "needs-1", "--from-seq", "3"],
             2,
-            "Error: from_seq 3 is out of range: run 'needs-1' recorded seqs 1 to 1,"
-            " so from_seq is 1 to 2",
+            "Error: from_seq 3 is out of range: run 'needs-1' can run again from 1 to 2",
         ),
         (
             ["runs", "fork", "fan-1", "--from-seq", "2"],
@@ -115,8 +114,7 @@ def test_fork_and_retry_from_a_seq_write_runs_an_engine_then_runs(
         (
             ["retry", "needs-1", "--from-seq", "0"],
             2,
-            "Error: from_seq 0 is out of range: run 'needs-1' recorded seqs 1 to 1,"
-            " so from_seq is 1 to 2",
+            "Error: from_seq 0 is out of range: run 'needs-1' can run again from 1 to 2",
         ),
     ],
 )

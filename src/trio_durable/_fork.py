@@ -76,10 +76,9 @@ def check_from_seq(run: Run, checkpoints: Sequence[Checkpoint], from_seq: object
     body = _body(checkpoints)
     last = max((cp.seq for cp in body), default=0)
     if not 1 <= from_seq <= last + 1:
-        recorded = f"seqs 1 to {last}" if last else "no body seq yet"
+        # One past the last seq runs nothing again: the replay goes on.
         raise ForkPointError(
-            f"from_seq {from_seq} is out of range: run {run.id!r} recorded {recorded},"
-            f" so from_seq is 1 to {last + 1}"
+            f"from_seq {from_seq} is out of range: run {run.id!r} can run again from 1 to {last + 1}"
         )
     for cp in body:
         first, size = cp.parallel_group, cp.parallel_size
