@@ -40,9 +40,10 @@ def expected_prints(function: Callable[..., Any]) -> list[str]:
     for line in body.splitlines()[1:]:
         if line and not line.startswith(" "):
             break
-        if match := re.search(r'# prints "(.*)"$', line):
-            out.append(match.group(1))
-        elif match := re.search(r"print\(.*\)  # (.*?)( \(.*\))?$", line):
+        said = re.search(r'# prints "(.*)"$', line)
+        printed = re.search(r"print\(.*\)  # (.*?)( \(.*\))?$", line)
+        match = said or printed
+        if match:
             out.append(match.group(1))
     return out
 
