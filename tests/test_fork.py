@@ -378,3 +378,47 @@ async def test_a_fork_waits_for_admission_under_its_workflows_concurrency_key(
         assert (await engine.store.get_checkpoints(fork.id, 1, 1))[0].kind == "signal"
         await engine.signal(fork.id, "go", "second")
         assert await fork.result() == "second"
+
+
+@app.step()
+async def reserve(item: str) -> str:
+    calls.append(f"reserve {item}")
+    return f"held {item}"
+
+
+@app.step()
+async def release(item: str) -> None:
+    calls.append(f"release {item}")
+
+
+@app.workflow()
+async def hold(ctx: td.Context, item: str) -> list[Any]:
+    held = await ctx.step(reserve, item, compensate=release)  # seq 1
+    return [held, await ctx.wait_signal("go")]  # seq 2
+
+
+async def test_steps_whose_undo_ran_run_again_in_a_fork_and_in_a_retry(
+    autojump_clock: trio.testing.MockClock, store_url: str, open_test_engine: EngineFactory
+) -> None:
+    async with _engine(store_url, open_test_engine) as engine:
+        await engine.start(hold, "seat", run_id="h")
+        await engine.drain()
+        await engine.cancel("h", compensate=True)
+        with pytest.raises(td.RunCancelled):
+            await engine.result("h")
+        assert calls == ["reserve seat", "release seat"]
+        calls.clear()
+        fork = await engine.fork("h", from_seq=2)
+        await engine.drain()
+        await engine.signal(fork.id, "go", 1)
+        assert await fork.result() == ["held seat", 1]
+        # Its effect was undone in the original: the fork reserves again.
+        assert calls == ["reserve seat"]
+        assert [cp.seq for cp in await engine.store.get_checkpoints(fork.id, -10, 10)] == [1, 2]
+        calls.clear()
+        await engine.retry("h", from_seq=2)
+        await engine.drain()
+        await engine.signal("h", "go", 2)
+        assert await engine.result("h") == ["held seat", 2]
+        assert calls == ["reserve seat"]
+        assert [cp.seq for cp in await engine.store.get_checkpoints("h", -10, 10)] == [1, 2]
