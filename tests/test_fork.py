@@ -422,3 +422,31 @@ async def test_steps_whose_undo_ran_run_again_in_a_fork_and_in_a_retry(
         assert await engine.result("h") == ["held seat", 2]
         assert calls == ["reserve seat"]
         assert [cp.seq for cp in await engine.store.get_checkpoints("h", -10, 10)] == [1, 2]
+
+
+@app.workflow()
+async def rounds(ctx: td.Context, n: int) -> int:
+    await ctx.step(fetch, f"round {n}")
+    if n < 2:
+        ctx.continue_as_new(n + 1)
+    return n
+
+
+async def test_a_chain_continued_as_new_forks_into_a_chain_of_its_own(
+    autojump_clock: trio.testing.MockClock, store_url: str, open_test_engine: EngineFactory
+) -> None:
+    async with _engine(store_url, open_test_engine) as engine:
+        await engine.start(rounds, 1, run_id="c")
+        assert await engine.result("c") == 2
+        with pytest.raises(td.InvalidRunStateError, match="continued as new"):
+            await engine.retry("c", from_seq=1)
+        fork = await engine.fork("c", from_seq=1)
+        assert await fork.result() == 2
+        assert (await engine.get(f"{fork.id}.gen.2")).status == "completed"
+        # A later generation forks as a run of its own: no link back to "c".
+        last = await engine.fork("c.gen.2", from_seq=2, new_run_id="last")
+        assert await last.result() == 2
+        links = await engine.store.get_checkpoints("last", 999_999_993, 999_999_993)
+        assert links == []
+        await engine.retry("c.gen.2", from_seq=1)
+        assert await engine.result("c") == 2
