@@ -208,6 +208,12 @@ async def test_a_fork_starts_children_anew_under_its_own_ids(
         assert calls == ["publish"]
         cps = await engine.store.get_checkpoints(fork.id, 2, 2)
         assert cps[0].child_id == "f.child.2"
+        # A child run forks into a run of its own, which no parent awaits.
+        calls.clear()
+        orphan = await engine.fork("f.child.2", from_seq=1)
+        assert (orphan.id, orphan.parent_id, orphan.parent_seq) == ("f.child.2.fork.1", None, None)
+        assert await orphan.result() == 42
+        assert calls == ["double 21"]
 
 
 async def test_refused_seqs_and_ids_raise_their_own_errors_and_write_nothing(
