@@ -13,7 +13,7 @@ from typing import Final
 
 import pytest
 import trio
-from test_console_browser import TOKEN, browser_binaries, open_driver, text_waiter
+from test_console_browser import TOKEN, WAIT, browser_binaries, open_driver
 
 import trio_durable as td
 from trio_durable.console import serve_console
@@ -44,26 +44,51 @@ async def scoring(ctx: td.Context, n: int) -> int:
 
 def drive(url: str, engine: td.Engine) -> None:
     """The browser's part, in a worker thread."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver = open_driver()
-    wait_for_text = text_waiter(driver)
+
+    def wait_for_text(css: str, text: str) -> None:
+        # The page swaps its main part as it refreshes itself, and a fork
+        # opens a page of its own: an element read as it goes (stale, or
+        # of the page before) is looked for again.
+        wait = WebDriverWait(driver, WAIT, ignored_exceptions=(WebDriverException,))
+        wait.until(
+            lambda d: any(text in e.text for e in d.find_elements(By.CSS_SELECTOR, css)),
+            f"{css!r} never showed {text!r}",
+        )
+
+    def submit(action: str, **fields: str) -> None:
+        """Fill the form of ``action`` and send it; looked for again if the
+        page swapped it before the first field was typed in (a form typed
+        in is never swapped)."""
+        for _ in range(10):
+            try:
+                form = driver.find_element(By.CSS_SELECTOR, f'form[data-action="{action}"]')
+                for name, value in fields.items():
+                    # Typed over what is there, never emptied first: an
+                    # emptied form may be swapped before it is typed in.
+                    form.find_element(By.NAME, name).send_keys(Keys.CONTROL, "a", Keys.NULL, value)
+                form.find_element(By.TAG_NAME, "button").click()
+                return
+            except WebDriverException:
+                # Swapped under the driver's hands (stale, detached, not
+                # interactable yet): looked for again.
+                continue
+        raise AssertionError(f"the {action} form kept being swapped")
+
     try:
         driver.get(f"{url}/runs/s")
         wait_for_text("#run-status", "failed")
         driver.find_element(By.ID, "token").send_keys(TOKEN)
-        fork = driver.find_element(By.CSS_SELECTOR, 'form[data-action="fork"]')
         # A seq past the end is refused, and said.
-        fork.find_element(By.NAME, "from_seq").send_keys("7")
-        fork.find_element(By.TAG_NAME, "button").click()
+        submit("fork", from_seq="7")
         wait_for_text("#flash.error", "fork refused (400): from_seq 7 is out of range")
         STATE["fixed"] = True
-        fork = driver.find_element(By.CSS_SELECTOR, 'form[data-action="fork"]')
-        seq = fork.find_element(By.NAME, "from_seq")
-        seq.clear()
-        seq.send_keys("2")
-        fork.find_element(By.NAME, "new_run_id").send_keys("s-fixed")
-        fork.find_element(By.TAG_NAME, "button").click()
+        submit("fork", from_seq="2", new_run_id="s-fixed")
         # The browser goes to the fork's page, which shows it complete.
         wait_for_text("h1", "s-fixed")
         wait_for_text("#run-status", "completed")
@@ -71,9 +96,7 @@ def drive(url: str, engine: td.Engine) -> None:
         # The token is kept for the session.
         driver.get(f"{url}/runs/s")
         wait_for_text("#run-status", "failed")
-        retry = driver.find_element(By.CSS_SELECTOR, 'form[data-action="retry-from"]')
-        retry.find_element(By.NAME, "from_seq").send_keys("2")
-        retry.find_element(By.TAG_NAME, "button").click()
+        submit("retry-from", from_seq="2")
         wait_for_text("#flash.ok", "retry-from: accepted")
         wait_for_text("#run-status", "completed")
     finally:
