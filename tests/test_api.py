@@ -46,6 +46,7 @@ def test_public_api_is_pinned() -> None:
         "FatalError",
         "Fleet",
         "FlowQueue",
+        "ForkPointError",
         "GatherError",
         "GatherFailure",
         "HistoryEntry",

@@ -39,6 +39,7 @@ from ._exceptions import EntityError as EntityError
 from ._exceptions import EntityKeyError as EntityKeyError
 from ._exceptions import EventConflictError as EventConflictError
 from ._exceptions import FatalError as FatalError
+from ._exceptions import ForkPointError as ForkPointError
 from ._exceptions import GatherError as GatherError
 from ._exceptions import GatherFailure as GatherFailure
 from ._exceptions import InvalidArgumentsError as InvalidArgumentsError
@@ -141,6 +142,7 @@ __all__ = [
     "FatalError",
     "Fleet",
     "FlowQueue",
+    "ForkPointError",
     "GatherError",
     "GatherFailure",
     "HistoryEntry",

@@ -29,6 +29,7 @@ from ._entities import EntityRef, client_entity
 from ._events import EventFront, SendsEvents, client_front
 from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
+from ._fork import ForksRuns, fork_run, retry_from
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
@@ -52,7 +53,9 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 
 @final
-class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, QueriesAndUpdates):
+class Client(
+    RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, QueriesAndUpdates, ForksRuns
+):
     """Starts, reads and controls runs; runs none of them.
 
     It also finds and reads runs, and prunes ended ones, as `Engine` does
@@ -231,17 +234,43 @@ class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules,
             lambda runs: announce(self.store, self.client_id, "cancel", runs),
         )
 
-    async def retry(self, run_id: str, *, namespace: str | None = None) -> Run:
-        """Run a failed or dead run's body again from its checkpoints (see
-        `Engine.retry`); returns the run as stored after the retry.
+    async def retry(
+        self, run_id: str, *, namespace: str | None = None, from_seq: int | None = None
+    ) -> Run:
+        """Run a failed or dead run's body again from its checkpoints, or,
+        with ``from_seq``, any run that ended again from that seq, in place
+        (see `Engine.retry`); returns the run as stored after the retry.
 
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
-          InvalidRunStateError: The run is not failed or dead; nothing changed.
+          InvalidRunStateError: The run is not failed or dead (with
+            ``from_seq``: has not ended, or continued as new); nothing changed.
+          ForkPointError: ``from_seq`` is refused (see `Engine.retry`);
+            nothing changed.
         """
         self._check_open()
+        if from_seq is not None:
+            await retry_from(self.store, self.clock.now(), run_id, from_seq, namespace, self._wake)
+            return await self.get(run_id)
         await retry_run(self.store, self._types, self.clock.now(), run_id, namespace, self._wake)
         return await self.get(run_id)
+
+    async def _fork(
+        self, run_id: str, from_seq: int, new_run_id: str | None, namespace: str | None
+    ) -> RunHandle[Any]:
+        self._check_open()
+        fork = await fork_run(
+            self.store,
+            self.app,
+            self.clock.now(),
+            run_id,
+            from_seq,
+            new_run_id,
+            namespace,
+            self.client_id,
+            self._wake,
+        )
+        return RunHandle.of(fork, self)
 
     def _wake(self, runs: Sequence[Run]) -> list[Op]:
         """Announce, with a write that wakes them, runs for an engine to

@@ -31,6 +31,7 @@ from ._entities import EntityRef, engine_entity
 from ._events import EventFront, SendsEvents, engine_front
 from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
+from ._fork import ForksRuns, fork_run, retry_from
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
@@ -64,7 +65,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 
-class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, QueriesAndUpdates):
+class Engine(
+    RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, QueriesAndUpdates, ForksRuns
+):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -257,7 +260,9 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules,
             self._rt.scheduler.interrupt(run.id)
             self._rt.scheduler.wake(run.id)
 
-    async def retry(self, run_id: str, *, namespace: str | None = None) -> Run:
+    async def retry(
+        self, run_id: str, *, namespace: str | None = None, from_seq: int | None = None
+    ) -> Run:
         """Run a failed or dead run's body again from its checkpoints.
 
         Completed steps are not run again (but for steps whose undo already
@@ -267,16 +272,29 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules,
         A retried child that was cancelled gets back its signal waits, and
         sends again the remote steps whose results the cancel dropped.
 
+        With ``from_seq``, a run that ended in any way runs again from that
+        seq in place (docs/fork-and-retry.md).
+
         Args:
           run_id: The run's id.
           namespace: If given, a run of another namespace counts as missing
             (and is left alone).
+          from_seq: The first seq to run again, from 1 to one past the run's
+            last body seq; None retries as described first.
 
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
-          InvalidRunStateError: The run is not failed or dead; nothing changed.
+          InvalidRunStateError: The run is not failed or dead (with
+            ``from_seq``: has not ended); nothing changed.
+          ForkPointError: ``from_seq`` is refused; nothing changed.
         """
         self._rt.scheduler.check_open()
+        if from_seq is not None:
+            run = await retry_from(
+                self.store, self.clock.now(), run_id, from_seq, namespace, self._pass_on
+            )
+            self._woke(run)
+            return await self.get(run_id)
         wakes = await retry_run(
             self.store, self.app, self.clock.now(), run_id, namespace, self._pass_on
         )
@@ -284,6 +302,17 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules,
             if self._serves(wake):
                 self._rt.scheduler.wake(wake.id)
         return await self.get(run_id)
+
+    async def _fork(
+        self, run_id: str, from_seq: int, new_run_id: str | None, namespace: str | None
+    ) -> RunHandle[Any]:
+        self._rt.scheduler.check_open()
+        now, origin = self.clock.now(), self.engine_id
+        args = (run_id, from_seq, new_run_id, namespace, origin, self._pass_on)
+        fork = await fork_run(self.store, self.app, now, *args)
+        self._rt.telemetry.emit_run("run.started", fork)
+        self._woke(fork)
+        return RunHandle.of(fork, self)
 
     def _serves(self, run: Run) -> bool:
         return serves(self.app, run.workflow, run.version)

@@ -477,3 +477,13 @@ class QueryFailed(_HandlerError):
     """
 
     _kind = "query"
+
+
+@final
+class ForkPointError(UsageError):
+    """`Engine.fork` or `Engine.retry` was given a ``from_seq`` the run
+    cannot be run again from: not a whole number between 1 and one past the
+    run's last body seq, inside a fan (fork from its first seq instead),
+    after an operation that has not settled, or, for a retry in place, at or
+    before a child run (which would start again under the id its first run
+    holds: fork instead). Nothing was written."""

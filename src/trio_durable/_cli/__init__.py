@@ -8,6 +8,7 @@ group of commands to it:
 - ``_runs``: ``runs list|show|history|start|result|signal|cancel|retry|prune``,
   through `open_client` (how they show runs: ``_run_views``; the values they
   read: ``_values``);
+- ``_fork``: ``runs fork`` (and ``retry`` and ``fork`` at the top too);
 - ``_fleet``: ``workers``, the live fleet and its gaps;
 - ``_migrate``: ``migrate``, a store's schema created or upgraded;
 - ``_simulate``: ``simulate``, the deterministic simulation;
@@ -28,10 +29,11 @@ import click
 from ._common import EXIT_INTERRUPTED, DurableGroup
 from ._console import console_command
 from ._fleet import workers_command
+from ._fork import fork_command
 from ._hooks import breakpoints_group, hooks_group
 from ._migrate import migrate_command
 from ._processes import engine_command, worker_command
-from ._runs import runs_group
+from ._runs import retry_command, runs_group
 from ._simulate import simulate_command
 
 PROG_NAME = "trio-durable"
@@ -63,6 +65,9 @@ cli.add_command(simulate_command)
 cli.add_command(console_command)
 cli.add_command(breakpoints_group)
 cli.add_command(hooks_group)
+# Also at the top: ``trio-durable fork RUN`` and ``trio-durable retry RUN``.
+cli.add_command(fork_command)
+cli.add_command(retry_command)
 
 
 def main(argv: Sequence[str] | None = None, *, prog_name: str = PROG_NAME) -> int:

@@ -462,10 +462,15 @@ def cancel_command(
 @store_option()
 @namespace_option
 @json_option
-def retry_command(run_id: str, store: str | None, namespace: str | None, as_json: bool) -> None:
+@click.option("--from-seq", "from_seq", type=int, help="Run RUN, ended, again from this seq.")
+def retry_command(
+    run_id: str, store: str | None, namespace: str | None, as_json: bool, from_seq: int | None
+) -> None:
     """Retry RUN, which failed or is dead: its completed steps are kept,
-    failed ones run again. Any other run is refused (exit status 1)."""
-    run = with_client(store, lambda c: c.retry(run_id, namespace=namespace))
+    failed ones run again. Any other run is refused (exit status 1). With
+    --from-seq, RUN, ended in any way, runs again from that seq in place:
+    what it recorded from there on is deleted (see docs/fork-and-retry.md)."""
+    run = with_client(store, lambda c: c.retry(run_id, namespace=namespace, from_seq=from_seq))
     if as_json:
         print_json(document(run))
     else:

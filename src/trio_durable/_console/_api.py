@@ -58,10 +58,38 @@ async def _cancel(request: Request) -> JSONResponse:
 async def _retry(request: Request) -> JSONResponse:
     console = console_of(request)
     console.check_token(request)
-    await read_object(request)
+    body = await read_object(request)
     run_id = request.path_params["run_id"]
-    run = await console.source.retry(run_id, namespace=namespace_of(request))
+    from_seq = _seq_of(body)
+    run = await console.source.retry(run_id, namespace=namespace_of(request), from_seq=from_seq)
     return JSONResponse({"run_id": run.id, "status": run.status}, status_code=202)
+
+
+def _seq_of(body: dict[str, Any], *, required: bool = False) -> int | None:
+    """The body's ``from_seq`` (a whole number; null or absent: None)."""
+    from_seq = body.get("from_seq")
+    if from_seq is None and not required:
+        return None
+    if isinstance(from_seq, bool) or not isinstance(from_seq, int):
+        raise ApiError(400, "bad_request", "'from_seq' must be a whole number")
+    return from_seq
+
+
+async def _fork(request: Request) -> JSONResponse:
+    console = console_of(request)
+    console.check_token(request)
+    body = await read_object(request)
+    from_seq = _seq_of(body, required=True)
+    assert from_seq is not None
+    new_run_id = body.get("new_run_id")
+    if new_run_id is not None and not isinstance(new_run_id, str):
+        raise ApiError(400, "bad_request", "'new_run_id' must be a string or null")
+    run_id = request.path_params["run_id"]
+    fork = await console.source.fork(
+        run_id, from_seq=from_seq, new_run_id=new_run_id or None, namespace=namespace_of(request)
+    )
+    answer = {"run_id": fork.id, "status": fork.status, "forked_from": run_id}
+    return JSONResponse({**answer, "from_seq": from_seq}, status_code=201)
 
 
 def _paths(request: Request) -> Paths:
@@ -183,4 +211,5 @@ def api_routes() -> list[BaseRoute]:
         Route("/api/runs/{run_id}/signal", _signal, methods=["POST"]),
         Route("/api/runs/{run_id}/cancel", _cancel, methods=["POST"]),
         Route("/api/runs/{run_id}/retry", _retry, methods=["POST"]),
+        Route("/api/runs/{run_id}/fork", _fork, methods=["POST"]),
     ]

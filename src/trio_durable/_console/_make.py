@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute
 from .._exceptions import (
     BreakpointNotFoundError,
     InvalidRunStateError,
+    RunConflictError,
     RunNotFoundError,
     UsageError,
     WebhookNotFoundError,
@@ -47,6 +48,8 @@ def _classify(exc: Exception) -> tuple[int, str, str]:
         return 409, "webhook_used", str(exc)
     if isinstance(exc, BreakpointNotFoundError):
         return 404, "breakpoint_not_found", str(exc)
+    if isinstance(exc, RunConflictError):
+        return 409, "run_conflict", str(exc)
     if isinstance(exc, UsageError):
         return 400, "bad_request", str(exc)
     if isinstance(exc, HTTPException):

@@ -91,6 +91,14 @@
       }
       case "cancel":
         return ["POST", `${run}/cancel`, { compensate: form.dataset.compensate === "true" }];
+      case "retry-from":
+        return ["POST", `${run}/retry`, { from_seq: Number(field("from_seq")) }];
+      case "fork":
+        return [
+          "POST",
+          `${run}/fork`,
+          { from_seq: Number(field("from_seq")), new_run_id: field("new_run_id").trim() || null },
+        ];
       case "set-breakpoint":
         return ["POST", "/api/breakpoints", { workflow: field("workflow"), step: field("step") }];
       case "clear-breakpoint":
@@ -119,6 +127,11 @@
       return;
     }
     const answer = await response.json().catch(() => null);
+    if (response.ok && action === "fork" && answer && answer.run_id) {
+      // The fork is a run of its own: show its page.
+      window.location.assign(`${base}/runs/${encodeURIComponent(answer.run_id)}`);
+      return;
+    }
     if (response.ok) {
       say(`${action}: accepted`, "ok");
       form.reset();

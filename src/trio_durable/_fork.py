@@ -1,0 +1,382 @@
+"""Running a run again from one of its steps: a fork into a new run, or a
+retry in place (`Engine.fork`, `Engine.retry` with ``from_seq``).
+
+A fork creates a run of the same workflow, version, namespace, input and
+tags (on-error tags aside) that holds copies of the original's settled body
+checkpoints before ``from_seq``: its replay returns their recorded results
+(a recorded failure raises again), and it executes from ``from_seq`` on, as
+DBOS's ``fork_workflow`` does. The original is not written. A retry from a
+seq deletes the run's body checkpoints at and after it and puts the run back
+to ``pending``; what is before stays.
+
+Both check the seq first and write nothing when it is refused (see
+`ForkPointError`). The fork's row, its copied history and its provenance (a
+completed ``forked_from`` checkpoint at `FORKED_FROM_SEQ`) go in one batch,
+fenced so that an id another run took meanwhile rolls it all back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from ._admission import creation_ops, start_controls
+from ._control import Also, read_run
+from ._exceptions import (
+    ForkPointError,
+    InvalidRunStateError,
+    LeaseLostError,
+    RunConflictError,
+)
+from ._lifecycle import continued_to, deadline_ops, started_output, workflow_timeout
+from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
+from ._options import check_id
+from ._records import DEADLINE_SEQ, TERMINAL_STATUSES, Checkpoint, Run, signal_token
+from ._stores._base import WriteConflict
+from ._stores._ops import (
+    CreateRun,
+    DeleteCheckpoints,
+    Op,
+    PutCheckpoint,
+    RemoveSignalWaiter,
+    UpdateRun,
+)
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._handle import RunHandle
+    from ._stores._base import Store
+
+FORKED_FROM_SEQ: Final = 999_999_950
+"""The seq of a fork's provenance: a completed ``local`` checkpoint named
+``forked_from``, its input ``{"run_id", "from_seq"}`` (past every seq a body
+reaches; the fork's reserved seqs are 999_999_950 to 999_999_959)."""
+
+BODY_SEQ_END: Final = FORKED_FROM_SEQ
+"""Body seqs are below this; the seqs from here on are reserved."""
+
+
+def _body(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
+    return [cp for cp in checkpoints if 0 < cp.seq < BODY_SEQ_END]
+
+
+def check_from_seq(run: Run, checkpoints: Sequence[Checkpoint], from_seq: object) -> int:
+    """``from_seq`` checked against the run's history; returns it.
+
+    Raises:
+      ForkPointError: It is not a whole number from 1 to one past the last
+        body seq, falls inside a fan, or an operation before it has not
+        settled.
+    """
+    if isinstance(from_seq, bool) or not isinstance(from_seq, int):
+        raise ForkPointError(f"from_seq must be a whole number, not {from_seq!r}")
+    body = _body(checkpoints)
+    last = max((cp.seq for cp in body), default=0)
+    if not 1 <= from_seq <= last + 1:
+        # One past the last seq runs nothing again: the replay goes on.
+        raise ForkPointError(
+            f"from_seq {from_seq} is out of range: run {run.id!r} can run again from 1 to {last + 1}"
+        )
+    for cp in body:
+        first, size = cp.parallel_group, cp.parallel_size
+        if first is not None and size is not None and first < from_seq < first + size:
+            raise ForkPointError(
+                f"from_seq {from_seq} is inside the fan of {cp.name!r} at seqs"
+                f" {first} to {first + size - 1} of run {run.id!r}:"
+                f" run from {first} (the whole fan) or from {first + size}"
+            )
+    for cp in body:
+        if cp.seq < from_seq and cp.status not in ("completed", "failed"):
+            raise ForkPointError(
+                f"the {cp.kind} {cp.name!r} at seq {cp.seq} of run {run.id!r} has not settled"
+                f" (it is {cp.status}): run from seq {cp.seq} or before"
+            )
+    return from_seq
+
+
+def _undone(checkpoints: Sequence[Checkpoint]) -> set[int]:
+    """Seqs of steps whose undo ran: their effect is gone, so they run again."""
+    return {-cp.seq for cp in checkpoints if cp.seq < 0}
+
+
+# -- fork -------------------------------------------------------------------------------
+
+
+async def fork_run(
+    store: Store,
+    app: App | None,
+    now: float,
+    run_id: str,
+    from_seq: int,
+    new_run_id: str | None,
+    namespace: str | None,
+    origin: str,
+    also: Also,
+) -> Run:
+    """Create the fork of ``run_id`` from ``from_seq`` (see `Engine.fork`);
+    returns it as stored, ``pending``, leased to none.
+
+    Raises:
+      RunNotFoundError: No run has this id (in ``namespace``).
+      ForkPointError: ``from_seq`` is refused.
+      RunConflictError: ``new_run_id`` belongs to a run already.
+      UsageError: ``new_run_id`` or ``namespace`` is malformed.
+    """
+    if new_run_id is not None:
+        check_id("new_run_id", new_run_id)
+    original = await read_run(store, run_id, namespace)
+    checkpoints = await store.get_checkpoints(original.id)
+    check_from_seq(original, checkpoints, from_seq)
+    undone = _undone(checkpoints)
+    kept = [cp for cp in _body(checkpoints) if cp.seq < from_seq and cp.seq not in undone]
+    timeout = _timeout(app, original, checkpoints)
+    controls = None
+    wf = None if app is None else app.find_workflow(original.workflow, original.version)
+    if wf is not None:
+        controls = start_controls(wf, original.input)
+    serial = 0
+    while True:
+        serial += 1
+        fork_id = new_run_id
+        if fork_id is None:
+            fork_id = f"{original.id}.fork.{serial}"
+            if await store.get_run(fork_id) is not None:
+                continue
+        fork = Run(
+            id=fork_id,
+            workflow=original.workflow,
+            version=original.version,
+            namespace=original.namespace,
+            status="pending",
+            input=original.input,
+            tags=without_on_error_tags(original.tags),
+            created_at=now,
+            updated_at=now,
+        )
+        # Created leased to a name only this call uses, then released in
+        # the same batch: if the id was taken meanwhile, the release finds
+        # another lease and rolls the whole batch back, so nothing is
+        # written into the run that holds the id.
+        fence = f"fork:{origin}:{fork_id}"
+        ops: list[Op] = [
+            CreateRun(attrs.evolve(fork, lease_owner=fence, lease_expiry=now + 60.0)),
+            UpdateRun(
+                fork_id, {"lease_owner": None, "lease_expiry": None}, expect_owner=fence, now=now
+            ),
+            PutCheckpoint(_provenance(fork_id, original.id, from_seq, now)),
+            *(PutCheckpoint(_copied(cp, fork_id)) for cp in kept),
+            *deadline_ops(fork, timeout),
+            *([] if controls is None else creation_ops(fork_id, controls, now)),
+            *also([fork]),
+        ]
+        try:
+            await store.apply(ops)
+        except (LeaseLostError, WriteConflict) as exc:
+            if new_run_id is None:
+                continue
+            raise RunConflictError(f"run id {new_run_id!r} is taken") from exc
+        return fork
+
+
+def _copied(cp: Checkpoint, fork_id: str) -> Checkpoint:
+    copy = attrs.evolve(cp, run_id=fork_id)
+    if cp.kind == "child" and cp.child_id is not None and cp.status == "completed":
+        data = json.loads(cp.output) if cp.output else None
+        if isinstance(data, dict) and data.get("cancel_with_parent") is True:
+            # A child the original started stays the original's: cancelling
+            # the fork does not cancel it.
+            copy = attrs.evolve(copy, output=started_output(cp.child_id, False))
+    return copy
+
+
+def _provenance(fork_id: str, original: str, from_seq: int, now: float) -> Checkpoint:
+    return Checkpoint(
+        run_id=fork_id,
+        seq=FORKED_FROM_SEQ,
+        name="forked_from",
+        kind="local",
+        status="completed",
+        input=json.dumps({"run_id": original, "from_seq": from_seq}),
+        output=json.dumps(original),
+        enqueued_at=now,
+        started_at=now,
+        finished_at=now,
+    )
+
+
+def _timeout(app: App | None, run: Run, checkpoints: Sequence[Checkpoint]) -> float | None:
+    """The fork's whole-run timeout: the original's (counted again from the
+    fork's creation), else its workflow's."""
+    for cp in checkpoints:
+        if cp.seq == DEADLINE_SEQ and cp.input:
+            timeout = json.loads(cp.input).get("timeout")
+            if isinstance(timeout, int | float):
+                return float(timeout)
+    return workflow_timeout(app, run.workflow, run.version)
+
+
+async def forked_from_of(store: Store, run_id: str) -> tuple[str, int] | None:
+    """The run and seq ``run_id`` was forked from, or None."""
+    found = await store.get_checkpoints(run_id, FORKED_FROM_SEQ, FORKED_FROM_SEQ)
+    if not found or not found[0].input:
+        return None
+    data = json.loads(found[0].input)
+    return str(data["run_id"]), int(data["from_seq"])
+
+
+# -- retry from a seq -------------------------------------------------------------------
+
+
+async def retry_from(
+    store: Store,
+    now: float,
+    run_id: str,
+    from_seq: int,
+    namespace: str | None,
+    also: Also,
+) -> Run:
+    """Put an ended run back to ``pending`` with its body checkpoints at and
+    after ``from_seq`` deleted (see `Engine.retry`); returns the run as
+    written.
+
+    Raises:
+      RunNotFoundError: No run has this id (in ``namespace``).
+      InvalidRunStateError: The run has not ended, continued as new, or
+        changed meanwhile; nothing changed.
+      ForkPointError: ``from_seq`` is refused.
+    """
+    run = await read_run(store, run_id, namespace)
+    if run.status not in TERMINAL_STATUSES:
+        raise InvalidRunStateError(
+            f"run {run_id!r} is {run.status}; only a run that ended can be retried from a seq"
+        )
+    if await continued_to(store, run) is not None:
+        raise InvalidRunStateError(
+            f"run {run_id!r} continued as new; retry its latest generation, or fork it"
+        )
+    checkpoints = await store.get_checkpoints(run.id)
+    check_from_seq(run, checkpoints, from_seq)
+    children = [cp for cp in _body(checkpoints) if cp.seq >= from_seq and cp.child_id is not None]
+    if children:
+        first = children[0]
+        raise ForkPointError(
+            f"run {run_id!r} started the child run {first.child_id!r} at seq {first.seq}:"
+            f" a retry in place from seq {from_seq} would start it again under that id."
+            f" Fork the run instead, or retry from seq {children[-1].seq + 1} or later"
+        )
+    undone = _undone(checkpoints)
+    deletes: list[int] = []
+    ops: list[Op] = []
+    for cp in checkpoints:
+        if cp.seq < 0 or (0 < cp.seq < BODY_SEQ_END and (cp.seq >= from_seq or cp.seq in undone)):
+            deletes.append(cp.seq)
+            if cp.kind == "signal" and cp.status == "pending" and cp.seq > 0:
+                token = signal_token(run.id, cp.name)
+                if await store.signal_waiter(token) == (run.id, cp.seq):
+                    ops.append(RemoveSignalWaiter(token))
+        elif cp.kind == "decision":
+            # A remote workflow's run asks a worker afresh (as `plan_retry`).
+            ops.append(
+                PutCheckpoint(
+                    attrs.evolve(cp, status="completed", error=None, input=None, output=None)
+                )
+            )
+        elif cp.seq >= HANDOFF_BASE and not cp.name.startswith(RETIRED_PREFIX):
+            # Retired as `plan_retry` does: kept in the timeline, never
+            # followed again.
+            ops.append(PutCheckpoint(attrs.evolve(cp, name=f"{RETIRED_PREFIX}{cp.child_id}")))
+            if cp.child_id is not None:
+                ops.append(UpdateRun(cp.child_id, {"parent_seq": None}, strict=False))
+    if deletes:
+        ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
+    changes: dict[str, object] = {
+        "status": "pending",
+        "error": None,
+        "output": None,
+        "wake_at": None,
+        "compensate": False,
+        "recoveries": 0,
+        "lease_owner": None,
+        "lease_expiry": None,
+        "tags": without_on_error_tags(run.tags),
+        "updated_at": now,
+    }
+    ops.append(UpdateRun(run.id, changes, expect_status=frozenset({run.status})))
+    retried = attrs.evolve(
+        run,
+        status="pending",
+        error=None,
+        output=None,
+        wake_at=None,
+        compensate=False,
+        recoveries=0,
+        lease_owner=None,
+        lease_expiry=None,
+        tags=without_on_error_tags(run.tags),
+        updated_at=now,
+    )
+    try:
+        await store.apply([*ops, *also([retried])])
+    except WriteConflict as exc:
+        raise InvalidRunStateError(f"run {run_id!r} changed while being retried") from exc
+    return retried
+
+
+class ForksRuns:
+    """`fork`, shared by `Engine` and `Client`, which say how a fork is
+    created and woken (`ForksRuns._fork`)."""
+
+    async def _fork(
+        self, run_id: str, from_seq: int, new_run_id: str | None, namespace: str | None
+    ) -> RunHandle[Any]:
+        raise NotImplementedError
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        from_seq: int,
+        new_run_id: str | None = None,
+        namespace: str | None = None,
+    ) -> RunHandle[Any]:
+        """Start a new run that reuses ``run_id``'s recorded results before
+        ``from_seq`` and executes from there (see docs/fork-and-retry.md).
+
+        The fork runs the same workflow and version, in the same namespace,
+        with the same input and tags (on-error tags aside). Its replay
+        returns what the original recorded at each seq before ``from_seq``
+        (a recorded failure raises again), but for steps whose undo ran,
+        which run again; from ``from_seq`` on, it runs anew: steps run
+        again, timers sleep their whole duration from the fork's turn,
+        signal waits wait for new signals (sent to the fork), children start
+        as new runs under the fork's ids. Children started before
+        ``from_seq`` stay the original's: the fork reads their recorded
+        outcome and never cancels them. The original run, whatever its
+        status (it may still be running), is not written; the fork records
+        where it came from (`forked_from`).
+
+        Args:
+          run_id: The run to fork.
+          from_seq: The first seq to execute anew, from 1 (everything) to one
+            past the run's last body seq (nothing: the fork replays the
+            whole recorded history, then goes on).
+          new_run_id: The fork's id; derived if not given
+            (``<run_id>.fork.<n>``, the first ``n`` not taken).
+          namespace: If given, a run of another namespace counts as missing.
+
+        Returns:
+          A `RunHandle` of the fork, created ``pending``: an engine serving
+          its workflow runs it at once.
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          ForkPointError: ``from_seq`` is out of range, inside a fan, or
+            after an operation that has not settled; nothing is written.
+          RunConflictError: ``new_run_id`` belongs to a run already; nothing
+            is written.
+          UsageError: ``new_run_id`` or ``namespace`` is malformed.
+        """
+        return await self._fork(run_id, from_seq, new_run_id, namespace)
