@@ -20,6 +20,8 @@ from ._brokers._memory import MemoryBroker as MemoryBroker
 from ._client import Client as Client
 from ._client import open_client as open_client
 from ._clock import Clock as Clock
+from ._codec import AesGcmCodec as AesGcmCodec
+from ._codec import PayloadCodec as PayloadCodec
 from ._context import Context as Context
 from ._controls import RateLimit as RateLimit
 from ._controls import RunControls as RunControls
@@ -33,6 +35,7 @@ from ._entity_defs import shared as shared
 from ._events import EventReceipt as EventReceipt
 from ._events import EventRecord as EventRecord
 from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
+from ._exceptions import CodecError as CodecError
 from ._exceptions import ContinueAsNewError as ContinueAsNewError
 from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import EntityError as EntityError
@@ -104,6 +107,7 @@ from ._worker import open_worker as open_worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "AesGcmCodec",
     "App",
     "Breakpoint",
     "BreakpointNotFoundError",
@@ -114,6 +118,7 @@ __all__ = [
     "Checkpoint",
     "Client",
     "Clock",
+    "CodecError",
     "ConsoleOptions",
     "Context",
     "ContinueAsNewError",
@@ -158,6 +163,7 @@ __all__ = [
     "open_worker",
     "parent_of",
     "PausedStep",
+    "PayloadCodec",
     "RateLimit",
     "RegistrationError",
     "RemoteStepError",
