@@ -188,3 +188,17 @@ class AesGcmCodec:
 
     def __repr__(self) -> str:
         return f"AesGcmCodec({self._keyring!r})"
+
+
+def shown_sealed(value: Any) -> Any:
+    """A JSON value with every `AesGcmCodec` envelope in it replaced by
+    ``{"encrypted_with": <key id>}``: what the console shows of a payload
+    it has no key for."""
+    if isinstance(value, dict):
+        key_id = sealed_value_key_id(value)
+        if key_id is not None:
+            return {"encrypted_with": key_id}
+        return {key: shown_sealed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shown_sealed(item) for item in value]
+    return value

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import attrs
 import trio
 
 from .._codec import PayloadCodec
-from .._exceptions import UsageError
+from .._exceptions import CodecError, UsageError
 from .._records import (
     Breakpoint,
     Checkpoint,
@@ -64,6 +64,7 @@ from ._ops import (
 )
 
 _COMPACT = (",", ":")
+T = TypeVar("T")
 
 
 class PayloadCoder:
@@ -132,6 +133,19 @@ class PayloadCoder:
             output=self.text_out(run.output),
             error=self.error_out(run.error),
         )
+
+    def run_listed(self, run: Run) -> Run:
+        """`run_out` for lists: a payload that cannot be decoded (its key
+        is not in the ring) is left as it is stored, not raised on."""
+        try:
+            return self.run_out(run)
+        except CodecError:
+            return attrs.evolve(
+                run,
+                input=_or_stored(self.codec.decode, run.input),
+                output=_or_stored(self.text_out, run.output),
+                error=_or_stored(self.error_out, run.error),
+            )
 
     def checkpoint_in(self, cp: Checkpoint) -> Checkpoint:
         return attrs.evolve(
@@ -202,6 +216,13 @@ class PayloadCoder:
             run, created = result
             return (self.run_out(run), created)
         return result
+
+
+def _or_stored(decode: Callable[[T], T], value: T) -> T:
+    try:
+        return decode(value)
+    except CodecError:
+        return value
 
 
 class CodecStore(StoreHelpers):
@@ -294,8 +315,10 @@ class CodecStore(StoreHelpers):
     async def find_runs(
         self, where: RunFilter, *, before: tuple[float, str] | None = None, limit: int = 100
     ) -> list[Run]:
+        # The query for people (pages of runs): a run whose payloads this
+        # codec cannot decode is listed with them as stored.
         runs = await self.inner.find_runs(where, before=before, limit=limit)
-        return [self._coder.run_out(run) for run in runs]
+        return [self._coder.run_listed(run) for run in runs]
 
     async def get_checkpoints(
         self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
