@@ -5,6 +5,8 @@ run is checkpointed in a store, so a run survives crashes and restarts and
 resumes by replay on any engine.
 """
 
+# The store SDK, so that `td.stores.CodecStore` needs no import of its own.
+from . import stores as stores
 from ._app import App as App
 from ._app import FlowQueue as FlowQueue
 from ._app import Retry as Retry
