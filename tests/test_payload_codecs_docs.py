@@ -67,7 +67,7 @@ async def read_run(store: str, run_id: str, ring: td.Keyring) -> td.Run:
 # -- "Wrapping a store yourself" ---------------------------------------------------------
 
 
-async def count_by_status(store_url: str, ring: td.Keyring) -> dict[str, int]:
+async def count_by_status(store_url: str, ring: td.Keyring) -> dict[td.stores.RunStatus, int]:
     async with td.open_store(store_url) as store:
         coded = td.stores.CodecStore(store, td.AesGcmCodec(ring))
         async with td.open_client(coded) as client:
