@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import attrs
 import trio
@@ -67,20 +67,59 @@ _COMPACT = (",", ":")
 T = TypeVar("T")
 
 
+CACHE_BYTES: Final = 16 * 1024 * 1024
+"""How much decoded text (in characters, stored and decoded counted) a
+`CodecStore` keeps, so that a run's history, read again at each of its
+turns, is decrypted once."""
+
+_CACHED_TEXT_MAX: Final = 64 * 1024
+
+
 class PayloadCoder:
     """A codec applied to the store's records: what `CodecStore` encodes
     and decodes, field by field."""
 
     def __init__(self, codec: PayloadCodec) -> None:
         self.codec = codec
+        # Stored text -> decoded text, oldest first (a text decodes to the
+        # same payload every time: the cache never goes stale).
+        self._decoded: dict[str, str] = {}
+        self._cached = 0
 
     # -- text --------------------------------------------------------------
 
     def text_in(self, text: str | None) -> str | None:
-        return None if text is None else self.codec.encode(text)
+        return None if text is None else self.encode(text)
+
+    def encode(self, text: str) -> str:
+        """``codec.encode(text)``, remembered: reading back what this store
+        wrote needs no decoding."""
+        sealed = self.codec.encode(text)
+        self._remember(sealed, text)
+        return sealed
 
     def text_out(self, text: str | None) -> str | None:
-        return None if text is None else self.codec.decode(text)
+        return None if text is None else self.decode(text)
+
+    def decode(self, text: str) -> str:
+        """``codec.decode(text)``, from the cache when it was decoded lately."""
+        found = self._decoded.get(text)
+        if found is not None:
+            return found
+        plain = self.codec.decode(text)
+        if plain is not text:
+            self._remember(text, plain)
+        return plain
+
+    def _remember(self, sealed: str, plain: str) -> None:
+        size = len(sealed) + len(plain)
+        if size > _CACHED_TEXT_MAX or sealed in self._decoded:
+            return
+        self._decoded[sealed] = plain
+        self._cached += size
+        while self._cached > CACHE_BYTES:
+            old = next(iter(self._decoded))
+            self._cached -= len(old) + len(self._decoded.pop(old))
 
     # -- errors ------------------------------------------------------------
 
@@ -88,7 +127,7 @@ class PayloadCoder:
         if error is None:
             return None
         secret = {"message": error.message, "details": error.details, "traceback": error.traceback}
-        sealed = self.codec.encode(json.dumps(secret, separators=_COMPACT))
+        sealed = self.encode(json.dumps(secret, separators=_COMPACT))
         return attrs.evolve(
             error,
             message=self.codec.describe(sealed) or "encoded",
@@ -102,7 +141,7 @@ class PayloadCoder:
         text = json.dumps(error.details, separators=_COMPACT)
         if self.codec.describe(text) is None:
             return error  # written before the codec, or by a store itself
-        secret = json.loads(self.codec.decode(text))
+        secret = json.loads(self.decode(text))
         return attrs.evolve(
             error,
             message=str(secret["message"]),
@@ -121,7 +160,7 @@ class PayloadCoder:
     def run_in(self, run: Run) -> Run:
         return attrs.evolve(
             run,
-            input=self.codec.encode(run.input),
+            input=self.encode(run.input),
             output=self.text_in(run.output),
             error=self.error_in(run.error),
         )
@@ -129,7 +168,7 @@ class PayloadCoder:
     def run_out(self, run: Run) -> Run:
         return attrs.evolve(
             run,
-            input=self.codec.decode(run.input),
+            input=self.decode(run.input),
             output=self.text_out(run.output),
             error=self.error_out(run.error),
         )
@@ -142,7 +181,7 @@ class PayloadCoder:
         except CodecError:
             return attrs.evolve(
                 run,
-                input=_or_stored(self.codec.decode, run.input),
+                input=_or_stored(self.decode, run.input),
                 output=_or_stored(self.text_out, run.output),
                 error=_or_stored(self.error_out, run.error),
             )
@@ -157,16 +196,14 @@ class PayloadCoder:
         )
 
     def checkpoint_out(self, cp: Checkpoint) -> Checkpoint:
-        return attrs.evolve(
-            cp,
-            input=self.text_out(cp.input),
-            output=self.text_out(cp.output),
-            error=self.error_out(cp.error),
-            errors=self.errors_out(cp.errors),
-        )
+        coded_input, output = self.text_out(cp.input), self.text_out(cp.output)
+        error, errors = self.error_out(cp.error), self.errors_out(cp.errors)
+        if coded_input is cp.input and output is cp.output and error is cp.error and not errors:
+            return cp  # nothing was encoded (a timer, a row older than the codec)
+        return attrs.evolve(cp, input=coded_input, output=output, error=error, errors=errors)
 
     def value_out(self, value: StoredValue) -> StoredValue:
-        return attrs.evolve(value, value=self.codec.decode(value.value))
+        return attrs.evolve(value, value=self.decode(value.value))
 
     # -- operations and their results --------------------------------------
 
@@ -188,20 +225,20 @@ class PayloadCoder:
             case RescheduleCheckpoint():
                 return attrs.evolve(op, error=cast(ErrorInfo, self.error_in(op.error)))
             case DeliverSignal():
-                return attrs.evolve(op, payload=self.codec.encode(op.payload))
+                return attrs.evolve(op, payload=self.encode(op.payload))
             case PutValue() if op.value is not None:
-                return attrs.evolve(op, value=self.codec.encode(op.value))
+                return attrs.evolve(op, value=self.encode(op.value))
             case KeepSetting():
-                return attrs.evolve(op, value=self.codec.encode(op.value))
+                return attrs.evolve(op, value=self.encode(op.value))
             case _:
                 return op
 
     def _changes_in(self, changes: dict[str, Any]) -> dict[str, Any]:
         coded = dict(changes)
         if isinstance(coded.get("input"), str):
-            coded["input"] = self.codec.encode(coded["input"])
+            coded["input"] = self.encode(coded["input"])
         if isinstance(coded.get("output"), str):
-            coded["output"] = self.codec.encode(coded["output"])
+            coded["output"] = self.encode(coded["output"])
         if isinstance(coded.get("error"), ErrorInfo):
             coded["error"] = self.error_in(coded["error"])
         return coded
@@ -209,7 +246,7 @@ class PayloadCoder:
     def result_out(self, op: Op, result: Any) -> Any:
         """The result of ``op`` with its payloads decoded."""
         if isinstance(op, WaitSignal | KeepSetting) and isinstance(result, str):
-            return self.codec.decode(result)
+            return self.decode(result)
         if isinstance(result, Checkpoint):
             return self.checkpoint_out(result)
         if isinstance(op, CreateRun) and isinstance(result, tuple):
@@ -342,7 +379,7 @@ class CodecStore(StoreHelpers):
         return [self._coder.checkpoint_out(cp) for cp in found]
 
     async def buffered_signals(self, token: str) -> list[str]:
-        return [self.codec.decode(p) for p in await self.inner.buffered_signals(token)]
+        return [self._coder.decode(p) for p in await self.inner.buffered_signals(token)]
 
     async def get_value(self, scope: str, key: str) -> StoredValue | None:
         value = await self.inner.get_value(scope, key)
