@@ -379,3 +379,43 @@ async def test_a_codec_store_is_a_store_for_open_engine(tmp_path: Path) -> None:
             with pytest.raises(td.RunFailed):
                 await engine.result((await engine.start(declined, CARD)).id)
         assert coded.statistics() is inner.statistics()
+
+
+@app.entity("wallet", key=str)
+class Wallet:
+    def __init__(self) -> None:
+        self.cards: list[str] = []
+
+    @td.exclusive
+    async def add(self, card: str) -> int:
+        self.cards.append(card)
+        return len(self.cards)
+
+    @td.shared
+    async def last(self) -> str:
+        return self.cards[-1]
+
+
+async def test_keyed_values_entities_and_schedules_work_encrypted(
+    open_test_engine: EngineFactory, stored: Stored, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with engine_on(open_test_engine, stored, RING1) as engine:
+        wallet = engine.entity("wallet", "w-1")
+        assert await wallet.add(CARD) == 1
+        assert await wallet.add(f"{CARD}-2") == 2
+        assert await wallet.last() == f"{CARD}-2"
+        await engine.create_schedule("nightly", declined, cron="0 * * * *", args=[CARD])
+        await trio.sleep(3_600)
+        [info] = await engine.list_schedules()
+        assert (info.name, info.workflow, info.started) == ("nightly", "declined", 1)
+        started = await engine.list_runs(tags=["schedule:nightly"])
+        assert len(started.runs) == 1
+        for run in started.runs:
+            with pytest.raises(td.RunFailed, match="declined"):
+                await engine.result(run.id)
+        await engine.drain()
+    async with engine_on(open_test_engine, stored, RING21) as engine:
+        assert await engine.entity("wallet", "w-1").add("third") == 3
+        assert await engine.entity("wallet", "w-1").last() == "third"
+        await engine.drain()
+    assert "SECRET" not in stored.raw()
