@@ -15,6 +15,7 @@ from conftest import EngineFactory
 
 def test_public_api_is_pinned() -> None:
     assert sorted(td.__all__) == [
+        "AesGcmCodec",
         "App",
         "Breakpoint",
         "BreakpointNotFoundError",
@@ -25,6 +26,7 @@ def test_public_api_is_pinned() -> None:
         "Checkpoint",
         "Client",
         "Clock",
+        "CodecError",
         "ConsoleOptions",
         "Context",
         "ContinueAsNewError",
@@ -61,6 +63,7 @@ def test_public_api_is_pinned() -> None:
         "NonDeterminismError",
         "OnError",
         "PausedStep",
+        "PayloadCodec",
         "QueryFailed",
         "RateLimit",
         "RegistrationError",

@@ -24,8 +24,10 @@ TRACING = ("opentelemetry",)
 # Loaded on the first call for metrics (`Engine.metrics`, `metrics_registry`):
 # it brings http.server and more, which a process never scraped need not load.
 METRICS_LIBRARIES = ("prometheus_client",)
+# Loaded when a payload codec is made (td.AesGcmCodec), never before.
+CRYPTO = ("cryptography",)
 # Every library the core leaves alone on its embedded path.
-AVOIDED = CLIENTS + COMMAND_LIBRARIES + TRACING + METRICS_LIBRARIES
+AVOIDED = CLIENTS + COMMAND_LIBRARIES + TRACING + METRICS_LIBRARIES + CRYPTO
 
 SCRIPT = """
 import json, sys

@@ -105,6 +105,7 @@ def test_the_store_sdk_is_pinned() -> None:
         "CheckpointKind",
         "CheckpointStatus",
         "ClaimCheckpoint",
+        "CodecStore",
         "CreateRun",
         "CreateWebhook",
         "DeleteBreakpoint",

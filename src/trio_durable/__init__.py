@@ -5,6 +5,8 @@ run is checkpointed in a store, so a run survives crashes and restarts and
 resumes by replay on any engine.
 """
 
+# The store SDK, so that `td.stores.CodecStore` needs no import of its own.
+from . import stores as stores
 from ._app import App as App
 from ._app import FlowQueue as FlowQueue
 from ._app import Retry as Retry
@@ -20,6 +22,8 @@ from ._brokers._memory import MemoryBroker as MemoryBroker
 from ._client import Client as Client
 from ._client import open_client as open_client
 from ._clock import Clock as Clock
+from ._codec import AesGcmCodec as AesGcmCodec
+from ._codec import PayloadCodec as PayloadCodec
 from ._context import Context as Context
 from ._controls import RateLimit as RateLimit
 from ._controls import RunControls as RunControls
@@ -33,6 +37,7 @@ from ._entity_defs import shared as shared
 from ._events import EventReceipt as EventReceipt
 from ._events import EventRecord as EventRecord
 from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
+from ._exceptions import CodecError as CodecError
 from ._exceptions import ContinueAsNewError as ContinueAsNewError
 from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import EntityError as EntityError
@@ -109,6 +114,7 @@ from ._worker import open_worker as open_worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "AesGcmCodec",
     "App",
     "Breakpoint",
     "BreakpointNotFoundError",
@@ -119,6 +125,7 @@ __all__ = [
     "Checkpoint",
     "Client",
     "Clock",
+    "CodecError",
     "ConsoleOptions",
     "Context",
     "ContinueAsNewError",
@@ -164,6 +171,7 @@ __all__ = [
     "open_worker",
     "parent_of",
     "PausedStep",
+    "PayloadCodec",
     "QueryFailed",
     "RateLimit",
     "RegistrationError",

@@ -24,6 +24,7 @@ from ._app import App, Workflow
 from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._clock import Clock
+from ._codec import PayloadCodec
 from ._control import cancel_run, read_run, retry_run, signal_run
 from ._entities import EntityRef, client_entity
 from ._events import EventFront, SendsEvents, client_front
@@ -44,6 +45,7 @@ from ._schedules import ManagesSchedules
 from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import RunWatch, Store
+from ._stores._codec import check_codec, with_codec
 from ._stores._ops import Op
 from ._wakes import announce, announces_ends, ends_delivery, keep_watching
 
@@ -337,6 +339,7 @@ async def open_client(
     broker: str | Broker | None = None,
     app: App | None = None,
     wall_clock: Callable[[], float] = time.time,
+    codec: PayloadCodec | None = None,
 ) -> AsyncIterator[Client]:
     """Open a client of the runs in ``store``.
 
@@ -348,6 +351,8 @@ async def open_client(
       app: The application to check starts against and to structure
         outputs with; None to start workflows by name, untyped.
       wall_clock: Read once to anchor durable time (see `Clock`).
+      codec: The codec the store's payloads are kept with (such as
+        `AesGcmCodec`; see docs/payload-codecs.md), or None.
 
     Raises:
       InvalidURLError: A URL is malformed.
@@ -357,8 +362,9 @@ async def open_client(
     """
     if app is not None and not isinstance(app, App):
         raise UsageError(f"open_client needs a td.App or None, not {app!r}")
+    check_codec(codec)
     async with AsyncExitStack() as stack:
-        store_obj = await enter_store(stack, store)
+        store_obj = with_codec(await enter_store(stack, store), codec)
         broker_obj = None if broker is None else await enter_broker(stack, broker)
         client = Client(store_obj, broker_obj, app, Clock(wall_clock), random.Random())
         thrown: BaseException | None = None

@@ -25,6 +25,7 @@ import trio
 from ._app import App, Workflow
 from ._brokers import enter_broker
 from ._brokers._base import Broker
+from ._codec import PayloadCodec
 from ._control import cancel_run, read_run, retry_run, signal_run
 from ._descriptor import check_group_routes
 from ._entities import EntityRef, engine_entity
@@ -53,6 +54,7 @@ from ._schedules import ManagesSchedules
 from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import Store
+from ._stores._codec import check_codec, with_codec
 from ._stores._ops import Op
 from ._views import Retention
 from ._wakes import announce, serves
@@ -492,6 +494,7 @@ async def open_engine(
     metrics_interval: float = 15.0,
     console: ConsoleOptions | None = None,
     webhook_secret: bytes | str | None = None,
+    codec: PayloadCodec | None = None,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -556,6 +559,9 @@ async def open_engine(
         16 bytes; the same on every engine of a fleet). Without one, a
         random secret is made once and kept in the store, which then holds
         what derives the tokens (see docs/webhooks-and-breakpoints.md).
+      codec: Keep every payload encoded at rest with this codec (such as
+        `AesGcmCodec`): the store is wrapped in a `CodecStore` (see
+        docs/payload-codecs.md). None keeps payloads as they are.
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -585,11 +591,12 @@ async def open_engine(
     if console is not None and not isinstance(console, ConsoleOptions):
         raise UsageError(f"console= takes a td.ConsoleOptions or None, not {console!r}")
     routes = check_group_routes(app, serve, "serve")
+    check_codec(codec)
     rng = random.Random(seed)
     if engine_id is None:
         engine_id = f"engine-{rng.getrandbits(32):08x}"
     async with AsyncExitStack() as stack:
-        store_obj = await enter_store(stack, store)
+        store_obj = with_codec(await enter_store(stack, store), codec)
         broker_obj = await enter_broker(stack, broker)
         async with open_runtime(
             app,

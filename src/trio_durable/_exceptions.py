@@ -487,3 +487,18 @@ class ForkPointError(UsageError):
     after an operation that has not settled, or, for a retry in place, at or
     before a child run (which would start again under the id its first run
     holds: fork instead). Nothing was written."""
+
+
+@final
+class CodecError(StoreError):
+    """A stored payload cannot be decoded: it was encrypted with a key the
+    codec's keyring lacks (``key_id`` names it), or its ciphertext fails
+    authentication (a wrong key under that id, or altered bytes).
+
+    A `StoreError`, so an engine treats it as a store it cannot read yet:
+    the run is left as it is (never failed for it), for an engine whose
+    ring has the key."""
+
+    def __init__(self, message: str, *, key_id: str | None = None) -> None:
+        super().__init__(message)
+        self.key_id = key_id

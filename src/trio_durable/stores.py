@@ -27,6 +27,7 @@ from ._stores._base import StoreStatistics as StoreStatistics
 from ._stores._base import TurnState as TurnState
 from ._stores._base import WriteConflict as WriteConflict
 from ._stores._base import run_due_at as run_due_at
+from ._stores._codec import CodecStore as CodecStore
 from ._stores._helpers import StoreHelpers as StoreHelpers
 from ._stores._hook_ops import CreateWebhook as CreateWebhook
 from ._stores._hook_ops import DeleteBreakpoint as DeleteBreakpoint
@@ -72,6 +73,7 @@ __all__ = [
     "CheckpointKind",
     "CheckpointStatus",
     "ClaimCheckpoint",
+    "CodecStore",
     "CreateRun",
     "DeleteCheckpoints",
     "DeliverSignal",

@@ -18,7 +18,9 @@ import trio
 
 from .._app import App
 from .._client import open_client
+from .._codec import PayloadCodec
 from ._apps import load_app
+from ._codec import CODEC_KEYS_ENV, codec_of
 from ._common import (
     EXIT_FAILED,
     CommandError,
@@ -61,6 +63,14 @@ TOKEN_ENV = "TRIO_DURABLE_CONSOLE_TOKEN"
     metavar="ORIGIN",
     help="An origin allowed to call the API from a browser (repeat it); none by default.",
 )
+@click.option(
+    "--codec-keys",
+    metavar="KEYRING",
+    envvar=CODEC_KEYS_ENV,
+    show_envvar=True,
+    help="The keyring (id:base64,...) payloads are encrypted with, to show them"
+    " decrypted; without it, encrypted payloads are shown as such.",
+)
 @log_level_option
 def console_command(
     store: str | None,
@@ -70,6 +80,7 @@ def console_command(
     port: int,
     token: str | None,
     cors_origins: tuple[str, ...],
+    codec_keys: str | None,
     log_level: str,
 ) -> None:
     """Serve the console over a store until SIGTERM or SIGINT.
@@ -78,6 +89,8 @@ def console_command(
     with status 1. Actions (signal, cancel, retry) need
     the bearer token given with --token or TRIO_DURABLE_CONSOLE_TOKEN;
     without one, the console is read-only (see docs/http-api.md).
+    Payloads encrypted at rest are shown decrypted with --codec-keys or
+    TRIO_DURABLE_CODEC_KEYS, and as "encrypted with <key id>" without.
     """
     store_url = need_store(store)
     if token is None:
@@ -85,6 +98,7 @@ def console_command(
     if token is not None and not token.strip():
         raise click.UsageError("--token must not be empty")
     app = load_app(app_spec) if app_spec else None
+    codec = codec_of(codec_keys, "--codec-keys")
     with logging_to_stderr(log_level):
         try:
             trio.run(
@@ -97,6 +111,7 @@ def console_command(
                     port=port,
                     token=token,
                     cors_origins=cors_origins,
+                    codec=codec,
                 )
             )
         except* OSError as group:
@@ -122,12 +137,13 @@ async def _serve(
     port: int,
     token: str | None,
     cors_origins: tuple[str, ...],
+    codec: PayloadCodec | None = None,
 ) -> None:
     from ..console import serve_console
 
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with (
-            open_client(store, broker=broker, app=app) as client,
+            open_client(store, broker=broker, app=app, codec=codec) as client,
             trio.open_nursery() as nursery,
         ):
             url = await nursery.start(

@@ -29,6 +29,7 @@ from .._engine import open_engine
 from .._options import DEFAULT_MAX_DELIVERIES
 from .._worker import open_worker
 from ._apps import load_app
+from ._codec import env_codec
 from ._common import (
     EXIT_USAGE,
     CommandError,
@@ -160,6 +161,8 @@ def engine_command(
 
     MODULE is a dotted module name (found from the current directory first)
     or a path to a .py file; APP is the name of its td.App (default: app).
+    With TRIO_DURABLE_CODEC_KEYS set (a keyring, id:base64 pairs, current
+    key first), payloads are kept encrypted in the store.
     """
     store = need_store(store)
     app = load_app(app_spec)
@@ -176,6 +179,7 @@ def engine_command(
                 "capabilities": names(capabilities),
                 "lease_ttl": lease_ttl,
                 "reconcile_interval": reconcile_interval,
+                "codec": env_codec(),
             },
             drain_timeout,
         )

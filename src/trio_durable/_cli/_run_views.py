@@ -15,6 +15,7 @@ from typing import Any, Final
 import attrs
 from rich.console import RenderableType
 
+from .._codec import sealed_key_id
 from .._records import ErrorInfo, Run
 from .._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage
 from ._common import table
@@ -48,6 +49,12 @@ def error_text(error: ErrorInfo | None) -> str | None:
     return f"{kind}{error.message}{code}"
 
 
+def _sealed_as_such(text: str | None) -> str | None:
+    # A payload encrypted at rest, read without its key (no codec keys).
+    key_id = sealed_key_id(text)
+    return text if key_id is None else f"encrypted with {key_id}"
+
+
 def run_line(run: Run) -> str:
     """One line that says what state a run is in."""
     text = f"run {run.id} ({run.workflow}, namespace {run.namespace}) is {run.status}"
@@ -64,8 +71,8 @@ def run_table(run: Run, parent_id: str | None = None) -> RenderableType:
         ("workflow", f"{run.workflow} (version {run.version})"),
         ("namespace", run.namespace),
         ("status", run.status),
-        ("input", run.input),
-        ("output", run.output),
+        ("input", _sealed_as_such(run.input)),
+        ("output", _sealed_as_such(run.output)),
         ("error", error_text(run.error)),
         ("tags", run.tags),
         ("parent", parent_id or run.parent_id),

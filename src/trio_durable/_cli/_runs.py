@@ -29,6 +29,7 @@ from .._records import TERMINAL_STATUSES, Run, RunStatus
 from .._stores._versions import has_schema_versions, schema_version
 from .._views import FanPage, Retention
 from ._apps import load_app
+from ._codec import env_codec
 from ._common import (
     EXIT_FAILED,
     EXIT_UNREACHABLE,
@@ -94,7 +95,7 @@ async def opened_client(store: str, app: App | None = None) -> AsyncIterator[Cli
             " or create the store with `trio-durable migrate`",
             EXIT_UNREACHABLE,
         )
-    async with open_client(store, app=app) as client:
+    async with open_client(store, app=app, codec=env_codec()) as client:
         yield client
 
 

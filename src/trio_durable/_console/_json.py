@@ -12,6 +12,7 @@ import re
 from typing import Any, Final
 from urllib.parse import quote
 
+from .._codec import shown_sealed
 from .._fleet_report import FleetReport
 from .._on_error import lineage, parent_of
 from .._records import Run
@@ -23,8 +24,9 @@ _HANDLER_ID: Final = re.compile(r"\.onError\.\d+$")
 
 
 def plain(value: Any) -> Any:
-    """``value`` as plain JSON values, errors as their JSON objects."""
-    return views_plain(value, compact_errors=True)
+    """``value`` as plain JSON values, errors as their JSON objects
+    (encrypted details shown as such: see `shown_sealed`)."""
+    return shown_sealed(views_plain(value, compact_errors=True))
 
 
 class Paths:
@@ -48,7 +50,7 @@ class Paths:
 
 
 def _payload(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    return None if text is None else shown_sealed(json.loads(text))
 
 
 def run_json(run: Run, paths: Paths, *, payloads: bool = False) -> dict[str, Any]:

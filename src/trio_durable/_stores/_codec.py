@@ -1,0 +1,507 @@
+"""`CodecStore`: a store that keeps every payload encoded by a codec.
+
+It wraps another store and implements the whole store protocol by
+delegation. On the way in it encodes the payloads of the operations it
+applies; on the way out it decodes the payloads of the rows and results it
+returns. What carries no payload (ids, names, statuses, times, counts,
+error codes, tags) passes through untouched, so counts, statistics, due
+times and list filters work as they do on the store underneath, and a store
+needs nothing of its own to be wrapped.
+
+Encoded (see docs/payload-codecs.md):
+
+- runs' and checkpoints' ``input`` and ``output``;
+- errors (a run's, a checkpoint's, each attempt's): their ``message``,
+  ``details`` and ``traceback`` are encoded together into ``details``, and
+  the message kept is what the codec says of it (``"encrypted with k2"``);
+  ``code``, ``type`` and ``step`` stay as they are, since stores and
+  on-error routes match on the code;
+- signal payloads (delivered or buffered);
+- keyed values (`PutValue`) and settings (`KeepSetting`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Final, TypeVar, cast
+
+import attrs
+import trio
+
+from .._codec import PayloadCodec
+from .._exceptions import CodecError, UsageError
+from .._records import (
+    Breakpoint,
+    Checkpoint,
+    CheckpointStatus,
+    ErrorInfo,
+    FanCounts,
+    PausedStep,
+    QueueDepth,
+    Run,
+    RunFilter,
+    RunStamp,
+    RunStatus,
+    StoredValue,
+    Webhook,
+)
+from ._base import ChangeFeed, RunWatch, Store, StoreStatistics, TurnState
+from ._helpers import StoreHelpers
+from ._hook_ops import KeepSetting
+from ._ops import (
+    Announce,
+    ClaimCheckpoint,
+    CreateRun,
+    DeliverSignal,
+    Op,
+    PutCheckpoint,
+    PutValue,
+    RescheduleCheckpoint,
+    SettleCheckpoint,
+    UpdateRun,
+    WaitSignal,
+)
+
+_COMPACT = (",", ":")
+T = TypeVar("T")
+
+
+CACHE_BYTES: Final = 16 * 1024 * 1024
+"""How much decoded text (in characters, stored and decoded counted) a
+`CodecStore` keeps, so that a run's history, read again at each of its
+turns, is decrypted once."""
+
+_CACHED_TEXT_MAX: Final = 64 * 1024
+
+
+class PayloadCoder:
+    """A codec applied to the store's records: what `CodecStore` encodes
+    and decodes, field by field."""
+
+    def __init__(self, codec: PayloadCodec) -> None:
+        self.codec = codec
+        # Stored text -> decoded text, oldest first (a text decodes to the
+        # same payload every time: the cache never goes stale).
+        self._decoded: dict[str, str] = {}
+        self._cached = 0
+
+    # -- text --------------------------------------------------------------
+
+    def text_in(self, text: str | None) -> str | None:
+        return None if text is None else self.encode(text)
+
+    def encode(self, text: str) -> str:
+        """``codec.encode(text)``, remembered: reading back what this store
+        wrote needs no decoding."""
+        sealed = self.codec.encode(text)
+        self._remember(sealed, text)
+        return sealed
+
+    def text_out(self, text: str | None) -> str | None:
+        return None if text is None else self.decode(text)
+
+    def decode(self, text: str) -> str:
+        """``codec.decode(text)``, from the cache when it was decoded lately."""
+        found = self._decoded.get(text)
+        if found is not None:
+            return found
+        plain = self.codec.decode(text)
+        if plain is not text:
+            self._remember(text, plain)
+        return plain
+
+    def _remember(self, sealed: str, plain: str) -> None:
+        size = len(sealed) + len(plain)
+        if size > _CACHED_TEXT_MAX or sealed in self._decoded:
+            return
+        self._decoded[sealed] = plain
+        self._cached += size
+        while self._cached > CACHE_BYTES:
+            old = next(iter(self._decoded))
+            self._cached -= len(old) + len(self._decoded.pop(old))
+
+    # -- errors ------------------------------------------------------------
+
+    def error_in(self, error: ErrorInfo | None) -> ErrorInfo | None:
+        if error is None:
+            return None
+        secret = {"message": error.message, "details": error.details, "traceback": error.traceback}
+        sealed = self.encode(json.dumps(secret, separators=_COMPACT))
+        return attrs.evolve(
+            error,
+            message=self.codec.describe(sealed) or "encoded",
+            details=json.loads(sealed),
+            traceback=None,
+        )
+
+    def error_out(self, error: ErrorInfo | None) -> ErrorInfo | None:
+        if error is None or not isinstance(error.details, dict):
+            return error
+        text = json.dumps(error.details, separators=_COMPACT)
+        if self.codec.describe(text) is None:
+            return error  # written before the codec, or by a store itself
+        secret = json.loads(self.decode(text))
+        return attrs.evolve(
+            error,
+            message=str(secret["message"]),
+            details=secret.get("details"),
+            traceback=secret.get("traceback"),
+        )
+
+    def errors_in(self, errors: tuple[ErrorInfo, ...]) -> tuple[ErrorInfo, ...]:
+        return tuple(cast(ErrorInfo, self.error_in(e)) for e in errors)
+
+    def errors_out(self, errors: tuple[ErrorInfo, ...]) -> tuple[ErrorInfo, ...]:
+        return tuple(cast(ErrorInfo, self.error_out(e)) for e in errors)
+
+    # -- rows --------------------------------------------------------------
+
+    def run_in(self, run: Run) -> Run:
+        return attrs.evolve(
+            run,
+            input=self.encode(run.input),
+            output=self.text_in(run.output),
+            error=self.error_in(run.error),
+        )
+
+    def run_out(self, run: Run) -> Run:
+        return attrs.evolve(
+            run,
+            input=self.decode(run.input),
+            output=self.text_out(run.output),
+            error=self.error_out(run.error),
+        )
+
+    def run_listed(self, run: Run) -> Run:
+        """`run_out` for lists: a payload that cannot be decoded (its key
+        is not in the ring) is left as it is stored, not raised on."""
+        try:
+            return self.run_out(run)
+        except CodecError:
+            return attrs.evolve(
+                run,
+                input=_or_stored(self.decode, run.input),
+                output=_or_stored(self.text_out, run.output),
+                error=_or_stored(self.error_out, run.error),
+            )
+
+    def checkpoint_in(self, cp: Checkpoint) -> Checkpoint:
+        return attrs.evolve(
+            cp,
+            input=self.text_in(cp.input),
+            output=self.text_in(cp.output),
+            error=self.error_in(cp.error),
+            errors=self.errors_in(cp.errors),
+        )
+
+    def checkpoint_out(self, cp: Checkpoint) -> Checkpoint:
+        coded_input, output = self.text_out(cp.input), self.text_out(cp.output)
+        error, errors = self.error_out(cp.error), self.errors_out(cp.errors)
+        if coded_input is cp.input and output is cp.output and error is cp.error and not errors:
+            return cp  # nothing was encoded (a timer, a row older than the codec)
+        return attrs.evolve(cp, input=coded_input, output=output, error=error, errors=errors)
+
+    def value_out(self, value: StoredValue) -> StoredValue:
+        return attrs.evolve(value, value=self.decode(value.value))
+
+    # -- operations and their results --------------------------------------
+
+    def op_in(self, op: Op) -> Op:
+        """``op`` with its payloads encoded (an operation without any as it is)."""
+        match op:
+            case CreateRun(run):
+                return CreateRun(self.run_in(run))
+            case UpdateRun():
+                return attrs.evolve(op, changes=self._changes_in(op.changes))
+            case PutCheckpoint(cp):
+                return PutCheckpoint(self.checkpoint_in(cp))
+            case ClaimCheckpoint(cp):
+                return ClaimCheckpoint(self.checkpoint_in(cp))
+            case SettleCheckpoint():
+                return attrs.evolve(
+                    op, output=self.text_in(op.output), error=self.error_in(op.error)
+                )
+            case RescheduleCheckpoint():
+                return attrs.evolve(op, error=cast(ErrorInfo, self.error_in(op.error)))
+            case DeliverSignal():
+                return attrs.evolve(op, payload=self.encode(op.payload))
+            case PutValue() if op.value is not None:
+                return attrs.evolve(op, value=self.encode(op.value))
+            case KeepSetting():
+                return attrs.evolve(op, value=self.encode(op.value))
+            case _:
+                return op
+
+    def _changes_in(self, changes: dict[str, Any]) -> dict[str, Any]:
+        coded = dict(changes)
+        if isinstance(coded.get("input"), str):
+            coded["input"] = self.encode(coded["input"])
+        if isinstance(coded.get("output"), str):
+            coded["output"] = self.encode(coded["output"])
+        if isinstance(coded.get("error"), ErrorInfo):
+            coded["error"] = self.error_in(coded["error"])
+        return coded
+
+    def result_out(self, op: Op, result: Any) -> Any:
+        """The result of ``op`` with its payloads decoded."""
+        if isinstance(op, WaitSignal | KeepSetting) and isinstance(result, str):
+            return self.decode(result)
+        if isinstance(result, Checkpoint):
+            return self.checkpoint_out(result)
+        if isinstance(op, CreateRun) and isinstance(result, tuple):
+            run, created = result
+            return (self.run_out(run), created)
+        return result
+
+
+def _or_stored(decode: Callable[[T], T], value: T) -> T:
+    try:
+        return decode(value)
+    except CodecError:
+        return value
+
+
+class CodecStore(StoreHelpers):
+    """A store that keeps payloads encoded by ``codec`` in ``store``.
+
+    Implements the whole `Store` protocol by delegation to ``store``,
+    encoding the payloads it writes and decoding those it reads (see
+    docs/payload-codecs.md for which). It is a `ChangeFeed` and a
+    `RunWatch` exactly when ``store`` is. Closing it closes ``store``.
+
+    Every process that writes the store (engines, clients, the console)
+    should wrap it with the same codec: what a process without it writes is
+    kept as it is, and decoded as it is (text the codec did not make is
+    left alone, so rows written before the codec stay readable).
+
+    Args:
+      store: The store that keeps the encoded payloads.
+      codec: The codec, e.g. `trio_durable.AesGcmCodec`.
+
+    Raises:
+      UsageError: ``store`` is not a store, or ``codec`` not a codec.
+    """
+
+    def __new__(cls, store: Store, codec: PayloadCodec) -> CodecStore:
+        if cls is CodecStore:
+            feed, watch = isinstance(store, ChangeFeed), isinstance(store, RunWatch)
+            cls = _VARIANTS[feed, watch]
+        return object.__new__(cls)
+
+    def __init__(self, store: Store, codec: PayloadCodec) -> None:
+        if not (
+            callable(getattr(store, "apply", None)) and callable(getattr(store, "begin_turn", None))
+        ):
+            raise UsageError(f"CodecStore wraps a Store, not {store!r}")
+        if not isinstance(codec, PayloadCodec):
+            raise UsageError(f"CodecStore needs a codec (such as td.AesGcmCodec), not {codec!r}")
+        self.inner = store
+        self.codec = codec
+        self._coder = PayloadCoder(codec)
+
+    def __getattr__(self, name: str) -> Any:
+        # What a store offers beyond the protocol (a memory store's scope,
+        # ...) reads through; the protocol's methods are all defined here.
+        if name.startswith("_") or name in ("inner", "codec"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"CodecStore({self.inner!r}, {self.codec!r})"
+
+    # -- writes --------------------------------------------------------------
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        coder = self._coder
+        coded = [coder.op_in(op) for op in ops]
+        results = await self.inner.apply(coded)
+        return [coder.result_out(op, result) for op, result in zip(ops, results, strict=True)]
+
+    async def begin_turn(
+        self, run_id: str, owner: str, expiry: float, now: float
+    ) -> TurnState | None:
+        state = await self.inner.begin_turn(run_id, owner, expiry, now)
+        if state is None:
+            return None
+        coder = self._coder
+        return TurnState(
+            run=coder.run_out(state.run),
+            checkpoints=tuple(coder.checkpoint_out(cp) for cp in state.checkpoints),
+        )
+
+    # -- reads that return payloads -----------------------------------------
+
+    async def get_run(self, run_id: str) -> Run | None:
+        run = await self.inner.get_run(run_id)
+        return None if run is None else self._coder.run_out(run)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Collection[RunStatus] | None = None,
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[Run]:
+        runs = await self.inner.list_runs(
+            statuses=statuses, workflow=workflow, parent_id=parent_id, limit=limit
+        )
+        return [self._coder.run_out(run) for run in runs]
+
+    async def find_runs(
+        self, where: RunFilter, *, before: tuple[float, str] | None = None, limit: int = 100
+    ) -> list[Run]:
+        # The query for people (pages of runs): a run whose payloads this
+        # codec cannot decode is listed with them as stored.
+        runs = await self.inner.find_runs(where, before=before, limit=limit)
+        return [self._coder.run_listed(run) for run in runs]
+
+    async def get_checkpoints(
+        self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
+    ) -> list[Checkpoint]:
+        found = await self.inner.get_checkpoints(run_id, from_seq, to_seq)
+        return [self._coder.checkpoint_out(cp) for cp in found]
+
+    async def find_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        *,
+        statuses: Collection[CheckpointStatus] | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[Checkpoint]:
+        found = await self.inner.find_checkpoints(
+            run_id, from_seq, to_seq, statuses=statuses, offset=offset, limit=limit
+        )
+        return [self._coder.checkpoint_out(cp) for cp in found]
+
+    async def buffered_signals(self, token: str) -> list[str]:
+        return [self._coder.decode(p) for p in await self.inner.buffered_signals(token)]
+
+    async def get_value(self, scope: str, key: str) -> StoredValue | None:
+        value = await self.inner.get_value(scope, key)
+        return None if value is None else self._coder.value_out(value)
+
+    async def list_values(
+        self, scope: str, *, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[StoredValue]:
+        found = await self.inner.list_values(scope, prefix=prefix, after=after, limit=limit)
+        return [self._coder.value_out(value) for value in found]
+
+    # -- reads of no payload: straight through ------------------------------
+
+    async def count_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        statuses: Collection[CheckpointStatus],
+        limit: int | None = None,
+    ) -> int:
+        return await self.inner.count_checkpoints(run_id, from_seq, to_seq, statuses, limit)
+
+    async def list_due_runs(self, now: float, limit: int) -> list[str]:
+        return await self.inner.list_due_runs(now, limit)
+
+    async def next_due_time(self) -> float | None:
+        return await self.inner.next_due_time()
+
+    async def list_stalled_runs(self, limit: int) -> list[str]:
+        return await self.inner.list_stalled_runs(limit)
+
+    async def signal_waiter(self, token: str) -> tuple[str, int] | None:
+        return await self.inner.signal_waiter(token)
+
+    async def count_runs(self, where: RunFilter) -> dict[RunStatus, int]:
+        return await self.inner.count_runs(where)
+
+    async def fan_counts(self, run_id: str) -> list[FanCounts]:
+        return await self.inner.fan_counts(run_id)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        return await self.inner.queue_depths()
+
+    async def run_stamp(self, run_id: str) -> RunStamp | None:
+        return await self.inner.run_stamp(run_id)
+
+    async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
+        return await self.inner.prune_runs(older_than, limit)
+
+    async def get_webhook(self, token_hash: str) -> Webhook | None:
+        return await self.inner.get_webhook(token_hash)
+
+    async def list_breakpoints(self) -> list[Breakpoint]:
+        return await self.inner.list_breakpoints()
+
+    async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
+        return await self.inner.paused_steps(run_id)
+
+    def statistics(self) -> StoreStatistics:
+        return self.inner.statistics()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _Feed(CodecStore):
+    """The `ChangeFeed` of the store underneath."""
+
+    def run_end_event(self, run_id: str) -> trio.Event:
+        return cast(ChangeFeed, self.inner).run_end_event(run_id)
+
+    def due_event(self, before: float) -> trio.Event:
+        return cast(ChangeFeed, self.inner).due_event(before)
+
+    def unwoken_runs(self) -> int:
+        return cast(ChangeFeed, self.inner).unwoken_runs()
+
+    def unwoken_event(self) -> trio.Event:
+        return cast(ChangeFeed, self.inner).unwoken_event()
+
+
+class _Watch(CodecStore):
+    """The `RunWatch` of the store underneath (announcements carry no payload)."""
+
+    async def watch(
+        self,
+        origin: str,
+        deliver: Callable[[Sequence[Announce] | None], None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await cast(RunWatch, self.inner).watch(origin, deliver, task_status=task_status)
+
+
+class _FeedWatch(_Feed, _Watch):
+    """Both."""
+
+
+_VARIANTS: dict[tuple[bool, bool], type[CodecStore]] = {
+    (False, False): CodecStore,
+    (True, False): _Feed,
+    (False, True): _Watch,
+    (True, True): _FeedWatch,
+}
+
+
+def with_codec(store: Store, codec: PayloadCodec | None) -> Store:
+    """``store`` wrapped in a `CodecStore` of ``codec``, or as it is if
+    ``codec`` is None (`open_engine`'s and `open_client`'s ``codec=``).
+
+    Raises:
+      UsageError: ``codec`` is not a codec, or ``store`` has one already.
+    """
+    if codec is None:
+        return store
+    if isinstance(store, CodecStore):
+        raise UsageError("the store is a CodecStore already: give codec= or a CodecStore, not both")
+    return cast(Store, CodecStore(store, codec))
+
+
+def check_codec(codec: object) -> None:
+    """Raise `UsageError` unless ``codec`` is a `PayloadCodec` or None."""
+    if codec is not None and not isinstance(codec, PayloadCodec):
+        raise UsageError(f"codec= takes a codec (such as td.AesGcmCodec) or None, not {codec!r}")
