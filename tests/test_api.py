@@ -16,6 +16,9 @@ from conftest import EngineFactory
 def test_public_api_is_pinned() -> None:
     assert sorted(td.__all__) == [
         "App",
+        "BlobInfo",
+        "BlobNotFound",
+        "BlobStore",
         "Breakpoint",
         "BreakpointNotFoundError",
         "Broker",
@@ -55,6 +58,7 @@ def test_public_api_is_pinned() -> None:
         "Keyring",
         "KeyringError",
         "LeaseLostError",
+        "LocalBlobStore",
         "MemoryBroker",
         "MemoryStore",
         "NonDeterminismError",

@@ -11,6 +11,7 @@ learns of the write at once (see docs/client.md).
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -21,6 +22,8 @@ from typing import Any, Final, final
 import trio
 
 from ._app import App, Workflow
+from ._blob_store import BlobOptions
+from ._blobs import DEFAULT_BLOB_GRACE, DEFAULT_BLOB_THRESHOLD, BlobStore
 from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._clock import Clock
@@ -290,6 +293,9 @@ async def open_client(
     broker: str | Broker | None = None,
     app: App | None = None,
     wall_clock: Callable[[], float] = time.time,
+    blobs: BlobStore | str | os.PathLike[str] | None = None,
+    blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+    blob_grace: float = DEFAULT_BLOB_GRACE,
 ) -> AsyncIterator[Client]:
     """Open a client of the runs in ``store``.
 
@@ -301,6 +307,12 @@ async def open_client(
       app: The application to check starts against and to structure
         outputs with; None to start workflows by name, untyped.
       wall_clock: Read once to anchor durable time (see `Clock`).
+      blobs: The engines' blob store (see `open_engine`): payloads that
+        refer to it are read from it, and payloads the client writes
+        (starts, signals) longer than ``blob_threshold`` go to it.
+      blob_threshold: See ``blobs``.
+      blob_grace: Seconds a blob is kept after its last write when
+        `Client.prune` deletes runs (see `open_engine`).
 
     Raises:
       InvalidURLError: A URL is malformed.
@@ -310,8 +322,9 @@ async def open_client(
     """
     if app is not None and not isinstance(app, App):
         raise UsageError(f"open_client needs a td.App or None, not {app!r}")
+    blob_options = BlobOptions.of(blobs, blob_threshold, blob_grace)
     async with AsyncExitStack() as stack:
-        store_obj = await enter_store(stack, store)
+        store_obj = blob_options.wrap(await enter_store(stack, store), wall_clock)
         broker_obj = None if broker is None else await enter_broker(stack, broker)
         client = Client(store_obj, broker_obj, app, Clock(wall_clock), random.Random())
         thrown: BaseException | None = None

@@ -12,6 +12,7 @@ and each of its methods is a short walk into them.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -23,6 +24,8 @@ import attrs
 import trio
 
 from ._app import App, Workflow
+from ._blob_store import BlobOptions
+from ._blobs import DEFAULT_BLOB_GRACE, DEFAULT_BLOB_THRESHOLD, BlobStore
 from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._control import cancel_run, read_run, retry_run, signal_run
@@ -455,6 +458,9 @@ async def open_engine(
     metrics_interval: float = 15.0,
     console: ConsoleOptions | None = None,
     webhook_secret: bytes | str | None = None,
+    blobs: BlobStore | str | os.PathLike[str] | None = None,
+    blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+    blob_grace: float = DEFAULT_BLOB_GRACE,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -519,6 +525,13 @@ async def open_engine(
         16 bytes; the same on every engine of a fleet). Without one, a
         random secret is made once and kept in the store, which then holds
         what derives the tokens (see docs/webhooks-and-breakpoints.md).
+      blobs: Keep payloads longer than ``blob_threshold`` characters in this
+        `BlobStore` (or a `LocalBlobStore` in this directory); rows and
+        broker messages carry references. Pruning deletes the blobs only
+        pruned runs referred to, once ``blob_grace`` seconds old (see
+        docs/large-payloads.md). None keeps payloads in the rows.
+      blob_threshold: See ``blobs``.
+      blob_grace: See ``blobs``.
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -551,8 +564,10 @@ async def open_engine(
     rng = random.Random(seed)
     if engine_id is None:
         engine_id = f"engine-{rng.getrandbits(32):08x}"
+    blob_options = BlobOptions.of(blobs, blob_threshold, blob_grace)
     async with AsyncExitStack() as stack:
         store_obj = await enter_store(stack, store)
+        store_obj = blob_options.wrap(store_obj, wall_clock)
         broker_obj = await enter_broker(stack, broker)
         async with open_runtime(
             app,
