@@ -239,7 +239,7 @@ async def test_the_blob_options_are_checked(tmp_path: Path) -> None:
             async with td.open_engine(app, **bad):
                 pass  # pragma: no cover
     with pytest.raises(td.UsageError):
-        async with td.open_worker(app, groups=["big"], blobs=5):
+        async with td.open_worker(app, groups=["big"], blobs=5):  # type: ignore[arg-type]
             pass  # pragma: no cover
     # A directory path is a LocalBlobStore.
     async with td.open_engine(app, blobs=str(tmp_path / "b")) as engine:
