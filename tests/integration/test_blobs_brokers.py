@@ -96,3 +96,32 @@ async def test_a_20_mb_round_trip_keeps_broker_messages_small(
                 assert stored.output is not None
                 assert is_reference(stored.output)
                 assert (await engine.get(run.id)).input == json.dumps([text])
+
+
+@app.workflow()
+async def echo(ctx: td.Context, text: str) -> str:
+    return text
+
+
+async def test_pruning_on_postgres_deletes_only_unreferenced_blobs(
+    real_server: Callable[[str], str], tmp_path: Path
+) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    text = "p" * 100_000
+    with trio.fail_after(60):
+        async with (
+            scratch_schema(real_server("postgres")) as url,
+            td.open_engine(app, store=url, seed=0, blobs=blobs, blob_grace=0) as engine,
+        ):
+            for run_id in ("first", "second"):
+                await engine.start(echo, text, run_id=run_id)
+                assert await engine.result(run_id) == text
+            # One blob for both inputs, one for both outputs.
+            assert len(await blobs.list()) == 2
+            assert await engine.prune(td.Retention(completed=0), limit=1) == 1
+            assert len(await blobs.list()) == 2
+            [left] = (await engine.list_runs()).runs
+            assert await engine.result(left.id) == text
+            assert await engine.prune(td.Retention(completed=0)) == 1
+            assert await blobs.list() == []
+            assert await engine.store.list_values("blob") == []
