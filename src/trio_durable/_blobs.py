@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Final, Protocol, final, runtime_checkable
 
@@ -36,6 +37,10 @@ DEFAULT_BLOB_THRESHOLD: Final = 32 * 1024
 """Payloads longer than this many characters go to the blob store by
 default: half of 64 KiB, so a task or result with a payload up to it (and
 its other fields) stays under 64 KiB, and far under NATS's 1 MB."""
+
+CACHE_CHARACTERS: Final = 64 * 1024 * 1024
+"""How many characters of payloads a `Blobs` keeps in memory, most
+recently used first (a payload over half of it is never kept)."""
 
 DEFAULT_BLOB_GRACE: Final = 3600.0
 """Seconds after its last write during which a blob is never collected
@@ -269,6 +274,11 @@ class Blobs:
         self.store = store
         self.threshold = threshold
         self.clock = clock
+        # Payloads by reference, most recently used last: a blob never
+        # changes under its key, so what was read or written once can be
+        # served again (a run's every turn reads its payloads).
+        self._cache: OrderedDict[str, str] = OrderedDict()
+        self._cached = 0
 
     def offloads(self, text: str | None) -> bool:
         """Whether ``text`` goes to the blob store (over the threshold, or
@@ -277,7 +287,9 @@ class Blobs:
 
     async def offload(self, text: str) -> tuple[str, str]:
         """Write ``text`` to the blob store; return its reference's text and
-        its key.
+        its key. The blob is written even if it is there already: that
+        moves its ``stored_at``, which keeps it from being collected while
+        the row that refers to it is written (see `_blob_store.collect`).
 
         Raises:
           StoreError: The blob store failed.
@@ -286,6 +298,7 @@ class Blobs:
         key = "sha256-" + hashlib.sha256(data).hexdigest()
         await self.store.put(key, data, at=self.clock.now())
         reference = json.dumps({"$blob": key, "size": len(data)}, separators=(",", ":"))
+        self._remember(reference, text)
         return reference, key
 
     async def maybe_offload(self, text: str) -> str:
@@ -302,12 +315,27 @@ class Blobs:
         """
         if not is_reference(text):
             return text
+        cached = self._cache.get(text)
+        if cached is not None:
+            self._cache.move_to_end(text)
+            return cached
         key = reference_key(text)
         data = await self.store.get(key)
         try:
-            return data.decode()
+            payload = data.decode()
         except UnicodeDecodeError:
             raise BlobNotFound(key, f"blob {key!r} is not a payload (not UTF-8)") from None
+        self._remember(text, payload)
+        return payload
+
+    def _remember(self, reference: str, payload: str) -> None:
+        if len(payload) > CACHE_CHARACTERS // 2 or reference in self._cache:
+            return
+        self._cache[reference] = payload
+        self._cached += len(payload)
+        while self._cached > CACHE_CHARACTERS:
+            _, dropped = self._cache.popitem(last=False)
+            self._cached -= len(dropped)
 
 
 async def resolve_or_fail(blobs: Blobs | None, text: str) -> str:
