@@ -59,6 +59,11 @@ async def await_signal(ctx: td.Context) -> int:
     return len(payload)
 
 
+@app.workflow(group="deciders")  # a remote workflow: decided by the workers
+async def decided_remotely(ctx: td.Context, text: str) -> str:
+    return await ctx.step(shout, text)
+
+
 @asynccontextmanager
 async def fleet(
     store: str | td.Store, blobs: td.BlobStore | None, worker_blobs: td.BlobStore | None = None
@@ -79,7 +84,7 @@ async def fleet(
         td.open_worker(
             app,
             broker=broker,
-            groups=["big"],
+            groups=["big", "deciders"],
             seed=1,
             wall_clock=fixed_wall,
             blobs=blobs if worker_blobs is None else worker_blobs,
@@ -249,3 +254,15 @@ async def test_the_blob_options_are_checked(tmp_path: Path) -> None:
         run = await engine.start(echo, "d" * 100_000)
         assert await engine.result(run.id) == "d" * 100_000
     assert len(list((tmp_path / "b").iterdir())) == 2
+
+
+async def test_a_remote_workflow_decides_on_large_payloads(tmp_path: Path) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    text = "r" * 2_000_000
+    async with fleet("memory://", blobs) as (engine, broker):
+        run = await engine.start(decided_remotely, text)
+        assert await engine.result(run.id) == "R" * 2_000_000 + "!"
+        # Decision tasks carry the history, and decisions the output, as
+        # references too.
+        assert {queue for queue, _ in broker.sizes} >= {"deciders", "big"}
+        assert broker.largest() < SMALL, broker.sizes

@@ -2,7 +2,8 @@
 to an input over the threshold, and its result the reference to such an
 output (see `_blobs`). The engine offloads inputs as it sends and resolves
 outputs as results arrive; the worker resolves inputs and offloads outputs.
-A decision task (a remote workflow's turn) travels as it is.
+A decision task (a remote workflow's turn) is treated alike: its input is
+the run's history, its result's output the decision.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ async def offload_tasks(blobs: Blobs, tasks: list[Task]) -> list[Task]:
     """
     sent: list[Task] = []
     for task in tasks:
-        if task.kind != "step" or not blobs.offloads(task.input):
+        if not blobs.offloads(task.input):
             sent.append(task)
             continue
         try:
@@ -54,7 +55,7 @@ async def resolve_result(blobs: Blobs | None, result: Result) -> Result:
     code ``blob_not_found`` that may be retried: the next attempt writes
     the output again.
     """
-    if result.kind != "step" or result.output is None or not is_reference(result.output):
+    if result.output is None or not is_reference(result.output):
         return result
     if blobs is None and not well_formed(result.output):
         # No blob store here, and no reference either: a step's own value.
@@ -71,7 +72,7 @@ async def resolve_result(blobs: Blobs | None, result: Result) -> Result:
             result,
             status="failed",
             output=None,
-            error=f"the output of step {result.step!r} cannot be read: {exc}",
+            error=f"the output of {result.kind} {result.step!r} cannot be read: {exc}",
             code=code,
             details=None,
             retryable=True,
@@ -84,3 +85,23 @@ def well_formed(text: str) -> bool:
         return is_reference_value(json.loads(text))
     except ValueError:
         return False
+
+
+async def offload_result(blobs: Blobs | None, result: Result) -> Result:
+    """``result`` with an output over the threshold replaced by its
+    reference (the worker's side). If the blob store fails, a failure in
+    its place that may be retried (code ``blob_store_failed``)."""
+    if blobs is None or result.output is None or not blobs.offloads(result.output):
+        return result
+    try:
+        reference, _ = await blobs.offload(result.output)
+    except StoreError as exc:
+        return attrs.evolve(
+            result,
+            status="failed",
+            output=None,
+            error=f"the output of {result.kind} {result.step!r} cannot be written: {exc}",
+            code="blob_store_failed",
+            retryable=True,
+        )
+    return attrs.evolve(result, output=reference)

@@ -27,6 +27,7 @@ import trio
 
 from . import _serde
 from ._app import App, Step
+from ._blob_wire import offload_result
 from ._blobs import DEFAULT_BLOB_THRESHOLD, Blobs, BlobStore, check_blob_options, resolve_or_fail
 from ._brokers import open_broker
 from ._brokers._base import (
@@ -284,7 +285,7 @@ class Worker:
             self._send_result.send_nowait(_Outcome(consumer, delivery, result, task.reply_to, True))
             return
         async with self._limiter:
-            result = await self._execute(task)
+            result = await offload_result(self.blobs, await self._execute(task))
         self._send_result.send_nowait(_Outcome(consumer, delivery, result, task.reply_to, False))
 
     async def _execute(self, task: Task) -> Result:
@@ -326,8 +327,6 @@ class Worker:
             ):
                 value = await self._call(step, task)
                 output = _serde.dumps(value)
-                if self.blobs is not None:
-                    output = await self.blobs.maybe_offload(output)
         except Exception as exc:
             self._stats.failed += 1
             info = error_info(exc, step=step.name, traceback_limit=self._traceback_limit)
@@ -370,7 +369,7 @@ class Worker:
             ):
                 decision = await decide(
                     self.app,
-                    task,
+                    attrs.evolve(task, input=await resolve_or_fail(self.blobs, task.input)),
                     clock=self._clock,
                     rng=self._rng,
                     worker_id=self.instance_id,
