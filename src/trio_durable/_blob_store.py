@@ -25,6 +25,7 @@ still referred to is never deleted.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final, final, overload
 
@@ -506,3 +507,15 @@ class BlobOptions:
         return blobbing_store(
             store, Blobs(self.store, self.threshold, Clock(wall_clock)), self.grace
         )
+
+
+BLOBS_ENV: Final = "TRIO_DURABLE_BLOBS"
+"""The environment variable the ``trio-durable`` command reads the blob
+store's directory from (for its engines, workers and run commands)."""
+
+
+def with_blobs_from_env(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for `open_engine`, `open_worker` or `open_client`, with
+    ``blobs=`` the directory `BLOBS_ENV` names, if it is set."""
+    directory = os.environ.get(BLOBS_ENV)
+    return {**options, "blobs": directory} if directory else options

@@ -17,6 +17,7 @@ import click
 import trio
 
 from .._app import App
+from .._blob_store import with_blobs_from_env
 from .._client import open_client
 from ._apps import load_app
 from ._common import (
@@ -127,7 +128,7 @@ async def _serve(
 
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with (
-            open_client(store, broker=broker, app=app) as client,
+            open_client(store, broker=broker, app=app, **with_blobs_from_env({})) as client,
             trio.open_nursery() as nursery,
         ):
             url = await nursery.start(
