@@ -237,7 +237,8 @@ class BlobbingStore(StoreHelpers):
         state = await self.inner.begin_turn(run_id, owner, expiry, now)
         if state is None:
             return None
-        return TurnState(
+        return attrs.evolve(
+            state,
             run=await self._run(state.run),
             checkpoints=tuple([await self._checkpoint(c) for c in state.checkpoints]),
         )
@@ -246,18 +247,11 @@ class BlobbingStore(StoreHelpers):
         run = await self.inner.get_run(run_id)
         return None if run is None else await self._run(run)
 
-    async def list_runs(
-        self,
-        *,
-        statuses: Collection[RunStatus] | None = None,
-        workflow: str | None = None,
-        parent_id: str | None = None,
-        limit: int = 1000,
-    ) -> list[Run]:
-        runs = await self.inner.list_runs(
-            statuses=statuses, workflow=workflow, parent_id=parent_id, limit=limit
-        )
-        return [await self._run(run) for run in runs]
+    # Keywords are passed on as given, so that a store's own (or a later
+    # protocol's) filters reach it.
+
+    async def list_runs(self, **filters: Any) -> list[Run]:
+        return [await self._run(run) for run in await self.inner.list_runs(**filters)]
 
     async def get_checkpoints(
         self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
@@ -265,25 +259,13 @@ class BlobbingStore(StoreHelpers):
         found = await self.inner.get_checkpoints(run_id, from_seq, to_seq)
         return [await self._checkpoint(c) for c in found]
 
-    async def find_runs(
-        self, where: RunFilter, *, before: tuple[float, str] | None = None, limit: int = 100
-    ) -> list[Run]:
-        runs = await self.inner.find_runs(where, before=before, limit=limit)
-        return [await self._run(run) for run in runs]
+    async def find_runs(self, where: RunFilter, **options: Any) -> list[Run]:
+        return [await self._run(run) for run in await self.inner.find_runs(where, **options)]
 
     async def find_checkpoints(
-        self,
-        run_id: str,
-        from_seq: int,
-        to_seq: int,
-        *,
-        statuses: Collection[CheckpointStatus] | None = None,
-        offset: int = 0,
-        limit: int = 100,
+        self, run_id: str, from_seq: int, to_seq: int, **options: Any
     ) -> list[Checkpoint]:
-        found = await self.inner.find_checkpoints(
-            run_id, from_seq, to_seq, statuses=statuses, offset=offset, limit=limit
-        )
+        found = await self.inner.find_checkpoints(run_id, from_seq, to_seq, **options)
         return [await self._checkpoint(c) for c in found]
 
     async def buffered_signals(self, token: str) -> list[str]:
@@ -313,8 +295,8 @@ class BlobbingStore(StoreHelpers):
     async def signal_waiter(self, token: str) -> tuple[str, int] | None:
         return await self.inner.signal_waiter(token)
 
-    async def count_runs(self, where: RunFilter) -> dict[RunStatus, int]:
-        return await self.inner.count_runs(where)
+    async def count_runs(self, where: RunFilter, **options: Any) -> dict[RunStatus, int]:
+        return await self.inner.count_runs(where, **options)
 
     async def fan_counts(self, run_id: str) -> list[FanCounts]:
         return await self.inner.fan_counts(run_id)
