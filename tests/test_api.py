@@ -17,6 +17,9 @@ def test_public_api_is_pinned() -> None:
     assert sorted(td.__all__) == [
         "AesGcmCodec",
         "App",
+        "BlobInfo",
+        "BlobNotFound",
+        "BlobStore",
         "Breakpoint",
         "BreakpointNotFoundError",
         "Broker",
@@ -58,6 +61,7 @@ def test_public_api_is_pinned() -> None:
         "Keyring",
         "KeyringError",
         "LeaseLostError",
+        "LocalBlobStore",
         "MemoryBroker",
         "MemoryStore",
         "NonDeterminismError",

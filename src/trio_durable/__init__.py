@@ -12,6 +12,10 @@ from ._app import FlowQueue as FlowQueue
 from ._app import Retry as Retry
 from ._app import Step as Step
 from ._app import Workflow as Workflow
+from ._blobs import BlobInfo as BlobInfo
+from ._blobs import BlobNotFound as BlobNotFound
+from ._blobs import BlobStore as BlobStore
+from ._blobs import LocalBlobStore as LocalBlobStore
 from ._brokers import open_broker as open_broker
 from ._brokers._base import Broker as Broker
 from ._brokers._base import BrokerError as BrokerError
@@ -116,6 +120,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AesGcmCodec",
     "App",
+    "BlobInfo",
+    "BlobNotFound",
+    "BlobStore",
     "Breakpoint",
     "BreakpointNotFoundError",
     "Broker",
@@ -160,6 +167,7 @@ __all__ = [
     "KeyringError",
     "LeaseLostError",
     "lineage",
+    "LocalBlobStore",
     "MemoryBroker",
     "MemoryStore",
     "NonDeterminismError",

@@ -11,6 +11,7 @@ learns of the write at once (see docs/client.md).
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -21,6 +22,8 @@ from typing import Any, Final, final
 import trio
 
 from ._app import App, Workflow
+from ._blob_store import BlobOptions
+from ._blobs import DEFAULT_BLOB_GRACE, DEFAULT_BLOB_THRESHOLD, BlobStore
 from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._clock import Clock
@@ -340,6 +343,9 @@ async def open_client(
     app: App | None = None,
     wall_clock: Callable[[], float] = time.time,
     codec: PayloadCodec | None = None,
+    blobs: BlobStore | str | os.PathLike[str] | None = None,
+    blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+    blob_grace: float = DEFAULT_BLOB_GRACE,
 ) -> AsyncIterator[Client]:
     """Open a client of the runs in ``store``.
 
@@ -353,6 +359,12 @@ async def open_client(
       wall_clock: Read once to anchor durable time (see `Clock`).
       codec: The codec the store's payloads are kept with (such as
         `AesGcmCodec`; see docs/payload-codecs.md), or None.
+      blobs: The engines' blob store (see `open_engine`): payloads that
+        refer to it are read from it, and payloads the client writes
+        (starts, signals) longer than ``blob_threshold`` go to it.
+      blob_threshold: See ``blobs``.
+      blob_grace: Seconds a blob is kept after its last write when
+        `Client.prune` deletes runs (see `open_engine`).
 
     Raises:
       InvalidURLError: A URL is malformed.
@@ -363,8 +375,12 @@ async def open_client(
     if app is not None and not isinstance(app, App):
         raise UsageError(f"open_client needs a td.App or None, not {app!r}")
     check_codec(codec)
+    blob_options = BlobOptions.of(blobs, blob_threshold, blob_grace)
     async with AsyncExitStack() as stack:
-        store_obj = with_codec(await enter_store(stack, store), codec)
+        # The codec outermost: what goes to the blob store is encrypted too.
+        store_obj = with_codec(
+            blob_options.wrap(await enter_store(stack, store), wall_clock), codec
+        )
         broker_obj = None if broker is None else await enter_broker(stack, broker)
         client = Client(store_obj, broker_obj, app, Clock(wall_clock), random.Random())
         thrown: BaseException | None = None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 import trio
 
+from ._blob_wire import offload_tasks
 from ._brokers._base import Broker, BrokerError, Outgoing, PayloadTooLarge, WorkerDescriptor
 from ._learned import Learned, step_of
 from ._payload import lowered, task_message
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     import random
 
     from ._app import App, Step
+    from ._blobs import Blobs
     from ._clock import Clock
     from ._sent import SentTasks
     from ._wire import Task
@@ -128,6 +130,8 @@ class Dispatcher:
         self.own_queues: frozenset[str] = frozenset()
         # The steps remote workflows' decisions named (the runtime's).
         self.learned = Learned()
+        # Where inputs over the threshold go (docs/large-payloads.md).
+        self.blobs: Blobs | None = None
 
     async def send(self, tasks: list[Task]) -> None:
         """Send tasks whose pending checkpoints just committed. A task over
@@ -141,6 +145,8 @@ class Dispatcher:
                 )
                 for task in tasks
             ]
+        if self.blobs is not None:
+            tasks = await offload_tasks(self.blobs, tasks)
         for start in range(0, len(tasks), DISPATCH_CHUNK):
             chunk = tasks[start : start + DISPATCH_CHUNK]
             limit = self._broker.max_payload

@@ -12,6 +12,7 @@ and each of its methods is a short walk into them.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -23,6 +24,8 @@ import attrs
 import trio
 
 from ._app import App, Workflow
+from ._blob_store import BlobOptions
+from ._blobs import DEFAULT_BLOB_GRACE, DEFAULT_BLOB_THRESHOLD, BlobStore
 from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._codec import PayloadCodec
@@ -495,6 +498,9 @@ async def open_engine(
     console: ConsoleOptions | None = None,
     webhook_secret: bytes | str | None = None,
     codec: PayloadCodec | None = None,
+    blobs: BlobStore | str | os.PathLike[str] | None = None,
+    blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+    blob_grace: float = DEFAULT_BLOB_GRACE,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -562,6 +568,13 @@ async def open_engine(
       codec: Keep every payload encoded at rest with this codec (such as
         `AesGcmCodec`): the store is wrapped in a `CodecStore` (see
         docs/payload-codecs.md). None keeps payloads as they are.
+      blobs: Keep payloads longer than ``blob_threshold`` characters in this
+        `BlobStore` (or a `LocalBlobStore` in this directory); rows and
+        broker messages carry references. Pruning deletes the blobs only
+        pruned runs referred to, once ``blob_grace`` seconds old (see
+        docs/large-payloads.md). None keeps payloads in the rows.
+      blob_threshold: See ``blobs``.
+      blob_grace: See ``blobs``.
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -595,8 +608,12 @@ async def open_engine(
     rng = random.Random(seed)
     if engine_id is None:
         engine_id = f"engine-{rng.getrandbits(32):08x}"
+    blob_options = BlobOptions.of(blobs, blob_threshold, blob_grace)
     async with AsyncExitStack() as stack:
-        store_obj = with_codec(await enter_store(stack, store), codec)
+        # The codec outermost: what goes to the blob store is encrypted too.
+        store_obj = with_codec(
+            blob_options.wrap(await enter_store(stack, store), wall_clock), codec
+        )
         broker_obj = await enter_broker(stack, broker)
         async with open_runtime(
             app,

@@ -22,6 +22,8 @@ import trio
 from . import _serde
 from ._admission import StartControls, start_controls
 from ._app import App, Workflow, workflow_of
+from ._blob_store import blobs_of
+from ._blobs import check_unresolved
 from ._children import output_type
 from ._exceptions import (
     RecordedTraceback,
@@ -340,6 +342,8 @@ async def outcome(store: Store, app: App, run: Run) -> Any:
     if run.status == "completed":
         # A run that handed off ended with its handler's output.
         source = await output_source(store, app, run) or (run.workflow, run.version)
+        if blobs_of(store) is None:
+            check_unresolved(run.output)
         return _serde.loads(run.output, output_type(app, *source))
     error = run.error or ErrorInfo(message=run.status)
     cls = RunCancelled if run.status == "cancelled" else RunFailed

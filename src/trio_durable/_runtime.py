@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
+from ._blob_store import blobs_of
+from ._blobs import DEFAULT_BLOB_THRESHOLD, Blobs
 from ._breakpoints import Breakpoints
 from ._brokers._base import RESULTS
 from ._catalogue import Catalogue
@@ -134,6 +136,8 @@ class Runtime:
       catalogue: What live workers announce (remote workflows' groups and
         routes), read at most once per `CACHE_SECONDS`.
       schedules: What tells the schedule ticker that schedules changed.
+      blobs: The blob store payloads over the threshold go to, if any
+        (docs/large-payloads.md).
     """
 
     app: App
@@ -158,6 +162,7 @@ class Runtime:
     learned: Learned = attrs.field(factory=Learned)
     catalogue: Catalogue = attrs.field(init=False)
     schedules: ScheduleTicker = attrs.field(factory=ScheduleTicker)
+    blobs: Blobs | None = None
 
 
 @asynccontextmanager
@@ -298,7 +303,9 @@ def _assemble(
         ),
         tracing=tracing,
         webhook_keys=WebhookKeys(options.webhook_secret),
+        blobs=blobs_of(store),
     )
+    rt.dispatcher.blobs = rt.blobs
     # The scheduler drives turns, and turns reach the scheduler (to wake
     # runs): the runtime is complete once both exist.
     rt.dispatcher.learned = rt.learned
@@ -327,6 +334,8 @@ async def _embedded_worker(
         seed=seed,
         traceback_limit=rt.options.traceback_limit,
         tracing=rt.options.tracing,
+        blobs=None if rt.blobs is None else rt.blobs.store,
+        blob_threshold=DEFAULT_BLOB_THRESHOLD if rt.blobs is None else rt.blobs.threshold,
     ) as worker:
         task_status.started(worker)
         await trio.sleep_forever()

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from ._barrier import join_barrier
+from ._blob_wire import resolve_result
+from ._blobs import is_reference
 from ._brokers._base import BrokerError, Consumer, Delivery
 from ._exceptions import StoreError
 from ._fans import FAN_CANCELLED
@@ -192,6 +194,8 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
             logger.warning("could not reject results: %s", exc)
     if not readable:
         return 0
+    if rt.blobs is not None or any(is_reference(r.output) for _, r in readable):
+        readable = [(d, await resolve_result(rt.blobs, r)) for d, r in readable]
     ops = [_op_for(rt, result) for _, result in readable]
     # Queue slots are given back in the same write that settles their steps
     # (and only if it did, or the run ended: the store checks).

@@ -22,6 +22,7 @@ from typing import Any, Final, Literal, NoReturn, final
 
 import attrs
 
+from ._blobs import is_reference_value
 from ._brokers._base import RESULTS, is_broker_safe
 from ._exceptions import TrioDurableError
 from ._serde import MAX_NESTING, nesting_exceeds
@@ -68,7 +69,8 @@ class Task:
       step: The step's registered name.
       workflow: The run's workflow, for events and logs.
       route: The queue it travels on (``<group>`` or ``<group>@<namespace>``).
-      input: The arguments as the JSON text of a list.
+      input: The arguments as the JSON text of a list, or of the
+        reference to it in a blob store.
       timeout: Seconds the attempt may take, or None.
       dispatched_at: When it was sent (durable time).
       queue: The flow-control queue whose slot it holds, if any.
@@ -124,7 +126,9 @@ class Task:
         try:
             data = _object(body)
             arguments = data.get("input")
-            if not isinstance(arguments, list):
+            # A list of arguments, or the reference to one kept in a blob
+            # store (docs/large-payloads.md).
+            if not isinstance(arguments, list) and not is_reference_value(arguments):
                 _reject(f"input must be a JSON array, not {_kind(arguments)}")
             _shallow("input", arguments, body)
             timeout = data.get("timeout")

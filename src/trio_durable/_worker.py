@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -26,6 +27,8 @@ import trio
 
 from . import _serde
 from ._app import App, Step
+from ._blob_wire import offload_result
+from ._blobs import DEFAULT_BLOB_THRESHOLD, Blobs, BlobStore, check_blob_options, resolve_or_fail
 from ._brokers import open_broker
 from ._brokers._base import (
     Broker,
@@ -138,6 +141,8 @@ class Worker:
         self._clock = clock
         self._heartbeat = heartbeat
         self._ttl = ttl
+        # Where outputs over the threshold go (set by `open_worker`).
+        self.blobs: Blobs | None = None
         self._stats = WorkerStatistics()
         self._send_result, self._results = trio.open_memory_channel[_Outcome](math.inf)
         self._idle = trio.Event()
@@ -280,7 +285,7 @@ class Worker:
             self._send_result.send_nowait(_Outcome(consumer, delivery, result, task.reply_to, True))
             return
         async with self._limiter:
-            result = await self._execute(task)
+            result = await offload_result(self.blobs, await self._execute(task))
         self._send_result.send_nowait(_Outcome(consumer, delivery, result, task.reply_to, False))
 
     async def _execute(self, task: Task) -> Result:
@@ -364,7 +369,7 @@ class Worker:
             ):
                 decision = await decide(
                     self.app,
-                    task,
+                    attrs.evolve(task, input=await resolve_or_fail(self.blobs, task.input)),
                     clock=self._clock,
                     rng=self._rng,
                     worker_id=self.instance_id,
@@ -423,7 +428,7 @@ class Worker:
         )
 
     async def _call(self, step: Step[..., Any], task: Task) -> Any:
-        args = _serde.load_args(task.input, step.fn)
+        args = _serde.load_args(await resolve_or_fail(self.blobs, task.input), step.fn)
         timeout = task.timeout if task.timeout is not None else step.timeout
         with trio.CancelScope() as scope:
             if timeout is not None:
@@ -503,6 +508,8 @@ async def open_worker(
     max_deliveries: int = DEFAULT_MAX_DELIVERIES,
     traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
     tracing: bool | TracerProvider = False,
+    blobs: BlobStore | str | os.PathLike[str] | None = None,
+    blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
 ) -> AsyncIterator[Worker]:
     """Run a worker for ``groups`` until the block exits.
 
@@ -531,6 +538,13 @@ async def open_worker(
         engine's dispatch span when the task carries its trace context:
         True uses the global tracer provider, or pass a tracer provider.
         Needs the ``otel`` extra; off by default (see docs/tracing.md).
+      blobs: The blob store the engines keep large payloads in (a
+        `BlobStore`, or a directory for a `LocalBlobStore`): task inputs
+        that refer to it are read from it, and outputs longer than
+        ``blob_threshold`` characters are written to it and sent as
+        references (docs/large-payloads.md). None sends every output as
+        it is.
+      blob_threshold: See ``blobs``.
 
     Raises:
       UsageError: A group is unknown or malformed, an option is out of
@@ -550,6 +564,7 @@ async def open_worker(
         tracing=tracing,
     )
     tracer = make_tracing(options.tracing)
+    blob_store = check_blob_options(blobs, blob_threshold)
     rng = random.Random(seed)
     if instance_id is None:
         instance_id = f"worker-{rng.getrandbits(48):012x}"
@@ -574,6 +589,8 @@ async def open_worker(
             traceback_limit=options.traceback_limit,
             tracing=tracer,
         )
+        if blob_store is not None:
+            worker.blobs = Blobs(blob_store, blob_threshold, clock)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(worker._publish_forever, name="trio_durable result publisher")
             for queue in worker.queues:

@@ -17,6 +17,7 @@ import click
 import trio
 
 from .._app import App
+from .._blob_store import with_blobs_from_env
 from .._client import open_client
 from .._codec import PayloadCodec
 from ._apps import load_app
@@ -143,7 +144,9 @@ async def _serve(
 
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with (
-            open_client(store, broker=broker, app=app, codec=codec) as client,
+            open_client(
+                store, broker=broker, app=app, codec=codec, **with_blobs_from_env({})
+            ) as client,
             trio.open_nursery() as nursery,
         ):
             url = await nursery.start(

@@ -25,6 +25,7 @@ import click
 import trio
 
 from .._app import App
+from .._blob_store import with_blobs_from_env
 from .._engine import open_engine
 from .._options import DEFAULT_MAX_DELIVERIES
 from .._worker import open_worker
@@ -186,6 +187,7 @@ def engine_command(
 
 
 async def _serve_engine(app: App, options: dict[str, Any], drain_timeout: float) -> None:
+    options = with_blobs_from_env(options)
     # The receiver is open before the engine: a signal that comes while it
     # opens is kept, and the engine drains as soon as it is open.
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
@@ -299,6 +301,7 @@ def worker_command(
 
 
 async def _serve_worker(app: App, options: dict[str, Any], drain_timeout: float) -> None:
+    options = with_blobs_from_env(options)
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
         async with open_worker(app, **options) as worker:
             await _serve_until_signalled(

@@ -23,6 +23,7 @@ import trio
 from rich.console import Console
 
 from .._app import App
+from .._blob_store import with_blobs_from_env
 from .._client import Client, open_client
 from .._exceptions import RunFailed
 from .._records import TERMINAL_STATUSES, Run, RunStatus
@@ -95,7 +96,7 @@ async def opened_client(store: str, app: App | None = None) -> AsyncIterator[Cli
             " or create the store with `trio-durable migrate`",
             EXIT_UNREACHABLE,
         )
-    async with open_client(store, app=app, codec=env_codec()) as client:
+    async with open_client(store, app=app, codec=env_codec(), **with_blobs_from_env({})) as client:
         yield client
 
 

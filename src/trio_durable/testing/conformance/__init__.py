@@ -23,6 +23,10 @@ and a `StoreFactory` (or any zero-argument opener of a fresh, empty store).
 """
 
 # -- Brokers: the protocol suite and the engine suite (docs/brokers.md) --------------
+# -- Blob stores (docs/large-payloads.md) ------------------------------------------
+from ._blob_store import BLOB_STORE_CHECKS as BLOB_STORE_CHECKS
+from ._blob_store import OpenBlobStore as OpenBlobStore
+from ._blob_store import check_blob_store as check_blob_store
 from ._broker import BROKER_CHECKS as BROKER_CHECKS
 from ._broker import (
     check_a_body_over_max_payload_is_refused_and_nothing_is_sent as check_a_body_over_max_payload_is_refused_and_nothing_is_sent,

@@ -1,0 +1,503 @@
+"""`BlobbingStore`: a store whose payloads over the threshold live in a
+blob store, and the garbage collection of those blobs with retention.
+
+It wraps any `Store`. Every write that carries a payload (a run's input or
+output, a checkpoint's input or output, a signal's payload) has the
+payloads that `Blobs.offloads` written to the blob store first, and the row
+keeps their references; every read resolves the references again, so the
+engine and the client above it see payloads, never references.
+
+Which runs refer to which blobs is kept in the store's keyed values, scope
+``"blob"``, written in the same atomic batch as the row that refers:
+
+- ``r/<blob key>/<run id>``: the blob is referred to by the run;
+- ``o/["<run id>","<blob key>"]``: the same, found by run.
+
+When runs are pruned (`Store.prune_runs`, which retention calls), their
+rows are deleted, and then each blob that no run refers to any more is
+deleted too, unless it was written less than ``grace`` seconds ago: a
+writer puts a blob before it commits the row that refers to it, and a blob
+is content-addressed, so another run may be about to refer to the very
+blob a pruned run leaves behind. Nothing else deletes blobs, so a blob
+still referred to is never deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Final, final, overload
+
+import attrs
+import trio
+
+from ._blobs import Blobs, BlobStore, check_blob_options
+from ._clock import Clock
+from ._exceptions import UsageError
+from ._records import (
+    Breakpoint,
+    Checkpoint,
+    CheckpointStatus,
+    FanCounts,
+    PausedStep,
+    QueueDepth,
+    Run,
+    RunFilter,
+    RunStamp,
+    RunStatus,
+    StoredValue,
+    Webhook,
+)
+from ._stores._base import ChangeFeed, RunWatch, Store, StoreStatistics, TurnState
+from ._stores._helpers import StoreHelpers
+from ._stores._ops import (
+    Announce,
+    ClaimCheckpoint,
+    CreateRun,
+    DeliverSignal,
+    Op,
+    PutCheckpoint,
+    PutValue,
+    SettleCheckpoint,
+    UpdateRun,
+)
+
+SCOPE: Final = "blob"
+"""The keyed values' scope of blob references."""
+
+_PAGE: Final = 500
+
+
+def _by_blob(key: str, run_id: str) -> str:
+    return f"r/{key}/{run_id}"
+
+
+def _by_run(run_id: str, key: str) -> str:
+    return "o/" + json.dumps([run_id, key], separators=(",", ":"))
+
+
+def _run_prefix(run_id: str) -> str:
+    return "o/" + json.dumps([run_id], separators=(",", ":"))[:-1] + ","
+
+
+def _signal_run(token: str) -> str | None:
+    """The run a signal token belongs to (see `signal_token`), if it is one."""
+    try:
+        parsed = json.loads(token)
+    except ValueError:
+        return None
+    if isinstance(parsed, list) and parsed and isinstance(parsed[0], str):
+        return parsed[0]
+    return None
+
+
+@final
+class _Batch:
+    """What offloading one batch found: the references it made (with the
+    payload each stands for, so results need not read them back) and which
+    run refers to which blob."""
+
+    def __init__(self, blobs: Blobs) -> None:
+        self.blobs = blobs
+        self.texts: dict[str, str] = {}
+        self.refs: dict[tuple[str, str], None] = {}
+
+    @overload
+    async def offload(self, run_id: str | None, text: str) -> str: ...
+    @overload
+    async def offload(self, run_id: str | None, text: str | None) -> str | None: ...
+    async def offload(self, run_id: str | None, text: str | None) -> str | None:
+        if text is None or not self.blobs.offloads(text):
+            return text
+        reference, key = await self.blobs.offload(text)
+        self.texts[reference] = text
+        if run_id is not None:
+            self.refs[run_id, key] = None
+        return reference
+
+    @overload
+    async def resolve(self, text: str) -> str: ...
+    @overload
+    async def resolve(self, text: str | None) -> str | None: ...
+    async def resolve(self, text: str | None) -> str | None:
+        if text is None:
+            return None
+        known = self.texts.get(text)
+        return known if known is not None else await self.blobs.resolve(text)
+
+
+class BlobbingStore(StoreHelpers):
+    """A `Store` that keeps payloads over ``blobs``' threshold in its blob
+    store (see the module's docstring). Whatever it does not define (a
+    store's change feed, its watch, its scope) is the wrapped store's.
+
+    Args:
+      inner: The store the rows go to.
+      blobs: The blob store and threshold.
+      grace: Seconds after its last write during which a blob no run
+        refers to is still kept.
+    """
+
+    def __init__(self, inner: Store, blobs: Blobs, grace: float) -> None:
+        self.inner = inner
+        self.blobs = blobs
+        self.grace = grace
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for what this class does not define: the optional
+        # protocols (`ChangeFeed`, `RunWatch`) and a store's own extras, so
+        # that `isinstance(store, RunWatch)` answers for the wrapped store.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"BlobbingStore({self.inner!r}, {self.blobs.store!r})"
+
+    # Writes.
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        batch = _Batch(self.blobs)
+        written = [await self._offload(op, batch) for op in ops]
+        now = self.blobs.clock.now()
+        refs = [
+            PutValue(SCOPE, key, "1", now)
+            for run_id, blob in batch.refs
+            for key in (_by_blob(blob, run_id), _by_run(run_id, blob))
+        ]
+        results = await self.inner.apply([*written, *refs])
+        return [await self._resolve_result(result, batch) for result in results[: len(ops)]]
+
+    async def _offload(self, op: Op, batch: _Batch) -> Op:
+        if isinstance(op, CreateRun):
+            run = op.run
+            return CreateRun(
+                attrs.evolve(
+                    run,
+                    input=await batch.offload(run.id, run.input),
+                    output=await batch.offload(run.id, run.output),
+                )
+            )
+        if isinstance(op, UpdateRun):
+            changes = dict(op.changes)
+            for field in ("input", "output"):
+                if isinstance(changes.get(field), str):
+                    changes[field] = await batch.offload(op.run_id, changes[field])
+            return attrs.evolve(op, changes=changes)
+        if isinstance(op, PutCheckpoint | ClaimCheckpoint):
+            return type(op)(await self._offload_checkpoint(op.checkpoint, batch))
+        if isinstance(op, SettleCheckpoint):
+            return attrs.evolve(op, output=await batch.offload(op.run_id, op.output))
+        if isinstance(op, DeliverSignal):
+            payload = await batch.offload(_signal_run(op.token), op.payload)
+            return attrs.evolve(op, payload=payload)
+        return op
+
+    async def _offload_checkpoint(self, checkpoint: Checkpoint, batch: _Batch) -> Checkpoint:
+        return attrs.evolve(
+            checkpoint,
+            input=await batch.offload(checkpoint.run_id, checkpoint.input),
+            output=await batch.offload(checkpoint.run_id, checkpoint.output),
+        )
+
+    async def _resolve_result(self, result: Any, batch: _Batch) -> Any:
+        if isinstance(result, Checkpoint):
+            return await self._checkpoint(result, batch)
+        if isinstance(result, Run):
+            return await self._run(result, batch)
+        if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], Run):
+            return (await self._run(result[0], batch), result[1])
+        if isinstance(result, str):
+            # WaitSignal's consumed payload; no other op answers with text.
+            return await batch.resolve(result)
+        return result
+
+    # Reads: references resolved.
+
+    async def _run(self, run: Run, batch: _Batch | None = None) -> Run:
+        batch = batch or _Batch(self.blobs)
+        return attrs.evolve(
+            run,
+            input=await batch.resolve(run.input),
+            output=await batch.resolve(run.output),
+        )
+
+    async def _checkpoint(self, checkpoint: Checkpoint, batch: _Batch | None = None) -> Checkpoint:
+        batch = batch or _Batch(self.blobs)
+        return attrs.evolve(
+            checkpoint,
+            input=await batch.resolve(checkpoint.input),
+            output=await batch.resolve(checkpoint.output),
+        )
+
+    async def begin_turn(
+        self, run_id: str, owner: str, expiry: float, now: float
+    ) -> TurnState | None:
+        state = await self.inner.begin_turn(run_id, owner, expiry, now)
+        if state is None:
+            return None
+        return attrs.evolve(
+            state,
+            run=await self._run(state.run),
+            checkpoints=tuple([await self._checkpoint(c) for c in state.checkpoints]),
+        )
+
+    async def get_run(self, run_id: str) -> Run | None:
+        run = await self.inner.get_run(run_id)
+        return None if run is None else await self._run(run)
+
+    # Keywords are passed on as given, so that a store's own (or a later
+    # protocol's) filters reach it.
+
+    async def list_runs(self, **filters: Any) -> list[Run]:
+        return [await self._run(run) for run in await self.inner.list_runs(**filters)]
+
+    async def get_checkpoints(
+        self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
+    ) -> list[Checkpoint]:
+        found = await self.inner.get_checkpoints(run_id, from_seq, to_seq)
+        return [await self._checkpoint(c) for c in found]
+
+    async def find_runs(self, where: RunFilter, **options: Any) -> list[Run]:
+        return [await self._run(run) for run in await self.inner.find_runs(where, **options)]
+
+    async def find_checkpoints(
+        self, run_id: str, from_seq: int, to_seq: int, **options: Any
+    ) -> list[Checkpoint]:
+        found = await self.inner.find_checkpoints(run_id, from_seq, to_seq, **options)
+        return [await self._checkpoint(c) for c in found]
+
+    async def buffered_signals(self, token: str) -> list[str]:
+        return [await self.blobs.resolve(p) for p in await self.inner.buffered_signals(token)]
+
+    # Reads without payloads: the wrapped store's.
+
+    async def count_checkpoints(
+        self,
+        run_id: str,
+        from_seq: int,
+        to_seq: int,
+        statuses: Collection[CheckpointStatus],
+        limit: int | None = None,
+    ) -> int:
+        return await self.inner.count_checkpoints(run_id, from_seq, to_seq, statuses, limit)
+
+    async def list_due_runs(self, now: float, limit: int) -> list[str]:
+        return await self.inner.list_due_runs(now, limit)
+
+    async def next_due_time(self) -> float | None:
+        return await self.inner.next_due_time()
+
+    async def list_stalled_runs(self, limit: int) -> list[str]:
+        return await self.inner.list_stalled_runs(limit)
+
+    async def signal_waiter(self, token: str) -> tuple[str, int] | None:
+        return await self.inner.signal_waiter(token)
+
+    async def count_runs(self, where: RunFilter, **options: Any) -> dict[RunStatus, int]:
+        return await self.inner.count_runs(where, **options)
+
+    async def fan_counts(self, run_id: str) -> list[FanCounts]:
+        return await self.inner.fan_counts(run_id)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        return await self.inner.queue_depths()
+
+    async def run_stamp(self, run_id: str) -> RunStamp | None:
+        return await self.inner.run_stamp(run_id)
+
+    async def get_webhook(self, token_hash: str) -> Webhook | None:
+        return await self.inner.get_webhook(token_hash)
+
+    async def list_breakpoints(self) -> list[Breakpoint]:
+        return await self.inner.list_breakpoints()
+
+    async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
+        return await self.inner.paused_steps(run_id)
+
+    async def get_value(self, scope: str, key: str) -> StoredValue | None:
+        return await self.inner.get_value(scope, key)
+
+    async def list_values(
+        self, scope: str, *, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[StoredValue]:
+        return await self.inner.list_values(scope, prefix=prefix, after=after, limit=limit)
+
+    def statistics(self) -> StoreStatistics:
+        return self.inner.statistics()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    # Retention.
+
+    async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
+        pruned = await self.inner.prune_runs(older_than, limit)
+        if pruned:
+            await collect(self.inner, self.blobs.store, pruned, self.blobs.clock, self.grace)
+        return pruned
+
+
+async def collect(
+    store: Store, blob_store: BlobStore, run_ids: Sequence[str], clock: Clock, grace: float
+) -> list[str]:
+    """Forget the blob references of the (pruned) runs ``run_ids``, then
+    delete each of their blobs that no run refers to any more and that was
+    last written more than ``grace`` seconds ago. Returns the keys deleted.
+
+    A failure midway leaves references that keep their blobs (never the
+    other way round).
+    """
+    keys: dict[str, None] = {}
+    for run_id in run_ids:
+        prefix = _run_prefix(run_id)
+        after: str | None = None
+        while True:
+            page = await store.list_values(SCOPE, prefix=prefix, after=after, limit=_PAGE)
+            forget: list[Op] = []
+            for value in page:
+                blob = json.loads(value.key[2:])[1]
+                keys[blob] = None
+                forget.append(PutValue(SCOPE, value.key, None, clock.now()))
+                forget.append(PutValue(SCOPE, _by_blob(blob, run_id), None, clock.now()))
+            if forget:
+                await store.apply(forget)
+            if len(page) < _PAGE:
+                break
+            after = page[-1].key
+    deleted: list[str] = []
+    for blob in sorted(keys):
+        if await store.list_values(SCOPE, prefix=f"r/{blob}/", limit=1):
+            continue
+        info = await blob_store.stat(blob)
+        if info is None or info.stored_at > clock.now() - grace:
+            continue
+        await blob_store.delete(blob)
+        deleted.append(blob)
+    return deleted
+
+
+def blobs_of(store: Store) -> Blobs | None:
+    """The blobs of ``store`` if it keeps large payloads in a blob store."""
+    return store.blobs if isinstance(store, BlobbingStore) else None
+
+
+class _Feed:
+    """`ChangeFeed`, forwarded to the wrapped store (a protocol check reads
+    the class, not ``__getattr__``, on newer Pythons)."""
+
+    inner: Any
+
+    def run_end_event(self, run_id: str) -> trio.Event:
+        event: trio.Event = self.inner.run_end_event(run_id)
+        return event
+
+    def due_event(self, before: float) -> trio.Event:
+        event: trio.Event = self.inner.due_event(before)
+        return event
+
+    def unwoken_runs(self) -> int:
+        count: int = self.inner.unwoken_runs()
+        return count
+
+    def unwoken_event(self) -> trio.Event:
+        event: trio.Event = self.inner.unwoken_event()
+        return event
+
+
+class _Watch:
+    """`RunWatch`, forwarded to the wrapped store."""
+
+    inner: Any
+
+    async def watch(
+        self,
+        origin: str,
+        deliver: Callable[[Sequence[Announce] | None], None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await self.inner.watch(origin, deliver, task_status=task_status)
+
+
+@final
+class _FeedBlobbingStore(_Feed, BlobbingStore):
+    pass
+
+
+@final
+class _WatchBlobbingStore(_Watch, BlobbingStore):
+    pass
+
+
+@final
+class _FeedWatchBlobbingStore(_Feed, _Watch, BlobbingStore):
+    pass
+
+
+def blobbing_store(inner: Store, blobs: Blobs, grace: float) -> BlobbingStore:
+    """``inner`` wrapped in a `BlobbingStore` that is a `ChangeFeed` and a
+    `RunWatch` when ``inner`` is."""
+    feed, watch = isinstance(inner, ChangeFeed), isinstance(inner, RunWatch)
+    kind: type[BlobbingStore]
+    if feed and watch:
+        kind = _FeedWatchBlobbingStore
+    elif feed:
+        kind = _FeedBlobbingStore
+    elif watch:
+        kind = _WatchBlobbingStore
+    else:
+        kind = BlobbingStore
+    return kind(inner, blobs, grace)
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class BlobOptions:
+    """The checked ``blobs=``, ``blob_threshold=`` and ``blob_grace=`` of
+    `open_engine` and `open_client`; `BlobOptions.of` checks them before
+    anything is opened.
+
+    Attributes:
+      store: The blob store, or None for none.
+      threshold: Payloads longer than this many characters are offloaded.
+      grace: Seconds a blob no run refers to is kept after its last write.
+    """
+
+    store: BlobStore | None
+    threshold: int
+    grace: float
+
+    @classmethod
+    def of(cls, blobs: object, threshold: object, grace: object) -> BlobOptions:
+        """The options, checked.
+
+        Raises:
+          UsageError: One is of the wrong type or out of range.
+        """
+        blob_store = check_blob_options(blobs, threshold)
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+            raise UsageError(f"blob_grace must be a number of seconds >= 0, not {grace!r}")
+        assert isinstance(threshold, int)
+        return cls(store=blob_store, threshold=threshold, grace=float(grace))
+
+    def wrap(self, store: Store, wall_clock: Callable[[], float]) -> Store:
+        """``store``, keeping large payloads in the blob store if there is one."""
+        if self.store is None:
+            return store
+        return blobbing_store(
+            store, Blobs(self.store, self.threshold, Clock(wall_clock)), self.grace
+        )
+
+
+BLOBS_ENV: Final = "TRIO_DURABLE_BLOBS"
+"""The environment variable the ``trio-durable`` command reads the blob
+store's directory from (for its engines, workers and run commands)."""
+
+
+def with_blobs_from_env(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for `open_engine`, `open_worker` or `open_client`, with
+    ``blobs=`` the directory `BLOBS_ENV` names, if it is set."""
+    directory = os.environ.get(BLOBS_ENV)
+    return {**options, "blobs": directory} if directory else options

@@ -1,0 +1,268 @@
+"""Large payloads through a blob store (docs/large-payloads.md): a run with
+a 20 MB input and a 20 MB output through a remote step on a worker, while
+every broker message stays small; references in the rows; a missing blob;
+garbage collection with retention."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import trio
+import trio.testing
+
+import trio_durable as td
+from conftest import fixed_wall
+from sized_broker import SizedBroker
+from trio_durable._blob_store import SCOPE, BlobbingStore
+from trio_durable._blobs import is_reference
+
+MB: Final = 1024 * 1024
+SMALL: Final = 64 * 1024
+"""Every broker message stays under this many bytes."""
+
+app = td.App("blobs")
+
+
+@app.step(group="big")
+async def shout(text: str) -> str:
+    return text.upper() + "!"
+
+
+@app.step(group="big")
+async def size_of(text: str) -> int:
+    return len(text)
+
+
+@app.workflow()
+async def big_round_trip(ctx: td.Context, text: str) -> str:
+    return await ctx.step(shout, text)
+
+
+@app.workflow()
+async def measured(ctx: td.Context, text: str) -> int:
+    return await ctx.step(size_of, text)
+
+
+@app.workflow()
+async def echo(ctx: td.Context, value: Any) -> Any:
+    return value
+
+
+@app.workflow()
+async def await_signal(ctx: td.Context) -> int:
+    payload = await ctx.wait_signal("data")
+    return len(payload)
+
+
+@app.workflow(group="deciders")  # a remote workflow: decided by the workers
+async def decided_remotely(ctx: td.Context, text: str) -> str:
+    return await ctx.step(shout, text)
+
+
+@asynccontextmanager
+async def fleet(
+    store: str | td.Store, blobs: td.BlobStore | None, worker_blobs: td.BlobStore | None = None
+) -> AsyncIterator[tuple[td.Engine, SizedBroker]]:
+    """An engine and a worker (of group ``big``) sharing a memory broker
+    that records message sizes, and ``blobs``."""
+    broker = SizedBroker(td.MemoryBroker())
+    async with (
+        td.open_engine(
+            app,
+            store=store,
+            broker=broker,
+            seed=0,
+            wall_clock=fixed_wall,
+            blobs=blobs,
+            blob_grace=0,
+        ) as engine,
+        td.open_worker(
+            app,
+            broker=broker,
+            groups=["big", "deciders"],
+            seed=1,
+            wall_clock=fixed_wall,
+            blobs=blobs if worker_blobs is None else worker_blobs,
+        ),
+    ):
+        yield engine, broker
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'runs.db'}"
+
+
+async def test_a_20_mb_input_and_output_go_through_the_blob_store(
+    store_url: str, tmp_path: Path
+) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    text = "a" * (20 * MB)
+    async with fleet(store_url, blobs) as (engine, broker):
+        run = await engine.start(big_round_trip, text, run_id="big")
+        with trio.fail_after(60):
+            output = await engine.result(run.id)
+        assert output == "A" * (20 * MB) + "!"
+        # Tasks and results went, each as a reference, far under 64 KB.
+        assert broker.sizes
+        assert broker.largest() < SMALL, broker.sizes
+        # The rows hold references; the engine reads payloads.
+        assert isinstance(engine.store, BlobbingStore)
+        stored = await engine.store.inner.get_run("big")
+        assert stored is not None
+        assert stored.output is not None
+        assert is_reference(stored.output)
+        assert is_reference(stored.input)
+        [step] = await engine.store.inner.get_checkpoints("big", 1, 1)
+        assert step.input is not None
+        assert is_reference(step.input)
+        assert step.output is not None
+        assert is_reference(step.output)
+        [checkpoint] = await engine.store.get_checkpoints("big", 1, 1)
+        assert checkpoint.input == json.dumps([text])
+        # One blob for the input, one for the output: the run's and the
+        # step's are the same text, and content-addressed.
+        assert len(await blobs.list()) == 2
+        assert (await engine.get("big")).input == json.dumps([text])
+
+
+async def test_small_payloads_stay_in_the_rows(tmp_path: Path) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    async with fleet("memory://", blobs) as (engine, _):
+        run = await engine.start(measured, "short")
+        assert await engine.result(run.id) == 5
+        assert await blobs.list() == []
+
+
+async def test_a_payload_that_looks_like_a_reference_is_kept_as_a_blob(tmp_path: Path) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    lookalike = {"$blob": "sha256-" + "0" * 64, "size": 3}
+    async with fleet("memory://", blobs) as (engine, _):
+        run = await engine.start(echo, lookalike)
+        assert await engine.result(run.id) == lookalike
+        # The output is a blob of its own, whatever its size (the input,
+        # a list, cannot be taken for a reference).
+        assert len(await blobs.list()) == 1
+
+
+async def test_a_missing_blob_is_an_error_of_its_own(tmp_path: Path) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    async with fleet("memory://", blobs) as (engine, _):
+        run = await engine.start(measured, "x" * 100_000)
+        assert await engine.result(run.id) == 100_000
+        for info in await blobs.list():
+            await blobs.delete(info.key)
+        # Read by a client (the engine keeps what it read and wrote).
+        assert isinstance(engine.store, BlobbingStore)
+        async with td.open_client(engine.store.inner, blobs=blobs) as client:
+            with pytest.raises(td.BlobNotFound) as caught:
+                await client.get(run.id)
+        assert caught.value.key.startswith("sha256-")
+        assert isinstance(caught.value, td.StoreError)
+
+
+async def test_a_worker_without_the_blob_store_fails_the_step_with_its_code(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    other = td.LocalBlobStore(tmp_path / "elsewhere")
+    async with fleet("memory://", blobs, worker_blobs=other) as (engine, _):
+        run = await engine.start(measured, "x" * 100_000)
+        with pytest.raises(td.RunFailed) as caught:
+            await engine.result(run.id)
+        assert caught.value.code == "blob_not_found"
+
+
+async def test_a_large_signal_payload_goes_to_the_blob_store(tmp_path: Path) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    async with fleet("memory://", blobs) as (engine, _):
+        run = await engine.start(await_signal)
+        await engine.signal(run.id, "data", "s" * 200_000)
+        assert await engine.result(run.id) == 200_000
+        assert len(await blobs.list()) == 1
+
+
+async def test_pruning_deletes_the_blobs_only_pruned_runs_referred_to(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    text = "p" * 100_000
+    async with fleet("memory://", blobs) as (engine, _):
+        first = await engine.start(echo, text, run_id="first")
+        await engine.result(first.id)
+        await trio.sleep(10)
+        second = await engine.start(echo, text, run_id="second")
+        await engine.result(second.id)
+        # Both runs' inputs are one blob, and so are their outputs.
+        assert len(await blobs.list()) == 2
+        assert await engine.prune(td.Retention(completed=5)) == 1
+        # "second" still refers to both: nothing is deleted.
+        assert len(await blobs.list()) == 2
+        assert await engine.result(second.id) == text
+        await trio.sleep(10)
+        assert await engine.prune(td.Retention(completed=5)) == 1
+        assert await blobs.list() == []
+        assert await engine.store.list_values(SCOPE) == []
+
+
+async def test_a_recently_written_blob_outlives_the_runs_pruned(tmp_path: Path) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    async with td.open_engine(
+        app, seed=0, wall_clock=fixed_wall, blobs=blobs, blob_grace=3600
+    ) as engine:
+        run = await engine.start(echo, "g" * 100_000)
+        await engine.result(run.id)
+        assert await engine.prune(td.Retention(completed=0)) == 1
+        # Within the grace, a writer may be about to refer to it again.
+        assert len(await blobs.list()) == 2
+
+
+async def test_a_client_starts_and_reads_through_the_blob_store(tmp_path: Path) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    text = "c" * 300_000
+    async with fleet(url, blobs) as (_engine, broker):
+        async with td.open_client(url, app=app, blobs=blobs) as client:
+            run = await client.start(big_round_trip, text)
+            assert await client.result(run.id) == text.upper() + "!"
+        assert broker.largest() < SMALL
+    async with td.open_client(url) as blind:
+        with pytest.raises(td.BlobNotFound, match="none was configured"):
+            await blind.result(run.id)
+
+
+async def test_the_blob_options_are_checked(tmp_path: Path) -> None:
+    for bad in (
+        {"blobs": 5},
+        {"blobs": tmp_path, "blob_threshold": 0},
+        {"blobs": tmp_path, "blob_threshold": True},
+        {"blobs": tmp_path, "blob_grace": -1},
+    ):
+        with pytest.raises(td.UsageError):
+            async with td.open_engine(app, **bad):
+                pass  # pragma: no cover
+    with pytest.raises(td.UsageError):
+        async with td.open_worker(app, groups=["big"], blobs=5):  # type: ignore[arg-type]
+            pass  # pragma: no cover
+    # A directory path is a LocalBlobStore.
+    async with td.open_engine(app, blobs=str(tmp_path / "b")) as engine:
+        run = await engine.start(echo, "d" * 100_000)
+        assert await engine.result(run.id) == "d" * 100_000
+    assert len(list((tmp_path / "b").iterdir())) == 2
+
+
+async def test_a_remote_workflow_decides_on_large_payloads(tmp_path: Path) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    text = "r" * 2_000_000
+    async with fleet("memory://", blobs) as (engine, broker):
+        run = await engine.start(decided_remotely, text)
+        assert await engine.result(run.id) == "R" * 2_000_000 + "!"
+        # Decision tasks carry the history, and decisions the output, as
+        # references too.
+        assert {queue for queue, _ in broker.sizes} >= {"deciders", "big"}
+        assert broker.largest() < SMALL, broker.sizes
