@@ -42,6 +42,7 @@ from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import RunWatch, Store
 from ._stores._ops import Op
+from ._streams import ReadsStreams, StreamFront, StreamWaiters
 from ._wakes import announce, announces_ends, ends_delivery, keep_watching
 
 _RESULT_POLL_INTERVAL: Final = 1.0
@@ -50,7 +51,7 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 
 @final
-class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules):
+class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, ReadsStreams):
     """Starts, reads and controls runs; runs none of them.
 
     It also finds and reads runs, and prunes ended ones, as `Engine` does
@@ -86,6 +87,7 @@ class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules)
         # app, as plain JSON.
         self._types = app if app is not None else App("client")
         self._endings = Endings()
+        self._streams = StreamWaiters()
         # Where engines announce ends, `result` waits for the announcement
         # alone; elsewhere it reads the run again now and then.
         self._poll_interval = math.inf if announces_ends(store) else _RESULT_POLL_INTERVAL
@@ -125,6 +127,16 @@ class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules)
             lambda: f"event-{self._rng.getrandbits(64):016x}",
             self.client_id,
             self._wake,
+        )
+
+    def _stream_front(self, namespace: str | None) -> StreamFront:
+        self._check_open()
+        return StreamFront(
+            store=self.store,
+            waiters=self._streams,
+            endings=self._endings,
+            poll_interval=_RESULT_POLL_INTERVAL,
+            read_run=lambda run_id: self.get(run_id, namespace=namespace),
         )
 
     def _schedules_app(self) -> App | None:
@@ -322,7 +334,7 @@ async def open_client(
                         keep_watching,
                         store_obj,
                         client.client_id,
-                        ends_delivery(client._endings),
+                        ends_delivery(client._endings, client._streams),
                         name="trio_durable client watch",
                     )
                 try:

@@ -51,6 +51,7 @@ from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import Store
 from ._stores._ops import Op
+from ._streams import ReadsStreams, StreamFront
 from ._views import Retention
 from ._wakes import announce, serves
 from ._worker import worker_metrics
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 
-class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules):
+class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, ReadsStreams):
     """Executes runs of an `App`'s workflows on a store.
 
     Made by `open_engine`; all its background work lives in the nursery that
@@ -123,6 +124,17 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules)
 
     def _schedules_app(self) -> App:
         return self.app
+
+    def _stream_front(self, namespace: str | None) -> StreamFront:
+        rt = self._rt
+        rt.scheduler.check_open()
+        return StreamFront(
+            store=rt.store,
+            waiters=rt.streams,
+            endings=rt.endings,
+            poll_interval=rt.options.result_poll_interval,
+            read_run=lambda run_id: self.get(run_id, namespace=namespace),
+        )
 
     # -- public API -----------------------------------------------------------
 

@@ -39,6 +39,7 @@ from ._sent import SentTasks
 from ._settle import consume_results
 from ._stores._base import RunWatch
 from ._stores._ops import ReleaseRun
+from ._streams import StreamWaiters
 from ._tracing import DISABLED, Tracing, make_tracing
 from ._turn import Turns
 from ._wakes import engine_delivery, keep_watching
@@ -134,6 +135,7 @@ class Runtime:
       catalogue: What live workers announce (remote workflows' groups and
         routes), read at most once per `CACHE_SECONDS`.
       schedules: What tells the schedule ticker that schedules changed.
+      streams: The readers of runs' streams waiting for new values.
     """
 
     app: App
@@ -158,6 +160,7 @@ class Runtime:
     learned: Learned = attrs.field(factory=Learned)
     catalogue: Catalogue = attrs.field(init=False)
     schedules: ScheduleTicker = attrs.field(factory=ScheduleTicker)
+    streams: StreamWaiters = attrs.field(factory=StreamWaiters)
 
 
 @asynccontextmanager

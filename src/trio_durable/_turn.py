@@ -410,6 +410,8 @@ class Turn:
         # What the turn itself decided (a lost step, a fail_fast fan that
         # froze its members, an attempt sent again) waits for no result.
         rt.sent.observed(turn.run.id, turn.checkpoints.values())
+        # Readers of the run's stream here read what the write committed.
+        rt.streams.changed(turn.run.id)
 
     async def suspend_cancelling(self, wake_at: float | None) -> None:
         """Write the turn of a cancelling run that waits (for its undos to

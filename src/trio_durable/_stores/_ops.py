@@ -245,7 +245,7 @@ class ReleaseRun:
     owner: str
 
 
-AnnounceKind = Literal["wake", "cancel", "end", "breakpoints", "due", "schedules"]
+AnnounceKind = Literal["wake", "cancel", "end", "breakpoints", "due", "schedules", "stream"]
 
 
 @final
@@ -267,7 +267,8 @@ class Announce:
         is due at a time its engines' pollers may not know: they look
         again;
         ``"schedules"``: a schedule was created, changed or deleted
-        (``run_id`` is its name), engines read their schedules again.
+        (``run_id`` is its name), engines read their schedules again;
+        ``"stream"``: the run emitted values (readers of its stream read).
       workflow: Its workflow, or None if the writer does not know it.
       version: Its version, or None.
       origin: Who wrote it (an engine or client id); its own watch skips it.
