@@ -11,7 +11,8 @@ group of commands to it:
 - ``_fleet``: ``workers``, the live fleet and its gaps;
 - ``_migrate``: ``migrate``, a store's schema created or upgraded;
 - ``_simulate``: ``simulate``, the deterministic simulation;
-- ``_console``: ``console``, the web console and its JSON API over a store.
+- ``_console``: ``console``, the web console and its JSON API over a store;
+- ``_stream``: ``stream RUN``, a run's stream followed until the run ends.
 
 ``_common`` holds what they share: the store and broker options, errors
 turned into one line and an exit code, tables, JSON and progress. Only this
@@ -33,6 +34,7 @@ from ._migrate import migrate_command
 from ._processes import engine_command, worker_command
 from ._runs import runs_group
 from ._simulate import simulate_command
+from ._stream import stream_command
 
 PROG_NAME = "trio-durable"
 
@@ -63,6 +65,7 @@ cli.add_command(simulate_command)
 cli.add_command(console_command)
 cli.add_command(breakpoints_group)
 cli.add_command(hooks_group)
+cli.add_command(stream_command)
 
 
 def main(argv: Sequence[str] | None = None, *, prog_name: str = PROG_NAME) -> int:
