@@ -285,3 +285,91 @@ async def test_bad_input_is_refused_before_anything_is_read_or_written(
 
 
 context: td.Context
+
+
+async def test_a_waiting_reader_reads_the_store_only_when_told(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    """A reader waiting for a run that emits once an hour reads the store
+    once per emit and once at the end, not every so often meanwhile."""
+    hourly = td.App("hourly")
+
+    @hourly.workflow()
+    async def slow(ctx: td.Context) -> None:
+        for hour in range(3):
+            await ctx.sleep(3600)
+            ctx.emit(hour)
+
+    store = f"sqlite:///{tmp_path / 'hourly.db'}"
+    async with (
+        open_test_engine(hourly, store=store) as engine,
+        td.open_client(store, wall_clock=fixed_wall) as client,
+    ):
+        reads: list[float] = []
+        list_values = client.store.list_values
+
+        async def counted(*args: Any, **kwargs: Any) -> list[StoredValue]:
+            reads.append(trio.current_time())
+            return await list_values(*args, **kwargs)
+
+        client.store.list_values = counted  # type: ignore[method-assign]
+        run = await engine.start(slow, run_id="h-1")
+        items = await collect(client.stream(run.id))
+    assert items == [(0, 0), (1, 1), (2, 2)]
+    # At the start, then once per emit (the run's end is the third emit's
+    # turn): never while nothing changed.
+    assert reads == [0.0, 3600.0, 7200.0, 10800.0]
+
+
+async def test_a_retried_run_goes_on_with_its_stream(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    flaky = td.App("flaky")
+    broken = [True]
+
+    @flaky.step()
+    async def check() -> None:
+        if broken[0]:
+            raise td.FatalError("broken")
+
+    @flaky.workflow()
+    async def steps(ctx: td.Context) -> str:
+        ctx.emit("before")
+        await ctx.step(check)
+        ctx.emit("after")
+        return "ok"
+
+    async with open_test_engine(flaky, store=td.MemoryStore()) as engine:
+        run = await engine.start(steps, run_id="f-1")
+        assert await collect(engine.stream(run.id)) == [(0, "before")]
+        broken[0] = False
+        await engine.retry(run.id)
+        assert await collect(engine.stream(run.id, from_offset=1)) == [(1, "after")]
+        assert await engine.result(run.id) == "ok"
+
+
+workers = td.App("stream-workers")
+
+
+@workers.workflow(group="deciders")
+async def remote_emitter(ctx: td.Context) -> None:
+    ctx.emit("never")
+
+
+service = td.App("stream-service")
+service.remote_workflow("remote_emitter", group="deciders")
+
+
+async def test_a_remote_workflow_that_emits_fails_with_a_clear_code(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = td.MemoryBroker()
+    async with (
+        td.open_engine(service, broker=broker, seed=0, wall_clock=fixed_wall) as engine,
+        td.open_worker(workers, broker=broker, groups=["deciders"]),
+    ):
+        await engine.start("remote_emitter", run_id="r")
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result("r")
+        assert info.value.code == "unsupported_in_remote_workflow"
+        assert await collect(engine.stream("r")) == []

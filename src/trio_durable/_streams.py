@@ -35,7 +35,7 @@ import trio
 from . import _serde
 from ._exceptions import StoreError, UsageError
 from ._records import TERMINAL_STATUSES, Run, StoredValue
-from ._runs import Endings
+from ._runs import Ending, Endings
 from ._stores._base import ChangeFeed, RunWatch
 from ._stores._ops import Op, PutValue
 from ._wakes import announce
@@ -170,9 +170,10 @@ class RunStream:
     until the run ended and they are all given (what `ReadsStreams.stream`
     returns).
 
-    An iterator object rather than an async generator: it holds nothing
-    between two items, so a reader may drop it at any point (``break``)
-    with nothing left to finalize.
+    An iterator object rather than an async generator, so a reader may drop
+    it at any point (``break``) with nothing to finalize: what it may hold
+    between two items is a registration with `StreamWaiters` (and
+    `Endings`), which the next change of the run drops.
     """
 
     def __init__(self, front: StreamFront, run_id: str, from_offset: int) -> None:
@@ -182,14 +183,17 @@ class RunStream:
         self._rows: list[StoredValue] = []
         self._first = from_offset  # the offset of ``_rows[0]``
         self._read_once = False
-        self._ended = False
+        # The registration made before the last read that found every value
+        # there was: the next read waits on it first.
+        self._held: tuple[trio.Event, Ending | None] | None = None
+        self._last = False  # the rows read are the stream's last ones
 
     def __aiter__(self) -> RunStream:
         return self
 
     async def __anext__(self) -> tuple[int, Any]:
         while not self._rows:
-            if self._ended:
+            if self._last:
                 raise StopAsyncIteration
             await self._read()
         row = self._rows[self._offset - self._first]
@@ -199,31 +203,23 @@ class RunStream:
         return offset, _serde.loads(row.value)
 
     async def _read(self) -> None:
-        """Read the next page of values, waiting for it if there is none
-        yet and the run has not ended."""
+        """Read the next page of values, waiting for one if every value
+        there was has been given and the run has not ended."""
         front, run_id = self._front, self._run_id
         store = front.store
         while True:
+            if self._held is not None:
+                await self._wait()
             # Registered before the reads: a change committed while they are
-            # in flight still wakes the wait below.
+            # in flight still wakes the wait.
             change = front.waiters.register(run_id)
             ending = None if isinstance(store, ChangeFeed) else front.endings.register(run_id)
             try:
                 run = await front.read_run(run_id)
                 after = None if self._offset == 0 else offset_key(self._offset - 1)
                 rows = await store.list_values(stream_scope(run_id), after=after, limit=PAGE)
-                self._read_once = True
-                if rows or run.status in TERMINAL_STATUSES:
-                    # Values and the end commit together: a run read as
-                    # ended before its values had them all in that read.
-                    self._rows, self._first = rows, self._offset
-                    self._ended = not rows
-                    return
-                end = ending.event if ending is not None else _end_event(store, run_id)
-                poll = math.inf if isinstance(store, RunWatch) else front.poll_interval
-                with trio.move_on_after(poll):
-                    await _first_of([change, end])
             except StoreError as exc:
+                _forget(front, run_id, change, ending)
                 if not self._read_once:
                     raise
                 # The store may come back (a restart, a lost connection): the
@@ -232,8 +228,36 @@ class RunStream:
                     "reading the stream of run %r failed (%s); reading again", run_id, exc
                 )
                 await trio.sleep(_RETRY_DELAY)
-            finally:
+                continue
+            except BaseException:
                 _forget(front, run_id, change, ending)
+                raise
+            self._read_once = True
+            whole = len(rows) < PAGE
+            # Values and the end commit together: a run read as ended before
+            # its values had them all in that read.
+            self._last = whole and run.status in TERMINAL_STATUSES
+            if whole and not self._last:
+                self._held = (change, ending)
+            else:
+                _forget(front, run_id, change, ending)
+            if rows or self._last:
+                self._rows, self._first = rows, self._offset
+                return
+
+    async def _wait(self) -> None:
+        """Wait on the held registration for the stream or the run to change
+        (or, on a store that tells other processes nothing, a while)."""
+        assert self._held is not None
+        (change, ending), self._held = self._held, None
+        store = self._front.store
+        try:
+            end = ending.event if ending is not None else _end_event(store, self._run_id)
+            poll = math.inf if isinstance(store, RunWatch) else self._front.poll_interval
+            with trio.move_on_after(poll):
+                await _first_of([change, end])
+        finally:
+            _forget(self._front, self._run_id, change, ending)
 
 
 def _end_event(store: Store, run_id: str) -> trio.Event:
@@ -241,7 +265,7 @@ def _end_event(store: Store, run_id: str) -> trio.Event:
     return store.run_end_event(run_id)
 
 
-def _forget(front: StreamFront, run_id: str, change: trio.Event, ending: Any) -> None:
+def _forget(front: StreamFront, run_id: str, change: trio.Event, ending: Ending | None) -> None:
     front.waiters.forget(run_id, change)
     if ending is not None:
         front.endings.forget(run_id, ending)
