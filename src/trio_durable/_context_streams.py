@@ -12,9 +12,9 @@ import json
 from typing import Any
 
 from . import _serde
+from ._context_control import remote_unsupported
 from ._current import current_step
-from ._exceptions import FatalError, UsageError
-from ._lifecycle import REMOTE_UNSUPPORTED
+from ._exceptions import UsageError
 from ._records import Checkpoint
 from ._replay import Replay
 from ._stores._ops import Op, PutCheckpoint
@@ -63,10 +63,7 @@ class StreamOperations:
             )
         replay = self._replay
         if replay.decider is not None:
-            raise FatalError(
-                "emit is not carried out in a remote workflow's body; run the workflow on an engine",
-                code=REMOTE_UNSUPPORTED,
-            )
+            remote_unsupported("emit")
         turn = replay.turn
         if turn.nondeterminism is not None:
             # Replay diverged: the run fails and records nothing more.
