@@ -373,3 +373,31 @@ async def test_a_remote_workflow_that_emits_fails_with_a_clear_code(
             await engine.result("r")
         assert info.value.code == "unsupported_in_remote_workflow"
         assert await collect(engine.stream("r")) == []
+
+
+async def test_a_failed_run_keeps_what_it_emitted_and_each_generation_has_its_own_stream(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    lives = td.App("lives")
+
+    @lives.workflow()
+    async def doomed(ctx: td.Context) -> None:
+        ctx.emit("last words")
+        raise td.FatalError("gone")
+
+    @lives.workflow()
+    async def loop(ctx: td.Context, round: int) -> int:
+        ctx.emit(f"round {round}")
+        if round < 2:
+            ctx.continue_as_new(round + 1)
+        return round
+
+    async with open_test_engine(lives, store=td.MemoryStore()) as engine:
+        run = await engine.start(doomed, run_id="d-1")
+        assert await collect(engine.stream(run.id)) == [(0, "last words")]
+        assert (await engine.get(run.id)).status == "failed"
+        run = await engine.start(loop, 0, run_id="l")
+        assert await engine.result(run.id) == 2
+        assert await collect(engine.stream("l")) == [(0, "round 0")]
+        assert await collect(engine.stream("l.gen.2")) == [(0, "round 1")]
+        assert await collect(engine.stream("l.gen.3")) == [(0, "round 2")]
