@@ -396,8 +396,8 @@ async def test_a_failed_run_keeps_what_it_emitted_and_each_generation_has_its_ow
         run = await engine.start(doomed, run_id="d-1")
         assert await collect(engine.stream(run.id)) == [(0, "last words")]
         assert (await engine.get(run.id)).status == "failed"
-        run = await engine.start(loop, 0, run_id="l")
-        assert await engine.result(run.id) == 2
+        looped = await engine.start(loop, 0, run_id="l")
+        assert await engine.result(looped.id) == 2
         assert await collect(engine.stream("l")) == [(0, "round 0")]
         assert await collect(engine.stream("l.gen.2")) == [(0, "round 1")]
         assert await collect(engine.stream("l.gen.3")) == [(0, "round 2")]

@@ -134,7 +134,6 @@ class Client(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules,
         return StreamFront(
             store=self.store,
             waiters=self._streams,
-            endings=self._endings,
             poll_interval=_RESULT_POLL_INTERVAL,
             read_run=lambda run_id: self.get(run_id, namespace=namespace),
         )

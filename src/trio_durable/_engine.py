@@ -131,7 +131,6 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules,
         return StreamFront(
             store=rt.store,
             waiters=rt.streams,
-            endings=rt.endings,
             poll_interval=rt.options.result_poll_interval,
             read_run=lambda run_id: self.get(run_id, namespace=namespace),
         )

@@ -17,9 +17,10 @@ and the run's end are written atomically, so a run found ended before a
 read of the values has all its values in that read. It waits for a change
 rather than polling: a turn of this engine tells it when its write
 committed, an emitting turn elsewhere announces ``stream`` to the store's
-watchers (`_wakes`), and the run's end is told as `Engine.result` is told;
-only on a store that announces nothing across processes does it read again
-every ``poll_interval`` seconds.
+watchers (`_wakes`), and the run's end is told the same ways (on the memory
+store, which announces no end, by the store itself); only on a store that
+announces nothing across processes does it read again every
+``poll_interval`` seconds.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import trio
 from . import _serde
 from ._exceptions import StoreError, UsageError
 from ._records import TERMINAL_STATUSES, Run, StoredValue
-from ._runs import Ending, Endings
 from ._stores._base import ChangeFeed, RunWatch
 from ._stores._ops import Op, PutValue
 from ._wakes import announce
@@ -150,8 +150,7 @@ class StreamFront:
 
     Attributes:
       store: The store.
-      waiters: Told of changes to streams.
-      endings: Told of runs' ends (used on stores that are no `ChangeFeed`).
+      waiters: Told of changes to streams, and of runs' ends.
       poll_interval: Seconds between reads on a store that announces
         nothing to other processes.
       read_run: Reads a run (raising if it is missing).
@@ -159,7 +158,6 @@ class StreamFront:
 
     store: Store
     waiters: StreamWaiters
-    endings: Endings
     poll_interval: float
     read_run: Callable[[str], Awaitable[Run]]
 
@@ -172,8 +170,8 @@ class RunStream:
 
     An iterator object rather than an async generator, so a reader may drop
     it at any point (``break``) with nothing to finalize: what it may hold
-    between two items is a registration with `StreamWaiters` (and
-    `Endings`), which the next change of the run drops.
+    between two items is a registration with `StreamWaiters`, which the
+    next change of the run drops.
     """
 
     def __init__(self, front: StreamFront, run_id: str, from_offset: int) -> None:
@@ -185,7 +183,7 @@ class RunStream:
         self._read_once = False
         # The registration made before the last read that found every value
         # there was: the next read waits on it first.
-        self._held: tuple[trio.Event, Ending | None] | None = None
+        self._held: trio.Event | None = None
         self._last = False  # the rows read are the stream's last ones
 
     def __aiter__(self) -> RunStream:
@@ -213,13 +211,12 @@ class RunStream:
             # Registered before the reads: a change committed while they are
             # in flight still wakes the wait.
             change = front.waiters.register(run_id)
-            ending = None if isinstance(store, ChangeFeed) else front.endings.register(run_id)
             try:
                 run = await front.read_run(run_id)
                 after = None if self._offset == 0 else offset_key(self._offset - 1)
                 rows = await store.list_values(stream_scope(run_id), after=after, limit=PAGE)
             except StoreError as exc:
-                _forget(front, run_id, change, ending)
+                front.waiters.forget(run_id, change)
                 if not self._read_once:
                     raise
                 # The store may come back (a restart, a lost connection): the
@@ -230,7 +227,7 @@ class RunStream:
                 await trio.sleep(_RETRY_DELAY)
                 continue
             except BaseException:
-                _forget(front, run_id, change, ending)
+                front.waiters.forget(run_id, change)
                 raise
             self._read_once = True
             whole = len(rows) < PAGE
@@ -238,9 +235,9 @@ class RunStream:
             # its values had them all in that read.
             self._last = whole and run.status in TERMINAL_STATUSES
             if whole and not self._last:
-                self._held = (change, ending)
+                self._held = change
             else:
-                _forget(front, run_id, change, ending)
+                front.waiters.forget(run_id, change)
             if rows or self._last:
                 self._rows, self._first = rows, self._offset
                 return
@@ -249,26 +246,19 @@ class RunStream:
         """Wait on the held registration for the stream or the run to change
         (or, on a store that tells other processes nothing, a while)."""
         assert self._held is not None
-        (change, ending), self._held = self._held, None
+        change, self._held = self._held, None
         store = self._front.store
+        events = [change]
+        if isinstance(store, ChangeFeed):
+            # Its writers all live in this process and announce no end: the
+            # store tells it itself.
+            events.append(store.run_end_event(self._run_id))
         try:
-            end = ending.event if ending is not None else _end_event(store, self._run_id)
             poll = math.inf if isinstance(store, RunWatch) else self._front.poll_interval
             with trio.move_on_after(poll):
-                await _first_of([change, end])
+                await _first_of(events)
         finally:
-            _forget(self._front, self._run_id, change, ending)
-
-
-def _end_event(store: Store, run_id: str) -> trio.Event:
-    assert isinstance(store, ChangeFeed)
-    return store.run_end_event(run_id)
-
-
-def _forget(front: StreamFront, run_id: str, change: trio.Event, ending: Ending | None) -> None:
-    front.waiters.forget(run_id, change)
-    if ending is not None:
-        front.endings.forget(run_id, ending)
+            self._front.waiters.forget(self._run_id, change)
 
 
 async def _first_of(events: Sequence[trio.Event]) -> None:

@@ -153,6 +153,8 @@ class Turns:
         if run is not None and run.done:
             rt.sent.run_ended(run_id)
             rt.endings.ended(run_id)
+        # The write may have committed values of the run's stream.
+        rt.streams.changed(run_id)
 
 
 @final
