@@ -89,7 +89,8 @@ async def test_a_call_while_a_step_of_its_key_waits_is_refused(
         assert await third.result() == "deduplicated"
         [refused] = await engine.store.get_checkpoints("ann-3", 1, 1)
         assert (refused.status, refused.error and refused.error.code) == ("failed", "deduplicated")
-        assert refused.error is not None and "ann-2" in refused.error.message
+        assert refused.error is not None
+        assert "ann-2" in refused.error.message
         assert await first.result() == "mailed ann"
         assert await second.result() == "mailed ann"
         assert await bob.result() == "mailed bob"
