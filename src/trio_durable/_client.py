@@ -50,6 +50,7 @@ from ._stores import enter_store
 from ._stores._base import RunWatch, Store
 from ._stores._codec import check_codec, with_codec
 from ._stores._ops import Op
+from ._streams import ReadsStreams, StreamFront, StreamWaiters
 from ._wakes import announce, announces_ends, ends_delivery, keep_watching
 
 _RESULT_POLL_INTERVAL: Final = 1.0
@@ -59,7 +60,14 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 @final
 class Client(
-    RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, QueriesAndUpdates, ForksRuns
+    RunQueries,
+    StartsRuns,
+    HookActions,
+    SendsEvents,
+    ManagesSchedules,
+    QueriesAndUpdates,
+    ForksRuns,
+    ReadsStreams,
 ):
     """Starts, reads and controls runs; runs none of them.
 
@@ -96,6 +104,7 @@ class Client(
         # app, as plain JSON.
         self._types = app if app is not None else App("client")
         self._endings = Endings()
+        self._streams = StreamWaiters()
         # Where engines announce ends, `result` waits for the announcement
         # alone; elsewhere it reads the run again now and then.
         self._poll_interval = math.inf if announces_ends(store) else _RESULT_POLL_INTERVAL
@@ -135,6 +144,15 @@ class Client(
             lambda: f"event-{self._rng.getrandbits(64):016x}",
             self.client_id,
             self._wake,
+        )
+
+    def _stream_front(self, namespace: str | None) -> StreamFront:
+        self._check_open()
+        return StreamFront(
+            store=self.store,
+            waiters=self._streams,
+            poll_interval=_RESULT_POLL_INTERVAL,
+            read_run=lambda run_id: self.get(run_id, namespace=namespace),
         )
 
     def _schedules_app(self) -> App | None:
@@ -391,7 +409,7 @@ async def open_client(
                         keep_watching,
                         store_obj,
                         client.client_id,
-                        ends_delivery(client._endings),
+                        ends_delivery(client._endings, client._streams),
                         name="trio_durable client watch",
                     )
                 try:

@@ -21,6 +21,7 @@ from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow
 from ._children import Failed, child_value, record_child
 from ._context_control import ControlOperations, remote_unsupported
 from ._context_handlers import HandlerOperations
+from ._context_streams import StreamOperations
 from ._decider import child_command, step_command
 from ._exceptions import GatherError, GatherFailure, UsageError
 from ._fans import FAN_CANCELLED, fan
@@ -33,7 +34,7 @@ from ._webhooks import create_webhook
 
 
 @final
-class Context(ControlOperations, HandlerOperations):
+class Context(ControlOperations, HandlerOperations, StreamOperations):
     """What a workflow body uses to do durable work.
 
     A body is replayed from its start at every turn, so it must be

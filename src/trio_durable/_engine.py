@@ -59,6 +59,7 @@ from ._stores import enter_store
 from ._stores._base import Store
 from ._stores._codec import check_codec, with_codec
 from ._stores._ops import Op
+from ._streams import ReadsStreams, StreamFront
 from ._views import Retention
 from ._wakes import announce, serves
 from ._worker import worker_metrics
@@ -71,7 +72,14 @@ logger = logging.getLogger("trio_durable")
 
 
 class Engine(
-    RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules, QueriesAndUpdates, ForksRuns
+    RunQueries,
+    StartsRuns,
+    HookActions,
+    SendsEvents,
+    ManagesSchedules,
+    QueriesAndUpdates,
+    ForksRuns,
+    ReadsStreams,
 ):
     """Executes runs of an `App`'s workflows on a store.
 
@@ -139,6 +147,16 @@ class Engine(
     def _message_front(self) -> Front:
         self._rt.scheduler.check_open()
         return engine_front_of(self._rt, self._woke)
+
+    def _stream_front(self, namespace: str | None) -> StreamFront:
+        rt = self._rt
+        rt.scheduler.check_open()
+        return StreamFront(
+            store=rt.store,
+            waiters=rt.streams,
+            poll_interval=rt.options.result_poll_interval,
+            read_run=lambda run_id: self.get(run_id, namespace=namespace),
+        )
 
     # -- public API -----------------------------------------------------------
 

@@ -16,6 +16,7 @@ import trio
 from ._clock import Clock
 from ._exceptions import StoreError, UsageError
 from ._stores._base import Store
+from ._streams import delete_streams
 from ._views import Retention
 
 logger = logging.getLogger("trio_durable")
@@ -39,6 +40,7 @@ async def prune(store: Store, retention: Retention, now: float, limit: int | Non
     while cutoffs and (limit is None or total < limit):
         size = retention.batch if limit is None else min(retention.batch, limit - total)
         pruned = await store.prune_runs(cutoffs, size)
+        await delete_streams(store, pruned, now)
         total += len(pruned)
         if len(pruned) < size:
             break

@@ -41,6 +41,7 @@ from ._sent import SentTasks
 from ._settle import consume_results
 from ._stores._base import RunWatch
 from ._stores._ops import ReleaseRun
+from ._streams import StreamWaiters
 from ._tracing import DISABLED, Tracing, make_tracing
 from ._turn import Turns
 from ._wakes import engine_delivery, keep_watching
@@ -138,6 +139,7 @@ class Runtime:
       schedules: What tells the schedule ticker that schedules changed.
       blobs: The blob store payloads over the threshold go to, if any
         (docs/large-payloads.md).
+      streams: The readers of runs' streams waiting for new values.
     """
 
     app: App
@@ -163,6 +165,7 @@ class Runtime:
     catalogue: Catalogue = attrs.field(init=False)
     schedules: ScheduleTicker = attrs.field(factory=ScheduleTicker)
     blobs: Blobs | None = None
+    streams: StreamWaiters = attrs.field(factory=StreamWaiters)
 
 
 @asynccontextmanager

@@ -154,6 +154,8 @@ class Turns:
         if run is not None and run.done:
             rt.sent.run_ended(run_id)
             rt.endings.ended(run_id)
+        # The write may have committed values of the run's stream.
+        rt.streams.changed(run_id)
 
 
 @final
@@ -415,6 +417,8 @@ class Turn:
         rt.sent.observed(turn.run.id, turn.checkpoints.values())
         for callback in turn.committed:
             callback()
+        # Readers of the run's stream here read what the write committed.
+        rt.streams.changed(turn.run.id)
 
     async def suspend_cancelling(self, wake_at: float | None) -> None:
         """Write the turn of a cancelling run that waits (for its undos to

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ._runs import Endings
     from ._runtime import Runtime
     from ._stores._base import Store
+    from ._streams import StreamWaiters
 
 logger = logging.getLogger("trio_durable")
 
@@ -87,20 +88,24 @@ async def wake_if_served_by_convention(rt: Runtime, run_id: str, workflow: str) 
         rt.scheduler.wake(run_id)
 
 
-def ends_delivery(endings: Endings) -> Deliver:
+def ends_delivery(endings: Endings, streams: StreamWaiters | None = None) -> Deliver:
     """What a client's watch does with announcements: wake the callers of
     ``result`` waiting for a run that ended (all of them to read again, if
-    some were missed)."""
+    some were missed), and the readers of a stream that changed."""
 
     def deliver(announced: Sequence[Announce] | None) -> None:
         if announced is None:
             endings.recheck()
+            if streams is not None:
+                streams.recheck()
             return
         for item in announced:
             if item.kind == "end":
                 endings.ended(item.run_id)
             elif item.kind == "values":
                 endings.changed(item.run_id)
+            if streams is not None and item.kind in ("end", "stream"):
+                streams.changed(item.run_id)
 
     return deliver
 
@@ -120,9 +125,14 @@ def engine_delivery(rt: Runtime) -> Deliver:
             endings.recheck()
             rt.breakpoints.changed()
             rt.schedules.changed()
+            rt.streams.recheck()
             return
         for item in announced:
-            if item.kind == "end":
+            if item.kind == "stream":
+                # Values of a run's stream committed elsewhere: no turn.
+                rt.streams.changed(item.run_id)
+            elif item.kind == "end":
+                rt.streams.changed(item.run_id)
                 endings.ended(item.run_id)
             elif item.kind == "breakpoints":
                 rt.breakpoints.changed()

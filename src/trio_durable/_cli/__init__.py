@@ -12,7 +12,8 @@ group of commands to it:
 - ``_fleet``: ``workers``, the live fleet and its gaps;
 - ``_migrate``: ``migrate``, a store's schema created or upgraded;
 - ``_simulate``: ``simulate``, the deterministic simulation;
-- ``_console``: ``console``, the web console and its JSON API over a store.
+- ``_console``: ``console``, the web console and its JSON API over a store;
+- ``_stream``: ``stream RUN``, a run's stream followed until the run ends.
 
 ``_common`` holds what they share: the store and broker options, errors
 turned into one line and an exit code, tables, JSON and progress. Only this
@@ -35,6 +36,7 @@ from ._migrate import migrate_command
 from ._processes import engine_command, worker_command
 from ._runs import retry_command, runs_group
 from ._simulate import simulate_command
+from ._stream import stream_command
 
 PROG_NAME = "trio-durable"
 
@@ -68,6 +70,7 @@ cli.add_command(hooks_group)
 # Also at the top: ``trio-durable fork RUN`` and ``trio-durable retry RUN``.
 cli.add_command(fork_command)
 cli.add_command(retry_command)
+cli.add_command(stream_command)
 
 
 def main(argv: Sequence[str] | None = None, *, prog_name: str = PROG_NAME) -> int:

@@ -21,6 +21,7 @@ from . import _params
 from ._app import ApiError, console_of, read_object
 from ._etags import etag, matches, not_modified, read_stamp
 from ._json import Paths, detail_json, fan_page_json, fleet_json, history_json, run_page_json
+from ._stream import stream_route
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 """The content type of the Prometheus text exposition format."""
@@ -212,4 +213,5 @@ def api_routes() -> list[BaseRoute]:
         Route("/api/runs/{run_id}/cancel", _cancel, methods=["POST"]),
         Route("/api/runs/{run_id}/retry", _retry, methods=["POST"]),
         Route("/api/runs/{run_id}/fork", _fork, methods=["POST"]),
+        Route("/api/runs/{run_id}/stream", stream_route, methods=["GET"]),
     ]

@@ -245,7 +245,9 @@ class ReleaseRun:
     owner: str
 
 
-AnnounceKind = Literal["wake", "cancel", "end", "breakpoints", "due", "schedules", "values"]
+AnnounceKind = Literal[
+    "wake", "cancel", "end", "breakpoints", "due", "schedules", "values", "stream"
+]
 
 
 @final
@@ -270,6 +272,7 @@ class Announce:
         (``run_id`` is its name), engines read their schedules again;
         ``"values"``: the run wrote keyed values its callers wait for (a
         published value, an update's outcome), they read again.
+        ``"stream"``: the run emitted values (readers of its stream read).
       workflow: Its workflow, or None if the writer does not know it.
       version: Its version, or None.
       origin: Who wrote it (an engine or client id); its own watch skips it.
