@@ -34,7 +34,6 @@ from ._controls import RunControls as RunControls
 from ._current import StepInfo as StepInfo
 from ._current import current_step as current_step
 from ._engine import Engine as Engine
-from ._engine import open_engine as open_engine
 from ._entities import EntityRef as EntityRef
 from ._entity_defs import exclusive as exclusive
 from ._entity_defs import shared as shared
@@ -91,6 +90,7 @@ from ._observe import Event as Event
 from ._on_error import OnError as OnError
 from ._on_error import lineage as lineage
 from ._on_error import parent_of as parent_of
+from ._open_engine import open_engine as open_engine
 from ._options import ConsoleOptions as ConsoleOptions
 from ._records import DECISION_SEQ as DECISION_SEQ
 from ._records import Breakpoint as Breakpoint

@@ -23,8 +23,9 @@ import trio.testing
 
 from .._app import App, Workflow
 from .._brokers._memory import BrokerFaults, MemoryBroker
-from .._engine import Engine, crash, open_engine
+from .._engine import Engine, crash
 from .._exceptions import EngineClosedError, InvalidRunStateError, StoreError, TrioDurableError
+from .._open_engine import open_engine
 from .._records import TERMINAL_STATUSES, Run
 from .._stores._base import Store
 from .._stores._memory import MemoryStore
