@@ -266,3 +266,24 @@ async def test_a_remote_workflow_decides_on_large_payloads(tmp_path: Path) -> No
         # references too.
         assert {queue for queue, _ in broker.sizes} >= {"deciders", "big"}
         assert broker.largest() < SMALL, broker.sizes
+
+
+async def test_with_a_codec_too_what_goes_to_the_blob_store_is_encrypted(
+    tmp_path: Path,
+) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    codec = td.AesGcmCodec(td.Keyring.single(bytes(range(32))))
+    secret = "plaintext-marker " * 10_000
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with td.open_engine(
+        app, store=url, seed=0, wall_clock=fixed_wall, blobs=blobs, codec=codec
+    ) as engine:
+        run = await engine.start(echo, secret)
+        assert await engine.result(run.id) == secret
+    # The input and the output went to the blob store, encrypted: neither
+    # the blobs nor the database hold the text.
+    stored = await blobs.list()
+    assert stored
+    for info in stored:
+        assert b"plaintext-marker" not in await blobs.get(info.key)
+    assert b"plaintext-marker" not in (tmp_path / "runs.db").read_bytes()
