@@ -167,7 +167,12 @@ async def test_deprecate_patch_accepts_histories_with_and_without_the_marker(
             await _start(engine, "by-d")
             await engine.signal("by-d", "go")
             assert await engine.result("by-d") == "shipped 40 (new code)"
-        assert await _names(store, "by-d") == [(1, "charge"), (2, "fraud_check"), (3, "go"), (4, "ship")]
+        assert await _names(store, "by-d") == [
+            (1, "charge"),
+            (2, "fraud_check"),
+            (3, "go"),
+            (4, "ship"),
+        ]
         assert ran["fraud_check"] == 4
 
 
@@ -216,7 +221,7 @@ async def bad_id(ctx: td.Context, change_id: str) -> bool:
     try:
         return ctx.patched(change_id)
     except td.UsageError as exc:
-        return str(exc).startswith("a change id")  # type: ignore[return-value]
+        return str(exc).startswith("a change id")
 
 
 async def test_a_malformed_change_id_raises_usage_error(

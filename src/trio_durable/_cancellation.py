@@ -96,7 +96,9 @@ class CancelDelivery:
             return
         now = replay.runtime.clock.now()
         turn.put(
-            record(turn.run.id, CANCELLED_AT_SEQ, CANCELLED_AT_NAME, json.dumps(self.delivered), now)
+            record(
+                turn.run.id, CANCELLED_AT_SEQ, CANCELLED_AT_NAME, json.dumps(self.delivered), now
+            )
         )
 
 
