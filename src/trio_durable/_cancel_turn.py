@@ -15,8 +15,8 @@ from ._cancellation import CancelDelivery
 from ._context import Context
 from ._exceptions import Cancelled, StoreError
 from ._lifecycle import ContinueAsNew
-from ._markers import CANCELLED_AT_SEQ
-from ._records import ACTIVE_STATUSES, ADMISSION_SEQ
+from ._markers import CANCELLED_AT_SEQ, body_seqs
+from ._records import ACTIVE_STATUSES
 from ._replay import Replay, Suspend
 
 if TYPE_CHECKING:
@@ -36,8 +36,10 @@ async def deliver_cancel(
     rt, state = turn.runtime, turn.state
     run = state.run
     wf = rt.app.find_workflow(run.workflow, run.version)
-    admission = state.checkpoints.get(ADMISSION_SEQ)
-    if wf is None or wf.remote or (admission is not None and admission.status == "pending"):
+    if wf is None or wf.remote or not body_seqs(state.checkpoints):
+        # No body here, or none that recorded anything yet (a run waiting
+        # for its admission, its debounce window, its first turn): there is
+        # nothing to clean up, and its body must not start now.
         return False
     marker = state.checkpoints.get(CANCELLED_AT_SEQ)
     recorded = None if marker is None or marker.output is None else int(json.loads(marker.output))

@@ -3,7 +3,7 @@ stood, so that the body can clean up before the run ends ``cancelled``.
 This module says where it is raised; `_cancel_turn` runs the body.
 
 When a run is cancelling, its turn first replays the body once more (a
-workflow whose body runs here, past its admission), with a `CancelDelivery`
+workflow whose body runs here and recorded something), with a `CancelDelivery`
 on the replay. Recorded operations replay as ever, up to the first one that
 has no settled outcome: that one raises `Cancelled` instead of running or
 waiting, and so does every operation after it, but for those inside ``with
