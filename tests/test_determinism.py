@@ -177,3 +177,26 @@ async def test_values_survive_a_crash_and_replay_on_another_engine(
     assert result[1]["uuid"] == before[1][1]["uuid"]
     # The run's creation is durable: so is `now` before the first step.
     assert result[0]["now"] == WALL_START
+
+
+@app.workflow()
+async def now_around_a_patch(ctx: td.Context) -> list[float]:
+    before = ctx.now().timestamp()
+    await ctx.step(work, 1)
+    await trio.sleep(3)  # the body's own time passes: the marker is later
+    at_patch = ctx.now().timestamp()
+    ctx.patched("later")
+    after = ctx.now().timestamp()
+    seen.append(("now", [before, at_patch, after]))
+    await ctx.sleep(10)
+    return [before, at_patch, after]
+
+
+async def test_a_patch_marker_does_not_move_now(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app) as engine:
+        run = await engine.start(now_around_a_patch, run_id="p")
+        result = await engine.result(run.id)
+    assert result == [WALL_START, WALL_START + 2, WALL_START + 2]
+    assert [value for _, value in seen] == [result, result]

@@ -77,7 +77,8 @@ class DeterminismOperations:
     def now(self) -> datetime.datetime:
         """The run's durable time at this point of the body, as an aware
         UTC datetime: when the last durable operation before this point
-        ended (the run's creation before the first), as recorded.
+        ended (the run's creation before the first), as recorded (patch
+        markers do not count).
 
         It is the same on every replay, and does not move while the body
         runs between two durable operations: a workflow's counterpart of
@@ -89,7 +90,9 @@ class DeterminismOperations:
         latest = state.now_latest if state.now_latest is not None else replay.run.created_at
         for seq in range(state.now_scanned + 1, upto):
             cp = checkpoints.get(seq)
-            if cp is None:
+            if cp is None or is_patch_marker(cp):
+                # A marker is recorded by the first pass that reaches it,
+                # after a `now` there may already have answered.
                 continue
             at = cp.finished_at or cp.started_at or cp.enqueued_at
             if at is not None and at > latest:
