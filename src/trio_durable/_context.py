@@ -217,7 +217,7 @@ class Context(ControlOperations, DeterminismOperations):
         self._before_op(
             step.name,
             "remote" if step.remote else "local",
-            inputs_of(lambda: _serde.check_step_args(step, args, compensate)),
+            inputs_of(lambda: _serde.dump_args(args)),
             waits="a remote step" if step.remote else None,
         )
         if step.remote:
@@ -424,9 +424,7 @@ class Context(ControlOperations, DeterminismOperations):
         """
         replay = self._replay
         wf = replay.workflow(workflow)
-        self._before_op(
-            wf.name, "child", inputs_of(lambda: _serde.check_workflow_args(wf, args)), "ctx.child"
-        )
+        self._before_op(wf.name, "child", inputs_of(lambda: _serde.dump_args(args)), "ctx.child")
         if replay.decider is not None:
             replay.decider.reach(replay, wf.name, "child", 1, child_command(wf, args, awaited=True))
         seq = replay.next_seq()
