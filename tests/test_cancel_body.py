@@ -253,3 +253,28 @@ async def test_except_exception_does_not_catch_the_cancellation(
     assert seen == []
     # A body that does not catch it writes nothing more than a cancel did.
     assert cps == [(1, "sleep", "pending")]
+
+
+@app.workflow(timeout=100)
+async def bounded(ctx: td.Context, x: int) -> str:
+    try:
+        await ctx.wait_signal("never")
+    except td.Cancelled as exc:
+        seen.append(f"cancelled at seq {exc.seq}")
+        with ctx.shield():
+            await ctx.step(release, x)
+        raise
+    return "signalled"
+
+
+async def test_the_runs_deadline_is_delivered_as_a_cancellation_too(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app) as engine:
+        await engine.start(bounded, 1, run_id="t")
+        with pytest.raises(td.RunCancelled) as info:
+            await engine.result("t")
+    assert info.value.code == "timeout"
+    assert trio.current_time() == 100.0
+    assert seen == ["cancelled at seq 1"]
+    assert done == ["release"]
