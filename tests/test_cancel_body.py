@@ -283,15 +283,15 @@ async def test_the_runs_deadline_is_delivered_as_a_cancellation_too(
 async def test_a_client_cancel_reaches_the_body(
     kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
-        async with (
-            open_test_engine(app, store=store) as engine,
-            td.open_client(store) as client,
-        ):
-            await engine.start(booking, 3, run_id="c")
-            await engine.drain()
-            await client.cancel("c")
-            with pytest.raises(td.RunCancelled):
-                await client.result("c")
+    async with (
+        _shared_store(kind, tmp_path) as store,
+        open_test_engine(app, store=store) as engine,
+        td.open_client(store) as client,
+    ):
+        await engine.start(booking, 3, run_id="c")
+        await engine.drain()
+        await client.cancel("c")
+        with pytest.raises(td.RunCancelled):
+            await client.result("c")
     assert seen == ["cancelled"]
     assert done == ["reserve", "release", "notify"]
