@@ -16,6 +16,7 @@ from ._context import Context
 from ._exceptions import Cancelled, StoreError
 from ._lifecycle import ContinueAsNew
 from ._markers import CANCELLED_AT_SEQ, body_seqs
+from ._on_error import active_handoff
 from ._records import ACTIVE_STATUSES
 from ._replay import Replay, Suspend
 
@@ -36,10 +37,16 @@ async def deliver_cancel(
     rt, state = turn.runtime, turn.state
     run = state.run
     wf = rt.app.find_workflow(run.workflow, run.version)
-    if wf is None or wf.remote or not body_seqs(state.checkpoints):
-        # No body here, or none that recorded anything yet (a run waiting
-        # for its admission, its debounce window, its first turn): there is
-        # nothing to clean up, and its body must not start now.
+    if (
+        wf is None
+        or wf.remote
+        or not body_seqs(state.checkpoints)
+        or active_handoff(state.checkpoints) is not None
+    ):
+        # No body here, none that recorded anything yet (a run waiting for
+        # its admission, its debounce window, its first turn), or one that
+        # already failed and was handed to an on-error handler: there is
+        # nothing to clean up, and its body must not run now.
         return False
     marker = state.checkpoints.get(CANCELLED_AT_SEQ)
     recorded = None if marker is None or marker.output is None else int(json.loads(marker.output))
