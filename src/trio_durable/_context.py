@@ -21,7 +21,7 @@ from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow
 from ._argument_check import timer_due
 from ._children import Failed, child_value, record_child
-from ._context_control import ControlOperations
+from ._context_control import ControlOperations, remote_unsupported
 from ._context_determinism import DeterminismOperations, DeterminismState, inputs_of
 from ._decider import child_command, step_command
 from ._exceptions import GatherError, GatherFailure, UsageError
@@ -86,6 +86,7 @@ class Context(ControlOperations, DeterminismOperations):
         compensate: Step[[], Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     @overload
@@ -98,6 +99,7 @@ class Context(ControlOperations, DeterminismOperations):
         compensate: Step[[A1], Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     @overload
@@ -111,6 +113,7 @@ class Context(ControlOperations, DeterminismOperations):
         compensate: Step[[A1, A2], Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     @overload
@@ -125,6 +128,7 @@ class Context(ControlOperations, DeterminismOperations):
         compensate: Step[[A1, A2, A3], Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     @overload
@@ -140,6 +144,7 @@ class Context(ControlOperations, DeterminismOperations):
         compensate: Step[[A1, A2, A3, A4], Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     @overload
@@ -156,6 +161,7 @@ class Context(ControlOperations, DeterminismOperations):
         compensate: Step[..., Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     async def step(
@@ -166,6 +172,7 @@ class Context(ControlOperations, DeterminismOperations):
         compensate: Step[..., Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> Any:
         """Run a step durably and return its result.
 
@@ -192,6 +199,11 @@ class Context(ControlOperations, DeterminismOperations):
             flow-control queue, and (clamped to 0 to 9) for the delivery of
             its task on brokers that order by priority (RabbitMQ, the
             memory broker; not NATS). Defaults to the queue's, or 0.
+          dedup_key: With a flow-control queue: while a step sent through
+            it with this key waits there (for its slot or its rate limit),
+            this call is refused and raises `RemoteStepError` of code
+            ``deduplicated``; at most one queued step per key and
+            namespace.
 
         Calls are typed: a type checker checks ``args`` (and ``compensate``)
         against the step's parameters, for up to four of them (past that
@@ -205,7 +217,9 @@ class Context(ControlOperations, DeterminismOperations):
           InvalidArgumentsError: ``args`` do not fit the step's parameters
             (or ``compensate``'s); nothing is recorded for the call.
           SerializationError: An argument cannot be serialized.
-          UsageError: ``step`` or ``compensate`` is not a registered step.
+          UsageError: ``step`` or ``compensate`` is not a registered step,
+            or ``dedup_key`` is not a non-empty string or goes without a
+            flow-control queue.
         """
         self._replay.check_step(step)
         if compensate is not None:
@@ -223,6 +237,8 @@ class Context(ControlOperations, DeterminismOperations):
         if step.remote:
             decider = self._replay.decider
             if decider is not None:
+                if dedup_key is not None:
+                    remote_unsupported("dedup_key")
                 decider.reach(
                     self._replay,
                     step.name,
@@ -244,9 +260,12 @@ class Context(ControlOperations, DeterminismOperations):
                 compensation=compensate.name if compensate else None,
                 flow_queue=queue,
                 priority=priority,
+                dedup_key=dedup_key,
             )
-        if queue is not None or priority is not None:
-            raise UsageError(f"queue= and priority= apply to remote steps; {step.name!r} is local")
+        if queue is not None or priority is not None or dedup_key is not None:
+            raise UsageError(
+                f"queue=, priority= and dedup_key= apply to remote steps; {step.name!r} is local"
+            )
         return await self._local_step(step, args, compensate)
 
     # -- timers ---------------------------------------------------------------

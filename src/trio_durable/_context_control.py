@@ -31,7 +31,9 @@ from ._replay import Replay
 from ._run_signals import check_signal, send_signal
 
 
-def _remote_unsupported(what: str) -> NoReturn:
+def remote_unsupported(what: str) -> NoReturn:
+    """Fail a remote workflow's body that asked for ``what``, which only an
+    engine's body carries out."""
     raise FatalError(
         f"{what} is not carried out in a remote workflow's body; run the workflow on an engine",
         code=REMOTE_UNSUPPORTED,
@@ -77,7 +79,7 @@ class ControlOperations:
             )
         replay = self._replay
         if replay.decider is not None:
-            _remote_unsupported("continue_as_new")
+            remote_unsupported("continue_as_new")
         if replay.turn.nondeterminism is not None:
             raise replay.turn.nondeterminism
         run = replay.run
@@ -127,7 +129,7 @@ class ControlOperations:
         """
         check_signal(run_id, name, idempotency_key)
         if self._replay.decider is not None:
-            _remote_unsupported("ctx.signal")
+            remote_unsupported("ctx.signal")
         await send_signal(self._replay, run_id, name, payload, idempotency_key)
 
     # -- started children ---------------------------------------------------------
@@ -235,7 +237,7 @@ class ControlOperations:
         wf = replay.workflow(workflow)
         if replay.decider is not None:
             if cancel_with_parent:
-                _remote_unsupported("start_child(cancel_with_parent=True)")
+                remote_unsupported("start_child(cancel_with_parent=True)")
             replay.decider.reach(
                 replay, wf.name, "child", 1, child_command(wf, args, awaited=False)
             )
