@@ -26,6 +26,7 @@ def test_public_api_is_pinned() -> None:
         "BrokerError",
         "BrokerFaults",
         "BrokerUnavailable",
+        "Cancelled",
         "Checkpoint",
         "Client",
         "Clock",

@@ -626,7 +626,8 @@ async def test_results_for_a_cancelled_run_are_dropped(
     assert (await checkpoint(store, "r", 1)).status == "pending"
     assert (await store.get_run("r")).status == "cancelled"  # type: ignore[union-attr]
     assert late == []
-    assert entries["r"] == 1
+    # The first turn, and the cancel's replay that delivered td.Cancelled.
+    assert entries["r"] == 2
 
 
 async def test_a_result_for_a_completed_run_is_dropped(

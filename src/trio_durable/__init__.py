@@ -40,6 +40,7 @@ from ._entity_defs import shared as shared
 from ._events import EventReceipt as EventReceipt
 from ._events import EventRecord as EventRecord
 from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
+from ._exceptions import Cancelled as Cancelled
 from ._exceptions import CodecError as CodecError
 from ._exceptions import ContinueAsNewError as ContinueAsNewError
 from ._exceptions import EngineClosedError as EngineClosedError
@@ -129,6 +130,7 @@ __all__ = [
     "BrokerError",
     "BrokerFaults",
     "BrokerUnavailable",
+    "Cancelled",
     "Checkpoint",
     "Client",
     "Clock",

@@ -207,6 +207,7 @@ class App:
         events: str | Sequence[str] = (),
         debounce: float | None = None,
         debounce_collect: Collect = "last",
+        check_arguments: bool = False,
     ) -> Callable[[Callable[Concatenate[Context, P], Awaitable[R]]], Workflow[P, R]]: ...
 
     def workflow(
@@ -227,6 +228,7 @@ class App:
         events: str | Sequence[str] = (),
         debounce: float | None = None,
         debounce_collect: Collect = "last",
+        check_arguments: bool = False,
     ) -> Any:
         """Register an ``async def`` as a workflow: ``@app.workflow``, or
         ``@app.workflow(...)`` with options.
@@ -266,6 +268,10 @@ class App:
             run.
           debounce_collect: ``"last"`` (the run gets the last payload) or
             ``"all"`` (the list of the window's payloads).
+          check_arguments: Non-determinism detection also compares a digest
+            of each durable operation's arguments, not only its kind and
+            name; checkpoints recorded before it was turned on are accepted
+            as they are (docs/determinism.md).
 
         Raises:
           RegistrationError: The name and version are taken, the name is
@@ -285,6 +291,8 @@ class App:
                 f"workflow group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
                 " (at most 100, not starting with '.' or '-')"
             )
+        if not isinstance(check_arguments, bool):
+            raise RegistrationError(f"check_arguments must be a bool, not {check_arguments!r}")
 
         def controls(wf_name: str) -> RunControls:
             return run_controls(
@@ -334,6 +342,7 @@ class App:
                 on_error=routes,
                 group=group,
                 controls=wf_controls,
+                check_arguments=check_arguments,
             )
             self._workflows[key] = wf
             self._latest[wf_name] = wf

@@ -12,20 +12,22 @@ holds no task; the next turn replays the body from the start.
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from collections.abc import Sequence
 from typing import Any, Concatenate, Literal, final, overload
 
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow
+from ._argument_check import timer_due
 from ._children import Failed, child_value, record_child
 from ._context_control import ControlOperations, remote_unsupported
+from ._context_determinism import DeterminismOperations, DeterminismState, inputs_of
 from ._context_handlers import HandlerOperations
 from ._context_streams import StreamOperations
 from ._decider import child_command, step_command
 from ._exceptions import GatherError, GatherFailure, UsageError
 from ._fans import FAN_CANCELLED, fan
-from ._local import local_step
 from ._records import CheckpointKind
 from ._remote import remote_step
 from ._replay import Replay, Suspend
@@ -34,7 +36,7 @@ from ._webhooks import create_webhook
 
 
 @final
-class Context(ControlOperations, HandlerOperations, StreamOperations):
+class Context(ControlOperations, HandlerOperations, StreamOperations, DeterminismOperations):
     """What a workflow body uses to do durable work.
 
     A body is replayed from its start at every turn, so it must be
@@ -46,6 +48,7 @@ class Context(ControlOperations, HandlerOperations, StreamOperations):
 
     def __init__(self, replay: Replay) -> None:
         self._replay = replay
+        self._determinism = DeterminismState()
 
     # -- who am I -------------------------------------------------------------
 
@@ -227,6 +230,12 @@ class Context(ControlOperations, HandlerOperations, StreamOperations):
                 raise UsageError(
                     f"compensate= must be a local step, not the remote {compensate.name!r}"
                 )
+        self._before_op(
+            step.name,
+            "remote" if step.remote else "local",
+            inputs_of(lambda: _serde.dump_args(args)),
+            waits="a remote step" if step.remote else None,
+        )
         if step.remote:
             decider = self._replay.decider
             if decider is not None:
@@ -259,7 +268,7 @@ class Context(ControlOperations, HandlerOperations, StreamOperations):
             raise UsageError(
                 f"queue=, priority= and dedup_key= apply to remote steps; {step.name!r} is local"
             )
-        return await local_step(self._replay, step, args, compensate)
+        return await self._local_step(step, args, compensate)
 
     # -- timers ---------------------------------------------------------------
 
@@ -277,6 +286,7 @@ class Context(ControlOperations, HandlerOperations, StreamOperations):
             or seconds < 0
         ):
             raise UsageError(f"sleep seconds must be a finite number >= 0, not {seconds!r}")
+        self._before_op("sleep", "timer", timer_due(float(seconds), None), waits="ctx.sleep")
         self._decide_wait("sleep", "timer", {"op": "sleep", "seconds": float(seconds)})
         await timer(self._replay, lambda now: now + float(seconds))
 
@@ -295,6 +305,7 @@ class Context(ControlOperations, HandlerOperations, StreamOperations):
             target = float(when)
         else:
             raise UsageError(f"sleep_until needs epoch seconds or a datetime, not {when!r}")
+        self._before_op("sleep", "timer", timer_due(None, target), waits="ctx.sleep_until")
         self._decide_wait("sleep", "timer", {"op": "sleep", "until": target})
         await timer(self._replay, lambda now: target)
 
@@ -329,6 +340,9 @@ class Context(ControlOperations, HandlerOperations, StreamOperations):
             or timeout < 0
         ):
             raise UsageError(f"signal timeout must be a finite number >= 0, not {timeout!r}")
+        self._before_op(
+            name, "signal", inputs_of(lambda: json.dumps({"timeout": timeout})), "ctx.wait_signal"
+        )
         self._decide_wait(name, "signal", {"op": "signal", "name": name, "timeout": timeout})
         return await signal(self._replay, name, timeout, type)
 
@@ -431,6 +445,7 @@ class Context(ControlOperations, HandlerOperations, StreamOperations):
         """
         replay = self._replay
         wf = replay.workflow(workflow)
+        self._before_op(wf.name, "child", inputs_of(lambda: _serde.dump_args(args)), "ctx.child")
         if replay.decider is not None:
             replay.decider.reach(replay, wf.name, "child", 1, child_command(wf, args, awaited=True))
         seq = replay.next_seq()
@@ -507,6 +522,7 @@ class Context(ControlOperations, HandlerOperations, StreamOperations):
         """
         if mode not in ("fail_fast", "wait_all"):
             raise UsageError(f"fan mode must be 'fail_fast' or 'wait_all', not {mode!r}")
+        self._before_op("all", "child", None, "ctx.all")
         outcomes = await fan(self._replay, workflow, inputs, concurrency, mode)
         failures = [
             GatherFailure(index=i, id=o.id, error=o.error, code=o.code, details=o.details)
@@ -553,6 +569,7 @@ class Context(ControlOperations, HandlerOperations, StreamOperations):
           One dict per input, in order: ``{"status": "fulfilled", "value": v}``
           or ``{"status": "rejected", "id", "error", "code", "details"}``.
         """
+        self._before_op("all_settled", "child", None, "ctx.all_settled")
         outcomes = await fan(self._replay, workflow, inputs, concurrency, "settled")
         settled: list[dict[str, Any]] = []
         for outcome in outcomes:

@@ -136,6 +136,7 @@ async def decide(
         namespace=request.namespace,
         input=request.input,
         tags=request.tags,
+        created_at=request.created_at,
     )
     runtime = _DecisionRuntime(
         app=app,

@@ -188,6 +188,9 @@ class DecisionRequest:
         them: the secret is the engines').
       compensate: Whether the run is being cancelled with compensation:
         the worker only runs the undos of its completed steps.
+      created_at: When the run was created (what ``ctx.now()`` answers
+        before the first operation, and part of ``ctx.random()``'s seed);
+        0.0 from an engine that did not send it.
     """
 
     version: str
@@ -197,6 +200,7 @@ class DecisionRequest:
     checkpoints: dict[int, Checkpoint]
     tokens: dict[int, str] = attrs.field(factory=dict)
     compensate: bool = False
+    created_at: float = 0.0
 
 
 def request_input(
@@ -214,6 +218,7 @@ def request_input(
         "input": run.input,
         "history": entries,
         "compensate": compensate,
+        "created_at": run.created_at,
     }
     return json.dumps([body], separators=(",", ":"), allow_nan=False)
 
@@ -253,11 +258,18 @@ def read_request(run_id: str, input_json: str) -> DecisionRequest:
             checkpoints=checkpoints,
             tokens=tokens,
             compensate=data.get("compensate") is True,
+            created_at=_created_at(data.get("created_at", 0.0)),
         )
     except WireError as exc:
         raise WireError(f"not a decision task: {exc}") from None
     except Exception as exc:
         raise WireError(f"not a decision task: {type(exc).__name__}: {exc}") from exc
+
+
+def _created_at(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        _reject("created_at must be a number")
+    return float(value)
 
 
 # -- the decision ---------------------------------------------------------------------

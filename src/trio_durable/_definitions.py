@@ -167,6 +167,8 @@ class Workflow(Generic[P, R]):
         serves it under its name as the group (see `decision_group`).
       controls: Its run controls (timeout, concurrency key, singleton,
         deduplication, rate limit, events, debounce; see `App.workflow`).
+      check_arguments: Whether replay also compares each durable
+        operation's arguments (see `App.workflow`).
     """
 
     def __init__(
@@ -178,6 +180,7 @@ class Workflow(Generic[P, R]):
         on_error: tuple[OnError, ...] = (),
         group: str | None = None,
         controls: RunControls = NO_CONTROLS,
+        check_arguments: bool = False,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -185,6 +188,7 @@ class Workflow(Generic[P, R]):
         self.on_error = on_error
         self.group = group
         self.controls = controls
+        self.check_arguments = check_arguments
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 

@@ -502,3 +502,27 @@ class CodecError(StoreError):
     def __init__(self, message: str, *, key_id: str | None = None) -> None:
         super().__init__(message)
         self.key_id = key_id
+
+
+@final
+class Cancelled(BaseException):
+    """Raised inside a workflow body when its run was cancelled
+    (`Engine.cancel`, `Client.cancel`, a parent's cancel, the run's
+    deadline), so that the body can clean up: ``except td.Cancelled:``.
+
+    It is raised at the first durable operation the body reaches that has
+    no recorded outcome (where the run was waiting, or would have gone on),
+    on every replay at the same place, and again at every durable operation
+    after that, but for those inside ``with ctx.shield():``, which run. The
+    run ends ``cancelled`` once the body ends, whether it re-raises, returns
+    or raises another error; compensation, if asked for, runs after it. It
+    derives from BaseException, as `trio.Cancelled` does, so ``except
+    Exception`` does not catch it. See docs/determinism.md.
+
+    Attributes:
+      seq: The seq of the operation it was raised at.
+    """
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(f"the run was cancelled (delivered at seq {seq})")
+        self.seq = seq

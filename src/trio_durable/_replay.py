@@ -21,11 +21,13 @@ from . import _serde
 from ._app import Step, Workflow, remote_body, shadow_workflow, workflow_of
 from ._exceptions import NonDeterminismError, UnknownWorkflowError, UsageError
 from ._handlers import Handlers
+from ._markers import is_patch_marker
 from ._observe import Event, EventKind
 from ._records import LATEST_VERSION, Checkpoint, CheckpointKind, Run
 from ._stores._ops import Op, PutCheckpoint
 
 if TYPE_CHECKING:
+    from ._cancellation import CancelDelivery
     from ._decider import Decider
     from ._runtime import Runtime
     from ._wire import Task
@@ -125,9 +127,14 @@ class Replay:
         self.read_only = read_only
         # The query and update handlers the body registered (`_handlers`).
         self.handlers = Handlers(turn)
+        # Set on the turn of a cancelling run whose body is replayed to
+        # deliver its cancellation (see `_cancellation`): consulted at every
+        # seq an operation takes.
+        self.cancellation: CancelDelivery | None = None
 
     def peek(self) -> int:
         """The seq the next durable operation takes."""
+        self.take_markers()
         return self._seq + 1
 
     def seek(self, seq: int) -> None:
@@ -141,20 +148,49 @@ class Replay:
 
     def next_seq(self) -> int:
         """Take the next seq."""
+        self.take_markers()
         self.handlers.reached(self._seq + 1)
         self._seq += 1
+        if self.cancellation is not None:
+            self.cancellation.reach(self, self._seq, 1)
         return self._seq
 
     def next_is_new(self) -> bool:
         """Whether nothing is recorded yet at the next seq."""
+        self.take_markers()
         return self.turn.checkpoints.get(self._seq + 1) is None
 
     def take_seqs(self, count: int) -> int:
         """Take the next ``count`` seqs (a fan's members); return the first."""
+        self.take_markers()
         first = self._seq + 1
         self.handlers.reached(first)
         self._seq += count
+        if self.cancellation is not None:
+            self.cancellation.reach(self, first, count)
         return first
+
+    def take_markers(self) -> list[Checkpoint]:
+        """Take the patch markers recorded at the next seqs, and return them.
+
+        Markers belong to `Context.patched` alone (see
+        `_context_determinism`): every other operation steps over them, so
+        a deploy that dropped a ``patched`` call still replays histories
+        that hold its marker.
+        """
+        taken: list[Checkpoint] = []
+        checkpoints = self.turn.checkpoints
+        while (cp := checkpoints.get(self._seq + 1)) is not None and is_patch_marker(cp):
+            taken.append(cp)
+            self._seq += 1
+        return taken
+
+    def take_marker_seq(self) -> int:
+        """Take the next seq for a new patch marker (never a cancellation's
+        delivery point: `Context.patched` does not wait)."""
+        self.take_markers()
+        self._seq += 1
+        return self._seq
 
     def recorded(self, seq: int, name: str, kind: CheckpointKind) -> Checkpoint | None:
         """The checkpoint recorded at ``seq``, or None if there is none yet.

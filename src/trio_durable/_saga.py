@@ -27,6 +27,7 @@ from ._children import completion
 from ._exceptions import StepFailed
 from ._handoff import output_source
 from ._local import execute
+from ._markers import CANCELLED_AT_SEQ
 from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus, signal_token
 from ._remote import RESEND
@@ -125,7 +126,11 @@ async def plan_retry(
                 if cp.child_id is not None:
                     ops.append(UpdateRun(cp.child_id, {"parent_seq": None}, strict=False))
             continue
-        if cp.seq < 0 or cp.seq in undone:
+        if cp.seq == CANCELLED_AT_SEQ:
+            # A cancel's delivery point: a later cancel of the retried run
+            # is delivered afresh.
+            deletes.append(cp.seq)
+        elif cp.seq < 0 or cp.seq in undone:
             # A compensation record, or a step whose effect was undone: the
             # retried body must run it again.
             deletes.append(cp.seq)

@@ -22,6 +22,7 @@ from . import _lifecycle as lifecycle
 from . import _serde
 from ._admission import admit, let_in, release_ops
 from ._barrier import join_barrier
+from ._cancel_turn import deliver_cancel
 from ._children import cancel_request, completion
 from ._context import Context
 from ._decision_turn import compensate_remote, decision_route, remote_turn
@@ -193,6 +194,8 @@ class Turn:
             return
         run = lifecycle.check_deadline(self, now)
         if run.status == "cancelling":
+            if await deliver_cancel(self, slot, self._renew_lease):
+                return
             route = await decision_route(rt, run) if run.compensate else None
             if route is not None and await compensate_remote(self, route, now):
                 return

@@ -1,0 +1,108 @@
+"""Argument checks: non-determinism detection that also compares what a
+durable operation was called with (``@app.workflow(check_arguments=True)``).
+
+Replay always compares an operation's kind and name with what the run
+recorded at its seq. A workflow registered with ``check_arguments=True``
+also compares a SHA-256 digest of its arguments (a step's or a child's
+inputs, a signal wait's timeout, a timer's due time) with the digest of what
+the checkpoint recorded. A mismatch fails the run through the same path as
+a changed name (`NonDeterminismError`, code ``non_determinism``).
+
+The check only covers what was recorded while it was on: the first turn that
+checks writes the first seq it recorded under the check (`CHECKED_FROM_SEQ`),
+and checkpoints before it, recorded by a deploy without the check, are
+accepted as they are. Turning the check on for a workflow with runs in flight
+therefore breaks none of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Final
+
+from ._exceptions import NonDeterminismError
+from ._markers import CHECKED_FROM_SEQ, body_seqs, record
+from ._records import Checkpoint, CheckpointKind
+from ._replay import Replay
+
+CHECK_NAME: Final = "check_arguments"
+
+Arguments = Callable[[Checkpoint], str]
+"""What an operation was called with, as text to digest, given the
+checkpoint recorded at its seq (a timer's due time depends on when it was
+recorded)."""
+
+
+def digest(text: str) -> str:
+    """The SHA-256 digest of ``text``, in hex."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def checked_from(replay: Replay) -> int:
+    """The first seq recorded under the check, recording it if this is the
+    run's first turn under it."""
+    turn = replay.turn
+    cp = turn.checkpoints.get(CHECKED_FROM_SEQ)
+    if cp is not None and cp.output is not None:
+        return int(json.loads(cp.output))
+    first = max(body_seqs(turn.checkpoints), default=0) + 1
+    now = replay.runtime.clock.now()
+    turn.put(record(turn.run.id, CHECKED_FROM_SEQ, CHECK_NAME, json.dumps(first), now))
+    return first
+
+
+def check_arguments(
+    replay: Replay, first_checked: int, name: str, kind: CheckpointKind, arguments: Arguments
+) -> None:
+    """Compare the arguments of the operation about to take the next seq
+    with what its checkpoint recorded, if it recorded one under the check.
+
+    Raises:
+      NonDeterminismError: They differ (or replay already diverged).
+    """
+    turn = replay.turn
+    if turn.nondeterminism is not None:
+        raise turn.nondeterminism
+    seq = replay.peek()
+    cp = turn.checkpoints.get(seq)
+    if cp is None or seq < first_checked or cp.name != name or cp.kind != kind:
+        # Nothing recorded under the check here (a changed name or kind is
+        # the replay's own check, made next).
+        return
+    recorded = digest(_recorded(cp))
+    requested = digest(arguments(cp))
+    if recorded == requested:
+        return
+    error = NonDeterminismError(
+        f"at seq {seq} the run recorded {kind} {name!r} with other arguments"
+        f" (digest {recorded[:16]}) than the workflow now passes (digest {requested[:16]})",
+        details={
+            "seq": seq,
+            "recorded": name,
+            "requested": name,
+            "recorded_arguments": recorded,
+            "requested_arguments": requested,
+        },
+    )
+    turn.nondeterminism = error
+    raise error
+
+
+def _recorded(cp: Checkpoint) -> str:
+    if cp.kind == "timer":
+        return repr(cp.wake_at)
+    return cp.input or ""
+
+
+def timer_due(seconds: float | None, until: float | None) -> Arguments:
+    """A timer's arguments: its due time, as the recorded timer computed it
+    (``seconds`` after it was recorded, or ``until``)."""
+
+    def due(cp: Checkpoint) -> str:
+        if until is not None:
+            return repr(until)
+        return repr((cp.enqueued_at or 0.0) + float(seconds or 0.0))
+
+    return due

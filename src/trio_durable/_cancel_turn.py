@@ -1,0 +1,94 @@
+"""The turn of a cancelling run that replays its body to deliver
+`Cancelled` (see `_cancellation`), before the cancel ends the run."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from . import _serde
+from ._cancellation import CancelDelivery
+from ._context import Context
+from ._exceptions import Cancelled, StoreError
+from ._lifecycle import ContinueAsNew
+from ._markers import CANCELLED_AT_SEQ, body_seqs
+from ._on_error import active_handoff
+from ._records import ACTIVE_STATUSES
+from ._replay import Replay, Suspend
+
+if TYPE_CHECKING:
+    from ._scheduler import Slot
+    from ._turn import Turn
+
+logger = logging.getLogger("trio_durable")
+
+
+async def deliver_cancel(
+    turn: Turn, slot: Slot, renew_lease: Callable[[], Awaitable[None]]
+) -> bool:
+    """Replay a cancelling run's body to deliver `Cancelled` to it (see the
+    module's docstring). Returns True if the turn is over (the body was
+    interrupted: the next turn takes it up), False when the cancel goes on
+    to end the run."""
+    rt, state = turn.runtime, turn.state
+    run = state.run
+    wf = rt.app.find_workflow(run.workflow, run.version)
+    if (
+        wf is None
+        or wf.remote
+        or not body_seqs(state.checkpoints)
+        or active_handoff(state.checkpoints) is not None
+    ):
+        # No body here, none that recorded anything yet (a run waiting for
+        # its admission, its debounce window, its first turn), or one that
+        # already failed and was handed to an on-error handler: there is
+        # nothing to clean up, and its body must not run now.
+        return False
+    marker = state.checkpoints.get(CANCELLED_AT_SEQ)
+    recorded = None if marker is None or marker.output is None else int(json.loads(marker.output))
+    replay = Replay(rt, state)
+    replay.cancellation = CancelDelivery(recorded)
+    ctx = Context(replay)
+    failure: StoreError | None = None
+    interrupted = True
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(renew_lease)
+        with trio.CancelScope() as scope:
+            slot.body_scope = scope
+            try:
+                await _run_body(wf.fn, ctx, run.id, run.input)
+            except StoreError as exc:
+                failure = exc
+            interrupted = False
+        slot.body_scope = None
+        nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    if not interrupted:
+        return False
+    # Interrupted (another cancel, or the lease was lost): keep what the
+    # cleanup did, fenced by the lease, and let the next turn go on.
+    slot.again = True
+    if state.ops and state.nondeterminism is None:
+        results = await turn.write(turn.fence({}, ACTIVE_STATUSES))
+        if results is not None:
+            await turn.after_commit(results)
+    else:
+        await rt.store.release_run_lock(run.id, rt.engine_id)
+    return True
+
+
+async def _run_body(fn: Callable[..., Awaitable[Any]], ctx: Any, run_id: str, input: str) -> None:
+    try:
+        args = _serde.load_args(input, fn, skip=1)
+        await fn(ctx, *args)
+    except (Cancelled, Suspend, ContinueAsNew):
+        pass
+    except StoreError:
+        raise
+    except Exception as exc:
+        logger.warning("run %r raised in its cleanup after its cancellation: %r", run_id, exc)

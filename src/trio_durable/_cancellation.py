@@ -1,0 +1,114 @@
+"""Cancellation in the body: `Cancelled` raised where a cancelled run
+stood, so that the body can clean up before the run ends ``cancelled``.
+This module says where it is raised; `_cancel_turn` runs the body.
+
+When a run is cancelling, its turn first replays the body once more (a
+workflow whose body runs here and recorded something), with a `CancelDelivery`
+on the replay. Recorded operations replay as ever, up to the first one that
+has no settled outcome: that one raises `Cancelled` instead of running or
+waiting, and so does every operation after it, but for those inside ``with
+ctx.shield():``, which run: the body's cleanup. Whatever the body does next
+(re-raise, return, fail), the turn then ends the run as a cancel always did
+(compensation if asked for, children cancelled, ``cancelled``).
+
+The delivery point is written (`CANCELLED_AT_SEQ`) with the first cleanup
+operation, and each cleanup step's outcome is written as soon as it ends,
+as the saga's undos are: a turn that dies halfway through the cleanup is
+replayed by the next one (here or on another engine), which delivers
+`Cancelled` at the same seq, replays the cleanup steps that ran and runs
+the rest. A body that does not catch `Cancelled` writes nothing more than
+before. Cleanup cannot wait (a timer, a signal, a remote step, a child):
+such an operation raises `UsageError` in the cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final, final
+
+from ._exceptions import Cancelled, UsageError
+from ._markers import CANCELLED_AT_SEQ, record
+from ._replay import Replay
+from ._stores._ops import UpdateRun
+
+CANCELLED_AT_NAME: Final = "cancelled_at"
+_SETTLED: Final = frozenset({"completed", "failed"})
+
+
+@final
+class CancelDelivery:
+    """Where a cancelling run's body gets `Cancelled`, and whether it is
+    inside ``ctx.shield()``.
+
+    Attributes:
+      recorded: The delivery seq an earlier turn wrote, or None.
+      delivered: The seq it was delivered at in this turn, or None yet.
+      shield: How deep the body is in ``ctx.shield()`` blocks.
+    """
+
+    def __init__(self, recorded: int | None) -> None:
+        self.recorded = recorded
+        self.delivered: int | None = None
+        self.shield = 0
+
+    @property
+    def cleaning_up(self) -> bool:
+        """Whether the body runs its cleanup: delivered, and shielded."""
+        return self.delivered is not None and self.shield > 0
+
+    def reach(self, replay: Replay, first: int, count: int) -> None:
+        """An operation took the seqs ``first`` to ``first + count - 1``.
+
+        Raises:
+          Cancelled: It is where the cancellation is delivered, or after it
+            and not shielded.
+        """
+        if self.delivered is not None:
+            if self.shield:
+                self._record(replay)
+                return
+            raise Cancelled(first)
+        if self.recorded is not None:
+            if first + count - 1 < self.recorded:
+                return
+        else:
+            checkpoints = replay.turn.checkpoints
+            if all(
+                (cp := checkpoints.get(seq)) is not None and cp.status in _SETTLED
+                for seq in range(first, first + count)
+            ):
+                return
+        self.delivered = first if self.recorded is None else self.recorded
+        raise Cancelled(self.delivered)
+
+    def refuse_wait(self, what: str) -> None:
+        """Raise `UsageError` if the body is cleaning up: ``what`` would
+        wait, and a cancelled run's cleanup cannot."""
+        if self.cleaning_up:
+            raise UsageError(
+                f"{what} cannot run in a cancelled run's cleanup: it would wait;"
+                " clean up with local steps"
+            )
+
+    def _record(self, replay: Replay) -> None:
+        turn = replay.turn
+        if CANCELLED_AT_SEQ in turn.checkpoints:
+            return
+        now = replay.runtime.clock.now()
+        turn.put(
+            record(
+                turn.run.id, CANCELLED_AT_SEQ, CANCELLED_AT_NAME, json.dumps(self.delivered), now
+            )
+        )
+
+
+async def write_cleanup(replay: Replay) -> None:
+    """Write what the cleanup recorded so far (a cleanup step's outcome),
+    fenced by the lease, as the saga writes each undo."""
+    delivery, turn = replay.cancellation, replay.turn
+    if delivery is None or delivery.delivered is None or not turn.ops or turn.dispatch:
+        return
+    rt = replay.runtime
+    fence = UpdateRun(turn.run.id, {}, expect_owner=rt.engine_id)
+    await rt.store.apply([*turn.ops, fence])
+    turn.ops.clear()

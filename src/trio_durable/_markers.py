@@ -1,0 +1,66 @@
+"""Patch markers: what `Context.patched` records in a run's history.
+
+A marker is a completed ``local`` checkpoint at a body seq, named
+``patch:<change id>``. No step can have that name (a step name has no
+``:``), so a marker is never mistaken for an operation. Replay steps over
+markers for every operation but `Context.patched` (see `Replay.take_markers`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ._records import Checkpoint
+
+PATCH_PREFIX: Final = "patch:"
+
+
+def patch_marker_name(change_id: str) -> str:
+    """The checkpoint name of ``change_id``'s marker."""
+    return PATCH_PREFIX + change_id
+
+
+def is_patch_marker(cp: Checkpoint) -> bool:
+    """Whether ``cp`` is a patch marker."""
+    return cp.kind == "local" and cp.name.startswith(PATCH_PREFIX)
+
+
+def marker_change_id(cp: Checkpoint) -> str:
+    """The change id a marker records."""
+    return cp.name[len(PATCH_PREFIX) :]
+
+
+BODY_SEQ_LIMIT: Final = 999_999_000
+"""Body operations take seqs from 1 up to (not including) this; past it are
+the reserved seqs of a run's own records (admission, deadline, decisions,
+the replay records below, ...)."""
+
+CHECKED_FROM_SEQ: Final = 999_999_980
+"""The seq of a run's ``check_arguments`` record: a completed ``local``
+checkpoint whose output is the first seq recorded while the run's workflow
+compared arguments (`App.workflow` ``check_arguments=True``)."""
+
+CANCELLED_AT_SEQ: Final = 999_999_981
+"""The seq of a run's ``cancelled_at`` record: a completed ``local``
+checkpoint whose output is the seq where `Cancelled` was delivered to its
+body, written with the first cleanup operation (see `_cancellation`)."""
+
+
+def body_seqs(checkpoints: dict[int, Checkpoint]) -> list[int]:
+    """The seqs of ``checkpoints`` that body operations took."""
+    return [seq for seq in checkpoints if 0 < seq < BODY_SEQ_LIMIT]
+
+
+def record(run_id: str, seq: int, name: str, output: str, now: float) -> Checkpoint:
+    """A completed record the replay keeps in a run's history."""
+    return Checkpoint(
+        run_id=run_id,
+        seq=seq,
+        name=name,
+        kind="local",
+        status="completed",
+        output=output,
+        enqueued_at=now,
+        started_at=now,
+        finished_at=now,
+    )

@@ -1,0 +1,146 @@
+"""``@app.workflow(check_arguments=True)``: replay also compares a digest of
+each durable operation's arguments; opt-in, and checkpoints recorded before
+it was on are accepted."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+import trio_durable as td
+from conftest import EngineFactory
+
+
+def _app(*, check: bool, delta: int = 0, sleep: float = 5.0, timeout: float = 60.0) -> td.App:
+    """One deploy: the workflow "flow" passes ``x + delta`` to its step and
+    its child, sleeps ``sleep`` and waits for a signal up to ``timeout``."""
+    app = td.App("check-arguments")
+
+    @app.step()
+    async def bump(x: int) -> int:
+        return x + 1
+
+    @app.workflow()
+    async def leaf(ctx: td.Context, x: int) -> int:
+        return x
+
+    @app.workflow(name="flow", check_arguments=check)
+    async def flow(ctx: td.Context, x: int) -> int:
+        a = await ctx.step(bump, x + delta)
+        b = await ctx.child(leaf, x + delta)
+        await ctx.sleep(sleep)
+        await ctx.wait_signal("go", timeout=timeout)
+        return a + b
+
+    return app
+
+
+@asynccontextmanager
+async def _shared_store(kind: str, tmp_path: Path) -> AsyncIterator[td.Store]:
+    if kind == "memory":
+        yield td.MemoryStore()
+    else:
+        async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
+            yield store
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def clock(kind: str) -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def _record(open_test_engine: EngineFactory, store: td.Store, app: td.App) -> None:
+    """Run "flow" up to its signal wait, then stop the engine."""
+    async with open_test_engine(app, store=store, engine_id="recorder") as engine:
+        await engine.start("flow", 1, run_id="r")
+        await engine.drain()
+        await trio.sleep(5)
+        await engine.drain()
+        assert (await engine.get("r")).status == "suspended"
+
+
+async def _finish(open_test_engine: EngineFactory, store: td.Store, app: td.App) -> int:
+    async with open_test_engine(app, store=store, engine_id="replayer") as engine:
+        await engine.signal("r", "go")
+        return int(await engine.result("r"))
+
+
+async def _fail(open_test_engine: EngineFactory, store: td.Store, app: td.App) -> td.RunFailed:
+    async with open_test_engine(app, store=store, engine_id="replayer") as engine:
+        await engine.signal("r", "go")
+        with pytest.raises(td.RunFailed) as info:
+            await engine.result("r")
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("changed", "seq", "name"),
+    [
+        ({"delta": 1}, 1, "bump"),
+        ({"sleep": 6.0}, 3, "sleep"),
+        ({"timeout": 30.0}, 4, "go"),
+    ],
+    ids=["step-and-child", "timer", "signal-timeout"],
+)
+async def test_a_changed_argument_fails_the_run_with_non_determinism(
+    kind: str,
+    clock: trio.testing.MockClock,
+    tmp_path: Path,
+    open_test_engine: EngineFactory,
+    changed: dict[str, float],
+    seq: int,
+    name: str,
+) -> None:
+    async with _shared_store(kind, tmp_path) as store:
+        await _record(open_test_engine, store, _app(check=True))
+        failure = await _fail(open_test_engine, store, _app(check=True, **changed))  # type: ignore[arg-type]
+    assert failure.code == "non_determinism"
+    details = failure.details
+    assert (details["seq"], details["recorded"], details["requested"]) == (seq, name, name)
+    assert details["recorded_arguments"] != details["requested_arguments"]
+    assert len(details["recorded_arguments"]) == 64
+
+
+async def test_the_same_arguments_replay(
+    kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
+) -> None:
+    async with _shared_store(kind, tmp_path) as store:
+        await _record(open_test_engine, store, _app(check=True))
+        assert await _finish(open_test_engine, store, _app(check=True)) == 3
+        cps = {cp.seq: cp for cp in await store.get_checkpoints("r")}
+    assert cps[999_999_980].name == "check_arguments"
+    assert cps[999_999_980].output == "1"
+
+
+async def test_without_the_check_a_changed_argument_is_not_noticed(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    store = td.MemoryStore()
+    await _record(open_test_engine, store, _app(check=False))
+    # The recorded results are returned, as ever: bump(1) -> 2, leaf(1) -> 1
+    # (bump(2) and leaf(2) would make 5).
+    assert await _finish(open_test_engine, store, _app(check=False, delta=1)) == 3
+    assert 999_999_980 not in {cp.seq for cp in await store.get_checkpoints("r")}
+
+
+async def test_checkpoints_recorded_before_the_check_was_on_are_accepted(
+    kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
+) -> None:
+    async with _shared_store(kind, tmp_path) as store:
+        await _record(open_test_engine, store, _app(check=False))
+        # The new deploy turns the check on and changes what it passes: the
+        # run in flight recorded its seqs 1 to 4 without digests; it
+        # finishes, and the check covers what is recorded from seq 5 on.
+        assert await _finish(open_test_engine, store, _app(check=True, delta=1)) == 3
+        cps = {cp.seq: cp for cp in await store.get_checkpoints("r")}
+    assert cps[999_999_980].output == "5"
