@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
     from prometheus_client import CollectorRegistry
 
+    from ._keyring import Keyring
+
 logger = logging.getLogger("trio_durable")
 
 
@@ -455,6 +457,7 @@ async def open_engine(
     metrics_interval: float = 15.0,
     console: ConsoleOptions | None = None,
     webhook_secret: bytes | str | None = None,
+    signing: Keyring | None = None,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -519,6 +522,9 @@ async def open_engine(
         16 bytes; the same on every engine of a fleet). Without one, a
         random secret is made once and kept in the store, which then holds
         what derives the tokens (see docs/webhooks-and-breakpoints.md).
+      signing: Sign every task with the ring's current key, and settle
+        only results signed by a key of the ring; the embedded worker
+        does the same (see docs/message-signing.md).
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -542,6 +548,7 @@ async def open_engine(
         tracing=tracing,
         metrics_interval=metrics_interval,
         webhook_secret=webhook_secret,
+        signing=signing,
     )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")

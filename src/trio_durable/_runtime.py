@@ -67,6 +67,12 @@ class EngineStatistics:
       rejected: Result messages rejected because they did not decode into
         a valid, in-range result (see docs/brokers.md); each was dropped,
         or dead-lettered where the broker keeps a dead-letter queue.
+      rejected_unsigned: With ``signing=``, result messages rejected
+        because they carried no signature (see docs/message-signing.md).
+      rejected_forged: With ``signing=``, result messages rejected because
+        their signature did not match.
+      rejected_unknown_key: With ``signing=``, result messages rejected
+        because they were signed with a key id not in the ring.
     """
 
     turns: int = 0
@@ -74,6 +80,9 @@ class EngineStatistics:
     events_dropped: int = 0
     reconciled: int = 0
     rejected: int = 0
+    rejected_unsigned: int = 0
+    rejected_forged: int = 0
+    rejected_unknown_key: int = 0
 
 
 @final
@@ -294,7 +303,15 @@ def _assemble(
         telemetry=telemetry,
         endings=Endings(),
         dispatcher=Dispatcher(
-            app, broker, clock, rng, sent, results_queue, options.blocked_recheck, tracing
+            app,
+            broker,
+            clock,
+            rng,
+            sent,
+            results_queue,
+            options.blocked_recheck,
+            tracing,
+            options.signing,
         ),
         tracing=tracing,
         webhook_keys=WebhookKeys(options.webhook_secret),
@@ -327,6 +344,7 @@ async def _embedded_worker(
         seed=seed,
         traceback_limit=rt.options.traceback_limit,
         tracing=rt.options.tracing,
+        signing=rt.options.signing,
     ) as worker:
         task_status.started(worker)
         await trio.sleep_forever()

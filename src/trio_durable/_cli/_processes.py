@@ -43,6 +43,7 @@ from ._common import (
     shown,
     store_option,
 )
+from ._signing_env import signing_from_env
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STOP_SIGNALS = _STOP_SIGNALS
@@ -160,9 +161,13 @@ def engine_command(
 
     MODULE is a dotted module name (found from the current directory first)
     or a path to a .py file; APP is the name of its td.App (default: app).
+
+    With TRIO_DURABLE_SIGNING_KEYS set (id:base64 pairs, the current key
+    first), tasks and results on the broker are signed and checked.
     """
     store = need_store(store)
     app = load_app(app_spec)
+    signing = signing_from_env()
     with logging_to_stderr(log_level):
         trio.run(
             _serve_engine,
@@ -176,6 +181,7 @@ def engine_command(
                 "capabilities": names(capabilities),
                 "lease_ttl": lease_ttl,
                 "reconcile_interval": reconcile_interval,
+                "signing": signing,
             },
             drain_timeout,
         )
@@ -264,7 +270,8 @@ def worker_command(
 ) -> None:
     """Run a worker for the remote steps of MODULE:APP until SIGTERM or SIGINT.
 
-    MODULE and APP are as for `trio-durable engine`.
+    MODULE and APP are as for `trio-durable engine`; so is
+    TRIO_DURABLE_SIGNING_KEYS.
     """
     broker = need_broker(broker)
     if broker.partition("://")[0] == "memory":
@@ -276,6 +283,7 @@ def worker_command(
     if not names(groups):
         raise click.UsageError("give the group routes to serve: --groups GROUP")
     app = load_app(app_spec)
+    signing = signing_from_env()
     with logging_to_stderr(log_level):
         trio.run(
             _serve_worker,
@@ -289,6 +297,7 @@ def worker_command(
                 "heartbeat": heartbeat,
                 "ttl": ttl,
                 "max_deliveries": max_deliveries,
+                "signing": signing,
             },
             drain_timeout,
         )
