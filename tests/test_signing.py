@@ -113,7 +113,9 @@ def test_the_signature_counts_toward_the_brokers_limit() -> None:
     assert standin is not None and standin.queue == task.reply_to
     failure = Result.decode(open_signed(ENGINE_RING, "result", standin.body))
     assert failure.code == PAYLOAD_TOO_LARGE
-    result = Result(run_id="r", seq=1, attempt=1, step="s", workflow="w", status="completed", output="2")
+    result = Result(
+        run_id="r", seq=1, attempt=1, step="s", workflow="w", status="completed", output="2"
+    )
     message = result_message(result, "results", None, WORKER_RING)
     assert message is not None
     assert Result.decode(open_signed(ENGINE_RING, "result", message.body)) == result
