@@ -87,7 +87,8 @@ def raw(fields: dict[str, Any]) -> bytes:
 
 def tampered(signed: bytes, old: bytes, new: bytes) -> bytes:
     """A signed message whose body was changed after it was signed."""
-    assert signed.startswith(TAG) and signed.count(old) == 1
+    assert signed.startswith(TAG)
+    assert signed.count(old) == 1
     return signed.replace(old, new)
 
 

@@ -125,7 +125,8 @@ async def test_an_unsigned_result_is_counted(autojump_clock: trio.testing.MockCl
 
 def test_a_new_key_parses_into_a_ring() -> None:
     made = td.Keyring.parse(new_key("k7"))
-    assert made.current == "k7" and len(made.current_key) == 32
+    assert made.current == "k7"
+    assert len(made.current_key) == 32
 
 
 def _code(text: str) -> str:
