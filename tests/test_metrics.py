@@ -192,6 +192,7 @@ async def test_every_metric_has_the_prefix_on_engines_and_workers(
         "trio_durable_runs_routed": "counter",
         "trio_durable_messages_rejected": "counter",
         "trio_durable_turn_duration_seconds": "histogram",
+        "trio_durable_messages_unauthenticated": "counter",
         "trio_durable_leases_held": "gauge",
         "trio_durable_queue_limit": "gauge",
         "trio_durable_queue_admitted": "gauge",
@@ -206,6 +207,7 @@ async def test_every_metric_has_the_prefix_on_engines_and_workers(
         "trio_durable_runs_routed",
         "trio_durable_messages_rejected",
         "trio_durable_turn_duration_seconds",
+        "trio_durable_messages_unauthenticated",
     }
     assert all(name.startswith("trio_durable_") for name in engine_families)
 

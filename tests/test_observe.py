@@ -256,6 +256,11 @@ async def test_metrics_are_valid_prometheus_text_with_exact_values(
             "histogram",
             "Seconds per turn (lease, replay, writes), by workflow, on the engine's clock.",
         ),
+        "trio_durable_messages_unauthenticated_total": (
+            "counter",
+            "Broker messages rejected by the signature check, by kind (task or result)"
+            " and reason (unsigned, forged or unknown_key).",
+        ),
         "trio_durable_leases_held": (
             "gauge",
             "Runs whose lease this engine holds (a turn in flight).",

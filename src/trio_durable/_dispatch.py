@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._app import App, Step
     from ._blobs import Blobs
     from ._clock import Clock
+    from ._keyring import Keyring
     from ._sent import SentTasks
     from ._wire import Task
 
@@ -103,6 +104,8 @@ class Dispatcher:
         announcements are read again at least twice as often.
       tracing: Opens a dispatch span per task sent, whose trace context
         the task carries (see `_tracing`).
+      signing: Signs every task sent, and the failure that stands in for
+        one too large (see `_signing`).
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class Dispatcher:
         results_queue: str,
         blocked_recheck: float,
         tracing: Tracing = DISABLED,
+        signing: Keyring | None = None,
     ) -> None:
         self._app = app
         self._broker = broker
@@ -124,6 +128,7 @@ class Dispatcher:
         self._results_queue = results_queue
         self._blocked_recheck = blocked_recheck
         self._tracing = tracing
+        self._signing = signing
         self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
         # The broker queues the embedded worker consumes: tasks sent there
         # are this engine's own to wait for (see `_sent`).
@@ -198,6 +203,7 @@ class Dispatcher:
                 ),
                 limit,
                 now,
+                self._signing,
             )
             if message is None:
                 continue

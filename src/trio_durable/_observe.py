@@ -132,6 +132,11 @@ class Metrics:
             "histogram",
             "Seconds per turn (lease, replay, writes), by workflow, on the engine's clock.",
         ),
+        "trio_durable_messages_unauthenticated": (
+            "counter",
+            "Broker messages rejected by the signature check, by kind (task or result)"
+            " and reason (unsigned, forged or unknown_key).",
+        ),
     }
 
     def __init__(self) -> None:
@@ -160,6 +165,14 @@ class Metrics:
         """Count a broker message of ``kind`` (``task`` or ``result``)
         rejected at the boundary."""
         self._add("trio_durable_messages_rejected_total", (("kind", kind),))
+
+    def count_unauthenticated(self, kind: str, reason: str) -> None:
+        """Count a broker message of ``kind`` (``task`` or ``result``)
+        rejected by the signature check, for ``reason`` (``unsigned``,
+        ``forged`` or ``unknown_key``; see `_signing`)."""
+        self._add(
+            "trio_durable_messages_unauthenticated_total", (("kind", kind), ("reason", reason))
+        )
 
     def observe_turn(self, workflow: str, seconds: float) -> None:
         """Count a turn of a run of ``workflow`` that took ``seconds``."""

@@ -26,6 +26,7 @@ from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._codec import PayloadCodec
 from ._descriptor import check_group_routes
+from ._engine import Engine
 from ._exceptions import UsageError
 from ._options import DEFAULT_TIMER_BATCH_SIZE, ConsoleOptions, EngineOptions
 from ._records import (
@@ -40,7 +41,7 @@ from ._views import Retention
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-from ._engine import Engine
+    from ._keyring import Keyring
 
 logger = logging.getLogger("trio_durable")
 
@@ -74,6 +75,7 @@ async def open_engine(
     blobs: BlobStore | str | os.PathLike[str] | None = None,
     blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
     blob_grace: float = DEFAULT_BLOB_GRACE,
+    signing: Keyring | None = None,
 ) -> AsyncIterator[Engine]:
     """Open an engine that executes ``app``'s workflows on a store.
 
@@ -148,6 +150,9 @@ async def open_engine(
         docs/large-payloads.md). None keeps payloads in the rows.
       blob_threshold: See ``blobs``.
       blob_grace: See ``blobs``.
+      signing: Sign every task with the ring's current key, and settle
+        only results signed by a key of the ring; the embedded worker
+        does the same (see docs/message-signing.md).
 
     Raises:
       InvalidURLError: The store URL is malformed.
@@ -171,6 +176,7 @@ async def open_engine(
         tracing=tracing,
         metrics_interval=metrics_interval,
         webhook_secret=webhook_secret,
+        signing=signing,
     )
     if not isinstance(app, App):
         raise UsageError(f"open_engine needs a td.App, not {app!r}")

@@ -17,6 +17,7 @@ import attrs
 
 from ._brokers._base import is_broker_safe
 from ._exceptions import UsageError
+from ._keyring import Keyring
 from ._records import DEFAULT_TRACEBACK_LIMIT
 from ._views import Retention
 
@@ -106,6 +107,11 @@ def _tracing(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
         raise UsageError(f"tracing must be True, False or a tracer provider, not {value!r}")
 
 
+def _signing(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, Keyring):
+        raise UsageError(f"signing takes a td.Keyring or None, not {type(value).__name__}")
+
+
 def _batch_size(value: object) -> int:
     """A usable batch size: a non-finite or < 1 value means the default."""
     if _is_number(value) and math.isfinite(value) and value >= 1:
@@ -158,6 +164,7 @@ class EngineOptions:
     metrics_interval: float = attrs.field(default=15.0, validator=positive_finite)
     # Never shown: a repr in a log must not give away what derives tokens.
     webhook_secret: bytes | None = attrs.field(default=None, converter=check_secret, repr=False)
+    signing: Keyring | None = attrs.field(default=None, validator=_signing)
 
     def __attrs_post_init__(self) -> None:
         # Checked as given (an error quotes the value as the caller wrote
@@ -191,6 +198,7 @@ class WorkerOptions:
     traceback_limit: int = attrs.field(default=DEFAULT_TRACEBACK_LIMIT, validator=at_least_zero)
     capabilities: Sequence[str] = attrs.field(default=(), validator=_capabilities)
     tracing: bool | TracerProvider = attrs.field(default=False, validator=_tracing)
+    signing: Keyring | None = attrs.field(default=None, validator=_signing)
 
     def __attrs_post_init__(self) -> None:
         if self.heartbeat >= self.ttl:

@@ -26,6 +26,8 @@ from typing import Final
 import attrs
 
 from ._brokers._base import Outgoing, PayloadTooLarge
+from ._keyring import Keyring
+from ._signing import sign
 from ._wire import Result, Task
 
 logger = logging.getLogger("trio_durable")
@@ -45,7 +47,9 @@ def lowered(limit: int | None, refused: PayloadTooLarge) -> int:
     return max(0, bound if limit is None else min(limit, bound))
 
 
-def task_message(task: Task, queue: str, limit: int | None, now: float) -> Outgoing | None:
+def task_message(
+    task: Task, queue: str, limit: int | None, now: float, signing: Keyring | None = None
+) -> Outgoing | None:
     """The message that sends ``task`` to ``queue``, or if it is over
     ``limit`` bytes, the failure that goes to its ``reply_to`` in its place;
     None if not even that fits.
@@ -55,8 +59,10 @@ def task_message(task: Task, queue: str, limit: int | None, now: float) -> Outgo
       queue: The broker queue it travels on.
       limit: The broker's `max_payload`.
       now: The time (durable) to stamp on a failure.
+      signing: Signs the message (see `_signing`); its signature counts
+        toward ``limit``.
     """
-    body = task.encode()
+    body = sign(signing, "task", task.encode())
     if limit is None or len(body) <= limit:
         return Outgoing(queue=queue, body=body, priority=task.priority)
     failure = Result(
@@ -86,14 +92,16 @@ def task_message(task: Task, queue: str, limit: int | None, now: float) -> Outgo
         failure.error,
         PAYLOAD_TOO_LARGE,
     )
-    return _stand_in(failure, task.reply_to, limit)
+    return _stand_in(failure, task.reply_to, limit, signing)
 
 
-def result_message(result: Result, reply_to: str, limit: int | None) -> Outgoing | None:
-    """The message that sends ``result`` to ``reply_to``, or if it is over
-    ``limit`` bytes, the failure that goes in its place; None if not even
-    that fits."""
-    body = result.encode()
+def result_message(
+    result: Result, reply_to: str, limit: int | None, signing: Keyring | None = None
+) -> Outgoing | None:
+    """The message that sends ``result`` to ``reply_to``, signed with
+    ``signing`` if given, or if it is over ``limit`` bytes, the failure that
+    goes in its place; None if not even that fits."""
+    body = sign(signing, "result", result.encode())
     if limit is None or len(body) <= limit:
         return Outgoing(queue=reply_to, body=body)
     if result.status == "completed":
@@ -121,11 +129,11 @@ def result_message(result: Result, reply_to: str, limit: int | None) -> Outgoing
         failure.error,
         PAYLOAD_TOO_LARGE,
     )
-    return _stand_in(failure, reply_to, limit)
+    return _stand_in(failure, reply_to, limit, signing)
 
 
-def _stand_in(failure: Result, queue: str, limit: int) -> Outgoing | None:
-    body = failure.encode()
+def _stand_in(failure: Result, queue: str, limit: int, signing: Keyring | None) -> Outgoing | None:
+    body = sign(signing, "result", failure.encode())
     if len(body) <= limit:
         return Outgoing(queue=queue, body=body)
     logger.error(

@@ -70,6 +70,12 @@ class EngineStatistics:
       rejected: Result messages rejected because they did not decode into
         a valid, in-range result (see docs/brokers.md); each was dropped,
         or dead-lettered where the broker keeps a dead-letter queue.
+      rejected_unsigned: With ``signing=``, result messages rejected
+        because they carried no signature (see docs/message-signing.md).
+      rejected_forged: With ``signing=``, result messages rejected because
+        their signature did not match.
+      rejected_unknown_key: With ``signing=``, result messages rejected
+        because they were signed with a key id not in the ring.
     """
 
     turns: int = 0
@@ -77,6 +83,9 @@ class EngineStatistics:
     events_dropped: int = 0
     reconciled: int = 0
     rejected: int = 0
+    rejected_unsigned: int = 0
+    rejected_forged: int = 0
+    rejected_unknown_key: int = 0
 
 
 @final
@@ -302,7 +311,15 @@ def _assemble(
         telemetry=telemetry,
         endings=Endings(),
         dispatcher=Dispatcher(
-            app, broker, clock, rng, sent, results_queue, options.blocked_recheck, tracing
+            app,
+            broker,
+            clock,
+            rng,
+            sent,
+            results_queue,
+            options.blocked_recheck,
+            tracing,
+            options.signing,
         ),
         tracing=tracing,
         webhook_keys=WebhookKeys(options.webhook_secret),
@@ -339,6 +356,7 @@ async def _embedded_worker(
         tracing=rt.options.tracing,
         blobs=None if rt.blobs is None else rt.blobs.store,
         blob_threshold=DEFAULT_BLOB_THRESHOLD if rt.blobs is None else rt.blobs.threshold,
+        signing=rt.options.signing,
     ) as worker:
         task_status.started(worker)
         await trio.sleep_forever()

@@ -30,6 +30,7 @@ from ._fans import FAN_CANCELLED
 from ._learned import queue_of, step_of
 from ._observe import Event, EventKind
 from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, RunStatus, bound_traceback
+from ._signing import SignatureRejected, count_rejection, open_signed
 from ._stores._ops import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result, WireError
 
@@ -174,16 +175,17 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
     unreadable: list[Delivery] = []
     for delivery in deliveries:
         try:
-            readable.append((delivery, Result.decode(delivery.body)))
-        except WireError as exc:
+            # Checked before decoding: a forged result settles nothing.
+            body = open_signed(rt.options.signing, "result", delivery.body)
+            readable.append((delivery, Result.decode(body)))
+        except (WireError, SignatureRejected) as exc:
             logger.error(
                 "rejected a message of %d bytes on %s that is no valid result: %s",
                 len(delivery.body),
                 rt.results_queue,
                 exc,
             )
-            rt.telemetry.stats.rejected += 1
-            rt.telemetry.metrics.count_rejected("result")
+            count_rejection(rt.telemetry.stats, rt.telemetry.metrics, "result", exc)
             unreadable.append(delivery)
     if unreadable:
         # Never requeued (it would come back forever): dropped, or

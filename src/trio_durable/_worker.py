@@ -45,10 +45,12 @@ from ._descriptor import check_group_routes, describe
 from ._dispatch import served_broker_queues, split_group_route
 from ._exceptions import FatalError, SerializationError, UnknownWorkflowError, UsageError
 from ._failures import error_info
+from ._keyring import Keyring
 from ._observe import Metrics
 from ._options import DEFAULT_MAX_DELIVERIES, WorkerOptions
 from ._payload import lowered, result_message
 from ._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
+from ._signing import SignatureRejected, count_rejection, open_signed
 from ._tracing import DISABLED, Tracing, attributes, make_tracing
 from ._wire import Result, Task, WireError
 
@@ -87,6 +89,10 @@ class WorkerStatistics:
       poisoned: Tasks delivered more than ``max_deliveries`` times, failed
         with code ``poison`` without running (see `open_worker`).
       in_flight: Tasks received and not yet acked.
+      rejected_unsigned, rejected_forged, rejected_unknown_key: With
+        ``signing=``, task messages rejected (never run) because they were
+        unsigned, their signature did not match, or their key id is not in
+        the ring (see docs/message-signing.md).
     """
 
     received: int = 0
@@ -95,6 +101,9 @@ class WorkerStatistics:
     rejected: int = 0
     poisoned: int = 0
     in_flight: int = 0
+    rejected_unsigned: int = 0
+    rejected_forged: int = 0
+    rejected_unknown_key: int = 0
 
 
 @final
@@ -123,8 +132,10 @@ class Worker:
         max_deliveries: int = DEFAULT_MAX_DELIVERIES,
         traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
         tracing: Tracing = DISABLED,
+        signing: Keyring | None = None,
     ) -> None:
         self.app = app
+        self._signing = signing
         self._tracing = tracing
         self._traceback_limit = traceback_limit
         self._metrics = Metrics()
@@ -229,8 +240,9 @@ class Worker:
 
     async def _run_task(self, consumer: Consumer, delivery: Delivery) -> None:
         try:
-            task = Task.decode(delivery.body)
-        except WireError as exc:
+            # Checked before decoding: a task not signed by our ring never runs.
+            task = Task.decode(open_signed(self._signing, "task", delivery.body))
+        except (WireError, SignatureRejected) as exc:
             # A task nobody can read would loop forever if requeued: reject
             # it for good (dead-lettered where the broker keeps them).
             logger.error(
@@ -239,8 +251,7 @@ class Worker:
                 len(delivery.body),
                 exc,
             )
-            self._stats.rejected += 1
-            self._metrics.count_rejected("task")
+            count_rejection(self._stats, self._metrics, "task", exc)
             try:
                 await consumer.reject([delivery], requeue=False)
             except (BrokerError, trio.ClosedResourceError) as reject_exc:
@@ -451,7 +462,7 @@ class Worker:
                 except trio.WouldBlock:
                     break
             limit = self.broker.max_payload
-            messages = [result_message(o.result, o.reply_to, limit) for o in batch]
+            messages = [result_message(o.result, o.reply_to, limit, self._signing) for o in batch]
             delay = 0.05
             while True:
                 try:
@@ -462,7 +473,9 @@ class Worker:
                     # to another server): fit the batch to it and send again.
                     # Each refusal lowers the limit, so this ends.
                     limit = lowered(limit, exc)
-                    messages = [result_message(o.result, o.reply_to, limit) for o in batch]
+                    messages = [
+                        result_message(o.result, o.reply_to, limit, self._signing) for o in batch
+                    ]
                 except BrokerError as exc:
                     logger.warning("worker %s could not publish results: %s", self.instance_id, exc)
                     await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
@@ -510,6 +523,7 @@ async def open_worker(
     tracing: bool | TracerProvider = False,
     blobs: BlobStore | str | os.PathLike[str] | None = None,
     blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+    signing: Keyring | None = None,
 ) -> AsyncIterator[Worker]:
     """Run a worker for ``groups`` until the block exits.
 
@@ -545,6 +559,8 @@ async def open_worker(
         references (docs/large-payloads.md). None sends every output as
         it is.
       blob_threshold: See ``blobs``.
+      signing: Sign every result with the ring's current key, and run only
+        tasks signed by a key of the ring (docs/message-signing.md).
 
     Raises:
       UsageError: A group is unknown or malformed, an option is out of
@@ -562,6 +578,7 @@ async def open_worker(
         traceback_limit=traceback_limit,
         capabilities=capabilities,
         tracing=tracing,
+        signing=signing,
     )
     tracer = make_tracing(options.tracing)
     blob_store = check_blob_options(blobs, blob_threshold)
@@ -588,6 +605,7 @@ async def open_worker(
             max_deliveries=options.max_deliveries,
             traceback_limit=options.traceback_limit,
             tracing=tracer,
+            signing=options.signing,
         )
         if blob_store is not None:
             worker.blobs = Blobs(blob_store, blob_threshold, clock)

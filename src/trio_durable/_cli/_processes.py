@@ -45,6 +45,7 @@ from ._common import (
     shown,
     store_option,
 )
+from ._signing_env import signing_from_env
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STOP_SIGNALS = _STOP_SIGNALS
@@ -164,9 +165,13 @@ def engine_command(
     or a path to a .py file; APP is the name of its td.App (default: app).
     With TRIO_DURABLE_CODEC_KEYS set (a keyring, id:base64 pairs, current
     key first), payloads are kept encrypted in the store.
+
+    With TRIO_DURABLE_SIGNING_KEYS set (id:base64 pairs, the current key
+    first), tasks and results on the broker are signed and checked.
     """
     store = need_store(store)
     app = load_app(app_spec)
+    signing = signing_from_env()
     with logging_to_stderr(log_level):
         trio.run(
             _serve_engine,
@@ -181,6 +186,7 @@ def engine_command(
                 "lease_ttl": lease_ttl,
                 "reconcile_interval": reconcile_interval,
                 "codec": env_codec(),
+                "signing": signing,
             },
             drain_timeout,
         )
@@ -270,7 +276,8 @@ def worker_command(
 ) -> None:
     """Run a worker for the remote steps of MODULE:APP until SIGTERM or SIGINT.
 
-    MODULE and APP are as for `trio-durable engine`.
+    MODULE and APP are as for `trio-durable engine`; so is
+    TRIO_DURABLE_SIGNING_KEYS.
     """
     broker = need_broker(broker)
     if broker.partition("://")[0] == "memory":
@@ -282,6 +289,7 @@ def worker_command(
     if not names(groups):
         raise click.UsageError("give the group routes to serve: --groups GROUP")
     app = load_app(app_spec)
+    signing = signing_from_env()
     with logging_to_stderr(log_level):
         trio.run(
             _serve_worker,
@@ -295,6 +303,7 @@ def worker_command(
                 "heartbeat": heartbeat,
                 "ttl": ttl,
                 "max_deliveries": max_deliveries,
+                "signing": signing,
             },
             drain_timeout,
         )
