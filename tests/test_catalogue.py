@@ -21,8 +21,9 @@ from counting_broker import CountingBroker
 from trio_durable._brokers._base import Broker, WorkerDescriptor
 from trio_durable._catalogue import CACHE_SECONDS, FAILED_READ_SECONDS, Catalogue
 from trio_durable._descriptor import check_group_routes
+from trio_durable._open_worker import open_worker
 from trio_durable._serde import check_workflow_args
-from trio_durable._worker import Worker, open_worker
+from trio_durable._worker import Worker
 from trio_durable.brokers import descriptor_from_json, descriptor_to_json
 
 

@@ -26,7 +26,8 @@ from trio_durable._brokers._base import (
 from trio_durable._brokers._memory import MemoryBroker
 from trio_durable._dispatch import broker_queue, served_broker_queues
 from trio_durable._fleet import Disagreement, aggregate
-from trio_durable._worker import Worker, open_worker
+from trio_durable._open_worker import open_worker
+from trio_durable._worker import Worker
 
 HEARTBEAT = 5.0
 TTL = 15.0

@@ -92,6 +92,7 @@ from ._on_error import OnError as OnError
 from ._on_error import lineage as lineage
 from ._on_error import parent_of as parent_of
 from ._open_engine import open_engine as open_engine
+from ._open_worker import open_worker as open_worker
 from ._options import ConsoleOptions as ConsoleOptions
 from ._records import DECISION_SEQ as DECISION_SEQ
 from ._records import Breakpoint as Breakpoint
@@ -114,7 +115,6 @@ from ._views import RunHistory as RunHistory
 from ._views import RunPage as RunPage
 from ._worker import Worker as Worker
 from ._worker import WorkerStatistics as WorkerStatistics
-from ._worker import open_worker as open_worker
 
 __version__ = "0.1.0"
 

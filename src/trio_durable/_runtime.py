@@ -31,6 +31,7 @@ from ._dispatch import Dispatcher
 from ._exceptions import StoreError
 from ._learned import Learned
 from ._observe import Event, EventHub, EventKind, Metrics
+from ._open_worker import open_worker
 from ._poller import poll_due, reconcile_stalled
 from ._records import QueueDepth, Run
 from ._retention import prune_forever
@@ -46,7 +47,7 @@ from ._tracing import DISABLED, Tracing, make_tracing
 from ._turn import Turns
 from ._wakes import engine_delivery, keep_watching
 from ._webhooks import WebhookKeys
-from ._worker import Worker, open_worker
+from ._worker import Worker
 
 if TYPE_CHECKING:
     from ._app import App

@@ -27,8 +27,8 @@ import trio
 from .._app import App
 from .._blob_store import with_blobs_from_env
 from .._open_engine import open_engine
+from .._open_worker import open_worker
 from .._options import DEFAULT_MAX_DELIVERIES
-from .._worker import open_worker
 from ._apps import load_app
 from ._codec import env_codec
 from ._common import (

@@ -26,11 +26,11 @@ from .._brokers._memory import BrokerFaults, MemoryBroker
 from .._engine import Engine, crash
 from .._exceptions import EngineClosedError, InvalidRunStateError, StoreError, TrioDurableError
 from .._open_engine import open_engine
+from .._open_worker import open_worker
 from .._records import TERMINAL_STATUSES, Run
 from .._stores._base import Store
 from .._stores._memory import MemoryStore
 from .._worker import crash as crash_worker
-from .._worker import open_worker
 from ._faults import Faults, FaultyStore
 
 WALL_START: Final = 1_700_000_000.0
