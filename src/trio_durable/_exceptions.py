@@ -402,3 +402,13 @@ class SignalTargetNotFoundError(UsageError, LookupError):
     """`Context.signal` was given a run id that no run of the sender's
     namespace has. Raised in the sending body; nothing was written, and the
     key is not claimed."""
+
+
+@final
+class SearchAttributeError(UsageError, TypeError):
+    """A search attribute's name, type or value is not valid: a name not
+    declared (`App.search_attribute`), a value not of the attribute's
+    declared type, a declaration that disagrees with the type the store
+    already holds for that name, or a filter that cannot apply to the
+    attribute. Raised before anything is written (see
+    docs/search-attributes.md)."""
