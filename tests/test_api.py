@@ -78,6 +78,8 @@ def test_public_api_is_pinned() -> None:
         "ScheduleError",
         "ScheduleInfo",
         "ScheduleNotFoundError",
+        "SearchAttributeError",
+        "SearchRange",
         "SerializationError",
         "SignalTargetNotFoundError",
         "SignalTimeout",

@@ -20,6 +20,7 @@ from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow
 from ._children import Failed, child_value, record_child
 from ._context_control import ControlOperations
+from ._context_search import SearchOperations
 from ._decider import child_command, step_command
 from ._exceptions import GatherError, GatherFailure, UsageError
 from ._fans import FAN_CANCELLED, fan
@@ -32,7 +33,7 @@ from ._webhooks import create_webhook
 
 
 @final
-class Context(ControlOperations):
+class Context(ControlOperations, SearchOperations):
     """What a workflow body uses to do durable work.
 
     A body is replayed from its start at every turn, so it must be

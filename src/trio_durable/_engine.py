@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -44,6 +44,7 @@ from ._records import (
 )
 from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
+from ._search_attributes import register as register_search_attributes
 from ._runtime import EngineStatistics, Runtime, open_runtime
 from ._scheduler import drain
 from ._schedules import ManagesSchedules
@@ -134,9 +135,13 @@ class Engine(RunQueries, StartsRuns, HookActions, SendsEvents, ManagesSchedules)
         namespace: str,
         tags: tuple[str, ...] | list[str],
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[Any]:
         return RunHandle.of(
-            await start_run(self._rt, workflow, args, run_id, namespace, tags, timeout), self
+            await start_run(
+                self._rt, workflow, args, run_id, namespace, tags, timeout, search_attributes
+            ),
+            self,
         )
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
@@ -524,6 +529,8 @@ async def open_engine(
       InvalidURLError: The store URL is malformed.
       UsageError: An option is out of range, or ``tracing`` is asked for
         without opentelemetry-api installed.
+      SearchAttributeError: A search attribute ``app`` declares is recorded
+        in the store with another type.
       OSError: The console's address cannot be listened on (raised from
         the engine's nursery, in its exception group).
     """
@@ -566,6 +573,7 @@ async def open_engine(
             capabilities=tuple(capabilities),
         ) as rt:
             engine = Engine(rt)
+            await register_search_attributes(store_obj, app, rt.clock.now())
             for unserved in await engine.unserved_on_error_routes():
                 logger.warning(
                     "workflow %r routes %s to %r, which no engine or live worker knows",
