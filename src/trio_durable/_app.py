@@ -44,8 +44,6 @@ from ._policies import Retry as Retry
 from ._policies import finite
 from ._records import LATEST_VERSION
 from ._registration_hash import registration_hash
-from ._search_values import SearchAttributeType, declared_type
-from ._search_values import check_name as check_attribute_name
 from ._schedule_spec import (
     DEFAULT_CATCHUP_WINDOW,
     DEFAULT_CRON,
@@ -53,6 +51,8 @@ from ._schedule_spec import (
     ScheduleSpec,
     make_spec,
 )
+from ._search_values import SearchAttributeType, declared_type
+from ._search_values import check_name as check_attribute_name
 from ._subscribers import check_subscriber
 
 if TYPE_CHECKING:
@@ -591,7 +591,6 @@ class App:
         if self._hashed is None or self._hashed[0] != size:
             self._hashed = (size, registration_hash(self))
         return self._hashed[1]
-
 
     def search_attribute(self, name: str, type: object) -> None:
         """Declare the search attribute ``name`` of ``type`` (``str``, ``int``,

@@ -81,9 +81,7 @@ class SearchOperations:
         )
         new = merged(run.search_attributes, checked)
         replay.turn.ops.append(
-            UpdateRun(
-                run.id, {"search_attributes": new}, expect_owner=replay.runtime.engine_id
-            )
+            UpdateRun(run.id, {"search_attributes": new}, expect_owner=replay.runtime.engine_id)
         )
         # Later upserts of this turn build on this one.
         replay.turn.run = attrs.evolve(run, search_attributes=new)

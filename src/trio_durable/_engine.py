@@ -44,10 +44,10 @@ from ._records import (
 )
 from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run
-from ._search_attributes import register as register_search_attributes
 from ._runtime import EngineStatistics, Runtime, open_runtime
 from ._scheduler import drain
 from ._schedules import ManagesSchedules
+from ._search_attributes import register as register_search_attributes
 from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import Store

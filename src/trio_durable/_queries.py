@@ -23,8 +23,8 @@ import attrs
 from ._exceptions import RunNotFoundError, UsageError
 from ._on_error import HANDOFF_BASE
 from ._options import check_id
-from ._search_attributes import filter_conditions
 from ._records import Checkpoint, CheckpointStatus, Run, RunFilter, RunStatus
+from ._search_attributes import filter_conditions
 from ._stores._base import Store
 from ._views import (
     FIRST_FAILURES,

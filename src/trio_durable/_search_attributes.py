@@ -106,9 +106,7 @@ async def start_attributes(
     stored = await stored_types(store)
     _disagreement(declared, stored)
     checked = check_attributes(attributes, {**declared, **stored}, removals=False)
-    records = [
-        _record(name, declared[name], now) for name in sorted(checked) if name not in stored
-    ]
+    records = [_record(name, declared[name], now) for name in sorted(checked) if name not in stored]
     return {name: value for name, value in sorted(checked.items()) if value is not None}, records
 
 
@@ -120,7 +118,6 @@ async def filter_conditions(store: Store, filters: Any) -> tuple[SearchCondition
       SearchAttributeError: The filter is malformed or names an attribute
         the store does not know.
     """
-    if not filters:
-        if filters is None or isinstance(filters, Mapping):
-            return ()
+    if filters is None or (isinstance(filters, Mapping) and not filters):
+        return ()
     return conditions(filters, await stored_types(store))

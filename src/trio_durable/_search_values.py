@@ -18,8 +18,9 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import operator
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal, final, get_args
 
 import attrs
@@ -75,7 +76,7 @@ def declared_type(declared: object) -> SearchAttributeType:
       SearchAttributeError: It names none of them.
     """
     if isinstance(declared, str) and declared in TYPES:
-        return declared  # type: ignore[return-value]
+        return declared
     try:
         found = _PYTHON_TYPES.get(declared)
     except TypeError:  # unhashable
@@ -271,6 +272,22 @@ def plain_value(value: SearchValue) -> Any:
     return value
 
 
+def search_terms(attributes: Mapping[str, SearchValue]) -> list[tuple[str, str]]:
+    """``(name, text)`` of each value as a ``NAME=VALUE`` filter takes it
+    (`parse_where`): one per keyword of a list."""
+    terms: list[tuple[str, str]] = []
+    for name, value in attributes.items():
+        if isinstance(value, tuple):
+            terms.extend((name, item) for item in value)
+        elif isinstance(value, bool):
+            terms.append((name, "true" if value else "false"))
+        elif isinstance(value, datetime.datetime):
+            terms.append((name, value.isoformat()))
+        else:
+            terms.append((name, str(value)))
+    return terms
+
+
 # -- filters ------------------------------------------------------------------------
 
 
@@ -383,12 +400,12 @@ def conditions(
     return tuple(found)
 
 
-_COMPARE: Final = {
-    "=": lambda a, b: a == b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
+_COMPARE: Final[dict[str, Callable[[Any, Any], Any]]] = {
+    "=": operator.eq,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
 }
 
 
@@ -442,9 +459,7 @@ def parse_text(name: str, kind: SearchAttributeType, text: str) -> SearchValue:
     return _text(name, text, "a str")
 
 
-def parse_where(
-    texts: Iterable[str], types: Mapping[str, SearchAttributeType]
-) -> dict[str, Any]:
+def parse_where(texts: Iterable[str], types: Mapping[str, SearchAttributeType]) -> dict[str, Any]:
     """The ``search_attributes`` filter of ``NAME=VALUE`` conditions (also
     ``>``, ``>=``, ``<``, ``<=`` for int, float and datetime attributes), as
     the command line and the console take them.

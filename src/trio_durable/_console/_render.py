@@ -20,6 +20,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from .._search_values import search_terms
 from .._views import FanStats
 
 FAN_PAGE: Final = 50
@@ -79,6 +80,7 @@ def environment() -> jinja2.Environment:
     env.filters["pretty"] = pretty
     env.globals["query"] = query
     env.globals["segments"] = segments
+    env.filters["search_terms"] = search_terms
     return env
 
 

@@ -89,11 +89,11 @@ SQLITE_TABLES: Final = (
 """The statements that create the index and its triggers in SQLite."""
 
 POSTGRES_MIGRATION: Final = (
-    "ALTER TABLE runs ADD COLUMN search_attributes text NOT NULL DEFAULT '{}'",
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS search_attributes text NOT NULL DEFAULT '{}'",
     _TABLE,
     *_INDEXES,
     """
-    CREATE FUNCTION run_search_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+    CREATE OR REPLACE FUNCTION run_search_sync() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         IF TG_OP <> 'INSERT' THEN
             DELETE FROM run_search WHERE run_id = OLD.id;
@@ -121,22 +121,27 @@ POSTGRES_MIGRATION: Final = (
     END
     $$
     """,
+    "DROP TRIGGER IF EXISTS runs_search_insert ON runs",
     """
     CREATE TRIGGER runs_search_insert AFTER INSERT ON runs
     FOR EACH ROW WHEN (NEW.search_attributes <> '{}') EXECUTE FUNCTION run_search_sync()
     """,
+    "DROP TRIGGER IF EXISTS runs_search_update ON runs",
     """
     CREATE TRIGGER runs_search_update AFTER UPDATE OF search_attributes ON runs
     FOR EACH ROW WHEN (OLD.search_attributes IS DISTINCT FROM NEW.search_attributes)
     EXECUTE FUNCTION run_search_sync()
     """,
+    "DROP TRIGGER IF EXISTS runs_search_delete ON runs",
     """
     CREATE TRIGGER runs_search_delete AFTER DELETE ON runs
     FOR EACH ROW WHEN (OLD.search_attributes <> '{}') EXECUTE FUNCTION run_search_sync()
     """,
 )
 """PostgreSQL's migration 5: the column, the index and its triggers (runs
-already there have no attributes)."""
+already there have no attributes). Each statement applies whether or not
+what it makes exists (a schema put back to an older version by hand may
+keep some of it)."""
 
 _VALUE_COLUMNS: Final = {"text": "value_text", "int": "value_int", "real": "value_real"}
 

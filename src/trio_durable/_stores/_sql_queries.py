@@ -141,7 +141,7 @@ def _where(
     else:
         created, ident, source = "r.created_at", "r.id", runs
     search = list(where.search)
-    walked = next((c for c in search if c.op == "=") if not where.tags else (), None)
+    walked = None if where.tags else next((c for c in search if c.op == "="), None)
     if walked is not None:
         # Walk run_search for an equality, as run_tags for a tag.
         search.remove(walked)

@@ -256,6 +256,19 @@ _MIGRATIONS: Final = {
     5: (SEARCH_COLUMN,),
 }
 
+_ADDED_COLUMNS: Final = {SEARCH_COLUMN: ("runs", "search_attributes")}
+"""Migrations that add a column, with the column: skipped where it exists
+(SQLite has no ``ADD COLUMN IF NOT EXISTS``)."""
+
+
+def _migrate(cur: sqlite3.Cursor, statement: str) -> None:
+    added = _ADDED_COLUMNS.get(statement)
+    if added is not None:
+        table, column = added
+        if any(row[1] == column for row in cur.execute(f"PRAGMA table_info({table})")):
+            return
+    cur.execute(statement)
+
 
 def parse_url(url: str) -> tuple[str, str, float]:
     """The file path, synchronous mode and watch interval a ``sqlite://``
@@ -368,7 +381,7 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
                 # Version 0 is a new file, which needs no migration.
                 for older in range(version, SCHEMA_VERSION) if version else ():
                     for statement in _MIGRATIONS[older]:
-                        cur.execute(statement)
+                        _migrate(cur, statement)
                 cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             cur.execute("COMMIT")
         cur.close()
