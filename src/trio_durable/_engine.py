@@ -560,6 +560,8 @@ async def open_engine(
         engine_id = f"engine-{rng.getrandbits(32):08x}"
     async with AsyncExitStack() as stack:
         store_obj = await enter_store(stack, store)
+        # Before any run: a type the store records otherwise is refused.
+        await register_search_attributes(store_obj, app, wall_clock())
         broker_obj = await enter_broker(stack, broker)
         async with open_runtime(
             app,
@@ -573,7 +575,6 @@ async def open_engine(
             capabilities=tuple(capabilities),
         ) as rt:
             engine = Engine(rt)
-            await register_search_attributes(store_obj, app, rt.clock.now())
             for unserved in await engine.unserved_on_error_routes():
                 logger.warning(
                     "workflow %r routes %s to %r, which no engine or live worker knows",
