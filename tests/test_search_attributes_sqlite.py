@@ -16,9 +16,7 @@ from trio_durable._stores._sqlite import open_sqlite_store
 from trio_durable._stores._sqlite_ops import DIALECT
 from trio_durable.testing.conformance._store_support import make_run
 
-_SEARCH_OBJECTS = (
-    "SELECT type, name FROM sqlite_master WHERE name LIKE '%search%' ORDER BY name"
-)
+_SEARCH_OBJECTS = "SELECT type, name FROM sqlite_master WHERE name LIKE '%search%' ORDER BY name"
 
 
 def _objects(path: Path) -> list[tuple[str, str]]:

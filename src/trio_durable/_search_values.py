@@ -439,23 +439,25 @@ def parse_text(name: str, kind: SearchAttributeType, text: str) -> SearchValue:
     Raises:
       SearchAttributeError: ``text`` is no value of that type.
     """
+    parsed: object = text
     try:
         if kind == "int":
-            return check_value(name, kind, int(text))
-        if kind == "float":
-            return check_value(name, kind, float(text))
-        if kind == "bool":
+            parsed = int(text)
+        elif kind == "float":
+            parsed = float(text)
+        elif kind == "bool":
             lowered = text.strip().lower()
             if lowered not in ("true", "false"):
                 raise ValueError
-            return lowered == "true"
-        if kind == "datetime":
-            when = datetime.datetime.fromisoformat(text.strip())
-            return check_value(name, kind, when)
+            parsed = lowered == "true"
+        elif kind == "datetime":
+            parsed = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
         raise SearchAttributeError(
             f"search attribute {name!r} is {kind}: {text!r} is not such a value"
         ) from None
+    if kind != "str":
+        return check_value(name, kind, parsed)
     return _text(name, text, "a str")
 
 

@@ -29,7 +29,7 @@ def _where(filters: dict[str, Any], **fields: Any) -> RunFilter:
 
 def _attributes(i: int) -> dict[str, Any]:
     return {
-        "customer": ["acme", "beta", "o'neil \"ü\""][i % 3],
+        "customer": ["acme", "beta", 'o\'neil "ü"'][i % 3],
         "amount": [-(2**63), 0, 7, 2**63 - 1, 40, 7][i],
         "score": i / 4,
         "vip": i % 2 == 1,
@@ -103,7 +103,7 @@ async def check_find_runs_filters_by_search_attributes(
             return [run.id for run in await store.find_runs(_where(filters, **fields))]
 
         assert await ids({"customer": "acme"}) == ["r3", "r0"]
-        assert await ids({"customer": "o'neil \"ü\""}) == ["r5", "r2"]
+        assert await ids({"customer": 'o\'neil "ü"'}) == ["r5", "r2"]
         assert await ids({"amount": 7}) == ["r5", "r2"]
         assert await ids({"amount": -(2**63)}) == ["r0"]
         assert await ids({"score": 0.5}) == ["r2"]
