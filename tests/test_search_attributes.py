@@ -64,6 +64,16 @@ async def looping(ctx: td.Context, n: int) -> int:
     return n
 
 
+@app.workflow()
+async def parent(ctx: td.Context, bad: bool) -> str:
+    if bad:
+        try:
+            await ctx.start_child(careless, search_attributes={"vip": "yes"})
+        except td.SearchAttributeError as exc:
+            return str(exc)
+    return await ctx.start_child(careless, search_attributes={"customer": "kid", "vip": False})
+
+
 @pytest.fixture(params=["memory", "sqlite"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[td.Store]:
     url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'search.db'}"
@@ -322,14 +332,15 @@ async def test_list_runs_filters(
         )
         assert [run.id for run in rest.runs] == ["f1", "f0"]
 
-        for filters, message in [
+        bad_filters: list[tuple[dict[str, Any], str]] = [
             ({"nope": 1}, "no search attribute 'nope' is declared in the store"),
             ({"amount": "1"}, "takes an int"),
             ({"stage": td.SearchRange(ge="a")}, "ranges apply to int, float and datetime"),
             ({"amount": td.SearchRange()}, "has no bound"),
             ({"labels": ["all"]}, "a keyword"),
             ({"due": td.SearchRange(gt=datetime.datetime(2026, 1, 1))}, "aware datetime"),
-        ]:
+        ]
+        for filters, message in bad_filters:
             with pytest.raises(td.SearchAttributeError, match=message):
                 await engine.list_runs(search_attributes=filters)
         with pytest.raises(td.SearchAttributeError, match="a mapping"):
@@ -345,3 +356,20 @@ async def test_an_empty_store_filters_nothing_and_refuses_names(store: td.Store)
     await store.apply([PutValue(SCOPE, "amount", '{"type":"int"}', 1.0)])
     async with td.open_client(store, wall_clock=fixed_wall) as client:
         assert (await client.list_runs(search_attributes={"amount": 1})).runs == ()
+
+
+async def test_start_child_sets_the_child_s_attributes(
+    store: td.Store, open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_test_engine(app, store=store) as engine:
+        child_id = await (await engine.start(parent, False, run_id="p")).result()
+        message = await (await engine.start(parent, True, run_id="q")).result()
+        await engine.drain()
+        child = await engine.get(child_id)
+        history = await engine.history("q")
+        found = await engine.list_runs(search_attributes={"customer": "kid"})
+    assert child_id == "p.child.1"
+    assert dict(child.search_attributes) == {"customer": "kid", "stage": "after", "vip": False}
+    assert [run.id for run in found.runs] == ["p.child.1"]
+    assert message == "search attribute 'vip' takes a bool, not 'yes'"
+    assert history.entries == ()
