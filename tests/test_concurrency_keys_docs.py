@@ -70,6 +70,25 @@ async def statements(engine: td.Engine) -> set[str]:
     return ids
 
 
+app.queue("search_index", concurrency=1)
+
+
+@app.step(group="indexers", queue="search_index")
+async def reindex(account: str) -> str:
+    await trio.sleep(5)
+    return f"reindexed {account}"
+
+
+@app.workflow()
+async def account_changed(ctx: td.Context, account: str) -> str:
+    try:
+        return await ctx.step(reindex, account, dedup_key=account)
+    except td.RemoteStepError as exc:
+        if exc.code != "deduplicated":
+            raise
+        return f"a reindex of {account} is already queued"
+
+
 @app.workflow(rate_limit=td.RateLimit(2, 60.0))
 async def export(ctx: td.Context, table: str) -> str:
     return f"exported {table}"
@@ -111,6 +130,20 @@ async def test_a_dedup_key_returns_the_queued_run(autojump_clock: trio.testing.M
     async with td.open_engine(app) as engine:
         assert len(await statements(engine)) == 3
         await engine.drain()
+
+
+async def test_a_step_dedup_key_refuses_a_second_queued_reindex(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with td.open_engine(app, serve=["indexers"]) as engine:
+        handles = [await engine.start(account_changed, "acme") for _ in range(3)]
+        # The first is sent at once, the second waits for the slot, the
+        # third is refused while the second waits.
+        assert [await h.result() for h in handles] == [
+            "reindexed acme",
+            "reindexed acme",
+            "a reindex of acme is already queued",
+        ]
 
 
 async def test_rate_limits_space_out_runs_and_steps(

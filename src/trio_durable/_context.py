@@ -19,7 +19,7 @@ from typing import Any, Concatenate, Literal, final, overload
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow
 from ._children import Failed, child_value, record_child
-from ._context_control import ControlOperations
+from ._context_control import ControlOperations, remote_unsupported
 from ._context_search import SearchOperations
 from ._decider import child_command, step_command
 from ._exceptions import GatherError, GatherFailure, UsageError
@@ -84,6 +84,7 @@ class Context(ControlOperations, SearchOperations):
         compensate: Step[[], Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     @overload
@@ -96,6 +97,7 @@ class Context(ControlOperations, SearchOperations):
         compensate: Step[[A1], Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     @overload
@@ -109,6 +111,7 @@ class Context(ControlOperations, SearchOperations):
         compensate: Step[[A1, A2], Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     @overload
@@ -123,6 +126,7 @@ class Context(ControlOperations, SearchOperations):
         compensate: Step[[A1, A2, A3], Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     @overload
@@ -138,6 +142,7 @@ class Context(ControlOperations, SearchOperations):
         compensate: Step[[A1, A2, A3, A4], Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     @overload
@@ -154,6 +159,7 @@ class Context(ControlOperations, SearchOperations):
         compensate: Step[..., Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> R: ...
 
     async def step(
@@ -164,6 +170,7 @@ class Context(ControlOperations, SearchOperations):
         compensate: Step[..., Any] | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        dedup_key: str | None = None,
     ) -> Any:
         """Run a step durably and return its result.
 
@@ -190,6 +197,11 @@ class Context(ControlOperations, SearchOperations):
             flow-control queue, and (clamped to 0 to 9) for the delivery of
             its task on brokers that order by priority (RabbitMQ, the
             memory broker; not NATS). Defaults to the queue's, or 0.
+          dedup_key: With a flow-control queue: while a step sent through
+            it with this key waits there (for its slot or its rate limit),
+            this call is refused and raises `RemoteStepError` of code
+            ``deduplicated``; at most one queued step per key and
+            namespace.
 
         Calls are typed: a type checker checks ``args`` (and ``compensate``)
         against the step's parameters, for up to four of them (past that
@@ -203,7 +215,9 @@ class Context(ControlOperations, SearchOperations):
           InvalidArgumentsError: ``args`` do not fit the step's parameters
             (or ``compensate``'s); nothing is recorded for the call.
           SerializationError: An argument cannot be serialized.
-          UsageError: ``step`` or ``compensate`` is not a registered step.
+          UsageError: ``step`` or ``compensate`` is not a registered step,
+            or ``dedup_key`` is not a non-empty string or goes without a
+            flow-control queue.
         """
         self._replay.check_step(step)
         if compensate is not None:
@@ -215,6 +229,8 @@ class Context(ControlOperations, SearchOperations):
         if step.remote:
             decider = self._replay.decider
             if decider is not None:
+                if dedup_key is not None:
+                    remote_unsupported("dedup_key")
                 decider.reach(
                     self._replay,
                     step.name,
@@ -236,9 +252,12 @@ class Context(ControlOperations, SearchOperations):
                 compensation=compensate.name if compensate else None,
                 flow_queue=queue,
                 priority=priority,
+                dedup_key=dedup_key,
             )
-        if queue is not None or priority is not None:
-            raise UsageError(f"queue= and priority= apply to remote steps; {step.name!r} is local")
+        if queue is not None or priority is not None or dedup_key is not None:
+            raise UsageError(
+                f"queue=, priority= and dedup_key= apply to remote steps; {step.name!r} is local"
+            )
         return await local_step(self._replay, step, args, compensate)
 
     # -- timers ---------------------------------------------------------------

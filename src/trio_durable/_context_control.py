@@ -33,7 +33,9 @@ from ._run_signals import check_signal, send_signal
 from ._search_values import check_attributes
 
 
-def _remote_unsupported(what: str) -> NoReturn:
+def remote_unsupported(what: str) -> NoReturn:
+    """Fail a remote workflow's body that asked for ``what``, which only an
+    engine's body carries out."""
     raise FatalError(
         f"{what} is not carried out in a remote workflow's body; run the workflow on an engine",
         code=REMOTE_UNSUPPORTED,
@@ -79,7 +81,7 @@ class ControlOperations:
             )
         replay = self._replay
         if replay.decider is not None:
-            _remote_unsupported("continue_as_new")
+            remote_unsupported("continue_as_new")
         if replay.turn.nondeterminism is not None:
             raise replay.turn.nondeterminism
         run = replay.run
@@ -129,7 +131,7 @@ class ControlOperations:
         """
         check_signal(run_id, name, idempotency_key)
         if self._replay.decider is not None:
-            _remote_unsupported("ctx.signal")
+            remote_unsupported("ctx.signal")
         await send_signal(self._replay, run_id, name, payload, idempotency_key)
 
     # -- started children ---------------------------------------------------------
@@ -256,9 +258,9 @@ class ControlOperations:
         wf = replay.workflow(workflow)
         if replay.decider is not None:
             if cancel_with_parent:
-                _remote_unsupported("start_child(cancel_with_parent=True)")
+                remote_unsupported("start_child(cancel_with_parent=True)")
             if attributes:
-                _remote_unsupported("start_child(search_attributes=...)")
+                remote_unsupported("start_child(search_attributes=...)")
             replay.decider.reach(
                 replay, wf.name, "child", 1, child_command(wf, args, awaited=False)
             )

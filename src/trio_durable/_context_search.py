@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import attrs
 
-from ._context_control import _remote_unsupported
+from ._context_control import remote_unsupported
 from ._records import Checkpoint
 from ._replay import Replay
 from ._search_values import check_attributes, merged, plain_value
@@ -56,7 +56,7 @@ class SearchOperations:
         replay = self._replay
         checked = check_attributes(attributes, replay.runtime.app.search_attributes, removals=True)
         if replay.decider is not None:
-            _remote_unsupported("upsert_search_attributes")
+            remote_unsupported("upsert_search_attributes")
         seq = replay.next_seq()
         if replay.recorded(seq, UPSERT_NAME, "local") is not None:
             return

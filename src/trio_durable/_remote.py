@@ -34,11 +34,14 @@ from ._learned import queue_of
 from ._rate_limits import RATE_LIMITED, reserve
 from ._records import Checkpoint, ErrorInfo, FanMode
 from ._replay import Replay, Suspend, recorded_value
-from ._stores._base import Store
+from ._step_dedup import CLAIM_ATTEMPTS, DEDUPLICATED, check_dedup_key, claim
+from ._stores._base import Store, WriteConflict
 from ._stores._ops import (
     AdmitToQueue,
     ClaimCheckpoint,
+    Op,
     PutCheckpoint,
+    PutValue,
     ReleaseQueueSlot,
     SettleCheckpoint,
 )
@@ -60,6 +63,8 @@ class StepPlanner:
       step: The remote step.
       flow: The flow-control queue its calls go through, if any.
       priority: Their priority.
+      dedup_key: The key that at most one of the queue's waiting steps
+        holds (see `_step_dedup`), or None.
     """
 
     def __init__(
@@ -68,6 +73,7 @@ class StepPlanner:
         step: Step[..., Any],
         flow: FlowQueue | None = None,
         priority: int = 0,
+        dedup_key: str | None = None,
     ) -> None:
         self.replay = replay
         self.step = step
@@ -75,6 +81,7 @@ class StepPlanner:
         self.group_route = group_route(step, replay.run.namespace)
         self.flow = flow
         self.priority = priority
+        self.dedup_key = dedup_key
         self._gap: str | bool | None = False
 
     async def gap(self) -> str | None:
@@ -158,23 +165,64 @@ class StepPlanner:
             ),
             wake_at=next_look(cp, now, self.rt.options.blocked_recheck),
         )
-        _, admitted = await self.rt.store.apply(
-            [
-                PutCheckpoint(queued),
-                AdmitToQueue(
+        ops: list[Op] = [
+            PutCheckpoint(queued),
+            AdmitToQueue(
+                self.flow.name, cp.run_id, cp.seq, self.priority, self.flow.concurrency, now
+            ),
+        ]
+        for _ in range(CLAIM_ATTEMPTS):
+            claims: list[Op] = []
+            if self.dedup_key is not None:
+                found = await claim(
+                    self.rt.store,
                     self.flow.name,
-                    cp.run_id,
-                    cp.seq,
-                    self.priority,
-                    self.flow.concurrency,
+                    self.replay.run.namespace,
+                    self.dedup_key,
+                    cp,
                     now,
-                ),
-            ]
-        )
+                )
+                if not isinstance(found, PutValue):
+                    return await self._refuse(cp, found, now)
+                claims.append(found)
+            try:
+                _, admitted, *_ = await self.rt.store.apply([*ops, *claims])
+            except WriteConflict:
+                continue  # another call claimed the key meanwhile: read whose
+            break
+        else:
+            raise WriteConflict(f"could not claim dedup key {self.dedup_key!r} of {cp.name!r}")
         self.replay.turn.checkpoints[cp.seq] = queued
         if not admitted:
             return queued
         return await self._let_through(attrs.evolve(queued, error=None), now)
+
+    async def _refuse(self, cp: Checkpoint, holder: tuple[str, int], now: float) -> Checkpoint:
+        """Record a step refused for the dedup key that ``holder`` (a step
+        still waiting in the queue) holds: failed, code ``deduplicated``."""
+        assert self.flow is not None
+        error = ErrorInfo(
+            message=(
+                f"step {holder[1]} of run {holder[0]!r} with dedup key {self.dedup_key!r}"
+                f" already waits in queue {self.flow.name!r}"
+            ),
+            code=DEDUPLICATED,
+        )
+        refused = attrs.evolve(
+            cp, status="failed", error=error, started_at=None, wake_at=None, finished_at=now
+        )
+        await self.rt.store.apply([PutCheckpoint(refused)])
+        self.replay.turn.checkpoints[cp.seq] = refused
+        self.replay.emit(
+            "step.failed",
+            cp.seq,
+            cp.name,
+            attempt=cp.attempts,
+            error=error.message,
+            code=error.code,
+            final=True,
+        )
+        return refused
 
     async def _recheck_admission(self, cp: Checkpoint, now: float) -> Checkpoint:
         """A waiter's look (ever further apart: `next_look`): renew its wait
@@ -334,6 +382,7 @@ async def remote_step(
     compensation: str | None = None,
     flow_queue: str | None = None,
     priority: int | None = None,
+    dedup_key: str | None = None,
 ) -> Any:
     """`Context.step` for a step that runs on workers (``flow_queue`` is
     its ``queue=``)."""
@@ -347,10 +396,15 @@ async def remote_step(
             )
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise UsageError(f"priority must be an integer, not {priority!r}")
+    check_dedup_key(dedup_key, name)
     seq = replay.next_seq()
     cp = replay.recorded(seq, step.name, "remote")
     planner = StepPlanner(
-        replay, step, flow, priority if priority is not None else (flow.priority if flow else 0)
+        replay,
+        step,
+        flow,
+        priority if priority is not None else (flow.priority if flow else 0),
+        dedup_key,
     )
     suspend_if_paused(cp)
     if cp is None:

@@ -285,6 +285,10 @@ class AmqpBroker:
                     options.client_url,
                     reconnect_interval=options.reconnect_interval,
                     fail_fast=True,
+                    # Bounds every reconnection too: without it, one whose
+                    # handshake a restarting server never answers waits
+                    # forever, and no further attempt is made.
+                    timeout=options.connect_timeout,
                 ),
                 options.connect_timeout,
             )

@@ -58,7 +58,8 @@ class AmqpOptions:
       publish_timeout: Seconds a dispatch waits for a dropped connection to
         come back before it raises `BrokerUnavailable`.
       reconnect_interval: Seconds between attempts to reconnect.
-      connect_timeout: Seconds the first connection may take.
+      connect_timeout: Seconds the first connection may take, and each
+        reconnection after it dropped.
       max_payload: The largest message body, in bytes, a dispatch sends:
         the server's ``max_message_size``, which AMQP does not tell clients
         (default `DEFAULT_MAX_PAYLOAD`, the server's default).
