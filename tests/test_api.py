@@ -88,6 +88,8 @@ def test_public_api_is_pinned() -> None:
         "ScheduleError",
         "ScheduleInfo",
         "ScheduleNotFoundError",
+        "SearchAttributeError",
+        "SearchRange",
         "SerializationError",
         "SignalTargetNotFoundError",
         "SignalTimeout",

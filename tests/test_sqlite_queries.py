@@ -160,7 +160,9 @@ async def test_a_version_2_file_is_upgraded_in_place(tmp_path: Path) -> None:
             COMMIT;
             """
         )
-        triggers = connection.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        triggers = connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'runs_tags%'"
+        )
         assert triggers.fetchall() == []
     connection.close()
 

@@ -65,6 +65,7 @@ from ._exceptions import RunFailed as RunFailed
 from ._exceptions import RunNotFoundError as RunNotFoundError
 from ._exceptions import ScheduleError as ScheduleError
 from ._exceptions import ScheduleNotFoundError as ScheduleNotFoundError
+from ._exceptions import SearchAttributeError as SearchAttributeError
 from ._exceptions import SerializationError as SerializationError
 from ._exceptions import SignalTargetNotFoundError as SignalTargetNotFoundError
 from ._exceptions import SignalTimeout as SignalTimeout
@@ -102,6 +103,7 @@ from ._records import PausedStep as PausedStep
 from ._records import Run as Run
 from ._runtime import EngineStatistics as EngineStatistics
 from ._schedule_spec import ScheduleInfo as ScheduleInfo
+from ._search_values import SearchRange as SearchRange
 from ._stores import open_store as open_store
 from ._stores._base import Store as Store
 from ._stores._base import StoreStatistics as StoreStatistics
@@ -201,6 +203,8 @@ __all__ = [
     "ScheduleError",
     "ScheduleInfo",
     "ScheduleNotFoundError",
+    "SearchAttributeError",
+    "SearchRange",
     "SerializationError",
     "shared",
     "SignalTargetNotFoundError",

@@ -33,6 +33,7 @@ from ._entity_defs import Entity, define_entity
 from ._exceptions import (
     RegistrationError,
     ScheduleError,
+    SearchAttributeError,
     UnknownEntityError,
     UnknownWorkflowError,
 )
@@ -50,6 +51,8 @@ from ._schedule_spec import (
     ScheduleSpec,
     make_spec,
 )
+from ._search_values import SearchAttributeType, declared_type
+from ._search_values import check_name as check_attribute_name
 from ._subscribers import check_subscriber
 
 if TYPE_CHECKING:
@@ -77,6 +80,7 @@ class App:
         self._schedules: dict[str, ScheduleSpec] = {}
         self._entities: dict[str, Entity] = {}
         self._hashed: tuple[tuple[int, int, int], str] | None = None
+        self._search_attributes: dict[str, SearchAttributeType] = {}
 
     def queue(
         self,
@@ -596,6 +600,30 @@ class App:
         if self._hashed is None or self._hashed[0] != size:
             self._hashed = (size, registration_hash(self))
         return self._hashed[1]
+
+    def search_attribute(self, name: str, type: object) -> None:
+        """Declare the search attribute ``name`` of ``type`` (``str``, ``int``,
+        ``float``, ``bool``, ``datetime.datetime`` or ``list[str]``), which
+        runs may then carry (see docs/search-attributes.md). An engine
+        records it in its store when it opens: one name has one type for
+        good, fleet-wide.
+
+        Raises:
+          SearchAttributeError: The name or type is invalid, or the name is
+            declared with another type.
+        """
+        kind = declared_type(type)
+        if self._search_attributes.get(check_attribute_name(name), kind) != kind:
+            raise SearchAttributeError(
+                f"search attribute {name!r} is declared as {self._search_attributes[name]}"
+                f" in app {self.name!r}, not {kind}"
+            )
+        self._search_attributes[name] = kind
+
+    @property
+    def search_attributes(self) -> dict[str, SearchAttributeType]:
+        """The declared search attributes' types, by name."""
+        return dict(sorted(self._search_attributes.items()))
 
 
 def workflow_of(app: App, target: Workflow[Any, Any] | str) -> Workflow[Any, Any]:

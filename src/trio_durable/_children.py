@@ -11,6 +11,7 @@ An awaited child's end settles that checkpoint with its completion,
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -134,6 +135,7 @@ def record_child(
     awaited: bool,
     fan: tuple[int, int, FanMode] | None = None,
     error: ErrorInfo | None = None,
+    search_attributes: Mapping[str, Any] | None = None,
 ) -> None:
     """Record in ``turn`` the start of a child run of ``workflow`` (name and
     version) at ``seq``: its checkpoint (pending if awaited, else completed
@@ -182,6 +184,7 @@ def record_child(
         parent_seq=seq if awaited else None,
         created_at=now,
         updated_at=now,
+        search_attributes=dict(search_attributes or {}),
     )
     turn.ops.append(CreateRun(child))
     if controls is not None:

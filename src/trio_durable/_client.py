@@ -14,7 +14,7 @@ import math
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import Any, Final, final
@@ -43,7 +43,7 @@ from ._published import Front
 from ._records import Run
 from ._run_messages import QueriesAndUpdates
 from ._run_queries import RunQueries
-from ._runs import Endings, await_end, create_run, new_run, outcome
+from ._runs import Endings, await_end, create_run, new_run, outcome, with_search_attributes
 from ._schedules import ManagesSchedules
 from ._starts import StartsRuns
 from ._stores import enter_store
@@ -182,10 +182,14 @@ class Client(
         namespace: str,
         tags: tuple[str, ...] | list[str],
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[Any]:
         self._check_open()
         timeout = check_timeout(timeout)
         new = new_run(self.app, workflow, args, run_id, namespace, tags)
+        new = await with_search_attributes(
+            self.store, self.app, new, search_attributes, self.clock.now()
+        )
         timeout = timeout or workflow_timeout(self.app, new.workflow, new.version)
         stored, _ = await create_run(
             self.store,

@@ -24,6 +24,7 @@ from ._children import Failed, child_value, record_child
 from ._context_control import ControlOperations, remote_unsupported
 from ._context_determinism import DeterminismOperations, DeterminismState, inputs_of
 from ._context_handlers import HandlerOperations
+from ._context_search import SearchOperations
 from ._context_streams import StreamOperations
 from ._decider import child_command, step_command
 from ._exceptions import GatherError, GatherFailure, UsageError
@@ -36,7 +37,9 @@ from ._webhooks import create_webhook
 
 
 @final
-class Context(ControlOperations, HandlerOperations, StreamOperations, DeterminismOperations):
+class Context(
+    ControlOperations, HandlerOperations, StreamOperations, DeterminismOperations, SearchOperations
+):
     """What a workflow body uses to do durable work.
 
     A body is replayed from its start at every turn, so it must be

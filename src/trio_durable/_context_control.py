@@ -8,6 +8,7 @@ with their parent if asked) and calling keyed entities.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Concatenate, NoReturn, overload
 
 import attrs
@@ -29,6 +30,7 @@ from ._exceptions import (
 from ._lifecycle import REMOTE_UNSUPPORTED, ContinueAsNew, started_output
 from ._replay import Replay
 from ._run_signals import check_signal, send_signal
+from ._search_values import check_attributes
 
 
 def remote_unsupported(what: str) -> NoReturn:
@@ -141,6 +143,7 @@ class ControlOperations:
         /,
         *,
         cancel_with_parent: bool = False,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> str: ...
 
     @overload
@@ -151,6 +154,7 @@ class ControlOperations:
         /,
         *,
         cancel_with_parent: bool = False,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> str: ...
 
     @overload
@@ -162,6 +166,7 @@ class ControlOperations:
         /,
         *,
         cancel_with_parent: bool = False,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> str: ...
 
     @overload
@@ -174,6 +179,7 @@ class ControlOperations:
         /,
         *,
         cancel_with_parent: bool = False,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> str: ...
 
     @overload
@@ -187,6 +193,7 @@ class ControlOperations:
         /,
         *,
         cancel_with_parent: bool = False,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> str: ...
 
     @overload
@@ -201,11 +208,17 @@ class ControlOperations:
         /,
         *args: Any,
         cancel_with_parent: bool = False,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> str: ...
 
     @overload
     async def start_child(
-        self, workflow: str, /, *args: Any, cancel_with_parent: bool = False
+        self,
+        workflow: str,
+        /,
+        *args: Any,
+        cancel_with_parent: bool = False,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> str: ...
 
     async def start_child(
@@ -214,6 +227,7 @@ class ControlOperations:
         /,
         *args: Any,
         cancel_with_parent: bool = False,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> str:
         """Start a child workflow without waiting for it; return its id.
 
@@ -228,16 +242,25 @@ class ControlOperations:
             continued as new) when this run is cancelled, with the same
             ``compensate`` choice. Not carried out in a remote workflow's
             body (the run fails with code ``unsupported_in_remote_workflow``).
+          search_attributes: The child's search attributes, each declared
+            in the app and of its type (see docs/search-attributes.md).
 
         Raises:
           InvalidArgumentsError: ``args`` do not fit the workflow's
             parameters; no child is started.
+          SearchAttributeError: A search attribute is not declared or its
+            value not of its type; no child is started.
         """
         replay = self._replay
+        attributes = check_attributes(
+            search_attributes or {}, replay.runtime.app.search_attributes, removals=False
+        )
         wf = replay.workflow(workflow)
         if replay.decider is not None:
             if cancel_with_parent:
                 remote_unsupported("start_child(cancel_with_parent=True)")
+            if attributes:
+                remote_unsupported("start_child(search_attributes=...)")
             replay.decider.reach(
                 replay, wf.name, "child", 1, child_command(wf, args, awaited=False)
             )
@@ -250,7 +273,16 @@ class ControlOperations:
         input_json = _serde.check_workflow_args(wf, args)
         now = replay.runtime.clock.now()
         # The Workflow itself: its run controls give the child its admission.
-        record_child(replay.turn, wf, seq, child_id, input_json, now, awaited=False)
+        record_child(
+            replay.turn,
+            wf,
+            seq,
+            child_id,
+            input_json,
+            now,
+            awaited=False,
+            search_attributes=attributes,
+        )
         if cancel_with_parent:
             # Marked on the start's own checkpoint, which the parent's
             # cancel reads (see `_lifecycle.cancel_linked`).

@@ -6,7 +6,7 @@ each of its methods is a short walk into them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -146,9 +146,13 @@ class Engine(
         namespace: str,
         tags: tuple[str, ...] | list[str],
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[Any]:
         return RunHandle.of(
-            await start_run(self._rt, workflow, args, run_id, namespace, tags, timeout), self
+            await start_run(
+                self._rt, workflow, args, run_id, namespace, tags, timeout, search_attributes
+            ),
+            self,
         )
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:

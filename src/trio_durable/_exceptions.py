@@ -526,3 +526,13 @@ class Cancelled(BaseException):
     def __init__(self, seq: int) -> None:
         super().__init__(f"the run was cancelled (delivered at seq {seq})")
         self.seq = seq
+
+
+@final
+class SearchAttributeError(UsageError, TypeError):
+    """A search attribute's name, type or value is not valid: a name not
+    declared (`App.search_attribute`), a value not of the attribute's
+    declared type, a declaration that disagrees with the type the store
+    already holds for that name, or a filter that cannot apply to the
+    attribute. Raised before anything is written (see
+    docs/search-attributes.md)."""

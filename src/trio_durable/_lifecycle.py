@@ -108,6 +108,8 @@ async def continue_run(turn: Turn, cont: ContinueAsNew) -> None:
         parent_seq=run.parent_seq,
         created_at=now,
         updated_at=now,
+        # The chain is one logical run: it keeps being found by them.
+        search_attributes=run.search_attributes,
     )
     links: list[Op] = [
         PutCheckpoint(

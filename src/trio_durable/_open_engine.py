@@ -33,6 +33,7 @@ from ._records import (
     DEFAULT_TRACEBACK_LIMIT,
 )
 from ._runtime import open_runtime
+from ._search_attributes import register as register_search_attributes
 from ._stores import enter_store
 from ._stores._base import Store
 from ._stores._codec import check_codec, with_codec
@@ -158,6 +159,8 @@ async def open_engine(
       InvalidURLError: The store URL is malformed.
       UsageError: An option is out of range, or ``tracing`` is asked for
         without opentelemetry-api installed.
+      SearchAttributeError: A search attribute ``app`` declares is recorded
+        in the store with another type.
       OSError: The console's address cannot be listened on (raised from
         the engine's nursery, in its exception group).
     """
@@ -193,6 +196,8 @@ async def open_engine(
         store_obj = with_codec(
             blob_options.wrap(await enter_store(stack, store), wall_clock), codec
         )
+        # Before any run: a type the store records otherwise is refused.
+        await register_search_attributes(store_obj, app, wall_clock())
         broker_obj = await enter_broker(stack, broker)
         async with open_runtime(
             app,

@@ -15,7 +15,7 @@ import binascii
 import datetime
 import json
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, get_args
 
 import attrs
@@ -24,6 +24,7 @@ from ._exceptions import RunNotFoundError, UsageError
 from ._on_error import HANDOFF_BASE
 from ._options import check_id
 from ._records import Checkpoint, CheckpointStatus, Run, RunFilter, RunStatus
+from ._search_attributes import filter_conditions
 from ._stores._base import Store
 from ._views import (
     FIRST_FAILURES,
@@ -169,11 +170,13 @@ async def list_runs(
     limit: int = 100,
     cursor: str | None = None,
     facets: bool = False,
+    search_attributes: Mapping[str, Any] | None = None,
 ) -> RunPage:
     """A page of the runs matching every filter given, newest first (see
     `Engine.list_runs`).
 
     Raises:
+      SearchAttributeError: A search attribute filter is malformed.
       UsageError: A filter, the limit or the cursor is malformed.
     """
     where = run_filter(
@@ -187,6 +190,9 @@ async def list_runs(
     )
     limit = _limit(limit)
     before = None if cursor is None else decode_cursor(_text("cursor", cursor) or "")
+    search = await filter_conditions(store, search_attributes)
+    if search:
+        where = attrs.evolve(where, search=search)
     # One more than the page tells whether another page follows.
     runs = await store.find_runs(where, before=before, limit=limit + 1)
     page = tuple(runs[:limit])

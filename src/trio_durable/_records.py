@@ -9,9 +9,13 @@ as read from the engine's `Clock`.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Final, Literal, final
 
 import attrs
+
+from ._search_values import SearchCondition, SearchValue
+from ._search_values import matches as search_matches
 
 RunStatus = Literal[
     "pending", "running", "suspended", "completed", "failed", "cancelling", "cancelled", "dead"
@@ -175,6 +179,9 @@ class Run:
         lease had lapsed.
       created_at: When the run was created (durable time).
       updated_at: When the row last changed (durable time).
+      search_attributes: The run's search attributes by name (see
+        docs/search-attributes.md): str, int, float, bool, datetime (UTC)
+        or a tuple of keywords.
     """
 
     id: str
@@ -195,6 +202,7 @@ class Run:
     recoveries: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0
+    search_attributes: Mapping[str, SearchValue] = attrs.field(factory=dict, hash=False)
 
     @property
     def done(self) -> bool:
@@ -284,6 +292,7 @@ class RunFilter:
       created_after: ``created_at >= created_after``.
       created_before: ``created_at < created_before``.
       parent_id: The run's parent.
+      search: Conditions on the run's search attributes, all of which hold.
     """
 
     statuses: frozenset[RunStatus] | None = None
@@ -293,6 +302,7 @@ class RunFilter:
     created_after: float | None = None
     created_before: float | None = None
     parent_id: str | None = None
+    search: tuple[SearchCondition, ...] = ()
 
     def matches(self, run: Run) -> bool:
         """Whether ``run`` passes the filter (for stores that test in Python)."""
@@ -304,6 +314,7 @@ class RunFilter:
             and (self.created_after is None or run.created_at >= self.created_after)
             and (self.created_before is None or run.created_at < self.created_before)
             and all(tag in run.tags for tag in self.tags)
+            and search_matches(self.search, run.search_attributes)
         )
 
 

@@ -4,7 +4,8 @@ one line into `_queries` or `_retention` on the front end's store."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from . import _queries, _retention
 from ._clock import Clock
@@ -38,6 +39,7 @@ class RunQueries:
         limit: int = 100,
         cursor: str | None = None,
         facets: bool = False,
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunPage:
         """A page of runs matching every filter given, newest first.
 
@@ -59,8 +61,15 @@ class RunQueries:
           facets: Count the runs matching every filter but ``status``, per
             status, into `RunPage.facets` (this reads every such run's
             index entry: slower than a page on a large store).
+          search_attributes: Runs whose search attributes match, by name:
+            a value matches equal values (for a keyword list, lists that
+            hold it), a `SearchRange` the values in it (int, float and
+            datetime attributes). Names and types are those the store
+            records (see docs/search-attributes.md).
 
         Raises:
+          SearchAttributeError: A search attribute filter names an
+            attribute the store does not record, or a value not of its type.
           UsageError: A filter, ``limit`` or ``cursor`` is malformed.
         """
         return await _queries.list_runs(
@@ -75,6 +84,7 @@ class RunQueries:
             limit=limit,
             cursor=cursor,
             facets=facets,
+            search_attributes=search_attributes,
         )
 
     async def history(self, run_id: str, *, namespace: str | None = None) -> RunHistory:

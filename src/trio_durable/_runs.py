@@ -13,7 +13,7 @@ for the next read of the store.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
@@ -38,6 +38,7 @@ from ._lifecycle import check_timeout, deadline_checkpoint, deadline_ops, workfl
 from ._options import check_id
 from ._records import DEADLINE_SEQ, LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo, Run
 from ._replay import TurnState
+from ._search_attributes import start_attributes
 from ._start_controls import create_controlled
 from ._stores._base import ChangeFeed
 from ._stores._ops import CreateRun
@@ -110,6 +111,7 @@ async def start_run(
     namespace: str,
     tags: tuple[str, ...] | list[str],
     timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+    search_attributes: Mapping[str, Any] | None = None,
 ) -> Run:
     """`Engine.start`: the run as stored, created and woken here if new."""
     rt.scheduler.check_open()
@@ -129,6 +131,7 @@ async def start_run(
             )
         app = None
     new = new_run(app, workflow, args, run_id, namespace, tags)
+    new = await with_search_attributes(rt.store, rt.app, new, search_attributes, rt.clock.now())
     timeout = timeout or workflow_timeout(app, new.workflow, new.version)
     # The run is created leased to this engine, so its first turn needs no
     # write of its own; if this engine dies, the lease lapses and any
@@ -167,6 +170,9 @@ class NewRun:
     namespace: str
     tags: tuple[str, ...] | list[str]
     controls: StartControls | None = None
+    # Checked by `start_attributes`, with the writes that record their types.
+    search_attributes: Mapping[str, Any] = attrs.field(factory=dict)
+    search_records: tuple[Op, ...] = ()
 
 
 def new_run(
@@ -218,6 +224,16 @@ def new_run(
     )
 
 
+async def with_search_attributes(
+    store: Store, app: App | None, new: NewRun, attributes: object, now: float
+) -> NewRun:
+    """``new`` with its search attributes checked (see `start_attributes`)."""
+    checked, records = await start_attributes(store, app, attributes, now)
+    if not checked:
+        return new
+    return attrs.evolve(new, search_attributes=checked, search_records=tuple(records))
+
+
 async def create_run(
     store: Store,
     rng: random.Random,
@@ -266,15 +282,17 @@ async def create_run(
         status="pending" if owner is None else "running",
         input=new.input,
         tags=tag_tuple,
+        search_attributes=dict(new.search_attributes),
         lease_owner=owner,
         lease_expiry=None if owner is None else now + lease_ttl,
         created_at=now,
         updated_at=now,
     )
+    with_run = [*also(run), *new.search_records]
     if new.controls is not None:
-        stored, created = await create_controlled(store, run, new.controls, also(run))
+        stored, created = await create_controlled(store, run, new.controls, with_run)
     else:
-        [(stored, created), *_] = await store.apply([CreateRun(run), *also(run)])
+        [(stored, created), *_] = await store.apply([CreateRun(run), *with_run])
     if not created:
         return _same_workflow(stored, new.workflow, new.namespace), False
     return stored, True

@@ -8,6 +8,7 @@ started (`StartsRuns._start`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Concatenate, overload
 
 from ._app import A1, A2, A3, A4, A5, P, R, Workflow
@@ -26,6 +27,7 @@ class StartsRuns:
         namespace: str,
         tags: tuple[str, ...] | list[str],
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[Any]:
         raise NotImplementedError
 
@@ -39,6 +41,7 @@ class StartsRuns:
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[R]: ...
 
     @overload
@@ -52,6 +55,7 @@ class StartsRuns:
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[R]: ...
 
     @overload
@@ -66,6 +70,7 @@ class StartsRuns:
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[R]: ...
 
     @overload
@@ -81,6 +86,7 @@ class StartsRuns:
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[R]: ...
 
     @overload
@@ -97,6 +103,7 @@ class StartsRuns:
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[R]: ...
 
     @overload
@@ -114,6 +121,7 @@ class StartsRuns:
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[R]: ...
 
     @overload
@@ -126,6 +134,7 @@ class StartsRuns:
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[Any]: ...
 
     async def start(
@@ -137,6 +146,7 @@ class StartsRuns:
         namespace: str = DEFAULT_NAMESPACE,
         tags: tuple[str, ...] | list[str] = (),
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[Any]:
         """Start a run of ``workflow`` with positional ``args``.
 
@@ -171,6 +181,11 @@ class StartsRuns:
             and the children it awaits with it. Defaults to the
             workflow's ``@app.workflow(timeout=)``; a chain continued as
             new shares it (see docs/run-controls.md).
+          search_attributes: The run's search attributes by name, each
+            declared (`App.search_attribute`) and of its type; filter runs
+            by them with ``list_runs(search_attributes=...)`` (see
+            docs/search-attributes.md). An idempotent start of an existing
+            run leaves its attributes as they are.
 
         Returns:
           A `RunHandle`: the run as stored, whose ``result()`` waits for its
@@ -184,8 +199,12 @@ class StartsRuns:
           RunConflictError: ``run_id`` belongs to a run of another workflow,
             or to a run of another namespace (the error says nothing of
             that run).
+          SearchAttributeError: A search attribute is not declared, or its
+            value is not of its type; nothing is written.
           UsageError: ``run_id``, ``namespace``, ``tags`` or ``timeout`` are
             malformed.
           StoreError: The store failed.
         """
-        return await self._start(workflow, args, run_id, namespace, tags, timeout)
+        return await self._start(
+            workflow, args, run_id, namespace, tags, timeout, search_attributes=search_attributes
+        )

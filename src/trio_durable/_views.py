@@ -305,4 +305,7 @@ def plain(value: Any, *, compact_errors: bool = False) -> Any:
         return {key: plain(item, compact_errors=compact_errors) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [plain(item, compact_errors=compact_errors) for item in value]
+    if isinstance(value, datetime.datetime):
+        # A search attribute's value.
+        return value.isoformat()
     return value

@@ -9,6 +9,7 @@ tables, times are UTC.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -37,6 +38,9 @@ def document(value: Any) -> Any:
         return {str(key): document(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [document(item) for item in value]
+    if isinstance(value, datetime.datetime):
+        # A search attribute's value.
+        return value.isoformat()
     return value
 
 
@@ -82,6 +86,9 @@ def run_table(run: Run, parent_id: str | None = None) -> RenderableType:
         ("lease", f"{run.lease_owner} until {when(run.lease_expiry)}" if run.lease_owner else None),
         ("recoveries", run.recoveries),
     ]
+    rows.extend(
+        (f"search: {name}", document(value)) for name, value in run.search_attributes.items()
+    )
     return table(f"Run {run.id}", ["field", "value"], rows)
 
 

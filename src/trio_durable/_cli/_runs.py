@@ -27,8 +27,10 @@ from .._blob_store import with_blobs_from_env
 from .._client import Client, open_client
 from .._exceptions import RunFailed
 from .._records import TERMINAL_STATUSES, Run, RunStatus
+from .._search_attributes import stored_types
+from .._search_values import parse_where
 from .._stores._versions import has_schema_versions, schema_version
-from .._views import FanPage, Retention
+from .._views import FanPage, Retention, RunPage
 from ._apps import load_app
 from ._codec import env_codec
 from ._common import (
@@ -148,6 +150,13 @@ def namespace_option(fn: F) -> F:
 )
 @click.option("--cursor", metavar="CURSOR", help="The page after the one that printed it.")
 @click.option("--facets", is_flag=True, help="Also count the runs per status.")
+@click.option(
+    "--where",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Only runs whose search attribute matches (repeat for more): NAME=VALUE, or for"
+    " int, float and datetime attributes NAME>VALUE, >=, <, <=.",
+)
 @json_option
 def list_command(
     store: str | None,
@@ -161,13 +170,17 @@ def list_command(
     limit: int,
     cursor: str | None,
     facets: bool,
+    where: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """List the runs that match every filter, newest first, a page at a time.
 
     WHEN is an ISO 8601 date or time (UTC unless it has an offset), seconds
     since the epoch, or an age like 2h (that long ago). A page that is not
-    the last ends with the --cursor of the next.
+    the last ends with the --cursor of the next. --where filters by search
+    attributes, typed as the store records them: a keyword list matches if
+    it holds VALUE, a bool is true or false, a datetime is ISO 8601 with an
+    offset.
     """
     statuses = cast(tuple[RunStatus, ...], names(status))
     unknown = [s for s in statuses if s not in STATUSES]
@@ -175,9 +188,10 @@ def list_command(
         raise click.BadParameter(
             f"{unknown[0]!r} is not a status ({', '.join(STATUSES)})", param_hint="'--status'"
         )
-    page = with_client(
-        store,
-        lambda client: client.list_runs(
+
+    async def read_page(client: Client) -> RunPage:
+        search = parse_where(where, await stored_types(client.store)) if where else None
+        return await client.list_runs(
             status=statuses or None,
             workflow=workflow,
             namespace=namespace,
@@ -188,8 +202,10 @@ def list_command(
             limit=limit,
             cursor=cursor,
             facets=facets,
-        ),
-    )
+            search_attributes=search,
+        )
+
+    page = with_client(store, read_page)
     if as_json:
         print_json(document(page))
         return

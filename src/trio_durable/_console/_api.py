@@ -17,6 +17,8 @@ from starlette.routing import BaseRoute, Route
 
 from .._exceptions import UsageError
 from .._fleet_report import fleet_report
+from .._search_attributes import stored_types
+from .._search_values import parse_where
 from . import _params
 from ._app import ApiError, console_of, read_object
 from ._etags import etag, matches, not_modified, read_stamp
@@ -105,8 +107,13 @@ def _json(data: Any, tag: str | None = None) -> JSONResponse:
 
 async def _runs(request: Request) -> JSONResponse:
     filters = _params.run_filters(request)
+    source = console_of(request).source
     try:
-        page = await console_of(request).source.list_runs(**filters)
+        where = request.query_params.getlist("where")
+        if where:
+            # NAME=VALUE, typed as the store records the attribute.
+            filters["search_attributes"] = parse_where(where, await stored_types(source.store))
+        page = await source.list_runs(**filters)
     except UsageError as exc:
         # The filters' values that only the query checks (statuses, cursor).
         raise ApiError(400, "bad_parameter", str(exc)) from None

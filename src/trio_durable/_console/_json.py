@@ -16,6 +16,7 @@ from .._codec import shown_sealed
 from .._fleet_report import FleetReport
 from .._on_error import lineage, parent_of
 from .._records import Run
+from .._search_values import plain_value
 from .._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage
 from .._views import plain as views_plain
 
@@ -73,6 +74,9 @@ def run_json(run: Run, paths: Paths, *, payloads: bool = False) -> dict[str, Any
         "recoveries": run.recoveries,
         "created_at": run.created_at,
         "updated_at": run.updated_at,
+        "search_attributes": {
+            name: plain_value(value) for name, value in run.search_attributes.items()
+        },
     }
     if payloads:
         data["input"] = _payload(run.input)

@@ -25,6 +25,8 @@ from starlette.staticfiles import StaticFiles
 from .._exceptions import UsageError
 from .._on_error import lineage
 from .._records import RunStatus
+from .._search_attributes import stored_types
+from .._search_values import parse_where
 from .._views import FOLD_WIDTH, FanPage, FanStats, HistoryEntry
 from ._render import FAN_PAGE, error_response, page_response
 
@@ -82,13 +84,19 @@ async def runs_page(request: Request) -> Response:
         "namespace": _one(request, "namespace"),
         "tag": _one(request, "tag"),
         "parent": _one(request, "parent"),
+        "where": _one(request, "where"),
     }
     if filters["status"] is not None and filters["status"] not in RUN_STATUSES:
         raise UsageError(
             f"status must be one of {', '.join(RUN_STATUSES)}, not {filters['status']!r}"
         )
     cursor = _one(request, "cursor")
-    page = await _source(request).list_runs(
+    source = _source(request)
+    search = None
+    if filters["where"] is not None:
+        # NAME=VALUE (or NAME>=VALUE, ...), typed as the store records it.
+        search = parse_where([filters["where"]], await stored_types(source.store))
+    page = await source.list_runs(
         status=filters["status"],  # type: ignore[arg-type]
         workflow=filters["workflow"],
         namespace=filters["namespace"],
@@ -97,6 +105,7 @@ async def runs_page(request: Request) -> Response:
         limit=RUNS_PAGE,
         cursor=cursor,
         facets=True,
+        search_attributes=search,
     )
     facets = dict(page.facets or {})
     return page_response(

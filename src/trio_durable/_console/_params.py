@@ -34,6 +34,7 @@ RUN_FILTERS: Final = frozenset(
         "limit",
         "cursor",
         "facets",
+        "where",
     }
 )
 FAN_PARAMETERS: Final = frozenset({"offset", "limit", "failed", "namespace"})

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from .._codec import shown_sealed
+from .._search_values import search_terms
 from .._views import FanStats
 
 FAN_PAGE: Final = 50
@@ -81,6 +82,7 @@ def environment() -> jinja2.Environment:
     env.filters["pretty"] = pretty
     env.globals["query"] = query
     env.globals["segments"] = segments
+    env.filters["search_terms"] = search_terms
     return env
 
 

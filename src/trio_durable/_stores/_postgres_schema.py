@@ -22,9 +22,10 @@ from psycopg import sql
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 from ._hook_sql import TABLES as HOOK_TABLES
+from ._search_sql import POSTGRES_MIGRATION as SEARCH_MIGRATION
 from ._values_sql import POSTGRES_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -220,6 +221,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (*HOOK_TABLES, "DROP INDEX checkpoints_status", CHECKPOINTS_STATUS),
     # 4: keyed values (see `._values_sql`).
     (VALUES_TABLE,),
+    # 5: runs' search attributes, indexed in run_search (see `._search_sql`).
+    SEARCH_MIGRATION,
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -15,12 +15,13 @@ from .._records import (
     load_error,
     load_errors,
 )
+from .._search_values import dump_attributes, load_attributes
 from ._base import run_due_at
 
 RUN_FIELDS: Final = (
     "id", "workflow", "version", "namespace", "status", "input", "output", "error", "tags",
     "parent_id", "parent_seq", "lease_owner", "lease_expiry", "wake_at", "compensate",
-    "recoveries", "created_at", "updated_at",
+    "recoveries", "created_at", "updated_at", "search_attributes",
 )  # fmt: skip
 RUN_COLUMNS: Final = ", ".join(RUN_FIELDS)
 CHECKPOINT_FIELDS: Final = (
@@ -47,6 +48,7 @@ def load_tags(text: str) -> tuple[str, ...]:
 _RUN_ENCODERS: Final[dict[str, Callable[[Any], Any]]] = {
     "error": dump_error,
     "tags": dump_tags,
+    "search_attributes": dump_attributes,
 }
 
 
@@ -61,7 +63,8 @@ def run_row(run: Run) -> tuple[Any, ...]:
         run.id, run.workflow, run.version, run.namespace, run.status, run.input, run.output,
         dump_error(run.error), dump_tags(run.tags), run.parent_id, run.parent_seq,
         run.lease_owner, run.lease_expiry, run.wake_at, run.compensate, run.recoveries,
-        run.created_at, run.updated_at, run_due_at(run),
+        run.created_at, run.updated_at, dump_attributes(run.search_attributes),
+        run_due_at(run),
     )  # fmt: skip
 
 
@@ -70,6 +73,7 @@ def load_run(row: Any) -> Run:
     fields = dict(zip(RUN_FIELDS, row, strict=True))
     fields["error"] = load_error(fields["error"])
     fields["tags"] = load_tags(fields["tags"])
+    fields["search_attributes"] = load_attributes(fields["search_attributes"])
     # PostgreSQL keeps a boolean, SQLite an integer.
     fields["compensate"] = bool(fields["compensate"])
     return Run(**fields)

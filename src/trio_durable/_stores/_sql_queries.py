@@ -10,6 +10,9 @@ indexes of their schemas serve (their tests assert the plans):
 - runs with tags: ``run_tags``, one row per tag of a run keyed by
   ``(tag, created_at, run_id)`` (triggers on ``runs`` keep it), walked
   backwards for the first tag, the others looked up by key;
+- runs by search attributes: ``run_search`` (see `._search_sql`), walked
+  for the first equality if no tag is given, the other conditions probed
+  per run;
 - a fan's members by status, a fan summed up and a run's stamp:
   ``checkpoints_status``, which covers the columns they read (``(run_id,
   status, seq, attempts, enqueued_at, started_at, finished_at)``); ended
@@ -38,6 +41,8 @@ from .._records import (
 )
 from ._group_commit import Counts, GroupCommit
 from ._rows import CHECKPOINT_COLUMNS, load_checkpoint, load_run
+from ._search_sql import probe as search_probe
+from ._search_sql import walk as search_walk
 
 if TYPE_CHECKING:
     from ._sql_store import Dialect
@@ -135,6 +140,20 @@ def _where(
             params.append(tag)
     else:
         created, ident, source = "r.created_at", "r.id", runs
+    search = list(where.search)
+    walked = None if where.tags else next((c for c in search if c.op == "="), None)
+    if walked is not None:
+        # Walk run_search for an equality, as run_tags for a tag.
+        search.remove(walked)
+        table, condition, values = search_walk(p, walked)
+        created, ident = "s.created_at", "s.run_id"
+        source = f"{table} CROSS JOIN {runs}"
+        clauses.append(f"{condition} AND r.id = s.run_id")
+        params.extend(values)
+    for other in search:
+        condition, values = search_probe(p, other, ident)
+        clauses.append(condition)
+        params.extend(values)
     if statuses is not None:
         wanted = sorted(statuses)
         clauses.append(f"r.status IN ({', '.join([p] * len(wanted))})")

@@ -18,17 +18,20 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
+from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
+from ._search_sql import SQLITE_TABLES as SEARCH_TABLES
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
 indexed the queries of `Store.find_runs` (``run_tags`` and the indexes of
 runs by status, workflow, namespace and end) and added ``announcements``;
 version 4 added webhooks, breakpoints, paused steps and settings; version 5
-added keyed values (``durable_values``). An older file is migrated when it
-is opened."""
+added keyed values (``durable_values``); version 6 added runs' search
+attributes (``runs.search_attributes`` and its index ``run_search``). An
+older file is migrated when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
 """Seconds between two looks of a store's watch for commits of other
@@ -72,7 +75,8 @@ _SCHEMA: Final = (
         recoveries INTEGER NOT NULL,
         created_at REAL NOT NULL,
         updated_at REAL NOT NULL,
-        due_at REAL
+        due_at REAL,
+        search_attributes TEXT NOT NULL DEFAULT '{}'
     )
     """,
     # A run's input, written once, when the run is created. SQLite writes a
@@ -223,6 +227,7 @@ _SCHEMA: Final = (
     """,
     *HOOK_TABLES,
     VALUES_TABLE,
+    *SEARCH_TABLES,
 )
 
 _MIGRATIONS: Final = {
@@ -245,7 +250,24 @@ _MIGRATIONS: Final = {
     3: ("DROP INDEX checkpoints_status", CHECKPOINTS_STATUS),
     # From version 4: ``durable_values``, a new table, the schema creates.
     4: (),
+    # From version 5: the runs' column of search attributes (none, in the
+    # runs already there, so ``run_search`` starts empty); the index and its
+    # triggers the schema creates.
+    5: (SEARCH_COLUMN,),
 }
+
+_ADDED_COLUMNS: Final = {SEARCH_COLUMN: ("runs", "search_attributes")}
+"""Migrations that add a column, with the column: skipped where it exists
+(SQLite has no ``ADD COLUMN IF NOT EXISTS``)."""
+
+
+def _migrate(cur: sqlite3.Cursor, statement: str) -> None:
+    added = _ADDED_COLUMNS.get(statement)
+    if added is not None:
+        table, column = added
+        if any(row[1] == column for row in cur.execute(f"PRAGMA table_info({table})")):
+            return
+    cur.execute(statement)
 
 
 def parse_url(url: str) -> tuple[str, str, float]:
@@ -359,7 +381,7 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
                 # Version 0 is a new file, which needs no migration.
                 for older in range(version, SCHEMA_VERSION) if version else ():
                     for statement in _MIGRATIONS[older]:
-                        cur.execute(statement)
+                        _migrate(cur, statement)
                 cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             cur.execute("COMMIT")
         cur.close()

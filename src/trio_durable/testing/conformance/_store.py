@@ -27,6 +27,7 @@ from ._store_hooks import HOOKS_CHECKS
 from ._store_queries import QUERIES_CHECKS
 from ._store_queues import QUEUES_CHECKS
 from ._store_runs import RUNS_CHECKS
+from ._store_search import SEARCH_CHECKS
 from ._store_signals import SIGNALS_CHECKS
 from ._store_stamps import STAMPS_CHECKS
 from ._store_support import (
@@ -203,6 +204,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     *QUERIES_CHECKS,
     *STAMPS_CHECKS,
     *VALUES_CHECKS,
+    *SEARCH_CHECKS,
     check_handles_share_one_store,
     check_announcements_reach_the_watches_of_other_writers,
     check_statistics_count_rows_read,
