@@ -373,3 +373,30 @@ async def test_start_child_sets_the_child_s_attributes(
     assert [run.id for run in found.runs] == ["p.child.1"]
     assert message == "search attribute 'vip' takes a bool, not 'yes'"
     assert history.entries == ()
+
+
+async def test_a_fork_keeps_the_attributes_of_the_original(
+    store: td.Store, open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_test_engine(app, store=store) as engine:
+        handle = await engine.start(order, 5, run_id="f1", search_attributes={"customer": "acme"})
+        assert await handle.result() == 5
+        fork = await engine.fork("f1", from_seq=1, new_run_id="f1-again")
+        assert await engine.result(fork.id) == 5
+        forked = await engine.get("f1-again")
+        assert forked.search_attributes["stage"] == "shipped"
+        page = await engine.list_runs(search_attributes={"stage": "shipped"})
+        assert {run.id for run in page.runs} == {"f1", "f1-again"}
+
+
+async def test_attributes_stay_searchable_under_a_codec(
+    store: td.Store, open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    codec = td.AesGcmCodec(td.Keyring.single(bytes(range(32))))
+    async with open_test_engine(app, store=store, codec=codec) as engine:
+        await engine.start(order, 7, run_id="c1", search_attributes={"customer": "acme"})
+        await engine.start(order, 8, run_id="c2", search_attributes={"customer": "other"})
+        await trio.sleep(1)  # both wait in their first sleep, "acme" still set
+        page = await engine.list_runs(search_attributes={"customer": "acme"})
+        assert [run.id for run in page.runs] == ["c1"]
+        assert (await engine.get("c1")).input != (await store.get_run("c1")).input  # type: ignore[union-attr]

@@ -153,6 +153,9 @@ async def fork_run(
             status="pending",
             input=original.input,
             tags=without_on_error_tags(original.tags),
+            # As the original has them now: upserts before from_seq replay
+            # without writing, so the fork would otherwise lack them.
+            search_attributes=original.search_attributes,
             created_at=now,
             updated_at=now,
         )
