@@ -26,33 +26,22 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final, overload
 
 import attrs
-import trio
 
 from ._blobs import Blobs, BlobStore, check_blob_options
 from ._clock import Clock
 from ._exceptions import UsageError
 from ._records import (
-    Breakpoint,
     Checkpoint,
-    CheckpointStatus,
-    FanCounts,
-    PausedStep,
-    QueueDepth,
     Run,
     RunFilter,
-    RunStamp,
     RunStatus,
-    StoredValue,
-    Webhook,
 )
-from ._stores._base import ChangeFeed, RunWatch, Store, StoreStatistics, TurnState
-from ._stores._helpers import StoreHelpers
+from ._stores._base import Store, TurnState
 from ._stores._ops import (
-    Announce,
     ClaimCheckpoint,
     CreateRun,
     DeliverSignal,
@@ -62,6 +51,7 @@ from ._stores._ops import (
     SettleCheckpoint,
     UpdateRun,
 )
+from ._stores._wrapping import StoreWrapper, wrapped
 
 SCOPE: Final = "blob"
 """The keyed values' scope of blob references."""
@@ -127,7 +117,7 @@ class _Batch:
         return known if known is not None else await self.blobs.resolve(text)
 
 
-class BlobbingStore(StoreHelpers):
+class BlobbingStore(StoreWrapper):
     """A `Store` that keeps payloads over ``blobs``' threshold in its blob
     store (see the module's docstring). Whatever it does not define (a
     store's change feed, its watch, its scope) is the wrapped store's.
@@ -143,14 +133,6 @@ class BlobbingStore(StoreHelpers):
         self.inner = inner
         self.blobs = blobs
         self.grace = grace
-
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for what this class does not define: the optional
-        # protocols (`ChangeFeed`, `RunWatch`) and a store's own extras, so
-        # that `isinstance(store, RunWatch)` answers for the wrapped store.
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
     def __repr__(self) -> str:
         return f"BlobbingStore({self.inner!r}, {self.blobs.store!r})"
@@ -271,67 +253,6 @@ class BlobbingStore(StoreHelpers):
     async def buffered_signals(self, token: str) -> list[str]:
         return [await self.blobs.resolve(p) for p in await self.inner.buffered_signals(token)]
 
-    # Reads without payloads: the wrapped store's.
-
-    async def count_checkpoints(
-        self,
-        run_id: str,
-        from_seq: int,
-        to_seq: int,
-        statuses: Collection[CheckpointStatus],
-        limit: int | None = None,
-    ) -> int:
-        return await self.inner.count_checkpoints(run_id, from_seq, to_seq, statuses, limit)
-
-    async def list_due_runs(self, now: float, limit: int) -> list[str]:
-        return await self.inner.list_due_runs(now, limit)
-
-    async def next_due_time(self) -> float | None:
-        return await self.inner.next_due_time()
-
-    async def list_stalled_runs(self, limit: int) -> list[str]:
-        return await self.inner.list_stalled_runs(limit)
-
-    async def signal_waiter(self, token: str) -> tuple[str, int] | None:
-        return await self.inner.signal_waiter(token)
-
-    async def count_runs(self, where: RunFilter, **options: Any) -> dict[RunStatus, int]:
-        return await self.inner.count_runs(where, **options)
-
-    async def fan_counts(self, run_id: str) -> list[FanCounts]:
-        return await self.inner.fan_counts(run_id)
-
-    async def queue_depths(self) -> list[QueueDepth]:
-        return await self.inner.queue_depths()
-
-    async def run_stamp(self, run_id: str) -> RunStamp | None:
-        return await self.inner.run_stamp(run_id)
-
-    async def get_webhook(self, token_hash: str) -> Webhook | None:
-        return await self.inner.get_webhook(token_hash)
-
-    async def list_breakpoints(self) -> list[Breakpoint]:
-        return await self.inner.list_breakpoints()
-
-    async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
-        return await self.inner.paused_steps(run_id)
-
-    async def get_value(self, scope: str, key: str) -> StoredValue | None:
-        return await self.inner.get_value(scope, key)
-
-    async def list_values(
-        self, scope: str, *, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[StoredValue]:
-        return await self.inner.list_values(scope, prefix=prefix, after=after, limit=limit)
-
-    def statistics(self) -> StoreStatistics:
-        return self.inner.statistics()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    # Retention.
-
     async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
         pruned = await self.inner.prune_runs(older_than, limit)
         if pruned:
@@ -383,73 +304,10 @@ def blobs_of(store: Store) -> Blobs | None:
     return store.blobs if isinstance(store, BlobbingStore) else None
 
 
-class _Feed:
-    """`ChangeFeed`, forwarded to the wrapped store (a protocol check reads
-    the class, not ``__getattr__``, on newer Pythons)."""
-
-    inner: Any
-
-    def run_end_event(self, run_id: str) -> trio.Event:
-        event: trio.Event = self.inner.run_end_event(run_id)
-        return event
-
-    def due_event(self, before: float) -> trio.Event:
-        event: trio.Event = self.inner.due_event(before)
-        return event
-
-    def unwoken_runs(self) -> int:
-        count: int = self.inner.unwoken_runs()
-        return count
-
-    def unwoken_event(self) -> trio.Event:
-        event: trio.Event = self.inner.unwoken_event()
-        return event
-
-
-class _Watch:
-    """`RunWatch`, forwarded to the wrapped store."""
-
-    inner: Any
-
-    async def watch(
-        self,
-        origin: str,
-        deliver: Callable[[Sequence[Announce] | None], None],
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        await self.inner.watch(origin, deliver, task_status=task_status)
-
-
-@final
-class _FeedBlobbingStore(_Feed, BlobbingStore):
-    pass
-
-
-@final
-class _WatchBlobbingStore(_Watch, BlobbingStore):
-    pass
-
-
-@final
-class _FeedWatchBlobbingStore(_Feed, _Watch, BlobbingStore):
-    pass
-
-
 def blobbing_store(inner: Store, blobs: Blobs, grace: float) -> BlobbingStore:
     """``inner`` wrapped in a `BlobbingStore` that is a `ChangeFeed` and a
     `RunWatch` when ``inner`` is."""
-    feed, watch = isinstance(inner, ChangeFeed), isinstance(inner, RunWatch)
-    kind: type[BlobbingStore]
-    if feed and watch:
-        kind = _FeedWatchBlobbingStore
-    elif feed:
-        kind = _FeedBlobbingStore
-    elif watch:
-        kind = _WatchBlobbingStore
-    else:
-        kind = BlobbingStore
-    return kind(inner, blobs, grace)
+    return wrapped(BlobbingStore, inner)(inner, blobs, grace)
 
 
 @final

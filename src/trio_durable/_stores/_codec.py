@@ -23,34 +23,25 @@ Encoded (see docs/payload-codecs.md):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final, TypeVar, cast
 
 import attrs
-import trio
 
 from .._codec import PayloadCodec
 from .._exceptions import CodecError, UsageError
 from .._records import (
-    Breakpoint,
     Checkpoint,
     CheckpointStatus,
     ErrorInfo,
-    FanCounts,
-    PausedStep,
-    QueueDepth,
     Run,
     RunFilter,
-    RunStamp,
     RunStatus,
     StoredValue,
-    Webhook,
 )
-from ._base import ChangeFeed, RunWatch, Store, StoreStatistics, TurnState
-from ._helpers import StoreHelpers
+from ._base import Store, TurnState
 from ._hook_ops import KeepSetting
 from ._ops import (
-    Announce,
     ClaimCheckpoint,
     CreateRun,
     DeliverSignal,
@@ -62,6 +53,7 @@ from ._ops import (
     UpdateRun,
     WaitSignal,
 )
+from ._wrapping import StoreWrapper, wrapped
 
 _COMPACT = (",", ":")
 T = TypeVar("T")
@@ -262,7 +254,7 @@ def _or_stored(decode: Callable[[T], T], value: T) -> T:
         return value
 
 
-class CodecStore(StoreHelpers):
+class CodecStore(StoreWrapper):
     """A store that keeps payloads encoded by ``codec`` in ``store``.
 
     Implements the whole `Store` protocol by delegation to ``store``,
@@ -285,8 +277,7 @@ class CodecStore(StoreHelpers):
 
     def __new__(cls, store: Store, codec: PayloadCodec) -> CodecStore:
         if cls is CodecStore:
-            feed, watch = isinstance(store, ChangeFeed), isinstance(store, RunWatch)
-            cls = _VARIANTS[feed, watch]
+            cls = wrapped(CodecStore, store)
         return object.__new__(cls)
 
     def __init__(self, store: Store, codec: PayloadCodec) -> None:
@@ -299,13 +290,6 @@ class CodecStore(StoreHelpers):
         self.inner = store
         self.codec = codec
         self._coder = PayloadCoder(codec)
-
-    def __getattr__(self, name: str) -> Any:
-        # What a store offers beyond the protocol (a memory store's scope,
-        # ...) reads through; the protocol's methods are all defined here.
-        if name.startswith("_") or name in ("inner", "codec"):
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
     def __repr__(self) -> str:
         return f"CodecStore({self.inner!r}, {self.codec!r})"
@@ -390,101 +374,6 @@ class CodecStore(StoreHelpers):
     ) -> list[StoredValue]:
         found = await self.inner.list_values(scope, prefix=prefix, after=after, limit=limit)
         return [self._coder.value_out(value) for value in found]
-
-    # -- reads of no payload: straight through ------------------------------
-
-    async def count_checkpoints(
-        self,
-        run_id: str,
-        from_seq: int,
-        to_seq: int,
-        statuses: Collection[CheckpointStatus],
-        limit: int | None = None,
-    ) -> int:
-        return await self.inner.count_checkpoints(run_id, from_seq, to_seq, statuses, limit)
-
-    async def list_due_runs(self, now: float, limit: int) -> list[str]:
-        return await self.inner.list_due_runs(now, limit)
-
-    async def next_due_time(self) -> float | None:
-        return await self.inner.next_due_time()
-
-    async def list_stalled_runs(self, limit: int) -> list[str]:
-        return await self.inner.list_stalled_runs(limit)
-
-    async def signal_waiter(self, token: str) -> tuple[str, int] | None:
-        return await self.inner.signal_waiter(token)
-
-    async def count_runs(self, where: RunFilter) -> dict[RunStatus, int]:
-        return await self.inner.count_runs(where)
-
-    async def fan_counts(self, run_id: str) -> list[FanCounts]:
-        return await self.inner.fan_counts(run_id)
-
-    async def queue_depths(self) -> list[QueueDepth]:
-        return await self.inner.queue_depths()
-
-    async def run_stamp(self, run_id: str) -> RunStamp | None:
-        return await self.inner.run_stamp(run_id)
-
-    async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
-        return await self.inner.prune_runs(older_than, limit)
-
-    async def get_webhook(self, token_hash: str) -> Webhook | None:
-        return await self.inner.get_webhook(token_hash)
-
-    async def list_breakpoints(self) -> list[Breakpoint]:
-        return await self.inner.list_breakpoints()
-
-    async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
-        return await self.inner.paused_steps(run_id)
-
-    def statistics(self) -> StoreStatistics:
-        return self.inner.statistics()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-class _Feed(CodecStore):
-    """The `ChangeFeed` of the store underneath."""
-
-    def run_end_event(self, run_id: str) -> trio.Event:
-        return cast(ChangeFeed, self.inner).run_end_event(run_id)
-
-    def due_event(self, before: float) -> trio.Event:
-        return cast(ChangeFeed, self.inner).due_event(before)
-
-    def unwoken_runs(self) -> int:
-        return cast(ChangeFeed, self.inner).unwoken_runs()
-
-    def unwoken_event(self) -> trio.Event:
-        return cast(ChangeFeed, self.inner).unwoken_event()
-
-
-class _Watch(CodecStore):
-    """The `RunWatch` of the store underneath (announcements carry no payload)."""
-
-    async def watch(
-        self,
-        origin: str,
-        deliver: Callable[[Sequence[Announce] | None], None],
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        await cast(RunWatch, self.inner).watch(origin, deliver, task_status=task_status)
-
-
-class _FeedWatch(_Feed, _Watch):
-    """Both."""
-
-
-_VARIANTS: dict[tuple[bool, bool], type[CodecStore]] = {
-    (False, False): CodecStore,
-    (True, False): _Feed,
-    (False, True): _Watch,
-    (True, True): _FeedWatch,
-}
 
 
 def with_codec(store: Store, codec: PayloadCodec | None) -> Store:
