@@ -21,7 +21,7 @@ import trio_durable as td
 from conftest import EngineFactory, fixed_wall
 from trio_durable._fork import FORKED_FROM_SEQ, forked_from_of
 from trio_durable._markers import CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
-from trio_durable._stores._ops import DeleteCheckpoints
+from trio_durable._stores._ops import DeleteCheckpoints, PutValue
 
 app = td.App("forks")
 
@@ -620,3 +620,27 @@ async def test_a_fork_past_a_cancellations_delivery_point_is_refused(
             with pytest.raises(td.ForkPointError, match="cancellation at seq 2"):
                 await call("g", from_seq=3)
         assert await _snapshot(engine, "g") == before
+
+
+async def test_an_update_left_in_the_inbox_is_applied_by_the_retry_not_by_a_fork(
+    autojump_clock: trio.testing.MockClock, store_url: str, open_test_engine: EngineFactory
+) -> None:
+    async with _engine(store_url, open_test_engine) as engine:
+        await _tally(engine)
+        # Accepted as the run ended, never applied: it stays in the inbox.
+        accepted = json.dumps({"name": "add", "args": "[100]", "at": 0.0})
+        await engine.store.apply(
+            [
+                PutValue("update:t", "record/late", accepted, 0.0),
+                PutValue("update:t", "inbox/late", accepted, 0.0),
+            ]
+        )
+        await engine.fork("t", from_seq=3, new_run_id="t2")
+        await engine.drain()
+        assert await engine.query("t2", "total") == 5
+        await engine.retry("t", from_seq=3)
+        await engine.drain()
+        assert await engine.query("t", "total") == 105
+        record = await engine.store.get_value("update:t", "record/late")
+        assert record is not None and record.value is not None
+        assert json.loads(record.value)["status"] == "completed"
