@@ -20,6 +20,8 @@ import trio.testing
 import trio_durable as td
 from conftest import EngineFactory, fixed_wall
 from trio_durable._fork import FORKED_FROM_SEQ, forked_from_of
+from trio_durable._markers import CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
+from trio_durable._stores._ops import DeleteCheckpoints, PutValue
 
 app = td.App("forks")
 
@@ -456,3 +458,189 @@ async def test_a_chain_continued_as_new_forks_into_a_chain_of_its_own(
         assert links == []
         await engine.retry("c.gen.2", from_seq=1)
         assert await engine.result("c") == 2
+
+
+# -- what a run records besides its body checkpoints ------------------------------------
+
+
+@app.workflow()
+async def tally(ctx: td.Context) -> int:
+    total = {"n": 0}
+
+    @ctx.update("add")
+    def add(n: int) -> int:
+        total["n"] += n
+        return total["n"]
+
+    @ctx.query("total")
+    def get_total() -> int:
+        return total["n"]
+
+    ctx.emit("start")
+    await ctx.wait_signal("go1")  # seq 1 (an update applied while it waits)
+    ctx.set_event("stage", "first")  # seq 2
+    ctx.emit(f"first {total['n']}")
+    await ctx.wait_signal("go2")  # seq 3 (another update)
+    ctx.set_event("stage", "second")  # seq 4
+    ctx.set_event("late", total["n"])  # seq 5
+    ctx.emit(f"second {total['n']}")
+    return total["n"]
+
+
+async def _tally(engine: td.Engine) -> None:
+    """A tally that applied 5 at seq 1 and 10 at seq 3, and ended with 15."""
+    await engine.start(tally, run_id="t")
+    await engine.drain()
+    assert await engine.update("t", "add", 5) == 5
+    await engine.signal("t", "go1")
+    await engine.drain()
+    assert await engine.update("t", "add", 10) == 15
+    await engine.signal("t", "go2")
+    assert await engine.result("t") == 15
+
+
+async def _stream(engine: td.Engine, run_id: str) -> list[tuple[int, Any]]:
+    return [item async for item in engine.stream(run_id)]
+
+
+async def _events(engine: td.Engine, run_id: str) -> tuple[Any, Any]:
+    stage = await engine.get_event(run_id, "stage", timeout=0)
+    return stage, await engine.get_event(run_id, "late", timeout=0)
+
+
+async def test_a_fork_replays_the_updates_and_publishes_the_values_before_the_seq(
+    autojump_clock: trio.testing.MockClock, store_url: str, open_test_engine: EngineFactory
+) -> None:
+    async with _engine(store_url, open_test_engine) as engine:
+        await _tally(engine)
+        fork = await engine.fork("t", from_seq=3, new_run_id="t2")
+        await engine.drain()
+        # The update at seq 1 is applied again, the one at seq 3 is not.
+        assert await engine.query("t2", "total") == 5
+        # The value published before seq 3 is the fork's from its creation.
+        assert await _events(engine, "t2") == ("first", None)
+        await engine.signal("t2", "go2")
+        assert await fork.result() == 5
+        assert await _events(engine, "t2") == ("second", 5)
+        # The replay emitted the values before seq 3 into the fork's own
+        # stream, once each; the original's stream is left as it was.
+        assert await _stream(engine, "t2") == [(0, "start"), (1, "first 5"), (2, "second 5")]
+        assert await _stream(engine, "t") == [(0, "start"), (1, "first 5"), (2, "second 15")]
+        assert await _events(engine, "t") == ("second", 15)
+
+
+async def test_a_retry_in_place_keeps_what_came_before_the_seq_and_drops_the_rest(
+    autojump_clock: trio.testing.MockClock, store_url: str, open_test_engine: EngineFactory
+) -> None:
+    async with _engine(store_url, open_test_engine) as engine:
+        await _tally(engine)
+        await engine.retry("t", from_seq=3)
+        await engine.drain()
+        assert await engine.query("t", "total") == 5
+        assert await _events(engine, "t") == ("first", None)
+        assert await _stream_so_far(engine, "t") == ["start", "first 5"]
+        await engine.signal("t", "go2")
+        assert await engine.result("t") == 5
+        assert await _events(engine, "t") == ("second", 5)
+        assert await _stream(engine, "t") == [(0, "start"), (1, "first 5"), (2, "second 5")]
+        # From seq 1, nothing of the updates is left.
+        await engine.retry("t", from_seq=1)
+        await engine.drain()
+        assert await engine.query("t", "total") == 0
+        assert await _events(engine, "t") == (None, None)
+        assert await _stream_so_far(engine, "t") == ["start"]
+
+
+async def _stream_so_far(engine: td.Engine, run_id: str) -> list[Any]:
+    rows = await engine.store.list_values(f"stream:{run_id}", limit=100)
+    return [json.loads(row.value) for row in rows if row.value is not None]
+
+
+@app.workflow(check_arguments=True)
+async def guarded(ctx: td.Context) -> str:
+    data = await ctx.step(fetch, "guarded")  # seq 1
+    try:
+        await ctx.wait_signal("answer")  # seq 2
+    except td.Cancelled:
+        with ctx.shield():
+            await ctx.step(publish, "cleanup")  # seq 3
+        raise
+    return data
+
+
+async def test_reserved_records_a_fork_copies_and_a_retry_keeps(
+    autojump_clock: trio.testing.MockClock, store_url: str, open_test_engine: EngineFactory
+) -> None:
+    async with _engine(store_url, open_test_engine) as engine:
+        await engine.start(guarded, run_id="g")
+        await engine.drain()
+        await engine.cancel("g")
+        with pytest.raises(td.RunCancelled):
+            await engine.result("g")
+        seqs = [cp.seq for cp in await engine.store.get_checkpoints("g")]
+        assert seqs == [1, 2, 3, CHECKED_FROM_SEQ, CANCELLED_AT_SEQ]
+        with pytest.raises(td.ForkPointError):
+            await engine.fork("g", from_seq=4)
+        # The argument check's start (seq 1) is copied, the cancellation's
+        # delivery point is not: the fork is not cancelled.
+        fork = await engine.fork("g", from_seq=2, new_run_id="g2")
+        await engine.drain()
+        seqs = [cp.seq for cp in await engine.store.get_checkpoints("g2")]
+        assert seqs == [1, 2, FORKED_FROM_SEQ, CHECKED_FROM_SEQ]
+        await engine.signal("g2", "answer", "yes")
+        assert await fork.result() == "data of guarded"
+        # In place: the delivery point goes with the cleanup after it.
+        await engine.retry("g", from_seq=2)
+        await engine.drain()
+        assert (await engine.get("g")).status == "suspended"
+        seqs = [cp.seq for cp in await engine.store.get_checkpoints("g")]
+        assert seqs == [1, 2, CHECKED_FROM_SEQ]
+        await engine.cancel("g")
+        with pytest.raises(td.RunCancelled):
+            await engine.result("g")
+        cps = {cp.seq: cp for cp in await engine.store.get_checkpoints("g")}
+        assert (cps[CANCELLED_AT_SEQ].output, cps[3].name) == ("2", "publish")
+        assert await _events(engine, "g") == (None, None)
+
+
+async def test_a_fork_past_a_cancellations_delivery_point_is_refused(
+    autojump_clock: trio.testing.MockClock, store_url: str, open_test_engine: EngineFactory
+) -> None:
+    async with _engine(store_url, open_test_engine) as engine:
+        await engine.start(guarded, run_id="g")
+        await engine.drain()
+        await engine.cancel("g")
+        with pytest.raises(td.RunCancelled):
+            await engine.result("g")
+        # Settle the wait the cancellation cut, as a run with nothing
+        # recorded where it got it would hold.
+        await engine.store.apply([DeleteCheckpoints("g", (2,))])
+        before = await _snapshot(engine, "g")
+        for call in (engine.fork, engine.retry):
+            with pytest.raises(td.ForkPointError, match="cancellation at seq 2"):
+                await call("g", from_seq=3)
+        assert await _snapshot(engine, "g") == before
+
+
+async def test_an_update_left_in_the_inbox_is_applied_by_the_retry_not_by_a_fork(
+    autojump_clock: trio.testing.MockClock, store_url: str, open_test_engine: EngineFactory
+) -> None:
+    async with _engine(store_url, open_test_engine) as engine:
+        await _tally(engine)
+        # Accepted as the run ended, never applied: it stays in the inbox.
+        accepted = json.dumps({"name": "add", "args": "[100]", "at": 0.0})
+        await engine.store.apply(
+            [
+                PutValue("update:t", "record/late", accepted, 0.0),
+                PutValue("update:t", "inbox/late", accepted, 0.0),
+            ]
+        )
+        await engine.fork("t", from_seq=3, new_run_id="t2")
+        await engine.drain()
+        assert await engine.query("t2", "total") == 5
+        await engine.retry("t", from_seq=3)
+        await engine.drain()
+        assert await engine.query("t", "total") == 105
+        record = await engine.store.get_value("update:t", "record/late")
+        assert record is not None
+        assert json.loads(record.value or "{}")["status"] == "completed"

@@ -31,19 +31,31 @@ from ._exceptions import (
     LeaseLostError,
     RunConflictError,
 )
+from ._handlers import UPDATES_SEQ, read_log
 from ._lifecycle import continued_to, deadline_ops, started_output, workflow_timeout
+from ._markers import CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
 from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
 from ._options import check_id
-from ._records import DEADLINE_SEQ, TERMINAL_STATUSES, Checkpoint, Run, signal_token
+from ._published import event_scope
+from ._records import (
+    DEADLINE_SEQ,
+    TERMINAL_STATUSES,
+    Checkpoint,
+    Run,
+    StoredValue,
+    signal_token,
+)
 from ._stores._base import WriteConflict
 from ._stores._ops import (
     CreateRun,
     DeleteCheckpoints,
     Op,
     PutCheckpoint,
+    PutValue,
     RemoveSignalWaiter,
     UpdateRun,
 )
+from ._streams import PAGE, STREAM_SEQ, stream_scope
 
 if TYPE_CHECKING:
     from ._app import App
@@ -88,6 +100,14 @@ def check_from_seq(run: Run, checkpoints: Sequence[Checkpoint], from_seq: object
                 f" {first} to {first + size - 1} of run {run.id!r}:"
                 f" run from {first} (the whole fan) or from {first + size}"
             )
+    delivered = _recorded_seq(checkpoints, CANCELLED_AT_SEQ)
+    if delivered is not None and from_seq > delivered:
+        # Past it are the body's cleanup steps, which only a body that gets
+        # `Cancelled` there replays.
+        raise ForkPointError(
+            f"run {run.id!r} got its cancellation at seq {delivered} and cleaned up after it:"
+            f" run from seq {delivered} or before"
+        )
     for cp in body:
         if cp.seq < from_seq and cp.status not in ("completed", "failed"):
             raise ForkPointError(
@@ -95,6 +115,103 @@ def check_from_seq(run: Run, checkpoints: Sequence[Checkpoint], from_seq: object
                 f" (it is {cp.status}): run from seq {cp.seq} or before"
             )
     return from_seq
+
+
+def _recorded_seq(checkpoints: Sequence[Checkpoint], seq: int) -> int | None:
+    """The seq a reserved record at ``seq`` holds as its output, or None."""
+    for cp in checkpoints:
+        if cp.seq == seq and cp.output is not None:
+            return int(json.loads(cp.output))
+    return None
+
+
+def _update_log(checkpoints: Sequence[Checkpoint], from_seq: int) -> tuple[str | None, bool]:
+    """The run's update log with only the updates applied before
+    ``from_seq`` (None: none), and whether it dropped any."""
+    for cp in checkpoints:
+        if cp.seq == UPDATES_SEQ:
+            log = read_log(cp)
+            kept = [attrs.asdict(item) for item in log if item.at < from_seq]
+            text = json.dumps(kept, separators=(",", ":")) if kept else None
+            return text, len(kept) < len(log)
+    return None, False
+
+
+def _published(checkpoints: Sequence[Checkpoint], from_seq: int) -> dict[str, str]:
+    """The values published (`Context.set_event`) before ``from_seq``, the
+    last one of each key, as JSON text."""
+    values: dict[str, str] = {}
+    for cp in sorted(checkpoints, key=lambda cp: cp.seq):
+        event = cp.kind == "signal" and cp.name.startswith("event:")
+        if event and 0 < cp.seq < from_seq and cp.input is not None:
+            values[cp.name[len("event:") :]] = cp.input
+    return values
+
+
+def _carried(
+    checkpoints: Sequence[Checkpoint], fork_id: str, from_seq: int, now: float
+) -> list[Op]:
+    """The writes that give a fork the original's records of what came
+    before ``from_seq`` other than its body checkpoints: the updates applied
+    then (replayed at the same points), the values published then, and the
+    start of the argument check if it began before."""
+    ops: list[Op] = []
+    log, _ = _update_log(checkpoints, from_seq)
+    checked = _recorded_seq(checkpoints, CHECKED_FROM_SEQ)
+    for cp in checkpoints:
+        if cp.seq == UPDATES_SEQ and log is not None:
+            ops.append(PutCheckpoint(attrs.evolve(cp, run_id=fork_id, output=log)))
+        elif cp.seq == CHECKED_FROM_SEQ and checked is not None and checked < from_seq:
+            ops.append(PutCheckpoint(attrs.evolve(cp, run_id=fork_id)))
+    scope = event_scope(fork_id)
+    for key, value in _published(checkpoints, from_seq).items():
+        ops.append(PutValue(scope, key, value, now))
+    return ops
+
+
+async def _reset_records(
+    store: Store, run: Run, checkpoints: Sequence[Checkpoint], from_seq: int, now: float
+) -> tuple[list[int], list[Op]]:
+    """What a retry in place from ``from_seq`` deletes of the run's reserved
+    records and rewrites of its keyed values, so that they say what its
+    history before ``from_seq`` says: the seqs to delete, and the writes."""
+    deletes: list[int] = []
+    ops: list[Op] = []
+    log, dropped = _update_log(checkpoints, from_seq)
+    checked = _recorded_seq(checkpoints, CHECKED_FROM_SEQ)
+    for cp in checkpoints:
+        if cp.seq == UPDATES_SEQ and dropped:
+            if log is None:
+                deletes.append(cp.seq)
+            else:
+                ops.append(PutCheckpoint(attrs.evolve(cp, output=log)))
+        elif cp.seq == CHECKED_FROM_SEQ and checked is not None and checked >= from_seq:
+            deletes.append(cp.seq)
+        elif cp.seq in (CANCELLED_AT_SEQ, STREAM_SEQ):
+            # The delivery point of a cancellation the run may get again;
+            # the stream, which the replay writes again from offset 0.
+            deletes.append(cp.seq)
+    published = _published(checkpoints, from_seq)
+    scope = event_scope(run.id)
+    for stored in await _all_values(store, scope):
+        value = published.get(stored.key)
+        if value != stored.value:
+            ops.append(PutValue(scope, stored.key, value, now))
+    scope = stream_scope(run.id)
+    for stored in await _all_values(store, scope):
+        ops.append(PutValue(scope, stored.key, None, now))
+    return deletes, ops
+
+
+async def _all_values(store: Store, scope: str) -> list[StoredValue]:
+    found: list[StoredValue] = []
+    while page := await store.list_values(
+        scope, after=found[-1].key if found else None, limit=PAGE
+    ):
+        found.extend(page)
+        if len(page) < PAGE:
+            break
+    return found
 
 
 def _undone(checkpoints: Sequence[Checkpoint]) -> set[int]:
@@ -171,6 +288,7 @@ async def fork_run(
             ),
             PutCheckpoint(_provenance(fork_id, original.id, from_seq, now)),
             *(PutCheckpoint(_copied(cp, fork_id)) for cp in kept),
+            *_carried(checkpoints, fork_id, from_seq, now),
             *deadline_ops(fork, timeout),
             *([] if controls is None else creation_ops(fork_id, controls, now)),
             *also([fork]),
@@ -293,6 +411,9 @@ async def retry_from(
             ops.append(PutCheckpoint(attrs.evolve(cp, name=f"{RETIRED_PREFIX}{cp.child_id}")))
             if cp.child_id is not None:
                 ops.append(UpdateRun(cp.child_id, {"parent_seq": None}, strict=False))
+    reserved, rewrites = await _reset_records(store, run, checkpoints, from_seq, now)
+    deletes.extend(reserved)
+    ops.extend(rewrites)
     if deletes:
         ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
     changes: dict[str, object] = {
