@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from typing import Final
 
@@ -54,10 +55,19 @@ def checked_from(replay: Replay) -> int:
 
 
 def check_arguments(
-    replay: Replay, first_checked: int, name: str, kind: CheckpointKind, arguments: Arguments
+    replay: Replay,
+    first_checked: int,
+    name: str,
+    kind: CheckpointKind,
+    arguments: Arguments,
+    *,
+    seq: int | None = None,
+    recorded: Arguments | None = None,
 ) -> None:
     """Compare the arguments of the operation about to take the next seq
-    with what its checkpoint recorded, if it recorded one under the check.
+    (or ``seq``: a fan's member) with what its checkpoint recorded (as
+    ``recorded`` reads them, by default its input), if it recorded one
+    under the check.
 
     Raises:
       NonDeterminismError: They differ (or replay already diverged).
@@ -65,24 +75,24 @@ def check_arguments(
     turn = replay.turn
     if turn.nondeterminism is not None:
         raise turn.nondeterminism
-    seq = replay.peek()
+    seq = replay.peek() if seq is None else seq
     cp = turn.checkpoints.get(seq)
     if cp is None or seq < first_checked or cp.name != name or cp.kind != kind:
         # Nothing recorded under the check here (a changed name or kind is
         # the replay's own check, made next).
         return
-    recorded = digest(_recorded(cp))
+    recorded_digest = digest((recorded or _recorded)(cp))
     requested = digest(arguments(cp))
-    if recorded == requested:
+    if recorded_digest == requested:
         return
     error = NonDeterminismError(
         f"at seq {seq} the run recorded {kind} {name!r} with other arguments"
-        f" (digest {recorded[:16]}) than the workflow now passes (digest {requested[:16]})",
+        f" (digest {recorded_digest[:16]}) than the workflow now passes (digest {requested[:16]})",
         details={
             "seq": seq,
             "recorded": name,
             "requested": name,
-            "recorded_arguments": recorded,
+            "recorded_arguments": recorded_digest,
             "requested_arguments": requested,
         },
     )
@@ -106,3 +116,26 @@ def timer_due(seconds: float | None, until: float | None) -> Arguments:
         return repr((cp.enqueued_at or 0.0) + float(seconds or 0.0))
 
     return due
+
+
+_GENERATION: Final = re.compile(r"\.gen\.\d+$")
+
+
+def chain_of(run_id: str) -> str:
+    """The id of the first run of ``run_id``'s continue-as-new chain (a
+    signal sent to a run is delivered to its latest generation)."""
+    return _GENERATION.sub("", run_id)
+
+
+def sent_signal(target: str, payload: Callable[[], str], key: str) -> tuple[Arguments, Arguments]:
+    """A signal sent to another run: what it now passes (its target's
+    chain, its payload, its key) and what its checkpoint recorded."""
+
+    def requested(cp: Checkpoint) -> str:
+        return json.dumps([chain_of(target), payload(), key])
+
+    def recorded(cp: Checkpoint) -> str:
+        sent = json.loads(cp.output or "{}")
+        return json.dumps([chain_of(str(sent.get("to", ""))), cp.input or "", sent.get("key")])
+
+    return requested, recorded
