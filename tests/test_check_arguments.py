@@ -149,7 +149,7 @@ async def test_checkpoints_recorded_before_the_check_was_on_are_accepted(
 # -- fans, started children, entities, signals sent, events, search attributes --
 
 _OPS = ["all", "all_settled", "start_child", "shared", "exclusive", "payload", "target"]
-_OPS += ["event", "upsert"]
+_OPS += ["key", "event", "upsert"]
 
 
 def _ops_app(*, check: bool, changed: str = "") -> td.App:
@@ -191,7 +191,8 @@ def _ops_app(*, check: bool, changed: str = "") -> td.App:
         await ctx.start_child(leaf, x + d("start_child"))  # 4
         await ctx.entity("cart", f"c{x + d('shared')}").count()  # 5
         await ctx.entity("cart", "c1").add(x + d("exclusive"))  # 6
-        await ctx.signal("u" if d("target") else "t", "ping", x + d("payload"))  # 7
+        to, key = ("u" if d("target") else "t"), ("k" if d("key") else None)
+        await ctx.signal(to, "ping", x + d("payload"), idempotency_key=key)  # 7
         ctx.set_event("k", x + d("event"))  # 8
         ctx.upsert_search_attributes({"stage": f"s{x + d('upsert')}"})  # 9
         await ctx.wait_signal("go")  # 10
@@ -201,7 +202,7 @@ def _ops_app(*, check: bool, changed: str = "") -> td.App:
 
 
 _SEQS = {"all": 2, "all_settled": 3, "start_child": 4, "shared": 5, "exclusive": 6}
-_SEQS |= {"payload": 7, "target": 7, "event": 8, "upsert": 9}
+_SEQS |= {"payload": 7, "target": 7, "key": 7, "event": 8, "upsert": 9}
 
 
 async def _record_ops(
@@ -260,3 +261,40 @@ async def test_changed_operations_pass_without_the_check_or_before_it(
             async with open_test_engine(replayer, store=store, engine_id="replayer") as engine:
                 await engine.signal(f"r-{changed}", "go")
                 assert await engine.result(f"r-{changed}") == 1
+
+
+async def test_a_fork_of_a_checked_run_replays_its_copied_history(
+    kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
+) -> None:
+    # The copy of seqs 1 to 9 counts as recorded before the check (a fork
+    # does not copy where the original's check began): it is accepted.
+    async with _shared_store(kind, tmp_path) as store:
+        await _record_ops(open_test_engine, store, _ops_app(check=True))
+        async with open_test_engine(_ops_app(check=True), store=store) as engine:
+            fork = await engine.fork("r", from_seq=10, new_run_id="f")
+            await engine.drain()
+            await engine.signal(fork.id, "go")
+            assert await engine.result(fork.id) == 1
+        cps = {cp.seq: cp for cp in await store.get_checkpoints("f")}
+    assert cps[999_999_980].output == "10"
+
+
+def test_a_signal_sent_with_the_default_key_matches_under_another_run_id() -> None:
+    from trio_durable._argument_check import sent_signal
+    from trio_durable._records import Checkpoint
+
+    # A copy of the history (a fork) keeps the original's default key.
+    cp = Checkpoint(
+        run_id="copy",
+        seq=7,
+        name="send:ping",
+        kind="signal",
+        status="completed",
+        input="1",
+        output='{"to":"t.gen.2","key":"original:7","delivered":true}',
+    )
+    for key, same in [(None, True), ("original:7", True), ("mine", False)]:
+        requested, recorded = sent_signal("t", lambda: "1", key)
+        assert (requested(cp) == recorded(cp)) is same
+    requested, recorded = sent_signal("u", lambda: "1", None)
+    assert requested(cp) != recorded(cp)

@@ -127,15 +127,23 @@ def chain_of(run_id: str) -> str:
     return _GENERATION.sub("", run_id)
 
 
-def sent_signal(target: str, payload: Callable[[], str], key: str) -> tuple[Arguments, Arguments]:
+def sent_signal(
+    target: str, payload: Callable[[], str], key: str | None
+) -> tuple[Arguments, Arguments]:
     """A signal sent to another run: what it now passes (its target's
-    chain, its payload, its key) and what its checkpoint recorded."""
+    chain, its payload, its key: None for the default one) and what its
+    checkpoint recorded."""
 
     def requested(cp: Checkpoint) -> str:
         return json.dumps([chain_of(target), payload(), key])
 
     def recorded(cp: Checkpoint) -> str:
         sent = json.loads(cp.output or "{}")
-        return json.dumps([chain_of(str(sent.get("to", ""))), cp.input or "", sent.get("key")])
+        sent_key = sent.get("key")
+        if isinstance(sent_key, str) and sent_key.endswith(f":{cp.seq}"):
+            # The default, ``<run id>:<seq>``: a fork's copy keeps the
+            # original run's id in it.
+            sent_key = None if key is None or key != sent_key else key
+        return json.dumps([chain_of(str(sent.get("to", ""))), cp.input or "", sent_key])
 
     return requested, recorded

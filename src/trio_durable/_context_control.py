@@ -146,10 +146,7 @@ class ControlOperations:
         check_signal(run_id, name, idempotency_key)
         if self._replay.decider is not None:
             remote_unsupported("ctx.signal")
-        key = idempotency_key
-        if key is None:
-            key = f"{self._replay.run.id}:{self._replay.peek()}"
-        requested, recorded = sent_signal(run_id, lambda: _serde.dumps(payload), key)
+        requested, recorded = sent_signal(run_id, lambda: _serde.dumps(payload), idempotency_key)
         self._before_op(f"send:{name}", "signal", requested, recorded=recorded)
         await send_signal(self._replay, run_id, name, payload, idempotency_key)
 
