@@ -3,9 +3,11 @@ durable operation was called with (``@app.workflow(check_arguments=True)``).
 
 Replay always compares an operation's kind and name with what the run
 recorded at its seq. A workflow registered with ``check_arguments=True``
-also compares a SHA-256 digest of its arguments (a step's or a child's
-inputs, a signal wait's timeout, a timer's due time) with the digest of what
-the checkpoint recorded. A mismatch fails the run through the same path as
+also compares a SHA-256 digest of its arguments (a step's, a child's or a
+fan member's inputs, an entity call's, a signal wait's timeout, a timer's
+due time, a sent signal's target, payload and key, a published event's
+value, a search-attribute upsert's changes) with the digest of what the
+checkpoint recorded (docs/determinism.md lists them). A mismatch fails the run through the same path as
 a changed name (`NonDeterminismError`, code ``non_determinism``).
 
 The check only covers what was recorded while it was on: the first turn that
