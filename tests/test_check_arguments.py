@@ -144,3 +144,157 @@ async def test_checkpoints_recorded_before_the_check_was_on_are_accepted(
         assert await _finish(open_test_engine, store, _app(check=True, delta=1)) == 3
         cps = {cp.seq: cp for cp in await store.get_checkpoints("r")}
     assert cps[999_999_980].output == "5"
+
+
+# -- fans, started children, entities, signals sent, events, search attributes --
+
+_OPS = ["all", "all_settled", "start_child", "shared", "exclusive", "payload", "target"]
+_OPS += ["key", "event", "upsert"]
+
+
+def _ops_app(*, check: bool, changed: str = "") -> td.App:
+    """One deploy of "ops": it runs every operation below once, each with
+    its argument changed (by one) if ``changed`` names it, then waits for
+    the signal "go"."""
+    app = td.App("check-arguments")
+    app.search_attribute("stage", str)
+
+    def d(op: str) -> int:
+        return 1 if op == changed else 0
+
+    @app.entity("cart", key=str)
+    class Cart:
+        def __init__(self) -> None:
+            self.items: list[int] = []
+
+        @td.exclusive
+        async def add(self, item: int) -> int:
+            self.items.append(item)
+            return len(self.items)
+
+        @td.shared
+        async def count(self) -> int:
+            return len(self.items)
+
+    @app.workflow()
+    async def leaf(ctx: td.Context, x: int) -> int:
+        return x
+
+    @app.workflow()
+    async def target(ctx: td.Context) -> None:
+        await ctx.wait_signal("stop")
+
+    @app.workflow(name="ops", check_arguments=check)
+    async def ops(ctx: td.Context, x: int) -> int:
+        await ctx.all(leaf, [x, x + d("all")])  # seqs 1 and 2
+        await ctx.all_settled(leaf, [x + d("all_settled")])  # 3
+        await ctx.start_child(leaf, x + d("start_child"))  # 4
+        await ctx.entity("cart", f"c{x + d('shared')}").count()  # 5
+        await ctx.entity("cart", "c1").add(x + d("exclusive"))  # 6
+        to, key = ("u" if d("target") else "t"), ("k" if d("key") else None)
+        await ctx.signal(to, "ping", x + d("payload"), idempotency_key=key)  # 7
+        ctx.set_event("k", x + d("event"))  # 8
+        ctx.upsert_search_attributes({"stage": f"s{x + d('upsert')}"})  # 9
+        await ctx.wait_signal("go")  # 10
+        return x
+
+    return app
+
+
+_SEQS = {"all": 2, "all_settled": 3, "start_child": 4, "shared": 5, "exclusive": 6}
+_SEQS |= {"payload": 7, "target": 7, "key": 7, "event": 8, "upsert": 9}
+
+
+async def _record_ops(
+    open_test_engine: EngineFactory, store: td.Store, app: td.App, run_id: str = "r"
+) -> None:
+    async with open_test_engine(app, store=store, engine_id="recorder") as engine:
+        for target in ("t", "u"):
+            if await store.get_run(target) is None:
+                await engine.start("target", run_id=target)
+        await engine.start("ops", 1, run_id=run_id)
+        await engine.drain()
+        assert (await engine.get(run_id)).status == "suspended"
+
+
+@pytest.mark.parametrize("changed", _OPS)
+async def test_a_changed_argument_of_any_recorded_operation_fails_the_run(
+    kind: str,
+    clock: trio.testing.MockClock,
+    tmp_path: Path,
+    open_test_engine: EngineFactory,
+    changed: str,
+) -> None:
+    async with _shared_store(kind, tmp_path) as store:
+        await _record_ops(open_test_engine, store, _ops_app(check=True))
+        failure = await _fail(open_test_engine, store, _ops_app(check=True, changed=changed))
+    assert failure.code == "non_determinism"
+    assert failure.details["seq"] == _SEQS[changed]
+    assert failure.details["recorded"] == failure.details["requested"]
+    assert failure.details["recorded_arguments"] != failure.details["requested_arguments"]
+
+
+async def test_every_recorded_operation_replays_with_the_same_arguments(
+    kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
+) -> None:
+    async with _shared_store(kind, tmp_path) as store:
+        await _record_ops(open_test_engine, store, _ops_app(check=True))
+        assert await _finish(open_test_engine, store, _ops_app(check=True)) == 1
+        cps = {cp.seq: cp for cp in await store.get_checkpoints("r")}
+    assert cps[999_999_980].output == "1"
+    assert [cps[seq].status for seq in range(1, 11)] == ["completed"] * 10
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["check-off", "recorded-before-check"])
+async def test_changed_operations_pass_without_the_check_or_before_it(
+    kind: str,
+    clock: trio.testing.MockClock,
+    tmp_path: Path,
+    open_test_engine: EngineFactory,
+    check: bool,
+) -> None:
+    async with _shared_store(kind, tmp_path) as store:
+        for changed in _OPS:
+            await _record_ops(open_test_engine, store, _ops_app(check=False), f"r-{changed}")
+            # Off, or on from a later deploy: what was recorded is replayed.
+            replayer = _ops_app(check=check, changed=changed)
+            async with open_test_engine(replayer, store=store, engine_id="replayer") as engine:
+                await engine.signal(f"r-{changed}", "go")
+                assert await engine.result(f"r-{changed}") == 1
+
+
+async def test_a_fork_of_a_checked_run_replays_its_copied_history(
+    kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
+) -> None:
+    # The copy of seqs 1 to 9 counts as recorded before the check (a fork
+    # does not copy where the original's check began): it is accepted.
+    async with _shared_store(kind, tmp_path) as store:
+        await _record_ops(open_test_engine, store, _ops_app(check=True))
+        async with open_test_engine(_ops_app(check=True), store=store) as engine:
+            fork = await engine.fork("r", from_seq=10, new_run_id="f")
+            await engine.drain()
+            await engine.signal(fork.id, "go")
+            assert await engine.result(fork.id) == 1
+        cps = {cp.seq: cp for cp in await store.get_checkpoints("f")}
+    assert cps[999_999_980].output == "10"
+
+
+def test_a_signal_sent_with_the_default_key_matches_under_another_run_id() -> None:
+    from trio_durable._argument_check import sent_signal
+    from trio_durable._records import Checkpoint
+
+    # A copy of the history (a fork) keeps the original's default key.
+    cp = Checkpoint(
+        run_id="copy",
+        seq=7,
+        name="send:ping",
+        kind="signal",
+        status="completed",
+        input="1",
+        output='{"to":"t.gen.2","key":"original:7","delivered":true}',
+    )
+    for key, same in [(None, True), ("original:7", True), ("mine", False)]:
+        requested, recorded = sent_signal("t", lambda: "1", key)
+        assert (requested(cp) == recorded(cp)) is same
+    requested, recorded = sent_signal("u", lambda: "1", None)
+    assert requested(cp) != recorded(cp)

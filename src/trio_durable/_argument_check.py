@@ -3,9 +3,11 @@ durable operation was called with (``@app.workflow(check_arguments=True)``).
 
 Replay always compares an operation's kind and name with what the run
 recorded at its seq. A workflow registered with ``check_arguments=True``
-also compares a SHA-256 digest of its arguments (a step's or a child's
-inputs, a signal wait's timeout, a timer's due time) with the digest of what
-the checkpoint recorded. A mismatch fails the run through the same path as
+also compares a SHA-256 digest of its arguments (a step's, a child's or a
+fan member's inputs, an entity call's, a signal wait's timeout, a timer's
+due time, a sent signal's target, payload and key, a published event's
+value, a search-attribute upsert's changes) with the digest of what the
+checkpoint recorded (docs/determinism.md lists them). A mismatch fails the run through the same path as
 a changed name (`NonDeterminismError`, code ``non_determinism``).
 
 The check only covers what was recorded while it was on: the first turn that
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from typing import Final
 
@@ -54,10 +57,19 @@ def checked_from(replay: Replay) -> int:
 
 
 def check_arguments(
-    replay: Replay, first_checked: int, name: str, kind: CheckpointKind, arguments: Arguments
+    replay: Replay,
+    first_checked: int,
+    name: str,
+    kind: CheckpointKind,
+    arguments: Arguments,
+    *,
+    seq: int | None = None,
+    recorded: Arguments | None = None,
 ) -> None:
     """Compare the arguments of the operation about to take the next seq
-    with what its checkpoint recorded, if it recorded one under the check.
+    (or ``seq``: a fan's member) with what its checkpoint recorded (as
+    ``recorded`` reads them, by default its input), if it recorded one
+    under the check.
 
     Raises:
       NonDeterminismError: They differ (or replay already diverged).
@@ -65,24 +77,24 @@ def check_arguments(
     turn = replay.turn
     if turn.nondeterminism is not None:
         raise turn.nondeterminism
-    seq = replay.peek()
+    seq = replay.peek() if seq is None else seq
     cp = turn.checkpoints.get(seq)
     if cp is None or seq < first_checked or cp.name != name or cp.kind != kind:
         # Nothing recorded under the check here (a changed name or kind is
         # the replay's own check, made next).
         return
-    recorded = digest(_recorded(cp))
+    recorded_digest = digest((recorded or _recorded)(cp))
     requested = digest(arguments(cp))
-    if recorded == requested:
+    if recorded_digest == requested:
         return
     error = NonDeterminismError(
         f"at seq {seq} the run recorded {kind} {name!r} with other arguments"
-        f" (digest {recorded[:16]}) than the workflow now passes (digest {requested[:16]})",
+        f" (digest {recorded_digest[:16]}) than the workflow now passes (digest {requested[:16]})",
         details={
             "seq": seq,
             "recorded": name,
             "requested": name,
-            "recorded_arguments": recorded,
+            "recorded_arguments": recorded_digest,
             "requested_arguments": requested,
         },
     )
@@ -106,3 +118,34 @@ def timer_due(seconds: float | None, until: float | None) -> Arguments:
         return repr((cp.enqueued_at or 0.0) + float(seconds or 0.0))
 
     return due
+
+
+_GENERATION: Final = re.compile(r"\.gen\.\d+$")
+
+
+def chain_of(run_id: str) -> str:
+    """The id of the first run of ``run_id``'s continue-as-new chain (a
+    signal sent to a run is delivered to its latest generation)."""
+    return _GENERATION.sub("", run_id)
+
+
+def sent_signal(
+    target: str, payload: Callable[[], str], key: str | None
+) -> tuple[Arguments, Arguments]:
+    """A signal sent to another run: what it now passes (its target's
+    chain, its payload, its key: None for the default one) and what its
+    checkpoint recorded."""
+
+    def requested(cp: Checkpoint) -> str:
+        return json.dumps([chain_of(target), payload(), key])
+
+    def recorded(cp: Checkpoint) -> str:
+        sent = json.loads(cp.output or "{}")
+        sent_key = sent.get("key")
+        if isinstance(sent_key, str) and sent_key.endswith(f":{cp.seq}"):
+            # The default, ``<run id>:<seq>``: a fork's copy keeps the
+            # original run's id in it.
+            sent_key = None if key is None or key != sent_key else key
+        return json.dumps([chain_of(str(sent.get("to", ""))), cp.input or "", sent_key])
+
+    return requested, recorded

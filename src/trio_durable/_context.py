@@ -525,7 +525,7 @@ class Context(
         """
         if mode not in ("fail_fast", "wait_all"):
             raise UsageError(f"fan mode must be 'fail_fast' or 'wait_all', not {mode!r}")
-        self._before_op("all", "child", None, "ctx.all")
+        self._before_fan(workflow, inputs, "ctx.all")
         outcomes = await fan(self._replay, workflow, inputs, concurrency, mode)
         failures = [
             GatherFailure(index=i, id=o.id, error=o.error, code=o.code, details=o.details)
@@ -572,7 +572,7 @@ class Context(
           One dict per input, in order: ``{"status": "fulfilled", "value": v}``
           or ``{"status": "rejected", "id", "error", "code", "details"}``.
         """
-        self._before_op("all_settled", "child", None, "ctx.all_settled")
+        self._before_fan(workflow, inputs, "ctx.all_settled")
         outcomes = await fan(self._replay, workflow, inputs, concurrency, "settled")
         settled: list[dict[str, Any]] = []
         for outcome in outcomes:

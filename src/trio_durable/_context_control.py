@@ -9,13 +9,14 @@ with their parent if asked) and calling keyed entities.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Concatenate, NoReturn, overload
+from typing import TYPE_CHECKING, Any, Concatenate, NoReturn, overload
 
 import attrs
 import trio
 
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Workflow
+from ._argument_check import Arguments, sent_signal
 from ._children import record_child
 from ._current import current_step
 from ._decider import child_command
@@ -28,6 +29,7 @@ from ._exceptions import (
     UsageError,
 )
 from ._lifecycle import REMOTE_UNSUPPORTED, ContinueAsNew, started_output
+from ._records import CheckpointKind
 from ._replay import Replay
 from ._run_signals import check_signal, send_signal
 from ._search_values import check_attributes
@@ -46,6 +48,18 @@ class ControlOperations:
     """Workflow-control operations of `Context` (see `Context`)."""
 
     _replay: Replay
+
+    if TYPE_CHECKING:
+
+        def _before_op(
+            self,
+            name: str,
+            kind: CheckpointKind,
+            arguments: Arguments | None,
+            waits: str | None = None,
+            *,
+            recorded: Arguments | None = None,
+        ) -> None: ...
 
     # -- continue-as-new --------------------------------------------------------
 
@@ -132,6 +146,8 @@ class ControlOperations:
         check_signal(run_id, name, idempotency_key)
         if self._replay.decider is not None:
             remote_unsupported("ctx.signal")
+        requested, recorded = sent_signal(run_id, lambda: _serde.dumps(payload), idempotency_key)
+        self._before_op(f"send:{name}", "signal", requested, recorded=recorded)
         await send_signal(self._replay, run_id, name, payload, idempotency_key)
 
     # -- started children ---------------------------------------------------------
@@ -256,6 +272,7 @@ class ControlOperations:
             search_attributes or {}, replay.runtime.app.search_attributes, removals=False
         )
         wf = replay.workflow(workflow)
+        self._before_op(wf.name, "child", lambda cp: _serde.dump_args(args))
         if replay.decider is not None:
             if cancel_with_parent:
                 remote_unsupported("start_child(cancel_with_parent=True)")
@@ -313,4 +330,4 @@ class ControlOperations:
             and details are the exception's); the state is unchanged.
           StepFailed: A shared handler raised.
         """
-        return workflow_entity(self._replay, name, key)
+        return workflow_entity(self._replay, name, key, self._before_op)

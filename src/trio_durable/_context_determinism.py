@@ -21,13 +21,14 @@ from typing import Any, Final
 
 import attrs
 
-from ._app import Step
+from . import _serde
+from ._app import Step, Workflow
 from ._argument_check import Arguments, check_arguments, checked_from
 from ._cancellation import write_cleanup
 from ._exceptions import StepFailed, UsageError
 from ._local import local_step
 from ._markers import body_seqs, is_patch_marker, marker_change_id, patch_marker_name, record
-from ._records import CheckpointKind
+from ._records import Checkpoint, CheckpointKind
 from ._replay import Replay
 
 _CHANGE_ID: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
@@ -232,22 +233,55 @@ class DeterminismOperations:
         kind: CheckpointKind,
         arguments: Arguments | None,
         waits: str | None = None,
+        *,
+        recorded: Arguments | None = None,
     ) -> None:
         """Before a durable operation: refuse one that would wait in a
         cancelled run's cleanup (``waits`` names it), and compare its
-        ``arguments`` if the workflow checks them."""
+        ``arguments`` (with what ``recorded`` reads of its checkpoint, by
+        default its input) if the workflow checks them."""
         replay = self._replay
         if waits is not None and replay.cancellation is not None:
             replay.cancellation.refuse_wait(waits)
         if arguments is None:
             return
-        state = self._determinism
+        first = self._checked_from()
+        if first:
+            check_arguments(replay, first, name, kind, arguments, recorded=recorded)
+
+    def _checked_from(self) -> int:
+        """The first seq the check covers; 0 if the workflow does not check
+        arguments."""
+        replay, state = self._replay, self._determinism
         if state.checked_from is None:
             wf = replay.runtime.app.find_workflow(replay.run.workflow, replay.run.version)
             checks = wf is not None and wf.check_arguments
             state.checked_from = checked_from(replay) if checks else 0
-        if state.checked_from:
-            check_arguments(replay, state.checked_from, name, kind, arguments)
+        return state.checked_from
+
+    def _before_fan(
+        self, target: Workflow[..., Any] | Step[..., Any] | str, inputs: object, waits: str
+    ) -> None:
+        """Before a fan: as `_before_op`, comparing each member's input with
+        what the member's checkpoint (at its reserved seq) recorded."""
+        replay = self._replay
+        if replay.cancellation is not None:
+            replay.cancellation.refuse_wait(waits)
+        if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
+            return  # the fan refuses them
+        first = self._checked_from()
+        if not first:
+            return
+        kind: CheckpointKind
+        if isinstance(target, Step):
+            name, kind = target.name, "remote"
+        else:
+            name, kind = replay.workflow(target).name, "child"
+        start = replay.peek()
+        for i, value in enumerate(inputs):
+            check_arguments(
+                replay, first, name, kind, _member_input(value), seq=start + i, recorded=_input
+            )
 
     async def _local_step(
         self, step: Step[..., Any], args: Sequence[Any], compensate: Step[..., Any] | None
@@ -262,6 +296,15 @@ class DeterminismOperations:
             raise
         await write_cleanup(replay)
         return value
+
+
+def _member_input(value: Any) -> Arguments:
+    # A member a fail-fast fan froze before it started recorded no input.
+    return lambda cp: "" if cp.input is None else _serde.dump_args([value])
+
+
+def _input(cp: Checkpoint) -> str:
+    return cp.input or ""
 
 
 def inputs_of(text: Callable[[], str]) -> Arguments:

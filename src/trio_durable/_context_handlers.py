@@ -8,11 +8,14 @@ handlers, and publishing values (see docs/queries-and-updates.md).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import _serde
+from ._argument_check import Arguments
 from ._context_control import remote_unsupported
 from ._handlers import UpdateHandler, check_function, check_handler_name
 from ._published import DONE, check_event_key, set_event
+from ._records import CheckpointKind
 from ._replay import Replay
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -22,6 +25,18 @@ class HandlerOperations:
     """Query and update handlers, and published values (see `Context`)."""
 
     _replay: Replay
+
+    if TYPE_CHECKING:
+
+        def _before_op(
+            self,
+            name: str,
+            kind: CheckpointKind,
+            arguments: Arguments | None,
+            waits: str | None = None,
+            *,
+            recorded: Arguments | None = None,
+        ) -> None: ...
 
     def query(self, name: str) -> Callable[[F], F]:
         """Register the decorated function as the query handler ``name``: `Engine.query` calls it with the query's arguments and
@@ -116,5 +131,6 @@ class HandlerOperations:
         check_event_key(key)
         if self._replay.decider is not None:
             remote_unsupported("ctx.set_event")
+        self._before_op(f"event:{key}", "signal", lambda cp: _serde.dumps(value))
         set_event(self._replay, key, value)
         return DONE

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from ._argument_check import Arguments
 from ._context_control import remote_unsupported
-from ._records import Checkpoint
+from ._records import Checkpoint, CheckpointKind
 from ._replay import Replay
 from ._search_values import check_attributes, merged, plain_value
 from ._stores._ops import UpdateRun
@@ -31,6 +32,18 @@ class SearchOperations:
     """The search-attribute operations of `Context` (see `Context`)."""
 
     _replay: Replay
+
+    if TYPE_CHECKING:
+
+        def _before_op(
+            self,
+            name: str,
+            kind: CheckpointKind,
+            arguments: Arguments | None,
+            waits: str | None = None,
+            *,
+            recorded: Arguments | None = None,
+        ) -> None: ...
 
     def upsert_search_attributes(self, attributes: Mapping[str, Any]) -> None:
         """Set the run's search attributes named in ``attributes`` to their
@@ -57,14 +70,16 @@ class SearchOperations:
         checked = check_attributes(attributes, replay.runtime.app.search_attributes, removals=True)
         if replay.decider is not None:
             remote_unsupported("upsert_search_attributes")
+        changes = {
+            name: None if value is None else plain_value(value) for name, value in checked.items()
+        }
+        changes_json = json.dumps(changes, separators=(",", ":"), sort_keys=True)
+        self._before_op(UPSERT_NAME, "local", lambda cp: changes_json)
         seq = replay.next_seq()
         if replay.recorded(seq, UPSERT_NAME, "local") is not None:
             return
         run = replay.turn.run
         now = replay.runtime.clock.now()
-        changes = {
-            name: None if value is None else plain_value(value) for name, value in checked.items()
-        }
         replay.turn.put(
             Checkpoint(
                 run_id=run.id,
@@ -72,7 +87,7 @@ class SearchOperations:
                 name=UPSERT_NAME,
                 kind="local",
                 status="completed",
-                input=json.dumps(changes, separators=(",", ":"), sort_keys=True),
+                input=changes_json,
                 attempts=1,
                 enqueued_at=now,
                 started_at=now,

@@ -27,7 +27,7 @@ from ._children import child_value, record_child
 from ._entity_defs import Entity, Handler, run_handler
 from ._exceptions import UnknownEntityError, UsageError
 from ._failures import error_info, step_failure
-from ._records import DEFAULT_NAMESPACE, Checkpoint, Run
+from ._records import DEFAULT_NAMESPACE, Checkpoint, CheckpointKind, Run
 from ._replay import Replay, Suspend
 from ._runs import NewRun, create_run
 from ._stores._ops import Op
@@ -125,9 +125,16 @@ def _plain_args(input_json: str) -> list[Any]:
 
 # -- from a workflow ----------------------------------------------------------
 
+BeforeCall = Callable[[str, CheckpointKind, Callable[[Checkpoint], str]], None]
+"""What a workflow's `Context` checks before an entity call (see
+`workflow_entity`)."""
 
-def workflow_entity(replay: Replay, name: str, key: object) -> EntityRef:
-    """`Context.entity`."""
+
+def workflow_entity(
+    replay: Replay, name: str, key: object, before: BeforeCall | None = None
+) -> EntityRef:
+    """`Context.entity`; ``before`` is told each call's checkpoint name,
+    kind and input before it takes its seq (the argument check)."""
     entity, key_text = find_entity(replay.runtime.app, name, key)
 
     async def call(handler: Handler, args: tuple[Any, ...]) -> Any:
@@ -137,6 +144,13 @@ def workflow_entity(replay: Replay, name: str, key: object) -> EntityRef:
                 " not from remote workflows"
             )
         input_json = call_input(key, handler, entity, args)
+        if before is not None:
+            shared = handler.kind == "shared"
+            before(
+                f"{entity.workflow.name}.{handler.name}" if shared else entity.workflow.name,
+                "local" if shared else "child",
+                lambda cp: input_json,
+            )
         if handler.kind == "shared":
             return await _shared_in_workflow(replay, entity, key_text, handler, input_json)
         return await _exclusive_in_workflow(replay, entity, key_text, handler, input_json)
