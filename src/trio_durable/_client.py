@@ -266,7 +266,8 @@ class Client(
     ) -> Run:
         """Run a failed or dead run's body again from its checkpoints, or,
         with ``from_seq``, any run that ended again from that seq, in place
-        (see `Engine.retry`); returns the run as stored after the retry.
+        (see `Engine.retry`); returns the run as the retry wrote it,
+        ``pending`` (an engine may have taken it up since).
 
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
@@ -277,10 +278,13 @@ class Client(
         """
         self._check_open()
         if from_seq is not None:
-            await retry_from(self.store, self.clock.now(), run_id, from_seq, namespace, self._wake)
-            return await self.get(run_id)
-        await retry_run(self.store, self._types, self.clock.now(), run_id, namespace, self._wake)
-        return await self.get(run_id)
+            return await retry_from(
+                self.store, self.clock.now(), run_id, from_seq, namespace, self._wake
+            )
+        wakes = await retry_run(
+            self.store, self._types, self.clock.now(), run_id, namespace, self._wake
+        )
+        return wakes[-1]
 
     async def _fork(
         self, run_id: str, from_seq: int, new_run_id: str | None, namespace: str | None

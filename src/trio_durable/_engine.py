@@ -287,6 +287,10 @@ class Engine(
           from_seq: The first seq to run again, from 1 to one past the run's
             last body seq; None retries as described first.
 
+        Returns:
+          The run as the retry wrote it, ``pending`` (an engine may have
+          taken it up since).
+
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
           InvalidRunStateError: The run is not failed or dead (with
@@ -299,14 +303,14 @@ class Engine(
                 self.store, self.clock.now(), run_id, from_seq, namespace, self._pass_on
             )
             self._woke(run)
-            return await self.get(run_id)
+            return run
         wakes = await retry_run(
             self.store, self.app, self.clock.now(), run_id, namespace, self._pass_on
         )
         for wake in wakes:
             if self._serves(wake):
                 self._rt.scheduler.wake(wake.id)
-        return await self.get(run_id)
+        return wakes[-1]
 
     async def _fork(
         self, run_id: str, from_seq: int, new_run_id: str | None, namespace: str | None

@@ -154,23 +154,19 @@ async def plan_retry(
             ops.extend(_rearm(now, run, cp))
     if deletes:
         ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
-    ops.append(
-        UpdateRun(
-            run.id,
-            {
-                "status": "pending",
-                "error": None,
-                "output": None,
-                "wake_at": None,
-                "compensate": False,
-                "recoveries": 0,
-                "tags": without_on_error_tags(run.tags),
-                "updated_at": now,
-            },
-            expect_status=expect,
-        )
-    )
-    wakes.append(run)
+    changes: dict[str, Any] = {
+        "status": "pending",
+        "error": None,
+        "output": None,
+        "wake_at": None,
+        "compensate": False,
+        "recoveries": 0,
+        "tags": without_on_error_tags(run.tags),
+        "updated_at": now,
+    }
+    ops.append(UpdateRun(run.id, changes, expect_status=expect))
+    # As written: the caller of a retry is given the run as it left it.
+    wakes.append(attrs.evolve(run, **changes))
 
 
 def _rearm(now: float, run: Run, cp: Checkpoint) -> list[Op]:
