@@ -12,7 +12,7 @@ pending to settled, so the harness can check that each one settles once.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, final
 
 import attrs
@@ -21,23 +21,12 @@ import trio
 from .._exceptions import StoreError
 from .._fans import FAN_CANCELLED
 from .._records import (
-    Breakpoint,
     Checkpoint,
-    CheckpointStatus,
-    FanCounts,
-    PausedStep,
-    QueueDepth,
-    Run,
-    RunFilter,
-    RunStamp,
-    RunStatus,
-    StoredValue,
-    Webhook,
 )
-from .._stores._base import ChangeFeed, StoreStatistics, TurnState
-from .._stores._helpers import StoreHelpers
+from .._stores._base import ChangeFeed, TurnState
 from .._stores._memory import MemoryStore
 from .._stores._ops import DeleteCheckpoints, Op
+from .._stores._wrapping import StoreWrapper
 
 
 @final
@@ -101,8 +90,11 @@ def _kept_late(old: Checkpoint, new: Checkpoint) -> bool:
 
 
 @final
-class FaultyStore(StoreHelpers, ChangeFeed):
-    """A `MemoryStore` whose writes fail on purpose (see `Faults`)."""
+class FaultyStore(StoreWrapper, ChangeFeed):
+    """A `MemoryStore` whose writes fail on purpose (see `Faults`): every
+    other method of the protocol passes through (`StoreWrapper`)."""
+
+    inner: MemoryStore
 
     def __init__(self, inner: MemoryStore, rng: random.Random, faults: Faults) -> None:
         self.inner = inner
@@ -189,7 +181,7 @@ class FaultyStore(StoreHelpers, ChangeFeed):
                 # Recorded settled at once (a local step, a timer that was due).
                 self.settles[key] = self.settles.get(key, 0) + 1
 
-    # -- everything else goes straight through --------------------------------
+    # -- the lease write, and the change feed; the rest passes through ---------
 
     async def begin_turn(
         self, run_id: str, owner: str, expiry: float, now: float
@@ -198,105 +190,6 @@ class FaultyStore(StoreHelpers, ChangeFeed):
             await trio.lowlevel.checkpoint()
             raise StoreError("injected: the lease write failed")
         return await self.inner.begin_turn(run_id, owner, expiry, now)
-
-    async def get_run(self, run_id: str) -> Run | None:
-        return await self.inner.get_run(run_id)
-
-    async def list_runs(
-        self,
-        *,
-        statuses: Collection[RunStatus] | None = None,
-        workflow: str | None = None,
-        parent_id: str | None = None,
-        limit: int = 1000,
-    ) -> list[Run]:
-        return await self.inner.list_runs(
-            statuses=statuses, workflow=workflow, parent_id=parent_id, limit=limit
-        )
-
-    async def get_checkpoints(
-        self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
-    ) -> list[Checkpoint]:
-        return await self.inner.get_checkpoints(run_id, from_seq, to_seq)
-
-    async def count_checkpoints(
-        self,
-        run_id: str,
-        from_seq: int,
-        to_seq: int,
-        statuses: Collection[CheckpointStatus],
-        limit: int | None = None,
-    ) -> int:
-        return await self.inner.count_checkpoints(run_id, from_seq, to_seq, statuses, limit)
-
-    async def find_runs(
-        self, where: RunFilter, *, before: tuple[float, str] | None = None, limit: int = 100
-    ) -> list[Run]:
-        return await self.inner.find_runs(where, before=before, limit=limit)
-
-    async def count_runs(self, where: RunFilter) -> dict[RunStatus, int]:
-        return await self.inner.count_runs(where)
-
-    async def fan_counts(self, run_id: str) -> list[FanCounts]:
-        return await self.inner.fan_counts(run_id)
-
-    async def queue_depths(self) -> list[QueueDepth]:
-        return await self.inner.queue_depths()
-
-    async def run_stamp(self, run_id: str) -> RunStamp | None:
-        return await self.inner.run_stamp(run_id)
-
-    async def get_webhook(self, token_hash: str) -> Webhook | None:
-        return await self.inner.get_webhook(token_hash)
-
-    async def list_breakpoints(self) -> list[Breakpoint]:
-        return await self.inner.list_breakpoints()
-
-    async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
-        return await self.inner.paused_steps(run_id)
-
-    async def get_value(self, scope: str, key: str) -> StoredValue | None:
-        return await self.inner.get_value(scope, key)
-
-    async def list_values(
-        self, scope: str, *, prefix: str = "", after: str | None = None, limit: int = 100
-    ) -> list[StoredValue]:
-        return await self.inner.list_values(scope, prefix=prefix, after=after, limit=limit)
-
-    async def find_checkpoints(
-        self,
-        run_id: str,
-        from_seq: int,
-        to_seq: int,
-        *,
-        statuses: Collection[CheckpointStatus] | None = None,
-        offset: int = 0,
-        limit: int = 100,
-    ) -> list[Checkpoint]:
-        return await self.inner.find_checkpoints(
-            run_id, from_seq, to_seq, statuses=statuses, offset=offset, limit=limit
-        )
-
-    async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
-        return await self.inner.prune_runs(older_than, limit)
-
-    async def list_due_runs(self, now: float, limit: int) -> list[str]:
-        return await self.inner.list_due_runs(now, limit)
-
-    async def list_stalled_runs(self, limit: int) -> list[str]:
-        return await self.inner.list_stalled_runs(limit)
-
-    async def next_due_time(self) -> float | None:
-        return await self.inner.next_due_time()
-
-    async def buffered_signals(self, token: str) -> list[str]:
-        return await self.inner.buffered_signals(token)
-
-    async def signal_waiter(self, token: str) -> tuple[str, int] | None:
-        return await self.inner.signal_waiter(token)
-
-    def statistics(self) -> StoreStatistics:
-        return self.inner.statistics()
 
     def run_end_event(self, run_id: str) -> trio.Event:
         return self.inner.run_end_event(run_id)
@@ -309,9 +202,6 @@ class FaultyStore(StoreHelpers, ChangeFeed):
 
     def unwoken_event(self) -> trio.Event:
         return self.inner.unwoken_event()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def _decision_applied(old: Checkpoint | None, new: Checkpoint | None) -> bool:
