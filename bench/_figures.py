@@ -1,0 +1,95 @@
+"""The figures a benchmark prints, also written as JSON lines.
+
+Every bench script reports each figure through `figure`: it is printed as
+before, and, when ``--json PATH`` was given (see `add_json_option`) or the
+``TRIO_DURABLE_BENCH_JSON`` environment variable names a file, appended to
+that file as one JSON object per line::
+
+    {"bench": "bench_engine", "case": "sqlite.sequential", "value": 495.2,
+     "unit": "runs/s", "better": "higher", "commit": "c22db11",
+     "date": "2026-12-05T01:10:00+00:00", "host": "..."}
+
+``bench/compare.py OLD NEW`` prints the ratio of two such files, case by
+case. Figures never pass or fail; they are for reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any, Literal
+
+_ENV = "TRIO_DURABLE_BENCH_JSON"
+_path: Path | None = None
+_commit: str | None = None
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--json PATH`` to a bench's arguments; call `use_args` after
+    parsing."""
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        default=os.environ.get(_ENV),
+        help=f"append each figure to PATH as a JSON line (default: ${_ENV})",
+    )
+
+
+def use_args(args: argparse.Namespace) -> None:
+    """Write figures where ``--json`` said."""
+    global _path
+    _path = Path(args.json) if getattr(args, "json", None) else None
+
+
+def _head() -> str:
+    global _commit
+    if _commit is None:
+        try:
+            _commit = subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=Path(__file__).parent,
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            _commit = "unknown"
+    return _commit
+
+
+def figure(
+    bench: str,
+    case: str,
+    value: float,
+    unit: str,
+    *,
+    better: Literal["higher", "lower"] = "higher",
+    label: str | None = None,
+    **extra: Any,
+) -> None:
+    """Print one figure (``label`` or ``case``, value and unit) and, if
+    asked, append it as a JSON line. ``extra`` keys go into the JSON only."""
+    print(f"  {label or case}: {value:,.2f} {unit}", flush=True)
+    path = _path
+    if path is None and os.environ.get(_ENV):
+        path = Path(os.environ[_ENV])
+    if path is None:
+        return
+    line = {
+        "bench": bench,
+        "case": case,
+        "value": value,
+        "unit": unit,
+        "better": better,
+        "commit": _head(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        **extra,
+    }
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
