@@ -25,9 +25,9 @@ rescuing a lost start, race to make it. A ``fail_fast`` fan that freezes
 deletes the value, which stops every start still on its way.
 
 A start lost to a crash between the settle and the start is rescued by the
-parent: while members wait, it suspends with a due time that backs off
-(`next_look`), and its turn makes the starts owed to members in flight that
-ended (see `_fans`).
+parent: while members wait, it suspends with a due time that comes late and
+backs off (`_fans.RESCUE_FIRST`), and its turn makes the starts owed to
+members in flight that ended.
 """
 
 from __future__ import annotations

@@ -22,13 +22,13 @@ yet started never start. Child fans and step fans freeze with the same code.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 import trio
 
 from . import _serde
-from ._admission import next_look, start_controls
+from ._admission import start_controls
 from ._app import Step, Workflow
 from ._children import Failed, cancel_request, child_outcome, completion, record_child
 from ._decider import fan_command
@@ -48,6 +48,12 @@ from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode
 from ._remote import StepPlanner
 from ._replay import Replay, Suspend, recorded_value
 from ._stores._ops import ClaimCheckpoint, Op, PutValue, SettleCheckpoint
+
+RESCUE_FIRST: Final = 60.0
+"""Seconds after which a parent whose fan has members waiting looks for a
+start lost to a crash (see `_fan_window`), at the earliest."""
+RESCUE_CAP: Final = 3600.0
+"""Seconds between such looks, at the most (they back off until then)."""
 
 
 def check_fan_target(target: object) -> None:
@@ -367,16 +373,18 @@ class _FanPlan:
         return [*owed, *starts]
 
     def recheck(self, due: float | None = None) -> float | None:
-        """When the parent looks again (the earlier of ``due`` and, while
-        members wait, a look that backs off: only a start lost to a crash
-        needs it)."""
+        """When the parent looks again: the earlier of ``due`` and, while
+        members wait, a look that only a start lost to a crash needs, so
+        it comes late and backs off: after `RESCUE_FIRST` seconds, then
+        after as long as the fan has waited, up to `RESCUE_CAP`."""
         checkpoints = self.replay.turn.checkpoints
         for seq in range(self.first + self.width, self.first + self.total):
             cp = checkpoints.get(seq)
             if waiting(cp):
                 assert cp is not None
-                rt = self.replay.runtime
-                look = next_look(cp, rt.clock.now(), rt.options.blocked_recheck)
+                now = self.replay.runtime.clock.now()
+                waited = 0.0 if cp.enqueued_at is None else now - cp.enqueued_at
+                look = now + min(max(RESCUE_FIRST, waited), RESCUE_CAP)
                 return look if due is None else min(due, look)
         return due
 
