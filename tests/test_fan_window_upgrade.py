@@ -31,7 +31,7 @@ HISTORY = Path(__file__).parent / "data" / "wave_fans.json"
 
 
 async def load(store: td.stores.Store) -> dict[str, Any]:
-    data = json.loads(HISTORY.read_text())
+    data: dict[str, Any] = json.loads(HISTORY.read_text())
     ops: list[Op] = []
     for plain in data["runs"]:
         # Plain fields but for these (and no search attributes, which the
