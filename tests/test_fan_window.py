@@ -295,3 +295,61 @@ async def test_a_crash_mid_window_leaves_the_fan_to_another_engine(
         await engine.drain()
     # Every member was sent once, whichever engine sent it.
     assert broker.sends == Counter({seq: 1 for seq in range(1, 13)})
+
+
+# -- remote workflows: the fan is a worker's decision, the engine runs it ----------
+
+worker_app = td.App("fan_window_remote")
+
+
+@worker_app.step(group="rg")
+async def rwork(job: Job) -> int:
+    executions[job.index] += 1
+    await trio.sleep(job.seconds)
+    return job.index * 10
+
+
+@worker_app.workflow(group="decide")
+async def rmember(ctx: td.Context, job: Job) -> int:
+    await ctx.sleep(job.seconds)
+    return job.index * 10
+
+
+@worker_app.workflow(group="decide")
+async def rfan(ctx: td.Context, jobs: list[Job]) -> dict[str, list[int]]:
+    stepped = await ctx.all(rwork, jobs, concurrency=3, mode="wait_all")
+    children = await ctx.all(rmember, jobs, concurrency=2)
+    return {"steps": stepped, "children": children}
+
+
+engine_app = td.App("fan_window_engine")
+engine_app.remote_workflow("rfan", group="decide")
+engine_app.remote_workflow("rmember", group="decide")
+
+
+async def test_a_remote_workflows_fans_slide_a_window(
+    autojump_clock: trio.testing.MockClock, store: Store
+) -> None:
+    broker = td.MemoryBroker()
+    jobs = [Job(index=i, seconds=1 + (i * 7) % 4) for i in range(12)]
+    seen: list[int] = []
+    async with (
+        td.open_engine(engine_app, store=store, broker=broker, seed=0) as engine,
+        td.open_worker(worker_app, broker=broker, groups=["rg", "decide"]),
+    ):
+        async with watch_window(engine, "p", 3, seen):
+            await engine.start("rfan", jobs, run_id="p")
+            result = await engine.result("p")
+        await engine.drain()
+        cps = await store.get_checkpoints("p", 1, 24)
+        [marker] = await store.get_checkpoints("p", td.DECISION_SEQ)
+    assert result == {"steps": [i * 10 for i in range(12)], "children": [i * 10 for i in range(12)]}
+    assert max(seen) == 3
+    assert all(executions[i] == 1 for i in range(12))
+    assert all(cp.status == "completed" for cp in cps)
+    # Members past the window started as others ended, later than the fan.
+    assert all(cps[i].started_at > cps[0].started_at for i in range(3, 12))  # type: ignore[operator]
+    # One decision to start, one at each fan's end: the members' ends made
+    # way on the engine, not through decisions (waves would ask a worker
+    # once per wave: 4 + 6 more).
+    assert marker.attempts == 3
