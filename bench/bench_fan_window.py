@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 import trio
+from _figures import add_json_option, figure, use_args
 
 import trio_durable as td
-from _figures import add_json_option, figure, use_args
 from trio_durable._brokers._memory import MemoryBroker
 
 BENCH = "bench_fan_window"
