@@ -41,7 +41,9 @@ from typing import TYPE_CHECKING, Final, final
 import attrs
 import trio
 
+from ._brokers._base import BrokerError
 from ._children import record_child
+from ._exceptions import StoreError
 from ._learned import step_of
 from ._observe import Event
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus, StoredValue
@@ -182,7 +184,7 @@ async def advance_windows(rt: Runtime, settled: Iterable[Checkpoint]) -> None:
         try:
             async with _lock(rt.store, run_id, first):
                 done = await _advance(rt, run_id, first, size, [seq - first for seq in seqs])
-        except Exception as exc:  # StoreError, or a broker that failed the send
+        except (StoreError, BrokerError) as exc:
             logger.warning("could not slide the window of fan %s of %r: %s", first, run_id, exc)
             done = False
         if not done:
@@ -209,6 +211,7 @@ async def _advance(rt: Runtime, run_id: str, first: int, size: int, ended: list[
             return False  # not recorded as a window records them
         plan = _Starts(rt, run_id, first, size, window)
         for cp in rows:
+            await plan.check(cp)
             if not plan.add(cp):
                 return False
         now = rt.clock.now()
@@ -240,6 +243,20 @@ class _Starts:
         parent = Run(id=run_id, workflow=window.workflow, namespace=window.namespace)
         self.turn = TurnState(run=parent, checkpoints={})
         self.tasks: list[tuple[int, Task]] = []
+        # Routes whose live workers lack what the steps require.
+        self.gaps: set[str] = set()
+
+    async def check(self, cp: Checkpoint) -> None:
+        """Look up, once per route, whether a live worker can take ``cp``."""
+        step = step_of(self.rt.app, self.rt.learned, cp.name)
+        if (
+            cp.kind == "remote"
+            and step is not None
+            and step.requires
+            and cp.group is not None
+            and await self.rt.dispatcher.capability_gap(cp.group, step.requires) is not None
+        ):
+            self.gaps.add(cp.group)
 
     @property
     def ops(self) -> list[Op]:
@@ -250,8 +267,8 @@ class _Starts:
         rt, now, turn = self.rt, self.now, self.turn
         if cp.kind == "remote":
             step = step_of(rt.app, rt.learned, cp.name)
-            if step is None or step.requires or cp.group is None:
-                # Capability checks (and parking) are the turn's.
+            if step is None or cp.group is None or cp.group in self.gaps:
+                # Parking a step no live worker can take is the turn's.
                 return False
             policy = rt.options.remote_redispatch
             sent = attrs.evolve(
