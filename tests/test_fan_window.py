@@ -353,3 +353,27 @@ async def test_a_remote_workflows_fans_slide_a_window(
     # way on the engine, not through decisions (waves would ask a worker
     # once per wave: 4 + 6 more).
     assert marker.attempts == 3
+
+
+@app.step(group="gpu", requires=("gpu",))
+async def render(job: Job) -> int:
+    executions[job.index] += 1
+    await trio.sleep(job.seconds)
+    return job.index * 10
+
+
+@app.workflow()
+async def renders(ctx: td.Context, jobs: list[Job]) -> list[int]:
+    return await ctx.all(render, jobs, concurrency=3)
+
+
+async def test_a_step_that_requires_capabilities_slides_its_window_too(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    jobs = [Job(index=i, seconds=1 + i % 2) for i in range(20)]
+    async with open_test_engine(app, serve=["gpu"], capabilities=["gpu"]) as engine:
+        await engine.start(renders, jobs, run_id="p")
+        assert await engine.result("p") == [i * 10 for i in range(20)]
+        await engine.drain()
+        # The members' ends started the next ones: the parent turned twice.
+        assert engine.statistics().turns == 2
