@@ -32,8 +32,8 @@ async def deliver_cancel(
 ) -> bool:
     """Replay a cancelling run's body to deliver `Cancelled` to it (see the
     module's docstring). Returns True if the turn is over (the body was
-    interrupted: the next turn takes it up), False when the cancel goes on
-    to end the run."""
+    interrupted, or its cleanup waits: a later turn takes it up), False
+    when the cancel goes on to end the run."""
     rt, state = turn.runtime, turn.state
     run = state.run
     wf = rt.app.find_workflow(run.workflow, run.version)
@@ -54,13 +54,14 @@ async def deliver_cancel(
     replay.cancellation = CancelDelivery(recorded)
     ctx = Context(replay)
     failure: StoreError | None = None
+    waits: Suspend | None = None
     interrupted = True
     async with trio.open_nursery() as nursery:
         nursery.start_soon(renew_lease)
         with trio.CancelScope() as scope:
             slot.body_scope = scope
             try:
-                await _run_body(wf.fn, ctx, run.id, run.input)
+                waits = await _run_body(wf.fn, ctx, run.id, run.input)
             except StoreError as exc:
                 failure = exc
             interrupted = False
@@ -69,7 +70,13 @@ async def deliver_cancel(
     if failure is not None:
         raise failure
     if not interrupted:
-        return False
+        if waits is None or state.nondeterminism is not None:
+            return False
+        # The cleanup waits (a timer, a signal, a remote step, a child):
+        # suspend the run as any waiting run; its `cancelled_at` record
+        # makes the turn that wakes it go on with the cleanup.
+        await turn.suspend(waits, cleanup=True)
+        return True
     # Interrupted (another cancel, or the lease was lost): keep what the
     # cleanup did, fenced by the lease, and let the next turn go on.
     slot.again = True
@@ -82,13 +89,22 @@ async def deliver_cancel(
     return True
 
 
-async def _run_body(fn: Callable[..., Awaitable[Any]], ctx: Any, run_id: str, input: str) -> None:
+async def _run_body(
+    fn: Callable[..., Awaitable[Any]], ctx: Any, run_id: str, input: str
+) -> Suspend | None:
+    """Run the body to its end; the `Suspend` its cleanup raised, if it
+    waits."""
     try:
         args = _serde.load_args(input, fn, skip=1)
         await fn(ctx, *args)
-    except (Cancelled, Suspend, ContinueAsNew):
+    except Suspend as suspend:
+        # Before the delivery, every operation replays a settled outcome:
+        # only a cleanup operation suspends.
+        return suspend
+    except (Cancelled, ContinueAsNew):
         pass
     except StoreError:
         raise
     except Exception as exc:
         logger.warning("run %r raised in its cleanup after its cancellation: %r", run_id, exc)
+    return None

@@ -17,8 +17,13 @@ as the saga's undos are: a turn that dies halfway through the cleanup is
 replayed by the next one (here or on another engine), which delivers
 `Cancelled` at the same seq, replays the cleanup steps that ran and runs
 the rest. A body that does not catch `Cancelled` writes nothing more than
-before. Cleanup cannot wait (a timer, a signal, a remote step, a child):
-such an operation raises `UsageError` in the cleanup.
+before.
+
+Cleanup may wait (a timer, a signal, a remote step, a child, a fan): the
+run is then written ``suspended``, as any waiting run, and its
+``cancelled_at`` record tells the turn that wakes it that it is still
+cleaning up (`in_cleanup`): that turn makes it ``cancelling`` again and
+replays it from here.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from __future__ import annotations
 import json
 from typing import Final, final
 
-from ._exceptions import Cancelled, UsageError
+from ._exceptions import Cancelled
 from ._markers import CANCELLED_AT_SEQ, record
+from ._records import Checkpoint
 from ._replay import Replay
 from ._stores._ops import UpdateRun
 
@@ -50,11 +56,6 @@ class CancelDelivery:
         self.recorded = recorded
         self.delivered: int | None = None
         self.shield = 0
-
-    @property
-    def cleaning_up(self) -> bool:
-        """Whether the body runs its cleanup: delivered, and shielded."""
-        return self.delivered is not None and self.shield > 0
 
     def reach(self, replay: Replay, first: int, count: int) -> None:
         """An operation took the seqs ``first`` to ``first + count - 1``.
@@ -81,15 +82,6 @@ class CancelDelivery:
         self.delivered = first if self.recorded is None else self.recorded
         raise Cancelled(self.delivered)
 
-    def refuse_wait(self, what: str) -> None:
-        """Raise `UsageError` if the body is cleaning up: ``what`` would
-        wait, and a cancelled run's cleanup cannot."""
-        if self.cleaning_up:
-            raise UsageError(
-                f"{what} cannot run in a cancelled run's cleanup: it would wait;"
-                " clean up with local steps"
-            )
-
     def _record(self, replay: Replay) -> None:
         turn = replay.turn
         if CANCELLED_AT_SEQ in turn.checkpoints:
@@ -100,6 +92,13 @@ class CancelDelivery:
                 turn.run.id, CANCELLED_AT_SEQ, CANCELLED_AT_NAME, json.dumps(self.delivered), now
             )
         )
+
+
+def in_cleanup(checkpoints: dict[int, Checkpoint]) -> bool:
+    """Whether a run that is not terminal got its cancellation and cleans
+    up: a run whose cleanup waited is ``suspended`` (then ``running``) with
+    nothing else saying it is being cancelled."""
+    return CANCELLED_AT_SEQ in checkpoints
 
 
 async def write_cleanup(replay: Replay) -> None:

@@ -23,6 +23,7 @@ from . import _serde
 from ._admission import admit, let_in, release_ops
 from ._barrier import join_barrier
 from ._cancel_turn import deliver_cancel
+from ._cancellation import in_cleanup
 from ._children import cancel_request, completion
 from ._context import Context
 from ._decision_turn import compensate_remote, decision_route, remote_turn
@@ -192,6 +193,10 @@ class Turn:
             )
             await self.end("dead", error=error)
             return
+        if run.status != "cancelling" and in_cleanup(state.checkpoints):
+            # Its cleanup waited, suspended: it is being cancelled again.
+            state.ops.append(UpdateRun(run.id, {"status": "cancelling"}, expect_owner=rt.engine_id))
+            run = state.run = attrs.evolve(run, status="cancelling")
         run = lifecycle.check_deadline(self, now)
         if run.status == "cancelling":
             if await deliver_cancel(self, slot, self._renew_lease):
@@ -439,14 +444,18 @@ class Turn:
             # The decision came back while this turn held the lease.
             self._slot.again = True
 
-    async def suspend(self, suspend: Suspend) -> None:
-        """Suspend the run with the turn's writes, as ``suspend`` says."""
+    async def suspend(self, suspend: Suspend, *, cleanup: bool = False) -> None:
+        """Suspend the run with the turn's writes, as ``suspend`` says; with
+        ``cleanup``, a cancelling run whose cleanup waits (its deadline no
+        longer wakes it: the cancel is under way)."""
         rt, turn = self.runtime, self.state
         run = turn.run
-        wake_at = lifecycle.wake_by_deadline(turn.checkpoints, suspend.wake_at)
-        results = await self.write(
-            self.fence({"status": "suspended", "wake_at": wake_at}, frozenset({"running"}))
-        )
+        if cleanup:
+            wake_at, expect = suspend.wake_at, _CANCELLING
+        else:
+            wake_at = lifecycle.wake_by_deadline(turn.checkpoints, suspend.wake_at)
+            expect = _RUNNING
+        results = await self.write(self.fence({"status": "suspended", "wake_at": wake_at}, expect))
         if results is None:
             return
         await self.after_commit(results)
