@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -11,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from . import _serde
-from ._cancellation import CancelDelivery
+from ._cancellation import CancelDelivery, recorded_delivery
 from ._context import Context
 from ._exceptions import Cancelled, StoreError
 from ._lifecycle import ContinueAsNew
-from ._markers import CANCELLED_AT_SEQ, body_seqs
+from ._markers import body_seqs
 from ._on_error import active_handoff
 from ._records import ACTIVE_STATUSES
 from ._replay import Replay, Suspend
@@ -48,10 +47,8 @@ async def deliver_cancel(
         # already failed and was handed to an on-error handler: there is
         # nothing to clean up, and its body must not run now.
         return False
-    marker = state.checkpoints.get(CANCELLED_AT_SEQ)
-    recorded = None if marker is None or marker.output is None else int(json.loads(marker.output))
     replay = Replay(rt, state)
-    replay.cancellation = CancelDelivery(recorded)
+    replay.cancellation = CancelDelivery(recorded_delivery(state.checkpoints))
     ctx = Context(replay)
     failure: StoreError | None = None
     waits: Suspend | None = None

@@ -84,7 +84,8 @@ class CancelDelivery:
 
     def _record(self, replay: Replay) -> None:
         turn = replay.turn
-        if CANCELLED_AT_SEQ in turn.checkpoints:
+        marker = turn.checkpoints.get(CANCELLED_AT_SEQ)
+        if marker is not None and marker.output is not None:
             return
         now = replay.runtime.clock.now()
         turn.put(
@@ -95,10 +96,25 @@ class CancelDelivery:
 
 
 def in_cleanup(checkpoints: dict[int, Checkpoint]) -> bool:
-    """Whether a run that is not terminal got its cancellation and cleans
-    up: a run whose cleanup waited is ``suspended`` (then ``running``) with
-    nothing else saying it is being cancelled."""
+    """Whether a run that is not terminal is being cancelled while
+    ``suspended`` (then ``running``): its cleanup waits, or its remote
+    workflow's cancel is out to a worker (with the record but no delivery
+    seq yet, see `cancel_marker`)."""
     return CANCELLED_AT_SEQ in checkpoints
+
+
+def recorded_delivery(checkpoints: dict[int, Checkpoint]) -> int | None:
+    """The seq a run's body got `Cancelled` at, as recorded; None if it did
+    not yet."""
+    marker = checkpoints.get(CANCELLED_AT_SEQ)
+    return None if marker is None or marker.output is None else int(json.loads(marker.output))
+
+
+def cancel_marker(run_id: str, now: float) -> Checkpoint:
+    """The ``cancelled_at`` record of a remote workflow's run whose cancel
+    is sent to a worker, before the body got `Cancelled` anywhere: it
+    keeps the run being cancelled while it waits as ``suspended``."""
+    return record(run_id, CANCELLED_AT_SEQ, CANCELLED_AT_NAME, None, now)
 
 
 async def write_cleanup(replay: Replay) -> None:

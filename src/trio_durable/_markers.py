@@ -51,7 +51,7 @@ def body_seqs(checkpoints: dict[int, Checkpoint]) -> list[int]:
     return [seq for seq in checkpoints if 0 < seq < BODY_SEQ_LIMIT]
 
 
-def record(run_id: str, seq: int, name: str, output: str, now: float) -> Checkpoint:
+def record(run_id: str, seq: int, name: str, output: str | None, now: float) -> Checkpoint:
     """A completed record the replay keeps in a run's history."""
     return Checkpoint(
         run_id=run_id,

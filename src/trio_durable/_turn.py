@@ -26,14 +26,13 @@ from ._cancel_turn import deliver_cancel
 from ._cancellation import in_cleanup
 from ._children import cancel_request, completion
 from ._context import Context
-from ._decision_turn import compensate_remote, decision_route, remote_turn
+from ._decision_turn import cancel_remote, decision_route, remote_turn
 from ._exceptions import LeaseLostError, NonDeterminismError, StoreError
 from ._failures import error_info
 from ._handoff import follow_handoff, hand_off, on_error_routes_in_doubt
 from ._on_error import RETIRED_PREFIX, active_handoff, pick_on_error_route
 from ._records import (
     ACTIVE_STATUSES,
-    DECISION_SEQ,
     LATEST_VERSION,
     CheckpointStatus,
     ErrorInfo,
@@ -201,8 +200,8 @@ class Turn:
         if run.status == "cancelling":
             if await deliver_cancel(self, slot, self._renew_lease):
                 return
-            route = await decision_route(rt, run) if run.compensate else None
-            if route is not None and await compensate_remote(self, route, now):
+            route = await decision_route(rt, run)
+            if route is not None and await cancel_remote(self, route, now):
                 return
             await self._finish_cancel(compensated=route is not None)
             return
@@ -427,22 +426,6 @@ class Turn:
             callback()
         # Readers of the run's stream here read what the write committed.
         rt.streams.changed(turn.run.id)
-
-    async def suspend_cancelling(self, wake_at: float | None) -> None:
-        """Write the turn of a cancelling run that waits (for its undos to
-        be decided on a worker): it stays cancelling, due at ``wake_at``."""
-        results = await self.write(self.fence({"wake_at": wake_at}, _CANCELLING))
-        if results is None:
-            return
-        await self.after_commit(results)
-        if wake_at is not None:
-            self.runtime.scheduler.signals.wake_at(wake_at)
-        found = await self.runtime.store.get_checkpoints(
-            self.state.run.id, DECISION_SEQ, DECISION_SEQ
-        )
-        if found and found[0].status != "pending":
-            # The decision came back while this turn held the lease.
-            self._slot.again = True
 
     async def suspend(self, suspend: Suspend, *, cleanup: bool = False) -> None:
         """Suspend the run with the turn's writes, as ``suspend`` says; with
