@@ -32,12 +32,13 @@ import json
 from typing import Final, final
 
 from ._exceptions import Cancelled
-from ._markers import CANCELLED_AT_SEQ, record
+from ._markers import CANCEL_SENT_SEQ, CANCELLED_AT_SEQ, record
 from ._records import Checkpoint
 from ._replay import Replay
 from ._stores._ops import UpdateRun
 
 CANCELLED_AT_NAME: Final = "cancelled_at"
+CANCEL_SENT_NAME: Final = "cancel_sent"
 _SETTLED: Final = frozenset({"completed", "failed"})
 
 
@@ -84,8 +85,7 @@ class CancelDelivery:
 
     def _record(self, replay: Replay) -> None:
         turn = replay.turn
-        marker = turn.checkpoints.get(CANCELLED_AT_SEQ)
-        if marker is not None and marker.output is not None:
+        if CANCELLED_AT_SEQ in turn.checkpoints:
             return
         now = replay.runtime.clock.now()
         turn.put(
@@ -99,8 +99,8 @@ def in_cleanup(checkpoints: dict[int, Checkpoint]) -> bool:
     """Whether a run that is not terminal is being cancelled while
     ``suspended`` (then ``running``): its cleanup waits, or its remote
     workflow's cancel is out to a worker (with the record but no delivery
-    seq yet, see `cancel_marker`)."""
-    return CANCELLED_AT_SEQ in checkpoints
+    see `cancel_marker`)."""
+    return CANCELLED_AT_SEQ in checkpoints or CANCEL_SENT_SEQ in checkpoints
 
 
 def recorded_delivery(checkpoints: dict[int, Checkpoint]) -> int | None:
@@ -111,10 +111,10 @@ def recorded_delivery(checkpoints: dict[int, Checkpoint]) -> int | None:
 
 
 def cancel_marker(run_id: str, now: float) -> Checkpoint:
-    """The ``cancelled_at`` record of a remote workflow's run whose cancel
-    is sent to a worker, before the body got `Cancelled` anywhere: it
-    keeps the run being cancelled while it waits as ``suspended``."""
-    return record(run_id, CANCELLED_AT_SEQ, CANCELLED_AT_NAME, None, now)
+    """The ``cancel_sent`` record of a remote workflow's run whose cancel
+    is sent to a worker: it keeps the run being cancelled while it waits
+    as ``suspended``."""
+    return record(run_id, CANCEL_SENT_SEQ, CANCEL_SENT_NAME, None, now)
 
 
 async def write_cleanup(replay: Replay) -> None:

@@ -41,14 +41,14 @@ from ._app import (
     workflow_of,
 )
 from ._breakpoints import CONTINUED
-from ._cancellation import cancel_marker
+from ._cancellation import cancel_marker, in_cleanup
 from ._context import Context
 from ._decision_wire import Command, Decision, history, request_input
 from ._exceptions import StoreError, UnknownWorkflowError
 from ._failures import error_info
 from ._fans import fan
 from ._handoff import hand_off
-from ._markers import CANCELLED_AT_SEQ, body_seqs
+from ._markers import body_seqs
 from ._on_error import NEVER_ROUTED, OnError, active_handoff, pick_on_error_route
 from ._records import (
     DECISION_SEQ,
@@ -272,14 +272,10 @@ def _keep_local(
     checkpoints: dict[int, Checkpoint], decision: Decision, put: Callable[[Checkpoint], None]
 ) -> None:
     """Record the local steps a worker ran (and the seq a cancelled body
-    got `Cancelled` at, in place of the record that had none yet)."""
+    got `Cancelled` at)."""
     for cp in decision.local:
         existing = checkpoints.get(cp.seq)
-        if (
-            existing is None
-            or existing.status not in _SETTLED
-            or (cp.seq == CANCELLED_AT_SEQ and existing.output is None)
-        ):
+        if existing is None or existing.status not in _SETTLED:
             put(cp)
 
 
@@ -298,7 +294,7 @@ async def _wait_cancelling(turn: Turn, wake_at: float | None) -> None:
     """Suspend a remote workflow's cancelling run until its worker answers,
     with the record that keeps it being cancelled (see `in_cleanup`)."""
     state = turn.state
-    if CANCELLED_AT_SEQ not in state.checkpoints:
+    if not in_cleanup(state.checkpoints):
         state.put(cancel_marker(state.run.id, turn.runtime.clock.now()))
     await turn.suspend(Suspend("decision", wake_at, watch=_WATCH), cleanup=True)
 
