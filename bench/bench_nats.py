@@ -33,8 +33,10 @@ import time
 from typing import Any
 
 import trio
+from _figures import add_json_option, figure, use_args
 from _remote_figures import PREFETCH, report
 
+BENCH = "bench_nats"
 BODY_SIZE = 200
 WINDOW = 1000
 
@@ -185,7 +187,14 @@ def main() -> None:
     parser.add_argument("--bridges", default="thread,trio-asyncio")
     parser.add_argument("--role", default="bench", help=argparse.SUPPRESS)
     parser.add_argument("--queues", nargs="*", default=[], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--prefix",
+        default="nats",
+        help="the cases' prefix: nats.fan, nats.runs, raw.nats_round_trips",
+    )
+    add_json_option(parser)
     args = parser.parse_args()
+    use_args(args)
     if args.role == "raw-worker":
         asyncio.run(raw_worker(args.url, *args.queues))
         return
@@ -198,8 +207,14 @@ def main() -> None:
         f" pull batches / worker concurrency {PREFETCH}; engine on a memory store"
     )
     ceiling = raw_ceiling(args.url, args.raw)
-    print(f"(a) raw nats-py, asyncio, {args.raw} round trips, window {WINDOW}: {ceiling:8.0f}/s")
-    report(args.url, ceiling, args.bridges, args.fan, args.runs)
+    figure(
+        BENCH,
+        f"raw.{args.prefix}_round_trips",
+        ceiling,
+        "round trips/s",
+        label=f"(a) raw nats-py, asyncio, {args.raw} round trips, window {WINDOW}",
+    )
+    report(BENCH, args.prefix, args.url, ceiling, args.bridges, args.fan, args.runs)
 
 
 if __name__ == "__main__":
