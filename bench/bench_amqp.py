@@ -17,7 +17,10 @@ as the raw worker is. Usage:
 ``python bench/bench_amqp.py [--url amqp://...] [--raw 20000] [--fan 10000] [--runs 1000]``
 (the URL defaults to ``$AMQP_URL``, else a local RabbitMQ on 5672).
 
-It prints figures and never passes or fails.
+Cases: ``raw.amqp_round_trips`` (a), ``amqp.fan`` (b) and ``amqp.runs``
+(c) for the default bridge (``thread``; ``....bridge_<mode>`` for another),
+and each as ``....of_raw`` (percent of (a)). It prints figures (with
+``--json PATH``, also as JSON lines) and never passes or fails.
 """
 
 from __future__ import annotations

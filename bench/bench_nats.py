@@ -18,7 +18,12 @@ as the raw worker is. Usage:
 ``python bench/bench_nats.py [--url nats://...] [--raw 20000] [--fan 10000] [--runs 1000]``
 (the URL defaults to ``$NATS_URL``, else a local server on 4222).
 
-It prints figures and never passes or fails.
+Cases: ``raw.nats_round_trips`` (a), ``nats.fan`` (b) and ``nats.runs``
+(c) for the default bridge (``thread``; ``....bridge_<mode>`` for another),
+and each as ``....of_raw`` (percent of (a)). ``--prefix nats_always`` names them
+``nats_always.*`` for a server with ``sync_interval: always`` (the test
+servers'; `bench/all.py` runs both). It prints figures (with
+``--json PATH``, also as JSON lines) and never passes or fails.
 """
 
 from __future__ import annotations
