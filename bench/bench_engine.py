@@ -88,9 +88,23 @@ def _store_counts(engine: td.Engine) -> tuple[int, int, int]:
 
 
 async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
+    """Wall seconds of ``fn``; its CPU seconds (every thread of this process:
+    the engine and the store's thread) are left in `_last_cpu`."""
+    global _last_cpu
+    cpu = time.process_time()
     start = time.perf_counter()
     await fn()
+    _last_cpu = time.process_time() - cpu
     return time.perf_counter() - start
+
+
+_last_cpu = 0.0
+
+
+def _cpu_figure(case: str, n: int) -> None:
+    """CPU per workflow of the last `_timed` call: less sensitive than
+    throughput to other processes sharing the machine."""
+    figure(BENCH, f"{case}.cpu", 1000 * _last_cpu / n, "ms/workflow", better="lower", label="  CPU")
 
 
 def _per_unit(
@@ -141,6 +155,7 @@ async def bench_store(
             "workflows/s",
             label=f"one after another ({sequential} in {elapsed:.2f} s)",
         )
+        _cpu_figure(f"{store}.sequential", sequential)
         _per_unit(f"{store}.sequential", before, _store_counts(engine), 3 * sequential, "step")
 
         async def started_one_by_one() -> None:
@@ -162,7 +177,8 @@ async def bench_store(
                 "workflows/s",
                 label=f"{one_by_one} started one by one, then awaited ({elapsed:.2f} s)",
             )
-            _per_unit(f"{store}.one_by_one", before, _store_counts(engine), 3 * one_by_one, "step")
+            _cpu_figure(f"{store}.one_by_one", one_by_one)
+        _per_unit(f"{store}.one_by_one", before, _store_counts(engine), 3 * one_by_one, "step")
 
         async def all_at_once() -> None:
             async def one_run(i: int) -> None:
@@ -182,6 +198,7 @@ async def bench_store(
             "workflows/s",
             label=f"{concurrent} at once ({elapsed:.2f} s)",
         )
+        _cpu_figure(f"{store}.concurrent", concurrent)
         _per_unit(f"{store}.concurrent", before, _store_counts(engine), 3 * concurrent, "step")
 
         async def fan_join() -> None:
@@ -198,6 +215,14 @@ async def bench_store(
             better="lower",
             label=f"fan of {fan_size} children joined",
             children=fan_size,
+        )
+        figure(
+            BENCH,
+            f"{store}.fan_children.cpu",
+            1000 * _last_cpu,
+            "ms",
+            better="lower",
+            label="  CPU (the whole fan)",
         )
         _per_unit(f"{store}.fan_children", before, _store_counts(engine), fan_size, "child")
         await engine.drain()

@@ -56,17 +56,27 @@ async def bench_runs(runs: int) -> None:
             run = await engine.start(one_step, i, run_id=f"r-{i}")
             assert await engine.result(run.id) == i * i
 
+        cpu = time.process_time()
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for i in range(runs):
                 nursery.start_soon(one, i)
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
         figure(
             BENCH,
             "memory.remote_one_step",
             runs / elapsed,
             "steps/s",
             label=f"{runs} runs of one remote step, at once ({elapsed:.2f} s)",
+        )
+        figure(
+            BENCH,
+            "memory.remote_one_step.cpu",
+            1000 * cpu / runs,
+            "ms/run",
+            better="lower",
+            label="  CPU (engine, worker and broker)",
         )
 
 
