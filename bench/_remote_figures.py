@@ -68,10 +68,14 @@ async def td_figures(url: str, fan_size: int, runs: int) -> tuple[float, float]:
             line += chunk
         assert line.strip() == b"ready"
         async with td.open_engine(app, broker=url, seed=1) as engine:
-            start = time.perf_counter()
-            run = await engine.start(fan, fan_size, run_id=f"{namespace}.fan", namespace=namespace)
-            assert await engine.result(run.id) == sum(i * i for i in range(fan_size))
-            fan_rate = fan_size / (time.perf_counter() - start)
+            fan_rate = 0.0
+            if fan_size:
+                start = time.perf_counter()
+                run = await engine.start(
+                    fan, fan_size, run_id=f"{namespace}.fan", namespace=namespace
+                )
+                assert await engine.result(run.id) == sum(i * i for i in range(fan_size))
+                fan_rate = fan_size / (time.perf_counter() - start)
 
             async def one(i: int) -> None:
                 run = await engine.start(
@@ -103,12 +107,19 @@ def bridge_case(prefix: str, shape: str, bridge: str) -> str:
 
 
 def report(
-    bench: str, prefix: str, url: str, ceiling: float, bridges: str, fan_size: int, runs: int
+    bench: str,
+    prefix: str,
+    url: str,
+    ceiling: float | None,
+    bridges: str,
+    fan_size: int,
+    runs: int,
 ) -> None:
     """Measure and report (b) and (c) for each bridge mode (cases
     ``<prefix>.fan`` and ``<prefix>.runs``, see `bridge_case`), and each as a
     share of the raw ceiling (a) (``....of_raw``), then which mode was
-    faster."""
+    faster. A shape of size 0 is not reported (so a profile can take one
+    alone), nor shares without a ceiling."""
     figures: dict[str, tuple[float, float]] = {}
     for bridge in bridges.split(","):
         fan_rate, runs_rate = trio.run(td_figures, with_bridge(url, bridge), fan_size, runs)
@@ -117,8 +128,12 @@ def report(
             ("fan", fan_rate, f"fan of {fan_size}", 80),
             ("runs", runs_rate, f"{runs} one-step runs at once", 50),
         ):
+            if not rate:
+                continue
             case = bridge_case(prefix, shape, bridge)
             figure(bench, case, rate, "steps/s", label=f"(b) bridge={bridge} {what}")
+            if ceiling is None:
+                continue
             figure(
                 bench,
                 f"{case}.of_raw",

@@ -370,6 +370,8 @@ def _value(figure: Figure) -> str:
         return f"{figure.value:.2f} s"
     if unit.endswith("/s"):
         return f"{figure.value:,.0f}/s"
+    if unit.startswith("ms"):
+        return f"{figure.value:,.2f} {unit}"
     return f"{figure.value:,.0f} {unit}"
 
 
@@ -394,6 +396,63 @@ def table_lines(figures: dict[tuple[str, str], Figure]) -> list[str]:
             times = peer.value / ours.value if ours.better == "lower" else ours.value / peer.value
             ratio = f"{times:.1f}x {row.peer_name}"
         lines.append(f"| {row.label} | {peer_text} | {measured} | {ratio} | {row.target} |")
+    return lines
+
+
+CPU_ROWS = (
+    (
+        "SQLite, one after another",
+        "bench_engine",
+        "sqlite.sequential.cpu",
+        "dbos.sqlite.sequential.cpu",
+    ),
+    (
+        "SQLite, started one by one",
+        "bench_engine",
+        "sqlite.one_by_one.cpu",
+        "dbos.sqlite.one_by_one.cpu",
+    ),
+    ("SQLite, at once", "bench_engine", "sqlite.concurrent.cpu", "dbos.sqlite.concurrent.cpu"),
+    (
+        "SQLite, fan of 1,000 children (whole fan)",
+        "bench_engine",
+        "sqlite.fan_children.cpu",
+        "dbos.sqlite.fan_children.cpu",
+    ),
+    (
+        "one remote step, memory broker and store",
+        "bench_remote",
+        "memory.remote_one_step.cpu",
+        None,
+    ),
+    (
+        "PostgreSQL, 1 engine, at once (engine)",
+        "bench_postgres",
+        "postgres.concurrent.engine_cpu",
+        None,
+    ),
+    (
+        "PostgreSQL, 1 engine, at once (server)",
+        "bench_postgres",
+        "postgres.concurrent.server_cpu",
+        None,
+    ),
+)
+"""CPU per workflow in the bench's process (all its threads), ours and
+DBOS's: other processes on the machine move it far less than throughput."""
+
+
+def cpu_lines(figures: dict[tuple[str, str], Figure]) -> list[str]:
+    """CPU per workflow as Markdown: case, ours, DBOS's, DBOS / ours."""
+    lines = ["| CPU per workflow | trio-durable | DBOS | DBOS / ours |", "|---|---|---|---|"]
+    for label, bench, case, peer_case in CPU_ROWS:
+        ours = figures.get((bench, case))
+        peer = figures.get(("bench_dbos", peer_case)) if peer_case else None
+        ratio = f"{peer.value / ours.value:.1f}x" if ours and peer and ours.value else ""
+        lines.append(
+            f"| {label} | {'n/a' if ours is None else _value(ours)} |"
+            f" {'' if peer is None else _value(peer)} | {ratio} |"
+        )
     return lines
 
 
@@ -427,7 +486,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.table is not None:
         try:
-            print("\n".join(table_lines(read_figures(args.table))))
+            figures = read_figures(args.table)
+            print("\n".join([*table_lines(figures), "", *cpu_lines(figures)]))
         except FiguresFileError as exc:
             print(f"all.py: {exc}", file=sys.stderr)
             return 2
@@ -455,7 +515,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {name}: {outcome}")
     if args.json.exists():
         print()
-        print("\n".join(table_lines(read_figures(args.json))))
+        figures = read_figures(args.json)
+        print("\n".join([*table_lines(figures), "", *cpu_lines(figures)]))
     return 0
 
 

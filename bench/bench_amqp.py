@@ -173,14 +173,16 @@ def main() -> None:
     print(
         f"round trips of {BODY_SIZE} B, persistent, confirmed, manually acked; worker prefetch {PREFETCH}"
     )
-    ceiling = raw_ceiling(args.url, args.raw)
-    figure(
-        BENCH,
-        f"raw.{args.prefix}_round_trips",
-        ceiling,
-        "round trips/s",
-        label=f"(a) raw aio-pika, asyncio, {args.raw} round trips, window {WINDOW}",
-    )
+    ceiling = None
+    if args.raw:
+        ceiling = raw_ceiling(args.url, args.raw)
+        figure(
+            BENCH,
+            f"raw.{args.prefix}_round_trips",
+            ceiling,
+            "round trips/s",
+            label=f"(a) raw aio-pika, asyncio, {args.raw} round trips, window {WINDOW}",
+        )
     report(BENCH, args.prefix, args.url, ceiling, args.bridges, args.fan, args.runs)
 
 

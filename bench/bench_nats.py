@@ -211,14 +211,16 @@ def main() -> None:
         f"round trips of {BODY_SIZE} B, file storage, acknowledged publishes, explicit acks;"
         f" pull batches / worker concurrency {PREFETCH}; engine on a memory store"
     )
-    ceiling = raw_ceiling(args.url, args.raw)
-    figure(
-        BENCH,
-        f"raw.{args.prefix}_round_trips",
-        ceiling,
-        "round trips/s",
-        label=f"(a) raw nats-py, asyncio, {args.raw} round trips, window {WINDOW}",
-    )
+    ceiling = None
+    if args.raw:
+        ceiling = raw_ceiling(args.url, args.raw)
+        figure(
+            BENCH,
+            f"raw.{args.prefix}_round_trips",
+            ceiling,
+            "round trips/s",
+            label=f"(a) raw nats-py, asyncio, {args.raw} round trips, window {WINDOW}",
+        )
     report(BENCH, args.prefix, args.url, ceiling, args.bridges, args.fan, args.runs)
 
 
