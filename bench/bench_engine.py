@@ -178,7 +178,7 @@ async def bench_store(
                 label=f"{one_by_one} started one by one, then awaited ({elapsed:.2f} s)",
             )
             _cpu_figure(f"{store}.one_by_one", one_by_one)
-        _per_unit(f"{store}.one_by_one", before, _store_counts(engine), 3 * one_by_one, "step")
+            _per_unit(f"{store}.one_by_one", before, _store_counts(engine), 3 * one_by_one, "step")
 
         async def all_at_once() -> None:
             async def one_run(i: int) -> None:
