@@ -8,16 +8,24 @@ worker process is left out, so the figures are the engine's side), then
 prints the share of on-CPU samples per layer. ``--from-raw FILE``
 summarizes a recording made before (``py-spy record --threads -f raw``).
 
+``--cprofile`` instead runs the bench in this process under cProfile, one
+profiler per thread timed by that thread's CPU clock (so waiting, and other
+processes on a shared machine, count for little), and sums each function's
+self time by layer the same way; this one also sees the store's thread.
+
 Each sample counts for the layer of its innermost frame (the code running
 then; a C function such as ``sqlite3``'s ``execute`` or ``json.dumps``
 counts for the Python line that called it):
 
-- serialization: json, cattrs, attrs' generated methods, the engine's
-  ``_serde``/``_wire``/``_codec`` modules and the stores' row decoding
-  (``_stores/_rows.py``);
-- store: ``trio_durable/_stores/``, sqlite3, psycopg;
+- serialization: json, cattrs, the engine's ``_serde``/``_wire``/``_codec``
+  modules and the stores' row decoding (``_stores/_rows.py``);
+- records (attrs): attrs' generated methods and ``evolve`` (making and
+  copying records);
+- isinstance on Protocols: ``typing``'s runtime-checkable Protocol checks;
+- store: ``trio_durable/_stores/``, sqlite3, psycopg (under cProfile, the
+  C calls of sqlite3 too);
 - trio scheduling: trio (its run loop, to_thread's hand-offs), outcome,
-  selectors, threading;
+  selectors, threading (and, under cProfile, lock and epoll calls);
 - bridge: ``_brokers/_bridge.py``, trio-asyncio;
 - broker client: nats-py, aio-pika/aiormq/pamqp, asyncio, the adapters in
   ``brokers/`` and the memory broker;
@@ -33,25 +41,25 @@ included). Profiles are for reading; nothing here is asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("trio scheduling", ("outcome/", "<attrs generated methods outcome.")),
     (
         "serialization",
         (
             "json/",
             "cattrs/",
-            "<attrs generated",
-            "attr/",
-            "attrs/",
             "trio_durable/_serde",
             "trio_durable/_wire",
             "trio_durable/_codec",
@@ -60,6 +68,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "trio_durable/_brokers/_codec",
         ),
     ),
+    ("records (attrs)", ("<attrs generated", "attr/", "attrs/")),
+    ("isinstance on Protocols", ("typing.py",)),
     ("bridge", ("trio_durable/_brokers/_bridge", "trio_asyncio/")),
     (
         "broker client",
@@ -74,10 +84,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "trio_durable/_brokers/",
         ),
     ),
-    ("store", ("trio_durable/_stores/", "sqlite3/", "psycopg/", "psycopg_pool/")),
+    ("store", ("trio_durable/_stores/", "sqlite3", "psycopg/", "psycopg_pool/")),
     (
         "trio scheduling",
-        ("trio/", "outcome/", "sniffio/", "selectors.py", "threading.py", "queue.py"),
+        ("trio/", "sniffio/", "selectors.py", "threading.py", "queue.py"),
     ),
     ("engine", ("trio_durable/",)),
 )
@@ -141,17 +151,130 @@ def summarize(raw: Path, top: int) -> list[str]:
     return out
 
 
+# -- cProfile, CPU time per thread ---------------------------------------------------------
+
+_C_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("store", ("sqlite3", "psycopg")),
+    ("serialization", ("_json", "json.")),
+    ("trio scheduling", ("epoll", "select", "_thread", "lock", "socket")),
+)
+
+
+def c_layer_of(name: str) -> str:
+    """The layer of a built-in function, by its name (cProfile's ``~``)."""
+    for layer, markers in _C_LAYERS:
+        if any(marker in name for marker in markers):
+            return layer
+    return "other"
+
+
+def cprofile(command: list[str], top: int) -> list[str]:
+    """Run a bench script in this process under cProfile, one profiler per
+    thread timed by `time.thread_time` (CPU, not wall time: what other
+    processes on the machine do moves it little), and sum self times by
+    layer."""
+    import cProfile
+    import pstats
+    import runpy
+    import threading
+    import time
+
+    profiles: list[tuple[str, cProfile.Profile]] = []
+    guard = threading.Lock()
+
+    def thread_clock() -> Callable[[], float]:
+        # This thread's CPU clock, read from whichever thread asks: the
+        # profiles are collected from the main thread, which closes the
+        # frames still open in other threads at the other thread's time
+        # (time.thread_time would give the main thread's).
+        clock = time.pthread_getcpuclockid(threading.get_ident())
+        last = 0.0
+
+        def read() -> float:
+            nonlocal last
+            with contextlib.suppress(OSError):  # OSError: the thread has ended
+                last = time.clock_gettime(clock)
+            return last
+
+        return read
+
+    def start_in_thread(*_: object) -> None:
+        # Called by the first event of each new thread (threading.setprofile):
+        # enabling a profiler there replaces this function for that thread.
+        profile = cProfile.Profile(thread_clock())
+        with guard:
+            profiles.append((threading.current_thread().name, profile))
+        profile.enable()
+
+    main_profile = cProfile.Profile(thread_clock())
+    profiles.append(("MainThread", main_profile))
+    threading.setprofile(start_in_thread)
+    sys.argv = command
+    sys.path.insert(0, str(Path(command[0]).resolve().parent))
+    main_profile.enable()
+    try:
+        runpy.run_path(command[0], run_name="__main__")
+    except SystemExit:
+        pass
+    finally:
+        main_profile.disable()
+        threading.setprofile(None)
+    layers: dict[str, float] = defaultdict(float)
+    functions: dict[str, float] = defaultdict(float)
+    modules: dict[str, float] = defaultdict(float)
+    threads: dict[str, float] = defaultdict(float)
+    for thread, profile in profiles:
+        profile.create_stats()
+        stats: dict[tuple[str, int, str], tuple[int, int, float, float, object]]
+        stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+        for (file, _, func), (_, _, tottime, _, _) in stats.items():
+            if file == "~":
+                layer, where = c_layer_of(func), func
+            else:
+                layer, where = layer_of(file), f"{func} ({file.rpartition('site-packages/')[2]})"
+                if "trio_durable/" in file:
+                    modules[file.split("trio_durable/", 1)[1]] += tottime
+            layers[layer] += tottime
+            functions[where] += tottime
+            threads[thread.split(" (")[0]] += tottime
+    total = sum(layers.values())
+    if not total:
+        return ["no CPU time recorded"]
+
+    def most(table: dict[str, float], n: int) -> list[tuple[str, float]]:
+        return sorted(table.items(), key=lambda item: -item[1])[:n]
+
+    out = [f"{total:.2f} s of CPU in all threads (cProfile, self time)", "by layer:"]
+    out += [f"  {name:24} {100 * t / total:5.1f}%" for name, t in most(layers, len(layers))]
+    out.append("threads:")
+    out += [f"  {name[:60]:60} {100 * t / total:5.1f}%" for name, t in most(threads, 6)]
+    out.append(f"top {top} functions (self time):")
+    out += [f"  {100 * t / total:5.1f}%  {name}" for name, t in most(functions, top)]
+    out.append(f"top {top} engine modules (self time):")
+    out += [f"  {100 * t / total:5.1f}%  {name}" for name, t in most(modules, top)]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=250, help="samples per second")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--raw", type=Path, default=None, help="keep the recording here")
     parser.add_argument("--from-raw", type=Path, default=None, help="summarize this recording")
+    parser.add_argument(
+        "--cprofile", action="store_true", help="cProfile (CPU per thread) instead of py-spy"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- bench/SCRIPT.py ARGS")
     args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.cprofile:
+        if not command:
+            parser.error("give a bench to run after --")
+        lines = cprofile(command, args.top)
+        print("\n".join(lines))
+        return 0
     raw = args.from_raw
     if raw is None:
-        command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not command:
             parser.error("give a bench to run after --, or --from-raw FILE")
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
