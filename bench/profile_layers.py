@@ -32,7 +32,9 @@ counts for the Python line that called it):
 - engine: the rest of ``trio_durable``;
 - other: the bench itself, the standard library's rest.
 
-Samples taken while importing are left out (start-up, not per run). Also
+Samples taken while importing are left out (start-up, not per run), and
+so are samples in frames that wait (epoll, an idle worker thread: see
+`WAITS`). Also
 printed: the top leaf functions, and the engine modules by inclusive share
 (samples whose innermost ``trio_durable`` frame is in that module, callees
 included). Profiles are for reading; nothing here is asserted.
@@ -50,6 +52,7 @@ import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
@@ -93,6 +96,18 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+WAITS: Final = (
+    "EpollSelector.select (selectors.py)",
+    "EpollIOManager.get_events (trio/_core/_io_epoll.py)",
+    "WorkerThread._work (trio/_core/_thread_cache.py)",
+    "Condition.wait (threading.py)",
+    "Event.wait (threading.py)",
+)
+"""Leaf frames that block (epoll, a thread waiting for work): py-spy may
+count them on CPU (a thread woken and waiting for a core is running to the
+OS), so they are counted apart, as waiting."""
+
+
 def layer_of(file: str) -> str:
     for name, markers in LAYERS:
         if any(marker in file for marker in markers):
@@ -113,7 +128,7 @@ def summarize(raw: Path, top: int) -> list[str]:
     leaves: Counter[str] = Counter()
     modules: Counter[str] = Counter()
     threads: Counter[str] = Counter()
-    startup = total = 0
+    startup = total = waiting = 0
     for line in raw.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
@@ -126,11 +141,14 @@ def summarize(raw: Path, top: int) -> list[str]:
         thread = frames[0] if frames[0].startswith("thread (") else ""
         if thread:
             frames = frames[1:]
-            threads[thread.partition(": ")[2] or "unnamed"] += count
         if not frames:
             continue
-        total += count
         func, file = parse_frame(frames[-1])
+        if f"{func} ({file})" in WAITS:
+            waiting += count
+            continue
+        total += count
+        threads[thread.partition(": ")[2] or "unnamed"] += count
         layers[layer_of(file)] += count
         leaves[f"{func} ({file})"] += count
         for frame in reversed(frames):
@@ -140,7 +158,10 @@ def summarize(raw: Path, top: int) -> list[str]:
                 break
     if not total:
         return ["no samples"]
-    out = [f"{total} samples on CPU ({startup} more while importing, left out)", "by layer:"]
+    out = [
+        f"{total} samples on CPU ({startup} more while importing and {waiting} in waits, left out)",
+        "by layer:",
+    ]
     out += [f"  {name:16} {100 * n / total:5.1f}%" for name, n in layers.most_common()]
     out.append("threads:")
     out += [f"  {name[:60]:60} {100 * n / total:5.1f}%" for name, n in threads.most_common(6)]
@@ -156,7 +177,7 @@ def summarize(raw: Path, top: int) -> list[str]:
 _C_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("store", ("sqlite3", "psycopg")),
     ("serialization", ("_json", "json.")),
-    ("trio scheduling", ("epoll", "select", "_thread", "lock", "socket")),
+    ("trio scheduling", ("epoll", "select.", "_thread", "socket")),
 )
 
 
@@ -227,16 +248,27 @@ def cprofile(command: list[str], top: int) -> list[str]:
         profile.create_stats()
         stats: dict[tuple[str, int, str], tuple[int, int, float, float, object]]
         stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-        for (file, _, func), (_, _, tottime, _, _) in stats.items():
+        for (file, _, func), (_, _, tottime, _, callers) in stats.items():
+            threads[thread.split(" (")[0]] += tottime
             if file == "~":
-                layer, where = c_layer_of(func), func
+                where = func
             else:
-                layer, where = layer_of(file), f"{func} ({file.rpartition('site-packages/')[2]})"
+                where = f"{func} ({file.rpartition('site-packages/')[2]})"
                 if "trio_durable/" in file:
                     modules[file.split("trio_durable/", 1)[1]] += tottime
-            layers[layer] += tottime
             functions[where] += tottime
-            threads[thread.split(" (")[0]] += tottime
+            layer = c_layer_of(func) if file == "~" else layer_of(file)
+            if layer != "other" or not isinstance(callers, dict) or not callers:
+                layers[layer] += tottime
+                continue
+            # A built-in (getattr, len, str methods) or a generic part of the
+            # standard library (contextlib, collections): its time counts
+            # for the layer of each caller, as that caller spent it there.
+            for (caller_file, _, _), caller_times in callers.items():
+                spent = caller_times[2] if isinstance(caller_times, tuple) else 0.0
+                layers[layer_of(caller_file) if caller_file != "~" else "other"] += spent
+            unattributed = tottime - sum(t[2] for t in callers.values() if isinstance(t, tuple))
+            layers["other"] += max(unattributed, 0.0)
     total = sum(layers.values())
     if not total:
         return ["no CPU time recorded"]
