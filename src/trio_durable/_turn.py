@@ -29,6 +29,7 @@ from ._context import Context
 from ._decision_turn import cancel_remote, decision_route, remote_turn
 from ._exceptions import LeaseLostError, NonDeterminismError, StoreError
 from ._failures import error_info
+from ._fan_window import advance_windows
 from ._handoff import follow_handoff, hand_off, on_error_routes_in_doubt
 from ._on_error import RETIRED_PREFIX, active_handoff, pick_on_error_route
 from ._records import (
@@ -150,6 +151,7 @@ class Turns:
             found = await rt.store.get_checkpoints(run.parent_id, run.parent_seq, run.parent_seq)
             settled = found[0] if found else None
             if settled is not None and settled.status != "pending":
+                await advance_windows(rt, [settled])
                 for parent in await join_barrier(rt.store, [settled]):
                     rt.scheduler.wake(parent)
         if run is not None and run.done:
@@ -575,6 +577,7 @@ class Turn:
         if settles_parent:
             settled = results[-1]
             if settled is not None:
+                await advance_windows(rt, [settled])
                 for parent in await join_barrier(rt.store, [settled]):
                     rt.scheduler.wake(parent)
 
