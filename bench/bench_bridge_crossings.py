@@ -126,12 +126,13 @@ class CountingBroker:
 
     @asynccontextmanager
     async def open_consumer(self, queue: str, *, prefetch: int) -> AsyncIterator[Consumer]:
-        token = _purpose.set("open")
+        token: contextvars.Token[str] | None = _purpose.set("open")
         try:
             async with self._inner.open_consumer(queue, prefetch=prefetch) as consumer:
+                assert token is not None
                 _purpose.reset(token)
                 token = None
-                yield CountingConsumer(consumer, self.counts)  # type: ignore[misc]
+                yield CountingConsumer(consumer, self.counts)
         finally:
             if token is not None:
                 _purpose.reset(token)
