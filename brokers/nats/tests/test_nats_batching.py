@@ -12,10 +12,12 @@ from urllib.parse import urlsplit
 import pytest
 import trio
 import trio.testing
+from nats.aio.msg import Msg
 
 from servers.proxy import CuttingProxy
 from trio_durable.brokers import BrokerUnavailable, Consumer, Delivery, Outgoing, open_broker
 from trio_durable_nats import NatsBroker
+from trio_durable_nats._nats_consume import num_delivered
 
 PATIENCE = 30.0
 """Seconds a reconnection, and the pull requests it lost, may take."""
@@ -119,3 +121,15 @@ async def test_a_connection_dropped_mid_batch_loses_no_message(
         nursery.cancel_scope.cancel()
     # Every message arrived; those the server had before the drop, twice.
     assert {d.body for d in received} == set(bodies)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "$JS.ACK.TRIO_DURABLE_TASKS.payments.3.17.12.1700000000000000000.4",
+        "$JS.ACK.hub.ACCOUNTHASH.TRIO_DURABLE_TASKS.payments.5.17.12.1700000000000000000.4.r4nd",
+    ],
+)
+def test_the_delivery_count_is_read_as_nats_py_reads_it(reply: str) -> None:
+    msg = Msg(_client=None, subject="trio_durable.task.payments", reply=reply)  # type: ignore[arg-type]
+    assert num_delivered(msg) == msg.metadata.num_delivered

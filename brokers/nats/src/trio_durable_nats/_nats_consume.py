@@ -56,6 +56,24 @@ class Call(Protocol):
 # -- The asyncio side -----------------------------------------------------------------------
 
 
+_V1_TOKENS: Final = 9
+"""Tokens of a JetStream ack subject without a domain (the 2.9 form):
+``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>``."""
+
+
+def num_delivered(msg: Msg) -> int:
+    """JetStream's delivery count of ``msg``, read from its ack subject
+    without building all of nats-py's ``Msg.metadata`` (which parses a
+    timestamp into a datetime for each message)."""
+    tokens = msg.reply.split(".")
+    try:
+        if len(tokens) == _V1_TOKENS:
+            return int(tokens[4])
+        return int(tokens[Msg.Ack.NumDelivered])
+    except (IndexError, ValueError):
+        return msg.metadata.num_delivered
+
+
 def _status(msg: Msg) -> str | None:
     headers = msg.headers
     if not headers:
@@ -204,7 +222,7 @@ async def _settle(
                         msg.data,
                         {
                             "Trio-Durable-Queue": queue,
-                            "Trio-Durable-Deliveries": str(msg.metadata.num_delivered),
+                            "Trio-Durable-Deliveries": str(num_delivered(msg)),
                         },
                     )
                     for msg in msgs
@@ -270,9 +288,7 @@ class NatsConsumer:
         deliveries: list[Delivery] = []
         for msg in msgs:
             self._unacked[msg.reply] = msg
-            deliveries.append(
-                Delivery(body=msg.data, deliveries=msg.metadata.num_delivered, tag=msg)
-            )
+            deliveries.append(Delivery(body=msg.data, deliveries=num_delivered(msg), tag=msg))
         return deliveries
 
     def _take(self, deliveries: Sequence[Delivery]) -> list[Msg]:
