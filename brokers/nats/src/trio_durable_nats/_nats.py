@@ -17,9 +17,12 @@ and the URL options are in `trio_durable_nats._nats_url`; see
 - key-value bucket ``TRIO_DURABLE_WORKERS``: one key per worker, written with
   a per-message TTL and its expiry time in the value.
 
-Every call into nats-py goes through `Bridge.run`, one crossing per batch;
-deliveries come back through an `Inbox`. nats-py and its errors stay inside
-this module: what leaves it is `BrokerUnavailable`, with the cause chained.
+Every call into nats-py goes through `Bridge.run`, one crossing per batch
+(publishes in `_nats_publish`, pulls and acks in `_nats_consume`);
+deliveries come back through an `Inbox`. This module holds the broker
+itself: connecting, dispatch, consumers, and worker descriptors. nats-py
+and its errors stay inside the adapter: what leaves it is
+`BrokerUnavailable`, with the cause chained.
 """
 
 from __future__ import annotations

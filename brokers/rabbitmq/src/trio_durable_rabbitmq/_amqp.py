@@ -2,8 +2,11 @@
 
 ``amqp://user:password@host:5672/vhost?option=value`` (or ``amqps://``)
 opens a `AmqpBroker`. Everything that touches aio-pika runs on the bridge's
-asyncio loop (`open_bridge`), once per batch: a batch of publishes, a batch
-of acks, a batch of deliveries handed to Trio through an `Inbox`.
+asyncio loop (`open_bridge`), once per batch: a batch of publishes (what
+concurrent dispatches queued, see `_amqp_publish`), a batch of acks, a
+batch of deliveries handed to Trio through an `Inbox` (see `_amqp_consume`).
+This module holds the broker itself: connecting, dispatch, consumers, and
+worker descriptors.
 
 Topology (see ``docs/rabbitmq.md``):
 
