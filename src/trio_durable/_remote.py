@@ -124,6 +124,8 @@ class StepPlanner:
     ) -> Checkpoint:
         """Record a new member and, if a worker can take it, its first task."""
         now = self.rt.clock.now()
+        gap = await self.gap()
+        sent = gap is None and self.flow is None
         cp = Checkpoint(
             run_id=self.replay.run.id,
             seq=seq,
@@ -137,8 +139,10 @@ class StepPlanner:
             parallel_size=fan[1] if fan else None,
             parallel_mode=fan[2] if fan else None,
             enqueued_at=now,
+            # Sent at once (made so here rather than copied below).
+            started_at=now if sent else None,
+            wake_at=self.lost_deadline(now) if sent else None,
         )
-        gap = await self.gap()
         turn = self.replay.turn
         if gap is not None:
             cp = self._parked(cp, gap, now)
@@ -146,7 +150,6 @@ class StepPlanner:
         elif self.flow is not None:
             return await self._admit(cp, now)
         else:
-            cp = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now))
             turn.put(cp)
             turn.dispatch.append((len(turn.ops) - 1, self.task(cp, now)))
         return cp

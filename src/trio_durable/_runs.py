@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 import attrs
 import trio
@@ -329,7 +329,7 @@ async def await_end(
             if run.status in TERMINAL_STATUSES:
                 return run
             # Every writer shares this process: wait for the change itself.
-            await store.run_end_event(run_id).wait()
+            await cast("ChangeFeed", store).run_end_event(run_id).wait()
             continue
         # Registered before the read: a run that ends while the read is in
         # flight still sets it (registered after, the end would go unseen
