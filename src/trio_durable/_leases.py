@@ -121,7 +121,9 @@ class LeaseKeeper:
             kept = await self._store.apply(
                 [LockRun(held.run_id, self._engine_id, expiry, stamp) for held in due]
             )
-        except StoreError as exc:
+        except (StoreError, trio.ClosedResourceError) as exc:
+            # Tried again a third of the ttl later. (A closed store ends the
+            # turns themselves, on their own next write.)
             logger.warning("could not renew the leases of %d runs: %s", len(due), exc)
             kept = None
         finally:
