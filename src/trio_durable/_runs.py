@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 import attrs
 import trio
@@ -40,7 +40,7 @@ from ._records import DEADLINE_SEQ, LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo
 from ._replay import TurnState
 from ._search_attributes import start_attributes
 from ._start_controls import create_controlled
-from ._stores._base import ChangeFeed
+from ._stores._base import ChangeFeed, offers
 from ._stores._ops import CreateRun
 
 if TYPE_CHECKING:
@@ -324,12 +324,12 @@ async def await_end(
     it ends here or elsewhere, and the store is read again at least every
     ``poll_interval`` seconds (`math.inf`: only when told)."""
     while True:
-        if isinstance(store, ChangeFeed):
+        if offers(store, ChangeFeed):
             run = await read()
             if run.status in TERMINAL_STATUSES:
                 return run
             # Every writer shares this process: wait for the change itself.
-            await store.run_end_event(run_id).wait()
+            await cast("ChangeFeed", store).run_end_event(run_id).wait()
             continue
         # Registered before the read: a run that ends while the read is in
         # flight still sets it (registered after, the end would go unseen

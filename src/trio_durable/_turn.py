@@ -104,10 +104,13 @@ class Turns:
         telemetry = rt.telemetry
         telemetry.leases += 1
         try:
-            with rt.tracing.span(
-                f"turn {run.workflow}",
-                attributes(run_id=run.id, workflow=run.workflow, namespace=run.namespace),
-            ):
+            if rt.tracing.enabled:
+                with rt.tracing.span(
+                    f"turn {run.workflow}",
+                    attributes(run_id=run.id, workflow=run.workflow, namespace=run.namespace),
+                ):
+                    await Turn(rt, state, slot, self._failed_writes).run(now)
+            else:
                 await Turn(rt, state, slot, self._failed_writes).run(now)
         finally:
             telemetry.leases -= 1
@@ -256,15 +259,16 @@ class Turn:
         replay = Replay(rt, state)
         ctx = Context(replay)
         outcome: tuple[str, Any] = ("interrupted", None)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._renew_lease)
+        held = rt.leases.hold(run.id, slot)
+        try:
             with trio.CancelScope(
                 deadline=lifecycle.body_deadline(state.checkpoints, now)
             ) as scope:
                 slot.body_scope = scope
                 outcome = await self._run_body(wf, ctx)
             slot.body_scope = None
-            nursery.cancel_scope.cancel()
+        finally:
+            await rt.leases.release(held)
         kind, value = outcome
         if kind in ("suspended", "completed") and state.nondeterminism is None:
             await apply_updates(self, replay, completed=kind == "completed")
@@ -316,23 +320,14 @@ class Turn:
         return ("completed", output)
 
     async def _renew_lease(self) -> None:
-        rt, run_id = self.runtime, self.state.run.id
-        while True:
-            await trio.sleep(rt.options.lease_ttl / 3)
-            now = rt.clock.now()
-            try:
-                held = await rt.store.try_lock_run(
-                    run_id, rt.engine_id, now + rt.options.lease_ttl, now
-                )
-            except StoreError as exc:
-                logger.warning("could not renew the lease of run %r: %s", run_id, exc)
-                continue
-            if not held:
-                # Another engine took the run over: this turn must write nothing.
-                logger.warning("lost the lease of run %r; abandoning its turn", run_id)
-                if self._slot.body_scope is not None:
-                    self._slot.body_scope.cancel()
-                return
+        """Keep the run's lease until cancelled (the engine's lease keeper
+        renews it; see `_leases`)."""
+        leases = self.runtime.leases
+        held = leases.hold(self.state.run.id, self._slot)
+        try:
+            await trio.sleep_forever()
+        finally:
+            await leases.release(held)
 
     def fence(self, changes: dict[str, Any], expect: frozenset[Any]) -> UpdateRun:
         """The write that changes the run as ``changes`` say and gives the
