@@ -239,8 +239,10 @@ async def test_rows_read_grow_linearly_with_the_members(
         # member (1,000); waves of 50 read 50 * (1 + ... + 20) = 10,500.
         assert read == 950 + 1000
     else:
-        # And each child's turn after its timer read that one row.
-        assert read == 950 + 1000 + 1000
+        # And each child's turn after its timer read that one row; the
+        # first window's 50 children, started by the parent's first turn,
+        # may read theirs once more (a wake from that turn's commit).
+        assert 950 + 1000 + 1000 <= read <= 950 + 1000 + 1000 + 50
 
 
 @pytest.mark.parametrize("concurrency", [3, 1])
