@@ -23,9 +23,9 @@ import trio.testing
 import trio_durable as td
 from servers.postgres import scratch_schema
 from trio_durable._exceptions import LeaseLostError
-from trio_durable._records import Checkpoint, Run
+from trio_durable._records import Checkpoint, Run, RunStatus
 from trio_durable._stores._base import WriteConflict
-from trio_durable._stores._ops import Announce, CreateRun, PutCheckpoint, UpdateRun
+from trio_durable._stores._ops import Announce, CreateRun, Op, PutCheckpoint, UpdateRun
 from trio_durable._stores._postgres import PostgresStore, open_postgres_store
 
 N = 100
@@ -146,7 +146,7 @@ async def test_run_reads_of_a_trip_are_one_statement(store: PostgresStore) -> No
 
 async def test_writes_of_a_trip_are_a_few_statements(store: PostgresStore) -> None:
     before = store.round_trips
-    results = await _at_once([lambda i=i: store.apply(_turn_end(i)) for i in range(N)])
+    results = await _at_once([functools.partial(store.apply, _turn_end(i)) for i in range(N)])
     # One by one: 5 statements per call. Layered, each trip is BEGIN, the
     # lock of its runs, the creates, the updates, the puts, the NOTIFY and
     # COMMIT.
@@ -174,7 +174,7 @@ async def test_operations_on_one_run_keep_their_order(url: str, store: PostgresS
         await trio.to_thread.run_sync(
             blocker.execute, "SELECT FROM runs WHERE id = 'run-000' FOR UPDATE"
         )
-        calls = [
+        calls: list[list[Op]] = [
             [UpdateRun("run-000", {"output": "a"})],
             [
                 PutCheckpoint(_checkpoint(0, 1)),
@@ -223,21 +223,18 @@ async def test_a_broken_expectation_fails_its_batch_alone(store: PostgresStore) 
     calls: list[Callable[[], Any]] = [lambda: store.get_run("run-000")]
     for i in range(N):
         owner = "engine-b" if i == 40 else "engine-a"
-        status = frozenset({"suspended"}) if i == 60 else frozenset({"running"})
-        calls.append(
-            lambda i=i, owner=owner, status=status: store.apply(
-                [
-                    PutCheckpoint(_checkpoint(i, 1)),
-                    UpdateRun(
-                        f"run-{i:03}",
-                        {"status": "completed"},
-                        expect_status=status,
-                        expect_owner=owner,
-                        now=50.0,
-                    ),
-                ]
-            )
-        )
+        status: frozenset[RunStatus] = frozenset({"suspended" if i == 60 else "running"})
+        ops: list[Op] = [
+            PutCheckpoint(_checkpoint(i, 1)),
+            UpdateRun(
+                f"run-{i:03}",
+                {"status": "completed"},
+                expect_status=status,
+                expect_owner=owner,
+                now=50.0,
+            ),
+        ]
+        calls.append(functools.partial(store.apply, ops))
     results = (await _at_once(calls))[1:]
     assert isinstance(results[40], LeaseLostError)
     assert isinstance(results[60], WriteConflict)
