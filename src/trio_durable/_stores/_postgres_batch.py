@@ -138,6 +138,9 @@ _MERGED: Final = (
 )
 
 
+_SHARED: Final = (_ops.PutCheckpoint, _ops.ClaimCheckpoint, _ops.SettleCheckpoint)
+
+
 def mergeable(jobs: Sequence[Job[psycopg.Cursor[Any], Any]]) -> bool:
     """Whether every write job of a trip can run layered."""
     for job in jobs:
@@ -195,27 +198,33 @@ def _layers(
 ) -> tuple[list[_Layer], list[_ops.Announce]]:
     layers: list[_Layer] = []
     announces: list[_ops.Announce] = []
-    # The layer of the last operation on each run, and whether it was a put.
-    last: dict[str, tuple[int, bool]] = {}
+    # The layer of the last operation on each run, and its kind.
+    last: dict[str, tuple[int, type[Any]]] = {}
 
-    def place(run_id: str, put_key: tuple[str, int] | None = None) -> _Layer:
+    def place(run_id: str, kind: type[Any], put_key: tuple[str, int] | None = None) -> _Layer:
         previous = last.get(run_id)
         if previous is None:
             index = 0
-        elif put_key is not None and previous[1] and put_key not in layers[previous[0]].put_keys:
-            # Puts of one run share a statement, each checkpoint once.
+        elif (
+            previous[1] is kind
+            and kind in _SHARED
+            and (put_key is None or put_key not in layers[previous[0]].put_keys)
+        ):
+            # Consecutive puts, claims or settles of one run share their
+            # layer's statement, which applies them in order (puts each
+            # checkpoint once: one INSERT cannot upsert a row twice).
             index = previous[0]
         else:
             index = previous[0] + 1
         while len(layers) <= index:
             layers.append(_Layer())
-        last[run_id] = (index, put_key is not None)
+        last[run_id] = (index, kind)
         return layers[index]
 
     for i, job in enumerate(jobs):
         work = job.work
         if isinstance(work, BeginTurnWork):
-            place(work.run_id).turns.append(((i, -1), work))
+            place(work.run_id, BeginTurnWork).turns.append(((i, -1), work))
             continue
         assert isinstance(work, ApplyWork)
         for j, op in enumerate(work.ops):
@@ -224,19 +233,19 @@ def _layers(
                 announces.append(op)
             elif isinstance(op, _ops.PutCheckpoint):
                 key = (op.checkpoint.run_id, op.checkpoint.seq)
-                layer = place(key[0], key)
+                layer = place(key[0], _ops.PutCheckpoint, key)
                 layer.puts.append((slot, op))
                 layer.put_keys.add(key)
             elif isinstance(op, _ops.CreateRun):
-                place(op.run.id).creates.append((slot, op))
+                place(op.run.id, _ops.CreateRun).creates.append((slot, op))
             elif isinstance(op, _ops.UpdateRun):
-                layer = place(op.run_id)
+                layer = place(op.run_id, _ops.UpdateRun)
                 layer.updates.setdefault(_update_key(op), []).append((slot, op))
             elif isinstance(op, _ops.SettleCheckpoint):
-                place(op.run_id).settles.append((slot, op))
+                place(op.run_id, _ops.SettleCheckpoint).settles.append((slot, op))
             else:
                 assert isinstance(op, _ops.ClaimCheckpoint)
-                place(op.checkpoint.run_id).claims.append((slot, op))
+                place(op.checkpoint.run_id, _ops.ClaimCheckpoint).claims.append((slot, op))
     return layers, announces
 
 
