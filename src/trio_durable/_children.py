@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._app import App
     from ._replay import TurnState
     from ._runtime import Runtime
+    from ._stores._base import Store
 
 
 @attrs.define(frozen=True)
@@ -241,6 +242,8 @@ def cancel_request(run_id: str, compensate: bool, now: float) -> UpdateRun:
     )
 
 
+Barrier = Callable[["Store", Iterable[Checkpoint]], Awaitable[list[str]]]
+
 # Per engine: the fans whose pending members a child's end is counting, each
 # with whether another member ended since that count began.
 _counting: Final[weakref.WeakKeyDictionary[Runtime, dict[tuple[str, int, int], bool]]] = (
@@ -248,14 +251,17 @@ _counting: Final[weakref.WeakKeyDictionary[Runtime, dict[tuple[str, int, int], b
 )
 
 
-async def member_ended(rt: Runtime, settled: Checkpoint) -> list[str]:
+async def member_ended(
+    rt: Runtime, settled: Checkpoint, barrier: Barrier = join_barrier
+) -> list[str]:
     """The runs to wake after a child's end settled ``settled`` on its
     parent: `join_barrier`, but the members of one fan that end while one
     of them counts its pending members leave the count to that one, which
     counts once more when it is done. The last count then begins after
     every such end committed, so the parent is woken once it finds none
     pending, as when each counts, but a thousand members ending together
-    cost a handful of counts instead of a thousand.
+    cost a handful of counts instead of a thousand. ``barrier`` is the
+    join barrier to count with (the caller's own name for it).
 
     Raises:
       StoreError: A count failed (a member that left its count to this
@@ -268,7 +274,7 @@ async def member_ended(rt: Runtime, settled: Checkpoint) -> list[str]:
         or settled.status == "pending"
         or (settled.parallel_mode == "fail_fast" and settled.status == "failed")
     ):
-        return await join_barrier(rt.store, [settled])
+        return await barrier(rt.store, [settled])
     fans = _counting.setdefault(rt, {})
     key = (settled.run_id, first, size)
     if key in fans:
@@ -277,7 +283,7 @@ async def member_ended(rt: Runtime, settled: Checkpoint) -> list[str]:
     fans[key] = False
     try:
         while True:
-            wakes = await join_barrier(rt.store, [settled])
+            wakes = await barrier(rt.store, [settled])
             if wakes or not fans[key]:
                 return wakes
             # Members ended during the count: it may predate their writes.

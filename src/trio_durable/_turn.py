@@ -585,7 +585,7 @@ class Turn:
         if settles_parent:
             settled = results[-1]
             if settled is not None:
-                for parent in await member_ended(rt, settled):
+                for parent in await member_ended(rt, settled, join_barrier):
                     rt.scheduler.wake(parent)
 
     async def _finish_cancel(self, *, compensated: bool = False) -> None:
