@@ -11,7 +11,8 @@ one run so that both see the same load:
   each with its own connections, each starting half of them, over one;
 - ``sqlite.fan_children``: a fan of ``--fan`` (1,000) child workflows
   joined by its parent on SQLite (``bench_engine``'s fan), in seconds, with
-  the transactions it committed.
+  the process's CPU seconds (steadier under load) and the transactions it
+  committed.
 
 Each measurement runs in a fresh process whose ``PYTHONPATH`` points at the
 checkout's ``src``; the PostgreSQL ones in a fresh schema of the server at
@@ -94,12 +95,15 @@ def measure_fan(args: argparse.Namespace) -> dict[str, Any]:
                 await engine.result(warm.id)
                 stats = engine.store.statistics()
                 transactions, ops = stats.transactions, stats.ops
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 run = await engine.start(bench_engine.fan, args.fan, run_id="fan")
                 assert await engine.result(run.id) == args.fan * (args.fan - 1) // 2
                 elapsed = time.perf_counter() - start
                 return {
                     "seconds": elapsed,
+                    # CPU of the process (its threads too): steadier than the
+                    # wall time on a loaded machine.
+                    "cpu": time.process_time() - cpu,
                     "transactions": stats.transactions - transactions,
                     "ops": stats.ops - ops,
                 }
@@ -167,6 +171,7 @@ def side_by_side(args: argparse.Namespace) -> None:
                 add(variant, "ratio", pg["two"] / pg["one"])
             fan = _measure(checkout, "fan", args)
             add(variant, "fan", fan["seconds"])
+            add(variant, "fan_cpu", fan["cpu"])
             add(variant, "fan_transactions", fan["transactions"])
             print(
                 f"  repetition {rep}, {variant}: {json.dumps(pg if not args.skip_postgres else {})} fan {fan}",
@@ -187,6 +192,9 @@ def side_by_side(args: argparse.Namespace) -> None:
             found["ratio"]["this"],
         )
     _report("sqlite.fan_children", "s", "lower", found["fan"]["main"], found["fan"]["this"])
+    _report(
+        "sqlite.fan_children.cpu", "s", "lower", found["fan_cpu"]["main"], found["fan_cpu"]["this"]
+    )
     _report(
         "sqlite.fan_children.transactions",
         "transactions",
