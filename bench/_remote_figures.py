@@ -13,6 +13,7 @@ import sys
 import time
 
 import trio
+from _figures import figure
 
 import trio_durable as td
 
@@ -67,10 +68,14 @@ async def td_figures(url: str, fan_size: int, runs: int) -> tuple[float, float]:
             line += chunk
         assert line.strip() == b"ready"
         async with td.open_engine(app, broker=url, seed=1) as engine:
-            start = time.perf_counter()
-            run = await engine.start(fan, fan_size, run_id=f"{namespace}.fan", namespace=namespace)
-            assert await engine.result(run.id) == sum(i * i for i in range(fan_size))
-            fan_rate = fan_size / (time.perf_counter() - start)
+            fan_rate = 0.0
+            if fan_size:
+                start = time.perf_counter()
+                run = await engine.start(
+                    fan, fan_size, run_id=f"{namespace}.fan", namespace=namespace
+                )
+                assert await engine.result(run.id) == sum(i * i for i in range(fan_size))
+                fan_rate = fan_size / (time.perf_counter() - start)
 
             async def one(i: int) -> None:
                 run = await engine.start(
@@ -93,21 +98,49 @@ async def td_figures(url: str, fan_size: int, runs: int) -> tuple[float, float]:
             worker.kill()
 
 
-def report(url: str, ceiling: float, bridges: str, fan_size: int, runs: int) -> None:
-    """Measure and print (b) and (c) for each bridge mode, against the raw
-    ceiling (a), then which mode was faster."""
+def bridge_case(prefix: str, shape: str, bridge: str) -> str:
+    """The case name of a figure: ``<prefix>.<shape>`` for the default
+    bridge (``thread``), ``<prefix>.<shape>.bridge_<mode>`` for another."""
+    if bridge == "thread":
+        return f"{prefix}.{shape}"
+    return f"{prefix}.{shape}.bridge_{bridge.replace('-', '_')}"
+
+
+def report(
+    bench: str,
+    prefix: str,
+    url: str,
+    ceiling: float | None,
+    bridges: str,
+    fan_size: int,
+    runs: int,
+) -> None:
+    """Measure and report (b) and (c) for each bridge mode (cases
+    ``<prefix>.fan`` and ``<prefix>.runs``, see `bridge_case`), and each as a
+    share of the raw ceiling (a) (``....of_raw``), then which mode was
+    faster. A shape of size 0 is not reported (so a profile can take one
+    alone), nor shares without a ceiling."""
     figures: dict[str, tuple[float, float]] = {}
     for bridge in bridges.split(","):
         fan_rate, runs_rate = trio.run(td_figures, with_bridge(url, bridge), fan_size, runs)
         figures[bridge] = (fan_rate, runs_rate)
-        print(
-            f"(b) bridge={bridge:<12} fan of {fan_size}: {fan_rate:8.0f} steps/s"
-            f" = {fan_rate / ceiling:5.0%} of (a)   (target 70%)"
-        )
-        print(
-            f"(c) bridge={bridge:<12} {runs} one-step runs at once: {runs_rate:8.0f} steps/s"
-            f" = {runs_rate / ceiling:5.0%} of (a)   (target 40%)"
-        )
+        for shape, rate, what, target in (
+            ("fan", fan_rate, f"fan of {fan_size}", 80),
+            ("runs", runs_rate, f"{runs} one-step runs at once", 50),
+        ):
+            if not rate:
+                continue
+            case = bridge_case(prefix, shape, bridge)
+            figure(bench, case, rate, "steps/s", label=f"(b) bridge={bridge} {what}")
+            if ceiling is None:
+                continue
+            figure(
+                bench,
+                f"{case}.of_raw",
+                100 * rate / ceiling,
+                "% of raw",
+                label=f"    = share of (a), target {target}%",
+            )
     if len(figures) > 1:
         fastest = max(figures, key=lambda b: sum(figures[b]))
         print(f"faster bridge here: {fastest}")

@@ -17,7 +17,10 @@ as the raw worker is. Usage:
 ``python bench/bench_amqp.py [--url amqp://...] [--raw 20000] [--fan 10000] [--runs 1000]``
 (the URL defaults to ``$AMQP_URL``, else a local RabbitMQ on 5672).
 
-It prints figures and never passes or fails.
+Cases: ``raw.amqp_round_trips`` (a), ``amqp.fan`` (b) and ``amqp.runs``
+(c) for the default bridge (``thread``; ``....bridge_<mode>`` for another),
+and each as ``....of_raw`` (percent of (a)). It prints figures (with
+``--json PATH``, also as JSON lines) and never passes or fails.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ import sys
 import time
 
 import trio
+from _figures import add_json_option, figure, use_args
 from _remote_figures import PREFETCH, report
 
+BENCH = "bench_amqp"
 BODY_SIZE = 200
 WINDOW = 1000
 
@@ -150,7 +155,14 @@ def main() -> None:
     parser.add_argument("--bridges", default="thread,trio-asyncio")
     parser.add_argument("--role", default="bench", help=argparse.SUPPRESS)
     parser.add_argument("--queues", nargs="*", default=[], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--prefix",
+        default="amqp",
+        help="the cases' prefix: amqp.fan, amqp.runs, raw.amqp_round_trips",
+    )
+    add_json_option(parser)
     args = parser.parse_args()
+    use_args(args)
     if args.role == "raw-worker":
         asyncio.run(raw_worker(args.url, *args.queues))
         return
@@ -161,9 +173,17 @@ def main() -> None:
     print(
         f"round trips of {BODY_SIZE} B, persistent, confirmed, manually acked; worker prefetch {PREFETCH}"
     )
-    ceiling = raw_ceiling(args.url, args.raw)
-    print(f"(a) raw aio-pika, asyncio, {args.raw} round trips, window {WINDOW}: {ceiling:8.0f}/s")
-    report(args.url, ceiling, args.bridges, args.fan, args.runs)
+    ceiling = None
+    if args.raw:
+        ceiling = raw_ceiling(args.url, args.raw)
+        figure(
+            BENCH,
+            f"raw.{args.prefix}_round_trips",
+            ceiling,
+            "round trips/s",
+            label=f"(a) raw aio-pika, asyncio, {args.raw} round trips, window {WINDOW}",
+        )
+    report(BENCH, args.prefix, args.url, ceiling, args.bridges, args.fan, args.runs)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,14 @@ over a `Client` and requests, through httpx's ASGI transport (no socket),
 ``If-None-Match`` (304), and ``GET /api/runs/big/fans/2?offset=90000``.
 Rows read are the store's `StoreStatistics` (run and checkpoint rows its
 reads returned; the aggregates of `fan_counts` and `run_stamp` count as the
-rows they return, not the rows they scan). It prints figures and JSON lines
+rows they return, not the rows they scan). It prints figures (cases
+``sqlite.console.<request>.*``; with ``--json PATH``, also as JSON lines)
 and never passes or fails.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -31,7 +31,10 @@ import trio_durable as td
 from trio_durable.console import console_app
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _figures import add_json_option, figure, use_args
 from bench_run_detail import fill
+
+BENCH = "bench_console"
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -43,7 +46,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--fan", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=25)
+    add_json_option(parser)
     args = parser.parse_args()
+    use_args(args)
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite:///{Path(folder) / 'console.db'}"
         async with td.open_client(url) as client:
@@ -70,26 +75,20 @@ async def main() -> None:
                     runs = (stats.run_rows_read - rows[0]) / args.requests
                     checkpoints = (stats.checkpoint_rows_read - rows[1]) / args.requests
                     p50, p99 = _percentile(times, 0.5), _percentile(times, 0.99)
-                    print(
-                        f"{name:22} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  rows read per"
-                        f" request: {runs:g} run + {checkpoints:g} checkpoint"
-                        f"  ({len(response.content):,} bytes)"
-                    )
-                    print(
-                        json.dumps(
-                            {
-                                "bench": "console",
-                                "case": name,
-                                "store": "sqlite",
-                                "fan": args.fan,
-                                "requests": args.requests,
-                                "p50_ms": round(p50, 2),
-                                "p99_ms": round(p99, 2),
-                                "run_rows_read": runs,
-                                "checkpoint_rows_read": checkpoints,
-                            }
+                    case = f"sqlite.console.{name}"
+                    print(f"{name} ({len(response.content):,} bytes)")
+                    for q, value in (("p50", p50), ("p99", p99)):
+                        figure(BENCH, f"{case}.{q}", value, "ms", better="lower", label=f"  {q}")
+                    for what, rows in (("run", runs), ("checkpoint", checkpoints)):
+                        figure(
+                            BENCH,
+                            f"{case}.{what}_rows_read",
+                            rows,
+                            "rows/request",
+                            better="lower",
+                            label=f"  {what} rows read",
+                            fan=args.fan,
                         )
-                    )
 
 
 if __name__ == "__main__":

@@ -1,17 +1,22 @@
 """Engine throughput on the memory and SQLite stores.
 
-Prints, for each store:
-- three-local-step workflows per second, run one after another;
-- the same with 1,000 started at once;
+Prints, for each store (cases ``memory.*`` and ``sqlite.*``):
+- three-local-step workflows per second, run one after another
+  (``sequential``);
+- the same with 2,000 started one by one, each start awaited, then every
+  result awaited (``one_by_one``: DBOS's benchmark shape);
+- the same with 1,000 started at once (``concurrent``);
 - store reads and writes per step (checkpoint rows read, operations written,
   transactions committed);
-- the wall time of a fan of 1,000 child workflows joined by its parent;
+- the wall time of a fan of 1,000 child workflows joined by its parent
+  (``fan_children``);
 - and, for SQLite, the bytes written for one run with a 5 MB input and ten
   timers (see `bench_write_volume`).
 
-It prints figures and never passes or fails. Usage:
-``python bench/bench_engine.py [--sequential N] [--concurrent N] [--fan N]
-[--input-mb MB] [--timers N]``.
+It prints figures (and, with ``--json PATH``, writes them as JSON lines)
+and never passes or fails. Usage: ``python bench/bench_engine.py
+[--stores memory,sqlite] [--sequential N] [--one-by-one N] [--concurrent N]
+[--fan N] [--input-mb MB] [--timers N] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from _figures import add_json_option, figure, use_args
 
 import trio_durable as td
 
+BENCH = "bench_engine"
 app = td.App("bench")
 
 
@@ -81,13 +88,53 @@ def _store_counts(engine: td.Engine) -> tuple[int, int, int]:
 
 
 async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
+    """Wall seconds of ``fn``; its CPU seconds (every thread of this process:
+    the engine and the store's thread) are left in `_last_cpu`."""
+    global _last_cpu
+    cpu = time.process_time()
     start = time.perf_counter()
     await fn()
+    _last_cpu = time.process_time() - cpu
     return time.perf_counter() - start
 
 
+_last_cpu = 0.0
+
+
+def _cpu_figure(case: str, n: int) -> None:
+    """CPU per workflow of the last `_timed` call: less sensitive than
+    throughput to other processes sharing the machine."""
+    figure(BENCH, f"{case}.cpu", 1000 * _last_cpu / n, "ms/workflow", better="lower", label="  CPU")
+
+
+def _per_unit(
+    bench_case: str, before: tuple[int, int, int], after: tuple[int, int, int], n: int, unit: str
+) -> None:
+    """Store reads and writes per ``unit`` (step or child) between two counts."""
+    rows, ops, transactions = (b - a for a, b in zip(before, after, strict=True))
+    for name, value, what in (
+        ("checkpoint_rows_read", rows, "checkpoint rows read"),
+        ("ops_written", ops, "ops written"),
+        ("transactions", transactions, "transactions"),
+    ):
+        figure(
+            BENCH,
+            f"{bench_case}.{name}_per_{unit}",
+            value / n,
+            f"per {unit}",
+            better="lower",
+            label=f"  {what}",
+        )
+
+
 async def bench_store(
-    url: str, label: str, sequential: int, concurrent: int, fan_size: int
+    url: str,
+    store: str,
+    label: str,
+    sequential: int,
+    one_by_one: int,
+    concurrent: int,
+    fan_size: int,
 ) -> None:
     async with td.open_engine(app, store=url, seed=1) as engine:
         synchronous = getattr(engine.store, "synchronous", None)
@@ -101,17 +148,37 @@ async def bench_store(
 
         before = _store_counts(engine)
         elapsed = await _timed(one_after_another)
-        after = _store_counts(engine)
-        steps = 3 * sequential
-        print(
-            f"  one after another: {sequential / elapsed:8.0f} workflows/s ({sequential} in {elapsed:.2f} s)"
+        figure(
+            BENCH,
+            f"{store}.sequential",
+            sequential / elapsed,
+            "workflows/s",
+            label=f"one after another ({sequential} in {elapsed:.2f} s)",
         )
-        print(
-            "    per step: "
-            f"{(after[0] - before[0]) / steps:.2f} checkpoint rows read, "
-            f"{(after[1] - before[1]) / steps:.2f} ops written, "
-            f"{(after[2] - before[2]) / steps:.2f} transactions"
-        )
+        _cpu_figure(f"{store}.sequential", sequential)
+        _per_unit(f"{store}.sequential", before, _store_counts(engine), 3 * sequential, "step")
+
+        async def started_one_by_one() -> None:
+            # DBOS's benchmark shape: each start awaited (written) before the
+            # next, then every result awaited.
+            runs = [
+                await engine.start(three_steps, i, run_id=f"obo-{i}") for i in range(one_by_one)
+            ]
+            for i, run in enumerate(runs):
+                assert await run.result() == (i + 1) * 2 - 3
+
+        if one_by_one:
+            before = _store_counts(engine)
+            elapsed = await _timed(started_one_by_one)
+            figure(
+                BENCH,
+                f"{store}.one_by_one",
+                one_by_one / elapsed,
+                "workflows/s",
+                label=f"{one_by_one} started one by one, then awaited ({elapsed:.2f} s)",
+            )
+            _cpu_figure(f"{store}.one_by_one", one_by_one)
+            _per_unit(f"{store}.one_by_one", before, _store_counts(engine), 3 * one_by_one, "step")
 
         async def all_at_once() -> None:
             async def one_run(i: int) -> None:
@@ -124,17 +191,15 @@ async def bench_store(
 
         before = _store_counts(engine)
         elapsed = await _timed(all_at_once)
-        after = _store_counts(engine)
-        steps = 3 * concurrent
-        print(
-            f"  {concurrent} at once:     {concurrent / elapsed:8.0f} workflows/s ({elapsed:.2f} s)"
+        figure(
+            BENCH,
+            f"{store}.concurrent",
+            concurrent / elapsed,
+            "workflows/s",
+            label=f"{concurrent} at once ({elapsed:.2f} s)",
         )
-        print(
-            "    per step: "
-            f"{(after[0] - before[0]) / steps:.2f} checkpoint rows read, "
-            f"{(after[1] - before[1]) / steps:.2f} ops written, "
-            f"{(after[2] - before[2]) / steps:.3f} transactions"
-        )
+        _cpu_figure(f"{store}.concurrent", concurrent)
+        _per_unit(f"{store}.concurrent", before, _store_counts(engine), 3 * concurrent, "step")
 
         async def fan_join() -> None:
             run = await engine.start(fan, fan_size, run_id="fan")
@@ -142,12 +207,24 @@ async def bench_store(
 
         before = _store_counts(engine)
         elapsed = await _timed(fan_join)
-        after = _store_counts(engine)
-        print(f"  fan of {fan_size} children joined: {elapsed:.2f} s")
-        print(
-            f"    per child: {(after[0] - before[0]) / fan_size:.2f} checkpoint rows read, "
-            f"{(after[1] - before[1]) / fan_size:.2f} ops written"
+        figure(
+            BENCH,
+            f"{store}.fan_children",
+            elapsed,
+            "s",
+            better="lower",
+            label=f"fan of {fan_size} children joined",
+            children=fan_size,
         )
+        figure(
+            BENCH,
+            f"{store}.fan_children.cpu",
+            1000 * _last_cpu,
+            "ms",
+            better="lower",
+            label="  CPU (the whole fan)",
+        )
+        _per_unit(f"{store}.fan_children", before, _store_counts(engine), fan_size, "child")
         await engine.drain()
 
 
@@ -205,7 +282,14 @@ async def bench_write_volume(input_mb: float, n: int) -> None:
             reader.execute("COMMIT")
         finally:
             reader.close()
-        print(f"  logged (WAL):  {logged / 1e6:8.2f} MB per run ({logged / size:.2f}x the input)")
+        figure(
+            BENCH,
+            "sqlite.write_volume.logged",
+            logged / 1e6,
+            "MB/run",
+            better="lower",
+            label=f"logged (WAL), {logged / size:.2f}x the input",
+        )
 
         path = Path(tmp) / "all.db"
         async with td.open_store(f"sqlite:///{path}"):
@@ -217,9 +301,13 @@ async def bench_write_volume(input_mb: float, n: int) -> None:
             print("  in all: needs Linux's /proc/self/io")
         else:
             written = after - before
-            print(
-                f"  in all (WAL and checkpoints): {written / 1e6:8.2f} MB per run"
-                f" ({written / size:.2f}x the input)"
+            figure(
+                BENCH,
+                "sqlite.write_volume.all",
+                written / 1e6,
+                "MB/run",
+                better="lower",
+                label=f"in all (WAL and checkpoints), {written / size:.2f}x the input",
             )
 
 
@@ -227,20 +315,28 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"trio-durable engine benchmark, Python {sys.version.split()[0]}, trio {trio.__version__}"
     )
-    await bench_store("memory://", "memory store", args.sequential, args.concurrent, args.fan)
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "bench.db"
-        await bench_store(
-            f"sqlite:///{db}", "SQLite store", args.sequential, args.concurrent, args.fan
-        )
-    await bench_write_volume(args.input_mb, args.timers)
+    stores = args.stores.split(",")
+    sizes = (args.sequential, args.one_by_one, args.concurrent, args.fan)
+    if "memory" in stores:
+        await bench_store("memory://", "memory", "memory store", *sizes)
+    if "sqlite" in stores:
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "bench.db"
+            await bench_store(f"sqlite:///{db}", "sqlite", "SQLite store", *sizes)
+    if args.input_mb > 0:
+        await bench_write_volume(args.input_mb, args.timers)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", default="memory,sqlite", help="memory, sqlite or both")
     parser.add_argument("--sequential", type=int, default=2000)
+    parser.add_argument("--one-by-one", type=int, default=2000, help="0 skips this case")
     parser.add_argument("--concurrent", type=int, default=1000)
     parser.add_argument("--fan", type=int, default=1000)
-    parser.add_argument("--input-mb", type=float, default=5.0)
+    parser.add_argument("--input-mb", type=float, default=5.0, help="0 skips the write volume")
     parser.add_argument("--timers", type=int, default=10)
-    trio.run(main, parser.parse_args())
+    add_json_option(parser)
+    args = parser.parse_args()
+    use_args(args)
+    trio.run(main, args)

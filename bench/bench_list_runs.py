@@ -27,13 +27,13 @@ Usage: ``python bench/bench_list_runs.py [--runs 1000000] [--repeat 200]
 [--url postgresql://...] [--only sqlite|postgres]``; the URL defaults to
 ``$POSTGRES_URL``. Run it under the servers' lock (``flock
 /tmp/td-servers.lock ...``) when others share the server. It prints
-figures (and one JSON line per case) and never passes or fails.
+figures (cases ``<store>.list_runs_1m.<query>.p50``/``.p99``; with ``--json
+PATH``, also as JSON lines) and never passes or fails.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import sqlite3
@@ -46,6 +46,7 @@ from typing import Any
 
 import psycopg
 import trio
+from _figures import add_json_option, figure, use_args
 from psycopg import sql
 
 from trio_durable._queries import encode_cursor, list_runs
@@ -53,6 +54,7 @@ from trio_durable._records import Run
 from trio_durable._stores import open_store
 from trio_durable._stores._base import Store
 
+BENCH = "bench_list_runs"
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/trio_durable"
 
 # One shape of data for both stores: run i is created at i / 100 seconds,
@@ -130,21 +132,17 @@ async def measure(store_name: str, store: Store, runs: int, repeat: int) -> None
             await call()
             samples.append(time.perf_counter() - start)
         p50, p99 = _ms(samples)
-        print(f"{store_name:9} {name:12} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  (n={len(samples)})")
-        print(
-            json.dumps(
-                {
-                    "bench": "list_runs",
-                    "store": store_name,
-                    "case": name,
-                    "runs": runs,
-                    "page": 100,
-                    "p50_ms": round(p50, 3),
-                    "p99_ms": round(p99, 3),
-                    "samples": len(samples),
-                }
+        for q, value in (("p50", p50), ("p99", p99)):
+            figure(
+                BENCH,
+                f"{store_name}.list_runs_1m.{name}.{q}",
+                value,
+                "ms",
+                better="lower",
+                label=f"{store_name:9} {name:12} {q} (n={len(samples)})",
+                runs=runs,
+                page=100,
             )
-        )
 
 
 async def bench_sqlite(runs: int, repeat: int) -> None:
@@ -183,7 +181,13 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--url", default=os.environ.get("POSTGRES_URL", DEFAULT_URL))
     parser.add_argument("--only", choices=["sqlite", "postgres"])
+    add_json_option(parser)
     args = parser.parse_args()
+    if args.runs < 20_000:
+        # Each case reads a full page of 100 from halfway down, of its
+        # filter too (1% of runs are tagged vip).
+        parser.error("--runs must be at least 20,000 (a full page of each case from halfway)")
+    use_args(args)
     if args.only != "postgres":
         await bench_sqlite(args.runs, args.repeat)
     if args.only != "sqlite":

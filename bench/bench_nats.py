@@ -18,7 +18,12 @@ as the raw worker is. Usage:
 ``python bench/bench_nats.py [--url nats://...] [--raw 20000] [--fan 10000] [--runs 1000]``
 (the URL defaults to ``$NATS_URL``, else a local server on 4222).
 
-It prints figures and never passes or fails.
+Cases: ``raw.nats_round_trips`` (a), ``nats.fan`` (b) and ``nats.runs``
+(c) for the default bridge (``thread``; ``....bridge_<mode>`` for another),
+and each as ``....of_raw`` (percent of (a)). ``--prefix nats_always`` names them
+``nats_always.*`` for a server with ``sync_interval: always`` (the test
+servers'; `bench/all.py` runs both). It prints figures (with
+``--json PATH``, also as JSON lines) and never passes or fails.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ import time
 from typing import Any
 
 import trio
+from _figures import add_json_option, figure, use_args
 from _remote_figures import PREFETCH, report
 
+BENCH = "bench_nats"
 BODY_SIZE = 200
 WINDOW = 1000
 
@@ -185,7 +192,14 @@ def main() -> None:
     parser.add_argument("--bridges", default="thread,trio-asyncio")
     parser.add_argument("--role", default="bench", help=argparse.SUPPRESS)
     parser.add_argument("--queues", nargs="*", default=[], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--prefix",
+        default="nats",
+        help="the cases' prefix: nats.fan, nats.runs, raw.nats_round_trips",
+    )
+    add_json_option(parser)
     args = parser.parse_args()
+    use_args(args)
     if args.role == "raw-worker":
         asyncio.run(raw_worker(args.url, *args.queues))
         return
@@ -197,9 +211,17 @@ def main() -> None:
         f"round trips of {BODY_SIZE} B, file storage, acknowledged publishes, explicit acks;"
         f" pull batches / worker concurrency {PREFETCH}; engine on a memory store"
     )
-    ceiling = raw_ceiling(args.url, args.raw)
-    print(f"(a) raw nats-py, asyncio, {args.raw} round trips, window {WINDOW}: {ceiling:8.0f}/s")
-    report(args.url, ceiling, args.bridges, args.fan, args.runs)
+    ceiling = None
+    if args.raw:
+        ceiling = raw_ceiling(args.url, args.raw)
+        figure(
+            BENCH,
+            f"raw.{args.prefix}_round_trips",
+            ceiling,
+            "round trips/s",
+            label=f"(a) raw nats-py, asyncio, {args.raw} round trips, window {WINDOW}",
+        )
+    report(BENCH, args.prefix, args.url, ceiling, args.bridges, args.fan, args.runs)
 
 
 if __name__ == "__main__":

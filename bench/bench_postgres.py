@@ -29,7 +29,10 @@ The store lives in a fresh schema of the server, dropped at the end. Usage:
 ``$POSTGRES_URL``, else a server on 127.0.0.1:5432 (``python tests/servers
 start postgres`` starts one).
 
-It prints figures and never passes or fails.
+Cases: ``postgres.concurrent`` (one engine; each round a figure),
+``postgres.two_engines``, ``postgres.two_engines_ratio`` (of the medians),
+``postgres.remote_latency_p50``/``_p99``. It prints figures (with ``--json
+PATH``, also as JSON lines) and never passes or fails.
 """
 
 from __future__ import annotations
@@ -45,10 +48,12 @@ from pathlib import Path
 
 import psycopg
 import trio
+from _figures import add_json_option, figure, use_args
 from psycopg import sql
 
 import trio_durable as td
 
+BENCH = "bench_postgres"
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/trio_durable"
 
 app = td.App("bench-postgres")
@@ -153,21 +158,47 @@ async def run_round(engine: td.Engine, prefix: str, concurrent: int) -> float:
     return time.perf_counter() - start
 
 
-def _report(
-    round_number: int, n: int, elapsed: float, engine_used: float, server_used: float
-) -> str:
-    return (
-        f"  round {round_number}: {n / elapsed:6.0f} workflows/s"
-        f" ({n} three-step workflows at once in {elapsed:.2f} s);"
-        f" CPU per workflow: engine {1000 * engine_used / n:.2f} ms,"
-        + (
-            f" server {1000 * server_used / n:.2f} ms"
-            if server_used >= 0
-            # A backend counted before the round exited and was not reaped
-            # yet: its time is in neither place.
-            else " server n/a (a backend exited mid-round)"
-        )
+def fleet_case(engines: int) -> str:
+    """The case of a fleet's throughput: ``postgres.concurrent`` for one
+    engine, ``postgres.two_engines`` for two, ``postgres.engines_<N>``."""
+    return {1: "postgres.concurrent", 2: "postgres.two_engines"}.get(
+        engines, f"postgres.engines_{engines}"
     )
+
+
+def report_round(
+    case: str, round_number: int, n: int, elapsed: float, engine_used: float, server_used: float
+) -> None:
+    """One round's figures: workflows/s, and CPU per workflow in the
+    engine(s) and in the server."""
+    figure(
+        BENCH,
+        case,
+        n / elapsed,
+        "workflows/s",
+        label=f"round {round_number}: {n} three-step workflows at once in {elapsed:.2f} s",
+    )
+    figure(
+        BENCH,
+        f"{case}.engine_cpu",
+        1000 * engine_used / n,
+        "ms/workflow",
+        better="lower",
+        label="  CPU per workflow, engine",
+    )
+    if server_used >= 0:
+        figure(
+            BENCH,
+            f"{case}.server_cpu",
+            1000 * server_used / n,
+            "ms/workflow",
+            better="lower",
+            label="  CPU per workflow, server",
+        )
+    else:
+        # A backend counted before the round exited and was not reaped yet:
+        # its time is in neither place.
+        print("    CPU per workflow, server: n/a (a backend exited mid-round)")
 
 
 async def engine_process(args: argparse.Namespace) -> None:
@@ -231,14 +262,13 @@ def run_fleet(args: argparse.Namespace, url: str, engines: int) -> list[float]:
             elapsed = time.perf_counter() - start
             n = share * engines
             rates.append(n / elapsed)
-            print(
-                _report(
-                    round_number,
-                    n,
-                    elapsed,
-                    engine_used,
-                    server_cpu(args.postmaster) - server_before,
-                )
+            report_round(
+                fleet_case(engines),
+                round_number,
+                n,
+                elapsed,
+                engine_used,
+                server_cpu(args.postmaster) - server_before,
             )
     finally:
         for child in children:
@@ -263,10 +293,16 @@ async def remote_latency(url: str, broker: str, count: int) -> None:
     latencies.sort()
     p50 = latencies[len(latencies) // 2]
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-    print(
-        f"  one remote step, dispatch to settle, over {broker.split('@')[-1]}"
-        f" ({count} one after another): p50 {1000 * p50:.1f} ms, p99 {1000 * p99:.1f} ms"
-    )
+    what = f"one remote step, dispatch to settle, over {broker.split('@')[-1]}"
+    for name, value in (("p50", p50), ("p99", p99)):
+        figure(
+            BENCH,
+            f"postgres.remote_latency_{name}",
+            1000 * value,
+            "ms",
+            better="lower",
+            label=f"{what} ({count} one after another), {name}",
+        )
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -296,12 +332,17 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"  {engines} engine process(es):")
                 rates = await trio.to_thread.run_sync(run_fleet, args, url, engines)
                 medians.append(sorted(rates)[len(rates) // 2])
-            print(
-                f"  median workflows/s: 1 engine {medians[0]:.0f}, 2 engines {medians[1]:.0f}"
-                f" ({medians[1] / medians[0]:.2f}x)"
+            figure(
+                BENCH,
+                "postgres.two_engines_ratio",
+                medians[1] / medians[0],
+                "x",
+                label=f"median workflows/s, 2 engines ({medians[1]:.0f}) / 1 engine ({medians[0]:.0f})",
             )
             broker = args.broker or os.environ.get("AMQP_URL")
-            if broker:
+            if not args.latency:
+                print("  (--latency 0: remote-step latency not measured)")
+            elif broker:
                 await remote_latency(url, broker, args.latency)
             else:
                 print("  (no --broker and no $AMQP_URL: remote-step latency not measured)")
@@ -316,10 +357,24 @@ async def main(args: argparse.Namespace) -> None:
                 engine_used = engine_cpu() - engine_before
                 server_used = server_cpu(args.postmaster) - server_before
                 n = args.concurrent
-                print(
-                    f"{_report(round_number, n, elapsed, engine_used, server_used)};"
-                    f" per workflow {(stats.batches - batches) / n:.1f} batches,"
-                    f" {(stats.transactions - transactions) / n:.2f} transactions"
+                report_round(
+                    "postgres.concurrent", round_number, n, elapsed, engine_used, server_used
+                )
+                figure(
+                    BENCH,
+                    "postgres.concurrent.batches_per_workflow",
+                    (stats.batches - batches) / n,
+                    "per workflow",
+                    better="lower",
+                    label="  store batches per workflow",
+                )
+                figure(
+                    BENCH,
+                    "postgres.concurrent.transactions_per_workflow",
+                    (stats.transactions - transactions) / n,
+                    "per workflow",
+                    better="lower",
+                    label="  transactions per workflow",
                 )
     finally:
         await trio.to_thread.run_sync(_drop_schema, base, schema)
@@ -336,4 +391,7 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=int, default=300)
     parser.add_argument("--engine-process", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
-    trio.run(main, parser.parse_args())
+    add_json_option(parser)
+    args = parser.parse_args()
+    use_args(args)
+    trio.run(main, args)

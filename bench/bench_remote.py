@@ -8,8 +8,10 @@ Prints:
 
 The worker runs inside the engine (``serve=``), so the figures measure the
 engine, the worker and the broker protocol together, on one Trio thread.
-It prints figures and never passes or fails. Usage:
-``python bench/bench_remote.py [--runs N] [--fans 1000,10000,100000]``.
+Cases: ``memory.remote_one_step`` and ``memory.remote_fan_<N>``. It prints
+figures (with ``--json PATH``, also as JSON lines) and never passes or
+fails. Usage: ``python bench/bench_remote.py [--runs N]
+[--fans 1000,10000,100000] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ import sys
 import time
 
 import trio
+from _figures import add_json_option, figure, use_args
 
 import trio_durable as td
 from trio_durable._brokers._memory import MemoryBroker
+
+BENCH = "bench_remote"
 
 app = td.App("bench-remote")
 
@@ -51,13 +56,27 @@ async def bench_runs(runs: int) -> None:
             run = await engine.start(one_step, i, run_id=f"r-{i}")
             assert await engine.result(run.id) == i * i
 
+        cpu = time.process_time()
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for i in range(runs):
                 nursery.start_soon(one, i)
         elapsed = time.perf_counter() - start
-        print(
-            f"  {runs} runs of one remote step, at once: {runs / elapsed:8.0f} steps/s ({elapsed:.2f} s)"
+        cpu = time.process_time() - cpu
+        figure(
+            BENCH,
+            "memory.remote_one_step",
+            runs / elapsed,
+            "steps/s",
+            label=f"{runs} runs of one remote step, at once ({elapsed:.2f} s)",
+        )
+        figure(
+            BENCH,
+            "memory.remote_one_step.cpu",
+            1000 * cpu / runs,
+            "ms/run",
+            better="lower",
+            label="  CPU (engine, worker and broker)",
         )
 
 
@@ -71,10 +90,29 @@ async def bench_fan(n: int) -> tuple[float, float]:
         assert await engine.result(run.id) == sum(i * i for i in range(n))
         elapsed = time.perf_counter() - start
         rows = stats.checkpoint_rows_read / n
-        print(
-            f"  fan of {n:>7}: {elapsed:7.2f} s, {n / elapsed:7.0f} steps/s, "
-            f"{rows:.2f} checkpoint rows read/step, {stats.ops / n:.2f} ops/step, "
-            f"{engine.statistics().turns} parent+member turns"
+        case = f"memory.remote_fan_{n}"
+        figure(
+            BENCH,
+            case,
+            n / elapsed,
+            "steps/s",
+            label=f"fan of {n} ({elapsed:.2f} s, {engine.statistics().turns} parent+member turns)",
+        )
+        figure(
+            BENCH,
+            f"{case}.checkpoint_rows_read_per_step",
+            rows,
+            "per step",
+            better="lower",
+            label="  checkpoint rows read",
+        )
+        figure(
+            BENCH,
+            f"{case}.ops_per_step",
+            stats.ops / n,
+            "per step",
+            better="lower",
+            label="  ops written",
         )
         return elapsed, rows
 
@@ -86,18 +124,25 @@ async def main(args: argparse.Namespace) -> None:
     print("memory broker, memory store, embedded worker (concurrency 256)")
     await bench_runs(args.runs)
     figures = []
-    for n in (int(x) for x in args.fans.split(",")):
+    for n in (int(x) for x in args.fans.split(",") if x):
         figures.append((n, *await bench_fan(n)))
     if len(figures) > 1:
         first, last = figures[0], figures[-1]
-        print(
-            f"  rows read per step, N={last[0]} vs N={first[0]}: "
-            f"{last[2] / first[2]:.2f}x (flat is 1.00x)"
+        figure(
+            BENCH,
+            "memory.remote_fan.rows_read_growth",
+            last[2] / first[2],
+            "x",
+            better="lower",
+            label=f"rows read per step, N={last[0]} vs N={first[0]} (flat is 1.00x)",
         )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--fans", default="1000,10000,100000")
-    trio.run(main, parser.parse_args())
+    parser.add_argument("--fans", default="1000,10000,100000", help="empty: no fan")
+    add_json_option(parser)
+    args = parser.parse_args()
+    use_args(args)
+    trio.run(main, args)

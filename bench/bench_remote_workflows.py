@@ -25,8 +25,10 @@ Each invocation uses a namespace of its own, so over NATS its queues
 collide with no one's. It prints figures and never passes or fails. Usage:
 ``python bench/bench_remote_workflows.py [--runs 1000] [--nats-runs 500]
 [--brokers memory,nats] [--stores memory,sqlite] [--nats-url nats://...]
-[--repeat 1]`` (``--nats-url`` defaults to ``$NATS_URL``, else a local
-server on 4222).
+[--repeat 1] [--json PATH]`` (``--nats-url`` defaults to ``$NATS_URL``,
+else a local server on 4222). Cases: ``<broker>.<store>.remote_workflows.local``
+and ``.remote`` (runs/s, with ``.cpu`` and the counts per run), and
+``.remote_over_local``.
 """
 
 from __future__ import annotations
@@ -44,9 +46,12 @@ from pathlib import Path
 
 import attrs
 import trio
+from _figures import add_json_option, figure, use_args
 
 import trio_durable as td
 from trio_durable.brokers import Consumer, Outgoing
+
+BENCH = "bench_remote_workflows"
 
 WORK = "work"
 DECIDERS = "deciders"
@@ -207,35 +212,52 @@ async def measure(workflow: str, runs: int, url: str | None, store: str) -> Figu
     )
 
 
-def lines(label: str, f: Figures) -> str:
-    return (
-        f"    {label}: {f.runs_per_s:6.0f} runs/s, {f.cpu_ms_per_run:5.2f} ms CPU/run\n"
-        f"        per run: {f.tasks_per_run + f.results_per_run:5.2f} broker messages"
-        f" = {f.tasks_per_run - f.decision_tasks_per_run:.2f} step tasks"
-        f" + {f.decision_tasks_per_run:.2f} decision tasks + {f.results_per_run:.2f} results; {f.turns_per_run:5.2f} turns,"
-        f" {f.store_batches_per_run:5.2f} store batches"
+def report(case: str, label: str, f: Figures) -> None:
+    print(f"    {label}:")
+    figure(BENCH, case, f.runs_per_s, "runs/s", label="      runs")
+    figure(BENCH, f"{case}.cpu", f.cpu_ms_per_run, "ms/run", better="lower", label="      CPU")
+    per_run = (
+        ("broker_messages", f.tasks_per_run + f.results_per_run, "broker messages"),
+        ("step_tasks", f.tasks_per_run - f.decision_tasks_per_run, "  step tasks"),
+        ("decision_tasks", f.decision_tasks_per_run, "  decision tasks"),
+        ("results", f.results_per_run, "  results"),
+        ("turns", f.turns_per_run, "turns"),
+        ("store_batches", f.store_batches_per_run, "store batches"),
     )
+    for name, value, what in per_run:
+        figure(BENCH, f"{case}.{name}", value, "per run", better="lower", label=f"      {what}")
 
 
 async def compare(
-    broker: str, url: str | None, store_name: str, runs: int, directory: Path
+    broker: str, label: str, url: str | None, store_name: str, runs: int, directory: Path
 ) -> None:
-    print(f"  {broker}, {store_name} store, {runs} three-step runs at once:")
+    print(f"  {label}, {store_name} store, {runs} three-step runs at once:")
     figures: dict[str, Figures] = {}
-    for label, workflow in (
-        ("(a) local workflow, remote steps", "local_three"),
-        ("(b) remote workflow             ", "remote_three"),
+    prefix = f"{broker}.{store_name.lower()}.remote_workflows"
+    for what, workflow, case in (
+        ("(a) local workflow, remote steps", "local_three", f"{prefix}.local"),
+        ("(b) remote workflow", "remote_three", f"{prefix}.remote"),
     ):
         store = "memory://"
         if store_name == "SQLite":
             store = f"sqlite:///{directory / f'{workflow}-{secrets.token_hex(4)}.db'}"
         figures[workflow] = await measure(workflow, runs, url, store)
-        print(lines(label, figures[workflow]), flush=True)
+        report(case, what, figures[workflow])
     a, b = figures["local_three"], figures["remote_three"]
-    print(
-        f"    (b)/(a): {b.runs_per_s / a.runs_per_s:.2f} of the runs/s,"
-        f" {b.cpu_ms_per_run / a.cpu_ms_per_run:.2f}x the CPU per run",
-        flush=True,
+    figure(
+        BENCH,
+        f"{prefix}.remote_over_local",
+        b.runs_per_s / a.runs_per_s,
+        "x",
+        label="    (b)/(a) runs/s",
+    )
+    figure(
+        BENCH,
+        f"{prefix}.remote_over_local.cpu",
+        b.cpu_ms_per_run / a.cpu_ms_per_run,
+        "x",
+        better="lower",
+        label="    (b)/(a) CPU per run",
     )
 
 
@@ -258,7 +280,7 @@ async def main(args: argparse.Namespace) -> None:
             for broker in args.brokers.split(","):
                 label, url, runs = brokers[broker]
                 for store in args.stores.split(","):
-                    await compare(label, url, stores[store], runs, Path(directory))
+                    await compare(broker, label, url, stores[store], runs, Path(directory))
 
 
 if __name__ == "__main__":
@@ -269,4 +291,7 @@ if __name__ == "__main__":
     parser.add_argument("--stores", default="memory,sqlite", help="memory, sqlite or both")
     parser.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
     parser.add_argument("--repeat", type=int, default=1, help="measure everything this often")
-    trio.run(main, parser.parse_args())
+    add_json_option(parser)
+    args = parser.parse_args()
+    use_args(args)
+    trio.run(main, args)

@@ -12,13 +12,13 @@ The run is written through the store's `apply` in batches of 5,000 puts.
 Stores: memory, SQLite (a temporary file) and, unless ``--no-postgres``,
 PostgreSQL (a fresh schema of ``--url``, default ``$POSTGRES_URL``, dropped
 at the end; run it under ``flock /tmp/td-servers.lock`` when others share
-the server). It prints figures (and JSON lines) and never passes or fails.
+the server). It prints figures (cases ``<store>.run_detail_fan.<call>.*``; with ``--json
+PATH``, also as JSON lines) and never passes or fails.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import tempfile
@@ -29,6 +29,7 @@ from typing import Any
 
 import psycopg
 import trio
+from _figures import add_json_option, figure, use_args
 from psycopg import sql
 
 from trio_durable._queries import fan_page, history, run_detail
@@ -37,6 +38,7 @@ from trio_durable._stores import open_store
 from trio_durable._stores._base import Store
 from trio_durable._stores._ops import PutCheckpoint
 
+BENCH = "bench_run_detail"
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/trio_durable"
 BOOM = ErrorInfo(message="boom", code="refused")
 
@@ -98,46 +100,46 @@ async def measure(name: str, store: Store, width: int) -> None:
     await fill(store, width)
     print(f"{name:9} wrote a run with a fan of {width:,} in {time.perf_counter() - start:.1f} s")
     stats = store.statistics()
-    calls: dict[str, Callable[[], Awaitable[Any]]] = {
-        "run_detail": lambda: run_detail(store, "big"),
-        "fan_page(offset=50000, limit=100)": lambda: fan_page(
-            store, "big", 2, offset=50_000, limit=100
+    calls: dict[str, tuple[str, Callable[[], Awaitable[Any]]]] = {
+        "run_detail": ("run_detail", lambda: run_detail(store, "big")),
+        "fan_page(offset=50000, limit=100)": (
+            "fan_page_offset_50000",
+            lambda: fan_page(store, "big", 2, offset=50_000, limit=100),
         ),
-        "fan_page(failed, offset=1000, limit=100)": lambda: fan_page(
-            store, "big", 2, failed=True, offset=1000, limit=100
+        "fan_page(failed, offset=1000, limit=100)": (
+            "fan_page_failed_offset_1000",
+            lambda: fan_page(store, "big", 2, failed=True, offset=1000, limit=100),
         ),
-        "history (every checkpoint)": lambda: history(store, "big"),
+        "history (every checkpoint)": ("history", lambda: history(store, "big")),
     }
-    for call_name, call in calls.items():
+    for call_name, (case, call) in calls.items():
         runs, checkpoints = stats.run_rows_read, stats.checkpoint_rows_read
         start = time.perf_counter()
         result = await call()
         took = (time.perf_counter() - start) * 1000
         runs, checkpoints = stats.run_rows_read - runs, stats.checkpoint_rows_read - checkpoints
-        print(
-            f"{name:9} {call_name:42} rows read: {runs} run + {checkpoints:,} checkpoint"
-            f"  ({took:.1f} ms)"
+        case = f"{name}.run_detail_fan.{case}"
+        print(f"{name:9} {call_name}")
+        figure(
+            BENCH, f"{case}.run_rows_read", runs, "rows", better="lower", label="  run rows read"
         )
+        figure(
+            BENCH,
+            f"{case}.checkpoint_rows_read",
+            checkpoints,
+            "rows",
+            better="lower",
+            label="  checkpoint rows read",
+            fan=width,
+        )
+        figure(BENCH, f"{case}.ms", took, "ms", better="lower", label="  time")
         if call_name == "run_detail":
             wide = result.fans[0]
             print(
-                f"{'':9} {'':42} fan at {wide.first_seq}: size {wide.size:,},"
+                f"{'':9} fan at {wide.first_seq}: size {wide.size:,},"
                 f" counts {dict(wide.counts)}, {len(wide.first_failures)} first failures;"
                 f" timeline of {len(result.timeline)} entries"
             )
-        print(
-            json.dumps(
-                {
-                    "bench": "run_detail",
-                    "store": name,
-                    "call": call_name,
-                    "fan": width,
-                    "run_rows_read": runs,
-                    "checkpoint_rows_read": checkpoints,
-                    "ms": round(took, 2),
-                }
-            )
-        )
 
 
 async def main() -> None:
@@ -145,7 +147,9 @@ async def main() -> None:
     parser.add_argument("--fan", type=int, default=100_000)
     parser.add_argument("--url", default=os.environ.get("POSTGRES_URL", DEFAULT_URL))
     parser.add_argument("--no-postgres", action="store_true")
+    add_json_option(parser)
     args = parser.parse_args()
+    use_args(args)
     async with open_store("memory://") as store:
         await measure("memory", store, args.fan)
     with tempfile.TemporaryDirectory() as folder:

@@ -13,7 +13,8 @@ the wake, the turn's lease and read, and the replay up to the step.
 It measures SQLite (a file in a temporary folder; ``--watch-interval``,
 default the store's 0.01 s) and PostgreSQL (a fresh schema of ``--url``,
 default ``$POSTGRES_URL``, dropped at the end), and prints p50, p99 and the
-maximum per store, plus one JSON line each. Usage: ``python
+maximum per store (cases ``<store>.signal_latency.p50``, ``.p99``,
+``.max``; with ``--json PATH``, also as JSON lines). Usage: ``python
 bench/bench_signal_latency.py [--stores sqlite,postgres] [--signals 300]
 [--gap 0.02]``. It prints figures and never passes or fails.
 """
@@ -21,7 +22,6 @@ bench/bench_signal_latency.py [--stores sqlite,postgres] [--signals 300]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import statistics
@@ -32,11 +32,13 @@ import time
 from contextlib import AsyncExitStack
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import trio
+from _figures import add_json_option, figure, use_args
 
 import trio_durable as td
+
+BENCH = "bench_signal_latency"
 
 app = td.App("bench-latency")
 
@@ -123,19 +125,20 @@ async def main(args: argparse.Namespace) -> None:
             else:
                 raise SystemExit(f"unknown store {store!r} (sqlite or postgres)")
             values = await measure(url, args.signals, args.gap)
-        figures: dict[str, Any] = {
-            "bench": "signal_latency",
-            "store": store,
-            "signals": len(values),
-            "p50_ms": round(statistics.median(values) * 1000, 2),
-            "p99_ms": round(percentile(values, 0.99) * 1000, 2),
-            "max_ms": round(values[-1] * 1000, 2),
-        }
-        print(
-            f"  {store:8} p50 {figures['p50_ms']:7.2f} ms   p99 {figures['p99_ms']:7.2f} ms"
-            f"   max {figures['max_ms']:7.2f} ms"
-        )
-        print(json.dumps(figures))
+        for name, value in (
+            ("p50", statistics.median(values)),
+            ("p99", percentile(values, 0.99)),
+            ("max", values[-1]),
+        ):
+            figure(
+                BENCH,
+                f"{store}.signal_latency.{name}",
+                value * 1000,
+                "ms",
+                better="lower",
+                label=f"{store:8} {name}",
+                signals=len(values),
+            )
 
 
 if __name__ == "__main__":
@@ -151,4 +154,7 @@ if __name__ == "__main__":
         "--url",
         default=os.environ.get("POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
     )
-    trio.run(partial(main, parser.parse_args()))
+    add_json_option(parser)
+    args = parser.parse_args()
+    use_args(args)
+    trio.run(partial(main, args))

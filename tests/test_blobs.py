@@ -222,6 +222,29 @@ async def test_a_recently_written_blob_outlives_the_runs_pruned(tmp_path: Path) 
         assert len(await blobs.list()) == 2
 
 
+async def test_pruning_sweeps_away_old_blobs_no_row_refers_to(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    async with td.open_engine(
+        app, seed=0, wall_clock=fixed_wall, blobs=blobs, blob_grace=3600
+    ) as engine:
+        run = await engine.start(echo, "k" * 100_000)
+        await engine.result(run.id)
+        kept = {info.key for info in await blobs.list()}
+        # A writer that died between its blob and its row left these: one
+        # long ago, one within the grace (it may be about to commit).
+        await blobs.put("orphan-old", b"lost", at=0.0)
+        await blobs.put("orphan-new", b"maybe", at=fixed_wall() + trio.current_time())
+        assert await engine.prune(td.Retention(completed=86_400)) == 0
+        left = {info.key for info in await blobs.list()}
+        assert left == kept | {"orphan-new"}
+        assert await engine.result(run.id) == "k" * 100_000
+        await trio.sleep(3601)
+        assert await engine.prune(td.Retention(completed=86_400)) == 0
+        assert {info.key for info in await blobs.list()} == kept
+
+
 async def test_a_client_starts_and_reads_through_the_blob_store(tmp_path: Path) -> None:
     blobs = td.LocalBlobStore(tmp_path / "blobs")
     url = f"sqlite:///{tmp_path / 'runs.db'}"

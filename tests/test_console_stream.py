@@ -64,3 +64,40 @@ async def test_the_console_follows_a_stream_until_the_run_ends(
         assert bad.status_code == 400
         unknown = await client.get(f"/api/runs/{run.id}/stream", params={"offset": 1})
         assert unknown.status_code == 400
+
+
+@app.workflow()
+async def chatty(ctx: td.Context, n: int) -> int:
+    for i in range(n):
+        ctx.emit({"token": i})
+        await ctx.sleep(1)
+    await ctx.wait_signal("done")
+    return n
+
+
+async def test_the_run_page_shows_the_streams_last_values_and_changes_with_them(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with open_test_engine(app, store=td.MemoryStore()) as engine, api(engine) as client:
+        quiet = await engine.start(chat, run_id="quiet")
+        await engine.signal(quiet.id, "reply", "x")
+        await engine.result(quiet.id)
+        page = await client.get("/runs/quiet")
+        assert 'id="stream"' in page.text
+        assert "2 values" in page.text
+        run = await engine.start(chatty, 60, run_id="chatty")
+        await trio.sleep(5)
+        first = await client.get(f"/runs/{run.id}")
+        assert first.status_code == 200
+        tag = first.headers["etag"]
+        await trio.sleep(60)
+        # Each emit changes the run's stamp: the live refresh gets a new page.
+        again = await client.get(f"/runs/{run.id}", headers={"If-None-Match": tag})
+        assert again.status_code == 200
+        assert "60 values" in again.text
+        assert "The last 50" in again.text
+        assert "{&#34;token&#34;:59}" in again.text
+        assert "{&#34;token&#34;:10}" in again.text
+        assert "{&#34;token&#34;:9}" not in again.text
+        await engine.signal(run.id, "done")
+        assert await engine.result(run.id) == 60

@@ -82,12 +82,12 @@ def test_ci_budget_of_200_seeds(first: int) -> None:
         for seed in range(first, first + 50)
     ]
     assert _failures(reports) == ""
-    # Every seed made all 64 runs (41 started by the workload, 23 children),
+    # Every seed made all 66 runs (43 started by the workload, 23 children),
     # plus those of the schedule's ticks, and injected faults.
     for report in reports:
         ticks = sum(run_id.startswith("tick@") for run_id in report.outputs)
         assert ticks >= 1, report.seed
-        assert sum(report.statuses.values()) == 64 + ticks, (report.seed, report.statuses)
+        assert sum(report.statuses.values()) == 66 + ticks, (report.seed, report.statuses)
         assert report.faults, report.seed
 
 
@@ -378,7 +378,7 @@ def test_report_of_the_builtin_workload() -> None:
     report = simulate(app, default_workload, seed=5, keep_trace=True)
     assert report.seed == 5
     assert report.ok
-    # 41 runs started by the workload, plus children: 1 child and 5 fan
+    # 43 runs started by the workload, plus children: 1 child and 5 fan
     # members of "children", the on-error handler of "routed", 2 children
     # and 4 fan members of "remote-parent", the remote handler of
     # "remote-saga", and the 9 exclusive calls of the "tally-<w>" runs.
@@ -388,7 +388,7 @@ def test_report_of_the_builtin_workload() -> None:
     assert ticks
     assert all(run_id.startswith("tick@2023-11-14T22:") for run_id in ticks)
     assert set(ticks.values()) == {("completed", "tick")}
-    assert report.statuses == {"cancelled": 1, "completed": 61 + len(ticks), "failed": 2}
+    assert report.statuses == {"cancelled": 3, "completed": 61 + len(ticks), "failed": 2}
     # What the entity's calls return depends on their order (the invariants
     # check it): each tally run returns its 3 adds' results, then its read.
     tallies = {run_id: outputs.pop(run_id) for run_id in sorted(outputs) if "tally" in run_id}
@@ -409,6 +409,9 @@ def test_report_of_the_builtin_workload() -> None:
         **{f"queued-{i}": ("completed", -i) for i in range(4)},
         "retried": ("completed", "ok"),
         "cancelled": ("cancelled", "cancelled"),
+        # Cancelled while waiting, after which they cleaned up.
+        "cleaned-up": ("cancelled", "cancelled"),
+        "remote-cleaned-up": ("cancelled", "cancelled"),
         # Decided on the workers: 2i + (2i + 1) = 4i + 1, as steps-i.
         **{f"remote-steps-{i}": ("completed", 4 * i + 1) for i in range(3)},
         # Its remote child (9), local child (4), fan (0 + 1 + 4 + 9) and signal (100).
@@ -440,6 +443,12 @@ def test_report_of_the_builtin_workload() -> None:
     assert report.ledger["lf:undo"] >= 1
     # The remote saga's undo ran on a worker before its handoff.
     assert report.ledger["rsg:undo"] >= 1
+    # The cancelled runs that catch it cleaned up (a step, a timer, a remote
+    # step with a retry), then their undos ran: here and on a worker.
+    for key in ("cl", "rcl"):
+        assert report.ledger[f"{key}:clean"] >= 1
+        assert report.ledger[f"{key}:refund"] >= 2
+        assert report.ledger[f"{key}:undo"] >= 1
     # The trace is the events, and the hash is the trace's.
     assert report.trace
     assert any(" run.completed steps-0 " in line for line in report.trace)

@@ -133,6 +133,8 @@ class BlobbingStore(StoreWrapper):
         self.inner = inner
         self.blobs = blobs
         self.grace = grace
+        # Where the next sweep for blobs no row refers to goes on from.
+        self._swept_to: str | None = None
 
     def __repr__(self) -> str:
         return f"BlobbingStore({self.inner!r}, {self.blobs.store!r})"
@@ -257,6 +259,11 @@ class BlobbingStore(StoreWrapper):
         pruned = await self.inner.prune_runs(older_than, limit)
         if pruned:
             await collect(self.inner, self.blobs.store, pruned, self.blobs.clock, self.grace)
+        if len(pruned) < limit:
+            # The end of a pruning pass: sweep on for blobs no row refers to.
+            self._swept_to = await sweep_orphans(
+                self.inner, self.blobs.store, self.blobs.clock, self.grace, self._swept_to
+            )
         return pruned
 
 
@@ -297,6 +304,35 @@ async def collect(
         await blob_store.delete(blob)
         deleted.append(blob)
     return deleted
+
+
+async def sweep_orphans(
+    store: Store,
+    blob_store: BlobStore,
+    clock: Clock,
+    grace: float,
+    after: str | None,
+    limit: int = _PAGE,
+) -> str | None:
+    """Delete the blobs no run refers to, among up to ``limit`` blobs listed
+    after the key ``after``, that were last written more than ``grace``
+    seconds ago: blobs written for a row that never committed (a writer
+    died between the two, a step's result was never settled). Returns the
+    key to go on from, None once the listing wrapped round.
+
+    The grace protects a writer about to refer to a blob, as in `collect`:
+    every writer writes the blob before it commits the row that refers
+    to it.
+    """
+    page = await blob_store.list(after=after, limit=limit)
+    cutoff = clock.now() - grace
+    for info in page:
+        if info.stored_at > cutoff:
+            continue
+        if await store.list_values(SCOPE, prefix=f"r/{info.key}/", limit=1):
+            continue
+        await blob_store.delete(info.key)
+    return page[-1].key if len(page) == limit else None
 
 
 def blobs_of(store: Store) -> Blobs | None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -11,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from . import _serde
-from ._cancellation import CancelDelivery
+from ._cancellation import CancelDelivery, recorded_delivery
 from ._context import Context
 from ._exceptions import Cancelled, StoreError
 from ._lifecycle import ContinueAsNew
-from ._markers import CANCELLED_AT_SEQ, body_seqs
+from ._markers import body_seqs
 from ._on_error import active_handoff
 from ._records import ACTIVE_STATUSES
 from ._replay import Replay, Suspend
@@ -32,8 +31,8 @@ async def deliver_cancel(
 ) -> bool:
     """Replay a cancelling run's body to deliver `Cancelled` to it (see the
     module's docstring). Returns True if the turn is over (the body was
-    interrupted: the next turn takes it up), False when the cancel goes on
-    to end the run."""
+    interrupted, or its cleanup waits: a later turn takes it up), False
+    when the cancel goes on to end the run."""
     rt, state = turn.runtime, turn.state
     run = state.run
     wf = rt.app.find_workflow(run.workflow, run.version)
@@ -48,19 +47,18 @@ async def deliver_cancel(
         # already failed and was handed to an on-error handler: there is
         # nothing to clean up, and its body must not run now.
         return False
-    marker = state.checkpoints.get(CANCELLED_AT_SEQ)
-    recorded = None if marker is None or marker.output is None else int(json.loads(marker.output))
     replay = Replay(rt, state)
-    replay.cancellation = CancelDelivery(recorded)
+    replay.cancellation = CancelDelivery(recorded_delivery(state.checkpoints))
     ctx = Context(replay)
     failure: StoreError | None = None
+    waits: Suspend | None = None
     interrupted = True
     async with trio.open_nursery() as nursery:
         nursery.start_soon(renew_lease)
         with trio.CancelScope() as scope:
             slot.body_scope = scope
             try:
-                await _run_body(wf.fn, ctx, run.id, run.input)
+                waits = await _run_body(wf.fn, ctx, run.id, run.input)
             except StoreError as exc:
                 failure = exc
             interrupted = False
@@ -69,7 +67,13 @@ async def deliver_cancel(
     if failure is not None:
         raise failure
     if not interrupted:
-        return False
+        if waits is None or state.nondeterminism is not None:
+            return False
+        # The cleanup waits (a timer, a signal, a remote step, a child):
+        # suspend the run as any waiting run; its `cancelled_at` record
+        # makes the turn that wakes it go on with the cleanup.
+        await turn.suspend(waits, cleanup=True)
+        return True
     # Interrupted (another cancel, or the lease was lost): keep what the
     # cleanup did, fenced by the lease, and let the next turn go on.
     slot.again = True
@@ -82,13 +86,22 @@ async def deliver_cancel(
     return True
 
 
-async def _run_body(fn: Callable[..., Awaitable[Any]], ctx: Any, run_id: str, input: str) -> None:
+async def _run_body(
+    fn: Callable[..., Awaitable[Any]], ctx: Any, run_id: str, input: str
+) -> Suspend | None:
+    """Run the body to its end; the `Suspend` its cleanup raised, if it
+    waits."""
     try:
         args = _serde.load_args(input, fn, skip=1)
         await fn(ctx, *args)
-    except (Cancelled, Suspend, ContinueAsNew):
+    except Suspend as suspend:
+        # Before the delivery, every operation replays a settled outcome:
+        # only a cleanup operation suspends.
+        return suspend
+    except (Cancelled, ContinueAsNew):
         pass
     except StoreError:
         raise
     except Exception as exc:
         logger.warning("run %r raised in its cleanup after its cancellation: %r", run_id, exc)
+    return None

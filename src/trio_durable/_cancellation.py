@@ -17,8 +17,13 @@ as the saga's undos are: a turn that dies halfway through the cleanup is
 replayed by the next one (here or on another engine), which delivers
 `Cancelled` at the same seq, replays the cleanup steps that ran and runs
 the rest. A body that does not catch `Cancelled` writes nothing more than
-before. Cleanup cannot wait (a timer, a signal, a remote step, a child):
-such an operation raises `UsageError` in the cleanup.
+before.
+
+Cleanup may wait (a timer, a signal, a remote step, a child, a fan): the
+run is then written ``suspended``, as any waiting run, and its
+``cancelled_at`` record tells the turn that wakes it that it is still
+cleaning up (`in_cleanup`): that turn makes it ``cancelling`` again and
+replays it from here.
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ from __future__ import annotations
 import json
 from typing import Final, final
 
-from ._exceptions import Cancelled, UsageError
-from ._markers import CANCELLED_AT_SEQ, record
+from ._exceptions import Cancelled
+from ._markers import CANCEL_SENT_SEQ, CANCELLED_AT_SEQ, record
+from ._records import Checkpoint
 from ._replay import Replay
 from ._stores._ops import UpdateRun
 
 CANCELLED_AT_NAME: Final = "cancelled_at"
+CANCEL_SENT_NAME: Final = "cancel_sent"
 _SETTLED: Final = frozenset({"completed", "failed"})
 
 
@@ -50,11 +57,6 @@ class CancelDelivery:
         self.recorded = recorded
         self.delivered: int | None = None
         self.shield = 0
-
-    @property
-    def cleaning_up(self) -> bool:
-        """Whether the body runs its cleanup: delivered, and shielded."""
-        return self.delivered is not None and self.shield > 0
 
     def reach(self, replay: Replay, first: int, count: int) -> None:
         """An operation took the seqs ``first`` to ``first + count - 1``.
@@ -81,15 +83,6 @@ class CancelDelivery:
         self.delivered = first if self.recorded is None else self.recorded
         raise Cancelled(self.delivered)
 
-    def refuse_wait(self, what: str) -> None:
-        """Raise `UsageError` if the body is cleaning up: ``what`` would
-        wait, and a cancelled run's cleanup cannot."""
-        if self.cleaning_up:
-            raise UsageError(
-                f"{what} cannot run in a cancelled run's cleanup: it would wait;"
-                " clean up with local steps"
-            )
-
     def _record(self, replay: Replay) -> None:
         turn = replay.turn
         if CANCELLED_AT_SEQ in turn.checkpoints:
@@ -100,6 +93,28 @@ class CancelDelivery:
                 turn.run.id, CANCELLED_AT_SEQ, CANCELLED_AT_NAME, json.dumps(self.delivered), now
             )
         )
+
+
+def in_cleanup(checkpoints: dict[int, Checkpoint]) -> bool:
+    """Whether a run that is not terminal is being cancelled while
+    ``suspended`` (then ``running``): its cleanup waits, or its remote
+    workflow's cancel is out to a worker (with the record but no delivery
+    see `cancel_marker`)."""
+    return CANCELLED_AT_SEQ in checkpoints or CANCEL_SENT_SEQ in checkpoints
+
+
+def recorded_delivery(checkpoints: dict[int, Checkpoint]) -> int | None:
+    """The seq a run's body got `Cancelled` at, as recorded; None if it did
+    not yet."""
+    marker = checkpoints.get(CANCELLED_AT_SEQ)
+    return None if marker is None or marker.output is None else int(json.loads(marker.output))
+
+
+def cancel_marker(run_id: str, now: float) -> Checkpoint:
+    """The ``cancel_sent`` record of a remote workflow's run whose cancel
+    is sent to a worker: it keeps the run being cancelled while it waits
+    as ``suspended``."""
+    return record(run_id, CANCEL_SENT_SEQ, CANCEL_SENT_NAME, None, now)
 
 
 async def write_cleanup(replay: Replay) -> None:

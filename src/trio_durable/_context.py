@@ -237,7 +237,6 @@ class Context(
             step.name,
             "remote" if step.remote else "local",
             inputs_of(lambda: _serde.dump_args(args)),
-            waits="a remote step" if step.remote else None,
         )
         if step.remote:
             decider = self._replay.decider
@@ -289,7 +288,7 @@ class Context(
             or seconds < 0
         ):
             raise UsageError(f"sleep seconds must be a finite number >= 0, not {seconds!r}")
-        self._before_op("sleep", "timer", timer_due(float(seconds), None), waits="ctx.sleep")
+        self._before_op("sleep", "timer", timer_due(float(seconds), None))
         self._decide_wait("sleep", "timer", {"op": "sleep", "seconds": float(seconds)})
         await timer(self._replay, lambda now: now + float(seconds))
 
@@ -308,7 +307,7 @@ class Context(
             target = float(when)
         else:
             raise UsageError(f"sleep_until needs epoch seconds or a datetime, not {when!r}")
-        self._before_op("sleep", "timer", timer_due(None, target), waits="ctx.sleep_until")
+        self._before_op("sleep", "timer", timer_due(None, target))
         self._decide_wait("sleep", "timer", {"op": "sleep", "until": target})
         await timer(self._replay, lambda now: target)
 
@@ -343,9 +342,7 @@ class Context(
             or timeout < 0
         ):
             raise UsageError(f"signal timeout must be a finite number >= 0, not {timeout!r}")
-        self._before_op(
-            name, "signal", inputs_of(lambda: json.dumps({"timeout": timeout})), "ctx.wait_signal"
-        )
+        self._before_op(name, "signal", inputs_of(lambda: json.dumps({"timeout": timeout})))
         self._decide_wait(name, "signal", {"op": "signal", "name": name, "timeout": timeout})
         return await signal(self._replay, name, timeout, type)
 
@@ -448,7 +445,7 @@ class Context(
         """
         replay = self._replay
         wf = replay.workflow(workflow)
-        self._before_op(wf.name, "child", inputs_of(lambda: _serde.dump_args(args)), "ctx.child")
+        self._before_op(wf.name, "child", inputs_of(lambda: _serde.dump_args(args)))
         if replay.decider is not None:
             replay.decider.reach(replay, wf.name, "child", 1, child_command(wf, args, awaited=True))
         seq = replay.next_seq()
@@ -525,7 +522,7 @@ class Context(
         """
         if mode not in ("fail_fast", "wait_all"):
             raise UsageError(f"fan mode must be 'fail_fast' or 'wait_all', not {mode!r}")
-        self._before_fan(workflow, inputs, "ctx.all")
+        self._before_fan(workflow, inputs)
         outcomes = await fan(self._replay, workflow, inputs, concurrency, mode)
         failures = [
             GatherFailure(index=i, id=o.id, error=o.error, code=o.code, details=o.details)
@@ -572,7 +569,7 @@ class Context(
           One dict per input, in order: ``{"status": "fulfilled", "value": v}``
           or ``{"status": "rejected", "id", "error", "code", "details"}``.
         """
-        self._before_fan(workflow, inputs, "ctx.all_settled")
+        self._before_fan(workflow, inputs)
         outcomes = await fan(self._replay, workflow, inputs, concurrency, "settled")
         settled: list[dict[str, Any]] = []
         for outcome in outcomes:

@@ -56,7 +56,6 @@ class ControlOperations:
             name: str,
             kind: CheckpointKind,
             arguments: Arguments | None,
-            waits: str | None = None,
             *,
             recorded: Arguments | None = None,
         ) -> None: ...

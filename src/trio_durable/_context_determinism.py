@@ -210,10 +210,11 @@ class DeterminismOperations:
                     await ctx.step(release_hold, order_id)
                 raise
 
-        Cleanup runs local steps (each written as soon as it ends); an
-        operation that would wait (a timer, a signal, a remote step, a
-        child, a fan) raises `UsageError` there. Outside a cancelled run's
-        cleanup the block changes nothing. See docs/determinism.md.
+        Cleanup may run any durable operation. A local step is written as
+        soon as it ends; one that waits (a timer, a signal, a remote step, a
+        child, a fan) suspends the run, which stays in its cleanup until the
+        wait is over. Outside a cancelled run's cleanup the block changes
+        nothing. See docs/determinism.md.
         """
         delivery = self._replay.cancellation
         if delivery is None:
@@ -232,22 +233,17 @@ class DeterminismOperations:
         name: str,
         kind: CheckpointKind,
         arguments: Arguments | None,
-        waits: str | None = None,
         *,
         recorded: Arguments | None = None,
     ) -> None:
-        """Before a durable operation: refuse one that would wait in a
-        cancelled run's cleanup (``waits`` names it), and compare its
-        ``arguments`` (with what ``recorded`` reads of its checkpoint, by
-        default its input) if the workflow checks them."""
-        replay = self._replay
-        if waits is not None and replay.cancellation is not None:
-            replay.cancellation.refuse_wait(waits)
+        """Before a durable operation: compare its ``arguments`` (with what
+        ``recorded`` reads of its checkpoint, by default its input) if the
+        workflow checks them."""
         if arguments is None:
             return
         first = self._checked_from()
         if first:
-            check_arguments(replay, first, name, kind, arguments, recorded=recorded)
+            check_arguments(self._replay, first, name, kind, arguments, recorded=recorded)
 
     def _checked_from(self) -> int:
         """The first seq the check covers; 0 if the workflow does not check
@@ -260,13 +256,11 @@ class DeterminismOperations:
         return state.checked_from
 
     def _before_fan(
-        self, target: Workflow[..., Any] | Step[..., Any] | str, inputs: object, waits: str
+        self, target: Workflow[..., Any] | Step[..., Any] | str, inputs: object
     ) -> None:
         """Before a fan: as `_before_op`, comparing each member's input with
         what the member's checkpoint (at its reserved seq) recorded."""
         replay = self._replay
-        if replay.cancellation is not None:
-            replay.cancellation.refuse_wait(waits)
         if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
             return  # the fan refuses them
         first = self._checked_from()

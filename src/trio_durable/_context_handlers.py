@@ -33,7 +33,6 @@ class HandlerOperations:
             name: str,
             kind: CheckpointKind,
             arguments: Arguments | None,
-            waits: str | None = None,
             *,
             recorded: Arguments | None = None,
         ) -> None: ...

@@ -40,7 +40,6 @@ class SearchOperations:
             name: str,
             kind: CheckpointKind,
             arguments: Arguments | None,
-            waits: str | None = None,
             *,
             recorded: Arguments | None = None,
         ) -> None: ...

@@ -16,12 +16,16 @@ every durable operation the body reaches:
 A body that returns or raises ends the decision with its output or error;
 a failure first runs the saga's undos here (they are local steps). A
 history that the body does not match fails the run with code
-``non_determinism``, which is never routed on error. Nothing here touches a
+``non_determinism``, which is never routed on error. A cancelled run's task
+replays the body to deliver `Cancelled` and runs its cleanup (up to an
+operation it waits on, which goes back as the command), then the undos if
+asked. Nothing here touches a
 store: the decision is the only thing the worker writes.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import TYPE_CHECKING, Any, cast, final
 
@@ -29,13 +33,15 @@ import attrs
 
 from . import _serde
 from ._app import App, Workflow, remote_body
+from ._cancellation import CancelDelivery, recorded_delivery
 from ._clock import Clock
 from ._context import Context
 from ._decider import Decider
 from ._decision_wire import Command, Decision, read_request
-from ._exceptions import NonDeterminismError, UnknownWorkflowError, UsageError
+from ._exceptions import Cancelled, NonDeterminismError, UnknownWorkflowError, UsageError
 from ._failures import error_info
 from ._learned import Learned
+from ._lifecycle import ContinueAsNew
 from ._records import LATEST_VERSION, Checkpoint, ErrorInfo, Run
 from ._replay import Replay, Suspend, TurnState
 from ._saga import compensate
@@ -46,6 +52,8 @@ from ._wire import Task
 if TYPE_CHECKING:
     from ._observe import Event
     from ._runtime import Runtime
+
+logger = logging.getLogger("trio_durable")
 
 # -- the worker's stand-ins for an engine's parts -------------------------------------
 
@@ -149,9 +157,22 @@ async def decide(
     state = TurnState(run=run, checkpoints=dict(request.checkpoints))
     decider = Decider(request)
     replay = Replay(cast("Runtime", runtime), state, decider)
+    if request.cleanup:
+        replay.cancellation = CancelDelivery(recorded_delivery(state.checkpoints))
+        waits = await _clean_up(wf, replay, request.input)
+        if waits is not None:
+            return _decision(wf, runtime, state, next=waits, cancelled=True)
+        replay = Replay(cast("Runtime", runtime), state, decider)
     if request.compensate:
         await compensate(replay)
-        return _decision(wf, runtime, state, error=ErrorInfo(message="cancelled", code="cancelled"))
+    if request.cleanup or request.compensate:
+        return _decision(
+            wf,
+            runtime,
+            state,
+            error=ErrorInfo(message="cancelled", code="cancelled"),
+            cancelled=True,
+        )
     try:
         args = _serde.load_args(request.input, wf.fn, skip=1)
         value = await wf.fn(Context(replay), *args)
@@ -170,6 +191,26 @@ async def decide(
             await compensate(replay)
         return _failed(wf, runtime, state, replay, failure)
     return _decision(wf, runtime, state, output=output)
+
+
+async def _clean_up(wf: Workflow[..., Any], replay: Replay, input: str) -> Command | None:
+    """Replay a cancelled run's body to deliver `Cancelled` (see
+    `_cancellation`) and run its cleanup; the operation the cleanup waits
+    on, if it does. Whatever else the body does, the run ends cancelled."""
+    try:
+        args = _serde.load_args(input, wf.fn, skip=1)
+        await wf.fn(Context(replay), *args)
+    except Suspend:
+        decider = replay.decider
+        if replay.turn.nondeterminism is None and decider is not None:
+            return decider.next
+    except (Cancelled, ContinueAsNew):
+        pass
+    except Exception as exc:
+        logger.warning(
+            "run %r raised in its cleanup after its cancellation: %r", replay.run.id, exc
+        )
+    return None
 
 
 def _failed(
@@ -191,6 +232,7 @@ def _decision(
     next: Command | None = None,
     output: str | None = None,
     error: ErrorInfo | None = None,
+    cancelled: bool = False,
 ) -> Decision:
     """The decision, with every local checkpoint the body (or its undos)
     recorded."""
@@ -204,4 +246,5 @@ def _decision(
         next=next,
         output=output,
         error=error,
+        cancelled=cancelled,
     )

@@ -17,7 +17,7 @@ import attrs
 from . import _serde
 from ._app import App, Step, Workflow
 from ._decision_wire import Command, DecisionRequest
-from ._exceptions import NonDeterminismError
+from ._exceptions import Cancelled, NonDeterminismError
 from ._records import LATEST_VERSION, CheckpointKind
 from ._replay import Replay, Suspend
 
@@ -49,6 +49,15 @@ class Decider:
           Suspend: The operation is not settled; the decision ends.
         """
         first = replay.peek()
+        if replay.cancellation is not None:
+            # A cancelled run's body gets `Cancelled` here rather than wait,
+            # unless this is its cleanup (see `_cancellation`); the
+            # operation's seqs are taken all the same, as on an engine.
+            try:
+                replay.cancellation.reach(replay, first, count)
+            except Cancelled:
+                replay.take_seqs(count)
+                raise
         settled = True
         for seq in range(first, first + count):
             cp = replay.recorded(seq, name, kind)

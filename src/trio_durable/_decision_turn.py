@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -40,13 +41,15 @@ from ._app import (
     workflow_of,
 )
 from ._breakpoints import CONTINUED
+from ._cancellation import cancel_marker, in_cleanup
 from ._context import Context
 from ._decision_wire import Command, Decision, history, request_input
 from ._exceptions import StoreError, UnknownWorkflowError
 from ._failures import error_info
 from ._fans import fan
 from ._handoff import hand_off
-from ._on_error import NEVER_ROUTED, OnError, pick_on_error_route
+from ._markers import body_seqs
+from ._on_error import NEVER_ROUTED, OnError, active_handoff, pick_on_error_route
 from ._records import (
     DECISION_SEQ,
     DEFAULT_NAMESPACE,
@@ -215,40 +218,85 @@ def _unchanged(checkpoints: dict[int, Checkpoint], waits: str, now: float) -> fl
     return min(due, default=None)
 
 
-async def compensate_remote(turn: Turn, route: str, now: float) -> bool:
-    """For a remote workflow's run cancelled with compensation: have a
-    worker run the undos of its completed steps (they are local steps, and
-    only the workers hold them). Returns False once nothing is left to
-    undo: the cancel then ends the run as for a local body."""
+async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
+    """For a remote workflow's run being cancelled: have a worker replay
+    its body to deliver `Cancelled` and run its cleanup (see
+    `_cancellation`), and, with compensation, the undos of its completed
+    steps (local steps, which only the workers hold). What the cleanup
+    waits on is carried out here as in any turn, and the run waits
+    ``suspended``. Returns False once the worker is done (or nothing is
+    left for one): the cancel then ends the run as for a local body."""
     state = turn.state
+    run = state.run
+    cleanup = bool(body_seqs(state.checkpoints)) and active_handoff(state.checkpoints) is None
     marker = state.checkpoints.get(DECISION_SEQ)
     if marker is not None and marker.status == "pending":
-        if marker.wake_at is None or marker.wake_at > turn.runtime.clock.now():
-            await turn.suspend_cancelling(marker.wake_at)
+        if not cleanup and not _undos_left(state.checkpoints, run.compensate):
+            return False
+        if marker.wake_at is None or marker.wake_at > now:
+            await _wait_cancelling(turn, marker.wake_at)
             return True
-        await _dispatch(turn, route, marker, now, _LOST, compensate=True)
+        await _dispatch(turn, route, marker, now, _LOST, compensate=run.compensate, cleanup=cleanup)
         return True
     if marker is not None and marker.status == "completed" and marker.output is not None:
-        state.put(attrs.evolve(marker, output=None))
+        applied = attrs.evolve(marker, output=None, input=None)
+        state.put(applied)
         try:
-            decision = Decision.decode(marker.output, state.run.id)
+            decision = Decision.decode(marker.output, run.id)
         except WireError:
             decision = None
-        if decision is not None:
-            # Whatever the worker ran (a turn's local steps, or undos) did
-            # run: it is recorded, so undos cover it.
-            for cp in decision.local:
-                existing = state.checkpoints.get(cp.seq)
-                if existing is None or existing.status not in _SETTLED:
-                    state.put(cp)
-    undone = {-cp.seq for cp in state.checkpoints.values() if cp.seq < 0}
-    if not any(
-        cp.seq > 0 and cp.compensation and cp.status == "completed" and cp.seq not in undone
-        for cp in state.checkpoints.values()
-    ):
+        if decision is not None and decision.cancelled:
+            if decision.next is None:
+                _keep_local(state.checkpoints, decision, state.put)
+                return False  # the cleanup and the undos are over
+            kind, value = await _apply(turn, decision)
+            if kind == "suspended":
+                state.put(attrs.evolve(applied, input=_waits(state.checkpoints, decision.next)))
+                await turn.suspend(value, cleanup=True)
+                return True
+            if kind == "failed":
+                # The command the cleanup waits on could not be carried out:
+                # the cleanup ends there.
+                return False
+        elif decision is not None:
+            # A turn of the body that was out when the cancel came: what
+            # the worker ran did run, so it is recorded (undos cover it).
+            _keep_local(state.checkpoints, decision, state.put)
+    if not cleanup and not _undos_left(state.checkpoints, run.compensate):
         return False
-    await _dispatch(turn, route, marker, now, None, compensate=True)
+    await _dispatch(turn, route, marker, now, None, compensate=run.compensate, cleanup=cleanup)
     return True
+
+
+def _keep_local(
+    checkpoints: dict[int, Checkpoint], decision: Decision, put: Callable[[Checkpoint], None]
+) -> None:
+    """Record the local steps a worker ran (and the seq a cancelled body
+    got `Cancelled` at)."""
+    for cp in decision.local:
+        existing = checkpoints.get(cp.seq)
+        if existing is None or existing.status not in _SETTLED:
+            put(cp)
+
+
+def _undos_left(checkpoints: dict[int, Checkpoint], compensate: bool) -> bool:
+    """Whether a cancel with ``compensate`` has completed steps to undo."""
+    if not compensate:
+        return False
+    undone = {-cp.seq for cp in checkpoints.values() if cp.seq < 0}
+    return any(
+        cp.seq > 0 and cp.compensation and cp.status == "completed" and cp.seq not in undone
+        for cp in checkpoints.values()
+    )
+
+
+async def _wait_cancelling(turn: Turn, wake_at: float | None) -> None:
+    """Suspend a remote workflow's cancelling run until its worker answers,
+    with the record that keeps it being cancelled (see `in_cleanup`)."""
+    state = turn.state
+    if not in_cleanup(state.checkpoints):
+        state.put(cancel_marker(state.run.id, turn.runtime.clock.now()))
+    await turn.suspend(Suspend("decision", wake_at, watch=_WATCH), cleanup=True)
 
 
 _LOST: Final = ErrorInfo(message="no decision in time; dispatched again", code="redispatched")
@@ -262,9 +310,11 @@ async def _dispatch(
     lost: ErrorInfo | None,
     *,
     compensate: bool = False,
+    cleanup: bool = False,
 ) -> None:
     """Send the run's next decision task (once this turn's writes commit)
-    and suspend the run until its decision comes back."""
+    and suspend the run until its decision comes back; with ``compensate``
+    or ``cleanup``, the task of a cancelled run (see `cancel_remote`)."""
     rt, state = turn.runtime, turn.state
     run = state.run
     for cp in list(state.checkpoints.values()):
@@ -307,14 +357,18 @@ async def _dispatch(
         workflow=run.workflow,
         route=route,
         input=request_input(
-            run, history(list(state.checkpoints.values())), tokens, compensate=compensate
+            run,
+            history(list(state.checkpoints.values())),
+            tokens,
+            compensate=compensate,
+            cleanup=cleanup,
         ),
         dispatched_at=now,
         kind="decision",
     )
     state.dispatch.append((len(state.ops) - 1, task))
-    if compensate:
-        await turn.suspend_cancelling(wake_at)
+    if compensate or cleanup:
+        await _wait_cancelling(turn, wake_at)
     else:
         await turn.suspend(Suspend("decision", wake_at, watch=_WATCH))
 
@@ -336,10 +390,7 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
     elif decision.version != run.version:
         message = f"a decision of version {decision.version!r} for a run of {run.version!r}"
         return "failed", ErrorInfo(message=message, code="bad_decision")
-    for cp in decision.local:
-        existing = state.checkpoints.get(cp.seq)
-        if existing is None or existing.status not in _SETTLED:
-            state.put(cp)
+    _keep_local(state.checkpoints, decision, state.put)
     if decision.output is not None:
         return "completed", decision.output
     if decision.error is not None:

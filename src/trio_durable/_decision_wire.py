@@ -187,7 +187,12 @@ class DecisionRequest:
       tokens: The tokens of its webhooks, by seq (a worker cannot derive
         them: the secret is the engines').
       compensate: Whether the run is being cancelled with compensation:
-        the worker only runs the undos of its completed steps.
+        the worker runs the undos of its completed steps (after the
+        body's cleanup, with ``cleanup``).
+      cleanup: Whether the run is being cancelled and its body is replayed
+        to get `Cancelled` at the first operation with no settled outcome
+        (see `_cancellation`): the worker runs the cleanup the body does
+        in ``ctx.shield()``, up to its end or to an operation that waits.
       created_at: When the run was created (what ``ctx.now()`` answers
         before the first operation, and part of ``ctx.random()``'s seed);
         0.0 from an engine that did not send it.
@@ -200,11 +205,17 @@ class DecisionRequest:
     checkpoints: dict[int, Checkpoint]
     tokens: dict[int, str] = attrs.field(factory=dict)
     compensate: bool = False
+    cleanup: bool = False
     created_at: float = 0.0
 
 
 def request_input(
-    run: Run, history: Iterable[Checkpoint], tokens: dict[int, str], *, compensate: bool = False
+    run: Run,
+    history: Iterable[Checkpoint],
+    tokens: dict[int, str],
+    *,
+    compensate: bool = False,
+    cleanup: bool = False,
 ) -> str:
     """A decision task's ``input``: ``run`` and its ``history``."""
     entries = [
@@ -220,6 +231,8 @@ def request_input(
         "compensate": compensate,
         "created_at": run.created_at,
     }
+    if cleanup:
+        body["cleanup"] = True
     return json.dumps([body], separators=(",", ":"), allow_nan=False)
 
 
@@ -258,6 +271,7 @@ def read_request(run_id: str, input_json: str) -> DecisionRequest:
             checkpoints=checkpoints,
             tokens=tokens,
             compensate=data.get("compensate") is True,
+            cleanup=data.get("cleanup") is True,
             created_at=_created_at(data.get("created_at", 0.0)),
         )
     except WireError as exc:
@@ -400,6 +414,9 @@ class Decision:
       next: The durable operation the body waits on, if it does.
       output: The body's return value as JSON text, if it completed.
       error: Its failure, if it failed.
+      cancelled: Whether it answers a cancelled run's task (``cleanup`` or
+        ``compensate``): ``next`` is then what the cleanup waits on, and
+        ``error`` says the cleanup and the undos are over.
     """
 
     version: str
@@ -407,6 +424,7 @@ class Decision:
     next: Command | None = None
     output: str | None = None
     error: ErrorInfo | None = None
+    cancelled: bool = False
 
     def encode(self) -> str:
         """As the JSON text of a `Result`'s output."""
@@ -420,6 +438,8 @@ class Decision:
             data["output"] = self.output
         if self.error is not None:
             data["error"] = json.dumps(self.error.to_json(), separators=(",", ":"))
+        if self.cancelled:
+            data["cancelled"] = True
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
     @classmethod
@@ -461,6 +481,7 @@ class Decision:
                     None if data.get("output") is None else _json_text(data["output"], "output")
                 ),
                 error=error,
+                cancelled=data.get("cancelled") is True,
             )
         except WireError as exc:
             raise WireError(f"not a decision: {exc}") from None

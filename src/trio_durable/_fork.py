@@ -33,7 +33,7 @@ from ._exceptions import (
 )
 from ._handlers import UPDATES_SEQ, read_log
 from ._lifecycle import continued_to, deadline_ops, started_output, workflow_timeout
-from ._markers import CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
+from ._markers import CANCEL_SENT_SEQ, CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
 from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
 from ._options import check_id
 from ._published import event_scope
@@ -187,9 +187,10 @@ async def _reset_records(
                 ops.append(PutCheckpoint(attrs.evolve(cp, output=log)))
         elif cp.seq == CHECKED_FROM_SEQ and checked is not None and checked >= from_seq:
             deletes.append(cp.seq)
-        elif cp.seq in (CANCELLED_AT_SEQ, STREAM_SEQ):
-            # The delivery point of a cancellation the run may get again;
-            # the stream, which the replay writes again from offset 0.
+        elif cp.seq in (CANCELLED_AT_SEQ, CANCEL_SENT_SEQ, STREAM_SEQ):
+            # The delivery point of a cancellation the run may get again
+            # (and a remote workflow's record of its cancel sent); the
+            # stream, which the replay writes again from offset 0.
             deletes.append(cp.seq)
     published = _published(checkpoints, from_seq)
     scope = event_scope(run.id)

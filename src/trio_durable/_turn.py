@@ -23,16 +23,16 @@ from . import _serde
 from ._admission import admit, let_in, release_ops
 from ._barrier import join_barrier
 from ._cancel_turn import deliver_cancel
+from ._cancellation import in_cleanup
 from ._children import cancel_request, completion, leased_child, member_ended
 from ._context import Context
-from ._decision_turn import compensate_remote, decision_route, remote_turn
+from ._decision_turn import cancel_remote, decision_route, remote_turn
 from ._exceptions import LeaseLostError, NonDeterminismError, StoreError
 from ._failures import error_info
 from ._handoff import follow_handoff, hand_off, on_error_routes_in_doubt
 from ._on_error import RETIRED_PREFIX, active_handoff, pick_on_error_route
 from ._records import (
     ACTIVE_STATUSES,
-    DECISION_SEQ,
     LATEST_VERSION,
     CheckpointStatus,
     ErrorInfo,
@@ -192,12 +192,16 @@ class Turn:
             )
             await self.end("dead", error=error)
             return
+        if run.status != "cancelling" and in_cleanup(state.checkpoints):
+            # Its cleanup waited, suspended: it is being cancelled again.
+            state.ops.append(UpdateRun(run.id, {"status": "cancelling"}, expect_owner=rt.engine_id))
+            run = state.run = attrs.evolve(run, status="cancelling")
         run = lifecycle.check_deadline(self, now)
         if run.status == "cancelling":
             if await deliver_cancel(self, slot, self._renew_lease):
                 return
-            route = await decision_route(rt, run) if run.compensate else None
-            if route is not None and await compensate_remote(self, route, now):
+            route = await decision_route(rt, run)
+            if route is not None and await cancel_remote(self, route, now):
                 return
             await self._finish_cancel(compensated=route is not None)
             return
@@ -425,30 +429,18 @@ class Turn:
         # Readers of the run's stream here read what the write committed.
         rt.streams.changed(turn.run.id)
 
-    async def suspend_cancelling(self, wake_at: float | None) -> None:
-        """Write the turn of a cancelling run that waits (for its undos to
-        be decided on a worker): it stays cancelling, due at ``wake_at``."""
-        results = await self.write(self.fence({"wake_at": wake_at}, _CANCELLING))
-        if results is None:
-            return
-        await self.after_commit(results)
-        if wake_at is not None:
-            self.runtime.scheduler.signals.wake_at(wake_at)
-        found = await self.runtime.store.get_checkpoints(
-            self.state.run.id, DECISION_SEQ, DECISION_SEQ
-        )
-        if found and found[0].status != "pending":
-            # The decision came back while this turn held the lease.
-            self._slot.again = True
-
-    async def suspend(self, suspend: Suspend) -> None:
-        """Suspend the run with the turn's writes, as ``suspend`` says."""
+    async def suspend(self, suspend: Suspend, *, cleanup: bool = False) -> None:
+        """Suspend the run with the turn's writes, as ``suspend`` says; with
+        ``cleanup``, a cancelling run whose cleanup waits (its deadline no
+        longer wakes it: the cancel is under way)."""
         rt, turn = self.runtime, self.state
         run = turn.run
-        wake_at = lifecycle.wake_by_deadline(turn.checkpoints, suspend.wake_at)
-        results = await self.write(
-            self.fence({"status": "suspended", "wake_at": wake_at}, frozenset({"running"}))
-        )
+        if cleanup:
+            wake_at, expect = suspend.wake_at, _CANCELLING
+        else:
+            wake_at = lifecycle.wake_by_deadline(turn.checkpoints, suspend.wake_at)
+            expect = _RUNNING
+        results = await self.write(self.fence({"status": "suspended", "wake_at": wake_at}, expect))
         if results is None:
             return
         await self.after_commit(results)

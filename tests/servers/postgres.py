@@ -258,6 +258,32 @@ def stop(workdir: Path, *, keep_data: bool = False) -> None:
         data.unlink()
 
 
+def restart(workdir: Path) -> None:
+    """Restart the server ``start`` started in ``workdir``, on the same port,
+    with a fast shutdown: every connection is cut at once and transactions
+    in flight roll back (a commit sent may have landed or not)."""
+    bindir = _bindir()
+    if bindir is None:
+        raise RuntimeError("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb)")
+    data = (workdir.resolve() / "data").resolve()
+    _run(
+        [
+            str(bindir / "pg_ctl"),
+            "restart",
+            "-D",
+            str(data),
+            "-m",
+            "fast",
+            "-w",
+            "-t",
+            str(int(START_TIMEOUT)),
+            "-l",
+            str(data / "server.log"),
+        ]
+    )
+    _wait_until_ready(bindir, int((workdir / "port").read_text()))
+
+
 @asynccontextmanager
 async def scratch_schema(url: str) -> AsyncIterator[str]:
     """A URL of the server at ``url`` whose store lives in a fresh, uniquely

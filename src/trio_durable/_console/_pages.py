@@ -27,6 +27,7 @@ from .._on_error import lineage
 from .._records import RunStatus
 from .._search_attributes import stored_types
 from .._search_values import parse_where
+from .._streams import STREAM_SEQ, offset_key, stream_scope
 from .._views import FOLD_WIDTH, FanPage, FanStats, HistoryEntry
 from ._render import FAN_PAGE, error_response, page_response
 
@@ -185,7 +186,31 @@ async def run_page(request: Request) -> Response:
         ],
         fold_width=FOLD_WIDTH,
         fan_page_size=FAN_PAGE,
+        stream=await _stream_tail(source, detail.run.id),
     )
+
+
+STREAM_TAIL: Final = 50
+"""The most values of a run's stream its page shows: the last ones."""
+
+
+async def _stream_tail(source: ConsoleSource, run_id: str) -> dict[str, Any] | None:
+    """How many values the run emitted and the last `STREAM_TAIL` of them
+    (offset, value as JSON text); None if it emitted none. The page's live
+    refresh follows it: each emit changes the run's stamp."""
+    store = source.store
+    head = await store.get_checkpoints(run_id, STREAM_SEQ, STREAM_SEQ)
+    if not head or head[0].output is None:
+        return None
+    count = int(head[0].output)
+    first = max(0, count - STREAM_TAIL)
+    after = None if first == 0 else offset_key(first - 1)
+    rows = await store.list_values(stream_scope(run_id), after=after, limit=STREAM_TAIL)
+    return {
+        "count": count,
+        "first": first,
+        "values": [(first + i, row.value) for i, row in enumerate(rows)],
+    }
 
 
 # -- the fleet and the queues -------------------------------------------------------

@@ -5,7 +5,8 @@ faults must equal a fault-free execution's: local and remote steps that fail
 their first attempt, timers, signals (sent before and after the wait, and one
 never sent), children, fans over children and over remote steps in waves, a
 flow-control queue, saga compensation, an on-error handoff, a retried run and
-a cancelled one; and remote workflows, decided on the workers (a local step
+cancelled ones (two of which clean up with a step, a timer and a remote
+step in `ctx.shield()`, one decided on the workers); and remote workflows, decided on the workers (a local step
 run there, remote steps, a timer, a signal, remote and local children, a
 fan over remote children, compensation, and a handoff to a remote handler).
 Steps record their effects in the simulation's ledger.
@@ -21,7 +22,7 @@ import trio
 from .._app import App, Retry
 from .._engine import Engine
 from .._entity_defs import exclusive, shared
-from .._exceptions import FatalError
+from .._exceptions import Cancelled, FatalError
 from .._on_error import OnError
 from ._checks import (
     entity_violations,
@@ -156,6 +157,31 @@ async def long_flow(ctx: Any, key: str) -> str:
     await ctx.step(reserve, key, compensate=release)
     await ctx.sleep(2000)
     return "finished"
+
+
+@app.step()
+async def clean(key: str) -> None:
+    _record(key)
+
+
+async def _cleanup_body(ctx: Any, key: str) -> str:
+    await ctx.step(reserve, key, compensate=release)
+    try:
+        await ctx.wait_signal("never", timeout=5000)
+    except Cancelled:
+        # Cancelled: a cleanup that runs a step, waits for a timer and
+        # then for a remote step with retries.
+        with ctx.shield():
+            await ctx.step(clean, f"{key}:clean")
+            await ctx.sleep(7)
+            await ctx.step(remote_flaky, f"{key}:refund", 1)
+        raise
+    return "not cancelled"
+
+
+@app.workflow()
+async def cleanup_flow(ctx: Any, key: str) -> str:
+    return await _cleanup_body(ctx, key)
 
 
 # -- concurrency keys and an entity --------------------------------------------
@@ -361,11 +387,21 @@ async def remote_handler(ctx: Any, info: dict[str, Any]) -> str:
     return f"remotely handled {info['run_id']} ({info['error'].get('code')})"
 
 
+@app.workflow(group="deciders")
+async def remote_cleanup_flow(ctx: Any, key: str) -> str:
+    return await _cleanup_body(ctx, key)
+
+
 @app.workflow(group="deciders", on_error=[OnError("rejected", workflow="remote_handler")])
 async def remote_saga_flow(ctx: Any, key: str) -> None:
     await ctx.step(reserve, key, compensate=release)
     await ctx.sleep(5)
     raise FatalError("rejected after the reservation", code="rejected")
+
+
+_CLEANUP_EFFECTS = ("", ":undo", ":clean", ":refund")
+"""The ledger keys of a cleaned-up run, after its key: a cancellation that
+lands before its first turn runs none of them."""
 
 
 async def default_workload(sim: Simulation) -> None:
@@ -402,8 +438,13 @@ async def default_workload(sim: Simulation) -> None:
         # A clock jump can let the cancellation below land before the run's
         # first turn: then its step and undo never run (seed 5066).
         sim.may_skip("lf", "lf:undo")
+        await sim.start(cleanup_flow, "cl", run_id="cleaned-up")
+        await sim.start(remote_cleanup_flow, "rcl", run_id="remote-cleaned-up")
+        sim.may_skip(*(f"{key}{end}" for key in ("cl", "rcl") for end in _CLEANUP_EFFECTS))
         await sim.sleep(rng.uniform(10, 300))
         await sim.signal("signal-late", "go", "late")
         await sim.signal("remote-parent", "go", 100)
         await sim.cancel("cancelled", compensate=True)
+        await sim.cancel("cleaned-up", compensate=True)
+        await sim.cancel("remote-cleaned-up", compensate=True)
         await _pause_schedule(sim, created)
