@@ -331,6 +331,13 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
             answered = run_layered(cur, pending)
         except psycopg.Error as exc:
             _raise_if_disconnected(conn, exc)
+            if _is_transient(exc):
+                logger.warning(
+                    "a transaction of the PostgreSQL store at %s lost a race with another"
+                    " (%s); running it again",
+                    self.url,
+                    type(exc).__name__,
+                )
             answered = False
         if not answered:
             cur.execute("ROLLBACK")
