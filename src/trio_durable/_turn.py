@@ -24,7 +24,7 @@ from ._admission import admit, let_in, release_ops
 from ._barrier import join_barrier
 from ._cancel_turn import deliver_cancel
 from ._cancellation import in_cleanup
-from ._children import cancel_request, completion
+from ._children import cancel_request, completion, leased_child, member_ended
 from ._context import Context
 from ._decision_turn import cancel_remote, decision_route, remote_turn
 from ._exceptions import LeaseLostError, NonDeterminismError, StoreError
@@ -415,7 +415,9 @@ class Turn:
         for run_id in turn.cancelled_children:
             rt.scheduler.interrupt(run_id)
         for run_id in turn.wake_after:
-            rt.scheduler.wake(run_id)
+            leased = leased_child(turn, run_id, rt.engine_id)
+            initial = None if leased is None else TurnState(run=leased, checkpoints={})
+            rt.scheduler.wake(run_id, initial=initial)
         # What the turn itself decided (a lost step, a fail_fast fan that
         # froze its members, an attempt sent again) waits for no result.
         rt.sent.observed(turn.run.id, turn.checkpoints.values())
@@ -573,7 +575,7 @@ class Turn:
             settled = results[-1]
             if settled is not None:
                 await advance_windows(rt, [settled])
-                for parent in await join_barrier(rt.store, [settled]):
+                for parent in await member_ended(rt, settled, join_barrier):
                     rt.scheduler.wake(parent)
 
     async def _finish_cancel(self, *, compensated: bool = False) -> None:
