@@ -574,9 +574,12 @@ class Turn:
         if settles_parent:
             settled = results[-1]
             if settled is not None:
-                await advance_windows(rt, [settled])
+                # Counted right after the write, so that members ending
+                # together count their fan a few times (`member_ended`);
+                # then the next member of a fan with a window starts.
                 for parent in await member_ended(rt, settled, join_barrier):
                     rt.scheduler.wake(parent)
+                await advance_windows(rt, [settled])
 
     async def _finish_cancel(self, *, compensated: bool = False) -> None:
         rt, turn = self.runtime, self.state
