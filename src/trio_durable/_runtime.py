@@ -28,7 +28,7 @@ from ._brokers._base import RESULTS
 from ._catalogue import Catalogue
 from ._clock import Clock
 from ._dispatch import Dispatcher
-from ._exceptions import StoreError
+from ._exceptions import EngineClosedError, StoreError
 from ._learned import Learned
 from ._observe import Event, EventHub, EventKind, Metrics
 from ._open_worker import open_worker
@@ -40,6 +40,7 @@ from ._schedule_ticker import ScheduleTicker, tick_schedules
 from ._scheduler import Scheduler
 from ._sent import SentTasks
 from ._settle import consume_results
+from ._start_batch import StartBatcher
 from ._stores._base import RunWatch
 from ._stores._ops import ReleaseRun
 from ._streams import StreamWaiters
@@ -150,6 +151,7 @@ class Runtime:
       blobs: The blob store payloads over the threshold go to, if any
         (docs/large-payloads.md).
       streams: The readers of runs' streams waiting for new values.
+      starts: Writes the runs of starts that arrive together in one batch.
     """
 
     app: App
@@ -176,6 +178,7 @@ class Runtime:
     schedules: ScheduleTicker = attrs.field(factory=ScheduleTicker)
     blobs: Blobs | None = None
     streams: StreamWaiters = attrs.field(factory=StreamWaiters)
+    starts: StartBatcher = attrs.field(init=False)
 
 
 @asynccontextmanager
@@ -211,6 +214,7 @@ async def open_runtime(
                 )
                 rt.sent.join()
                 joined = rt.sent
+                await nursery.start(rt.starts.serve, name="trio_durable starts")
                 if isinstance(store, RunWatch):
                     await nursery.start(
                         keep_watching,
@@ -333,6 +337,7 @@ def _assemble(
     rt.catalogue = Catalogue(broker)
     rt.scheduler = Scheduler(nursery, Turns(rt), telemetry.stats)
     rt.nursery = nursery
+    rt.starts = StartBatcher(store, lambda: EngineClosedError("the engine is closed"))
     return rt
 
 
