@@ -477,7 +477,20 @@ def test_no_faults_matches_the_reference() -> None:
     assert fleet.faults == {}
     assert reference.ok
     assert fleet.ok
-    assert fleet.outputs == reference.outputs
+
+    # What the entity's calls return depends on the order in which runs
+    # on different engines reach it, which a fleet need not share with one
+    # engine (the invariants check each order is a valid one): those runs
+    # are compared by status.
+    def by_order(run_id: str) -> bool:
+        return "tally" in run_id
+
+    assert {k: v for k, v in fleet.outputs.items() if not by_order(k)} == {
+        k: v for k, v in reference.outputs.items() if not by_order(k)
+    }
+    assert {k: v[0] for k, v in fleet.outputs.items() if by_order(k)} == {
+        k: v[0] for k, v in reference.outputs.items() if by_order(k)
+    }
     assert fleet.statuses == reference.statuses
 
 
