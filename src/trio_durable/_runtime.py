@@ -28,7 +28,7 @@ from ._brokers._base import RESULTS
 from ._catalogue import Catalogue
 from ._clock import Clock
 from ._dispatch import Dispatcher
-from ._exceptions import StoreError
+from ._exceptions import EngineClosedError, StoreError
 from ._learned import Learned
 from ._leases import LeaseKeeper
 from ._observe import Event, EventHub, EventKind, Metrics
@@ -41,6 +41,7 @@ from ._schedule_ticker import ScheduleTicker, tick_schedules
 from ._scheduler import Scheduler
 from ._sent import SentTasks
 from ._settle import consume_results
+from ._start_batch import StartBatcher
 from ._stores._base import RunWatch
 from ._stores._ops import ReleaseRun
 from ._streams import StreamWaiters
@@ -155,6 +156,7 @@ class Runtime:
         (docs/large-payloads.md).
       streams: The readers of runs' streams waiting for new values.
       leases: Renews the leases of the turns in flight.
+      starts: Writes the runs of starts that arrive together in one batch.
     """
 
     app: App
@@ -182,6 +184,7 @@ class Runtime:
     blobs: Blobs | None = None
     streams: StreamWaiters = attrs.field(factory=StreamWaiters)
     leases: LeaseKeeper = attrs.field(init=False)
+    starts: StartBatcher = attrs.field(init=False)
 
 
 @asynccontextmanager
@@ -218,6 +221,7 @@ async def open_runtime(
                 rt.sent.join()
                 joined = rt.sent
                 nursery.start_soon(rt.leases.keep, name="trio_durable lease keeper")
+                await nursery.start(rt.starts.serve, name="trio_durable starts")
                 if isinstance(store, RunWatch):
                     await nursery.start(
                         keep_watching,
@@ -341,6 +345,7 @@ def _assemble(
     rt.scheduler = Scheduler(nursery, Turns(rt), telemetry.stats)
     rt.leases = LeaseKeeper(store, engine_id, options.lease_ttl, clock)
     rt.nursery = nursery
+    rt.starts = StartBatcher(store, lambda: EngineClosedError("the engine is closed"))
     return rt
 
 
