@@ -183,6 +183,36 @@ async def test_start_many_is_idempotent_by_id(
         assert [await h.result() for h in handles] == [10, 4, 4]
 
 
+async def test_one_start_by_id_reads_nothing_first(
+    open_test_engine: EngineFactory, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A start by id writes its run at once: the write finds a run that
+    # exists and changes nothing, so no read goes before it.
+    reads: list[str] = []
+
+    class CountingStore(RecordingStore):
+        async def get_run(self, run_id: str) -> Any:
+            reads.append(run_id)
+            return await self.inner.get_run(run_id)
+
+    async with open_sqlite_store(f"sqlite:///{tmp_path / 'runs.db'}") as sqlite:
+        store = CountingStore(sqlite)
+        async with open_test_engine(app, store=store) as engine:
+            first = await engine.start(waits, 1, run_id="a")
+            assert (reads, store.creations) == ([], [(1, 1)])
+            # Again by the same id: the stored run, unchanged, and no turn.
+            again = await engine.start(waits, 2, run_id="a")
+            assert (again.id, again.input, again.created_at) == ("a", "[1]", first.created_at)
+            # Another workflow's id is refused; the run stays as it was.
+            with pytest.raises(td.RunConflictError):
+                await engine.start(doubled, 3, run_id="a")
+            assert reads == []
+            assert (await engine.get("a")).input == "[1]"
+            assert [cp.seq for cp in await engine.store.get_checkpoints("a")] == [1]
+            await engine.signal("a", "go", 10)
+            assert await engine.result("a") == 11
+
+
 async def test_start_many_under_run_controls_starts_as_start_does(
     open_test_engine: EngineFactory, store_url: str, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -216,13 +216,21 @@ async def create_runs(
         rng,
         pairs,
         also,
-        # A start by id of a run that exists writes nothing (and many
-        # starts write none if one id conflicts): ids given are looked up
-        # first. A derived id is new but for a seed used again, which its
-        # write finds.
-        read_first=read_first or any(new.run_id is not None for new in news),
+        # Many starts write none if one id given conflicts, and a run that
+        # exists must not get another start's search attributes: such ids
+        # are looked up first. One start by id, with nothing beside its
+        # `CreateRun`, skips the read: the write finds a run that exists
+        # and changes nothing. A derived id is new but for a seed used
+        # again, which its write finds.
+        read_first=read_first or _look_up_ids(news),
         check=lambda new, run: _same_workflow(run, new.workflow, new.namespace),
     )
+
+
+def _look_up_ids(news: Sequence[NewRun]) -> bool:
+    if len(news) == 1:
+        return news[0].run_id is not None and bool(news[0].search_records)
+    return any(new.run_id is not None for new in news)
 
 
 def new_runs(

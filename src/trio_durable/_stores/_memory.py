@@ -244,6 +244,12 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
 
     async def apply(self, ops: Sequence[Op]) -> list[Any]:
         await self._enter()
+        return self.apply_entered(ops)
+
+    def apply_entered(self, ops: Sequence[Op]) -> list[Any]:
+        """Apply `ops` as one batch, at once: what `apply` does after its
+        checkpoint, for a wrapper that must see the rows just before and
+        just after, with no other write between."""
         journal: list[_Undo] = []
         results: list[Any] = []
         try:

@@ -118,8 +118,13 @@ class FaultyStore(StoreWrapper, ChangeFeed):
         if self._fault("store.fail_before", self._faults.store_fail_before):
             await trio.lowlevel.checkpoint()
             raise StoreError("injected: the write failed before it was applied")
+        # The snapshot, the write and the count happen with no checkpoint
+        # between: a snapshot taken before the store's own checkpoint could
+        # be stale by the time the write lands, and count another writer's
+        # settle as this one's.
+        await self.inner._enter()
         before = self._pending_states(ops)
-        results = await self.inner.apply(ops)
+        results = self.inner.apply_entered(ops)
         self._record(before, ops)
         if self._fault("store.fail_after", self._faults.store_fail_after):
             raise StoreError("injected: the write was applied, then reported as failed")
