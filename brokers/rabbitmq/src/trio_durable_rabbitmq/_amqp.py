@@ -12,22 +12,26 @@ Topology (see ``docs/rabbitmq.md``):
 
 - every queue name the engine uses (a task queue per route, a results queue
   per store) is a durable classic queue of that name with
-  ``x-max-priority: 9`` and a dead-letter queue ``<queue>.dead`` (through the
-  default exchange), declared on first use by a dispatch or a consumer;
+  ``x-max-priority: 9`` (or, with ``?queue_type=quorum``, a quorum queue
+  with ``x-delivery-limit`` and no priorities) and a dead-letter queue
+  ``<queue>.dead`` (through the default exchange), declared on first use by
+  a dispatch or a consumer;
 - messages are persistent and published with publisher confirms; a consumer
   has a channel of its own with ``basic.qos(prefetch)`` and acks by hand;
 - classic queues only say whether a message was delivered before
   (``redelivered``), so the adapter counts deliveries itself: a message that
   comes back redelivered is published again with its count, in the header
   ``x-td-deliveries``, one higher, and the returned copy is acked only once
-  that publish is confirmed. A consumer sees each delivery counted from 1;
+  that publish is confirmed (quorum queues count in ``x-delivery-count``,
+  which is read instead). A consumer sees each delivery counted from 1;
 - workers announce their descriptors on the fanout exchange
   ``trio_durable.workers``; each open broker keeps a view of them from an
   exclusive queue bound to it, with each entry's time to live, and asks the
   others to announce again when it connects.
 
 The connection is aio-pika's robust connection: when it drops, it is opened
-again every ``reconnect_interval`` seconds, consumers resume, and what was
+again every ``reconnect_interval`` seconds (to the next node of
+``?seeds=``, in turn, see `_amqp_connect`), consumers resume, and what was
 received and not acked is delivered again (acks of such stale deliveries are
 skipped: the server gave them back when the old channel closed). A dispatch
 made while the connection is down waits for it up to ``publish_timeout``
@@ -36,7 +40,6 @@ seconds, then raises `BrokerUnavailable`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -46,7 +49,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar, final
 
-import aio_pika
 import attrs
 import trio
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
@@ -68,6 +70,7 @@ from trio_durable.brokers import (
     scrub,
 )
 
+from ._amqp_connect import connect_to_any
 from ._amqp_consume import AmqpConsumer, Requeues, open_amqp_consumer
 from ._amqp_publish import Outbox, Publisher
 from ._amqp_topology import (
@@ -125,7 +128,9 @@ class AmqpBroker:
         self._publisher: AbstractRobustChannel | None = None
         # Only touched on the asyncio loop: the publishing half (queue
         # declarations, confirmed batches) and the counting of redeliveries.
-        self._outgoing = Publisher(self._origin, options.publish_timeout)
+        self._outgoing = Publisher(
+            self._origin, options.publish_timeout, options.queue_type, options.delivery_limit
+        )
         self._requeues = Requeues(self._outgoing)
         # Concurrent dispatches, published together (Trio side).
         self._outbox = Outbox(bridge, self._outgoing)
@@ -179,18 +184,7 @@ class AmqpBroker:
         options = self.options
 
         async def connect() -> None:
-            connection = await asyncio.wait_for(
-                aio_pika.connect_robust(
-                    options.client_url,
-                    reconnect_interval=options.reconnect_interval,
-                    fail_fast=True,
-                    # Bounds every reconnection too: without it, one whose
-                    # handshake a restarting server never answers waits
-                    # forever, and no further attempt is made.
-                    timeout=options.connect_timeout,
-                ),
-                options.connect_timeout,
-            )
+            connection = await connect_to_any(options)
             self._connection = self._outgoing.connection = connection
             self._publisher = await connection.channel(publisher_confirms=True)
             self._outgoing.channel = self._publisher
@@ -275,6 +269,9 @@ class AmqpBroker:
             raise trio.ClosedResourceError("the broker closed during the dispatch")
         if isinstance(error, PayloadTooLarge):
             raise error
+        if isinstance(error, BrokerUnavailable):
+            # Said in full already (a queue of the other type).
+            raise BrokerUnavailable(str(error)) from error
         reason = scrub(str(error), self.options.client_url)
         if isinstance(error, TimeoutError):
             raise BrokerUnavailable(f"RabbitMQ did not answer in time: {reason}") from error

@@ -6,8 +6,11 @@ acks or rejects a batch in one crossing. `Acks` (asyncio side) acks a batch
 with as few frames as is correct: one ``basic.ack`` with ``multiple`` set
 for the longest run of the channel's delivery tags that the batch settles
 together with what was settled before, one frame per tag for the rest.
-`Requeues` counts redeliveries: a message that comes back redelivered is
-published again with its count one higher, then acked.
+`Requeues` counts redeliveries of classic queues: a message that comes
+back redelivered is published again with its count one higher, then acked.
+Quorum queues count deliveries themselves (``x-delivery-count``): their
+redeliveries are handed on as they come, and a requeue is a plain
+``basic.reject`` with requeue set.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from ._amqp_topology import (
     CLOSE_TIMEOUT,
     deliveries,
     is_stale,
-    queue_arguments,
 )
 
 logger = logging.getLogger("trio_durable")
@@ -106,9 +108,10 @@ class Acks:
             self._settled.clear()
 
     async def settle(self, messages: Sequence[AbstractIncomingMessage], how: str) -> None:
-        """Ack (or reject without requeue) ``messages``, skipping stale ones
-        and tags already settled. Only the last frame waits until it is
-        written: frames of a channel are written in order."""
+        """Ack ``messages`` (``how`` is ``ack``), reject them without requeue
+        (``reject``) or with it (``requeue``), skipping stale ones and tags
+        already settled. Only the last frame waits until it is written:
+        frames of a channel are written in order."""
         live = [m for m in messages if not is_stale(m)]
         if not live:
             return
@@ -144,7 +147,7 @@ class Acks:
                 if how == "ack":
                     await channel.basic_ack(tag, wait=wait)
                 else:
-                    await channel.basic_reject(tag, requeue=False, wait=wait)
+                    await channel.basic_reject(tag, requeue=how == "requeue", wait=wait)
                 self.frames += 1
             self.settled_messages += len(batch)
             if not self._exact:
@@ -233,8 +236,10 @@ class AmqpConsumer:
         queue: str,
         inbox: Inbox[AbstractIncomingMessage],
         acks: Acks,
+        counted_by_server: bool = False,
     ) -> None:
         self._run = run
+        self._counted_by_server = counted_by_server
         self._requeues = requeues
         self._queue = queue
         self._inbox = inbox
@@ -275,7 +280,10 @@ class AmqpConsumer:
         messages = [d.tag for d in deliveries]
         if not messages:
             return
-        if requeue:
+        if requeue and self._counted_by_server:
+            # A quorum queue counts the return itself.
+            await self._run(lambda: self.acks.settle(messages, "requeue"))
+        elif requeue:
             requeues, queue, acks = self._requeues, self._queue, self.acks
 
             async def again() -> None:
@@ -301,8 +309,10 @@ async def open_amqp_consumer(
     inbox: Inbox[AbstractIncomingMessage] = bridge.inbox()
     acks = Acks()
 
+    counted_by_server = publisher.queue_type == "quorum"
+
     async def on_message(message: AbstractIncomingMessage) -> None:
-        if message.redelivered:
+        if message.redelivered and not counted_by_server:
             # Counted and sent back to the queue's tail; the copy is what
             # a consumer receives.
             await requeues.deliver_again(queue, message, acks)
@@ -321,7 +331,7 @@ async def open_amqp_consumer(
         declared = await channel.declare_queue(
             queue,
             durable=True,
-            arguments=queue_arguments(queue),
+            arguments=publisher.arguments(queue),
             passive=queue in publisher.foreign,
         )
         await declared.consume(on_message, no_ack=False)
@@ -329,7 +339,7 @@ async def open_amqp_consumer(
 
     channel = await run(start)
     try:
-        yield AmqpConsumer(run, requeues, queue, inbox, acks)
+        yield AmqpConsumer(run, requeues, queue, inbox, acks, counted_by_server)
     finally:
 
         async def stop() -> None:

@@ -24,16 +24,19 @@ import trio
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 from pamqp import commands as spec
 
-from trio_durable.brokers import Bridge, PayloadTooLarge
+from trio_durable.brokers import Bridge, BrokerUnavailable, PayloadTooLarge
 
 from ._amqp_topology import (
     CLIENT_ERRORS,
     DEAD_LETTER_SUFFIX,
     DELIVERIES_HEADER,
     PERSISTENT,
+    dead_letter_arguments,
     queue_arguments,
     refused_size,
+    type_mismatch,
 )
+from ._amqp_url import DEFAULT_DELIVERY_LIMIT, QueueType
 
 logger = logging.getLogger("trio_durable")
 
@@ -55,12 +58,22 @@ class Publisher:
       declared: Queues declared on this connection (cleared when it comes
         back: a fresh node may have lost them).
       foreign: Queues that exist with other arguments, made by others.
+      queue_type: The type of the queues it declares (``classic`` or ``quorum``).
+      delivery_limit: The delivery limit of quorum queues.
       batches: Batches published, each awaited together.
       published: Messages those batches carried.
     """
 
-    def __init__(self, origin: str, publish_timeout: float) -> None:
+    def __init__(
+        self,
+        origin: str,
+        publish_timeout: float,
+        queue_type: QueueType = "classic",
+        delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
+    ) -> None:
         self._origin = origin
+        self.queue_type: QueueType = queue_type
+        self.delivery_limit = delivery_limit
         self._publish_timeout = publish_timeout
         self._message_ids = itertools.count()
         self.connection: AbstractRobustConnection | None = None
@@ -70,6 +83,10 @@ class Publisher:
         self.batches = 0
         self.published = 0
 
+    def arguments(self, queue: str) -> dict[str, object]:
+        """The arguments ``queue`` is declared with (`queue_arguments`)."""
+        return queue_arguments(queue, self.queue_type, self.delivery_limit)
+
     async def declare(self, queues: Iterable[str]) -> None:
         """Declare queues not yet declared by this broker.
 
@@ -77,6 +94,10 @@ class Publisher:
         rare: once per queue and connection): a queue that exists with other
         arguments makes the server close the channel it was declared on,
         which must not be the publisher's, with confirms in flight.
+
+        Raises:
+          BrokerUnavailable: A queue exists as a queue of the other type
+            (classic or quorum), which no declaration can change.
         """
         missing = [q for q in dict.fromkeys(queues) if q not in self.declared]
         if not missing:
@@ -86,17 +107,24 @@ class Publisher:
         try:
             for queue in missing:
                 try:
-                    await channel.declare_queue(queue + DEAD_LETTER_SUFFIX, durable=True)
                     await channel.declare_queue(
-                        queue, durable=True, arguments=queue_arguments(queue)
+                        queue + DEAD_LETTER_SUFFIX,
+                        durable=True,
+                        arguments=dead_letter_arguments(self.queue_type),
                     )
-                except aiormq.exceptions.ChannelPreconditionFailed:
+                    await channel.declare_queue(
+                        queue, durable=True, arguments=self.arguments(queue)
+                    )
+                except aiormq.exceptions.ChannelPreconditionFailed as exc:
+                    mismatch = type_mismatch(queue, self.queue_type, exc)
+                    if mismatch is not None:
+                        raise mismatch from exc
                     # It exists with other arguments (made by someone else):
                     # use it as it is, once a fresh channel saw it exists.
                     logger.warning(
                         "RabbitMQ queue %r exists with other arguments than %r; using it as is",
                         queue,
-                        queue_arguments(queue),
+                        self.arguments(queue),
                     )
                     await channel.close()
                     channel = await self.connection.channel(publisher_confirms=False)
@@ -129,6 +157,11 @@ class Publisher:
             try:
                 async with asyncio.timeout_at(deadline):
                     results = await self._publish_once([batch[i] for i in pending])
+            except BrokerUnavailable as exc:
+                # A queue of the other type: publishing again cannot help.
+                for index in pending:
+                    outcomes[index] = exc
+                return outcomes
             except TimeoutError as exc:
                 for index in pending:
                     if outcomes[index] is None:

@@ -11,11 +11,15 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage
 
-from trio_durable.brokers import UsageError
+from trio_durable.brokers import BrokerUnavailable, UsageError
+
+from ._amqp_url import DEFAULT_DELIVERY_LIMIT, QueueType
 
 MAX_PRIORITY: Final = 9
 DELIVERIES_HEADER: Final = "x-td-deliveries"
 """Counts the deliveries of a message published again after a redelivery."""
+DELIVERY_COUNT_HEADER: Final = "x-delivery-count"
+"""Where a quorum queue counts the earlier deliveries of a message it returns."""
 DEAD_LETTER_SUFFIX: Final = ".dead"
 WORKERS_EXCHANGE: Final = "trio_durable.workers"
 """The fanout exchange that carries worker announcements."""
@@ -37,13 +41,50 @@ CLIENT_ERRORS: Final = (
 )
 
 
-def queue_arguments(queue: str) -> dict[str, Any]:
-    """The arguments every queue of this adapter is declared with."""
-    return {
-        "x-max-priority": MAX_PRIORITY,
+def queue_arguments(
+    queue: str,
+    queue_type: QueueType = "classic",
+    delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
+) -> dict[str, Any]:
+    """The arguments every queue of this adapter is declared with: a classic
+    queue with priorities, or a quorum queue (RabbitMQ 3 refuses
+    ``x-max-priority`` on those) that dead-letters a message after
+    ``delivery_limit`` deliveries; either with its dead-letter queue."""
+    dead_letters = {
         "x-dead-letter-exchange": "",
         "x-dead-letter-routing-key": queue + DEAD_LETTER_SUFFIX,
     }
+    if queue_type == "quorum":
+        # x-delivery-limit counts returns: a message delivered that many
+        # times and once more is dead-lettered.
+        return {"x-queue-type": "quorum", "x-delivery-limit": delivery_limit - 1, **dead_letters}
+    return {"x-max-priority": MAX_PRIORITY, **dead_letters}
+
+
+def dead_letter_arguments(queue_type: QueueType = "classic") -> dict[str, Any]:
+    """The arguments of a ``<queue>.dead`` queue (of the same type as its queue)."""
+    return {"x-queue-type": "quorum"} if queue_type == "quorum" else {}
+
+
+def type_mismatch(
+    queue: str, queue_type: QueueType, refusal: BaseException
+) -> BrokerUnavailable | None:
+    """The error to raise if ``refusal`` (of a ``queue.declare`` with
+    ``queue_type``) says the queue exists as a queue of the other type,
+    else None. A queue's type is fixed when it is made: a classic queue
+    cannot be declared again as a quorum queue, nor the other way round."""
+    text = str(refusal)
+    # Declared quorum, a mismatch on x-max-priority means the queue is a
+    # classic one of this adapter (quorum declarations never carry it).
+    if "x-queue-type" not in text and not (queue_type == "quorum" and "x-max-priority" in text):
+        return None
+    other = "classic" if queue_type == "quorum" else "quorum (or another type)"
+    return BrokerUnavailable(
+        f"RabbitMQ queue {queue!r} (or its dead-letter queue) exists as a {other} queue, and"
+        f" queue_type={queue_type} cannot declare it again: a queue's type cannot change."
+        f" Drain and delete it (rabbitmqctl delete_queue) to have it made again as a"
+        f" {queue_type} queue, or use the queue_type= it was made with. (RabbitMQ said: {text})"
+    )
 
 
 def check_queue_name(queue: str) -> None:
@@ -74,8 +115,16 @@ def refused_size(outcome: object, size: int) -> int | None:
 
 
 def deliveries(message: AbstractIncomingMessage) -> int:
-    count = (message.headers or {}).get(DELIVERIES_HEADER, 1)
-    return count if isinstance(count, int) and count >= 1 else 1
+    """The deliveries of ``message``, 1 on the first: counted by the adapter
+    (a copy of a classic queue's redelivery) or by a quorum queue."""
+    headers = message.headers or {}
+    count = headers.get(DELIVERIES_HEADER)
+    if isinstance(count, int) and count >= 1:
+        return count
+    earlier = headers.get(DELIVERY_COUNT_HEADER)
+    if isinstance(earlier, int) and earlier >= 0:
+        return earlier + 1
+    return 1
 
 
 def is_stale(message: AbstractIncomingMessage) -> bool:
