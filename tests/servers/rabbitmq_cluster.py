@@ -125,11 +125,13 @@ class RabbitCluster:
             raise RuntimeError(f"{tool} {' '.join(args)} on {name} failed: {done.stderr.strip()}")
         return done.stdout
 
-    def url(self, **options: str) -> str:
-        """The broker URL: the first node, the others as seeds, quorum queues."""
-        seeds = ",".join(f"127.0.0.1:{port}" for port in self.ports[1:])
+    def url(self, *, first: int = 0, **options: str) -> str:
+        """The broker URL: node ``first``, the others (in turn after it) as
+        seeds, quorum queues; ``options`` added to its query."""
+        ports = self.ports[first:] + self.ports[:first]
+        seeds = ",".join(f"127.0.0.1:{port}" for port in ports[1:])
         query = {"queue_type": "quorum", "seeds": seeds, **options}
-        return f"amqp://guest:guest@127.0.0.1:{self.ports[0]}/?" + "&".join(
+        return f"amqp://guest:guest@127.0.0.1:{ports[0]}/?" + "&".join(
             f"{k}={v}" for k, v in query.items()
         )
 
