@@ -12,6 +12,7 @@ crossing of the bridge per batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
@@ -207,9 +208,13 @@ class Publisher:
         assert self.channel is not None
         await self.declare(queue for queue, _, _, _ in batch)
         channel = await self.channel.get_underlay_channel()
+        if channel.is_closed:
+            # The connection came back, its channels not yet (aio-pika says
+            # it is ready before it restored them): try again shortly.
+            raise aiormq.exceptions.ChannelInvalidStateError("the publishing channel is closed")
         origin = self._origin
         ids = self._message_ids
-        return await asyncio.gather(
+        publishes = asyncio.gather(
             *(
                 channel.basic_publish(
                     body,
@@ -230,6 +235,21 @@ class Publisher:
             ),
             return_exceptions=True,
         )
+        # A channel that closes mid-batch (its connection dropped) fails the
+        # confirms it holds, but a publish still queued behind the dead
+        # connection's full write buffer would wait forever: give up on the
+        # batch when the channel closes, and publish again on the next one.
+        closing = channel.closing
+        try:
+            await asyncio.wait({publishes, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+        if not publishes.done():
+            publishes.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await publishes
+            raise aiormq.exceptions.ChannelInvalidStateError("the publishing channel closed")
+        return publishes.result()
 
 
 @attrs.define(eq=False)

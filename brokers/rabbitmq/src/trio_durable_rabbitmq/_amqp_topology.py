@@ -78,7 +78,7 @@ def type_mismatch(
     # classic one of this adapter (quorum declarations never carry it).
     if "x-queue-type" not in text and not (queue_type == "quorum" and "x-max-priority" in text):
         return None
-    other = "classic" if queue_type == "quorum" else "quorum (or another type)"
+    other = "classic" if queue_type == "quorum" else "quorum (or stream)"
     return BrokerUnavailable(
         f"RabbitMQ queue {queue!r} (or its dead-letter queue) exists as a {other} queue, and"
         f" queue_type={queue_type} cannot declare it again: a queue's type cannot change."
