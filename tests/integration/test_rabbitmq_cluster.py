@@ -189,3 +189,7 @@ async def test_a_fan_survives_the_task_queue_leader_killed_and_restarted(
         f" settles/s on average); step latency p99 {_p99(latencies):.2f} s"
         f" overall, {_p99(around):.2f} s for the {len(around)} steps started around the kill"
     )
+    # Work goes on within a second or so of the kill; a stall as long as a
+    # publish timeout (30 s) means a publish waited for a confirm that the
+    # dead node's connection could never bring.
+    assert stall < 10.0

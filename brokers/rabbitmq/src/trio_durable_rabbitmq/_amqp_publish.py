@@ -209,8 +209,11 @@ class Publisher:
         await self.declare(queue for queue, _, _, _ in batch)
         channel = await self.channel.get_underlay_channel()
         if channel.is_closed:
-            # The connection came back, its channels not yet (aio-pika says
-            # it is ready before it restored them): try again shortly.
+            # aio-pika says a connection that came back is ready before it
+            # restored its channels, so this may be the old, closed channel:
+            # a publish there queues frames for a connection that is gone and
+            # waits for confirms that never come (until publish_timeout).
+            # Refused here, the batch is published again shortly.
             raise aiormq.exceptions.ChannelInvalidStateError("the publishing channel is closed")
         origin = self._origin
         ids = self._message_ids
@@ -235,10 +238,9 @@ class Publisher:
             ),
             return_exceptions=True,
         )
-        # A channel that closes mid-batch (its connection dropped) fails the
-        # confirms it holds, but a publish still queued behind the dead
-        # connection's full write buffer would wait forever: give up on the
-        # batch when the channel closes, and publish again on the next one.
+        # Likewise a channel that closes mid-batch (its connection dropped)
+        # ends the batch at once, whatever its publishes wait for: what was
+        # not confirmed is published again on the restored channel.
         closing = channel.closing
         try:
             await asyncio.wait({publishes, closing}, return_when=asyncio.FIRST_COMPLETED)
@@ -249,7 +251,7 @@ class Publisher:
             with contextlib.suppress(asyncio.CancelledError):
                 await publishes
             raise aiormq.exceptions.ChannelInvalidStateError("the publishing channel closed")
-        return publishes.result()
+        return list(publishes.result())
 
 
 @attrs.define(eq=False)
