@@ -1,10 +1,11 @@
 """A 3-node RabbitMQ cluster on loopback with quorum queues
 (``?queue_type=quorum``, the other nodes as ``?seeds=``) loses nothing when
-the node leading the task queue is SIGKILLed in the middle of a fan of
-5,000 remote steps and 300 one-step runs, and is restarted later: every run
-completes with its output and every checkpoint holds one result. The test
-prints the stall the failover caused (the longest stretch without a settle,
-and the p99 latency of the steps that started around the kill).
+the node leading the task queue (a worker's node), or the one leading the
+engine's results queue (the engine's node), is SIGKILLed in the middle of a
+fan of 5,000 remote steps and 300 one-step runs, and is restarted later:
+every run completes with its output and every checkpoint holds one result.
+The test prints the stall the failover caused (the longest stretch without
+a settle, and the p99 latency of the steps that started around the kill).
 
 The cluster, started once for this module, also runs the one conformance
 check that cannot run with quorum queues on the shared server (its fixed
@@ -91,8 +92,9 @@ async def test_the_results_queue_is_a_quorum_queue_like_any_other(cluster: Rabbi
     await check_the_results_queue_is_a_queue(lambda: open_amqp_broker(cluster.url()))
 
 
-async def test_a_fan_survives_the_task_queue_leader_killed_and_restarted(
-    tmp_path: Path, cluster: RabbitCluster
+@pytest.mark.parametrize("victim", ["task queue", "results queue"])
+async def test_a_fan_survives_a_queue_leader_killed_and_restarted(
+    tmp_path: Path, cluster: RabbitCluster, victim: str
 ) -> None:
     executed.clear()
     first_started.clear()
@@ -111,9 +113,10 @@ async def test_a_fan_survives_the_task_queue_leader_killed_and_restarted(
         td.open_worker(app, broker=worker_urls[1], groups=[GROUP], concurrency=64),
         td.open_worker(app, broker=worker_urls[2], groups=[GROUP], concurrency=64),
     ):
-        # The workers declared the task queue: find its leader now, so that
-        # the kill below lands at once.
-        leader = await trio.to_thread.run_sync(cluster.queue_leader, GROUP, limiter=own_thread)
+        # The workers declared the task queue, the engine its results queue:
+        # find the leader now, so that the kill below lands at once.
+        queue = GROUP if victim == "task queue" else engine.results_queue
+        leader = await trio.to_thread.run_sync(cluster.queue_leader, queue, limiter=own_thread)
         started = trio.current_time()
         await engine.start(fan, FAN, run_id="fan")
 
@@ -128,7 +131,7 @@ async def test_a_fan_survives_the_task_queue_leader_killed_and_restarted(
             cluster.kill(leader)  # SIGKILL, then a wait for the dead process
             killed_at, killed_at_wall = trio.current_time(), time.time()
             done_at_kill = len(executed)
-        new_leader = await trio.to_thread.run_sync(cluster.queue_leader, GROUP, limiter=own_thread)
+        new_leader = await trio.to_thread.run_sync(cluster.queue_leader, queue, limiter=own_thread)
 
         async def restart_later() -> None:
             await trio.sleep_until(killed_at + DOWN_FOR)
@@ -183,13 +186,13 @@ async def test_a_fan_survives_the_task_queue_leader_killed_and_restarted(
     ]
     print(
         f"\n{FAN} fan members + {RUNS} one-step runs in {finished - started:.1f} s;"
-        f" leader {leader} killed after {done_at_kill} steps, {killed_at - started:.1f} s in"
+        f" {victim} leader {leader} killed after {done_at_kill} steps, {killed_at - started:.1f} s in"
         f" ({new_leader} led next), down {DOWN_FOR:.0f} s; steps run twice: {twice};"
         f" longest stretch without a settle {stall:.2f} s ({len(ends) / (ends[-1] - ends[0]):.0f}"
         f" settles/s on average); step latency p99 {_p99(latencies):.2f} s"
         f" overall, {_p99(around):.2f} s for the {len(around)} steps started around the kill"
     )
-    # Work goes on within a second or so of the kill; a stall as long as a
-    # publish timeout (30 s) means a publish waited for a confirm that the
-    # dead node's connection could never bring.
-    assert stall < 10.0
+    # Work goes on within seconds of the kill; a stall as long as a publish
+    # timeout (30 s) means a publish waited for a confirm that the dead
+    # node's connection could never bring.
+    assert stall < 20.0
