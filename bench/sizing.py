@@ -72,18 +72,21 @@ from compare import FiguresFileError, read_figures
 
 ENGINES = (1, 2, 4, 8, 16, 24, 25, 32, 50, 64, 100)
 
-# Figures measured on the 2-core VM of docs/operations.md, "Sizing".
+# Figures measured on the 2-core VM of docs/operations.md, "Sizing"
+# (2026-12-05, commit 3e13a12): what the command uses without --figures.
 MEASURED = {
-    "engine_rate": 1168.0,
-    "engine_ms": 0.76,
-    "server_ms_per_transaction": 0.0,
-    "server_ms_per_op": 0.0,
-    "transactions": 0.0,
-    "ops": 0.0,
+    "engine_rate": 1160.0,
+    "engine_ms": 0.745,
     "server_ms": 0.09,
-    "commits_per_s": 0.0,
-    "messages_per_remote_step": 2.0,
-    "two_engines_ratio": 1.99,
+    "two_engines_ratio": 1.82,
+    "amqp_round_trips": 982.0,
+    "nats_round_trips": 1326.0,
+    "server_ms_per_transaction": 1.091,
+    "server_ms_per_op": 0.0196,
+    "transactions": 0.002,
+    "ops": 6.0,
+    "transactions_alone": 2.0,
+    "commits_per_s": 466.0,
 }
 
 
@@ -142,6 +145,11 @@ class Row:
 
     @property
     def bound_by(self) -> str:
+        """The least term; the engines' own on a tie (``--steady`` makes the
+        WAL term equal to theirs at ``t``'s bound)."""
+        least = self.throughput
+        if self.ceilings["engines"] <= least * (1 + 1e-9):
+            return "engines"
         return min(self.ceilings, key=lambda name: self.ceilings[name])
 
 
@@ -192,7 +200,7 @@ def saturates_first(inputs: Inputs, sizes: Sequence[int] = tuple(range(1, 101)))
         row = project(inputs, n)
         if not row.fits:
             return Verdict("connections", n)
-        if row.ceilings[row.bound_by] < row.ceilings["engines"]:
+        if row.bound_by != "engines":
             return Verdict(row.bound_by, n)
     return Verdict("engines", None)
 
@@ -216,9 +224,9 @@ CASES = {
 
 
 def figures_from(paths: Sequence[Path]) -> dict[str, float]:
-    """The model's inputs found in figures files (JSON lines): each case's
-    median over the files (later files add values, as ``compare.py`` does
-    within one file).
+    """The model's inputs found in figures files (JSON lines): for each
+    case, the median of its medians in the files (``compare.py`` takes the
+    median of a case's values within one file).
 
     Raises:
         FiguresFileError: A file cannot be read.
@@ -242,7 +250,9 @@ def steady_transactions(found: dict[str, float], pool_size: int) -> float:
     commits = found.get("commits_per_s", 0.0)
     if not commits:
         return alone
-    return max(found.get("transactions", 0.0), min(alone, pool_size * commits / found["engine_rate"]))
+    return max(
+        found.get("transactions", 0.0), min(alone, pool_size * commits / found["engine_rate"])
+    )
 
 
 def server_ms(found: dict[str, float]) -> float:
@@ -280,9 +290,7 @@ def table(inputs: Inputs, sizes: Sequence[int]) -> list[str]:
             what, bound = _rate(row.throughput), row.bound_by
         else:
             what, bound = "-", "connections"
-        lines.append(
-            f"| {n} | {cells} | {what} | {bound} | {used} of {inputs.connection_slots} |"
-        )
+        lines.append(f"| {n} | {cells} | {what} | {bound} | {used} of {inputs.connection_slots} |")
     return lines
 
 

@@ -92,8 +92,7 @@ def test_the_shared_host_check() -> None:
     assert project(host, 1).throughput == 1000.0
     assert project(host, 2).throughput == pytest.approx(1333.33, abs=0.01)
     assert sizing.check_lines(host, 1.5)[1] == (
-        "  measured (bench_postgres, postgres.two_engines_ratio): 1.50x;"
-        " projected / measured 0.89"
+        "  measured (bench_postgres, postgres.two_engines_ratio): 1.50x; projected / measured 0.89"
     )
 
 
@@ -109,7 +108,9 @@ def _figure(bench: str, case: str, value: float) -> dict[str, Any]:
     return {"bench": bench, "case": case, "value": value, "unit": "", "better": "lower"}
 
 
-def test_the_command_reads_figures_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_reads_figures_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "figures.jsonl"
     figures = [
         _figure("bench_postgres", "postgres.concurrent", 900.0),
@@ -217,4 +218,5 @@ def test_server_costs_fit() -> None:
         {"transactions": 0.0, "ops": 6.0, "server_ms": 0.6},
     ]
     a, b = bench_ops.fit_server_costs(points)
-    assert (a, b) == (pytest.approx(1.0), pytest.approx(0.1))
+    assert a == pytest.approx(1.0)
+    assert b == pytest.approx(0.1)
