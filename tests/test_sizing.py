@@ -1,12 +1,17 @@
-"""bench/sizing.py's model on fixed inputs, and bench/bench_ops.py's counts:
-what one workflow, step, timer and fan member cost the store and the broker,
-exactly (counts, not speed: a change in them is a change in the engine)."""
+"""bench/sizing.py's model on fixed inputs, bench/bench_ops.py's counts
+(what one workflow, step, timer and fan member cost the store and the
+broker, exactly: counts, not speed, so a change in them is a change in the
+engine), and the commands of docs/operations.md's "Sizing", run."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +225,97 @@ def test_server_costs_fit() -> None:
     a, b = bench_ops.fit_server_costs(points)
     assert a == pytest.approx(1.0)
     assert b == pytest.approx(0.1)
+
+
+# -- the commands of docs/operations.md, "Sizing" ------------------------------------
+
+ROOT = BENCH.parent
+
+
+def _section_commands() -> list[str]:
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = text[text.index("\n## Sizing\n") :]
+    section = section[: section.index("\n## ", 1)]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    return [
+        line.strip()
+        for block in blocks
+        for line in block.splitlines()
+        if line.strip().startswith("python bench/")
+    ]
+
+
+COMMANDS = _section_commands()
+FILE_COMMANDS = [c for c in COMMANDS if "figures.jsonl" in c]
+# Appended to the page's command (the last of an option wins): the same
+# command at a size a test run affords.
+SMALLER = {
+    "bench/bench_ops.py": ["--repeat", "1", "--concurrent", "100", "--sequential", "20"],
+    "bench/bench_postgres.py": ["--rounds", "1", "--concurrent", "200"],
+}
+
+
+def _run(command: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    words = command.split()
+    script = words[1]
+    argv = [sys.executable, str(ROOT / script), *words[2:], *SMALLER.get(script, [])]
+    paths = [str(ROOT / "src"), str(BENCH), os.environ.get("PYTHONPATH", "")]
+    done = subprocess.run(
+        argv,
+        cwd=cwd,
+        env={**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"{command}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_the_section_shows_these_commands() -> None:
+    assert COMMANDS == [
+        "python bench/bench_ops.py --json figures.jsonl",
+        "python bench/bench_postgres.py --latency 0 --json figures.jsonl",
+        "python bench/sizing.py --figures figures.jsonl",
+        "python bench/sizing.py --figures figures.jsonl --steady --primary-cores 32"
+        " --max-connections 500",
+        "python bench/sizing.py --steady",
+        "python bench/sizing.py --remote-steps 1 --broker-round-trips 5953",
+    ]
+
+
+def test_the_projections_the_section_gives(tmp_path: Path) -> None:
+    # The section's table comes from the measured figures (the defaults).
+    assert "saturates first: connections, at 20 engines" in _run("python bench/sizing.py", tmp_path)
+    steady = _run(COMMANDS[4], tmp_path)
+    assert "saturates first: primary CPU, at 8 engines" in steady
+    assert "| 8 | 9,280 | 8,553 | 9,280 | 8,553 | primary CPU | 40 of 97 |" in steady
+    assert "projected 1 engine 1,160/s, 2 engines 2,313/s, ratio 1.99x" in steady
+    assert "1.82x; projected / measured 1.10" in steady
+    broker = _run(COMMANDS[5], tmp_path)
+    assert "saturates first: broker, at 6 engines" in broker
+    larger = _run(
+        "python bench/sizing.py --steady --primary-cores 32 --max-connections 500", tmp_path
+    )
+    assert "saturates first: primary CPU, at 15 engines" in larger
+    assert "| 16 | 18,560 | 17,106 |" in larger
+
+
+def test_the_commands_on_your_own_figures(
+    tmp_path: Path, real_server: Callable[[str], str]
+) -> None:
+    env = {"POSTGRES_URL": real_server("postgres")}
+    outputs = [_run(command, tmp_path, env) for command in FILE_COMMANDS]
+    figures = sizing.figures_from([tmp_path / "figures.jsonl"])
+    [connections] = [
+        json.loads(line)
+        for line in (tmp_path / "figures.jsonl").read_text().splitlines()
+        if '"ops.postgres.connections"' in line
+    ]
+    # The pool (4 at most) and the watch's connection: never more.
+    assert 2 <= connections["value"] <= connections["pool_size"] + 1 == 5
+    assert {"engine_rate", "two_engines_ratio", "transactions", "commits_per_s"} <= figures.keys()
+    for projection in outputs[2:]:
+        assert "saturates first:" in projection
+        assert "measured (bench_postgres, postgres.two_engines_ratio)" in projection
