@@ -685,7 +685,7 @@ async def _connect(options: NatsOptions) -> tuple[NatsClient, JetStreamContext]:
     # unlimited: bound the first one by the timeout instead.
     async with asyncio.timeout(options.timeout):
         await nc.connect(
-            servers=[options.server],
+            servers=[options.server, *options.seeds],
             name="trio-durable",
             connect_timeout=max(1, math.ceil(options.timeout / 2)),
             # Typed int, but any number of seconds works (it is slept).
