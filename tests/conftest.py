@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,3 +48,14 @@ def open_test_engine() -> EngineFactory:
             yield engine
 
     return factory
+
+
+@asynccontextmanager
+async def shared_store(kind: str, tmp_path: Path) -> AsyncIterator[td.Store]:
+    """One store that several engines of a test share: a `MemoryStore`
+    (``kind`` "memory") or one SQLite file under ``tmp_path``."""
+    if kind == "memory":
+        yield td.MemoryStore()
+    else:
+        async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
+            yield store

@@ -507,6 +507,7 @@ def test_the_adapter_api_is_pinned() -> None:
         "AMBIGUOUS_HINT",
         "Bridge",
         "BridgeMode",
+        "BridgeStatistics",
         "Broker",
         "BrokerError",
         "BrokerFaults",

@@ -329,3 +329,36 @@ async def test_a_failed_owned_task_is_logged(
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         "trio_durable test boom failed: RuntimeError('boom')"
     ]
+
+
+async def test_statistics_count_each_crossing(bridge: Bridge) -> None:
+    async def nothing() -> None:
+        pass
+
+    before = bridge.statistics()
+    for _ in range(3):
+        await bridge.run(nothing)
+    assert bridge.statistics().calls == before.calls + 3
+
+
+async def test_puts_before_the_receiver_runs_share_one_wakeup(bridge: Bridge) -> None:
+    inbox: Inbox[int] = bridge.inbox()
+    got: list[list[int]] = []
+
+    async def receive() -> None:
+        got.append(await inbox.get_batch(1000))
+
+    async def produce() -> None:
+        for i in range(500):
+            inbox.put(i)
+
+    before = bridge.statistics()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(receive)
+        await trio.testing.wait_all_tasks_blocked()
+        await bridge.run(produce)
+    after = bridge.statistics()
+    assert got == [list(range(500))]
+    # One crossing there (the run), one wake-up back for 500 items.
+    assert (after.calls - before.calls, after.wakeups - before.wakeups) == (1, 1)
+    assert after.handed_over - before.handed_over == 500

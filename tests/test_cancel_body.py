@@ -5,8 +5,7 @@ stores."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import EngineFactory
+from conftest import EngineFactory, shared_store
 
 app = td.App("cancel-body")
 
@@ -145,15 +144,6 @@ async def test_cleanup_runs_before_compensation(
     assert done == ["reserve", "release", "notify", "unreserve"]
 
 
-@asynccontextmanager
-async def _shared_store(kind: str, tmp_path: Path) -> AsyncIterator[td.Store]:
-    if kind == "memory":
-        yield td.MemoryStore()
-    else:
-        async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
-            yield store
-
-
 @pytest.fixture(params=["memory", "sqlite"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -169,7 +159,7 @@ async def test_a_crash_during_cleanup_is_finished_by_another_engine(
 ) -> None:
     hold.append(trio.Event())
     entered.append(trio.Event())
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         with trio.CancelScope() as crash:
             async with open_test_engine(app, store=store, engine_id="first") as first:
                 await first.start(booking, 7, run_id="b")
@@ -286,7 +276,7 @@ async def test_a_client_cancel_reaches_the_body(
     kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
 ) -> None:
     async with (
-        _shared_store(kind, tmp_path) as store,
+        shared_store(kind, tmp_path) as store,
         open_test_engine(app, store=store) as engine,
         td.open_client(store) as client,
     ):

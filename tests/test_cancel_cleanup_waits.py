@@ -5,8 +5,7 @@ over (on this engine or another, after a crash) and ends ``cancelled``."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import EngineFactory, fixed_wall
+from conftest import EngineFactory, fixed_wall, shared_store
 
 app = td.App("cancel-cleanup-waits")
 
@@ -188,15 +187,6 @@ async def test_cleanup_runs_a_remote_step_a_child_and_a_fan(
     assert sorted(child.status for child in children) == ["completed"] * 3
 
 
-@asynccontextmanager
-async def _shared_store(kind: str, tmp_path: Path) -> AsyncIterator[td.Store]:
-    if kind == "memory":
-        yield td.MemoryStore()
-    else:
-        async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
-            yield store
-
-
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 async def test_another_engine_finishes_a_cleanup_that_waited_when_the_first_closed(
     kind: str,
@@ -204,7 +194,7 @@ async def test_another_engine_finishes_a_cleanup_that_waited_when_the_first_clos
     tmp_path: Path,
     open_test_engine: EngineFactory,
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         async with open_test_engine(app, store=store, engine_id="first") as first:
             await first.start(sleeps_in_cleanup, 5, run_id="x")
             await first.drain()

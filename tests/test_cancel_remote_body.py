@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import fixed_wall
+from conftest import fixed_wall, shared_store
 
 app = td.App("cancel-remote-body")
 
@@ -229,20 +229,11 @@ async def test_a_run_cancelled_without_compensation_before_its_body_ran_ends_at_
     assert done == []
 
 
-@asynccontextmanager
-async def _shared_store(kind: str, tmp_path: Path) -> AsyncIterator[td.Store]:
-    if kind == "memory":
-        yield td.MemoryStore()
-    else:
-        async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
-            yield store
-
-
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 async def test_another_engine_finishes_the_cleanup_after_the_first_closed(
     kind: str, autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         async with fleet(store, engine_id="first") as first:
             await first.start(booking, 4, run_id="x")
             await first.drain()

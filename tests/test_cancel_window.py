@@ -8,8 +8,7 @@ expects the run still ``running``; a cancel moves it to ``cancelling``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import WALL_START, EngineFactory
+from conftest import WALL_START, EngineFactory, shared_store
 from trio_durable._stores._ops import Op, UpdateRun
 
 app = td.App("cancel-window")
@@ -58,15 +57,6 @@ async def trip(ctx: td.Context, item: str) -> str:
     done = await ctx.step(book, item, compensate=unbook)
     await ctx.sleep(3600)
     return done
-
-
-@asynccontextmanager
-async def _shared_store(kind: str, tmp_path: Path) -> AsyncIterator[td.Store]:
-    if kind == "memory":
-        yield td.MemoryStore()
-    else:
-        async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
-            yield store
 
 
 async def _assert_undone_once(store: td.Store) -> None:
@@ -117,7 +107,7 @@ async def test_a_cancel_from_another_engine_during_a_turn_undoes_its_step(
     gate.append(trio.Event())
     entered.append(trio.Event())
     async with (
-        _shared_store(kind, tmp_path) as store,
+        shared_store(kind, tmp_path) as store,
         open_test_engine(app, store=store, engine_id="runner") as runner,
         open_test_engine(app, store=store, engine_id="other") as other,
     ):

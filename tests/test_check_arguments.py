@@ -4,8 +4,6 @@ it was on are accepted."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import EngineFactory
+from conftest import EngineFactory, shared_store
 
 
 def _app(*, check: bool, delta: int = 0, sleep: float = 5.0, timeout: float = 60.0) -> td.App:
@@ -38,15 +36,6 @@ def _app(*, check: bool, delta: int = 0, sleep: float = 5.0, timeout: float = 60
         return a + b
 
     return app
-
-
-@asynccontextmanager
-async def _shared_store(kind: str, tmp_path: Path) -> AsyncIterator[td.Store]:
-    if kind == "memory":
-        yield td.MemoryStore()
-    else:
-        async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
-            yield store
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -101,7 +90,7 @@ async def test_a_changed_argument_fails_the_run_with_non_determinism(
     seq: int,
     name: str,
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         await _record(open_test_engine, store, _app(check=True))
         failure = await _fail(open_test_engine, store, _app(check=True, **changed))  # type: ignore[arg-type]
     assert failure.code == "non_determinism"
@@ -114,7 +103,7 @@ async def test_a_changed_argument_fails_the_run_with_non_determinism(
 async def test_the_same_arguments_replay(
     kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         await _record(open_test_engine, store, _app(check=True))
         assert await _finish(open_test_engine, store, _app(check=True)) == 3
         cps = {cp.seq: cp for cp in await store.get_checkpoints("r")}
@@ -136,7 +125,7 @@ async def test_without_the_check_a_changed_argument_is_not_noticed(
 async def test_checkpoints_recorded_before_the_check_was_on_are_accepted(
     kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         await _record(open_test_engine, store, _app(check=False))
         # The new deploy turns the check on and changes what it passes: the
         # run in flight recorded its seqs 1 to 4 without digests; it
@@ -225,7 +214,7 @@ async def test_a_changed_argument_of_any_recorded_operation_fails_the_run(
     open_test_engine: EngineFactory,
     changed: str,
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         await _record_ops(open_test_engine, store, _ops_app(check=True))
         failure = await _fail(open_test_engine, store, _ops_app(check=True, changed=changed))
     assert failure.code == "non_determinism"
@@ -237,7 +226,7 @@ async def test_a_changed_argument_of_any_recorded_operation_fails_the_run(
 async def test_every_recorded_operation_replays_with_the_same_arguments(
     kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         await _record_ops(open_test_engine, store, _ops_app(check=True))
         assert await _finish(open_test_engine, store, _ops_app(check=True)) == 1
         cps = {cp.seq: cp for cp in await store.get_checkpoints("r")}
@@ -253,7 +242,7 @@ async def test_changed_operations_pass_without_the_check_or_before_it(
     open_test_engine: EngineFactory,
     check: bool,
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         for changed in _OPS:
             await _record_ops(open_test_engine, store, _ops_app(check=False), f"r-{changed}")
             # Off, or on from a later deploy: what was recorded is replayed.
@@ -269,7 +258,7 @@ async def test_a_fork_of_a_checked_run_replays_its_copied_history(
     # The fork copies where the original's check began (seq 1, before the
     # fork's seq), so its copied history is checked as the original's was,
     # and replays: the copied arguments are the original's.
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         await _record_ops(open_test_engine, store, _ops_app(check=True))
         async with open_test_engine(_ops_app(check=True), store=store) as engine:
             fork = await engine.fork("r", from_seq=10, new_run_id="f")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import WALL_START, EngineFactory
+from conftest import WALL_START, EngineFactory, shared_store
 
 app = td.App("determinism")
 
@@ -72,15 +71,6 @@ async def draws(ctx: td.Context, x: int) -> list[dict[str, Any]]:
     fourth = _draw(ctx)
     seen.append(("fourth", fourth))
     return [first, second, third, fourth]
-
-
-@asynccontextmanager
-async def _shared_store(kind: str, tmp_path: Path) -> AsyncIterator[td.Store]:
-    if kind == "memory":
-        yield td.MemoryStore()
-    else:
-        async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
-            yield store
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -155,7 +145,7 @@ async def test_values_survive_a_crash_and_replay_on_another_engine(
 ) -> None:
     hold.append(trio.Event())
     entered.append(trio.Event())
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         with trio.CancelScope() as crash:
             async with open_test_engine(app, store=store, engine_id="first") as first:
                 await first.start(draws, 1, run_id="r")

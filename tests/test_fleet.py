@@ -736,13 +736,16 @@ async def test_a_fan_parks_every_member_and_sends_them_at_the_recheck(
     ):
         await engine.start(reel, ["a", "b", "c"], run_id="reel-1")
         await engine.drain()
-        # concurrency=2: the first wave of two is recorded, parked.
+        # concurrency=2: every member is recorded, the first two parked, the
+        # third waiting for its place in the window.
         cps = await engine.store.get_checkpoints("reel-1")
         assert [(cp.seq, cp.status, cp.started_at) for cp in cps] == [
             (1, "pending", None),
             (2, "pending", None),
+            (3, "pending", None),
         ]
-        assert all(cp.error is not None and cp.error.code == "blocked" for cp in cps)
+        codes = [cp.error.code if cp.error else None for cp in cps]
+        assert codes == ["blocked", "blocked", "fan_window"]
         assert (await engine.get("reel-1")).wake_at == WALL_START + RECHECK
         assert broker.dispatched == 0
 

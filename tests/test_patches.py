@@ -5,8 +5,7 @@ history that predates the change and True for new runs, and
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import EngineFactory
+from conftest import EngineFactory, shared_store
 
 ran: Counter[str] = Counter()
 
@@ -89,15 +88,6 @@ def _app(version: str) -> td.App:
     return app
 
 
-@asynccontextmanager
-async def _shared_store(kind: str, tmp_path: Path) -> AsyncIterator[td.Store]:
-    if kind == "memory":
-        yield td.MemoryStore()
-    else:
-        async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
-            yield store
-
-
 @pytest.fixture(params=["memory", "sqlite"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -121,7 +111,7 @@ async def _names(store: td.Store, run_id: str) -> list[tuple[int, str]]:
 async def test_a_run_recorded_by_old_code_finishes_on_the_old_branch_under_new_code(
     kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         async with open_test_engine(_app("A"), store=store, engine_id="deploy-a") as engine:
             await _start(engine, "old")
         # The engine of deploy A is gone mid-run; deploy B takes over.
@@ -146,7 +136,7 @@ async def test_a_run_recorded_by_old_code_finishes_on_the_old_branch_under_new_c
 async def test_deprecate_patch_accepts_histories_with_and_without_the_marker(
     kind: str, clock: trio.testing.MockClock, tmp_path: Path, open_test_engine: EngineFactory
 ) -> None:
-    async with _shared_store(kind, tmp_path) as store:
+    async with shared_store(kind, tmp_path) as store:
         async with open_test_engine(_app("B"), store=store, engine_id="deploy-b") as engine:
             await _start(engine, "with-marker")
         async with open_test_engine(_app("C"), store=store, engine_id="deploy-c") as engine:

@@ -1091,11 +1091,12 @@ async def test_drain_waits_for_the_embedded_worker_and_then_nothing_happens(
         jobs = [Job(i, seconds=1) for i in range(10)]
         run = await engine.start(fan, jobs, 4, run_id="r")
         await engine.drain()
-        # Three waves of one second each (4, 4, 2 members), all joined.
+        # A window of four over members of one second each: 4, 4, then 2
+        # at a time, all joined; the parent turned to start and to end.
         assert trio.current_time() == 3
         assert (await store.get_run(run.id)).status == "completed"  # type: ignore[union-attr]
         assert await engine.result(run.id) == [i * i for i in range(10)]
-        assert entries["r"] == 4
+        assert entries["r"] == 2
         assert [t for _, _, t in calls] == [0] * 4 + [1] * 4 + [2] * 2
         writes = attrs.evolve(store.statistics())
         assert broker.depth("math") == 0

@@ -314,7 +314,9 @@ def test_planted_entity_state_written_apart_from_the_call_is_caught(
 
     monkeypatch.setattr(entity_defs, "run_handler", early)
     faults = Faults(store_fail_before=0.05, store_fail_after=0.05)
-    report = simulate(app, default_workload, seed=1, faults=faults)
+    # A seed whose faults hit an entity call's end write (which seed does
+    # moves with the number of store calls the workload makes).
+    report = simulate(app, default_workload, seed=2, faults=faults)
     # More state than the calls added, at a version past their number.
     assert any(
         re.fullmatch(r"entity tally\[t\]: state \d+ at version \d+, expected 645 at version 12", v)
@@ -475,7 +477,20 @@ def test_no_faults_matches_the_reference() -> None:
     assert fleet.faults == {}
     assert reference.ok
     assert fleet.ok
-    assert fleet.outputs == reference.outputs
+
+    # What the entity's calls return depends on the order in which runs
+    # on different engines reach it, which a fleet need not share with one
+    # engine (the invariants check each order is a valid one): those runs
+    # are compared by status.
+    def by_order(run_id: str) -> bool:
+        return "tally" in run_id
+
+    assert {k: v for k, v in fleet.outputs.items() if not by_order(k)} == {
+        k: v for k, v in reference.outputs.items() if not by_order(k)
+    }
+    assert {k: v[0] for k, v in fleet.outputs.items() if by_order(k)} == {
+        k: v[0] for k, v in reference.outputs.items() if by_order(k)
+    }
     assert fleet.statuses == reference.statuses
 
 

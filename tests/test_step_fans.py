@@ -398,16 +398,17 @@ async def test_a_fan_reserves_one_seq_per_input_and_replays_across_a_restart(
         app, store=store, broker=broker, serve=["g"], engine_id="first"
     ) as engine:
         await engine.start(around, jobs, 3, run_id="p")
-        # Mid-fan: wave one done, wave two (members 3, 4, 5) in flight, and
-        # member 5 stuck on the worker.
+        # Mid-fan: members 0, 1, 2 done, and each started one in its place
+        # (3, 4, 5), with member 5 stuck on the worker.
         await world.held.wait()
         assert trio.current_time() == 1.0
         first_turns = engine.statistics().turns
-    assert first_turns == 2  # the one that sent wave one, the one that sent wave two
+    assert first_turns == 1  # the one that recorded the fan and sent its first three
     cps = await store.get_checkpoints("p")
-    # Waves three and four (seqs 8..11) and the step after the fan (12) are
-    # not recorded yet.
-    assert [cp.seq for cp in cps] == list(range(1, 8))
+    # Every member is recorded up front; those past the window wait unsent.
+    # The step after the fan (12) is not recorded yet.
+    assert [cp.seq for cp in cps] == list(range(1, 12))
+    assert [cp.started_at is None for cp in cps[1:]] == [False] * 6 + [True] * 4
     run = await store.get_run("p")
     assert run is not None
     assert (run.status, run.lease_owner) == ("suspended", None)
@@ -423,9 +424,9 @@ async def test_a_fan_reserves_one_seq_per_input_and_replays_across_a_restart(
         await engine.drain()
         second_turns = engine.statistics().turns
     assert result == {"before": 10, "results": [i * 10 for i in range(10)], "after": 1000}
-    # The turns that sent waves three and four, the one that sent the step
-    # after the fan, and the final one.
-    assert second_turns == 4
+    # The one that sent the step after the fan, and the final one: the
+    # members were started by the ends that made way for them.
+    assert second_turns == 2
     assert world.calls[5] == 2  # once stuck, once on the second engine
     assert all(world.calls[i] >= 1 for i in range(10))
 
@@ -442,9 +443,13 @@ async def test_a_fan_reserves_one_seq_per_input_and_replays_across_a_restart(
         assert cp.group == "g"
     assert (cps[11].parallel_group, cps[11].parallel_size) == (None, None)
     # Every task went out once (redeliveries are the broker's, not new sends),
-    # wave by wave, at first + i.
-    assert [s.seqs for s in sent(log)] == [[2, 3, 4], [5, 6, 7], [8, 9, 10], [11], [12]]
-    assert [s.at for s in sent(log)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    # at first + i, each as soon as a member ended.
+    sends = {seq: s.at for s in sent(log) for seq in s.seqs}
+    assert sorted(seq for s in sent(log) for seq in s.seqs) == list(range(2, 13))
+    assert sends == {
+        **{2: 0.0, 3: 0.0, 4: 0.0, 5: 1.0, 6: 1.0, 7: 1.0},
+        **{8: 2.0, 9: 2.0, 10: 2.0, 11: 3.0, 12: 4.0},
+    }
 
 
 # -- writes before dispatch -----------------------------------------------------
@@ -497,7 +502,7 @@ async def test_pending_checkpoints_are_written_in_chunks_before_any_task_is_sent
 # -- waves and the join barrier -------------------------------------------------
 
 
-async def test_waves_go_out_only_once_the_previous_one_drained(
+async def test_a_window_sends_a_member_as_soon_as_one_ends(
     autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
 ) -> None:
     log: list[Entry] = []
@@ -509,29 +514,32 @@ async def test_waves_go_out_only_once_the_previous_one_drained(
         with engine.subscribe() as rx:
             await engine.start(fan, jobs, 3, WAIT_ALL, 0.0, run_id="p")
             result = await engine.result("p")
-            assert trio.current_time() == 11.0
+            # Waves of three would end at 11: each waits for its slowest.
+            assert trio.current_time() == 8.0
             await engine.drain()
             events = run_events(rx, "p")
         turns = engine.statistics().turns
     assert result == {"results": [i * 10 for i in range(10)]}
-    # Each wave went out exactly when the slowest member of the previous one
-    # ended, and held only its own members.
-    assert [(s.at, s.seqs) for s in sent(log)] == [
-        (0.0, [1, 2, 3]),
-        (3.0, [4, 5, 6]),
-        (4.0, [7, 8, 9]),
-        (9.0, [10]),
-    ]
+    # Each end sent the waiting member of lowest index at once; the slow
+    # member 2 (3 s) and 6 (5 s) held back no other.
+    sends = {seq: s.at for s in sent(log) for seq in s.seqs}
+    assert sorted(seq for s in sent(log) for seq in s.seqs) == list(range(1, 11))
+    assert sends == {
+        **{1: 0.0, 2: 0.0, 3: 0.0, 4: 1.0, 5: 2.0, 6: 2.0, 7: 3.0, 8: 3.0, 9: 3.0},
+        **{10: 4.0},
+    }
     starts = dict(world.executions)
-    assert starts == {0: 0, 1: 0, 2: 0, 3: 3, 4: 3, 5: 3, 6: 4, 7: 4, 8: 4, 9: 9}
-    # The parent replayed once per wave plus the final turn, not once per
-    # result (ten results came back at seven different times).
-    assert turns == 5
-    assert [t for _, t in world.bodies] == [0.0, 3.0, 4.0, 9.0, 11.0]
-    assert times(events, "run.suspended") == [0.0, 3.0, 4.0, 9.0]
-    assert times(events, "run.completed") == [11.0]
+    assert starts == {0: 0, 1: 0, 2: 0, 3: 1, 4: 2, 5: 2, 6: 3, 7: 3, 8: 3, 9: 4}
+    ends = {i: starts[i] + durations[i] for i in starts}
+    for t in set(starts.values()):
+        assert sum(1 for i in starts if starts[i] <= t < ends[i]) <= 3
+    # The parent turned to start the fan and once it all ended, not once
+    # per result (ten results came back at six different times).
+    assert turns == 2
+    assert [t for _, t in world.bodies] == [0.0, 8.0]
+    assert times(events, "run.suspended") == [0.0]
+    assert times(events, "run.completed") == [8.0]
     assert len(times(events, "step.completed")) == 10
-    assert sorted({w.at for w in settle_writes(log)}) == [1.0, 2.0, 3.0, 4.0, 5.0, 9.0, 11.0]
 
 
 async def test_join_barrier_resumes_a_300_step_fan_once(
@@ -576,7 +584,7 @@ async def test_join_barrier_resumes_a_300_step_fan_once(
     assert store.statistics().checkpoint_rows_read == 300
 
 
-async def test_a_thousand_step_fan_in_waves_of_fifty(
+async def test_a_thousand_step_fan_in_a_window_of_fifty_reads_linearly(
     autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
 ) -> None:
     log: list[Entry] = []
@@ -590,12 +598,14 @@ async def test_a_thousand_step_fan_in_waves_of_fifty(
         turns = engine.statistics().turns
     assert result == {"results": [i * 10 for i in range(1000)]}
     assert trio.current_time() == 0.0
-    assert turns == 21  # twenty waves, then the final turn
-    assert [s.seqs for s in sent(log)] == [list(range(1 + 50 * k, 51 + 50 * k)) for k in range(20)]
+    assert turns == 2  # the one that recorded the fan, the final one
+    # Sent in index order, each once.
+    assert [seq for s in sent(log) for seq in s.seqs] == list(range(1, 1001))
     assert all(world.calls[i] == 1 for i in range(1000))
-    # Each turn after the first reads every checkpoint written so far:
-    # 50 * (1 + 2 + ... + 20) rows, quadratic in the number of waves.
-    assert store.statistics().checkpoint_rows_read == 50 * sum(range(1, 21)) == 10_500
+    # Each start read the one row it started (950), and the final turn read
+    # every member once (1,000): linear, where waves of fifty read
+    # 50 * (1 + 2 + ... + 20) = 10,500 rows.
+    assert store.statistics().checkpoint_rows_read == 950 + 1000
 
 
 # -- failures -------------------------------------------------------------------
@@ -739,7 +749,7 @@ async def test_all_settled_returns_outcomes_in_input_order(
     ) as engine:
         await engine.start(settled, jobs, 2, run_id="p")
         result = await engine.result("p")
-        assert trio.current_time() == 6.0
+        assert trio.current_time() == 5.0
         await engine.drain()
     assert result == [
         {"status": "fulfilled", "value": 0},
@@ -760,10 +770,11 @@ async def test_all_settled_returns_outcomes_in_input_order(
         },
         {"status": "fulfilled", "value": 40},
     ]
-    # A failure does not wake a settled fan early: waves of two, each after
-    # the previous drained.
-    assert [(s.at, s.seqs) for s in sent(log)] == [(0.0, [1, 2]), (3.0, [3, 4]), (5.0, [5])]
-    assert [t for _, t in world.bodies] == [0.0, 3.0, 5.0, 6.0]
+    # A failure does not wake a settled fan early, and makes way for the
+    # next member as a success does: a window of two.
+    sends = {seq: s.at for s in sent(log) for seq in s.seqs}
+    assert sends == {1: 0.0, 2: 0.0, 3: 1.0, 4: 3.0, 5: 3.0}
+    assert [t for _, t in world.bodies] == [0.0, 5.0]
 
 
 # -- result batching -------------------------------------------------------------

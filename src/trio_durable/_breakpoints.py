@@ -34,7 +34,7 @@ from ._records import (
     Run,
 )
 from ._replay import Suspend
-from ._stores._base import RunWatch, WriteConflict
+from ._stores._base import RunWatch, WriteConflict, offers
 from ._stores._hook_ops import DeleteBreakpoint, PauseStep, PutBreakpoint, ResumeStep
 from ._stores._ops import Announce, ClaimCheckpoint, Op, SettleCheckpoint, UpdateRun
 
@@ -94,7 +94,7 @@ class Breakpoints:
     async def match(self, store: Store, workflow: str, step: str) -> Breakpoint | None:
         """The breakpoint on ``step`` of ``workflow``, if any: from memory,
         unless they changed since they were read."""
-        if not isinstance(store, RunWatch) and (
+        if not offers(store, RunWatch) and (
             trio.current_time() - self._read_at > _UNWATCHED_REFRESH
         ):
             self._stale = True

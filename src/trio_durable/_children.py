@@ -3,21 +3,28 @@ its parent's checkpoint, and how the parent reads that completion back.
 
 A parent starts a child in its own turn's write: a ``child`` checkpoint and
 the child's run, created together; the child is woken once they committed.
+A child of a workflow the parent's engine runs itself is created leased to
+that engine, as `Engine.start` creates a run, so that its first turn takes
+up the run as created (`leased_child`) instead of writing the lease first.
 An awaited child's end settles that checkpoint with its completion,
 ``{"ok": true, "value": ...}`` or ``{"ok": false, "error", "code",
-"details"}``, in the same write that ends the child.
+"details"}``, in the same write that ends the child. The members of a fan
+of children that end together count their fan's pending members once
+between them, not once each (`member_ended`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from . import _serde
 from ._admission import creation_ops, start_controls
+from ._barrier import join_barrier
 from ._definitions import Workflow
 from ._exceptions import RunFailed
 from ._records import ACTIVE_STATUSES, Checkpoint, ErrorInfo, FanMode, Run
@@ -26,6 +33,8 @@ from ._stores._ops import CreateRun, UpdateRun
 if TYPE_CHECKING:
     from ._app import App
     from ._replay import TurnState
+    from ._runtime import Runtime
+    from ._stores._base import Store
 
 
 @attrs.define(frozen=True)
@@ -152,9 +161,21 @@ def record_child(
     """
     run = turn.run
     controls = None
+    # Leased to the parent's engine for as long as the parent's turn holds
+    # its lease: the child's first turn starts once the turn's write commits.
+    # A child given by name (a handoff's handler, an entity), or whose run
+    # controls decide its admission in its first turn, is left to be taken
+    # up by a turn of its own.
+    leased = False
     if isinstance(workflow, Workflow):
         controls = start_controls(workflow, input_json)
         workflow = (workflow.name, workflow.version)
+        leased = (
+            controls is None
+            and run.lease_owner is not None
+            and run.lease_expiry is not None
+            and run.lease_expiry > now
+        )
     turn.put(
         Checkpoint(
             run_id=run.id,
@@ -186,11 +207,29 @@ def record_child(
         updated_at=now,
         search_attributes=dict(search_attributes or {}),
     )
+    if leased:
+        child = attrs.evolve(
+            child,
+            status="running",
+            lease_owner=run.lease_owner,
+            lease_expiry=run.lease_expiry,
+        )
     turn.ops.append(CreateRun(child))
     if controls is not None:
         turn.ops.extend(creation_ops(child_id, controls, now))
     turn.started_children.append(child)
     turn.wake_after.append(child_id)
+
+
+def leased_child(turn: TurnState, run_id: str, owner: str) -> Run | None:
+    """The run of a child ``turn`` started leased to ``owner`` (see
+    `record_child`), as created: what its first turn reads, as a turn that
+    took the lease would (a new child has no checkpoints). None for any
+    other run."""
+    for child in turn.started_children:
+        if child.id == run_id and child.lease_owner == owner and child.status == "running":
+            return child
+    return None
 
 
 def cancel_request(run_id: str, compensate: bool, now: float) -> UpdateRun:
@@ -201,3 +240,53 @@ def cancel_request(run_id: str, compensate: bool, now: float) -> UpdateRun:
         expect_status=ACTIVE_STATUSES,
         strict=False,
     )
+
+
+Barrier = Callable[["Store", Iterable[Checkpoint]], Awaitable[list[str]]]
+
+# Per engine: the fans whose pending members a child's end is counting, each
+# with whether another member ended since that count began.
+_counting: Final[weakref.WeakKeyDictionary[Runtime, dict[tuple[str, int, int], bool]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def member_ended(
+    rt: Runtime, settled: Checkpoint, barrier: Barrier = join_barrier
+) -> list[str]:
+    """The runs to wake after a child's end settled ``settled`` on its
+    parent: `join_barrier`, but the members of one fan that end while one
+    of them counts its pending members leave the count to that one, which
+    counts once more when it is done. The last count then begins after
+    every such end committed, so the parent is woken once it finds none
+    pending, as when each counts, but a thousand members ending together
+    cost a handful of counts instead of a thousand. ``barrier`` is the
+    join barrier to count with (the caller's own name for it).
+
+    Raises:
+      StoreError: A count failed (a member that left its count to this
+        one is then woken by the reconcile pass, as a lost wake is).
+    """
+    first, size = settled.parallel_group, settled.parallel_size
+    if (
+        first is None
+        or size is None
+        or settled.status == "pending"
+        or (settled.parallel_mode == "fail_fast" and settled.status == "failed")
+    ):
+        return await barrier(rt.store, [settled])
+    fans = _counting.setdefault(rt, {})
+    key = (settled.run_id, first, size)
+    if key in fans:
+        fans[key] = True
+        return []
+    fans[key] = False
+    try:
+        while True:
+            wakes = await barrier(rt.store, [settled])
+            if wakes or not fans[key]:
+                return wakes
+            # Members ended during the count: it may predate their writes.
+            fans[key] = False
+    finally:
+        del fans[key]

@@ -43,8 +43,16 @@ from ._published import Front
 from ._records import Run
 from ._run_messages import QueriesAndUpdates
 from ._run_queries import RunQueries
-from ._runs import Endings, await_end, create_run, new_run, outcome, with_search_attributes
+from ._runs import (
+    Endings,
+    await_end,
+    create_runs,
+    new_runs,
+    outcome,
+    with_search_attributes_all,
+)
 from ._schedules import ManagesSchedules
+from ._start_batch import StartBatcher
 from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import RunWatch, Store
@@ -109,6 +117,9 @@ class Client(
         # alone; elsewhere it reads the run again now and then.
         self._poll_interval = math.inf if announces_ends(store) else _RESULT_POLL_INTERVAL
         self._closed = False
+        # Starts that arrive together are written in one batch, by a task
+        # in the client's nursery (`open_client`).
+        self._starts: StartBatcher | None = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -184,21 +195,40 @@ class Client(
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
         search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[Any]:
+        [handle] = await self._start_many(
+            workflow, [args], [run_id], namespace, tags, timeout, search_attributes
+        )
+        return handle
+
+    async def _start_many(
+        self,
+        workflow: Workflow[..., Any] | str,
+        inputs: Sequence[tuple[Any, ...]],
+        run_ids: Sequence[str | None],
+        namespace: str,
+        tags: tuple[str, ...] | list[str],
+        timeout: float | None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None,
+    ) -> list[RunHandle[Any]]:
         self._check_open()
         timeout = check_timeout(timeout)
-        new = new_run(self.app, workflow, args, run_id, namespace, tags)
-        new = await with_search_attributes(
-            self.store, self.app, new, search_attributes, self.clock.now()
+        news = new_runs(self.app, workflow, inputs, run_ids, namespace, tags)
+        if not news:
+            return []
+        news = await with_search_attributes_all(
+            self.store, self.app, news, search_attributes, self.clock.now()
         )
-        timeout = timeout or workflow_timeout(self.app, new.workflow, new.version)
-        stored, _ = await create_run(
+        timeout = timeout or workflow_timeout(self.app, news[0].workflow, news[0].version)
+        results = await create_runs(
             self.store,
+            self._starts,
             self._rng,
             self.clock.now(),
-            new,
+            news,
             also=lambda run: [*self._wake([run]), *deadline_ops(run, timeout)],
+            read_first=timeout is not None,
         )
-        return RunHandle.of(stored, self)
+        return [RunHandle.of(stored, self) for stored, _ in results]
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
         """The run as stored now (see `Engine.get`).
@@ -412,6 +442,10 @@ async def open_client(
         thrown: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
+                client._starts = StartBatcher(
+                    store_obj, lambda: trio.ClosedResourceError("the client is closed")
+                )
+                await nursery.start(client._starts.serve, name="trio_durable client starts")
                 if isinstance(store_obj, RunWatch):
                     await nursery.start(
                         keep_watching,

@@ -502,9 +502,10 @@ class Context(
 
         Member ``i`` has the id ``<this run>.all.<first seq>.<i>`` and is
         called with ``inputs[i]`` as its one argument. Each member takes one
-        seq, reserved up front. With ``concurrency``,
-        members start in waves of that size, each once the previous one
-        drained. The parent resumes once per wave, not once per member.
+        seq, reserved up front. With ``concurrency``, at most that many
+        members run at a time, in a sliding window: as soon as one ends,
+        the waiting member of lowest index starts. The parent resumes once
+        the fan ended, not once per member (see docs/fan-windows.md).
 
         Args:
           mode: ``"fail_fast"`` raises at the first failure and cancels the

@@ -196,8 +196,10 @@ class Dispatcher:
         messages: list[Outgoing] = []
         own: list[Task] = []
         for task in tasks:
+            if task.reply_to != self._results_queue:
+                task = attrs.evolve(task, reply_to=self._results_queue)
             message = task_message(
-                attrs.evolve(task, reply_to=self._results_queue),
+                task,
                 broker_queue(
                     task.route, () if task.kind == "decision" else self._requires(task.step)
                 ),

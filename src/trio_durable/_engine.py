@@ -32,7 +32,7 @@ from ._records import (
 )
 from ._run_messages import QueriesAndUpdates, engine_front_of
 from ._run_queries import RunQueries
-from ._runs import await_end, outcome, start_run
+from ._runs import await_end, outcome, start_run, start_runs
 from ._runtime import EngineStatistics, Runtime
 from ._scheduler import drain
 from ._schedules import ManagesSchedules
@@ -154,6 +154,21 @@ class Engine(
             ),
             self,
         )
+
+    async def _start_many(
+        self,
+        workflow: Workflow[..., Any] | str,
+        inputs: Sequence[tuple[Any, ...]],
+        run_ids: Sequence[str | None],
+        namespace: str,
+        tags: tuple[str, ...] | list[str],
+        timeout: float | None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None,
+    ) -> list[RunHandle[Any]]:
+        runs = await start_runs(
+            self._rt, workflow, inputs, run_ids, namespace, tags, timeout, search_attributes
+        )
+        return [RunHandle.of(run, self) for run in runs]
 
     async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
         """The run as stored now.

@@ -1,11 +1,16 @@
 """Fans: `Context.all` and `Context.all_settled` over child workflows or a
 remote step.
 
-A fan of N inputs reserves N seqs up front, one per member. Members start
-in waves (all at once, or ``concurrency`` at a time), each once the
-previous wave drained; the join barrier wakes the parent once per wave, not
-once per member. Member ``i`` is the child run ``<run>.all.<first seq>.<i>``
-or the remote step at seq ``first + i``.
+A fan of N inputs reserves N seqs up front, one per member, and records
+every member in its first turn. Without ``concurrency`` all start at once;
+with it, members take turns in a sliding window (see `_fan_window`): the
+first ``concurrency`` start at once, and member ``i`` ending starts member
+``i + concurrency``, outside the parent's turn. The join barrier wakes the
+parent once the last member ended, not once per member. Member ``i`` is the
+child run ``<run>.all.<first seq>.<i>`` or the remote step at seq
+``first + i``. Fans recorded in waves by earlier releases (a wave of
+``concurrency`` recorded at a time, each once the previous one drained)
+replay, and go on, in waves.
 
 A ``fail_fast`` fan freezes at its first failure: in one write, members
 still pending or never started are settled as failed with code
@@ -17,7 +22,7 @@ yet started never start. Child fans and step fans freeze with the same code.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, final
 
 import attrs
 import trio
@@ -29,13 +34,26 @@ from ._children import Failed, cancel_request, child_outcome, completion, record
 from ._decider import fan_command
 from ._dispatch import group_route
 from ._exceptions import UsageError
+from ._fan_window import FAN_CANCELLED as FAN_CANCELLED
+from ._fan_window import (
+    WINDOW_SCOPE,
+    Window,
+    lets_successor_start,
+    read_window,
+    waiting,
+    waiting_error,
+    window_key,
+)
 from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode
 from ._remote import StepPlanner
 from ._replay import Replay, Suspend, recorded_value
-from ._stores._ops import Op, SettleCheckpoint
+from ._stores._ops import ClaimCheckpoint, Op, PutValue, SettleCheckpoint
 
-FAN_CANCELLED: Final = "fan_cancelled"
-"""The error code of fan members a ``fail_fast`` fan cancelled."""
+RESCUE_FIRST: Final = 60.0
+"""Seconds after which a parent whose fan has members waiting looks for a
+start lost to a crash (see `_fan_window`), at the earliest."""
+RESCUE_CAP: Final = 3600.0
+"""Seconds between such looks, at the most (they back off until then)."""
 
 
 def check_fan_target(target: object) -> None:
@@ -114,29 +132,40 @@ async def _child_fan(
     total = len(inputs)
     members = [replay.recorded(first + i, wf.name, "child") for i in range(total)]
     fan_id = f"{replay.run.id}.all.{first}"
+    plan = _FanPlan(replay, first, total, concurrency, mode, members)
+    if plan.new_window():
+        # A key function of the run controls that fails on one member
+        # fails the fan before any member is recorded.
+        for i in range(total):
+            start_controls(wf, _serde.dump_args([inputs[i]]))
+        plan.record_window(version=wf.version)
+        for i in range(total):
+            if i < plan.width:
+                _start_child(replay, wf, (first, total, mode), i, inputs[i])
+            else:
+                input_json = _serde.dump_args([inputs[i]])
+                waiting_cp = plan.waiting_member(i, wf.name, "child", input_json)
+                replay.turn.put(attrs.evolve(waiting_cp, child_id=f"{fan_id}.{i}"))
+        raise Suspend("fan", plan.recheck(), watch=plan.watch)
     if mode == "fail_fast" and _any_failed(members):
-        members = await _freeze(replay, first, members, "child", wf.name)
-    elif any(cp is not None and cp.status == "pending" for cp in members):
-        raise Suspend("fan", watch=(first, first + total - 1))
+        members = await _freeze(replay, first, members, "child", wf.name, windowed=plan.windowed)
+    elif any(cp is not None and cp.status == "pending" for cp in members) or (
+        plan.windowed and None in members
+    ):
+        starts = await plan.rescue()
+        for i in starts:
+            _start_child(replay, wf, (first, total, mode), i, inputs[i])
+        raise Suspend("fan", plan.recheck(), watch=plan.watch)
     else:
+        # A fan recorded in waves by an earlier release goes on in waves.
         wave = _next_wave(members, concurrency)
         if wave:
-            # A key function of the run controls that fails on one member
-            # fails the fan before any member is recorded.
             for i in wave:
                 start_controls(wf, _serde.dump_args([inputs[i]]))
             for i in wave:
-                record_child(
-                    replay.turn,
-                    wf,
-                    first + i,
-                    f"{fan_id}.{i}",
-                    _serde.dump_args([inputs[i]]),
-                    replay.runtime.clock.now(),
-                    awaited=True,
-                    fan=(first, total, mode),
-                )
+                _start_child(replay, wf, (first, total, mode), i, inputs[i])
             raise Suspend("fan")
+    plan.ended()
     outcomes: list[Any] = []
     for i, cp in enumerate(members):
         assert cp is not None
@@ -145,6 +174,26 @@ async def _child_fan(
             outcome = attrs.evolve(outcome, id=cp.child_id or f"{fan_id}.{i}")
         outcomes.append(outcome)
     return outcomes
+
+
+def _start_child(
+    replay: Replay,
+    wf: Workflow[..., Any],
+    fan: tuple[int, int, FanMode],
+    i: int,
+    value: Any,
+) -> None:
+    first = fan[0]
+    record_child(
+        replay.turn,
+        wf,
+        first + i,
+        f"{replay.run.id}.all.{first}.{i}",
+        _serde.dump_args([value]),
+        replay.runtime.clock.now(),
+        awaited=True,
+        fan=fan,
+    )
 
 
 async def _step_fan(
@@ -156,28 +205,51 @@ async def _step_fan(
     first: int,
 ) -> list[Any]:
     total = len(inputs)
-    watch = (first, first + total - 1)
     members = [replay.recorded(first + i, step.name, "remote") for i in range(total)]
     fan_id = f"{replay.run.id}.all.{first}"
     planner = StepPlanner(replay, step)
+    plan = _FanPlan(replay, first, total, concurrency, mode, members)
+    if plan.new_window():
+        plan.record_window()
+        sent: list[Checkpoint] = []
+        for i in range(total):
+            input_json = _serde.dump_args([inputs[i]])
+            if i < plan.width:
+                sent.append(await planner.new(first + i, input_json, (first, total, mode)))
+            else:
+                waiting_cp = plan.waiting_member(i, step.name, "remote", input_json)
+                replay.turn.put(attrs.evolve(waiting_cp, attempts=1, group=planner.group_route))
+        raise Suspend("fan", plan.recheck(_earliest(sent)), watch=plan.watch)
     if not (mode == "fail_fast" and _any_failed(members)):
         for i, cp in enumerate(members):
-            if cp is not None and cp.status == "pending":
+            if cp is not None and cp.status == "pending" and not waiting(cp):
                 members[i] = await planner.drive(cp)
     if mode == "fail_fast" and _any_failed(members):
         route = group_route(step, replay.run.namespace)
-        members = await _freeze(replay, first, members, "remote", step.name, route)
+        members = await _freeze(
+            replay, first, members, "remote", step.name, route, windowed=plan.windowed
+        )
     else:
+        for i in await plan.rescue():
+            cp = members[i]
+            if cp is None:
+                input_json = _serde.dump_args([inputs[i]])
+                members[i] = await planner.new(first + i, input_json, (first, total, mode))
+            else:
+                members[i] = await _send_waiting(planner, cp)
         pending = [cp for cp in members if cp is not None and cp.status == "pending"]
         if pending:
-            raise Suspend("fan", _earliest(pending), watch=watch)
+            due = _earliest([cp for cp in pending if not waiting(cp)])
+            raise Suspend("fan", plan.recheck(due), watch=plan.watch)
+        # A fan recorded in waves by an earlier release goes on in waves.
         wave = _next_wave(members, concurrency)
         if wave:
             sent = [
                 await planner.new(first + i, _serde.dump_args([inputs[i]]), (first, total, mode))
                 for i in wave
             ]
-            raise Suspend("fan", _earliest(sent), watch=watch)
+            raise Suspend("fan", _earliest(sent), watch=plan.watch)
+    plan.ended()
     outcomes: list[Any] = []
     for i, cp in enumerate(members):
         assert cp is not None
@@ -187,6 +259,165 @@ async def _step_fan(
             error = cp.error or ErrorInfo(message="failed")
             outcomes.append(Failed(error.message, error.code, error.details, f"{fan_id}.{i}"))
     return outcomes
+
+
+@final
+class _FanPlan:
+    """How a fan with ``concurrency=`` moves on in this turn (see
+    `_fan_window`): a new fan records its window; a fan whose members wait
+    rescues the starts that were lost and suspends with a due time to look
+    again; a fan recorded in waves by an earlier release (members recorded
+    a wave at a time, none waiting) goes on in waves."""
+
+    def __init__(
+        self,
+        replay: Replay,
+        first: int,
+        total: int,
+        concurrency: int | None,
+        mode: FanMode,
+        members: list[Checkpoint | None],
+    ) -> None:
+        self.replay = replay
+        self.first = first
+        self.total = total
+        self.concurrency = concurrency
+        self.mode = mode
+        self.members = members
+        self.watch = (first, first + total - 1)
+        self.windowed = any(waiting(cp) for cp in members)
+        self.width = total if concurrency is None else min(concurrency, total)
+        self.key = window_key(replay.run.id, first)
+
+    def new_window(self) -> bool:
+        """Whether this is a new fan whose members take turns in a window."""
+        return self.width < self.total and all(cp is None for cp in self.members)
+
+    def record_window(self, *, version: str | None = None) -> None:
+        """Record the fan's window (before any member: it commits first)."""
+        run = self.replay.run
+        window = Window(
+            concurrency=self.width,
+            workflow=run.workflow,
+            namespace=run.namespace,
+            version=version,
+            next=self.width,
+            inflight=tuple(range(self.width)),
+        )
+        self.windowed = True
+        now = self.replay.runtime.clock.now()
+        self.replay.turn.ops.append(PutValue(WINDOW_SCOPE, self.key, window.dump(), now))
+
+    def waiting_member(
+        self, i: int, name: str, kind: CheckpointKind, input_json: str
+    ) -> Checkpoint:
+        now = self.replay.runtime.clock.now()
+        return Checkpoint(
+            run_id=self.replay.run.id,
+            seq=self.first + i,
+            name=name,
+            kind=kind,
+            input=input_json,
+            error=waiting_error(self.width),
+            parallel_group=self.first,
+            parallel_size=self.total,
+            parallel_mode=self.mode,
+            enqueued_at=now,
+        )
+
+    async def rescue(self) -> list[int]:
+        """The members to start in this turn: those owed to members in
+        flight that ended with no start made in their place (a start lost
+        to a crash between a member's end and the next one's start), and
+        those in flight but never recorded (a first turn cut off between
+        its chunked writes). The starts write the window as they read it,
+        so a start on its way elsewhere and these cannot both win."""
+        if not self.windowed:
+            return []
+        rt, members, run = self.replay.runtime, self.members, self.replay.run
+        stored = await rt.store.get_value(WINDOW_SCOPE, self.key)
+        window = read_window(stored)
+        if window is None:
+            # Lost with the members still waiting: read it off the members.
+            unstarted = [cp is None or waiting(cp) for cp in members]
+            next_ = len(members)
+            while next_ > 0 and unstarted[next_ - 1]:
+                next_ -= 1
+            window = Window(
+                concurrency=self.width,
+                workflow=run.workflow,
+                namespace=run.namespace,
+                next=next_,
+                inflight=tuple(
+                    i for i in range(next_) if not unstarted[i] and _pending(members[i])
+                ),
+            )
+        owed = [i for i in window.inflight if members[i] is None]
+        ended = [
+            i
+            for i in window.inflight
+            if (cp := members[i]) is not None and lets_successor_start(cp)
+        ]
+        slid, starts = window.slide(ended, self.total)
+        starts = [i for i in starts if members[i] is None or waiting(members[i])]
+        if owed or starts:
+            self.replay.turn.ops.append(
+                PutValue(
+                    WINDOW_SCOPE,
+                    self.key,
+                    slid.dump(),
+                    rt.clock.now(),
+                    expect_version=0 if stored is None else stored.version,
+                )
+            )
+        return [*owed, *starts]
+
+    def recheck(self, due: float | None = None) -> float | None:
+        """When the parent looks again: the earlier of ``due`` and, while
+        members wait, a look that only a start lost to a crash needs, so
+        it comes late and backs off: after `RESCUE_FIRST` seconds, then
+        after as long as the fan has waited, up to `RESCUE_CAP`."""
+        checkpoints = self.replay.turn.checkpoints
+        for seq in range(self.first + self.width, self.first + self.total):
+            cp = checkpoints.get(seq)
+            if waiting(cp):
+                assert cp is not None
+                now = self.replay.runtime.clock.now()
+                waited = 0.0 if cp.enqueued_at is None else now - cp.enqueued_at
+                look = now + min(max(RESCUE_FIRST, waited), RESCUE_CAP)
+                return look if due is None else min(due, look)
+        return due
+
+    def ended(self) -> None:
+        """The fan returns: its window value goes with the run's end."""
+        if self.width < self.total:
+            now = self.replay.runtime.clock.now()
+            self.replay.turn.end_ops.append(PutValue(WINDOW_SCOPE, self.key, None, now))
+
+
+async def _send_waiting(planner: StepPlanner, cp: Checkpoint) -> Checkpoint:
+    """Start a waiting member in the parent's turn (its task goes out once
+    the turn's writes commit), or park it if no worker can take it."""
+    rt, turn = planner.rt, planner.replay.turn
+    now = rt.clock.now()
+    gap = await planner.gap()
+    if gap is not None:
+        cp = attrs.evolve(
+            cp,
+            wake_at=now + rt.options.blocked_recheck,
+            error=ErrorInfo(message=gap, code="blocked"),
+        )
+    else:
+        cp = attrs.evolve(cp, error=None, started_at=now, wake_at=planner.lost_deadline(now))
+    turn.checkpoints[cp.seq] = cp
+    turn.ops.append(ClaimCheckpoint(cp))
+    if gap is None:
+        turn.dispatch.append((len(turn.ops) - 1, planner.task(cp, now)))
+    return cp
+
+
+def _pending(cp: Checkpoint | None) -> bool:
+    return cp is not None and cp.status == "pending"
 
 
 def _any_failed(members: list[Checkpoint | None]) -> bool:
@@ -220,6 +451,8 @@ async def _freeze(
     kind: CheckpointKind,
     name: str,
     route: str | None = None,
+    *,
+    windowed: bool = False,
 ) -> list[Checkpoint | None]:
     """End a ``fail_fast`` fan of ``kind`` (``child`` or ``remote``): settle
     every member still pending or not yet started as cancelled, and tell the
@@ -263,6 +496,9 @@ async def _freeze(
                 assert cp.child_id is not None
                 ops.append(cancel_request(cp.child_id, True, now))
     if ops:
+        if windowed:
+            # Starts on their way elsewhere, having read the window, fail.
+            ops.append(PutValue(WINDOW_SCOPE, window_key(replay.run.id, first), None, now))
         # Each pending member wrote a settle, and a child a cancel request.
         stride = 2 if kind == "child" else 1
         results = await rt.store.apply(ops)

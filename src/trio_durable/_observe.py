@@ -3,6 +3,7 @@ behind the Prometheus metrics (rendered by `trio_durable._prometheus`)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -141,6 +142,11 @@ class Metrics:
 
     def __init__(self) -> None:
         self._values: dict[tuple[str, Labels], float] = {}
+        # Turn durations by workflow: how many fell in each bucket (not
+        # cumulative; the last is +Inf), their sum and count. Kept apart
+        # from ``_values`` since a turn is counted twice per run at least;
+        # `samples` gives the cumulative buckets.
+        self._turns: dict[str, list[float]] = {}
 
     def count(self, event: Event) -> None:
         group, _, what = event.kind.partition(".")
@@ -176,16 +182,12 @@ class Metrics:
 
     def observe_turn(self, workflow: str, seconds: float) -> None:
         """Count a turn of a run of ``workflow`` that took ``seconds``."""
-        name = "trio_durable_turn_duration_seconds"
-        for bound in (*TURN_BUCKETS, math.inf):
-            # Every bucket gets a sample, empty ones too (0 added).
-            self._add(
-                name + "_bucket",
-                (("workflow", workflow), ("le", _bound(bound))),
-                1.0 if seconds <= bound else 0.0,
-            )
-        self._add(name + "_sum", (("workflow", workflow),), seconds)
-        self._add(name + "_count", (("workflow", workflow),))
+        counts = self._turns.get(workflow)
+        if counts is None:
+            counts = self._turns[workflow] = [0.0] * (len(TURN_BUCKETS) + 3)
+        counts[bisect.bisect_left(TURN_BUCKETS, seconds)] += 1.0
+        counts[-2] += seconds
+        counts[-1] += 1.0
 
     def _add(self, name: str, labels: Labels, amount: float = 1.0) -> None:
         key = (name, labels)
@@ -193,4 +195,14 @@ class Metrics:
 
     def samples(self) -> dict[tuple[str, Labels], float]:
         """Every sample counted so far: (name, labels) to value."""
-        return dict(self._values)
+        samples = dict(self._values)
+        name = "trio_durable_turn_duration_seconds"
+        for workflow, counts in self._turns.items():
+            # Every bucket gets a sample, empty ones too.
+            total = 0.0
+            for bound, count in zip((*TURN_BUCKETS, math.inf), counts, strict=False):
+                total += count
+                samples[(name + "_bucket", (("workflow", workflow), ("le", _bound(bound))))] = total
+            samples[(name + "_sum", (("workflow", workflow),))] = counts[-2]
+            samples[(name + "_count", (("workflow", workflow),))] = counts[-1]
+        return samples

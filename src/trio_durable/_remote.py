@@ -111,6 +111,7 @@ class StepPlanner:
             dispatched_at=now,
             queue=None if self.flow is None else self.flow.name,
             priority=max(0, min(9, self.priority)),
+            reply_to=self.rt.results_queue,
         )
 
     async def new(
@@ -123,6 +124,8 @@ class StepPlanner:
     ) -> Checkpoint:
         """Record a new member and, if a worker can take it, its first task."""
         now = self.rt.clock.now()
+        gap = await self.gap()
+        sent = gap is None and self.flow is None
         cp = Checkpoint(
             run_id=self.replay.run.id,
             seq=seq,
@@ -136,8 +139,10 @@ class StepPlanner:
             parallel_size=fan[1] if fan else None,
             parallel_mode=fan[2] if fan else None,
             enqueued_at=now,
+            # Sent at once (made so here rather than copied below).
+            started_at=now if sent else None,
+            wake_at=self.lost_deadline(now) if sent else None,
         )
-        gap = await self.gap()
         turn = self.replay.turn
         if gap is not None:
             cp = self._parked(cp, gap, now)
@@ -145,7 +150,6 @@ class StepPlanner:
         elif self.flow is not None:
             return await self._admit(cp, now)
         else:
-            cp = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now))
             turn.put(cp)
             turn.dispatch.append((len(turn.ops) - 1, self.task(cp, now)))
         return cp
@@ -407,11 +411,17 @@ async def remote_step(
         dedup_key,
     )
     suspend_if_paused(cp)
+    # Whether some attempt of the step may have been out while this turn
+    # held the lease (then its result may have settled it unseen: the
+    # suspend looks once more). Not for a step this turn records: its
+    # first attempt goes out only once the turn's write gave the lease back.
+    watch: tuple[int, int] | None = (seq, seq)
     if cp is None:
         undo = None if compensation is None else replay.runtime.app.get_step(compensation)
         input_json = _serde.check_step_args(step, args, undo)
         await pause_before(replay, seq, step, "remote", input_json, compensation)
         cp = await planner.new(seq, input_json, None, compensation=compensation)
+        watch = None
     elif marked(cp, CONTINUED):
         # Continued past a breakpoint: recorded afresh and sent, as if new.
         cp = await planner.new(seq, cp.input or "[]", None, compensation=cp.compensation)
@@ -421,7 +431,7 @@ async def remote_step(
         return recorded_value(step, cp)
     if cp.status == "failed":
         raise step_failure(cp)
-    raise Suspend("remote", cp.wake_at, watch=(seq, seq), admission=seq if _in_line(cp) else None)
+    raise Suspend("remote", cp.wake_at, watch=watch, admission=seq if _in_line(cp) else None)
 
 
 def _reserved(cp: Checkpoint) -> bool:

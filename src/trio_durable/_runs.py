@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 import attrs
 import trio
@@ -35,12 +35,12 @@ from ._exceptions import (
 )
 from ._handoff import output_source
 from ._lifecycle import check_timeout, deadline_checkpoint, deadline_ops, workflow_timeout
-from ._options import check_id
 from ._records import DEADLINE_SEQ, LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo, Run
 from ._replay import TurnState
 from ._search_attributes import start_attributes
+from ._start_batch import StartBatcher, create_batched, derive_id, prepare_run
 from ._start_controls import create_controlled
-from ._stores._base import ChangeFeed
+from ._stores._base import ChangeFeed, offers
 from ._stores._ops import CreateRun
 
 if TYPE_CHECKING:
@@ -114,6 +114,25 @@ async def start_run(
     search_attributes: Mapping[str, Any] | None = None,
 ) -> Run:
     """`Engine.start`: the run as stored, created and woken here if new."""
+    [stored] = await start_runs(
+        rt, workflow, [args], [run_id], namespace, tags, timeout, search_attributes
+    )
+    return stored
+
+
+async def start_runs(
+    rt: Runtime,
+    workflow: Workflow[..., Any] | str,
+    inputs: Sequence[tuple[Any, ...]],
+    run_ids: Sequence[str | None],
+    namespace: str,
+    tags: tuple[str, ...] | list[str],
+    timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+    search_attributes: Mapping[str, Any] | None = None,
+) -> list[Run]:
+    """`Engine.start` and `Engine.start_many`: the runs as stored, in
+    order, created (in one batch of the engine's `StartBatcher` unless the
+    workflow has run controls) and woken here if new."""
     rt.scheduler.check_open()
     timeout = check_timeout(timeout)
     app: App | None = rt.app
@@ -130,22 +149,30 @@ async def start_run(
                 f"no workflow {workflow!r} in app {rt.app.name!r}, and no live worker announces it"
             )
         app = None
-    new = new_run(app, workflow, args, run_id, namespace, tags)
-    new = await with_search_attributes(rt.store, rt.app, new, search_attributes, rt.clock.now())
-    timeout = timeout or workflow_timeout(app, new.workflow, new.version)
-    # The run is created leased to this engine, so its first turn needs no
+    news = new_runs(app, workflow, inputs, run_ids, namespace, tags)
+    if not news:
+        return []
+    news = await with_search_attributes_all(
+        rt.store, rt.app, news, search_attributes, rt.clock.now()
+    )
+    timeout = timeout or workflow_timeout(app, news[0].workflow, news[0].version)
+    # A run is created leased to this engine, so its first turn needs no
     # write of its own; if this engine dies, the lease lapses and any
     # engine takes the run over.
-    stored, created = await create_run(
+    results = await create_runs(
         rt.store,
+        rt.starts,
         rt.rng,
         rt.clock.now(),
-        new,
+        news,
         owner=rt.engine_id,
         lease_ttl=rt.options.lease_ttl,
         also=lambda run: deadline_ops(run, timeout),
+        read_first=timeout is not None,
     )
-    if created:
+    for new, (stored, created) in zip(news, results, strict=True):
+        if not created:
+            continue
         rt.telemetry.emit_run("run.started", stored)
         # A run created with its admission reads it in its first turn.
         initial = None
@@ -155,7 +182,99 @@ async def start_run(
             )
             initial = TurnState(run=stored, checkpoints=checkpoints)
         rt.scheduler.wake(stored.id, initial=initial)
-    return stored
+    return [stored for stored, _ in results]
+
+
+async def create_runs(
+    store: Store,
+    batcher: StartBatcher | None,
+    rng: random.Random,
+    now: float,
+    news: Sequence[NewRun],
+    *,
+    owner: str | None = None,
+    lease_ttl: float = 0.0,
+    also: Callable[[Run], Sequence[Op]] = lambda run: (),
+    read_first: bool = False,
+) -> list[tuple[Run, bool]]:
+    """`create_run` for each of ``news``, in order: in one batch of
+    ``batcher`` (or one `Store.apply` without one), unless the workflow
+    has run controls, whose keys are claimed one run after another.
+
+    ``read_first`` says that ``also`` writes what must not reach a run
+    that exists (see `create_batched`).
+    """
+    if news[0].controls is not None:
+        return [
+            await create_run(store, rng, now, new, owner=owner, lease_ttl=lease_ttl, also=also)
+            for new in news
+        ]
+    pairs = [(new, prepare_run(new, rng, now, owner=owner, lease_ttl=lease_ttl)) for new in news]
+    return await create_batched(
+        batcher,
+        store,
+        rng,
+        pairs,
+        also,
+        # A start by id of a run that exists writes nothing (and many
+        # starts write none if one id conflicts): ids given are looked up
+        # first. A derived id is new but for a seed used again, which its
+        # write finds.
+        read_first=read_first or any(new.run_id is not None for new in news),
+        check=lambda new, run: _same_workflow(run, new.workflow, new.namespace),
+    )
+
+
+def new_runs(
+    app: App | None,
+    workflow: Workflow[..., Any] | str,
+    inputs: Sequence[tuple[Any, ...]],
+    run_ids: Sequence[str | None],
+    namespace: str,
+    tags: tuple[str, ...] | list[str],
+) -> list[NewRun]:
+    """`new_run` for each of ``inputs`` (with the id of ``run_ids`` at its
+    index); every input is checked before any is written.
+
+    Raises:
+      UsageError: ``inputs`` is not a sequence of tuples, or ``run_ids``
+        is not one id (or None) per input.
+    """
+    if isinstance(inputs, str | bytes) or not isinstance(inputs, Sequence):
+        raise UsageError(f"inputs must be a sequence of argument tuples, not {inputs!r}")
+    if len(run_ids) != len(inputs):
+        raise UsageError(f"run_ids must hold one id per input ({len(inputs)}), not {len(run_ids)}")
+    news = []
+    for args in inputs:
+        if not isinstance(args, tuple):
+            raise UsageError(
+                f"each input is the tuple of one run's arguments, not {args!r} (write ({args!r},))"
+            )
+    for args, run_id in zip(inputs, run_ids, strict=True):
+        news.append(new_run(app, workflow, args, run_id, namespace, tags))
+    return news
+
+
+async def with_search_attributes_all(
+    store: Store, app: App | None, news: list[NewRun], attributes: object, now: float
+) -> list[NewRun]:
+    """``news`` with their (shared) search attributes checked once."""
+    if not news:
+        return news
+    first = await with_search_attributes(store, app, news[0], attributes, now)
+    if first is news[0]:
+        return news
+    return [
+        first,
+        *(
+            attrs.evolve(
+                new,
+                search_attributes=first.search_attributes,
+                search_records=first.search_records,
+            )
+            for new in news[1:]
+        ),
+    ]
 
 
 @final
@@ -257,37 +376,16 @@ async def create_run(
         namespace.
       UsageError: The id, namespace or tags are malformed.
     """
-    run_id = new.run_id
-    generated = run_id is None
-    if run_id is None:
-        run_id = f"{new.workflow}-{rng.getrandbits(64):016x}"
-    check_id("run_id", run_id)
-    check_id("namespace", new.namespace)
-    tag_tuple = tuple(new.tags)
-    if not all(isinstance(tag, str) for tag in tag_tuple):
-        raise UsageError(f"tags must be strings, not {new.tags!r}")
-    existing = await store.get_run(run_id)
+    generated = new.run_id is None
+    run = prepare_run(new, rng, now, owner=owner, lease_ttl=lease_ttl)
+    existing = await store.get_run(run.id)
     while generated and existing is not None:
         # A derived id must name a new run: with a fixed seed, an engine
         # restarted on the same store derives the same ids again.
-        run_id = f"{new.workflow}-{rng.getrandbits(64):016x}"
-        existing = await store.get_run(run_id)
+        run = attrs.evolve(run, id=derive_id(new.workflow, rng))
+        existing = await store.get_run(run.id)
     if existing is not None:
         return _same_workflow(existing, new.workflow, new.namespace), False
-    run = Run(
-        id=run_id,
-        workflow=new.workflow,
-        version=new.version,
-        namespace=new.namespace,
-        status="pending" if owner is None else "running",
-        input=new.input,
-        tags=tag_tuple,
-        search_attributes=dict(new.search_attributes),
-        lease_owner=owner,
-        lease_expiry=None if owner is None else now + lease_ttl,
-        created_at=now,
-        updated_at=now,
-    )
     with_run = [*also(run), *new.search_records]
     if new.controls is not None:
         stored, created = await create_controlled(store, run, new.controls, with_run)
@@ -324,12 +422,12 @@ async def await_end(
     it ends here or elsewhere, and the store is read again at least every
     ``poll_interval`` seconds (`math.inf`: only when told)."""
     while True:
-        if isinstance(store, ChangeFeed):
+        if offers(store, ChangeFeed):
             run = await read()
             if run.status in TERMINAL_STATUSES:
                 return run
             # Every writer shares this process: wait for the change itself.
-            await store.run_end_event(run_id).wait()
+            await cast("ChangeFeed", store).run_end_event(run_id).wait()
             continue
         # Registered before the read: a run that ends while the read is in
         # flight still sets it (registered after, the end would go unseen

@@ -28,8 +28,9 @@ from ._brokers._base import RESULTS
 from ._catalogue import Catalogue
 from ._clock import Clock
 from ._dispatch import Dispatcher
-from ._exceptions import StoreError
+from ._exceptions import EngineClosedError, StoreError
 from ._learned import Learned
+from ._leases import LeaseKeeper
 from ._observe import Event, EventHub, EventKind, Metrics
 from ._open_worker import open_worker
 from ._poller import poll_due, reconcile_stalled
@@ -40,6 +41,7 @@ from ._schedule_ticker import ScheduleTicker, tick_schedules
 from ._scheduler import Scheduler
 from ._sent import SentTasks
 from ._settle import consume_results
+from ._start_batch import StartBatcher
 from ._stores._base import RunWatch
 from ._stores._ops import ReleaseRun
 from ._streams import StreamWaiters
@@ -77,6 +79,8 @@ class EngineStatistics:
         their signature did not match.
       rejected_unknown_key: With ``signing=``, result messages rejected
         because they were signed with a key id not in the ring.
+      wakes_coalesced: Wakes of a run whose turn was queued and had not
+        begun reading it: that turn reads what woke it, so none was added.
     """
 
     turns: int = 0
@@ -87,6 +91,7 @@ class EngineStatistics:
     rejected_unsigned: int = 0
     rejected_forged: int = 0
     rejected_unknown_key: int = 0
+    wakes_coalesced: int = 0
 
 
 @final
@@ -150,6 +155,8 @@ class Runtime:
       blobs: The blob store payloads over the threshold go to, if any
         (docs/large-payloads.md).
       streams: The readers of runs' streams waiting for new values.
+      leases: Renews the leases of the turns in flight.
+      starts: Writes the runs of starts that arrive together in one batch.
     """
 
     app: App
@@ -176,6 +183,8 @@ class Runtime:
     schedules: ScheduleTicker = attrs.field(factory=ScheduleTicker)
     blobs: Blobs | None = None
     streams: StreamWaiters = attrs.field(factory=StreamWaiters)
+    leases: LeaseKeeper = attrs.field(init=False)
+    starts: StartBatcher = attrs.field(init=False)
 
 
 @asynccontextmanager
@@ -211,6 +220,8 @@ async def open_runtime(
                 )
                 rt.sent.join()
                 joined = rt.sent
+                nursery.start_soon(rt.leases.keep, name="trio_durable lease keeper")
+                await nursery.start(rt.starts.serve, name="trio_durable starts")
                 if isinstance(store, RunWatch):
                     await nursery.start(
                         keep_watching,
@@ -332,7 +343,9 @@ def _assemble(
     rt.dispatcher.learned = rt.learned
     rt.catalogue = Catalogue(broker)
     rt.scheduler = Scheduler(nursery, Turns(rt), telemetry.stats)
+    rt.leases = LeaseKeeper(store, engine_id, options.lease_ttl, clock)
     rt.nursery = nursery
+    rt.starts = StartBatcher(store, lambda: EngineClosedError("the engine is closed"))
     return rt
 
 

@@ -44,6 +44,9 @@ class Slot:
     # The first turn of a run this engine just created (and leased) starts
     # from what it wrote, instead of reading it back.
     initial: TurnState | None = None
+    # Whether a turn began reading the run: a wake before that needs no
+    # turn of its own, since the turn about to begin reads what woke it.
+    began: bool = False
 
 
 class TurnRunner(Protocol):
@@ -170,7 +173,10 @@ class Scheduler:
             return
         slot = self._slots.get(run_id)
         if slot is not None:
-            slot.again = True
+            if slot.began or slot.initial is not None:
+                slot.again = True
+            else:
+                self._stats.wakes_coalesced += 1
             return
         self._slots[run_id] = Slot(initial=initial)
         if self._idle.is_set():
@@ -190,6 +196,7 @@ class Scheduler:
         try:
             while True:
                 slot.again = False
+                slot.began = True
                 try:
                     await self._turns.run(run_id, slot)
                     failures = 0

@@ -72,6 +72,21 @@ checker.register_structure_hook(
 )
 
 
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""Compact JSON, made once (``json.dumps`` with options makes one per call)."""
+
+_SCALARS: Final[frozenset[type]] = frozenset({str, int, float, bool, type(None)})
+"""Types a payload value of which is its own plain JSON value: the converter
+leaves it as it is, and JSON gives it back equal and of the same type."""
+
+_ACCEPTS: Final[dict[Any, Callable[[Any], bool]]] = {
+    str: lambda v: isinstance(v, str),
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+}
+"""What ``checker`` accepts for a parameter of these types (see `checker`)."""
+
 MAX_NESTING: Final = 200
 """How deeply lists and objects may nest in a payload.
 
@@ -122,7 +137,7 @@ def dumps(value: Any) -> str:
     """
     try:
         plain = converter.unstructure(value)
-        text = json.dumps(plain, separators=(",", ":"), allow_nan=False)
+        text = _ENCODER.encode(plain)
     except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(f"cannot serialize {type(value).__name__}: {exc}") from exc
     if nesting_exceeds(plain, text):
@@ -149,6 +164,8 @@ def structure(plain: Any, type_: Any = Any) -> Any:
     """
     if type_ is Any or type_ is object or type_ is inspect.Parameter.empty:
         return plain
+    if type(plain) is type_ and type_ in _SCALARS:
+        return plain  # what the converter gives back: the value itself
     try:
         return converter.structure(plain, type_)
     except Exception as exc:
@@ -179,6 +196,12 @@ def signature_types(fn: Callable[..., Any], skip: int = 0) -> tuple[list[Any], A
 
 def dump_args(args: Sequence[Any]) -> str:
     """Positional arguments as the JSON text of a list."""
+    if all(type(arg) in _SCALARS for arg in args):
+        # Plain already: no converter, and no nesting to measure.
+        try:
+            return _ENCODER.encode(list(args))
+        except ValueError:
+            pass  # a float that is not finite: `dumps` says so
     return dumps(list(args))
 
 
@@ -219,8 +242,15 @@ def check_call(fn: Callable[..., Any], args: Sequence[Any], *, skip: int, target
             target=target,
         )
     text = dump_args(args)
-    plain = json.loads(text)
     types, _ = signature_types(fn, skip)
+    if all(type(arg) in _SCALARS for arg in args) and all(
+        type_ is Any or type_ is object or _ACCEPTS.get(type_, _never)(arg)
+        for arg, type_ in zip(args, types, strict=False)
+    ):
+        # Every input is plain JSON (as it reads back) and of its declared
+        # type: the checks below would pass.
+        return text
+    plain = json.loads(text)
     # Only the named parameters declare a type here (as at replay, see
     # `load_args`): inputs past them, into ``*args``, go unchecked.
     for index, (name, type_) in enumerate(zip(names, types, strict=True)):
@@ -252,6 +282,10 @@ def check_call(fn: Callable[..., Any], args: Sequence[Any], *, skip: int, target
                 parameter=name,
             ) from exc
     return text
+
+
+def _never(_: Any) -> bool:
+    return False
 
 
 def check_step_args(

@@ -26,6 +26,7 @@ from ._blob_wire import resolve_result
 from ._blobs import is_reference
 from ._brokers._base import BrokerError, Consumer, Delivery
 from ._exceptions import StoreError
+from ._fan_window import advance_windows
 from ._fans import FAN_CANCELLED
 from ._learned import queue_of, step_of
 from ._observe import Event, EventKind
@@ -247,6 +248,8 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
     # nothing and wake nobody; a fan count the barrier cannot make wakes
     # the run all the same.
     changed = [outcome for outcome in outcomes if isinstance(outcome, Checkpoint)]
+    # Members that ended start their successors in fans with a window.
+    await advance_windows(rt, changed)
     wakes = dict.fromkeys(await join_barrier(rt.store, changed, wake_if_uncounted=True))
     for run_id, _ in admitted:
         wakes[run_id] = None

@@ -1,4 +1,5 @@
-"""`StartsRuns`: the typed `start` that `Engine` and `Client` share.
+"""`StartsRuns`: the typed `start` and `start_many` that `Engine` and
+`Client` share.
 
 Python's typing cannot say "any number of inputs, each checked against the
 workflow's parameters" once, so `start` has one overload per count of
@@ -8,10 +9,11 @@ started (`StartsRuns._start`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Concatenate, overload
 
 from ._app import A1, A2, A3, A4, A5, P, R, Workflow
+from ._exceptions import UsageError
 from ._handle import RunHandle
 from ._records import DEFAULT_NAMESPACE
 
@@ -29,6 +31,18 @@ class StartsRuns:
         timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
         search_attributes: Mapping[str, Any] | None = None,
     ) -> RunHandle[Any]:
+        raise NotImplementedError
+
+    async def _start_many(
+        self,
+        workflow: Workflow[..., Any] | str,
+        inputs: Sequence[tuple[Any, ...]],
+        run_ids: Sequence[str | None],
+        namespace: str,
+        tags: tuple[str, ...] | list[str],
+        timeout: float | None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None,
+    ) -> list[RunHandle[Any]]:
         raise NotImplementedError
 
     @overload
@@ -207,4 +221,95 @@ class StartsRuns:
         """
         return await self._start(
             workflow, args, run_id, namespace, tags, timeout, search_attributes=search_attributes
+        )
+
+    @overload
+    async def start_many(
+        self,
+        workflow: Workflow[..., R],
+        inputs: Sequence[tuple[Any, ...]],
+        /,
+        *,
+        run_ids: Sequence[str] | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
+    ) -> list[RunHandle[R]]: ...
+
+    @overload
+    async def start_many(
+        self,
+        workflow: str,
+        inputs: Sequence[tuple[Any, ...]],
+        /,
+        *,
+        run_ids: Sequence[str] | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
+    ) -> list[RunHandle[Any]]: ...
+
+    async def start_many(
+        self,
+        workflow: Workflow[..., Any] | str,
+        inputs: Sequence[tuple[Any, ...]],
+        /,
+        *,
+        run_ids: Sequence[str] | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+        timeout: float | None = None,  # noqa: ASYNC109 (a durable deadline)
+        search_attributes: Mapping[str, Any] | None = None,
+    ) -> list[RunHandle[Any]]:
+        """Start one run of ``workflow`` per item of ``inputs``, in one
+        durable write.
+
+        Each item is the tuple of one run's positional arguments (``(x,)``
+        for a workflow of one parameter). Every input is checked, and
+        every id, before anything is written; then all the runs are
+        created in one batch (one transaction), so after a crash either
+        all of them exist or none does. Each run is otherwise started as
+        `start` starts it, with the same options for all.
+
+        Runs of a workflow with run controls (a concurrency key, a
+        singleton, a dedup key, a rate limit) claim their keys one by one,
+        as `start` does: they are written one after another, each on its
+        own, and a failure may leave the earlier ones started.
+
+        Args:
+          workflow: A registered workflow, or its name (see `start`).
+          inputs: One tuple of arguments per run.
+          run_ids: One id per input, or None to derive them. Idempotent by
+            id as `start` is: an id that exists returns its run, and
+            writes nothing for it; an id given twice names one run.
+          namespace: The tenant the runs belong to.
+          tags: Labels stored on each run.
+          timeout: Seconds each run may take from its start (see `start`).
+          search_attributes: The search attributes of each run (see
+            `start`).
+
+        Returns:
+          One `RunHandle` per input, in the order of ``inputs``.
+
+        Raises:
+          UsageError: ``inputs`` is not a sequence of tuples, ``run_ids``
+            does not hold one id per input, or an option is malformed;
+            nothing is written.
+          UnknownWorkflowError, InvalidArgumentsError, SerializationError,
+            SearchAttributeError: As for `start`, for any input; nothing
+            is written.
+          RunConflictError: An id belongs to a run of another workflow or
+            namespace; nothing is written.
+          StoreError: The store failed; nothing of the batch was written.
+        """
+        if run_ids is None:
+            ids: Sequence[str | None] = [None] * len(inputs) if isinstance(inputs, Sequence) else []
+        elif isinstance(run_ids, str) or not isinstance(run_ids, Sequence):
+            raise UsageError(f"run_ids must be a sequence of ids, not {run_ids!r}")
+        else:
+            ids = run_ids
+        return await self._start_many(
+            workflow, inputs, ids, namespace, tags, timeout, search_attributes
         )

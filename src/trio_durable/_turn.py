@@ -24,11 +24,12 @@ from ._admission import admit, let_in, release_ops
 from ._barrier import join_barrier
 from ._cancel_turn import deliver_cancel
 from ._cancellation import in_cleanup
-from ._children import cancel_request, completion
+from ._children import cancel_request, completion, leased_child, member_ended
 from ._context import Context
 from ._decision_turn import cancel_remote, decision_route, remote_turn
 from ._exceptions import LeaseLostError, NonDeterminismError, StoreError
 from ._failures import error_info
+from ._fan_window import advance_windows
 from ._handoff import follow_handoff, hand_off, on_error_routes_in_doubt
 from ._on_error import RETIRED_PREFIX, active_handoff, pick_on_error_route
 from ._records import (
@@ -103,10 +104,13 @@ class Turns:
         telemetry = rt.telemetry
         telemetry.leases += 1
         try:
-            with rt.tracing.span(
-                f"turn {run.workflow}",
-                attributes(run_id=run.id, workflow=run.workflow, namespace=run.namespace),
-            ):
+            if rt.tracing.enabled:
+                with rt.tracing.span(
+                    f"turn {run.workflow}",
+                    attributes(run_id=run.id, workflow=run.workflow, namespace=run.namespace),
+                ):
+                    await Turn(rt, state, slot, self._failed_writes).run(now)
+            else:
                 await Turn(rt, state, slot, self._failed_writes).run(now)
         finally:
             telemetry.leases -= 1
@@ -150,6 +154,7 @@ class Turns:
             found = await rt.store.get_checkpoints(run.parent_id, run.parent_seq, run.parent_seq)
             settled = found[0] if found else None
             if settled is not None and settled.status != "pending":
+                await advance_windows(rt, [settled])
                 for parent in await join_barrier(rt.store, [settled]):
                     rt.scheduler.wake(parent)
         if run is not None and run.done:
@@ -254,15 +259,16 @@ class Turn:
         replay = Replay(rt, state)
         ctx = Context(replay)
         outcome: tuple[str, Any] = ("interrupted", None)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._renew_lease)
+        held = rt.leases.hold(run.id, slot)
+        try:
             with trio.CancelScope(
                 deadline=lifecycle.body_deadline(state.checkpoints, now)
             ) as scope:
                 slot.body_scope = scope
                 outcome = await self._run_body(wf, ctx)
             slot.body_scope = None
-            nursery.cancel_scope.cancel()
+        finally:
+            await rt.leases.release(held)
         kind, value = outcome
         if kind in ("suspended", "completed") and state.nondeterminism is None:
             await apply_updates(self, replay, completed=kind == "completed")
@@ -314,23 +320,14 @@ class Turn:
         return ("completed", output)
 
     async def _renew_lease(self) -> None:
-        rt, run_id = self.runtime, self.state.run.id
-        while True:
-            await trio.sleep(rt.options.lease_ttl / 3)
-            now = rt.clock.now()
-            try:
-                held = await rt.store.try_lock_run(
-                    run_id, rt.engine_id, now + rt.options.lease_ttl, now
-                )
-            except StoreError as exc:
-                logger.warning("could not renew the lease of run %r: %s", run_id, exc)
-                continue
-            if not held:
-                # Another engine took the run over: this turn must write nothing.
-                logger.warning("lost the lease of run %r; abandoning its turn", run_id)
-                if self._slot.body_scope is not None:
-                    self._slot.body_scope.cancel()
-                return
+        """Keep the run's lease until cancelled (the engine's lease keeper
+        renews it; see `_leases`)."""
+        leases = self.runtime.leases
+        held = leases.hold(self.state.run.id, self._slot)
+        try:
+            await trio.sleep_forever()
+        finally:
+            await leases.release(held)
 
     def fence(self, changes: dict[str, Any], expect: frozenset[Any]) -> UpdateRun:
         """The write that changes the run as ``changes`` say and gives the
@@ -418,7 +415,9 @@ class Turn:
         for run_id in turn.cancelled_children:
             rt.scheduler.interrupt(run_id)
         for run_id in turn.wake_after:
-            rt.scheduler.wake(run_id)
+            leased = leased_child(turn, run_id, rt.engine_id)
+            initial = None if leased is None else TurnState(run=leased, checkpoints={})
+            rt.scheduler.wake(run_id, initial=initial)
         # What the turn itself decided (a lost step, a fail_fast fan that
         # froze its members, an attempt sent again) waits for no result.
         rt.sent.observed(turn.run.id, turn.checkpoints.values())
@@ -575,8 +574,12 @@ class Turn:
         if settles_parent:
             settled = results[-1]
             if settled is not None:
-                for parent in await join_barrier(rt.store, [settled]):
+                # Counted right after the write, so that members ending
+                # together count their fan a few times (`member_ended`);
+                # then the next member of a fan with a window starts.
+                for parent in await member_ended(rt, settled, join_barrier):
                     rt.scheduler.wake(parent)
+                await advance_windows(rt, [settled])
 
     async def _finish_cancel(self, *, compensated: bool = False) -> None:
         rt, turn = self.runtime, self.state

@@ -25,7 +25,7 @@ import trio
 from ._app import remote_body
 from ._exceptions import StoreError
 from ._records import LATEST_VERSION, Run
-from ._stores._base import ChangeFeed, RunWatch
+from ._stores._base import ChangeFeed, RunWatch, offers
 from ._stores._ops import Announce, AnnounceKind, Op
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ Deliver = Callable[[Sequence[Announce] | None], None]
 def announce(store: Store, origin: str, kind: AnnounceKind, runs: Sequence[Run]) -> list[Op]:
     """The operations that announce ``runs`` to the store's watchers (none
     for a store that is not a `RunWatch`)."""
-    if not isinstance(store, RunWatch):
+    if not offers(store, RunWatch):
         return []
     return [
         Announce(
@@ -60,7 +60,7 @@ def announces_ends(store: Store) -> bool:
     """Whether a run's end is announced: on a `RunWatch` store whose
     writers may live in other processes (a `ChangeFeed` store tells this
     process's callers of ``result`` itself)."""
-    return isinstance(store, RunWatch) and not isinstance(store, ChangeFeed)
+    return offers(store, RunWatch) and not offers(store, ChangeFeed)
 
 
 def serves(app: App, workflow: str | None, version: str | None) -> bool:

@@ -47,6 +47,9 @@ MAX_SECONDS: Final = 2.0**53
 """The largest time or timeout a message may carry, in seconds (past it, a
 float no longer tells one second from the next)."""
 
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""Compact JSON, made once (``json.dumps`` with options makes one per call)."""
+
 
 @final
 class WireError(TrioDurableError):
@@ -105,15 +108,32 @@ class Task:
     kind: MessageKind = "step"
 
     def encode(self) -> bytes:
-        data: dict[str, Any] = {"v": WIRE_VERSION, **attrs.asdict(self)}
-        data["input"] = json.loads(self.input)
+        head = {
+            "v": WIRE_VERSION,
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "attempt": self.attempt,
+            "step": self.step,
+            "workflow": self.workflow,
+            "route": self.route,
+        }
+        tail: dict[str, Any] = {
+            "timeout": self.timeout,
+            "dispatched_at": self.dispatched_at,
+            "queue": self.queue,
+            "reply_to": self.reply_to,
+            "priority": self.priority,
+        }
         # Left out when absent: a task without tracing is the bytes it was.
-        for key in ("traceparent", "tracestate"):
-            if data[key] is None:
-                del data[key]
-        if self.kind == "step":
-            del data["kind"]
-        return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+        if self.traceparent is not None:
+            tail["traceparent"] = self.traceparent
+        if self.tracestate is not None:
+            tail["tracestate"] = self.tracestate
+        if self.kind != "step":
+            tail["kind"] = self.kind
+        # The input is JSON text already (what the checkpoint holds): it goes
+        # in as it is, not parsed and written again.
+        return _spliced(head, "input", self.input, tail)
 
     @classmethod
     def decode(cls, body: bytes) -> Task:
@@ -140,7 +160,7 @@ class Task:
                 step=_name(data, "step"),
                 workflow=_name(data, "workflow", default=""),
                 route=_name(data, "route"),
-                input=json.dumps(arguments, separators=(",", ":"), allow_nan=False),
+                input=_ENCODER.encode(arguments),
                 timeout=None if timeout is None else _seconds(data, "timeout", positive=True),
                 dispatched_at=_seconds(data, "dispatched_at"),
                 queue=_optional_name(data, "queue"),
@@ -209,13 +229,33 @@ class Result:
     kind: MessageKind = "step"
 
     def encode(self) -> bytes:
-        data: dict[str, Any] = {"v": WIRE_VERSION, **attrs.asdict(self)}
-        data["output"] = None if self.output is None else json.loads(self.output)
-        if self.kind == "step":
-            del data["kind"]
-        if self.retry_in is None:
-            del data["retry_in"]
-        return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+        head = {
+            "v": WIRE_VERSION,
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "attempt": self.attempt,
+            "step": self.step,
+            "workflow": self.workflow,
+            "status": self.status,
+        }
+        tail: dict[str, Any] = {
+            "error": self.error,
+            "code": self.code,
+            "details": self.details,
+            "retryable": self.retryable,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "worker": self.worker,
+            "queue": self.queue,
+            "error_type": self.error_type,
+            "traceback": self.traceback,
+        }
+        if self.retry_in is not None:
+            tail["retry_in"] = self.retry_in
+        if self.kind != "step":
+            tail["kind"] = self.kind
+        # The output is JSON text already (as the worker serialized it).
+        return _spliced(head, "output", "null" if self.output is None else self.output, tail)
 
     @classmethod
     def decode(cls, body: bytes) -> Result:
@@ -244,11 +284,7 @@ class Result:
                 step=_name(data, "step"),
                 workflow=_name(data, "workflow", default=""),
                 status=status,
-                output=(
-                    None
-                    if status != "completed"
-                    else json.dumps(output, separators=(",", ":"), allow_nan=False)
-                ),
+                output=(None if status != "completed" else _ENCODER.encode(output)),
                 error=_text(data, "error"),
                 code=_text(data, "code"),
                 details=details,
@@ -267,6 +303,12 @@ class Result:
         except Exception as exc:
             # See Task.decode.
             raise WireError(f"not a result: {type(exc).__name__}: {exc}") from exc
+
+
+def _spliced(head: dict[str, Any], key: str, text: str, tail: dict[str, Any]) -> bytes:
+    """The JSON object of ``head``'s items, then ``key`` with the JSON text
+    ``text`` as its value, then ``tail``'s items (both non-empty)."""
+    return f"{_ENCODER.encode(head)[:-1]},{_ENCODER.encode(key)}:{text},{_ENCODER.encode(tail)[1:]}".encode()
 
 
 def _reject(reason: str) -> NoReturn:
@@ -301,11 +343,15 @@ def _parse_constant(name: str) -> NoReturn:
     raise WireError(f"{name} is not JSON")
 
 
+_DECODER: Final = json.JSONDecoder(parse_float=_parse_float, parse_constant=_parse_constant)
+
+
 def _object(body: bytes) -> dict[str, Any]:
     if not isinstance(body, bytes | bytearray):
         _reject(f"a message body is bytes, not {type(body).__name__}")
     try:
-        data = json.loads(body, parse_float=_parse_float, parse_constant=_parse_constant)
+        # What json.loads does with bytes, with a decoder made once.
+        data = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except WireError:
         raise
     except RecursionError:

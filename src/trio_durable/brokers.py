@@ -50,6 +50,7 @@ from ._brokers._base import is_broker_safe as is_broker_safe
 from ._brokers._bridge import DEFAULT_BRIDGE as DEFAULT_BRIDGE
 from ._brokers._bridge import Bridge as Bridge
 from ._brokers._bridge import BridgeMode as BridgeMode
+from ._brokers._bridge import BridgeStatistics as BridgeStatistics
 from ._brokers._bridge import Inbox as Inbox
 from ._brokers._bridge import OwnedTasks as OwnedTasks
 from ._brokers._bridge import bridge_mode as bridge_mode
@@ -72,6 +73,7 @@ __all__ = [
     "RESULTS",
     "Bridge",
     "BridgeMode",
+    "BridgeStatistics",
     "Broker",
     "BrokerError",
     "BrokerFaults",

@@ -10,6 +10,7 @@ single-operation forms of it. Every implementation passes the conformance suite,
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final, Protocol, final, runtime_checkable
 
@@ -356,3 +357,17 @@ class RunWatch(Protocol):
           StoreError: The store cannot be watched when it starts.
         """
         ...
+
+
+@functools.cache
+def _members(protocol: type) -> tuple[str, ...]:
+    return tuple(sorted(name for name in vars(protocol) if not name.startswith("_")))
+
+
+def offers(store: object, protocol: type) -> bool:
+    """``isinstance(store, protocol)`` for the optional store protocols
+    (`ChangeFeed`, `RunWatch`), whose members are all methods: whether
+    ``store`` has each of them, not None. The same answer, without the cost
+    of a runtime-checkable protocol's check, which the engine's hot path
+    would pay several times per run."""
+    return all(getattr(store, name, None) is not None for name in _members(protocol))

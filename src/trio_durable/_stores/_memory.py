@@ -500,11 +500,16 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
     ) -> list[Checkpoint]:
         await self._enter()
         table = self._checkpoints.get(run_id, {})
-        found = [
-            table[seq]
-            for seq in sorted(table)
-            if (from_seq is None or seq >= from_seq) and (to_seq is None or seq <= to_seq)
-        ]
+        if from_seq is not None and to_seq is not None and to_seq - from_seq < len(table):
+            # A narrow range (a fan's next members) is looked up, not sorted
+            # out of the whole run.
+            found = [table[seq] for seq in range(from_seq, to_seq + 1) if seq in table]
+        else:
+            found = [
+                table[seq]
+                for seq in sorted(table)
+                if (from_seq is None or seq >= from_seq) and (to_seq is None or seq <= to_seq)
+            ]
         self._stats.checkpoint_rows_read += len(found)
         return found
 

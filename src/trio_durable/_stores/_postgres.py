@@ -26,7 +26,7 @@ is in `._postgres_ops`; URL, connections and the schema in
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final, final
 
@@ -35,9 +35,20 @@ import psycopg.errors
 import trio
 
 from .._exceptions import InvalidURLError, StoreError
+from .._records import Run
 from .._urls import scrub
+from ._base import TurnState
 from ._group_commit import GroupCommit, Job
-from ._postgres_ops import DIALECT, LOCK_RUNS
+from ._ops import Op
+from ._postgres_batch import (
+    ApplyWork,
+    BeginTurnWork,
+    RunRead,
+    mergeable,
+    read_runs,
+    run_layered,
+)
+from ._postgres_ops import DIALECT, LOCK_RUNS, runs_written
 from ._postgres_schema import close_all, connect, open_first, parse_url
 from ._postgres_watch import watch_postgres
 from ._sql_store import SQLStore
@@ -65,6 +76,21 @@ def _is_transient(error: BaseException | None) -> bool:
     return isinstance(error, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure)
 
 
+class _CountingCursor(psycopg.Cursor[Any]):
+    """A cursor that counts the statements it sends: each a round trip
+    (an ``executemany`` is one: psycopg pipelines it)."""
+
+    sent = 0
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        self.sent += 1
+        return super().execute(*args, **kwargs)
+
+    def executemany(self, *args: Any, **kwargs: Any) -> None:
+        self.sent += 1
+        super().executemany(*args, **kwargs)
+
+
 @final
 class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
     """A `Store` in a PostgreSQL database, shared by any number of engines.
@@ -76,6 +102,8 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
       pool_size: How many connections (and worker threads) it uses at most.
       schema: The PostgreSQL schema holding its tables, or None for the
         connection's default search path.
+      round_trips: Statements sent to the server so far by the store's
+        calls (an ``executemany`` counts one), for benchmarks and tests.
     """
 
     def __init__(
@@ -99,6 +127,28 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
         self._limiter = trio.CapacityLimiter(pool_size)
         self._dialect = DIALECT
         self._commit = GroupCommit(self._trip, self._close, self._store_error, max_trips=pool_size)
+        self.round_trips = 0
+
+    # The calls whose jobs a trip can merge with others of their kind (see
+    # `._postgres_batch`); each also runs alone as `SQLStore`'s would.
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        work = ApplyWork(tuple(ops))
+        result: list[Any] = await self._commit.submit(
+            work, writes=True, runs=runs_written(work.ops)
+        )
+        return result
+
+    async def begin_turn(
+        self, run_id: str, owner: str, expiry: float, now: float
+    ) -> TurnState | None:
+        work = BeginTurnWork(run_id, owner, expiry, now)
+        state: TurnState | None = await self._commit.submit(work, writes=True, runs=(run_id,))
+        return state
+
+    async def get_run(self, run_id: str) -> Run | None:
+        run: Run | None = await self._commit.submit(RunRead(run_id), writes=False)
+        return run
 
     async def watch(
         self,
@@ -127,9 +177,10 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
         try:
             # Shielded: once taken, the jobs must run (or fail) as a whole.
             with trio.CancelScope(shield=True):
-                conn, committed = await trio.to_thread.run_sync(
+                conn, committed, sent = await trio.to_thread.run_sync(
                     self._run_trip, conn, jobs, limiter=self._limiter
                 )
+            self.round_trips += sent
         finally:
             if conn is not None:
                 self._idle.append(conn)
@@ -137,9 +188,10 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
 
     def _run_trip(
         self, conn: psycopg.Connection[Any] | None, jobs: list[Job[psycopg.Cursor[Any], Any]]
-    ) -> tuple[psycopg.Connection[Any] | None, bool]:
+    ) -> tuple[psycopg.Connection[Any] | None, bool, int]:
         """Run a trip's jobs (in a worker thread). Returns the connection if
-        it is still usable, and whether a transaction was committed."""
+        it is still usable, whether a transaction was committed, and the
+        statements sent."""
         if conn is None:
             try:
                 conn = connect(self._conninfo, self.schema)
@@ -151,10 +203,11 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
                 error.__cause__ = exc
                 for job in jobs:
                     job.fail(error)
-                return None, False
+                return None, False, 0
         committed = False
+        cur = _CountingCursor(conn)
         try:
-            committed = self._run_jobs(conn, jobs)
+            committed = self._run_jobs(conn, cur, jobs)
         except psycopg.Error as exc:
             # The trip broke as a whole (the connection dropped, the commit
             # failed): nothing of its transaction is known to be written.
@@ -164,11 +217,14 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
         if conn.closed or conn.broken:
             with suppress(psycopg.Error):
                 conn.close()
-            return None, committed
-        return conn, committed
+            return None, committed, cur.sent
+        return conn, committed, cur.sent
 
     def _run_jobs(
-        self, conn: psycopg.Connection[Any], jobs: list[Job[psycopg.Cursor[Any], Any]]
+        self,
+        conn: psycopg.Connection[Any],
+        cur: _CountingCursor,
+        jobs: list[Job[psycopg.Cursor[Any], Any]],
     ) -> bool:
         """Run the reads, then the writes in one transaction; return whether
         it was committed.
@@ -176,7 +232,6 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
         Raises:
           psycopg.Error: The connection or the transaction broke.
         """
-        cur = conn.cursor()
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             # Left behind by a trip whose connection broke mid-transaction.
             conn.rollback()
@@ -184,13 +239,29 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
         # committed rows, so a commit that fails below cannot have shown them
         # anything.
         pending: list[Job[psycopg.Cursor[Any], Any]] = []
+        run_reads: list[Job[psycopg.Cursor[Any], Any]] = []
         for job in jobs:
             if job.writes:
                 pending.append(job)
                 continue
+            if isinstance(job.work, RunRead):
+                run_reads.append(job)
+                continue
             if not job.run(cur):
                 _raise_if_disconnected(conn, job.error)
             job.done = True
+        if run_reads:
+            # Every run read of the trip in one statement.
+            try:
+                read_runs(cur, run_reads)
+            except psycopg.Error as exc:
+                _raise_if_disconnected(conn, exc)
+                for job in run_reads:
+                    job.fail(exc)
+            for job in run_reads:
+                job.done = True
+        if pending and mergeable(pending) and self._run_layered(conn, cur, pending):
+            return any(job.counts is not None for job in pending)
         retries = 0
         while pending:
             cur.execute("BEGIN")
@@ -237,6 +308,46 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
             failed.done = True
             pending.remove(failed)
         return False
+
+    def _run_layered(
+        self,
+        conn: psycopg.Connection[Any],
+        cur: psycopg.Cursor[Any],
+        pending: list[Job[psycopg.Cursor[Any], Any]],
+    ) -> bool:
+        """Run the write jobs in one transaction of few statements (see
+        `._postgres_batch`); return whether that answered them all. If not,
+        the transaction is rolled back and the jobs are left as they were,
+        for the one-by-one path.
+
+        Raises:
+          psycopg.Error: The connection or the transaction broke.
+        """
+        cur.execute("BEGIN")
+        try:
+            runs = sorted({run_id for job in pending for run_id in job.runs})
+            if runs:
+                cur.execute(LOCK_RUNS, (runs,))
+            answered = run_layered(cur, pending)
+        except psycopg.Error as exc:
+            _raise_if_disconnected(conn, exc)
+            if _is_transient(exc):
+                logger.warning(
+                    "a transaction of the PostgreSQL store at %s lost a race with another"
+                    " (%s); running it again",
+                    self.url,
+                    type(exc).__name__,
+                )
+            answered = False
+        if not answered:
+            cur.execute("ROLLBACK")
+            return False
+        if any(job.counts is not None for job in pending):
+            cur.execute("COMMIT")
+        else:
+            # Every batch found nothing to do: a rollback costs no fsync.
+            cur.execute("ROLLBACK")
+        return True
 
 
 @asynccontextmanager

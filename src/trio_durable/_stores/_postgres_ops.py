@@ -451,6 +451,10 @@ def _run_group(cur: psycopg.Cursor[Any], kind: type[Any], ops: list[Any]) -> lis
     return [None if row is None else load_checkpoint(row) for row in rows]
 
 
+run_group: Final = _run_group
+"""`_run_group`, for the layered trips of `._postgres_batch`."""
+
+
 def _checkpoint_row(cp: Checkpoint) -> tuple[Any, ...]:
     return (cp.run_id, cp.seq, *checkpoint_values(cp))
 

@@ -43,8 +43,8 @@ _RECONNECT_FIRST: Final = 0.05
 _RECONNECT_MAX: Final = 5.0
 
 
-def write_announcement(cur: psycopg.Cursor[Any], op: Announce) -> None:
-    """Apply an `Announce` (inside its batch's transaction)."""
+def announcement_payload(op: Announce) -> str:
+    """The ``NOTIFY`` payload of an `Announce`."""
     data = {"r": op.run_id, "k": op.kind, "w": op.workflow, "v": op.version, "o": op.origin}
     payload = json.dumps(data, separators=(",", ":"))
     if len(payload.encode()) > _PAYLOAD_LIMIT:
@@ -52,7 +52,12 @@ def write_announcement(cur: psycopg.Cursor[Any], op: Announce) -> None:
         # wakes the run, and those that lack it pass it on.
         data.update(w=None, v=None)
         payload = json.dumps(data, separators=(",", ":"))
-    cur.execute(_NOTIFY, (payload,))
+    return payload
+
+
+def write_announcement(cur: psycopg.Cursor[Any], op: Announce) -> None:
+    """Apply an `Announce` (inside its batch's transaction)."""
+    cur.execute(_NOTIFY, (announcement_payload(op),))
 
 
 def _listen(conninfo: str, schema: str | None) -> psycopg.Connection[Any]:

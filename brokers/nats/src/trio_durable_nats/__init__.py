@@ -8,8 +8,9 @@ through nats-py behind the asyncio bridge of `trio_durable.brokers`. See
 """
 
 from ._nats import NatsBroker as NatsBroker
-from ._nats import NatsConsumer as NatsConsumer
+from ._nats import NatsStatistics as NatsStatistics
 from ._nats import open_nats_broker as open_nats_broker
+from ._nats_consume import NatsConsumer as NatsConsumer
 from ._nats_url import DEAD_STREAM as DEAD_STREAM
 from ._nats_url import DEAD_SUBJECT as DEAD_SUBJECT
 from ._nats_url import RESULTS_STREAM as RESULTS_STREAM
@@ -33,6 +34,7 @@ __all__ = [
     "NatsBroker",
     "NatsConsumer",
     "NatsOptions",
+    "NatsStatistics",
     "open_nats_broker",
     "parse_nats_url",
     "stream_and_subject",

@@ -17,20 +17,22 @@ and the URL options are in `trio_durable_nats._nats_url`; see
 - key-value bucket ``TRIO_DURABLE_WORKERS``: one key per worker, written with
   a per-message TTL and its expiry time in the value.
 
-Every call into nats-py goes through `Bridge.run`, one crossing per batch;
-deliveries come back through an `Inbox`. nats-py and its errors stay inside
-this module: what leaves it is `BrokerUnavailable`, with the cause chained.
+Every call into nats-py goes through `Bridge.run`, one crossing per batch
+(publishes in `_nats_publish`, pulls and acks in `_nats_consume`);
+deliveries come back through an `Inbox`. This module holds the broker
+itself: connecting, dispatch, consumers, and worker descriptors. nats-py
+and its errors stay inside the adapter: what leaves it is
+`BrokerUnavailable`, with the cause chained.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar, final
 from urllib.parse import urlsplit
 
@@ -40,10 +42,9 @@ import trio
 from trio_durable.brokers import (
     Bridge,
     BridgeMode,
+    BridgeStatistics,
     BrokerUnavailable,
     Clock,
-    Delivery,
-    Inbox,
     Outgoing,
     OwnedTasks,
     PayloadTooLarge,
@@ -57,7 +58,6 @@ from trio_durable.brokers import (
 )
 
 from ._nats_url import (
-    DEAD_SUBJECT,
     WORKERS_BUCKET,
     NatsOptions,
     parse_nats_url,
@@ -70,25 +70,19 @@ try:
     import nats.errors
     import nats.js.errors
     from nats.aio.client import Client as NatsClient
-    from nats.aio.msg import Msg
     from nats.js import JetStreamContext
     from nats.js.kv import KeyValue
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("the NATS broker needs nats-py: pip install trio-durable-nats") from exc
 
 # After nats-py, whose absence the lines above name.
-from ._nats_setup import ensure_consumer, read_descriptors, set_up
+from ._nats_consume import NatsConsumer, Puller, open_nats_consumer
+from ._nats_publish import CLIENT_ERRORS, BatchPublisher, Outbox
+from ._nats_setup import read_descriptors, set_up
 
 logger = logging.getLogger("trio_durable.brokers.nats")
 
 T = TypeVar("T")
-
-PULL_EXPIRES: Final = 5.0
-"""How long (seconds) one pull request waits on the server for messages."""
-
-PULL_GRACE: Final = 2.0
-"""A pull request that neither delivered nor expired this long after its
-expiry was lost (the server restarted): ask again."""
 
 PURGE_MARKER_TTL: Final = 60
 """Seconds a withdrawn worker's purge marker stays in the bucket."""
@@ -99,182 +93,24 @@ adds to a body it sends again (a dead-letter copy), so that any body a
 dispatch accepted can also be dead-lettered: the server counts headers and
 body together."""
 
-# -- The asyncio side -----------------------------------------------------------------------
-#
-# Everything from here to the Trio classes runs on the bridge's asyncio loop.
-
-
-def _status(msg: Msg) -> str | None:
-    headers = msg.headers
-    if not headers:
-        return None
-    return headers.get("Status")
-
 
 @final
-class _Puller:
-    """One consumer's pull requests and deliveries, on the asyncio loop.
+@attrs.define(frozen=True, kw_only=True)
+class NatsStatistics:
+    """What a `NatsBroker` did so far, from `NatsBroker.statistics`.
 
-    It asks the server for at most as many messages as the consumer has room
-    for (``prefetch`` minus those it holds unacked minus those already asked
-    for), so the prefetch bounds what a consumer holds whatever the durable
-    consumer's other subscribers do.
+    Attributes:
+      bridge: Its bridge's crossings (see `trio_durable.brokers.BridgeStatistics`).
+      publish_batches: Batches of JetStream publishes (each one crossing and
+        one flush of the connection, its acknowledgements awaited together).
+      published: Messages those batches carried.
+      pull_requests: Pull requests its consumers sent (each asks for a batch).
     """
 
-    def __init__(
-        self,
-        nc: NatsClient,
-        stream: str,
-        consumer: str,
-        prefetch: int,
-        inbox: Inbox[Msg],
-        tasks: OwnedTasks,
-    ) -> None:
-        self._nc = nc
-        self._tasks = tasks
-        self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
-        self._prefetch = prefetch
-        self._inbox = inbox
-        self._deliver = nc.new_inbox()
-        self._held = 0
-        self._requested = 0
-        self._closing = False
-        self._wake = asyncio.Event()
-        self._last_activity = 0.0
-        self._sub: Any = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._sub = await self._nc.subscribe(self._deliver, cb=self._on_message)
-        self._task = self._tasks.start(
-            self._pull_forever(), name=f"trio_durable nats pull {self._next_subject}"
-        )
-
-    async def _on_message(self, msg: Msg) -> None:
-        self._last_activity = asyncio.get_running_loop().time()
-        status = _status(msg)
-        if status is not None:
-            if status != "100":
-                # A pull request ended (408 expired, 409 and others): what it
-                # still owed will not come. Without the count, assume none
-                # of the requests is alive; extras are given back below.
-                pending = (msg.headers or {}).get("Nats-Pending-Messages")
-                if pending is not None and pending.isdigit():
-                    self._requested = max(0, self._requested - int(pending))
-                else:
-                    self._requested = 0
-                if status not in ("404", "408"):
-                    logger.debug("pull request ended: %s %s", status, (msg.headers or {}))
-            self._wake.set()
-            return
-        self._requested = max(0, self._requested - 1)
-        if self._closing or self._held >= self._prefetch:
-            # Closing, or more than asked for (a request thought lost came
-            # back): deliverable again at once.
-            await msg.nak()
-            return
-        self._held += 1
-        self._inbox.put(msg)
-
-    async def _pull_forever(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while not self._closing:
-                room = self._prefetch - self._held - self._requested
-                if room > 0 and (self._requested == 0 or room >= max(1, self._prefetch // 4)):
-                    request = {"batch": room, "expires": int(PULL_EXPIRES * 1e9)}
-                    await self._nc.publish(
-                        self._next_subject, json.dumps(request).encode(), reply=self._deliver
-                    )
-                    self._requested += room
-                    self._last_activity = loop.time()
-                # Not asyncio.wait_for: on 3.11 it swallows a cancellation
-                # that arrives as the event is set, and stop() would hang.
-                try:
-                    async with asyncio.timeout(PULL_EXPIRES + PULL_GRACE):
-                        await self._wake.wait()
-                except TimeoutError:
-                    if loop.time() - self._last_activity >= PULL_EXPIRES + PULL_GRACE:
-                        # Neither messages nor the expiry notice came: the
-                        # request died with a connection or a server.
-                        self._requested = 0
-                self._wake.clear()
-        except nats.errors.Error as exc:
-            failure = BrokerUnavailable(f"NATS consumer stopped: {exc!r}")
-            failure.__cause__ = exc
-            self._inbox.fail(failure)
-
-    def release(self, count: int) -> None:
-        """``count`` held messages were acked or given back."""
-        self._held = max(0, self._held - count)
-        self._wake.set()
-
-    async def stop(self) -> None:
-        """Stop asking; every message that arrives afterwards is given back."""
-        self._closing = True
-        self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-        if self._sub is not None and not self._nc.is_closed:
-            # UNSUB, then a round trip: whatever the server sent before it
-            # has reached _on_message (and was given back) when this returns.
-            try:
-                await self._sub.drain()
-            except nats.errors.Error:
-                await self._sub.unsubscribe()
-
-
-async def _settle(
-    nc: NatsClient,
-    js: JetStreamContext,
-    puller: _Puller,
-    msgs: Sequence[Msg],
-    how: str,
-    dead_letter: tuple[str, str] | None = None,
-) -> None:
-    """Ack, nak or term ``msgs``: one crossing for the batch."""
-    try:
-        if how == "term" and dead_letter is not None:
-            subject, queue = dead_letter
-            # The copy first: once termed, the original is gone.
-            await asyncio.gather(
-                *(
-                    js.publish(
-                        subject,
-                        msg.data,
-                        headers={
-                            "Trio-Durable-Queue": queue,
-                            "Trio-Durable-Deliveries": str(msg.metadata.num_delivered),
-                        },
-                    )
-                    for msg in msgs
-                )
-            )
-        for msg in msgs:
-            if how == "ack":
-                await msg.ack()
-            elif how == "nak":
-                await msg.nak()
-            else:
-                await msg.term()
-    finally:
-        puller.release(len(msgs))
-    if nc.is_closed:
-        raise nats.errors.ConnectionClosedError
-
-
-async def _publish_each(
-    js: JetStreamContext, items: Sequence[tuple[str, bytes]], limit: float
-) -> list[BaseException | None]:
-    """Publish each item and wait for every acknowledgement (all of them,
-    even when one fails, so none is left running); each one's failure."""
-    outcomes = await asyncio.gather(
-        *(js.publish(subject, body, timeout=limit) for subject, body in items),
-        return_exceptions=True,
-    )
-    return [outcome if isinstance(outcome, BaseException) else None for outcome in outcomes]
+    bridge: BridgeStatistics
+    publish_batches: int
+    published: int
+    pull_requests: int
 
 
 async def _http_get_json(url: str, limit: float) -> Any:
@@ -299,99 +135,6 @@ async def _http_get_json(url: str, limit: float) -> Any:
     return json.loads(body)
 
 
-# -- The Trio side -----------------------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class _Dispatch:
-    """One `NatsBroker.dispatch` call waiting for the publisher."""
-
-    items: list[tuple[str, bytes]]
-    done: trio.Event = attrs.field(factory=trio.Event)
-    error: BaseException | None = None
-    failed_at: int | None = None
-
-
-_CLIENT_ERRORS: Final = (nats.errors.Error, OSError, asyncio.TimeoutError, ValueError)
-
-
-@final
-class NatsConsumer:
-    """Receives one queue's messages through a durable pull consumer; made
-    by `NatsBroker.open_consumer`.
-
-    ``Delivery.deliveries`` is JetStream's delivery count; messages held
-    unacked when the consumer closes are given back (nak) at once.
-    """
-
-    def __init__(self, broker: NatsBroker, queue: str, puller: _Puller, inbox: Inbox[Msg]) -> None:
-        self._broker = broker
-        self._queue = queue
-        self._puller = puller
-        self._inbox = inbox
-        # Keyed by the ack subject, unique per delivery; insertion-ordered.
-        self._unacked: dict[str, Msg] = {}
-        self._closed = False
-
-    async def receive(self, max_items: int) -> list[Delivery]:
-        """Wait for at least one message and return up to ``max_items``."""
-        if self._closed:
-            raise trio.ClosedResourceError("the consumer is closed")
-        msgs = await self._inbox.get_batch(max(1, max_items))
-        deliveries: list[Delivery] = []
-        for msg in msgs:
-            self._unacked[msg.reply] = msg
-            deliveries.append(
-                Delivery(body=msg.data, deliveries=msg.metadata.num_delivered, tag=msg)
-            )
-        return deliveries
-
-    def _take(self, deliveries: Sequence[Delivery]) -> list[Msg]:
-        taken: list[Msg] = []
-        for delivery in deliveries:
-            msg = delivery.tag
-            if isinstance(msg, Msg) and self._unacked.pop(msg.reply, None) is not None:
-                taken.append(msg)
-        return taken
-
-    async def ack(self, deliveries: Sequence[Delivery]) -> None:
-        """Acknowledge messages: they are never delivered again."""
-        msgs = self._take(deliveries)
-        if msgs:
-            await self._settle(msgs, "ack")
-
-    async def reject(self, deliveries: Sequence[Delivery], *, requeue: bool) -> None:
-        """Give messages back: delivered again at once if ``requeue`` (nak),
-        else terminated, after a copy went to the dead-letter stream (unless
-        ``?dead_letter=off``)."""
-        msgs = self._take(deliveries)
-        if msgs:
-            await self._settle(msgs, "nak" if requeue else "term")
-
-    async def _settle(self, msgs: list[Msg], how: str) -> None:
-        broker = self._broker
-        dead_letter = None
-        if how == "term" and broker.options.dead_letter:
-            dead_letter = (f"{DEAD_SUBJECT}.{token(self._queue)}", self._queue)
-        await broker._call(
-            lambda: _settle(broker._nc, broker._js, self._puller, msgs, how, dead_letter),
-            f"{how} {len(msgs)} message(s) of {self._queue!r}",
-        )
-
-    async def _close(self) -> None:
-        self._closed = True
-        broker = self._broker
-        await broker._call(self._puller.stop, f"close the consumer of {self._queue!r}")
-        leftovers = [*self._unacked.values(), *self._inbox.drain_nowait()]
-        self._unacked.clear()
-        if leftovers:
-            # Given back now rather than after ack_wait.
-            await broker._call(
-                lambda: _settle(broker._nc, broker._js, self._puller, leftovers, "nak"),
-                f"give back {len(leftovers)} message(s) of {self._queue!r}",
-            )
-
-
 @final
 class NatsBroker:
     """A `Broker` over NATS JetStream; made by `open_nats_broker`.
@@ -408,6 +151,7 @@ class NatsBroker:
         js: JetStreamContext,
         kv: KeyValue,
         tasks: OwnedTasks,
+        publisher: BatchPublisher,
     ) -> None:
         self.options = options
         self._bridge = bridge
@@ -418,8 +162,9 @@ class NatsBroker:
         self._js = js
         self._kv = kv
         self._closed = False
-        self._outbox: list[_Dispatch] = []
-        self._outbox_ready = trio.Event()
+        self._publisher = publisher
+        self._outbox = Outbox(bridge, publisher, options.timeout)
+        self._pullers: list[Puller] = []
         # Announcement expiries are compared across processes, so they are
         # durable times: the wall clock read once, then Trio's clock.
         self._clock = Clock()
@@ -436,13 +181,23 @@ class NatsBroker:
         """How nats-py's loop runs: ``thread`` or ``trio-asyncio``."""
         return self._bridge.mode
 
+    def statistics(self) -> NatsStatistics:
+        """What this broker did so far: crossings, publish batches, pull
+        requests (see `NatsStatistics`)."""
+        return NatsStatistics(
+            bridge=self._bridge.statistics(),
+            publish_batches=self._publisher.batches,
+            published=self._publisher.published,
+            pull_requests=sum(puller.requests for puller in self._pullers),
+        )
+
     async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         """One crossing to the asyncio loop, the client's errors translated."""
         if self._closed:
             raise trio.ClosedResourceError("the broker is closed")
         try:
             return await self._bridge.run(fn)
-        except _CLIENT_ERRORS as exc:
+        except CLIENT_ERRORS as exc:
             reason = scrub(repr(exc), self.options.server, user_is_secret=True)
             raise BrokerUnavailable(f"NATS: could not {what}: {reason}") from exc
 
@@ -463,10 +218,9 @@ class NatsBroker:
         if self._closed:
             raise trio.ClosedResourceError("the broker is closed")
         check_payload_sizes(messages, self.max_payload)
-        job = _Dispatch([(stream_and_subject(m.queue)[1], m.body) for m in messages])
-        self._outbox.append(job)
-        self._outbox_ready.set()
-        await job.done.wait()
+        job = await self._outbox.publish(
+            [(stream_and_subject(m.queue)[1], m.body, None) for m in messages]
+        )
         if isinstance(job.error, trio.ClosedResourceError):
             raise trio.ClosedResourceError("the broker closed during the dispatch")
         if isinstance(job.error, nats.errors.MaxPayloadError):
@@ -480,42 +234,6 @@ class NatsBroker:
                 f"NATS: could not publish {len(job.items)} message(s): {job.error!r}"
             ) from job.error
 
-    async def _publish_forever(self) -> None:
-        """Publish what concurrent dispatches queued, in one crossing per
-        batch: a thousand runs dispatching one task each cost a few
-        crossings, not a thousand."""
-        try:
-            while True:
-                await self._outbox_ready.wait()
-                self._outbox_ready = trio.Event()
-                jobs, self._outbox = self._outbox, []
-                items = [item for job in jobs for item in job.items]
-                timeout = self.options.timeout
-                try:
-                    outcomes = await self._bridge.run(
-                        functools.partial(_publish_each, self._js, items, timeout)
-                    )
-                except _CLIENT_ERRORS as exc:
-                    outcomes = [exc] * len(items)
-                except BaseException:
-                    self._outbox = jobs + self._outbox
-                    raise
-                start = 0
-                for job in jobs:
-                    failed = [
-                        (i, e) for i, e in enumerate(outcomes[start : start + len(job.items)]) if e
-                    ]
-                    start += len(job.items)
-                    # A refused size first: it is the caller's to act on.
-                    failed.sort(key=lambda f: not isinstance(f[1], nats.errors.MaxPayloadError))
-                    job.failed_at, job.error = failed[0] if failed else (None, None)
-                    job.done.set()
-        finally:
-            for job in self._outbox:
-                job.error = trio.ClosedResourceError()
-                job.done.set()
-            self._outbox = []
-
     @asynccontextmanager
     async def open_consumer(self, queue: str, *, prefetch: int) -> AsyncIterator[NatsConsumer]:
         """Consume ``queue`` through its durable consumer (created if need
@@ -526,27 +244,22 @@ class NatsBroker:
         """
         if not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be a positive integer, not {prefetch!r}")
-        stream, subject = stream_and_subject(queue)
-        name = token(queue)
-        inbox: Inbox[Msg] = self._bridge.inbox()
-        puller = _Puller(self._nc, stream, name, prefetch, inbox, self._tasks)
-
-        async def start() -> None:
-            await ensure_consumer(self._js, stream, subject, name, self.options)
-            await puller.start()
-
-        await self._call(start, f"open a consumer of {queue!r}")
-        consumer = NatsConsumer(self, queue, puller, inbox)
-        try:
-            yield consumer
-        finally:
-            with trio.CancelScope(shield=True) as cleanup:
-                cleanup.deadline = trio.current_time() + self.options.timeout
-                try:
-                    await consumer._close()
-                except (BrokerUnavailable, trio.ClosedResourceError) as exc:
-                    # Its messages come back after ack_wait instead.
-                    logger.warning("closing the consumer of %r: %s", queue, exc)
+        async with open_nats_consumer(
+            self._call,
+            self._bridge,
+            self._nc,
+            self._js,
+            self._publisher,
+            self._tasks,
+            self.options,
+            queue,
+            prefetch,
+        ) as consumer:
+            self._pullers.append(consumer.puller)
+            try:
+                yield consumer
+            finally:
+                self._pullers.remove(consumer.puller)
 
     async def announce(self, descriptor: WorkerDescriptor, ttl: float) -> None:
         """Put the worker's descriptor in the bucket, with a per-message TTL
@@ -721,21 +434,29 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
     async with open_bridge(options.bridge) as bridge:
         try:
             nc, js = await bridge.run(lambda: _connect(options))
-        except _CLIENT_ERRORS as exc:
+        except CLIENT_ERRORS as exc:
             reason = scrub(repr(exc), options.server, user_is_secret=True)
             raise BrokerUnavailable(f"cannot connect to NATS at {options.shown}: {reason}") from exc
         try:
             try:
                 kv = await bridge.run(lambda: set_up(js, options))
-            except _CLIENT_ERRORS as exc:
+            except CLIENT_ERRORS as exc:
                 reason = scrub(repr(exc), options.server, user_is_secret=True)
                 raise BrokerUnavailable(
                     f"NATS at {options.shown} refused the streams or the bucket: {reason}"
                 ) from exc
-            broker = NatsBroker(options, bridge, nc, js, kv, tasks)
+            publisher = BatchPublisher(nc)
+            try:
+                await bridge.run(publisher.start)
+            except CLIENT_ERRORS as exc:
+                reason = scrub(repr(exc), options.server, user_is_secret=True)
+                raise BrokerUnavailable(
+                    f"cannot subscribe on NATS at {options.shown}: {reason}"
+                ) from exc
+            broker = NatsBroker(options, bridge, nc, js, kv, tasks, publisher)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(broker._check_sync_interval)
-                nursery.start_soon(broker._publish_forever)
+                nursery.start_soon(broker._outbox.run)
                 yield broker
                 nursery.cancel_scope.cancel()
         finally:
@@ -743,5 +464,5 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
                 cleanup.deadline = trio.current_time() + options.timeout
                 try:
                     await bridge.run(lambda: _shut_down(nc, tasks))
-                except (*_CLIENT_ERRORS, trio.ClosedResourceError) as exc:
+                except (*CLIENT_ERRORS, trio.ClosedResourceError) as exc:
                     logger.debug("closing the NATS connection: %r", exc)

@@ -9,6 +9,7 @@ and bucket the adapter (`trio_durable_nats._nats`) creates. See
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Callable
@@ -85,8 +86,10 @@ def _is_results_queue(queue: str) -> bool:
     return queue == RESULTS or queue.startswith(RESULTS + ".")
 
 
+@functools.lru_cache(maxsize=4096)
 def stream_and_subject(queue: str) -> tuple[str, str]:
-    """The stream and subject that carry ``queue``'s messages."""
+    """The stream and subject that carry ``queue``'s messages (remembered
+    for the last 4,096 queues: a dispatch asks once per message)."""
     if _is_results_queue(queue):
         return RESULTS_STREAM, f"{RESULT_SUBJECT}.{token(queue)}"
     return TASKS_STREAM, f"{TASK_SUBJECT}.{token(queue)}"

@@ -7,12 +7,13 @@ RabbitMQ, through aio-pika behind the asyncio bridge of
 `trio_durable.brokers`. See ``docs/rabbitmq.md`` in trio-durable.
 """
 
-from ._amqp import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
-from ._amqp import WORKERS_EXCHANGE as WORKERS_EXCHANGE
 from ._amqp import AmqpBroker as AmqpBroker
-from ._amqp import AmqpConsumer as AmqpConsumer
+from ._amqp import AmqpStatistics as AmqpStatistics
 from ._amqp import open_amqp_broker as open_amqp_broker
-from ._amqp import queue_arguments as queue_arguments
+from ._amqp_consume import AmqpConsumer as AmqpConsumer
+from ._amqp_topology import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
+from ._amqp_topology import WORKERS_EXCHANGE as WORKERS_EXCHANGE
+from ._amqp_topology import queue_arguments as queue_arguments
 from ._amqp_url import DEFAULT_MAX_PAYLOAD as DEFAULT_MAX_PAYLOAD
 from ._amqp_url import AmqpOptions as AmqpOptions
 from ._amqp_url import parse_amqp_url as parse_amqp_url
@@ -26,6 +27,7 @@ __all__ = [
     "AmqpBroker",
     "AmqpConsumer",
     "AmqpOptions",
+    "AmqpStatistics",
     "open_amqp_broker",
     "parse_amqp_url",
     "queue_arguments",

@@ -1,0 +1,215 @@
+"""The publishing half of the NATS broker: JetStream publishes in batches.
+
+`BatchPublisher` (on the asyncio loop) publishes a whole batch as plain
+NATS publishes, each with a reply subject of its own under one wildcard
+subscription, and waits for all of their JetStream acknowledgements
+together: one socket write for the batch (nats-py's flusher takes every
+publish queued before it runs), and no task, timer or future per message,
+which is what ``js.publish`` (a request each) and ``js.publish_async`` (a
+future each, and no timeout) cost.
+
+`Outbox` (on the Trio side) gathers what concurrent `NatsBroker.dispatch`
+calls queued and publishes it in one crossing of the bridge per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import json
+from collections.abc import Sequence
+from typing import Any, Final, final
+
+import attrs
+import nats.errors
+import nats.js.errors
+import trio
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from trio_durable.brokers import Bridge
+
+Item = tuple[str, bytes, dict[str, str] | None]
+"""What one publish sends: its subject, body and headers (or None)."""
+
+CLIENT_ERRORS: Final = (nats.errors.Error, OSError, asyncio.TimeoutError, ValueError)
+"""What nats-py raises when the server or the connection fails."""
+
+
+@final
+class _Batch:
+    """One batch waiting for its acknowledgements (on the loop)."""
+
+    __slots__ = ("done", "outcomes", "remaining")
+
+    def __init__(self, size: int) -> None:
+        self.outcomes: list[BaseException | None] = [None] * size
+        self.remaining = size
+        self.done = asyncio.get_running_loop().create_future()
+
+    def settle(self, index: int, outcome: BaseException | None) -> None:
+        self.outcomes[index] = outcome
+        self.remaining -= 1
+        if self.remaining == 0 and not self.done.done():
+            self.done.set_result(None)
+
+
+@final
+class BatchPublisher:
+    """JetStream publishes acknowledged per batch, on the asyncio loop.
+
+    Each message is published with the reply subject ``<inbox>.<n>``, ``n``
+    counting up, so the acknowledgement JetStream sends there names the
+    message it answers. The subscription on ``<inbox>.*`` is nats-py's: it
+    is restored with the connection, and acknowledgements lost with a
+    connection leave their batch to time out (the caller publishes again:
+    at-least-once).
+    """
+
+    def __init__(self, nc: NatsClient) -> None:
+        self._nc = nc
+        self._prefix = nc.new_inbox()
+        self._cut = len(self._prefix) + 1
+        self._numbers = itertools.count()
+        # Message number -> its batch and its index there.
+        self._waiting: dict[int, tuple[_Batch, int]] = {}
+        self._sub: Any = None
+        self.batches = 0
+        """Batches published (each one flush of the connection's buffer)."""
+        self.published = 0
+        """Messages those batches carried."""
+
+    async def start(self) -> None:
+        self._sub = await self._nc.subscribe(f"{self._prefix}.*", cb=self._on_ack)
+
+    async def _on_ack(self, msg: Msg) -> None:
+        try:
+            number = int(msg.subject[self._cut :])
+        except ValueError:
+            return
+        waiting = self._waiting.pop(number, None)
+        if waiting is None:
+            return  # its batch timed out
+        batch, index = waiting
+        batch.settle(index, _refusal(msg))
+
+    async def publish(self, items: Sequence[Item], limit: float) -> list[BaseException | None]:
+        """Publish ``items`` and wait up to ``limit`` seconds for every
+        acknowledgement; each one's failure (None where JetStream stored
+        it). Never raises for one message: a message not acknowledged in
+        time fails with `nats.errors.TimeoutError`."""
+        self.batches += 1
+        self.published += len(items)
+        batch = _Batch(len(items))
+        numbers: list[int] = []
+        nc = self._nc
+        prefix = self._prefix
+        try:
+            for index, (subject, body, headers) in enumerate(items):
+                number = next(self._numbers)
+                self._waiting[number] = (batch, index)
+                numbers.append(number)
+                try:
+                    await nc.publish(subject, body, reply=f"{prefix}.{number}", headers=headers)
+                except CLIENT_ERRORS as exc:
+                    if self._waiting.pop(number, None) is not None:
+                        batch.settle(index, exc)
+            if batch.remaining:
+                try:
+                    async with asyncio.timeout(limit):
+                        await batch.done
+                except TimeoutError:
+                    for number in numbers:
+                        waiting = self._waiting.pop(number, None)
+                        if waiting is not None:
+                            batch.settle(waiting[1], nats.errors.TimeoutError())
+        finally:
+            # Cancelled midway: nothing waits for the rest any more.
+            for number in numbers:
+                self._waiting.pop(number, None)
+        return batch.outcomes
+
+
+def _refusal(msg: Msg) -> BaseException | None:
+    """What JetStream's answer to a publish says went wrong, or None if it
+    stored the message."""
+    headers = msg.headers
+    if headers and headers.get("Status") == "503":
+        return nats.js.errors.NoStreamResponseError()
+    data = msg.data
+    if b'"error"' not in data:
+        return None
+    try:
+        answer = json.loads(data)
+    except ValueError as exc:
+        return exc
+    if isinstance(answer, dict) and "error" in answer:
+        error: BaseException = nats.js.errors.APIError.from_error(answer["error"])
+        return error
+    return None
+
+
+@attrs.define(eq=False)
+class Job:
+    """One `NatsBroker.dispatch` call waiting for the outbox."""
+
+    items: list[Item]
+    done: trio.Event = attrs.field(factory=trio.Event)
+    error: BaseException | None = None
+    failed_at: int | None = None
+
+
+@final
+class Outbox:
+    """Publishes what concurrent dispatches queued, in one crossing per
+    batch: a thousand runs dispatching one task each cost a few crossings,
+    not a thousand. `run` is a task of the broker's nursery."""
+
+    def __init__(self, bridge: Bridge, publisher: BatchPublisher, timeout: float) -> None:
+        self._bridge = bridge
+        self._publisher = publisher
+        self._timeout = timeout
+        self._jobs: list[Job] = []
+        self._ready = trio.Event()
+
+    async def publish(self, items: list[Item]) -> Job:
+        """Queue ``items`` and wait until the outbox published them (or
+        failed to): the job says how it went."""
+        job = Job(items)
+        self._jobs.append(job)
+        self._ready.set()
+        await job.done.wait()
+        return job
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self._ready.wait()
+                self._ready = trio.Event()
+                jobs, self._jobs = self._jobs, []
+                items = [item for job in jobs for item in job.items]
+                try:
+                    outcomes = await self._bridge.run(
+                        functools.partial(self._publisher.publish, items, self._timeout)
+                    )
+                except CLIENT_ERRORS as exc:
+                    outcomes = [exc] * len(items)
+                except BaseException:
+                    self._jobs = jobs + self._jobs
+                    raise
+                start = 0
+                for job in jobs:
+                    failed = [
+                        (i, e) for i, e in enumerate(outcomes[start : start + len(job.items)]) if e
+                    ]
+                    start += len(job.items)
+                    # A refused size first: it is the caller's to act on.
+                    failed.sort(key=lambda f: not isinstance(f[1], nats.errors.MaxPayloadError))
+                    job.failed_at, job.error = failed[0] if failed else (None, None)
+                    job.done.set()
+        finally:
+            for job in self._jobs:
+                job.error = trio.ClosedResourceError()
+                job.done.set()
+            self._jobs = []

@@ -1,0 +1,161 @@
+"""What one run of one remote step costs the engine, pinned as counts: store
+calls and transactions, tasks spawned, turns. (Speed is for bench/; these
+counts are what the speed comes from.)"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+import trio_durable as td
+from conftest import EngineFactory
+from trio_durable._brokers._memory import MemoryBroker
+from trio_durable._stores._memory import MemoryStore
+
+app = td.App("hotpath")
+
+
+@app.step(group="work")
+async def square(x: int) -> int:
+    return x * x
+
+
+@app.workflow()
+async def one_step(ctx: td.Context, x: int) -> int:
+    return await ctx.step(square, x)
+
+
+@app.step()
+async def slow(seconds: float) -> float:
+    await trio.sleep(seconds)
+    return seconds
+
+
+@app.workflow()
+async def one_slow_local_step(ctx: td.Context, seconds: float) -> float:
+    return await ctx.step(slow, seconds)
+
+
+_COUNTED = ("apply", "begin_turn", "get_run", "get_checkpoints", "count_checkpoints")
+
+
+def counting(store: MemoryStore) -> Counter[str]:
+    """Count the store's calls by method, from now on."""
+    calls: Counter[str] = Counter()
+    for name in _COUNTED:
+        method: Callable[..., Awaitable[Any]] = getattr(store, name)
+
+        def counted(*args: Any, _name: str = name, _method: Any = method, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _method(*args, **kwargs)
+
+        setattr(store, name, counted)
+    return calls
+
+
+class Spawns(trio.abc.Instrument):
+    """Counts the tasks spawned while on."""
+
+    def __init__(self) -> None:
+        self.names: Counter[str] = Counter()
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names[task.name.split(" ")[0]] += 1
+
+
+async def test_one_remote_step_run_costs_five_transactions_and_no_recheck(
+    open_test_engine: EngineFactory,
+) -> None:
+    store = MemoryStore()
+    async with open_test_engine(
+        app, store=store, broker=MemoryBroker(), serve=["work"], worker_concurrency=4
+    ) as engine:
+        stats = store.statistics()
+        before = (stats.transactions, stats.ops)
+        calls = counting(store)
+        run = await engine.start(one_step, 3, run_id="r")
+        assert await engine.result(run.id) == 9
+        await engine.drain()
+        # Create, suspend (checkpoint and run), settle, begin the second
+        # turn, end: each one transaction.
+        assert (stats.transactions - before[0], stats.ops - before[1]) == (5, 5)
+        # The step this turn recorded goes out only after the suspend gave
+        # the lease back: no read after the suspend looks for its result.
+        assert calls["count_checkpoints"] == 0
+        assert calls["begin_turn"] == 1  # the first turn starts from what start wrote
+        assert calls["apply"] == 4
+        assert engine.statistics().turns == 2
+
+
+async def test_a_turn_spawns_no_task_of_its_own(open_test_engine: EngineFactory) -> None:
+    spawns = Spawns()
+    async with open_test_engine(
+        app, broker=MemoryBroker(), serve=["work"], worker_concurrency=4
+    ) as engine:
+        trio.lowlevel.add_instrument(spawns)
+        try:
+            run = await engine.start(one_step, 3, run_id="r")
+            assert await engine.result(run.id) == 9
+            await engine.drain()
+        finally:
+            trio.lowlevel.remove_instrument(spawns)
+    # A task per turn (two turns) and one for the worker's attempt (the
+    # due-run poller's timers aside): the lease of a turn is kept by the
+    # engine's one lease keeper.
+    assert {name: n for name, n in spawns.names.items() if "_poller" not in name} == {
+        "trio_durable": 2,
+        "trio_durable._worker.Worker._run_task": 1,
+    }
+
+
+async def test_the_lease_keeper_renews_a_long_turn_every_third_of_the_ttl(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    store = MemoryStore()
+    async with open_test_engine(app, store=store, lease_ttl=3.0) as engine:
+        run = await engine.start(one_slow_local_step, 9.5, run_id="slow")
+        assert await engine.result(run.id) == 9.5
+        # Renewed at 1, 2, ..., 9 s of the 9.5 s the body ran (not at the
+        # instant it ends, where the order of the two is the scheduler's);
+        # never lapsed.
+        assert engine._rt.leases.renewals == 9
+        assert engine._rt.leases.held == 0
+        stored = await engine.get(run.id)
+        assert stored.recoveries == 0
+        assert trio.current_time() == 9.5
+
+
+async def test_a_second_engine_cannot_take_a_renewed_run_over(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    store = MemoryStore()
+    async with (
+        open_test_engine(app, store=store, lease_ttl=3.0) as a,
+        open_test_engine(app, store=store, lease_ttl=3.0, seed=1) as b,
+    ):
+        run = await a.start(one_slow_local_step, 10.0, run_id="slow")
+        await trio.sleep(5.0)
+        # Well past the first lease's 3 s: b's wake finds it held.
+        b._rt.scheduler.wake(run.id)
+        assert await a.result(run.id) == 10.0
+        assert (await a.get(run.id)).recoveries == 0
+
+
+async def test_wakes_of_a_queued_turn_add_no_turn(open_test_engine: EngineFactory) -> None:
+    async with open_test_engine(app, broker=MemoryBroker()) as engine:
+        run = await engine.start(one_step, 3, run_id="r")
+        await engine.drain()  # suspended: no worker serves the step's group
+        turns = engine.statistics().turns
+        scheduler = engine._rt.scheduler
+        # Three results settled in three batches before the run's turn
+        # began: that turn reads all three.
+        scheduler.wake(run.id)
+        scheduler.wake(run.id)
+        scheduler.wake(run.id)
+        await engine.drain()
+        stats = engine.statistics()
+        assert stats.turns - turns == 1
+        assert stats.wakes_coalesced == 2
