@@ -77,6 +77,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 # After nats-py, whose absence the lines above name.
 from ._nats_consume import NatsConsumer, Puller, open_nats_consumer
+from ._nats_failover import Backoff, ServerSwitch
 from ._nats_publish import CLIENT_ERRORS, BatchPublisher, Outbox
 from ._nats_setup import read_descriptors, set_up
 
@@ -105,12 +106,16 @@ class NatsStatistics:
         one flush of the connection, its acknowledgements awaited together).
       published: Messages those batches carried.
       pull_requests: Pull requests its consumers sent (each asks for a batch).
+      server_switches: Times it moved its connection to another server of
+        the cluster because the one it was on kept answering "no responders"
+        for a stream (see ``docs/nats.md``).
     """
 
     bridge: BridgeStatistics
     publish_batches: int
     published: int
     pull_requests: int
+    server_switches: int = 0
 
 
 async def _http_get_json(url: str, limit: float) -> Any:
@@ -189,6 +194,7 @@ class NatsBroker:
             publish_batches=self._publisher.batches,
             published=self._publisher.published,
             pull_requests=sum(puller.requests for puller in self._pullers),
+            server_switches=self._publisher.switch.switches,
         )
 
     async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
@@ -200,6 +206,28 @@ class NatsBroker:
         except CLIENT_ERRORS as exc:
             reason = scrub(repr(exc), self.options.server, user_is_secret=True)
             raise BrokerUnavailable(f"NATS: could not {what}: {reason}") from exc
+
+    async def _call_through_election(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
+        """`_call`, again after a backoff while the answer is "no
+        responders" (a stream with no leader yet, or one just elected),
+        until the timeout."""
+        deadline = trio.current_time() + self.options.timeout
+        backoff = Backoff()
+        while True:
+            try:
+                return await self._call(fn, what)
+            except BrokerUnavailable as exc:
+                wait = backoff.next()
+                no_responders = (
+                    nats.js.errors.NoStreamResponseError,
+                    nats.errors.NoRespondersError,
+                )
+                if (
+                    not isinstance(exc.__cause__, no_responders)
+                    or trio.current_time() + wait >= deadline
+                ):
+                    raise
+            await trio.sleep(wait)
 
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         """Publish each message to its queue's subject and wait until
@@ -276,7 +304,7 @@ class NatsBroker:
         subject = f"$KV.{WORKERS_BUCKET}.{token(descriptor.instance_id)}"
         seconds = max(1, math.ceil(ttl))
         timeout = self.options.timeout
-        await self._call(
+        await self._call_through_election(
             lambda: self._js.publish(subject, value, timeout=timeout, msg_ttl=seconds),
             "announce a worker",
         )
@@ -284,7 +312,9 @@ class NatsBroker:
     async def withdraw(self, instance_id: str) -> None:
         """Purge the worker's key (a no-op for an unknown worker)."""
         key = token(instance_id)
-        await self._call(lambda: self._kv.purge(key, msg_ttl=PURGE_MARKER_TTL), "withdraw a worker")
+        await self._call_through_election(
+            lambda: self._kv.purge(key, msg_ttl=PURGE_MARKER_TTL), "withdraw a worker"
+        )
 
     async def worker_descriptors(self, group: str | None = None) -> list[WorkerDescriptor]:
         """The descriptors of live workers (consuming ``group``, if given),
@@ -294,7 +324,7 @@ class NatsBroker:
           BrokerUnavailable: The bucket could not be read.
         """
         timeout = self.options.timeout
-        values = await self._call(
+        values = await self._call_through_election(
             lambda: read_descriptors(self._kv, timeout), "read worker announcements"
         )
         now = self._clock.now()
@@ -445,7 +475,7 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
                 raise BrokerUnavailable(
                     f"NATS at {options.shown} refused the streams or the bucket: {reason}"
                 ) from exc
-            publisher = BatchPublisher(nc)
+            publisher = BatchPublisher(nc, ServerSwitch(nc))
             try:
                 await bridge.run(publisher.start)
             except CLIENT_ERRORS as exc:

@@ -9,7 +9,10 @@ which is what ``js.publish`` (a request each) and ``js.publish_async`` (a
 future each, and no timeout) cost.
 
 `Outbox` (on the Trio side) gathers what concurrent `NatsBroker.dispatch`
-calls queued and publishes it in one crossing of the bridge per batch.
+calls queued and publishes it in one crossing of the bridge per batch; what
+came back "no responders" (a stream without a reachable leader, see
+`trio_durable_nats._nats_failover`) it publishes again after a backoff,
+within the publish timeout.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from trio_durable.brokers import Bridge
+
+from ._nats_failover import Backoff, ServerSwitch, stream_key
 
 Item = tuple[str, bytes, dict[str, str] | None]
 """What one publish sends: its subject, body and headers (or None)."""
@@ -67,8 +72,12 @@ class BatchPublisher:
     at-least-once).
     """
 
-    def __init__(self, nc: NatsClient) -> None:
+    def __init__(self, nc: NatsClient, switch: ServerSwitch) -> None:
         self._nc = nc
+        self._switch = switch
+        self.switch = switch
+        """What moves the connection off a server that keeps answering "no
+        responders" (the consumers' pulls report to it too)."""
         self._prefix = nc.new_inbox()
         self._cut = len(self._prefix) + 1
         self._numbers = itertools.count()
@@ -128,6 +137,18 @@ class BatchPublisher:
             # Cancelled midway: nothing waits for the rest any more.
             for number in numbers:
                 self._waiting.pop(number, None)
+        refused: dict[str, bool] = {}
+        for (subject, _, _), outcome in zip(items, batch.outcomes, strict=True):
+            key = stream_key(subject)
+            if outcome is None:
+                refused[key] = False
+            elif isinstance(outcome, nats.js.errors.NoStreamResponseError):
+                refused.setdefault(key, True)
+        for key, no_answer in refused.items():
+            if no_answer:
+                await self._switch.refused(key)
+            else:
+                self._switch.answered(key)
         return batch.outcomes
 
 
@@ -190,11 +211,7 @@ class Outbox:
                 jobs, self._jobs = self._jobs, []
                 items = [item for job in jobs for item in job.items]
                 try:
-                    outcomes = await self._bridge.run(
-                        functools.partial(self._publisher.publish, items, self._timeout)
-                    )
-                except CLIENT_ERRORS as exc:
-                    outcomes = [exc] * len(items)
+                    outcomes = await self._publish(items)
                 except BaseException:
                     self._jobs = jobs + self._jobs
                     raise
@@ -213,3 +230,32 @@ class Outbox:
                 job.error = trio.ClosedResourceError()
                 job.done.set()
             self._jobs = []
+
+    async def _publish(self, items: list[Item]) -> list[BaseException | None]:
+        """Publish ``items``; publish those refused for "no responders"
+        again after a backoff, until the timeout; each one's outcome."""
+        deadline = trio.current_time() + self._timeout
+        outcomes: list[BaseException | None] = [None] * len(items)
+        todo = list(range(len(items)))
+        backoff = Backoff()
+        while True:
+            limit = max(0.0, deadline - trio.current_time())
+            batch = [items[i] for i in todo]
+            try:
+                results = await self._bridge.run(
+                    functools.partial(self._publisher.publish, batch, limit)
+                )
+            except CLIENT_ERRORS as exc:
+                results = [exc] * len(batch)
+            refused = []
+            for i, outcome in zip(todo, results, strict=True):
+                outcomes[i] = outcome
+                if isinstance(outcome, nats.js.errors.NoStreamResponseError):
+                    refused.append(i)
+            wait = backoff.next()
+            if not refused or trio.current_time() + wait >= deadline:
+                return outcomes
+            # No leader is reachable for now (an election, or a server that
+            # lost its way to it, which the publisher's switch moves off).
+            await trio.sleep(wait)
+            todo = refused

@@ -241,12 +241,11 @@ def parse_nats_url(url: str) -> NatsOptions:
     userinfo = netloc.rpartition("@")[0]
     for seed in values.get("seeds", "").split(",") if "seeds" in values else ():
         try:
-            target = urlsplit(f"//{seed.strip()}")
-            seed_port = target.port
+            address = urlsplit(f"//{seed.strip()}")
+            valid = bool(address.hostname) and address.port is not None and not address.username
         except ValueError:
-            seed_port = None
-            target = None
-        if target is None or not target.hostname or seed_port is None or target.username:
+            valid = False
+        if not valid:
             raise InvalidURLError(
                 f"seeds must be a comma-separated list of host:port, not {values['seeds']!r}"
             )
