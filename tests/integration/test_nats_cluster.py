@@ -2,8 +2,15 @@
 streams and bucket with 3 replicas) loses nothing when the leader of the
 task stream is SIGKILLed in the middle of a fan of 5,000 remote steps and
 300 one-step runs, and is restarted later: every run completes with its
-output and every checkpoint holds one result. The test prints the stall
-the failover caused (step latencies around the kill)."""
+output and every checkpoint holds one result. The test prints the moment
+of the kill, the steps run twice, the stall the failover caused (the
+longest gap between two settles) and the p99 step latency during it.
+
+The election after the kill takes several seconds, during which publishes
+to the task stream come back "no responders": the adapter publishes them
+again within its timeout, so that the engine's few retries of a dispatch
+are not all spent inside the election (which left steps pending and their
+runs unfinished before)."""
 
 from __future__ import annotations
 
@@ -20,7 +27,6 @@ import trio
 import trio_durable as td
 from servers import nats as nats_server
 from servers.nats_cluster import NatsCluster
-from trio_durable_nats import NatsBroker
 
 FAN: Final = 5_000
 RUNS: Final = 300
@@ -80,10 +86,8 @@ async def test_a_fan_survives_the_task_stream_leader_killed_and_restarted(
         url = cluster.url(ack_wait="5", reconnect_wait="0.2")
         async with (
             td.open_engine(app, store=f"sqlite:///{tmp_path / 'runs.db'}", broker=url) as engine,
-            td.open_worker(app, broker=url, groups=["cluster"], concurrency=128) as worker,
+            td.open_worker(app, broker=url, groups=["cluster"], concurrency=128),
         ):
-            assert isinstance(engine.broker, NatsBroker)
-            assert isinstance(worker.broker, NatsBroker)
             # Opening the engine created the streams: find the task stream's
             # leader now, so that the kill below lands at once.
             leader = await trio.to_thread.run_sync(
@@ -123,10 +127,6 @@ async def test_a_fan_survives_the_task_stream_leader_killed_and_restarted(
                 for i in range(RUNS)
                 for cp in await engine.store.get_checkpoints(f"one-{i}", 1, 10)
             ]
-            switches = (
-                engine.broker.statistics().server_switches,
-                worker.broker.statistics().server_switches,
-            )
     finally:
         await trio.to_thread.run_sync(cluster.stop, limiter=own_thread)
     assert total == sum(x * x for x in range(FAN))
@@ -168,6 +168,5 @@ async def test_a_fan_survives_the_task_stream_leader_killed_and_restarted(
         f" stall (longest gap between settles): {stall:.2f} s,"
         f" from {stall_from - killed_durable:+.1f} s after the kill;"
         f" p99 step latency: {_p99_ms(before)} before the kill,"
-        f" {_p99_ms(during)} during the failover ({len(during)} steps);"
-        f" server switches (engine, worker): {switches}"
+        f" {_p99_ms(during)} during the failover ({len(during)} steps)"
     )

@@ -77,8 +77,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 # After nats-py, whose absence the lines above name.
 from ._nats_consume import NatsConsumer, Puller, open_nats_consumer
-from ._nats_failover import Backoff, ServerSwitch
-from ._nats_publish import CLIENT_ERRORS, BatchPublisher, Outbox
+from ._nats_publish import CLIENT_ERRORS, NO_RESPONDERS, Backoff, BatchPublisher, Outbox
 from ._nats_setup import read_descriptors, set_up
 
 logger = logging.getLogger("trio_durable.brokers.nats")
@@ -106,16 +105,12 @@ class NatsStatistics:
         one flush of the connection, its acknowledgements awaited together).
       published: Messages those batches carried.
       pull_requests: Pull requests its consumers sent (each asks for a batch).
-      server_switches: Times it moved its connection to another server of
-        the cluster because the one it was on kept answering "no responders"
-        for a stream (see ``docs/nats.md``).
     """
 
     bridge: BridgeStatistics
     publish_batches: int
     published: int
     pull_requests: int
-    server_switches: int = 0
 
 
 async def _http_get_json(url: str, limit: float) -> Any:
@@ -194,7 +189,6 @@ class NatsBroker:
             publish_batches=self._publisher.batches,
             published=self._publisher.published,
             pull_requests=sum(puller.requests for puller in self._pullers),
-            server_switches=self._publisher.switch.switches,
         )
 
     async def _call(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
@@ -209,8 +203,8 @@ class NatsBroker:
 
     async def _call_through_election(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         """`_call`, again after a backoff while the answer is "no
-        responders" (a stream with no leader yet, or one just elected),
-        until the timeout."""
+        responders" (a stream whose leader is not elected yet: just created,
+        or its leader died), until the timeout."""
         deadline = trio.current_time() + self.options.timeout
         backoff = Backoff()
         while True:
@@ -218,12 +212,8 @@ class NatsBroker:
                 return await self._call(fn, what)
             except BrokerUnavailable as exc:
                 wait = backoff.next()
-                no_responders = (
-                    nats.js.errors.NoStreamResponseError,
-                    nats.errors.NoRespondersError,
-                )
                 if (
-                    not isinstance(exc.__cause__, no_responders)
+                    not isinstance(exc.__cause__, NO_RESPONDERS)
                     or trio.current_time() + wait >= deadline
                 ):
                     raise
@@ -475,7 +465,7 @@ async def open_nats_broker(url: str) -> AsyncIterator[NatsBroker]:
                 raise BrokerUnavailable(
                     f"NATS at {options.shown} refused the streams or the bucket: {reason}"
                 ) from exc
-            publisher = BatchPublisher(nc, ServerSwitch(nc))
+            publisher = BatchPublisher(nc)
             try:
                 await bridge.run(publisher.start)
             except CLIENT_ERRORS as exc:

@@ -30,8 +30,7 @@ from trio_durable.brokers import (
     OwnedTasks,
 )
 
-from ._nats_failover import Backoff, ServerSwitch, stream_key
-from ._nats_publish import BatchPublisher
+from ._nats_publish import Backoff, BatchPublisher
 from ._nats_setup import ensure_consumer
 from ._nats_url import DEAD_SUBJECT, NatsOptions, stream_and_subject, token
 
@@ -100,15 +99,14 @@ class Puller:
         prefetch: int,
         inbox: Inbox[Msg],
         tasks: OwnedTasks,
-        switch: ServerSwitch,
     ) -> None:
         self._nc = nc
         self._tasks = tasks
-        self._switch = switch
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
-        self._key = stream_key(self._next_subject)
-        # "No responders" to the last pull: the consumer has no reachable
-        # leader, so the next pull waits a backoff instead of going at once.
+        # "No responders" to the last pull: the consumer has no leader (an
+        # election), so the next pull waits a backoff instead of going at
+        # once, which would loop as fast as the round trip until one is
+        # elected.
         self._refused = False
         self._backoff = Backoff()
         self._prefetch = prefetch
@@ -137,9 +135,7 @@ class Puller:
             self._refused = True
             self._requested = 0
             self._wake.set()
-            await self._switch.refused(self._key)
             return
-        self._switch.answered(self._key)
         self._backoff.reset()
         if status is not None:
             if status != "100":
@@ -376,7 +372,7 @@ async def open_nats_consumer(
     stream, subject = stream_and_subject(queue)
     name = token(queue)
     inbox: Inbox[Msg] = bridge.inbox()
-    puller = Puller(nc, stream, name, prefetch, inbox, tasks, publisher.switch)
+    puller = Puller(nc, stream, name, prefetch, inbox, tasks)
 
     async def start() -> None:
         await ensure_consumer(js, stream, subject, name, options)

@@ -9,10 +9,12 @@ which is what ``js.publish`` (a request each) and ``js.publish_async`` (a
 future each, and no timeout) cost.
 
 `Outbox` (on the Trio side) gathers what concurrent `NatsBroker.dispatch`
-calls queued and publishes it in one crossing of the bridge per batch; what
-came back "no responders" (a stream without a reachable leader, see
-`trio_durable_nats._nats_failover`) it publishes again after a backoff,
-within the publish timeout.
+calls queued and publishes it in one crossing of the bridge per batch. What
+comes back "no responders" it publishes again after a `Backoff`, within the
+publish timeout: in a cluster, that is the answer while the stream has no
+leader (for several seconds after its leader died, until the survivors have
+elected one), and a dispatch that failed at once would spend the engine's
+few retries inside one election (see ``docs/nats.md``).
 """
 
 from __future__ import annotations
@@ -33,13 +35,37 @@ from nats.aio.msg import Msg
 
 from trio_durable.brokers import Bridge
 
-from ._nats_failover import Backoff, ServerSwitch, stream_key
-
 Item = tuple[str, bytes, dict[str, str] | None]
 """What one publish sends: its subject, body and headers (or None)."""
 
 CLIENT_ERRORS: Final = (nats.errors.Error, OSError, asyncio.TimeoutError, ValueError)
 """What nats-py raises when the server or the connection fails."""
+
+NO_RESPONDERS: Final = (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError)
+"""What a JetStream publish or API call that reached no leader raises."""
+
+
+@final
+class Backoff:
+    """Waits between attempts answered "no responders": from ``first``
+    seconds, doubling up to ``most``."""
+
+    __slots__ = ("_next", "first", "most")
+
+    def __init__(self, first: float = 0.05, most: float = 1.0) -> None:
+        self.first = first
+        self.most = most
+        self._next = first
+
+    def next(self) -> float:
+        """The wait before the next attempt."""
+        wait = self._next
+        self._next = min(self.most, wait * 2)
+        return wait
+
+    def reset(self) -> None:
+        """An attempt got an answer: start from ``first`` again."""
+        self._next = self.first
 
 
 @final
@@ -72,12 +98,8 @@ class BatchPublisher:
     at-least-once).
     """
 
-    def __init__(self, nc: NatsClient, switch: ServerSwitch) -> None:
+    def __init__(self, nc: NatsClient) -> None:
         self._nc = nc
-        self._switch = switch
-        self.switch = switch
-        """What moves the connection off a server that keeps answering "no
-        responders" (the consumers' pulls report to it too)."""
         self._prefix = nc.new_inbox()
         self._cut = len(self._prefix) + 1
         self._numbers = itertools.count()
@@ -137,18 +159,6 @@ class BatchPublisher:
             # Cancelled midway: nothing waits for the rest any more.
             for number in numbers:
                 self._waiting.pop(number, None)
-        refused: dict[str, bool] = {}
-        for (subject, _, _), outcome in zip(items, batch.outcomes, strict=True):
-            key = stream_key(subject)
-            if outcome is None:
-                refused[key] = False
-            elif isinstance(outcome, nats.js.errors.NoStreamResponseError):
-                refused.setdefault(key, True)
-        for key, no_answer in refused.items():
-            if no_answer:
-                await self._switch.refused(key)
-            else:
-                self._switch.answered(key)
         return batch.outcomes
 
 
@@ -255,7 +265,6 @@ class Outbox:
             wait = backoff.next()
             if not refused or trio.current_time() + wait >= deadline:
                 return outcomes
-            # No leader is reachable for now (an election, or a server that
-            # lost its way to it, which the publisher's switch moves off).
+            # The stream has no leader for now (an election).
             await trio.sleep(wait)
             todo = refused
