@@ -27,7 +27,10 @@ The benches (``--only``/``--skip`` take these names):
 - ``window``: bench_fan_window, if this checkout has it
   (``window.fan_10000_c50.*``);
 - ``scale``: bench_scale (``scale.sqlite_1m_terminal``,
-  ``memory.bytes_per_suspended_run``).
+  ``memory.bytes_per_suspended_run``);
+- ``ops``: bench_ops, store operations and broker messages per workflow,
+  step, timer and fan member on SQLite and ``$POSTGRES_URL``, and what
+  ``bench/sizing.py`` projects from (``ops.*``).
 
 A bench whose server does not answer (or whose script or package is
 missing) is skipped with the reason printed. Benches that use a shared
@@ -152,6 +155,13 @@ BENCHES = (
         "bench_scale.py",
         "",
         "--runs 100000 --concurrent 500 --suspended 2000 --repeat 1",
+    ),
+    Bench(
+        "ops",
+        "bench_ops.py",
+        "",
+        "--repeat 2 --concurrent 500 --sequential 100",
+        server="POSTGRES_URL",
     ),
 )
 

@@ -222,12 +222,16 @@ async def test_start_is_idempotent_by_run_id(open_test_engine: EngineFactory) ->
     async with open_test_engine(app) as engine:
         first = await engine.start(pipeline, 1, run_id="same")
         await engine.drain()
-        ops = engine.store.statistics().ops
+        stored = (await engine.get("same"), await engine.store.get_checkpoints("same"))
+        turns = engine.statistics().turns
         second = await engine.start(pipeline, 99, run_id="same")
         assert second.id == first.id
         assert second.input == first.input
         assert second.status == "completed"
-        assert engine.store.statistics().ops == ops
+        # Nothing changed, and no turn ran: the start found the run.
+        await engine.drain()
+        assert (await engine.get("same"), await engine.store.get_checkpoints("same")) == stored
+        assert engine.statistics().turns == turns
         assert await engine.result("same") == 4
 
 

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 import trio_durable as td
 from conftest import EngineFactory
 from trio_durable._brokers._memory import MemoryBroker
 from trio_durable._stores._memory import MemoryStore
+from trio_durable._stores._sqlite import open_sqlite_store
 
 app = td.App("hotpath")
 
@@ -32,6 +35,11 @@ async def one_step(ctx: td.Context, x: int) -> int:
 async def slow(seconds: float) -> float:
     await trio.sleep(seconds)
     return seconds
+
+
+@app.workflow()
+async def waits(ctx: td.Context) -> int:
+    return int(await ctx.wait_signal("go"))
 
 
 @app.workflow()
@@ -159,3 +167,40 @@ async def test_wakes_of_a_queued_turn_add_no_turn(open_test_engine: EngineFactor
         stats = engine.statistics()
         assert stats.turns - turns == 1
         assert stats.wakes_coalesced == 2
+
+
+async def test_a_start_then_its_result_read_nothing(
+    open_test_engine: EngineFactory, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_sqlite_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
+        calls = counting(store)  # type: ignore[arg-type]
+        async with open_test_engine(app, store=store) as engine:
+            calls.clear()
+            run = await engine.start(one_slow_local_step, 0.25, run_id="a")
+            assert await engine.result(run.id) == 0.25
+            # (A step shorter than the result's poll interval: no poll.)
+            # Created leased to this engine, its first turn not yet begun:
+            # nothing can have ended it, and nothing is read.
+            assert (calls["get_run"], calls["apply"]) == (0, 2)
+            # Once it ended, a result reads it.
+            assert await engine.result("a") == 0.25
+            assert calls["get_run"] == 1
+            # A run that is not this namespace's is missing, however new.
+            await engine.start(one_slow_local_step, 0.25, run_id="b")
+            with pytest.raises(td.RunNotFoundError):
+                await engine.result("b", namespace="other")
+            # A first turn that suspends: the waiter still learns the end
+            # a later turn writes.
+            calls.clear()
+            waiting = await engine.start(waits, run_id="c")
+            async with trio.open_nursery() as nursery:
+                results: list[int] = []
+
+                async def wait() -> None:
+                    results.append(await waiting.result())
+
+                nursery.start_soon(wait)
+                await engine.drain()
+                assert (await engine.get("c")).status == "suspended"
+                await engine.signal("c", "go", 7)
+            assert results == [7]

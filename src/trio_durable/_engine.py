@@ -202,7 +202,14 @@ class Engine(
         """
         rt = self._rt
         read = partial(self.get, run_id, namespace=namespace)
-        run = await await_end(rt.store, rt.endings, rt.options.result_poll_interval, run_id, read)
+        run = await await_end(
+            rt.store,
+            rt.endings,
+            rt.options.result_poll_interval,
+            run_id,
+            read,
+            unended=self._unended(run_id, namespace),
+        )
         while (following := await continued_to(rt.store, run)) is not None:
             # A run that continued as new ends with its chain's last generation.
             read = partial(self.get, following, namespace=namespace)
@@ -210,6 +217,20 @@ class Engine(
                 rt.store, rt.endings, rt.options.result_poll_interval, following, read
             )
         return await outcome(self.store, self.app, run)
+
+    def _unended(self, run_id: str, namespace: str | None) -> bool:
+        # A run just started here, its first turn not begun, needs no read
+        # before its result is waited for (a start then a result, the
+        # commonest pair of calls, reads nothing).
+        rt = self._rt
+        run = rt.scheduler.untouched(run_id)
+        return (
+            run is not None
+            and run.lease_owner == rt.engine_id
+            and run.lease_expiry is not None
+            and run.lease_expiry > rt.clock.now()
+            and namespace in (None, run.namespace)
+        )
 
     async def signal(
         self, run_id: str, name: str, payload: Any = None, *, namespace: str | None = None

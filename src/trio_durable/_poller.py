@@ -44,9 +44,9 @@ async def poll_due(rt: Runtime) -> None:
         # Made before listing, so a turn that ends while this pass looks at
         # the store still wakes the wait below (no lost wake-up).
         progress = signals.progress = trio.Event()
-        now = rt.clock.now()
+        listed_at = rt.clock.now()
         try:
-            due = await rt.store.list_due_runs(now, batch)
+            due = await rt.store.list_due_runs(listed_at, batch)
         except StoreError as exc:
             outage += 1
             await _outage_backoff(rt, outage, exc)
@@ -73,9 +73,12 @@ async def poll_due(rt: Runtime) -> None:
             outage = 0
         now = rt.clock.now()
         if next_due is not None and next_due <= now:
-            if not fresh:
-                # What is due already has a turn queued here; wait until a
-                # turn takes its lease (which moves its due time).
+            if not fresh and next_due <= listed_at:
+                # What is due was due when listed, and already has a turn
+                # queued here; wait until a turn takes its lease (which
+                # moves its due time). What came due after the listing (a
+                # short timer, while the listing was in flight) is listed
+                # again at once.
                 with trio.move_on_after(rt.options.lease_ttl / 3):
                     await progress.wait()
             continue

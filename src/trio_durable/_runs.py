@@ -424,13 +424,25 @@ async def await_end(
     poll_interval: float,
     run_id: str,
     read: Callable[[], Awaitable[Run]],
+    *,
+    unended: bool = False,
 ) -> Run:
     """Wait until ``run_id`` ended; return it as it ended. ``read`` reads it
     from the store (and raises if it is missing); ``endings`` is told when
     it ends here or elsewhere, and the store is read again at least every
-    ``poll_interval`` seconds (`math.inf`: only when told)."""
+    ``poll_interval`` seconds (`math.inf`: only when told).
+
+    ``unended`` says the run exists and cannot have ended yet (this engine
+    created it and holds its lease, its first turn not yet begun: see
+    `Scheduler.untouched`), so the first read is skipped: the wait is
+    registered before anything can end it.
+    """
     while True:
         if offers(store, ChangeFeed):
+            if unended:
+                unended = False
+                await cast("ChangeFeed", store).run_end_event(run_id).wait()
+                continue
             run = await read()
             if run.status in TERMINAL_STATUSES:
                 return run
@@ -441,14 +453,17 @@ async def await_end(
         # flight still sets it (registered after, the end would go unseen
         # until the next poll).
         ending = endings.register(run_id)
-        try:
-            run = await read()
-        except BaseException:
-            endings.forget(run_id, ending)
-            raise
-        if run.status in TERMINAL_STATUSES:
-            endings.forget(run_id, ending)
-            return run
+        if unended:
+            unended = False
+        else:
+            try:
+                run = await read()
+            except BaseException:
+                endings.forget(run_id, ending)
+                raise
+            if run.status in TERMINAL_STATUSES:
+                endings.forget(run_id, ending)
+                return run
         with trio.move_on_after(poll_interval):
             await ending.event.wait()
         if ending.run is not None:

@@ -46,7 +46,7 @@ from ._stores._base import RunWatch
 from ._stores._ops import ReleaseRun
 from ._streams import StreamWaiters
 from ._tracing import DISABLED, Tracing, make_tracing
-from ._turn import Turns
+from ._turns import Turns
 from ._wakes import engine_delivery, keep_watching
 from ._webhooks import WebhookKeys
 from ._worker import Worker

@@ -26,6 +26,7 @@ import trio
 from ._exceptions import EngineClosedError, StoreError
 
 if TYPE_CHECKING:
+    from ._records import Run
     from ._replay import TurnState
     from ._runtime import EngineStatistics, Runtime
 
@@ -182,6 +183,13 @@ class Scheduler:
         if self._idle.is_set():
             self._idle = trio.Event()
         self._nursery.start_soon(self._drive, run_id, name=f"trio_durable turn {run_id}")
+
+    def untouched(self, run_id: str) -> Run | None:
+        """The run as this engine created it, if its first turn has not
+        begun yet: nothing has changed it since, and, while its lease (made
+        with it, this engine's) lasts, nothing else can."""
+        slot = self._slots.get(run_id)
+        return None if slot is None or slot.initial is None else slot.initial.run
 
     def interrupt(self, run_id: str) -> None:
         """Cut short the body of a run's turn in flight (it was just told to

@@ -46,7 +46,6 @@ from ._replay import Replay, Suspend, TurnState
 from ._saga import compensate
 from ._stores._base import WriteConflict
 from ._stores._ops import Op, RemoveSignalWaiter, SettleCheckpoint, UpdateRun, WaitSignal
-from ._tracing import attributes
 from ._updates import apply_updates
 from ._wakes import announce, announces_ends
 
@@ -55,7 +54,6 @@ if TYPE_CHECKING:
     from ._observe import EventKind
     from ._runtime import Runtime
     from ._scheduler import Slot
-    from ._wire import Task
 
 logger = logging.getLogger("trio_durable")
 
@@ -71,97 +69,6 @@ _END_EXPECTS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
     "dead": frozenset({"running", "cancelling"}),
 }
 _UNKNOWN_VERSION_BACKOFF: Final = 60.0
-
-
-@final
-class Turns:
-    """Runs the turns of an engine's runs (what its scheduler drives)."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
-        # The turn whose last write raised StoreError, by run: it may have been
-        # applied, and `repair` redoes what its effects would have done.
-        self._failed_writes: dict[str, TurnState] = {}
-
-    async def run(self, run_id: str, slot: Slot) -> None:
-        """Run one turn of ``run_id`` in ``slot``."""
-        rt = self._rt
-        now = rt.clock.now()
-        if slot.initial is not None:
-            state, slot.initial = slot.initial, None
-        else:
-            began = await rt.store.begin_turn(run_id, rt.engine_id, now + rt.options.lease_ttl, now)
-            rt.scheduler.signals.progress.set()
-            if began is None:
-                return
-            state = TurnState(run=began.run, checkpoints={cp.seq: cp for cp in began.checkpoints})
-            # Read under the lease: settled elsewhere means no result is
-            # waited for here (it went to another engine, or got lost).
-            rt.sent.observed(run_id, began.checkpoints)
-        # The turn holds the run's lease until its last write gives it back
-        # (or it is lost, or lapses): that is what the leases gauge counts.
-        run = state.run
-        telemetry = rt.telemetry
-        telemetry.leases += 1
-        try:
-            if rt.tracing.enabled:
-                with rt.tracing.span(
-                    f"turn {run.workflow}",
-                    attributes(run_id=run.id, workflow=run.workflow, namespace=run.namespace),
-                ):
-                    await Turn(rt, state, slot, self._failed_writes).run(now)
-            else:
-                await Turn(rt, state, slot, self._failed_writes).run(now)
-        finally:
-            telemetry.leases -= 1
-        # Turns cut off by an error are not timed: their length says nothing.
-        telemetry.metrics.observe_turn(run.workflow, rt.clock.now() - now)
-
-    async def repair(self, run_id: str) -> None:
-        """After a turn's write raised StoreError, do what its effects would
-        have done if it was applied anyway (the database may commit a write
-        whose answer is lost): send the tasks whose checkpoints are now
-        recorded as sent, wake the children it created, and wake the parent a
-        final write settled. Each of these is harmless if the write did not
-        apply: a task is sent only if its checkpoint says so, and a wake only
-        costs a turn."""
-        turn = self._failed_writes.pop(run_id, None)
-        if turn is None:
-            return
-        rt = self._rt
-        tasks: list[Task] = []
-        for _, task in turn.dispatch:
-            found = await rt.store.get_checkpoints(run_id, task.seq, task.seq)
-            cp = found[0] if found else None
-            if (
-                cp is not None
-                and cp.status == "pending"
-                and cp.attempts == task.attempt
-                and cp.started_at is not None
-            ):
-                tasks.append(task)
-        if tasks:
-            await rt.dispatcher.send(tasks)
-        for child in turn.wake_after:
-            rt.scheduler.wake(child)
-        run = await rt.store.get_run(run_id)
-        if (
-            run is not None
-            and run.done
-            and run.parent_id is not None
-            and run.parent_seq is not None
-        ):
-            found = await rt.store.get_checkpoints(run.parent_id, run.parent_seq, run.parent_seq)
-            settled = found[0] if found else None
-            if settled is not None and settled.status != "pending":
-                await advance_windows(rt, [settled])
-                for parent in await join_barrier(rt.store, [settled]):
-                    rt.scheduler.wake(parent)
-        if run is not None and run.done:
-            rt.sent.run_ended(run_id)
-            rt.endings.ended(run_id)
-        # The write may have committed values of the run's stream.
-        rt.streams.changed(run_id)
 
 
 @final

@@ -12,9 +12,11 @@ the answer, and the error, one statement per operation gives.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import attrs
 import psycopg
 import pytest
 import trio
@@ -161,6 +163,38 @@ async def test_writes_of_a_trip_are_a_few_statements(store: PostgresStore) -> No
     assert await store.get_checkpoints("run-007") == [_checkpoint(7, 1), _checkpoint(7, 2)]
     stored = await store.get_checkpoints("run-007", 1, 1)
     assert stored[0].enqueued_at == 1.0
+
+
+async def test_non_finite_times_and_any_text_go_through_a_layered_trip(
+    store: PostgresStore,
+) -> None:
+    # The layered statements take their rows as one JSON parameter: JSON
+    # has no infinities or NaN, and text may hold quotes, backslashes,
+    # escapes and any Unicode.
+    text = 'q"uo\\te \\u0041 \u00e9\u4e2d\U0001f600 ,{}[]'
+    batches: list[list[Op]] = [
+        [
+            CreateRun(attrs.evolve(_run(i), input=text, lease_expiry=math.inf)),
+            PutCheckpoint(
+                attrs.evolve(_checkpoint(i, 1), output=text, wake_at=-math.inf, started_at=None)
+            ),
+            UpdateRun(f"run-{i:03}", {"wake_at": math.inf, "output": text}),
+        ]
+        for i in range(N)
+    ]
+    before = store.round_trips
+    await _at_once([functools.partial(store.apply, ops) for ops in batches])
+    assert store.round_trips - before <= 2 * 7  # layered, not one by one
+    run = await store.get_run("run-042")
+    assert run is not None
+    assert (run.input, run.output, run.lease_expiry, run.wake_at) == (
+        text,
+        text,
+        math.inf,
+        math.inf,
+    )
+    [cp] = await store.get_checkpoints("run-042")
+    assert (cp.output, cp.wake_at) == (text, -math.inf)
 
 
 async def test_operations_on_one_run_keep_their_order(url: str, store: PostgresStore) -> None:

@@ -37,6 +37,12 @@ def test_url_options() -> None:
     assert (defaults.bridge, defaults.ack_wait, defaults.max_deliver) == ("thread", 30.0, 20)
     assert defaults.monitor == "http://nats.example.org:8222"
     assert parse_nats_url("nats://h?max_deliver=-1").max_deliver == -1
+    # A cluster: more servers to try, with the first one's scheme and
+    # credentials.
+    cluster = parse_nats_url("nats+tls://u:p@a:4222?replicas=3&seeds=b:4223,%20c:4224")
+    assert cluster.seeds == ("tls://u:p@b:4223", "tls://u:p@c:4224")
+    assert cluster.replicas == 3
+    assert defaults.seeds == ()
 
 
 @pytest.mark.parametrize(
@@ -57,6 +63,11 @@ def test_url_options() -> None:
         "nats://h?bridge=fibers",
         "nats://h?monitor=ftp://x",
         "nats://h?dead_letter=maybe",
+        "nats://h?seeds=",
+        "nats://h?seeds=b",
+        "nats://h?seeds=b:1,c",
+        "nats://h?seeds=x@b:1",
+        "nats://h?seeds=b:port",
         "amqp://h",
         # The generic TLS scheme is gone: nats+tls:// says it is NATS.
         "tls://h",

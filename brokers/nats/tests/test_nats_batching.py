@@ -5,10 +5,11 @@ connection dropped in the middle of a batch loses no message."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from urllib.parse import urlsplit
 
+import nats.js.errors
 import pytest
 import trio
 import trio.testing
@@ -18,6 +19,7 @@ from servers.proxy import CuttingProxy
 from trio_durable.brokers import BrokerUnavailable, Consumer, Delivery, Outgoing, open_broker
 from trio_durable_nats import NatsBroker
 from trio_durable_nats._nats_consume import num_delivered
+from trio_durable_nats._nats_publish import Item
 
 PATIENCE = 30.0
 """Seconds a reconnection, and the pull requests it lost, may take."""
@@ -133,3 +135,55 @@ async def test_a_connection_dropped_mid_batch_loses_no_message(
 def test_the_delivery_count_is_read_as_nats_py_reads_it(reply: str) -> None:
     msg = Msg(_client=None, subject="trio_durable.task.payments", reply=reply)  # type: ignore[arg-type]
     assert num_delivered(msg) == msg.metadata.num_delivered
+
+
+async def test_a_publish_answered_no_responders_goes_again_until_a_stream_listens(
+    real_server: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a cluster a stream has no leader for a few seconds after its
+    leader died, and publishes to it come back "no responders" at once: the
+    outbox publishes them again after a backoff, and one lands as soon as a
+    stream listens; one that no stream ever takes fails after the timeout,
+    not at once."""
+    subject = f"trio_durable_late_{secrets.token_hex(4)}"
+    async with open_broker(f"{real_server('nats')}?monitor=off&timeout=3") as broker:
+        assert isinstance(broker, NatsBroker)
+        js = broker._js
+        # Told (from the loop's thread) when a batch came back refused.
+        token = trio.lowlevel.current_trio_token()
+        refused = trio.Event()
+        publish = broker._publisher.publish
+
+        async def publish_and_tell(
+            items: Sequence[Item], limit: float
+        ) -> list[BaseException | None]:
+            outcomes = await publish(items, limit)
+            if any(isinstance(o, nats.js.errors.NoStreamResponseError) for o in outcomes):
+                token.run_sync_soon(refused.set)
+            return outcomes
+
+        monkeypatch.setattr(broker._publisher, "publish", publish_and_tell)
+        outcome: list[BaseException | None] = []
+
+        async def publish_one() -> None:
+            job = await broker._outbox.publish([(f"{subject}.x", b"late", None)])
+            outcome.append(job.error)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(publish_one)
+            with trio.fail_after(PATIENCE):
+                await refused.wait()
+            await broker._bridge.run(
+                partial(js.add_stream, name=subject, subjects=[f"{subject}.>"])
+            )
+        try:
+            assert outcome == [None]
+            assert broker.statistics().publish_batches >= 2
+            info = await broker._bridge.run(partial(js.stream_info, subject))
+            assert info.state.messages == 1
+        finally:
+            await broker._bridge.run(partial(js.delete_stream, subject))
+        started = trio.current_time()
+        job = await broker._outbox.publish([(f"{subject}.y", b"never", None)])
+        assert isinstance(job.error, nats.js.errors.NoStreamResponseError)
+        assert trio.current_time() - started > 2.0

@@ -12,9 +12,9 @@ few multi-row statements instead:
   each of their operations is one this module knows, are *layered*: an
   operation goes into the layer after the last one holding an operation on
   the same run, and each layer runs one statement per kind of operation
-  (an ``INSERT ... SELECT FROM unnest(...)`` of every run created, one of
-  every checkpoint put, an ``UPDATE ... FROM unnest(...)`` per shape of run
-  update). Every such operation reads and writes the rows of its own run
+  (an ``INSERT ... SELECT`` of every run created, one of every checkpoint
+  put, an ``UPDATE ... FROM`` per shape of run update, each taking its rows
+  as one JSON parameter). Every such operation reads and writes the rows of its own run
   only (its run row and its checkpoints), so two operations on different
   runs commute, and the order of the operations on each run is kept: the
   transaction ends in the state the operations one by one would leave.
@@ -33,6 +33,8 @@ caller hears of it, the runs locked in order of id first.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from typing import Any, Final, final
 
@@ -274,40 +276,55 @@ _CHECKPOINT_TYPES: Final[dict[str, str]] = {
 _FLOAT: Final = "double precision"
 
 
-def _arrays(columns: Sequence[str], types: dict[str, str]) -> str:
-    return ", ".join(f"%s::{types.get(column, 'text')}[]" for column in columns)
+def _select(types: Sequence[str], names: Sequence[str] | None = None) -> str:
+    """The rows of the statement's one parameter, a JSON array of arrays
+    (see `_rows_param`), as columns of ``types`` (named ``names``)."""
+    columns = ", ".join(
+        f"(r->>{i})::{t}" + ("" if names is None else f" AS {names[i]}")
+        for i, t in enumerate(types)
+    )
+    return f"SELECT {columns} FROM json_array_elements(%s::json) AS e(r)"
 
 
-def _column(values: list[Any], sql_type: str) -> list[Any]:
-    # psycopg types a list by its items: an int among floats must be a float.
-    if sql_type == _FLOAT:
-        return [None if value is None else float(value) for value in values]
-    return values
+def _types(columns: Sequence[str], types: dict[str, str]) -> list[str]:
+    return [types.get(column, "text") for column in columns]
 
 
-def _transpose(
-    rows: list[tuple[Any, ...]], columns: Sequence[str], types: dict[str, str]
-) -> list[list[Any]]:
-    return [
-        _column(list(values), types.get(column, "text"))
-        for column, values in zip(columns, zip(*rows, strict=True), strict=True)
-    ]
+def _rows_param(rows: Sequence[Sequence[Any]], types: Sequence[str]) -> str:
+    """Rows as the one JSON text a multi-row statement takes: psycopg dumps
+    a list parameter item by item in Python, where `json.dumps` writes them
+    all in C, and the server reads them back with ``json_array_elements``.
+    JSON has no infinities or NaN: a float column spells them as
+    PostgreSQL's text does."""
+    try:
+        return json.dumps(rows, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        floats = [i for i, t in enumerate(types) if t == _FLOAT]
+        spelled = [list(row) for row in rows]
+        for row in spelled:
+            for i in floats:
+                value = row[i]
+                if value is not None and not math.isfinite(value):
+                    row[i] = (
+                        "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+                    )
+        return json.dumps(spelled, allow_nan=False, separators=(",", ":"))
 
 
+_RUN_COLUMN_TYPES: Final = _types(RUN_FIELDS, _RUN_TYPES)
+_CHECKPOINT_COLUMN_TYPES: Final = _types(CHECKPOINT_FIELDS, _CHECKPOINT_TYPES)
 _CREATE_RUNS: Final = (
-    f"INSERT INTO runs ({RUN_COLUMNS})"
-    f" SELECT * FROM unnest({_arrays(RUN_FIELDS, _RUN_TYPES)})"
+    f"INSERT INTO runs ({RUN_COLUMNS}) {_select(_RUN_COLUMN_TYPES)}"
     " ON CONFLICT (id) DO NOTHING RETURNING id"
 )
 _PUT_CHECKPOINTS: Final = (
-    f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS})"
-    f" SELECT * FROM unnest({_arrays(CHECKPOINT_FIELDS, _CHECKPOINT_TYPES)})"
+    f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) {_select(_CHECKPOINT_COLUMN_TYPES)}"
     " ON CONFLICT (run_id, seq) DO UPDATE SET "
     + ", ".join(f"{column} = excluded.{column}" for column in CHECKPOINT_FIELDS[2:])
 )
 _NOTIFY_ALL: Final = (
     f"SELECT pg_notify(c.channel, p.payload) FROM ({CHANNEL} AS channel) AS c,"
-    " unnest(%s::text[]) WITH ORDINALITY AS p(payload, n) ORDER BY p.n"
+    " json_array_elements_text(%s::json) WITH ORDINALITY AS p(payload, n) ORDER BY p.n"
 )
 
 _update_sql: dict[tuple[Any, ...], str] = {}
@@ -338,19 +355,21 @@ def _update_statement(key: tuple[Any, ...]) -> str:
     assignments = ", ".join(f"{field} = v.c{i}" for i, field in enumerate(fields))
     statement = _update_sql[key] = (
         f"UPDATE runs AS r SET {assignments or 'status = r.status'}"
-        f" FROM unnest({', '.join(f'%s::{t}[]' for t in types)}) AS v({', '.join(names)})"
+        f" FROM ({_select(types, names)}) AS v"
         f" WHERE {' AND '.join(conditions)} RETURNING r.id"
     )
+    _update_types[key] = types
     return statement
+
+
+_update_types: dict[tuple[Any, ...], list[str]] = {}
 
 
 def _create_runs(
     cur: psycopg.Cursor[Any], items: list[tuple[_Slot, _ops.CreateRun]], results: Results
 ) -> None:
     rows = [run_row(op.run)[:-1] for _, op in items]
-    created = {
-        row[0] for row in cur.execute(_CREATE_RUNS, _transpose(rows, RUN_FIELDS, _RUN_TYPES))
-    }
+    created = {row[0] for row in cur.execute(_CREATE_RUNS, (_rows_param(rows, _RUN_COLUMN_TYPES),))}
     for slot, op in items:
         if op.run.id not in created:
             # Taken: the one-by-one path reads the stored run.
@@ -365,7 +384,7 @@ def _put_checkpoints(
         (op.checkpoint.run_id, op.checkpoint.seq, *checkpoint_values(op.checkpoint))
         for _, op in items
     ]
-    cur.execute(_PUT_CHECKPOINTS, _transpose(rows, CHECKPOINT_FIELDS, _CHECKPOINT_TYPES))
+    cur.execute(_PUT_CHECKPOINTS, (_rows_param(rows, _CHECKPOINT_COLUMN_TYPES),))
     for slot, _ in items:
         results[slot] = None
 
@@ -377,17 +396,19 @@ def _update_runs(
     results: Results,
 ) -> None:
     fields, by_status, by_owner, now = key
-    columns: list[list[Any]] = [[op.run_id for _, op in items]]
-    for field in fields:
-        values = [encode_run_field(field, op.changes[field]) for _, op in items]
-        columns.append(_column(values, _RUN_TYPES.get(field, "text")))
-    if by_status:
-        columns.append([",".join(sorted(op.expect_status or ())) for _, op in items])
-    if by_owner:
-        columns.append([op.expect_owner for _, op in items])
-        if now:
-            columns.append([float(op.now) for _, op in items])  # type: ignore[arg-type]
-    changed = {row[0] for row in cur.execute(_update_statement(key), columns)}
+    rows: list[list[Any]] = []
+    for _, op in items:
+        row = [op.run_id, *(encode_run_field(field, op.changes[field]) for field in fields)]
+        if by_status:
+            row.append(",".join(sorted(op.expect_status or ())))
+        if by_owner:
+            row.append(op.expect_owner)
+            if now:
+                row.append(op.now)
+        rows.append(row)
+    statement = _update_statement(key)
+    param = _rows_param(rows, _update_types[key])
+    changed = {row[0] for row in cur.execute(statement, (param,))}
     for slot, op in items:
         if op.run_id in changed:
             results[slot] = True
@@ -437,7 +458,8 @@ def run_layered(cur: psycopg.Cursor[Any], jobs: Sequence[Job[psycopg.Cursor[Any]
     except _Fallback:
         return False
     if announces:
-        cur.execute(_NOTIFY_ALL, ([announcement_payload(op) for op in announces],))
+        payloads = json.dumps([announcement_payload(op) for op in announces])
+        cur.execute(_NOTIFY_ALL, (payloads,))
     for i, job in enumerate(jobs):
         work = job.work
         if isinstance(work, BeginTurnWork):

@@ -77,7 +77,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 # After nats-py, whose absence the lines above name.
 from ._nats_consume import NatsConsumer, Puller, open_nats_consumer
-from ._nats_publish import CLIENT_ERRORS, BatchPublisher, Outbox
+from ._nats_publish import CLIENT_ERRORS, NO_RESPONDERS, Backoff, BatchPublisher, Outbox
 from ._nats_setup import read_descriptors, set_up
 
 logger = logging.getLogger("trio_durable.brokers.nats")
@@ -201,6 +201,24 @@ class NatsBroker:
             reason = scrub(repr(exc), self.options.server, user_is_secret=True)
             raise BrokerUnavailable(f"NATS: could not {what}: {reason}") from exc
 
+    async def _call_through_election(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
+        """`_call`, again after a backoff while the answer is "no
+        responders" (a stream whose leader is not elected yet: just created,
+        or its leader died), until the timeout."""
+        deadline = trio.current_time() + self.options.timeout
+        backoff = Backoff()
+        while True:
+            try:
+                return await self._call(fn, what)
+            except BrokerUnavailable as exc:
+                wait = backoff.next()
+                if (
+                    not isinstance(exc.__cause__, NO_RESPONDERS)
+                    or trio.current_time() + wait >= deadline
+                ):
+                    raise
+            await trio.sleep(wait)
+
     async def dispatch(self, messages: Sequence[Outgoing]) -> None:
         """Publish each message to its queue's subject and wait until
         JetStream has stored every one (file storage; see ``docs/nats.md``
@@ -276,7 +294,7 @@ class NatsBroker:
         subject = f"$KV.{WORKERS_BUCKET}.{token(descriptor.instance_id)}"
         seconds = max(1, math.ceil(ttl))
         timeout = self.options.timeout
-        await self._call(
+        await self._call_through_election(
             lambda: self._js.publish(subject, value, timeout=timeout, msg_ttl=seconds),
             "announce a worker",
         )
@@ -284,7 +302,9 @@ class NatsBroker:
     async def withdraw(self, instance_id: str) -> None:
         """Purge the worker's key (a no-op for an unknown worker)."""
         key = token(instance_id)
-        await self._call(lambda: self._kv.purge(key, msg_ttl=PURGE_MARKER_TTL), "withdraw a worker")
+        await self._call_through_election(
+            lambda: self._kv.purge(key, msg_ttl=PURGE_MARKER_TTL), "withdraw a worker"
+        )
 
     async def worker_descriptors(self, group: str | None = None) -> list[WorkerDescriptor]:
         """The descriptors of live workers (consuming ``group``, if given),
@@ -294,7 +314,7 @@ class NatsBroker:
           BrokerUnavailable: The bucket could not be read.
         """
         timeout = self.options.timeout
-        values = await self._call(
+        values = await self._call_through_election(
             lambda: read_descriptors(self._kv, timeout), "read worker announcements"
         )
         now = self._clock.now()
@@ -398,7 +418,7 @@ async def _connect(options: NatsOptions) -> tuple[NatsClient, JetStreamContext]:
     # unlimited: bound the first one by the timeout instead.
     async with asyncio.timeout(options.timeout):
         await nc.connect(
-            servers=[options.server],
+            servers=[options.server, *options.seeds],
             name="trio-durable",
             connect_timeout=max(1, math.ceil(options.timeout / 2)),
             # Typed int, but any number of seconds works (it is slept).

@@ -30,7 +30,7 @@ from trio_durable.brokers import (
     OwnedTasks,
 )
 
-from ._nats_publish import BatchPublisher
+from ._nats_publish import Backoff, BatchPublisher
 from ._nats_setup import ensure_consumer
 from ._nats_url import DEAD_SUBJECT, NatsOptions, stream_and_subject, token
 
@@ -103,6 +103,12 @@ class Puller:
         self._nc = nc
         self._tasks = tasks
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        # "No responders" to the last pull: the consumer has no leader (an
+        # election), so the next pull waits a backoff instead of going at
+        # once, which would loop as fast as the round trip until one is
+        # elected.
+        self._refused = False
+        self._backoff = Backoff()
         self._prefetch = prefetch
         self._inbox = inbox
         self._deliver = nc.new_inbox()
@@ -125,6 +131,12 @@ class Puller:
     async def _on_message(self, msg: Msg) -> None:
         self._last_activity = asyncio.get_running_loop().time()
         status = _status(msg)
+        if status == "503":
+            self._refused = True
+            self._requested = 0
+            self._wake.set()
+            return
+        self._backoff.reset()
         if status is not None:
             if status != "100":
                 # A pull request ended (408 expired, 409 and others): what it
@@ -152,6 +164,10 @@ class Puller:
         loop = asyncio.get_running_loop()
         try:
             while not self._closing:
+                if self._refused:
+                    self._refused = False
+                    await asyncio.sleep(self._backoff.next())
+                    continue
                 room = self._prefetch - self._held - self._requested
                 if room > 0 and (self._requested == 0 or room >= max(1, self._prefetch // 4)):
                     request = {"batch": room, "expires": int(PULL_EXPIRES * 1e9)}

@@ -9,7 +9,12 @@ which is what ``js.publish`` (a request each) and ``js.publish_async`` (a
 future each, and no timeout) cost.
 
 `Outbox` (on the Trio side) gathers what concurrent `NatsBroker.dispatch`
-calls queued and publishes it in one crossing of the bridge per batch.
+calls queued and publishes it in one crossing of the bridge per batch. What
+comes back "no responders" it publishes again after a `Backoff`, within the
+publish timeout: in a cluster, that is the answer while the stream has no
+leader (for several seconds after its leader died, until the survivors have
+elected one), and a dispatch that failed at once would spend the engine's
+few retries inside one election (see ``docs/nats.md``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,32 @@ Item = tuple[str, bytes, dict[str, str] | None]
 
 CLIENT_ERRORS: Final = (nats.errors.Error, OSError, asyncio.TimeoutError, ValueError)
 """What nats-py raises when the server or the connection fails."""
+
+NO_RESPONDERS: Final = (nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError)
+"""What a JetStream publish or API call that reached no leader raises."""
+
+
+@final
+class Backoff:
+    """Waits between attempts answered "no responders": from ``first``
+    seconds, doubling up to ``most``."""
+
+    __slots__ = ("_next", "first", "most")
+
+    def __init__(self, first: float = 0.05, most: float = 1.0) -> None:
+        self.first = first
+        self.most = most
+        self._next = first
+
+    def next(self) -> float:
+        """The wait before the next attempt."""
+        wait = self._next
+        self._next = min(self.most, wait * 2)
+        return wait
+
+    def reset(self) -> None:
+        """An attempt got an answer: start from ``first`` again."""
+        self._next = self.first
 
 
 @final
@@ -190,11 +221,7 @@ class Outbox:
                 jobs, self._jobs = self._jobs, []
                 items = [item for job in jobs for item in job.items]
                 try:
-                    outcomes = await self._bridge.run(
-                        functools.partial(self._publisher.publish, items, self._timeout)
-                    )
-                except CLIENT_ERRORS as exc:
-                    outcomes = [exc] * len(items)
+                    outcomes = await self._publish(items)
                 except BaseException:
                     self._jobs = jobs + self._jobs
                     raise
@@ -213,3 +240,31 @@ class Outbox:
                 job.error = trio.ClosedResourceError()
                 job.done.set()
             self._jobs = []
+
+    async def _publish(self, items: list[Item]) -> list[BaseException | None]:
+        """Publish ``items``; publish those refused for "no responders"
+        again after a backoff, until the timeout; each one's outcome."""
+        deadline = trio.current_time() + self._timeout
+        outcomes: list[BaseException | None] = [None] * len(items)
+        todo = list(range(len(items)))
+        backoff = Backoff()
+        while True:
+            limit = max(0.0, deadline - trio.current_time())
+            batch = [items[i] for i in todo]
+            try:
+                results = await self._bridge.run(
+                    functools.partial(self._publisher.publish, batch, limit)
+                )
+            except CLIENT_ERRORS as exc:
+                results = [exc] * len(batch)
+            refused = []
+            for i, outcome in zip(todo, results, strict=True):
+                outcomes[i] = outcome
+                if isinstance(outcome, nats.js.errors.NoStreamResponseError):
+                    refused.append(i)
+            wait = backoff.next()
+            if not refused or trio.current_time() + wait >= deadline:
+                return outcomes
+            # The stream has no leader for now (an election).
+            await trio.sleep(wait)
+            todo = refused

@@ -52,6 +52,7 @@ _OPTIONS: Final = (
     "reconnect_wait",
     "monitor",
     "dead_letter",
+    "seeds",
 )
 
 _TOKEN_SAFE: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
@@ -120,6 +121,10 @@ class NatsOptions:
         (``?monitor=``; default ``http://<host>:8222``; ``off`` to skip).
       dead_letter: Copy messages rejected without requeue to the dead-letter
         stream (``?dead_letter=on|off``, default on).
+      seeds: More servers of the same cluster to connect to if ``server``
+        does not answer (``?seeds=host:port,host:port``), as nats-py URLs
+        with the same scheme and credentials. Once connected, nats-py also
+        learns the cluster's other servers from the one it reached.
     """
 
     server: str
@@ -131,6 +136,7 @@ class NatsOptions:
     reconnect_wait: float = 1.0
     monitor: str | None = None
     dead_letter: bool = True
+    seeds: tuple[str, ...] = ()
 
     @property
     def shown(self) -> str:
@@ -231,6 +237,19 @@ def parse_nats_url(url: str) -> NatsOptions:
         if port is not None
         else f"{SCHEMES[scheme]}://{netloc}:4222"
     )
+    seeds: list[str] = []
+    userinfo = netloc.rpartition("@")[0]
+    for seed in values.get("seeds", "").split(",") if "seeds" in values else ():
+        try:
+            address = urlsplit(f"//{seed.strip()}")
+            valid = bool(address.hostname) and address.port is not None and not address.username
+        except ValueError:
+            valid = False
+        if not valid:
+            raise InvalidURLError(
+                f"seeds must be a comma-separated list of host:port, not {values['seeds']!r}"
+            )
+        seeds.append(f"{SCHEMES[scheme]}://{userinfo + '@' if userinfo else ''}{seed.strip()}")
     return NatsOptions(
         server=server,
         bridge=bridge_mode(url),
@@ -248,4 +267,5 @@ def parse_nats_url(url: str) -> NatsOptions:
         reconnect_wait=number("reconnect_wait", 1.0),
         monitor=monitor,
         dead_letter=dead_letter == "on",
+        seeds=tuple(seeds),
     )
