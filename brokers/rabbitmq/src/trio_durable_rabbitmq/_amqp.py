@@ -49,9 +49,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar, final
 
+import aio_pika
 import attrs
 import trio
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel
 from pamqp import commands as spec
 
 from trio_durable.brokers import (
@@ -124,7 +125,7 @@ class AmqpBroker:
         self.bridge = bridge
         self.options = options
         self._origin = f"broker-{secrets.token_hex(8)}"
-        self._connection: AbstractRobustConnection | None = None
+        self._connection: aio_pika.abc.AbstractRobustConnection | None = None
         self._publisher: AbstractRobustChannel | None = None
         # Only touched on the asyncio loop: the publishing half (queue
         # declarations, confirmed batches) and the counting of redeliveries.
