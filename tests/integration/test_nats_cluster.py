@@ -16,58 +16,31 @@ from __future__ import annotations
 
 import functools
 import itertools
-import statistics
-from collections import Counter
 from pathlib import Path
-from typing import Final
 
 import pytest
 import trio
 
 import trio_durable as td
+from cluster_workload import (
+    DOWN_FOR,
+    FAN,
+    GROUP,
+    ONE_BASE,
+    RUNS,
+    app,
+    executed,
+    fan,
+    p99,
+    reset,
+    start_ones,
+)
 from servers import nats as nats_server
 from servers.nats_cluster import NatsCluster
 
-FAN: Final = 5_000
-RUNS: Final = 300
-KILL_AFTER: Final = 1_500
-"""Steps run before the leader is killed."""
-DOWN_FOR: Final = 8.0
-"""Seconds the killed node stays down."""
-ONE_BASE: Final = 1_000_000
-"""One-step runs square ``ONE_BASE + i``: their steps count apart from the fan's."""
-
-app = td.App("nats-cluster")
-
-executed: Counter[int] = Counter()
-progress: dict[int, trio.Event] = {}
-
-
-@app.step(group="cluster")
-async def square(x: int) -> int:
-    executed[x] += 1
-    done = len(executed)
-    if done in progress:
-        progress[done].set()
-    return x * x
-
-
-@app.workflow()
-async def fan(ctx: td.Context, n: int) -> int:
-    return sum(await ctx.all(square, list(range(n))))
-
-
-@app.workflow()
-async def one(ctx: td.Context, x: int) -> int:
-    return await ctx.step(square, x)
-
-
-def _p99(values: list[float]) -> float:
-    return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else max(values)
-
 
 def _p99_ms(values: list[float]) -> str:
-    return f"{_p99(values) * 1000:.0f} ms" if values else "-"
+    return f"{p99(values) * 1000:.0f} ms" if values else "-"
 
 
 async def test_a_fan_survives_the_task_stream_leader_killed_and_restarted(
@@ -75,9 +48,7 @@ async def test_a_fan_survives_the_task_stream_leader_killed_and_restarted(
 ) -> None:
     if not nats_server.available():
         pytest.skip("nats-server is not installed")
-    executed.clear()
-    progress.clear()
-    progress[KILL_AFTER] = trio.Event()
+    kill_moment = reset()
     cluster = NatsCluster(tmp_path)
     # The cluster's calls do not queue behind the store's threads.
     own_thread = trio.CapacityLimiter(1)
@@ -86,7 +57,7 @@ async def test_a_fan_survives_the_task_stream_leader_killed_and_restarted(
         url = cluster.url(ack_wait="5", reconnect_wait="0.2")
         async with (
             td.open_engine(app, store=f"sqlite:///{tmp_path / 'runs.db'}", broker=url) as engine,
-            td.open_worker(app, broker=url, groups=["cluster"], concurrency=128),
+            td.open_worker(app, broker=url, groups=[GROUP], concurrency=128),
         ):
             # Opening the engine created the streams: find the task stream's
             # leader now, so that the kill below lands at once.
@@ -96,14 +67,10 @@ async def test_a_fan_survives_the_task_stream_leader_killed_and_restarted(
             started = trio.current_time()
             await engine.start(fan, FAN, run_id="fan")
 
-            async def start_ones() -> None:
-                for i in range(RUNS):
-                    await engine.start(one, ONE_BASE + i, run_id=f"one-{i}")
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(start_ones)
+                nursery.start_soon(start_ones, engine)
                 with trio.fail_after(60):
-                    await progress[KILL_AFTER].wait()
+                    await kill_moment.wait()
                 cluster.kill(leader)  # SIGKILL, then a wait for the dead process
                 killed_at = trio.current_time()
                 killed_durable = engine.clock.now()

@@ -16,63 +16,32 @@ from __future__ import annotations
 
 import functools
 import itertools
-import statistics
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
 
 import pytest
 import trio
 
 import trio_durable as td
+from cluster_workload import (
+    DOWN_FOR,
+    FAN,
+    GROUP,
+    ONE_BASE,
+    RUNS,
+    app,
+    executed,
+    fan,
+    first_started,
+    p99,
+    reset,
+    start_ones,
+)
 from servers import rabbitmq as rabbitmq_server
 from servers.rabbitmq_cluster import RabbitCluster
 from trio_durable.testing.conformance import check_the_results_queue_is_a_queue
 from trio_durable_rabbitmq import open_amqp_broker
-
-FAN: Final = 5_000
-RUNS: Final = 300
-KILL_AFTER: Final = 1_500
-"""Steps run before the leader is killed."""
-DOWN_FOR: Final = 8.0
-"""Seconds the killed node stays down."""
-ONE_BASE: Final = 1_000_000
-"""One-step runs square ``ONE_BASE + i``: their steps count apart from the fan's."""
-GROUP: Final = "cluster"
-"""The worker group, and so the task queue's name."""
-
-app = td.App("rabbitmq-cluster")
-
-executed: Counter[int] = Counter()
-first_started: dict[int, float] = {}
-progress: dict[int, trio.Event] = {}
-
-
-@app.step(group=GROUP)
-async def square(x: int) -> int:
-    executed[x] += 1
-    # Wall time, to compare with the store's settle stamps.
-    first_started.setdefault(x, time.time())
-    done = len(executed)
-    if done in progress:
-        progress[done].set()
-    return x * x
-
-
-@app.workflow()
-async def fan(ctx: td.Context, n: int) -> int:
-    return sum(await ctx.all(square, list(range(n))))
-
-
-@app.workflow()
-async def one(ctx: td.Context, x: int) -> int:
-    return await ctx.step(square, x)
-
-
-def _p99(values: list[float]) -> float:
-    return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else max(values)
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +65,7 @@ async def test_the_results_queue_is_a_quorum_queue_like_any_other(cluster: Rabbi
 async def test_a_fan_survives_a_queue_leader_killed_and_restarted(
     tmp_path: Path, cluster: RabbitCluster, victim: str
 ) -> None:
-    executed.clear()
-    first_started.clear()
-    progress.clear()
-    progress[KILL_AFTER] = trio.Event()
+    kill_moment = reset()
     # The cluster's calls do not queue behind the store's threads.
     own_thread = trio.CapacityLimiter(1)
     # A fleet of three workers, each connected first to another node (the
@@ -120,14 +86,10 @@ async def test_a_fan_survives_a_queue_leader_killed_and_restarted(
         started = trio.current_time()
         await engine.start(fan, FAN, run_id="fan")
 
-        async def start_ones() -> None:
-            for i in range(RUNS):
-                await engine.start(one, ONE_BASE + i, run_id=f"one-{i}")
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(start_ones)
+            nursery.start_soon(start_ones, engine)
             with trio.fail_after(120):
-                await progress[KILL_AFTER].wait()
+                await kill_moment.wait()
             cluster.kill(leader)  # SIGKILL, then a wait for the dead process
             killed_at, killed_at_wall = trio.current_time(), time.time()
             done_at_kill = len(executed)
@@ -189,8 +151,8 @@ async def test_a_fan_survives_a_queue_leader_killed_and_restarted(
         f" {victim} leader {leader} killed after {done_at_kill} steps, {killed_at - started:.1f} s in"
         f" ({new_leader} led next), down {DOWN_FOR:.0f} s; steps run twice: {twice};"
         f" longest stretch without a settle {stall:.2f} s ({len(ends) / (ends[-1] - ends[0]):.0f}"
-        f" settles/s on average); step latency p99 {_p99(latencies):.2f} s"
-        f" overall, {_p99(around):.2f} s for the {len(around)} steps started around the kill"
+        f" settles/s on average); step latency p99 {p99(latencies):.2f} s"
+        f" overall, {p99(around):.2f} s for the {len(around)} steps started around the kill"
     )
     # Work goes on within seconds of the kill; a stall as long as a publish
     # timeout (30 s) means a publish waited for a confirm that the dead

@@ -21,6 +21,7 @@ skipping them, so a broken set-up can never pass as skipped tests.
 from __future__ import annotations
 
 import importlib
+import socket
 from types import ModuleType
 from typing import Final
 
@@ -32,3 +33,18 @@ def module(name: str) -> ModuleType:
     if name not in NAMES:
         raise ValueError(f"unknown server {name!r}; known: {', '.join(NAMES)}")
     return importlib.import_module(f"{__name__}.{name}")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports nothing listens on now (for the nodes of a
+    cluster a test starts): all are held open until all are found."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Final
 
+from . import free_ports
 from . import nats as nats_server
 
 STARTUP_TIMEOUT: Final = 60.0
@@ -41,19 +41,6 @@ cluster {{
 """
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 class NatsCluster:
     """``size`` nodes named ``n1``, ``n2``, ... under ``workdir``."""
 
@@ -64,7 +51,7 @@ class NatsCluster:
         self.binary = binary
         self.workdir = workdir
         self.names = [f"n{i + 1}" for i in range(size)]
-        ports = _free_ports(3 * size)
+        ports = free_ports(3 * size)
         self.ports = ports[:size]
         self.monitor_ports = ports[size : 2 * size]
         self.cluster_ports = ports[2 * size :]

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final
 
+from . import free_ports
 from . import rabbitmq as rabbitmq_server
 
 STARTUP_TIMEOUT: Final = 90.0
@@ -41,19 +42,6 @@ loopback_users = none
 cluster_formation.peer_discovery_backend = classic_config
 cluster_formation.classic_config.nodes.1 = {first}
 """
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _answers(port: int) -> bool:
@@ -72,7 +60,7 @@ class RabbitCluster:
             raise RuntimeError("RabbitMQ is not installed (the rabbitmq-server package)")
         self.workdir = workdir
         self.names = [f"tdq{i + 1}@localhost" for i in range(size)]
-        ports = _free_ports(2 * size)
+        ports = free_ports(2 * size)
         self.ports = ports[:size]
         self.dist_ports = ports[size:]
         self._running: set[str] = set()
