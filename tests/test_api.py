@@ -523,6 +523,8 @@ def test_the_adapter_api_is_pinned() -> None:
         "Inbox",
         "InvalidURLError",
         "MemoryBroker",
+        "Outbox",
+        "OutboxJob",
         "Outgoing",
         "OwnedTasks",
         "PayloadTooLarge",

@@ -17,7 +17,9 @@ finds here:
   (``thread`` or ``trio-asyncio`` mode, `bridge_mode` reads a URL's
   ``?bridge=``) that runs coroutines on the client's loop and hands
   deliveries over in batches through an `Inbox`; `OwnedTasks` holds the
-  asyncio tasks the adapter starts on that loop;
+  asyncio tasks the adapter starts on that loop; an `Outbox` publishes the
+  messages of concurrent dispatches a batch at a time (`OutboxJob` says how
+  each dispatch's went);
 - the descriptor codec, `descriptor_to_json` and `descriptor_from_json`, for
   adapters that keep announcements on a server;
 - clock access: `Clock` reads durable time (seconds since the epoch, moving
@@ -59,6 +61,8 @@ from ._brokers._codec import descriptor_from_json as descriptor_from_json
 from ._brokers._codec import descriptor_to_json as descriptor_to_json
 from ._brokers._memory import BrokerFaults as BrokerFaults
 from ._brokers._memory import MemoryBroker as MemoryBroker
+from ._brokers._outbox import Outbox as Outbox
+from ._brokers._outbox import OutboxJob as OutboxJob
 from ._clock import Clock as Clock
 from ._exceptions import InvalidURLError as InvalidURLError
 from ._exceptions import UsageError as UsageError
@@ -84,6 +88,8 @@ __all__ = [
     "Inbox",
     "InvalidURLError",
     "MemoryBroker",
+    "Outbox",
+    "OutboxJob",
     "OwnedTasks",
     "Outgoing",
     "PayloadTooLarge",

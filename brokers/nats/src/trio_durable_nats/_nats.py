@@ -45,6 +45,7 @@ from trio_durable.brokers import (
     BridgeStatistics,
     BrokerUnavailable,
     Clock,
+    Outbox,
     Outgoing,
     OwnedTasks,
     PayloadTooLarge,
@@ -77,7 +78,14 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 # After nats-py, whose absence the lines above name.
 from ._nats_consume import NatsConsumer, Puller, open_nats_consumer
-from ._nats_publish import CLIENT_ERRORS, NO_RESPONDERS, Backoff, BatchPublisher, Outbox
+from ._nats_publish import (
+    CLIENT_ERRORS,
+    NO_RESPONDERS,
+    Backoff,
+    BatchPublisher,
+    Item,
+    Publishing,
+)
 from ._nats_setup import read_descriptors, set_up
 
 logger = logging.getLogger("trio_durable.brokers.nats")
@@ -163,7 +171,9 @@ class NatsBroker:
         self._kv = kv
         self._closed = False
         self._publisher = publisher
-        self._outbox = Outbox(bridge, publisher, options.timeout)
+        self._outbox: Outbox[Item] = Outbox(
+            Publishing(bridge, publisher, options.timeout), first=(nats.errors.MaxPayloadError,)
+        )
         self._pullers: list[Puller] = []
         # Announcement expiries are compared across processes, so they are
         # durable times: the wall clock read once, then Trio's clock.

@@ -8,9 +8,10 @@ publish queued before it runs), and no task, timer or future per message,
 which is what ``js.publish`` (a request each) and ``js.publish_async`` (a
 future each, and no timeout) cost.
 
-`Outbox` (on the Trio side) gathers what concurrent `NatsBroker.dispatch`
-calls queued and publishes it in one crossing of the bridge per batch. What
-comes back "no responders" it publishes again after a `Backoff`, within the
+`Publishing` (on the Trio side) is what the broker's `Outbox` (of
+`trio_durable.brokers`: what concurrent `NatsBroker.dispatch` calls queued,
+a batch at a time) publishes with: one crossing of the bridge per batch.
+What comes back "no responders" it publishes again after a `Backoff`, within the
 publish timeout: in a cluster, that is the answer while the stream has no
 leader (for several seconds after its leader died, until the survivors have
 elected one), and a dispatch that failed at once would spend the engine's
@@ -26,7 +27,6 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final, final
 
-import attrs
 import nats.errors
 import nats.js.errors
 import trio
@@ -181,67 +181,19 @@ def _refusal(msg: Msg) -> BaseException | None:
     return None
 
 
-@attrs.define(eq=False)
-class Job:
-    """One `NatsBroker.dispatch` call waiting for the outbox."""
-
-    items: list[Item]
-    done: trio.Event = attrs.field(factory=trio.Event)
-    error: BaseException | None = None
-    failed_at: int | None = None
-
-
 @final
-class Outbox:
-    """Publishes what concurrent dispatches queued, in one crossing per
-    batch: a thousand runs dispatching one task each cost a few crossings,
-    not a thousand. `run` is a task of the broker's nursery."""
+class Publishing:
+    """What the broker's `Outbox` publishes with: a batch through the
+    publisher on the client's loop, and again for the messages refused for
+    "no responders" (a stream with no leader, during an election) after a
+    backoff, until the timeout."""
 
     def __init__(self, bridge: Bridge, publisher: BatchPublisher, timeout: float) -> None:
         self._bridge = bridge
         self._publisher = publisher
         self._timeout = timeout
-        self._jobs: list[Job] = []
-        self._ready = trio.Event()
 
-    async def publish(self, items: list[Item]) -> Job:
-        """Queue ``items`` and wait until the outbox published them (or
-        failed to): the job says how it went."""
-        job = Job(items)
-        self._jobs.append(job)
-        self._ready.set()
-        await job.done.wait()
-        return job
-
-    async def run(self) -> None:
-        try:
-            while True:
-                await self._ready.wait()
-                self._ready = trio.Event()
-                jobs, self._jobs = self._jobs, []
-                items = [item for job in jobs for item in job.items]
-                try:
-                    outcomes = await self._publish(items)
-                except BaseException:
-                    self._jobs = jobs + self._jobs
-                    raise
-                start = 0
-                for job in jobs:
-                    failed = [
-                        (i, e) for i, e in enumerate(outcomes[start : start + len(job.items)]) if e
-                    ]
-                    start += len(job.items)
-                    # A refused size first: it is the caller's to act on.
-                    failed.sort(key=lambda f: not isinstance(f[1], nats.errors.MaxPayloadError))
-                    job.failed_at, job.error = failed[0] if failed else (None, None)
-                    job.done.set()
-        finally:
-            for job in self._jobs:
-                job.error = trio.ClosedResourceError()
-                job.done.set()
-            self._jobs = []
-
-    async def _publish(self, items: list[Item]) -> list[BaseException | None]:
+    async def __call__(self, items: list[Item]) -> list[BaseException | None]:
         """Publish ``items``; publish those refused for "no responders"
         again after a backoff, until the timeout; each one's outcome."""
         deadline = trio.current_time() + self._timeout

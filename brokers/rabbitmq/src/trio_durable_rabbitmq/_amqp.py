@@ -60,6 +60,7 @@ from trio_durable.brokers import (
     BridgeStatistics,
     BrokerUnavailable,
     Inbox,
+    Outbox,
     Outgoing,
     OwnedTasks,
     PayloadTooLarge,
@@ -73,7 +74,7 @@ from trio_durable.brokers import (
 
 from ._amqp_connect import connect_to_any
 from ._amqp_consume import AmqpConsumer, Requeues, open_amqp_consumer
-from ._amqp_publish import Outbox, Publisher
+from ._amqp_publish import Item, Publisher, Publishing
 from ._amqp_topology import (
     CLIENT_ERRORS,
     CLOSE_TIMEOUT,
@@ -134,7 +135,9 @@ class AmqpBroker:
         )
         self._requeues = Requeues(self._outgoing)
         # Concurrent dispatches, published together (Trio side).
-        self._outbox = Outbox(bridge, self._outgoing)
+        self._outbox: Outbox[Item] = Outbox(
+            Publishing(bridge, self._outgoing), first=(PayloadTooLarge,)
+        )
         self._consumers: list[AmqpConsumer] = []
         # The tasks this broker starts on the loop itself (not those the
         # client library runs its callbacks in); closed with the broker.

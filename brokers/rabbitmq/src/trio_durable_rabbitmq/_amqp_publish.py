@@ -4,8 +4,9 @@ publishes in batches.
 `Publisher` (on the asyncio loop) declares queues on first use and
 publishes a batch on the confirm-mode channel, every frame queued at once
 and every confirm awaited together, retrying what was not confirmed while a
-dropped connection comes back. `Outbox` (on the Trio side) gathers what
-concurrent `AmqpBroker.dispatch` calls queued and publishes it in one
+dropped connection comes back. `Publishing` (on the Trio side) is what the
+broker's `Outbox` (of `trio_durable.brokers`: what concurrent
+`AmqpBroker.dispatch` calls queued, a batch at a time) publishes with: one
 crossing of the bridge per batch.
 """
 
@@ -20,8 +21,6 @@ from collections.abc import Iterable, Sequence
 from typing import Final, final
 
 import aiormq
-import attrs
-import trio
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 from pamqp import commands as spec
 
@@ -254,63 +253,18 @@ class Publisher:
         return list(publishes.result())
 
 
-@attrs.define(eq=False)
-class Job:
-    """One `AmqpBroker.dispatch` call waiting for the outbox."""
-
-    items: list[Item]
-    done: trio.Event = attrs.field(factory=trio.Event)
-    error: BaseException | None = None
-
-
 @final
-class Outbox:
-    """Publishes what concurrent dispatches queued, in one crossing per
-    batch: a thousand runs dispatching one task each cost a few crossings
-    and a few confirm waits, not a thousand. `run` is a task of the
-    broker's nursery."""
+class Publishing:
+    """What the broker's `Outbox` publishes with: a batch through the
+    publisher on the client's loop, one crossing of the bridge; the
+    client's errors are each message's outcome."""
 
     def __init__(self, bridge: Bridge, publisher: Publisher) -> None:
         self._bridge = bridge
         self._publisher = publisher
-        self._jobs: list[Job] = []
-        self._ready = trio.Event()
 
-    async def publish(self, items: list[Item]) -> Job:
-        """Queue ``items`` and wait until the outbox published them (or
-        failed to): the job says how it went."""
-        job = Job(items)
-        self._jobs.append(job)
-        self._ready.set()
-        await job.done.wait()
-        return job
-
-    async def run(self) -> None:
+    async def __call__(self, items: list[Item]) -> list[BaseException | None]:
         try:
-            while True:
-                await self._ready.wait()
-                self._ready = trio.Event()
-                jobs, self._jobs = self._jobs, []
-                items = [item for job in jobs for item in job.items]
-                try:
-                    outcomes = await self._bridge.run(
-                        functools.partial(self._publisher.publish, items)
-                    )
-                except CLIENT_ERRORS as exc:
-                    outcomes = [exc] * len(items)
-                except BaseException:
-                    self._jobs = jobs + self._jobs
-                    raise
-                start = 0
-                for job in jobs:
-                    failures = [e for e in outcomes[start : start + len(job.items)] if e]
-                    start += len(job.items)
-                    # A refused size first: it is the caller's to act on.
-                    failures.sort(key=lambda e: not isinstance(e, PayloadTooLarge))
-                    job.error = failures[0] if failures else None
-                    job.done.set()
-        finally:
-            for job in self._jobs:
-                job.error = trio.ClosedResourceError()
-                job.done.set()
-            self._jobs = []
+            return await self._bridge.run(functools.partial(self._publisher.publish, items))
+        except CLIENT_ERRORS as exc:
+            return [exc] * len(items)
