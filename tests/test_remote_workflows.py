@@ -247,6 +247,29 @@ async def test_non_determinism_found_on_the_worker_fails_the_run_unrouted(
     assert await store.get_run(f"{handle.id}.onError.0") is None
 
 
+@shop.workflow(group="orders", on_error=[td.OnError(workflow="cleanup")])
+async def refused(ctx: td.Context) -> str:
+    raise td.FatalError("refused", code="refused")
+
+
+service.remote_workflow("refused", group="orders")
+
+
+async def test_a_failure_is_routed_by_workers_that_announced_after_the_last_read(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = td.MemoryBroker()
+    async with td.open_engine(service, broker=broker) as engine:
+        # The engine reads the announcements before any worker made one:
+        # that read is fresh for a few seconds more.
+        assert await engine._rt.catalogue.descriptors() == ()
+        async with td.open_worker(shop, broker=broker, groups=GROUPS):
+            handle = await engine.start("refused")
+            assert await handle.result() == "cleaned"
+        run = await engine.get(handle.id)
+        assert run.tags == ("onError:*",)  # the catch-all route
+
+
 async def test_a_lost_decision_task_is_dispatched_again_and_the_run_completes_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

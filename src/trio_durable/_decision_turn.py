@@ -518,7 +518,14 @@ async def on_error_routes(rt: Runtime, run: Run) -> tuple[OnError, ...] | str:
         wf = rt.app.get_workflow(run.workflow, run.version)
         if wf.on_error:
             return wf.on_error
-    return await rt.catalogue.on_error_routes(run.workflow, run.version)
+    routes = await rt.catalogue.on_error_routes(run.workflow, run.version)
+    if routes == ():
+        # No live worker announces it, yet one just decided it: what was
+        # read may predate the workers (read as the engine opened), so read
+        # afresh before ending the run unrouted, for good.
+        rt.catalogue.invalidate()
+        routes = await rt.catalogue.on_error_routes(run.workflow, run.version)
+    return routes
 
 
 async def fail_remote(turn: Turn, error: ErrorInfo) -> None:
