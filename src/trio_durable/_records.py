@@ -482,9 +482,11 @@ class PausedStep:
 @final
 @attrs.define(frozen=True, kw_only=True)
 class StoredValue:
-    """A keyed value the store keeps apart from any run (schedules, admission
-    queues, entities' state, ...), written with `PutValue` and read with
-    `Store.get_value` and `Store.list_values`. Pruning runs never touches it.
+    """A keyed value the store keeps apart from the runs' rows (schedules,
+    admission queues, entities' state, claims, windows, ...), written with
+    `PutValue` and read with `Store.get_value` and `Store.list_values`.
+    Pruning runs deletes the values that go with them (``run_id``) and no
+    other.
 
     Attributes:
       scope: The family of values it belongs to (``"schedule"``,
@@ -494,6 +496,8 @@ class StoredValue:
       version: 1 when inserted, one more on every write since: a writer that
         read version n writes only if it is still n (``expect_version``).
       updated_at: When it was last written (durable time).
+      run_id: The run it goes with (deleted when that run is pruned), or
+        None.
     """
 
     scope: str
@@ -501,3 +505,4 @@ class StoredValue:
     value: str
     version: int
     updated_at: float
+    run_id: str | None = None

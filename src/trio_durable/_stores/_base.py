@@ -235,8 +235,15 @@ class Store(Protocol):
         ``older_than`` (terminal statuses only) and whose ``updated_at`` is
         before its value, unless their parent exists and has not ended; with
         each its input, checkpoints, signal waiters, buffered signals,
-        flow-control queue entries, webhooks and pauses, in one transaction. Returns the ids
-        deleted, sorted."""
+        flow-control queue entries, webhooks, pauses and the keyed values
+        that go with it (`StoredValue.run_id`), in one transaction. Returns
+        the ids deleted, sorted."""
+        ...
+
+    async def prune_values(self, scope: str, older_than: float, limit: int) -> int:
+        """Delete at most ``limit`` keyed values of ``scope`` that go with no
+        run (``run_id`` None) and were last written before ``older_than``,
+        oldest first, in one transaction. Returns how many were deleted."""
         ...
 
     # Webhooks and breakpoints (see `._hook_ops` for their writes).

@@ -102,7 +102,7 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         self._watches = LocalWatches()
         self.watch = self._watches.watch
         self._hooks = MemoryHooks()
-        self._values, self._value_keys = {}, {}
+        self._values, self._value_keys, self._values_of_run = {}, {}, {}
 
     # -- change feed ----------------------------------------------------------
     # Engines sharing this store live in this process, so instead of polling

@@ -8,7 +8,7 @@ each file stays about one thing; it works on the store's dictionaries.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -45,6 +45,9 @@ class MemoryQueries:
     _waiting: dict[str, tuple[tuple[int, float, int, str, int], ...]]
     _end_events: dict[str, trio.Event]
     _stats: StoreStatistics
+
+    # `MemoryValues`'s, deleting the values that go with a pruned run.
+    _forget_values: Callable[[str], None]
 
     async def _enter(self) -> None:
         raise NotImplementedError
@@ -192,6 +195,7 @@ class MemoryQueries:
         for queue, line in list(self._waiting.items()):
             _keep(self._waiting, queue, tuple(w for w in line if w[3] != run_id))
         self._hooks.forget(run_id)
+        self._forget_values(run_id)
 
 
 def _keep(mapping: dict[str, Any], key: str, value: Any) -> None:

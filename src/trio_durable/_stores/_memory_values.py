@@ -4,7 +4,8 @@ and the reads `Store.get_value` and `Store.list_values`.
 `MemoryValues` is a part of `MemoryStore` (a base class), kept apart so each
 file stays about one thing. Each scope keeps its rows by key and its keys in
 a sorted list, so a page of `list_values` is a bisection and a slice, not a
-sort of the scope.
+sort of the scope; the values that go with a run are indexed by run, so
+pruning it finds them without a scan.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class MemoryValues:
     # code point, as the SQL stores compare them).
     _values: dict[str, dict[str, StoredValue]]
     _value_keys: dict[str, list[str]]
+    # run id -> the (scope, key) of the values that go with it.
+    _values_of_run: dict[str, dict[tuple[str, str], None]]
 
     async def _enter(self) -> None:
         raise NotImplementedError
@@ -41,8 +44,15 @@ class MemoryValues:
             return None
         new = None
         if op.value is not None:
+            # A write that names no run keeps the run the row goes with.
+            run_id = op.run_id if op.run_id is not None or old is None else old.run_id
             new = StoredValue(
-                scope=op.scope, key=op.key, value=op.value, version=stored + 1, updated_at=op.at
+                scope=op.scope,
+                key=op.key,
+                value=op.value,
+                version=stored + 1,
+                updated_at=op.at,
+                run_id=run_id,
             )
         if old is not None or new is not None:
             self._replace_value(op.scope, op.key, old, new)
@@ -52,6 +62,13 @@ class MemoryValues:
     def _replace_value(
         self, scope: str, key: str, old: StoredValue | None, new: StoredValue | None
     ) -> None:
+        if old is not None and old.run_id is not None:
+            owned = self._values_of_run[old.run_id]
+            del owned[scope, key]
+            if not owned:
+                del self._values_of_run[old.run_id]
+        if new is not None and new.run_id is not None:
+            self._values_of_run.setdefault(new.run_id, {})[scope, key] = None
         rows = self._values.setdefault(scope, {})
         keys = self._value_keys.setdefault(scope, [])
         if new is not None:
@@ -85,3 +102,20 @@ class MemoryValues:
                 break
             found.append(rows[key])
         return found
+
+    def _forget_values(self, run_id: str) -> None:
+        """Delete the values that go with a pruned run."""
+        for scope, key in list(self._values_of_run.get(run_id, ())):
+            self._replace_value(scope, key, self._values[scope][key], None)
+
+    async def prune_values(self, scope: str, older_than: float, limit: int) -> int:
+        await self._enter()
+        rows = self._values.get(scope, {})
+        doomed = sorted(
+            (row.updated_at, row.key)
+            for row in rows.values()
+            if row.run_id is None and row.updated_at < older_than
+        )[: max(limit, 0)]
+        for _, key in doomed:
+            self._replace_value(scope, key, rows[key], None)
+        return len(doomed)

@@ -298,6 +298,11 @@ class PutValue:
     expectation rolls back the whole batch and raises `WriteConflict`; with
     ``strict=False`` it only skips this operation. Result: the new version
     (0 after a delete, whether a row was there or not), or None if skipped.
+
+    ``run_id`` names the run the value goes with: `Store.prune_runs`
+    deletes it with that run (a claim, a window, a stream value...). A
+    write with ``run_id`` None keeps the run a stored value goes with; one
+    that names a run hands the value over to it (a claim taken over).
     """
 
     scope: str
@@ -306,6 +311,7 @@ class PutValue:
     at: float
     expect_version: int | None = None
     strict: bool = True
+    run_id: str | None = None
 
 
 Op = (

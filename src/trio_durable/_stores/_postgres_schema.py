@@ -23,9 +23,11 @@ from .._exceptions import InvalidURLError, StoreError
 from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 from ._hook_sql import TABLES as HOOK_TABLES
 from ._search_sql import POSTGRES_MIGRATION as SEARCH_MIGRATION
+from ._values_sql import INDEXES as VALUE_INDEXES
+from ._values_sql import POSTGRES_RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import POSTGRES_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -223,6 +225,9 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (VALUES_TABLE,),
     # 5: runs' search attributes, indexed in run_search (see `._search_sql`).
     SEARCH_MIGRATION,
+    # 6: the run a keyed value goes with, and the indexes retention walks
+    # (see `._values_sql`); the values already there go with no run.
+    (VALUE_RUN_COLUMN, *VALUE_INDEXES),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

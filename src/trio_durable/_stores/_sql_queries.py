@@ -258,7 +258,9 @@ def prune(
     if not doomed:
         return []
     by_run = [(run_id,) for run_id in doomed]
-    for table in ("checkpoints", "queue_slots", "queue_waiters", *d.run_tables):
+    # The keyed values that go with a run (claims, windows, published and
+    # stream values, updates) by ``durable_values_run``.
+    for table in ("checkpoints", "queue_slots", "queue_waiters", "durable_values", *d.run_tables):
         cur.executemany(f"DELETE FROM {table} WHERE run_id = {p}", by_run)
     # A run's signal tokens share a prefix (see `signal_token`): a range of
     # the token indexes, compared byte by byte.

@@ -20,9 +20,11 @@ from .._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
 from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
 from ._search_sql import SQLITE_TABLES as SEARCH_TABLES
+from ._values_sql import INDEXES as VALUE_INDEXES
+from ._values_sql import RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
@@ -30,7 +32,9 @@ indexed the queries of `Store.find_runs` (``run_tags`` and the indexes of
 runs by status, workflow, namespace and end) and added ``announcements``;
 version 4 added webhooks, breakpoints, paused steps and settings; version 5
 added keyed values (``durable_values``); version 6 added runs' search
-attributes (``runs.search_attributes`` and its index ``run_search``). An
+attributes (``runs.search_attributes`` and its index ``run_search``);
+version 7 added the run a keyed value goes with (``durable_values.run_id``,
+deleted with it by retention) and the indexes of retention's walks. An
 older file is migrated when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
@@ -254,9 +258,20 @@ _MIGRATIONS: Final = {
     # runs already there, so ``run_search`` starts empty); the index and its
     # triggers the schema creates.
     5: (SEARCH_COLUMN,),
+    # From version 6: the run a keyed value goes with (none, for the values
+    # already there); its indexes `_INDEXED_LAST` creates.
+    6: (VALUE_RUN_COLUMN,),
 }
 
-_ADDED_COLUMNS: Final = {SEARCH_COLUMN: ("runs", "search_attributes")}
+_INDEXED_LAST: Final = VALUE_INDEXES
+"""Indexes of columns that a migration may add: made once the migrations
+ran (in a new file too), since SQLite refuses an index of a column that
+does not exist yet."""
+
+_ADDED_COLUMNS: Final = {
+    SEARCH_COLUMN: ("runs", "search_attributes"),
+    VALUE_RUN_COLUMN: ("durable_values", "run_id"),
+}
 """Migrations that add a column, with the column: skipped where it exists
 (SQLite has no ``ADD COLUMN IF NOT EXISTS``)."""
 
@@ -382,6 +397,8 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
                 for older in range(version, SCHEMA_VERSION) if version else ():
                     for statement in _MIGRATIONS[older]:
                         _migrate(cur, statement)
+                for statement in _INDEXED_LAST:
+                    cur.execute(statement)
                 cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             cur.execute("COMMIT")
         cur.close()

@@ -21,14 +21,15 @@ from ._ops import PutValue
 from ._rules import value_conflict
 
 if TYPE_CHECKING:
-    from ._group_commit import GroupCommit
+    from ._group_commit import Counts, GroupCommit
     from ._sql_store import Dialect
 
 # Keys are ordered code point by code point, as in the memory store: SQLite
 # compares text as bytes (UTF-8, whose byte order is the code points'), and
 # PostgreSQL does with the "C" collation, given to the column so that the
-# primary key's index serves the ordered pages of `list_values`. Values are
-# no run's rows: pruning runs leaves them.
+# primary key's index serves the ordered pages of `list_values`. A value
+# that goes with a run (``run_id``) is deleted when that run is pruned; the
+# others stay until their writer or `Store.prune_values` deletes them.
 SQLITE_TABLE: Final = """
     CREATE TABLE IF NOT EXISTS durable_values (
         scope TEXT NOT NULL,
@@ -36,9 +37,27 @@ SQLITE_TABLE: Final = """
         value TEXT NOT NULL,
         version INTEGER NOT NULL,
         updated_at REAL NOT NULL,
+        run_id TEXT,
         PRIMARY KEY (scope, key)
     )
     """
+
+RUN_COLUMN: Final = "ALTER TABLE durable_values ADD COLUMN run_id TEXT"
+"""The migration that gives values the run they go with (SQLite schema 7):
+the values written before go with no run."""
+
+POSTGRES_RUN_COLUMN: Final = "ALTER TABLE durable_values ADD COLUMN IF NOT EXISTS run_id text"
+"""The same in PostgreSQL (schema 6), which may apply it again."""
+
+# Both partial: pruning runs finds the values of a run (few values go with
+# one), `Store.prune_values` the oldest of a scope that go with none; a
+# value is in exactly one of them.
+INDEXES: Final = (
+    "CREATE INDEX IF NOT EXISTS durable_values_run ON durable_values (run_id)"
+    " WHERE run_id IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS durable_values_age ON durable_values (scope, updated_at)"
+    " WHERE run_id IS NULL",
+)
 
 POSTGRES_TABLE: Final = """
     CREATE TABLE durable_values (
@@ -51,25 +70,27 @@ POSTGRES_TABLE: Final = """
     )
     """
 
-_COLUMNS: Final = "scope, key, value, version, updated_at"
+_COLUMNS: Final = "scope, key, value, version, updated_at, run_id"
 
 
 def value_ops(p: str) -> dict[type[Any], Callable[[Any, Any], Any]]:
     """The handler of `PutValue`, for a dialect whose placeholder is ``p``."""
     row_is = f"scope = {p} AND key = {p}"
+    # A write that names no run keeps the run the row goes with.
     upsert = (
-        f"INSERT INTO durable_values ({_COLUMNS}) VALUES ({p}, {p}, {p}, 1, {p})"
+        f"INSERT INTO durable_values ({_COLUMNS}) VALUES ({p}, {p}, {p}, 1, {p}, {p})"
         " ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value,"
-        " version = durable_values.version + 1, updated_at = excluded.updated_at"
+        " version = durable_values.version + 1, updated_at = excluded.updated_at,"
+        " run_id = coalesce(excluded.run_id, durable_values.run_id)"
         " RETURNING version"
     )
     insert = (
-        f"INSERT INTO durable_values ({_COLUMNS}) VALUES ({p}, {p}, {p}, 1, {p})"
+        f"INSERT INTO durable_values ({_COLUMNS}) VALUES ({p}, {p}, {p}, 1, {p}, {p})"
         " ON CONFLICT (scope, key) DO NOTHING RETURNING version"
     )
     update = (
-        f"UPDATE durable_values SET value = {p}, version = version + 1, updated_at = {p}"
-        f" WHERE {row_is} AND version = {p} RETURNING version"
+        f"UPDATE durable_values SET value = {p}, version = version + 1, updated_at = {p},"
+        f" run_id = coalesce({p}, run_id) WHERE {row_is} AND version = {p} RETURNING version"
     )
 
     def put_value(cur: Any, op: PutValue) -> int | None:
@@ -94,11 +115,12 @@ def value_ops(p: str) -> dict[type[Any], Callable[[Any, Any], Any]]:
                     version = None
         else:
             if expected is None:
-                row = cur.execute(upsert, (*where, op.value, op.at)).fetchone()
+                row = cur.execute(upsert, (*where, op.value, op.at, op.run_id)).fetchone()
             elif expected == 0:
-                row = cur.execute(insert, (*where, op.value, op.at)).fetchone()
+                row = cur.execute(insert, (*where, op.value, op.at, op.run_id)).fetchone()
             else:
-                row = cur.execute(update, (op.value, op.at, *where, expected)).fetchone()
+                params = (op.value, op.at, op.run_id, *where, expected)
+                row = cur.execute(update, params).fetchone()
             version = None if row is None else int(row[0])
         if version is None and op.strict:
             raise value_conflict(op)
@@ -131,8 +153,8 @@ class SQLValues:
         def work(cur: Any) -> tuple[list[StoredValue], None]:
             rows = cur.execute(statement, params).fetchall()
             return [
-                StoredValue(scope=s, key=k, value=v, version=int(n), updated_at=at)
-                for s, k, v, n, at in rows
+                StoredValue(scope=s, key=k, value=v, version=int(n), updated_at=at, run_id=r)
+                for s, k, v, n, at, r in rows
             ], None
 
         return await self._commit.submit(work, writes=False)
@@ -150,6 +172,17 @@ class SQLValues:
     ) -> list[StoredValue]:
         statement, params = list_values_query(self._dialect.param, scope, prefix, after, limit)
         return await self._value_rows(statement, params)
+
+    async def prune_values(self, scope: str, older_than: float, limit: int) -> int:
+        d = self._dialect
+        statement = prune_values_statement(d.param, d.lock_skipping)
+        params = (scope, scope, older_than, max(limit, 0))
+
+        def work(cur: Any) -> tuple[int, Counts]:
+            cur.execute(statement, params)
+            return max(int(cur.rowcount), 0), (1, 0, 0, 0)
+
+        return await self._commit.submit(work, writes=True)
 
 
 def list_values_query(
@@ -169,3 +202,17 @@ def list_values_query(
         params += (after,)
     statement = f"SELECT {_COLUMNS} FROM durable_values WHERE {where} ORDER BY key LIMIT {p}"
     return statement, (*params, max(limit, 0))
+
+
+def prune_values_statement(p: str, lock_skipping: str) -> str:
+    """The statement of `Store.prune_values` (parameters: the scope twice,
+    the time, the limit), for a dialect whose placeholder is ``p``: a walk
+    of ``durable_values_age``, oldest first. The rows are aliased ``r``,
+    the alias of the dialect's ``lock_skipping`` clause: on PostgreSQL a row
+    another transaction is writing is left to a later pass, never waited
+    for."""
+    return (
+        f"DELETE FROM durable_values WHERE scope = {p} AND key IN ("
+        f"SELECT r.key FROM durable_values r WHERE r.scope = {p} AND r.run_id IS NULL"
+        f" AND r.updated_at < {p} ORDER BY r.updated_at LIMIT {p}{lock_skipping})"
+    )

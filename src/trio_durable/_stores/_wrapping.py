@@ -112,6 +112,9 @@ class StoreWrapper(StoreHelpers):
     async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
         return await self.inner.prune_runs(older_than, limit)
 
+    async def prune_values(self, scope: str, older_than: float, limit: int) -> int:
+        return await self.inner.prune_values(scope, older_than, limit)
+
     # Reads of no payload.
 
     async def count_checkpoints(

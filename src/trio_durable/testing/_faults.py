@@ -141,8 +141,8 @@ class FaultyStore(StoreWrapper, ChangeFeed):
                 checkpoint = getattr(op, "checkpoint", None)
                 if isinstance(checkpoint, Checkpoint):
                     keys.add((checkpoint.run_id, checkpoint.seq))
-                elif hasattr(op, "run_id") and hasattr(op, "seq"):
-                    keys.add((op.run_id, op.seq))
+                elif isinstance(run_id := getattr(op, "run_id", None), str) and hasattr(op, "seq"):
+                    keys.add((run_id, op.seq))
             token = getattr(op, "token", None)
             if token is not None and token in self.inner._waiters:
                 keys.add(self.inner._waiters[token])

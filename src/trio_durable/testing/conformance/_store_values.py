@@ -230,8 +230,8 @@ async def check_values_are_listed_by_key(factory: StoreFactory | OpenStore) -> N
 
 
 async def check_values_outlive_pruned_runs(factory: StoreFactory | OpenStore) -> None:
-    """`Store.prune_runs` leaves values alone, whatever their scope or key
-    names."""
+    """`Store.prune_runs` leaves the values that go with no run alone,
+    whatever their scope or key names."""
     async with fresh_store(factory) as store:
         await store.apply(
             [
@@ -244,6 +244,92 @@ async def check_values_outlive_pruned_runs(factory: StoreFactory | OpenStore) ->
         assert await store.get_run("r1") is None
         assert await store.get_value("s", "r1") == _value("r1", '"kept"', 1, 1.0)
         assert await store.get_value("r1", "r1") == _value("r1", '"kept"', 1, 1.0, "r1")
+
+
+async def check_values_go_with_their_runs(factory: StoreFactory | OpenStore) -> None:
+    """A value written with ``run_id`` goes with that run: read back with
+    it, kept by a write that names no run, handed over by one that names
+    another, and deleted by `Store.prune_runs` with its run (in the same
+    call), while the values of other runs and of none stay."""
+    async with fresh_store(factory) as store:
+        await store.apply(
+            [
+                CreateRun(make_run("r1", status="completed", updated_at=1.0)),
+                CreateRun(make_run("r2", status="completed", updated_at=50.0)),
+                PutValue("s", "a", '"a"', 1.0, run_id="r1"),
+                PutValue("s", "b", '"b"', 1.0, run_id="r1"),
+                PutValue("t", "c", '"c"', 1.0, run_id="r1"),
+                PutValue("s", "handed", '"h"', 1.0, run_id="r1"),
+                PutValue("s", "none", '"n"', 1.0),
+            ]
+        )
+        assert await store.get_value("s", "a") == StoredValue(
+            scope="s", key="a", value='"a"', version=1, updated_at=1.0, run_id="r1"
+        )
+        # Written again without a run: still r1's. Handed over: r2's, by
+        # each kind of write.
+        await store.apply(
+            [
+                PutValue("s", "a", '"a2"', 2.0),
+                PutValue("s", "b", '"b2"', 2.0, expect_version=1),
+                PutValue("s", "handed", '"h2"', 2.0, expect_version=1, run_id="r2"),
+                PutValue("t", "c", '"c2"', 2.0, run_id="r2"),
+                PutValue("t", "d", '"d"', 2.0, expect_version=0, run_id="r2"),
+            ]
+        )
+        assert [(await store.get_value(*at)) for at in (("s", "a"), ("s", "handed"))] == [
+            StoredValue(scope="s", key="a", value='"a2"', version=2, updated_at=2.0, run_id="r1"),
+            StoredValue(
+                scope="s", key="handed", value='"h2"', version=2, updated_at=2.0, run_id="r2"
+            ),
+        ]
+        assert await store.prune_runs({"completed": 10.0}, 10) == ["r1"]
+        assert await store.get_value("s", "a") is None
+        assert await store.get_value("s", "b") is None
+        assert [v.key for v in await store.list_values("s")] == ["handed", "none"]
+        assert [v.key for v in await store.list_values("t")] == ["c", "d"]
+        # A deleted value's run is forgotten with it: inserted again, it goes
+        # with none.
+        await store.apply([PutValue("s", "a", '"again"', 3.0)])
+        again = await store.get_value("s", "a")
+        assert again is not None
+        assert again.run_id is None
+        assert await store.prune_runs({"completed": 100.0}, 10) == ["r2"]
+        assert [v.key for v in await store.list_values("s")] == ["a", "none"]
+        assert await store.list_values("t") == []
+
+
+async def check_prune_values_deletes_old_values_of_no_run(
+    factory: StoreFactory | OpenStore,
+) -> None:
+    """`Store.prune_values` deletes the values of one scope that go with no
+    run and were last written before a time, oldest first, at most
+    ``limit``, and says how many; values of a run, of other scopes, or
+    written since stay."""
+    async with fresh_store(factory) as store:
+        await store.apply(
+            [
+                CreateRun(make_run("r1", status="running", updated_at=1.0)),
+                PutValue("s", "k3", '"3"', 3.0),
+                PutValue("s", "k1", '"1"', 1.0),
+                PutValue("s", "k2", '"2"', 2.0),
+                PutValue("s", "k9", '"9"', 9.0),
+                PutValue("s", "mine", '"m"', 0.5, run_id="r1"),
+                PutValue("other", "k1", '"1"', 1.0),
+                PutValue("s-", "k1", '"1"', 1.0),
+            ]
+        )
+        assert await store.prune_values("s", 5.0, 2) == 2
+        assert [v.key for v in await store.list_values("s")] == ["k3", "k9", "mine"]
+        # Rewritten, a value's age starts again.
+        await store.apply([PutValue("s", "k3", '"3"', 8.0)])
+        assert await store.prune_values("s", 5.0, 10) == 0
+        assert await store.prune_values("s", 5.0, 0) == 0
+        assert await store.prune_values("s", 10.0, 10) == 2
+        assert [v.key for v in await store.list_values("s")] == ["mine"]
+        assert [v.key for v in await store.list_values("other")] == ["k1"]
+        assert [v.key for v in await store.list_values("s-")] == ["k1"]
+        assert await store.prune_values("nothing here", 10.0, 10) == 0
 
 
 async def check_versioned_writes_through_two_handles_never_lose_one(
@@ -312,6 +398,8 @@ VALUES_CHECKS: tuple[StoreCheck, ...] = (
     check_a_failed_value_expectation_rolls_back_the_whole_batch,
     check_values_are_listed_by_key,
     check_values_outlive_pruned_runs,
+    check_values_go_with_their_runs,
+    check_prune_values_deletes_old_values_of_no_run,
     check_versioned_writes_through_two_handles_never_lose_one,
     check_value_reads_after_aclose_raise_closed_resource_error,
 )

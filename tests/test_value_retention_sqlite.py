@@ -1,0 +1,97 @@
+"""Keyed values and retention in the SQLite store, beyond the conformance
+suite: a file of schema 6 gains the run a value goes with in place, and the
+walks retention makes of the values use their indexes."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import trio_durable as td
+from trio_durable._stores import _sqlite_schema
+from trio_durable._stores._ops import CreateRun, PutValue
+from trio_durable._stores._values_sql import prune_values_statement
+from trio_durable.testing.conformance._store_support import make_run
+
+
+def _plan(path: Path, statement: str, params: tuple[object, ...]) -> list[str]:
+    connection = sqlite3.connect(path)
+    try:
+        rows = connection.execute(f"EXPLAIN QUERY PLAN {statement}", params).fetchall()
+    finally:
+        connection.close()
+    return [row[3] for row in rows]
+
+
+def _indexes(path: Path) -> list[tuple[str, str]]:
+    connection = sqlite3.connect(path)
+    try:
+        rows = connection.execute(
+            "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'durable_values'"
+            " AND type = 'index' AND sql IS NOT NULL ORDER BY name"
+        ).fetchall()
+    finally:
+        connection.close()
+    return [(name, sql) for name, sql in rows]
+
+
+async def test_a_version_6_file_gains_the_run_a_value_goes_with(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    url = f"sqlite:///{path}"
+    async with td.open_store(url):
+        pass
+    fresh = _indexes(path)
+    assert [name for name, _ in fresh] == ["durable_values_age", "durable_values_run"]
+    # Back to version 6: durable_values without its column and indexes.
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.executescript(
+        "BEGIN; DROP INDEX durable_values_age; DROP INDEX durable_values_run;"
+        " ALTER TABLE durable_values DROP COLUMN run_id;"
+        " INSERT INTO durable_values (scope, key, value, version, updated_at)"
+        " VALUES ('s', 'old', '\"v\"', 1, 1.0);"
+        " PRAGMA user_version = 6; COMMIT;"
+    )
+    connection.close()
+    async with td.open_store(url) as store:
+        old = await store.get_value("s", "old")
+        assert old is not None
+        assert (old.value, old.run_id) == ('"v"', None)
+        await store.apply(
+            [
+                CreateRun(make_run("r", status="completed", updated_at=1.0)),
+                PutValue("s", "new", '"n"', 2.0, run_id="r"),
+            ]
+        )
+        assert await store.prune_runs({"completed": 5.0}, 10) == ["r"]
+        assert [value.key for value in await store.list_values("s")] == ["old"]
+        assert await store.prune_values("s", 5.0, 10) == 1
+    connection = sqlite3.connect(path)
+    assert connection.execute("PRAGMA user_version").fetchone() == (_sqlite_schema.SCHEMA_VERSION,)
+    connection.close()
+    assert _indexes(path) == fresh
+    assert _sqlite_schema.SCHEMA_VERSION == 7
+
+
+async def test_retention_walks_the_value_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    async with td.open_store(f"sqlite:///{path}"):
+        pass
+    connection = sqlite3.connect(path)
+    with connection:
+        connection.executescript(
+            """
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+            INSERT INTO durable_values (scope, key, value, version, updated_at, run_id)
+            SELECT 'scope' || (i % 10), 'key' || i, '{}', 1, i,
+                CASE WHEN i % 2 = 0 THEN 'r' || (i / 20) END
+            FROM n;
+            ANALYZE;
+            """
+        )
+    connection.close()
+    plan = _plan(path, prune_values_statement("?", ""), ("scope3", "scope3", 15_000.0, 50))
+    assert any("durable_values_age" in step for step in plan), plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan
+    plan = _plan(path, "DELETE FROM durable_values WHERE run_id = ?", ("r7",))
+    assert any("durable_values_run" in step for step in plan), plan
+    assert not any(step.startswith("SCAN") for step in plan), plan
