@@ -134,6 +134,9 @@ class CountingStore(StoreHelpers):
     async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
         return await self.inner.prune_runs(older_than, limit)
 
+    async def prune_values(self, scope: str, older_than: float, limit: int) -> int:
+        return await self.inner.prune_values(scope, older_than, limit)
+
     async def list_due_runs(self, now: float, limit: int) -> list[str]:
         return await self.inner.list_due_runs(now, limit)
 

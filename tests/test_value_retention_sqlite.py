@@ -48,7 +48,9 @@ async def test_a_version_6_file_gains_the_run_a_value_goes_with(tmp_path: Path) 
         "BEGIN; DROP INDEX durable_values_age; DROP INDEX durable_values_run;"
         " ALTER TABLE durable_values DROP COLUMN run_id;"
         " INSERT INTO durable_values (scope, key, value, version, updated_at)"
-        " VALUES ('s', 'old', '\"v\"', 1, 1.0);"
+        " VALUES ('s', 'old', '\"v\"', 1, 1.0), ('stream:r', '0', '1', 1, 1.0),"
+        " ('run-event:r', 'k', '1', 1, 1.0), ('update:r', 'record/u', '{}', 1, 1.0),"
+        " ('update:other', 'record/u', '{}', 1, 1.0), ('streams:r', '0', '1', 1, 1.0);"
         " PRAGMA user_version = 6; COMMIT;"
     )
     connection.close()
@@ -56,6 +58,18 @@ async def test_a_version_6_file_gains_the_run_a_value_goes_with(tmp_path: Path) 
         old = await store.get_value("s", "old")
         assert old is not None
         assert (old.value, old.run_id) == ('"v"', None)
+        # The values of a scope named after a run go with that run.
+        owners = {}
+        for scope in ("stream:r", "run-event:r", "update:r", "update:other", "streams:r"):
+            [value] = await store.list_values(scope)
+            owners[scope] = value.run_id
+        assert owners == {
+            "stream:r": "r",
+            "run-event:r": "r",
+            "update:r": "r",
+            "update:other": "other",
+            "streams:r": None,
+        }
         await store.apply(
             [
                 CreateRun(make_run("r", status="completed", updated_at=1.0)),
@@ -64,6 +78,8 @@ async def test_a_version_6_file_gains_the_run_a_value_goes_with(tmp_path: Path) 
         )
         assert await store.prune_runs({"completed": 5.0}, 10) == ["r"]
         assert [value.key for value in await store.list_values("s")] == ["old"]
+        for scope in ("stream:r", "run-event:r", "update:r"):
+            assert await store.list_values(scope) == []
         assert await store.prune_values("s", 5.0, 10) == 1
     connection = sqlite3.connect(path)
     assert connection.execute("PRAGMA user_version").fetchone() == (_sqlite_schema.SCHEMA_VERSION,)

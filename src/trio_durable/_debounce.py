@@ -140,7 +140,12 @@ def _put_window(
 ) -> PutValue:
     value = {"run": run_id, "until": until, "stamp": stamp, "events": events}
     return PutValue(
-        scope, vkey, json.dumps(value, separators=(",", ":")), stamp, expect_version=version
+        scope,
+        vkey,
+        json.dumps(value, separators=(",", ":")),
+        stamp,
+        expect_version=version,
+        run_id=run_id,
     )
 
 

@@ -306,7 +306,9 @@ class _FanPlan:
         )
         self.windowed = True
         now = self.replay.runtime.clock.now()
-        self.replay.turn.ops.append(PutValue(WINDOW_SCOPE, self.key, window.dump(), now))
+        self.replay.turn.ops.append(
+            PutValue(WINDOW_SCOPE, self.key, window.dump(), now, run_id=run.id)
+        )
 
     def waiting_member(
         self, i: int, name: str, kind: CheckpointKind, input_json: str
@@ -368,6 +370,7 @@ class _FanPlan:
                     slid.dump(),
                     rt.clock.now(),
                     expect_version=0 if stored is None else stored.version,
+                    run_id=run.id,
                 )
             )
         return [*owed, *starts]

@@ -165,7 +165,7 @@ def _carried(
             ops.append(PutCheckpoint(attrs.evolve(cp, run_id=fork_id)))
     scope = event_scope(fork_id)
     for key, value in _published(checkpoints, from_seq).items():
-        ops.append(PutValue(scope, key, value, now))
+        ops.append(PutValue(scope, key, value, now, run_id=fork_id))
     return ops
 
 
@@ -197,7 +197,7 @@ async def _reset_records(
     for stored in await _all_values(store, scope):
         value = published.get(stored.key)
         if value != stored.value:
-            ops.append(PutValue(scope, stored.key, value, now))
+            ops.append(PutValue(scope, stored.key, value, now, run_id=run.id))
     scope = stream_scope(run.id)
     for stored in await _all_values(store, scope):
         ops.append(PutValue(scope, stored.key, None, now))

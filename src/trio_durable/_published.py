@@ -91,7 +91,8 @@ def set_event(replay: Replay, key: str, value: Any) -> None:
             finished_at=now,
         )
     )
-    turn.ops.append(PutValue(event_scope(turn.run.id), key, value_json, now))
+    run_id = turn.run.id
+    turn.ops.append(PutValue(event_scope(run_id), key, value_json, now, run_id=run_id))
     notify_values(replay)
 
 

@@ -1,10 +1,20 @@
-"""Retention: pruning ended runs once they are older than a policy says.
+"""Retention: pruning ended runs, and the records that outlive them, once
+they are older than a policy says.
 
-`prune` deletes in batches of `Retention.batch` runs, each batch one store
-write; `prune_forever` is the engine's pruner, a task in its nursery that
-prunes every `Retention.interval` seconds of Trio time (`trio.sleep`, so
-`MockClock` drives it) and judges ages by durable time (the engine's
-`Clock`), the time the store's ``updated_at`` stamps are in.
+A record a run leaves is kept either as a row of the run (its input,
+checkpoints, signals, queue entries, webhooks, pauses) or as a keyed value
+that goes with it (`PutValue.run_id`: published values, streams, updates,
+fan windows, claims, debounce windows): `Store.prune_runs` deletes both with
+the run, in one transaction. Blobs go once no run refers to them (the
+`BlobbingStore` wrapping the store sees to that as runs are pruned). Event
+records belong to no run, and go by age (`Store.prune_values`).
+docs/operations.md has the table of every kind of record.
+
+`prune` deletes in batches of `Retention.batch` runs (or event records),
+each batch one store write; `prune_forever` is the engine's pruner, a task
+in its nursery that prunes every `Retention.interval` seconds of Trio time
+(`trio.sleep`, so `MockClock` drives it) and judges ages by durable time
+(the engine's `Clock`), the time the store's ``updated_at`` stamps are in.
 """
 
 from __future__ import annotations
@@ -14,9 +24,9 @@ import logging
 import trio
 
 from ._clock import Clock
+from ._events import EVENT_SCOPE
 from ._exceptions import StoreError, UsageError
 from ._stores._base import Store
-from ._streams import delete_streams
 from ._views import Retention
 
 logger = logging.getLogger("trio_durable")
@@ -24,7 +34,8 @@ logger = logging.getLogger("trio_durable")
 
 async def prune(store: Store, retention: Retention, now: float, limit: int | None = None) -> int:
     """Delete the runs ``retention`` no longer keeps at durable time ``now``,
-    at most ``limit`` (None: all), and return how many were deleted.
+    at most ``limit`` (None: all), and the event records older than its
+    ``events`` age; return how many runs were deleted.
 
     Raises:
       UsageError: ``retention`` is not a `Retention` or ``limit`` is not an
@@ -40,11 +51,26 @@ async def prune(store: Store, retention: Retention, now: float, limit: int | Non
     while cutoffs and (limit is None or total < limit):
         size = retention.batch if limit is None else min(retention.batch, limit - total)
         pruned = await store.prune_runs(cutoffs, size)
-        await delete_streams(store, pruned, now)
         total += len(pruned)
         if len(pruned) < size:
             break
+    events = await prune_events(store, retention, now)
+    if events:
+        logger.info("pruned %d event records", events)
     return total
+
+
+async def prune_events(store: Store, retention: Retention, now: float) -> int:
+    """Delete the event records older than ``retention.events`` at durable
+    time ``now``, a batch per write; return how many."""
+    if retention.events is None:
+        return 0
+    total = 0
+    while True:
+        deleted = await store.prune_values(EVENT_SCOPE, now - retention.events, retention.batch)
+        total += deleted
+        if deleted < retention.batch:
+            return total
 
 
 async def prune_forever(store: Store, retention: Retention, clock: Clock) -> None:

@@ -91,6 +91,7 @@ async def send_signal(
         json.dumps({"from": run.id, "seq": seq, "to": found.id, "name": name}),
         now,
         expect_version=0,
+        run_id=run.id,
     )
     ops: list[Op] = [
         PutCheckpoint(sent),

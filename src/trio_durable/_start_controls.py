@@ -68,6 +68,7 @@ async def create_controlled(
                     json.dumps({"run_id": run.id}),
                     run.created_at,
                     expect_version=0 if stored is None else stored.version,
+                    run_id=run.id,
                 )
             )
         # Strict: a run of the same id that ended rolls the whole batch back.

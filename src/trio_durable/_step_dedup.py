@@ -82,4 +82,5 @@ async def claim(
         json.dumps({"run_id": cp.run_id, "seq": cp.seq}),
         now,
         expect_version=0 if stored is None else stored.version,
+        run_id=cp.run_id,
     )

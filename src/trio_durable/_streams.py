@@ -139,7 +139,13 @@ def stream_announce(store: Store, origin: str, run: Run) -> list[Op]:
 def value_write(run_id: str, offset: int, value_json: str, at: float) -> PutValue:
     """The write of the value at ``offset``: it never replaces a stored one."""
     return PutValue(
-        stream_scope(run_id), offset_key(offset), value_json, at, expect_version=0, strict=False
+        stream_scope(run_id),
+        offset_key(offset),
+        value_json,
+        at,
+        expect_version=0,
+        strict=False,
+        run_id=run_id,
     )
 
 
@@ -310,12 +316,3 @@ class ReadsStreams:
         """
         offset = check_offset(from_offset)
         return RunStream(self._stream_front(namespace), run_id, offset)
-
-
-async def delete_streams(store: Store, run_ids: Sequence[str], at: float) -> None:
-    """Delete the streams of ``run_ids`` (runs just pruned), a page of
-    values per write."""
-    for run_id in run_ids:
-        scope = stream_scope(run_id)
-        while rows := await store.list_values(scope, limit=PAGE):
-            await store.apply([PutValue(scope, row.key, None, at) for row in rows])

@@ -88,7 +88,9 @@ async def apply_updates(turn: Turn, replay: Replay, *, completed: bool) -> None:
             )
         state.ops.append(PutValue(scope, f"{INBOX}{update_id}", None, now))
         state.ops.append(
-            PutValue(scope, f"{RECORD}{update_id}", json.dumps(outcome), now, strict=False)
+            PutValue(
+                scope, f"{RECORD}{update_id}", json.dumps(outcome), now, strict=False, run_id=run.id
+            )
         )
     notify_values(replay)
 
@@ -186,8 +188,16 @@ async def update_run(
             json.dumps({**accepted, "status": "accepted"}),
             now,
             expect_version=0,
+            run_id=run.id,
         ),
-        PutValue(scope, f"{INBOX}{update_id}", json.dumps(accepted), now, expect_version=0),
+        PutValue(
+            scope,
+            f"{INBOX}{update_id}",
+            json.dumps(accepted),
+            now,
+            expect_version=0,
+            run_id=run.id,
+        ),
         *front.wake_ops([run]),
     ]
     try:

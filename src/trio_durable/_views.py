@@ -223,6 +223,10 @@ class FanPage:
     members: tuple[HistoryEntry, ...]
 
 
+EVENTS_KEPT: Final = 7 * 24 * 3600.0
+"""Seconds `Retention` keeps event records unless told otherwise."""
+
+
 def _age(value: float | datetime.timedelta | None) -> float | None:
     if value is None:
         return None
@@ -250,15 +254,22 @@ def _interval(value: object) -> float:
 @final
 @attrs.define(frozen=True, kw_only=True)
 class Retention:
-    """How long ended runs are kept: `open_engine(retention=...)` and
-    `Engine.prune`.
+    """How long ended runs, and the records that outlive them, are kept:
+    `open_engine(retention=...)` and `Engine.prune`.
 
     A run in a terminal status is pruned once its ``updated_at`` (when it
     ended) is older than the age for its status; None keeps runs of that
     status forever. Pruning deletes the run with its input, checkpoints,
-    signal waiters, buffered signals and flow-control queue entries. It
-    never touches a run that has not ended, nor a run whose parent has not
-    ended (the parent may still read or retry it).
+    signal waiters, buffered signals, flow-control queue entries, webhooks,
+    pauses, and the keyed values that go with it (published values, stream
+    values, updates, fan windows, the signal keys it sent, the dedup and
+    singleton claims and debounce windows it holds); its blobs go once no
+    run refers to them. It never touches a run that has not ended, nor a
+    run whose parent has not ended (the parent may still read or retry it).
+
+    Event records (`Engine.send_event`) belong to no run: they are pruned
+    once older than ``events`` (docs/operations.md has the table of every
+    kind of record, what removes it and when).
 
     Attributes:
       completed: The age of ``completed`` runs to prune (seconds or a
@@ -266,7 +277,11 @@ class Retention:
       failed: The same for ``failed`` runs.
       cancelled: The same for ``cancelled`` runs.
       dead: The same for ``dead`` runs.
-      batch: How many runs one store write deletes at most.
+      events: The age of event records to prune (from when the event was
+        sent), or None to keep them; 7 days by default. Within it, sending
+        an event id again is a no-op.
+      batch: How many runs (or event records) one store write deletes at
+        most.
       interval: Seconds between the engine's pruning passes.
 
     Raises:
@@ -278,6 +293,7 @@ class Retention:
     failed: float | None = attrs.field(default=None, converter=_age)
     cancelled: float | None = attrs.field(default=None, converter=_age)
     dead: float | None = attrs.field(default=None, converter=_age)
+    events: float | None = attrs.field(default=EVENTS_KEPT, converter=_age)
     batch: int = attrs.field(default=500, validator=_positive_int)
     interval: float = attrs.field(default=60.0, converter=_interval)
 

@@ -26,6 +26,7 @@ from ._search_sql import POSTGRES_MIGRATION as SEARCH_MIGRATION
 from ._values_sql import INDEXES as VALUE_INDEXES
 from ._values_sql import POSTGRES_RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import POSTGRES_TABLE as VALUES_TABLE
+from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 
 SCHEMA_VERSION: Final = 6
 """The newest schema version this module knows (rows of ``schema_version``)."""
@@ -227,7 +228,7 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     SEARCH_MIGRATION,
     # 6: the run a keyed value goes with, and the indexes retention walks
     # (see `._values_sql`); the values already there go with no run.
-    (VALUE_RUN_COLUMN, *VALUE_INDEXES),
+    (VALUE_RUN_COLUMN, *VALUE_RUN_OF_SCOPE, *VALUE_INDEXES),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

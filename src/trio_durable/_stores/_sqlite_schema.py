@@ -22,6 +22,7 @@ from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
 from ._search_sql import SQLITE_TABLES as SEARCH_TABLES
 from ._values_sql import INDEXES as VALUE_INDEXES
 from ._values_sql import RUN_COLUMN as VALUE_RUN_COLUMN
+from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
 SCHEMA_VERSION: Final = 7
@@ -260,7 +261,7 @@ _MIGRATIONS: Final = {
     5: (SEARCH_COLUMN,),
     # From version 6: the run a keyed value goes with (none, for the values
     # already there); its indexes `_INDEXED_LAST` creates.
-    6: (VALUE_RUN_COLUMN,),
+    6: (VALUE_RUN_COLUMN, *VALUE_RUN_OF_SCOPE),
 }
 
 _INDEXED_LAST: Final = VALUE_INDEXES

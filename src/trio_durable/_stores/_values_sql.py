@@ -49,6 +49,18 @@ the values written before go with no run."""
 POSTGRES_RUN_COLUMN: Final = "ALTER TABLE durable_values ADD COLUMN IF NOT EXISTS run_id text"
 """The same in PostgreSQL (schema 6), which may apply it again."""
 
+_RUN_SCOPES: Final = ("stream:", "run-event:", "update:")
+"""The scopes named after their run (``<prefix><run id>``) when values
+first went with runs: a run's stream values, published values and updates."""
+
+RUN_OF_SCOPE: Final = tuple(
+    f"UPDATE durable_values SET run_id = substr(scope, {len(prefix) + 1})"
+    f" WHERE substr(scope, 1, {len(prefix)}) = '{prefix}' AND run_id IS NULL"
+    for prefix in _RUN_SCOPES
+)
+"""The migration's second half: the values of a scope named after a run,
+written before values went with runs, go with that run from then on."""
+
 # Both partial: pruning runs finds the values of a run (few values go with
 # one), `Store.prune_values` the oldest of a scope that go with none; a
 # value is in exactly one of them.
