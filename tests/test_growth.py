@@ -106,3 +106,56 @@ async def test_a_memory_store_stops_growing(
         open_test_engine, store, blobs, lambda: workload.memory_census(store, blobs)
     )
     _bounded(after_two, after_last)
+
+
+async def _forget_nothing(*args: object) -> list[str]:
+    return []
+
+
+def _keep(*args: object) -> None:
+    return None
+
+
+async def _prune_no_events(*args: object) -> int:
+    return 0
+
+
+# Each pruner switched off, and what the census then sees grow.
+_LEAKS: Final = {
+    "values that go with a run": (
+        "trio_durable._stores._memory_values.MemoryValues._forget_values",
+        _keep,
+        "values:stream",
+    ),
+    "event records": ("trio_durable._retention.prune_events", _prune_no_events, "values:event"),
+    "blobs": ("trio_durable._blob_store.collect", _forget_nothing, "blob files"),
+    "webhooks and pauses": (
+        "trio_durable._stores._memory_hooks.MemoryHooks.forget",
+        _keep,
+        "MemoryHooks.webhooks",
+    ),
+}
+
+
+@pytest.mark.parametrize("leak", sorted(_LEAKS))
+@pytest.mark.filterwarnings("ignore::trio_durable.UnsubscribedEventWarning")
+async def test_a_pruner_switched_off_shows_as_growth(
+    leak: str,
+    open_test_engine: EngineFactory,
+    autojump_clock: trio.testing.MockClock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The census catches a kind of record that is not pruned: with one
+    pruner switched off, 4 small cycles already show its records growing."""
+    target, replacement, grows = _LEAKS[leak]
+    monkeypatch.setattr(target, replacement)
+    monkeypatch.setattr(__name__ + ".CYCLES", 4)
+    monkeypatch.setattr(__name__ + ".RUNS", 44)
+    store, blobs = td.MemoryStore(), tmp_path / "blobs"
+    after_two, after_last = await grow(
+        open_test_engine, store, blobs, lambda: workload.memory_census(store, blobs)
+    )
+    grown = after_two.growth(after_last, CAPPED)
+    # "rows of values:stream: 40 -> 80": what grew is between " of " and ": ".
+    assert grows in {line.split(": ")[0].split(" of ", 1)[1] for line in grown}, grown

@@ -99,15 +99,18 @@ class Puller:
         prefetch: int,
         inbox: Inbox[Msg],
         tasks: OwnedTasks,
+        ensure: Callable[[], Awaitable[None]],
     ) -> None:
         self._nc = nc
         self._tasks = tasks
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         # "No responders" to the last pull: the consumer has no leader (an
-        # election), so the next pull waits a backoff instead of going at
-        # once, which would loop as fast as the round trip until one is
-        # elected.
+        # election), or is gone (the server deleted it after its inactive
+        # threshold while this process was cut off). So the next pull waits
+        # a backoff instead of going at once, which would loop as fast as
+        # the round trip, and the consumer is created again if it is gone.
         self._refused = False
+        self._ensure = ensure
         self._backoff = Backoff()
         self._prefetch = prefetch
         self._inbox = inbox
@@ -167,6 +170,11 @@ class Puller:
                 if self._refused:
                     self._refused = False
                     await asyncio.sleep(self._backoff.next())
+                    try:
+                        await self._ensure()
+                    except nats.errors.Error as exc:
+                        # No leader to ask either: pull again after a backoff.
+                        logger.debug("could not recreate %s: %r", self._next_subject, exc)
                     continue
                 room = self._prefetch - self._held - self._requested
                 if room > 0 and (self._requested == 0 or room >= max(1, self._prefetch // 4)):
@@ -372,10 +380,14 @@ async def open_nats_consumer(
     stream, subject = stream_and_subject(queue)
     name = token(queue)
     inbox: Inbox[Msg] = bridge.inbox()
-    puller = Puller(nc, stream, name, prefetch, inbox, tasks)
+
+    async def ensure() -> None:
+        await ensure_consumer(js, stream, subject, name, options)
+
+    puller = Puller(nc, stream, name, prefetch, inbox, tasks, ensure)
 
     async def start() -> None:
-        await ensure_consumer(js, stream, subject, name, options)
+        await ensure()
         await puller.start()
 
     await call(start, f"open a consumer of {queue!r}")

@@ -76,7 +76,10 @@ async def ensure_consumer(
     js: JetStreamContext, stream: str, subject: str, name: str, options: NatsOptions
 ) -> None:
     # Create-or-update: the server keeps one durable consumer per name and
-    # takes the editable settings (ack_wait, max_deliver) from the last call.
+    # takes the editable settings (ack_wait, max_deliver, the inactive
+    # threshold) from the last call. A consumer the server deleted for its
+    # inactivity is created again here, with its queue's messages, which
+    # the stream kept: deleting it loses nothing.
     await js.add_consumer(
         stream,
         api.ConsumerConfig(
@@ -88,6 +91,9 @@ async def ensure_consumer(
             ack_wait=options.ack_wait,
             max_deliver=options.max_deliver,
             max_ack_pending=-1,
+            # 0: kept forever (nats-py leaves out a None, which an update
+            # would read as "unchanged").
+            inactive_threshold=options.inactive_threshold or 0.0,
         ),
     )
 

@@ -43,6 +43,10 @@ SCHEMES: Final = {"nats": "nats", "nats+tls": "tls"}
 DEAD_MAX_AGE: Final = 7 * 24 * 3600.0
 """How long (seconds) dead-lettered copies are kept."""
 
+INACTIVE_THRESHOLD: Final = 3600.0
+"""Seconds a durable consumer that no one pulls from is kept by the server
+before it deletes it, unless the URL says otherwise (``?inactive_threshold=``)."""
+
 _OPTIONS: Final = (
     "bridge",
     "ack_wait",
@@ -53,6 +57,7 @@ _OPTIONS: Final = (
     "monitor",
     "dead_letter",
     "seeds",
+    "inactive_threshold",
 )
 
 _TOKEN_SAFE: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
@@ -125,6 +130,12 @@ class NatsOptions:
         does not answer (``?seeds=host:port,host:port``), as nats-py URLs
         with the same scheme and credentials. Once connected, nats-py also
         learns the cluster's other servers from the one it reached.
+      inactive_threshold: Seconds the server keeps a durable consumer that
+        no one pulls from and that holds no unacked message, before it
+        deletes it (``?inactive_threshold=``, default 3600; ``off``: kept
+        forever). A queue's messages stay on its stream meanwhile, and the
+        next consumer of the queue creates it again: a server reused by
+        many engines and queues never fills up with consumers.
     """
 
     server: str
@@ -137,6 +148,7 @@ class NatsOptions:
     monitor: str | None = None
     dead_letter: bool = True
     seeds: tuple[str, ...] = ()
+    inactive_threshold: float | None = INACTIVE_THRESHOLD
 
     @property
     def shown(self) -> str:
@@ -228,6 +240,11 @@ def parse_nats_url(url: str) -> NatsOptions:
                     f"monitor must be an http:// URL or off, not {mask_url(endpoint)!r}"
                 )
             monitor = endpoint.rstrip("/")
+    inactive_threshold: float | None = INACTIVE_THRESHOLD
+    if values.get("inactive_threshold") == "off":
+        inactive_threshold = None
+    else:
+        inactive_threshold = number("inactive_threshold", INACTIVE_THRESHOLD)
     dead_letter = values.get("dead_letter", "on")
     if dead_letter not in ("on", "off"):
         raise InvalidURLError(f"dead_letter must be on or off, not {dead_letter!r}")
@@ -268,4 +285,5 @@ def parse_nats_url(url: str) -> NatsOptions:
         monitor=monitor,
         dead_letter=dead_letter == "on",
         seeds=tuple(seeds),
+        inactive_threshold=inactive_threshold,
     )

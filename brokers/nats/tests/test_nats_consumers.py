@@ -1,0 +1,150 @@
+"""The NATS adapter's durable consumers do not pile up on a server reused by
+many engines: each is made with an inactive threshold, so the server
+deletes the consumers no one pulls from any more (a results queue of an
+engine on a store that is gone, a group no worker serves), and a consumer
+deleted while a broker still uses it is made again, its messages kept.
+
+The tests run a nats-server of their own (``tests/servers/nats.py`` on free
+ports), whose consumers they count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import trio
+
+import trio_durable as td
+from trio_durable import InvalidURLError
+from trio_durable_nats import RESULTS_STREAM, TASKS_STREAM, NatsBroker, parse_nats_url, token
+
+EVENTUALLY: Final = 60.0
+CYCLES: Final = 24
+
+app = td.App("nats-consumers")
+
+
+@app.step(group="consumers-calc")
+async def double(x: int) -> int:
+    return 2 * x
+
+
+@app.workflow()
+async def one(ctx: td.Context, x: int) -> int:
+    return await ctx.step(double, x)
+
+
+def test_the_inactive_threshold_option() -> None:
+    assert parse_nats_url("nats://h").inactive_threshold == 3600.0
+    assert parse_nats_url("nats://h?inactive_threshold=2.5").inactive_threshold == 2.5
+    assert parse_nats_url("nats://h?inactive_threshold=off").inactive_threshold is None
+    for bad in ("0", "-1", "nan", "soon", ""):
+        with pytest.raises(InvalidURLError, match="inactive_threshold"):
+            parse_nats_url(f"nats://h?inactive_threshold={bad}")
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """A nats-server of this test's own: its URL and monitoring port."""
+    from servers import nats as server
+
+    if not server.available():
+        if os.environ.get("CI"):
+            pytest.fail("nats-server is not installed")
+        pytest.skip("nats-server is not installed")
+    workdir = tmp_path / "nats"
+    monitor_port = server.free_port()
+    url = server.start(workdir, port=server.free_port(), monitor_port=monitor_port)
+    try:
+        yield url, monitor_port
+    finally:
+        server.stop(workdir)
+
+
+async def _consumers(monitor_port: int) -> dict[str, list[str]]:
+    """The durable consumers of each stream, as the server's monitoring
+    endpoint lists them."""
+
+    def read() -> Any:
+        url = f"http://127.0.0.1:{monitor_port}/jsz?consumers=true"
+        with urllib.request.urlopen(url, timeout=5.0) as response:
+            return json.load(response)
+
+    found = await trio.to_thread.run_sync(read)
+    listed: dict[str, list[str]] = {}
+    for account in found.get("account_details") or ():
+        for stream in account.get("stream_detail") or ():
+            names = [c["name"] for c in stream.get("consumer_detail") or ()]
+            listed[stream["name"]] = sorted(names)
+    return listed
+
+
+async def test_consumers_of_closed_engines_are_deleted(nats_server: tuple[str, int]) -> None:
+    """Engines on memory stores, opened and closed one after another, each
+    leave a results queue of their own (the store's scope names it) and the
+    consumer of the group they serve: with the inactive threshold, the
+    server deletes the results consumers once their engines are gone,
+    however many engines came and went; without it they would stay, one
+    per engine, until the server's limit."""
+    url, monitor_port = nats_server
+    broker = f"{url}?inactive_threshold=1&monitor=off"
+    for cycle in range(CYCLES):
+        async with td.open_engine(
+            app, store="memory://", broker=broker, serve=["consumers-calc"], seed=cycle
+        ) as engine:
+            await engine.start(one, cycle, run_id=f"one-{cycle}")
+            assert await engine.result(f"one-{cycle}") == 2 * cycle
+        if cycle == 0:
+            first = await _consumers(monitor_port)
+            # The engine's results consumer, and its worker's of the group.
+            assert len(first[RESULTS_STREAM]) == 1
+            assert first[TASKS_STREAM] == [token("consumers-calc")]
+    # Each consumer is deleted a moment after its last engine closed: none
+    # is left of all those the engines made.
+    with trio.fail_after(EVENTUALLY):
+        await _until_none_left(monitor_port)
+
+
+async def _until_none_left(monitor_port: int) -> None:
+    """Wait until the server has deleted every consumer. The server does it
+    on its own timer and tells no one: its list is read again and again."""
+    while True:
+        listed = await _consumers(monitor_port)
+        if not any(listed.values()):
+            return
+        await trio.sleep(0.2)
+
+
+async def test_a_consumer_deleted_under_an_open_broker_is_made_again(
+    nats_server: tuple[str, int],
+) -> None:
+    """A consumer the server deleted while its broker was cut off (as the
+    inactive threshold does once the broker stops pulling) is made again by
+    the broker's next pull, with the messages its queue kept meanwhile."""
+    url, monitor_port = nats_server
+    broker_url = f"{url}?monitor=off"
+    async with (
+        td.open_broker(broker_url) as worker_side,
+        td.open_engine(app, store="memory://", broker=broker_url) as engine,
+    ):
+        assert isinstance(worker_side, NatsBroker)
+        js = worker_side._js
+        async with trio.open_nursery() as nursery:
+            async with td.open_worker(app, broker=worker_side, groups=["consumers-calc"]):
+                await engine.start(one, 1, run_id="before")
+                assert await engine.result("before") == 2
+                name = token("consumers-calc")
+                await worker_side._bridge.run(lambda: js.delete_consumer(TASKS_STREAM, name))
+                assert name not in (await _consumers(monitor_port)).get(TASKS_STREAM, [])
+                # Dispatched while the consumer is gone: kept on the stream.
+                await engine.start(one, 2, run_id="after")
+                with trio.fail_after(EVENTUALLY):
+                    assert await engine.result("after") == 4
+                assert name in (await _consumers(monitor_port))[TASKS_STREAM]
+            nursery.cancel_scope.cancel()
