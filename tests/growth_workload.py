@@ -19,6 +19,7 @@ continue-as-new and fork. A schedule starts a run every minute besides.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -330,24 +331,43 @@ class Cycle:
                 await self.engine.result(rid)
 
     def units(self) -> list[Callable[[int], Awaitable[None]]]:
-        return [
-            self.everything,
-            self.sender,
-            self.cancelled_fan,
-            self.failure,
-            self.event,
-            self.burst,
-            self.controlled,
-            self.entity,
-            self.continued,
-            self.forked,
-            self.paused,
-        ]
+        return [getattr(self, kind) for kind in KINDS]
 
 
-async def run_cycle(engine: td.Engine, number: int, size: int, parallel: int = 100) -> None:
+KINDS: Final = (
+    "everything",
+    "sender",
+    "cancelled_fan",
+    "failure",
+    "event",
+    "burst",
+    "controlled",
+    "entity",
+    "continued",
+    "forked",
+    "paused",
+)
+"""The kinds of unit, in the order a cycle's units take them."""
+
+
+RUNS_PER_KINDS: Final = 20
+"""The runs one unit of each kind makes together (and the five of the
+cycle's debounce windows): `everything` and its four children, the
+sender, the cancelled fan and its child, the failing run and its two
+handlers, an event's run, the singleton and the controlled run, an
+entity call, a run and its continuation, a run and its fork, and the
+paused run."""
+
+
+def units(runs: int) -> int:
+    """How many units make about ``runs`` runs."""
+    return max(len(KINDS), runs * len(KINDS) // RUNS_PER_KINDS)
+
+
+async def run_cycle(engine: td.Engine, number: int, size: int, parallel: int = 100) -> int:
     """Run the cycle ``number`` of ``size`` units (at most ``parallel`` at
-    once), then wait for the cycle's end (`CYCLE` seconds from its start)."""
+    once), then wait for the cycle's end (`CYCLE` seconds from its start);
+    return how many runs the cycle created."""
     start = trio.current_time()
     cycle = Cycle(engine=engine, number=number)
     units = cycle.units()
@@ -360,15 +380,27 @@ async def run_cycle(engine: td.Engine, number: int, size: int, parallel: int = 1
         async with limiter:
             await units[i % len(units)](i)
 
-    async with trio.open_nursery() as nursery:
-        for i in range(size):
-            if units[i % len(units)] == cycle.sender and i - 1 not in cycle.targets:
-                continue  # the first unit of a cycle has nothing to signal
-            nursery.start_soon(unit, i)
+    started: set[str] = set()
+
+    async def count(events: trio.MemoryReceiveChannel[td.Event]) -> None:
+        async for event in events:
+            if event.kind == "run.started":
+                started.add(event.run_id)
+
+    with engine.subscribe(buffer=math.inf) as events:
+        async with trio.open_nursery() as counting:
+            counting.start_soon(count, events)
+            async with trio.open_nursery() as nursery:
+                for i in range(size):
+                    if units[i % len(units)] == cycle.sender and i - 1 not in cycle.targets:
+                        continue  # the first unit of a cycle has nothing to signal
+                    nursery.start_soon(unit, i)
+            counting.cancel_scope.cancel()
     # Its runs ended early enough that the first pruning pass after their
     # age passed comes before the end of the next cycle.
     assert trio.current_time() - start < 2 * CYCLE - KEPT - 60, "a cycle ran too long"
     await trio.sleep_until(start + CYCLE)
+    return len(started)
 
 
 # -- the census ----------------------------------------------------------------
@@ -490,6 +522,7 @@ def _blob_sizes(blobs: Path) -> dict[str, int]:
     return {"blob files": len(files), "blob bytes": sum(f.stat().st_size for f in files)}
 
 
-def describe(census: Census) -> str:
-    """One line per count, for a failure's message."""
-    return json.dumps({"rows": census.rows, "sizes": census.sizes}, indent=1, sort_keys=True)
+def describe(census: Census, indent: int | None = 1) -> str:
+    """The census as JSON (one line per count by default, for a failure's
+    message)."""
+    return json.dumps({"rows": census.rows, "sizes": census.sizes}, indent=indent, sort_keys=True)
