@@ -357,8 +357,20 @@ def test_prune_counts_on_a_terminal(filled: tuple[Path, str], tmp_path: Path) ->
     result = invoke(["runs", "prune", "--failed", "1d", "--dead", "2w", "--json"], env=env)
     assert json.loads(result.stdout) == {
         "pruned": 0,
-        "ages": {"completed": None, "failed": 86400.0, "cancelled": None, "dead": 1209600.0},
+        "ages": {
+            "completed": None,
+            "failed": 86400.0,
+            "cancelled": None,
+            "dead": 1209600.0,
+            "events": None,
+        },
     }
+    # Event records alone.
+    result = invoke(["runs", "prune", "--events", "7d"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        "pruned 0 runs (events older than 7d; kept: completed, failed, cancelled, dead)\n"
+    )
 
 
 def test_show_pages_a_fan(store: dict[str, str]) -> None:

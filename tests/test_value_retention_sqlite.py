@@ -111,3 +111,27 @@ async def test_retention_walks_the_value_indexes(tmp_path: Path) -> None:
     plan = _plan(path, "DELETE FROM durable_values WHERE run_id = ?", ("r7",))
     assert any("durable_values_run" in step for step in plan), plan
     assert not any(step.startswith("SCAN") for step in plan), plan
+
+
+async def test_the_wal_file_is_cut_back_after_a_burst(tmp_path: Path) -> None:
+    """A checkpoint that starts the ``-wal`` file over cuts it back to
+    `JOURNAL_SIZE_LIMIT`: a burst of writes does not leave it large for
+    good."""
+    path = tmp_path / "store.db"
+    wal = tmp_path / "store.db-wal"
+    async with td.open_store(f"sqlite:///{path}") as store:
+        limit = _sqlite_schema.JOURNAL_SIZE_LIMIT
+        # One batch larger than the limit: the file grows past it.
+        large = '"' + "x" * (1024 * 1024) + '"'
+        keys = range(limit // (1024 * 1024) + 8)
+        await store.apply([PutValue("s", f"k{i}", large, 1.0) for i in keys])
+        assert wal.stat().st_size > limit
+        await store.apply([PutValue("s", f"k{i}", None, 2.0) for i in keys])
+        connection = sqlite3.connect(path)
+        try:
+            connection.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        finally:
+            connection.close()
+        # The next write starts the file over, and cuts it back.
+        await store.apply([PutValue("s", "small", '"v"', 3.0)])
+        assert wal.stat().st_size <= limit

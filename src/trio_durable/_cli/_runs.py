@@ -506,6 +506,7 @@ _PRUNED: Final = ("completed", "failed", "cancelled", "dead")
 @click.option("--failed", type=Age(), help="Delete failed runs not updated for AGE.")
 @click.option("--cancelled", type=Age(), help="Delete cancelled runs not updated for AGE.")
 @click.option("--dead", type=Age(), help="Delete dead runs not updated for AGE.")
+@click.option("--events", type=Age(), help="Delete event records sent longer than AGE ago.")
 @click.option(
     "--batch",
     type=click.IntRange(min=1, max=10_000),
@@ -520,20 +521,25 @@ def prune_command(
     failed: timedelta | None,
     cancelled: timedelta | None,
     dead: timedelta | None,
+    events: timedelta | None,
     batch: int,
     as_json: bool,
 ) -> None:
     """Delete the runs that ended (completed, failed, cancelled, dead) and
     were last updated longer ago than the age given for their status, with
-    their inputs, checkpoints, signals and queue entries. A status without
-    an age is kept. AGE is like 90s, 15m, 12h, 7d or 2w (0: all of them).
+    their inputs, checkpoints, signals, queue entries, webhooks and the
+    keyed values that go with them (claims, windows, published and stream
+    values, updates). A status without an age is kept. With --events, the
+    event records sent longer ago than its age go too (without it they are
+    kept). AGE is like 90s, 15m, 12h, 7d or 2w (0: all of them).
     """
     ages = {"completed": completed, "failed": failed, "cancelled": cancelled, "dead": dead}
-    if all(age is None for age in ages.values()):
+    if all(age is None for age in ages.values()) and events is None:
         raise click.UsageError(
             "give an age for at least one status: --completed, --failed, --cancelled or --dead"
+            " (or --events)"
         )
-    retention = Retention(**ages, batch=batch)
+    retention = Retention(**ages, events=events, batch=batch)
 
     async def prune(client: Client) -> int:
         pruned = 0
@@ -552,13 +558,16 @@ def prune_command(
         print_json(
             {
                 "pruned": pruned,
-                "ages": {s: None if a is None else a.total_seconds() for s, a in ages.items()},
+                "ages": {
+                    s: None if a is None else a.total_seconds()
+                    for s, a in {**ages, "events": events}.items()
+                },
             }
         )
     else:
         rules = ", ".join(
             f"{status} older than {_age_text(age)}"
-            for status, age in ages.items()
+            for status, age in {**ages, "events": events}.items()
             if age is not None
         )
         click.echo(f"pruned {pruned} runs ({rules}; kept: {', '.join(kept) or 'none'})")

@@ -47,6 +47,11 @@ _WATCH_INTERVAL_RANGE: Final = (0.001, 10.0)
 BUSY_TIMEOUT: Final = 10.0
 """Seconds a statement waits for another process's lock before failing."""
 
+JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
+"""Bytes the ``-wal`` file is cut back to when a checkpoint starts it over
+(``PRAGMA journal_size_limit``): without it, the file stays as large as
+the largest burst of writes ever made it, for as long as the store lives."""
+
 _SYNCHRONOUS_MODES: Final = {"FULL": 2, "NORMAL": 1}
 
 # The join barrier counts a fan's settled members by status over a seq
@@ -381,6 +386,7 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
         if str(mode).lower() != "wal":
             raise StoreError(f"the SQLite store {path!r} cannot use WAL mode (it is in {mode})")
         cur.execute(f"PRAGMA synchronous = {synchronous}")
+        cur.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
         (level,) = cur.execute("PRAGMA synchronous").fetchone()
         if level != _SYNCHRONOUS_MODES[synchronous]:  # pragma: no cover - sqlite ignored it
             raise StoreError(f"the SQLite store {path!r} refused synchronous={synchronous}")
