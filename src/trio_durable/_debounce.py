@@ -15,7 +15,9 @@ compare-and-swap on the window's version, and only while the run has not
 started (``expect_status`` suspended). Of two engines joining at once, one
 wins and the other reads again; a run that started meanwhile is never
 changed: the event opens a new window with a new run instead. So every
-event is in exactly one run, the one that started or a later one.
+event is in exactly one run, the one that started or a later one. The
+window goes with its run (`PutValue.run_id`): retention deletes it with the
+run.
 """
 
 from __future__ import annotations

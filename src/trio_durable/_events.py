@@ -9,7 +9,8 @@ of that id, which makes a send idempotent by event id, across engines too:
 sending an id again returns the receipt stored the first time.
 
 Run ids are derived: ``<event id>.<workflow>``. An event no workflow
-subscribes to is stored all the same, with a warning.
+subscribes to is stored all the same, with a warning. Records belong to no
+run: retention prunes them by age (`Retention.events`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ The sender's checkpoint, the claim of the key (a keyed value in the scope
 are one atomic write, fenced by the sender's lease. A key claimed before,
 by a replay of this call, a retry of the run, or another run using the same
 key, makes the write fail whole: the call then records its checkpoint as a
-duplicate, and nothing is delivered twice.
+duplicate, and nothing is delivered twice. The claim goes with the sending
+run (`PutValue.run_id`): retention deletes it with that run.
 """
 
 from __future__ import annotations

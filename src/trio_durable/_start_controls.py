@@ -1,6 +1,8 @@
 """Starts under a workflow's run controls: the writes that create a run
 with its admission, and the keyed claims that make a start return an open
-run instead of creating one (a singleton, a dedup key).
+run instead of creating one (a singleton, a dedup key). A claim goes with
+the run that holds it (`PutValue.run_id`): retention deletes it with that
+run.
 """
 
 from __future__ import annotations

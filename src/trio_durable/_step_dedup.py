@@ -12,7 +12,8 @@ The claim is a keyed value (scope ``step-dedup:<queue>``, key
 ``<namespace>:<key>``) naming the holder's run and seq, written by
 compare-and-swap in the batch that puts the step in line, so of two calls
 racing for a key exactly one gets in. A claim whose step no longer waits is
-taken over, so nothing has to release it.
+taken over, so nothing has to release it; it goes with the run of the step
+that holds it (`PutValue.run_id`), and retention deletes it with that run.
 """
 
 from __future__ import annotations
