@@ -113,6 +113,7 @@ async def test_prune_on_demand_with_a_limit(
         ({"completed": -1}, "finite and >= 0"),
         ({"failed": "1d"}, "seconds or a timedelta"),
         ({"dead": float("inf")}, "finite"),
+        ({"events": -5}, "finite and >= 0"),
         ({"batch": 0}, "batch must be"),
         ({"interval": 0}, "interval must be positive"),
         ({"interval": "soon"}, "interval must be a number"),

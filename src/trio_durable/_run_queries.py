@@ -144,7 +144,9 @@ class RunQueries:
 
     async def prune(self, retention: Retention, *, limit: int | None = None) -> int:
         """Delete the ended runs ``retention`` no longer keeps, now, in its
-        batches; at most ``limit`` (None: all). Returns how many.
+        batches, each with the records that go with it; at most ``limit``
+        (None: all). The event records older than its ``events`` age go
+        too. Returns how many runs were deleted.
 
         Raises:
           UsageError: ``retention`` is not a `Retention` or ``limit`` is bad.
