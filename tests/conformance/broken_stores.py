@@ -184,6 +184,15 @@ class IgnoresPrefixes(StoreWrapper):
         return await self.inner.list_values(scope, after=after, limit=limit)
 
 
+class PagesFromTheStart(StoreWrapper):
+    """`list_values` starts from the first key, whatever ``after`` says."""
+
+    async def list_values(
+        self, scope: str, *, prefix: str = "", after: str | None = None, limit: int = 100
+    ) -> list[StoredValue]:
+        return await self.inner.list_values(scope, prefix=prefix, limit=limit)
+
+
 class FrozenStamps(StoreWrapper):
     """`run_stamp` gives the first stamp it read of a run ever after."""
 

@@ -25,6 +25,7 @@ from broken_stores import (
     NewestSignalFirst,
     OldestFirst,
     OverAdmits,
+    PagesFromTheStart,
     PiecemealBatches,
     StaleStatistics,
     StoreWrapper,
@@ -119,6 +120,12 @@ CASES: Final = [
         IgnoresPrefixes,
         ["check_values_are_listed_by_key"],
         id="values-prefix-ignored",
+    ),
+    pytest.param(
+        "_store_values",
+        PagesFromTheStart,
+        ["check_values_are_listed_by_key"],
+        id="values-after-ignored",
     ),
     pytest.param(
         "_store_values",
