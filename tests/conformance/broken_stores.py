@@ -30,6 +30,7 @@ from trio_durable.stores import (
     StoredValue,
     StoreHelpers,
     StoreStatistics,
+    UpdateRun,
 )
 from trio_durable.testing.conformance import StoreFactory
 
@@ -82,6 +83,21 @@ class PiecemealBatches(StoreWrapper):
         for op in ops:
             results.extend(await self.inner.apply([op]))
         return results
+
+
+class LosesErrorUpdates(StoreWrapper):
+    """An `UpdateRun` loses the run's error it writes (a column forgotten),
+    and says it wrote it all."""
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        return await self.inner.apply(
+            [
+                attrs.evolve(op, changes={k: v for k, v in op.changes.items() if k != "error"})
+                if isinstance(op, UpdateRun)
+                else op
+                for op in ops
+            ]
+        )
 
 
 class ClaimsAnything(StoreWrapper):

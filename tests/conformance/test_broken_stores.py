@@ -20,6 +20,7 @@ from broken_stores import (
     FrozenStamps,
     HearsItself,
     IgnoresPrefixes,
+    LosesErrorUpdates,
     NeverCloses,
     NewestBreakpointFirst,
     NewestSignalFirst,
@@ -63,6 +64,12 @@ CASES: Final = [
         PiecemealBatches,
         ["check_failed_status_expectation_rolls_back_the_whole_batch"],
         id="runs-batches-not-atomic",
+    ),
+    pytest.param(
+        "_store_runs",
+        LosesErrorUpdates,
+        ["check_update_run_changes_fields"],
+        id="runs-a-write-lost",
     ),
     pytest.param(
         "_store_checkpoints",
