@@ -16,7 +16,7 @@ the reconcile pass looks ``reconcile_interval`` after a run may have
 stalled, and never while nothing changes, so a 30-day timer under
 `trio.testing.MockClock` costs no pass at all. Where processes that may die
 without a word write the store too (SQLite under Trio's own clock,
-PostgreSQL, a store of your own without the feed), both also look every
+PostgreSQL, a store of your own that is no `ChangeFeed`), both also look every
 ``reconcile_interval``: the safety net for what such a writer left behind
 (a timer it set, a lease it held, a wake it never sent).
 """
