@@ -4,16 +4,19 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import httpx
 import pytest
 
 import trio_durable as td
-from cli_processes import cli_process
+from cli_processes import ROOT, cli_process
+from test_cli import invoke
 
 app = td.App("console-serving")
 
@@ -178,3 +181,15 @@ async def test_the_console_command_says_when_it_cannot_listen(tmp_path: Path) ->
         await console.wait_for("cannot listen on 203.0.113.7:0")
         assert await console.exited() == 1
         assert "Traceback" not in console.output
+
+
+def test_the_configuration_page_lists_every_console_option() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    section = page.split("\n## ConsoleOptions\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| .* \| (`--[^|]*)\|$", section, re.MULTILINE)
+    assert [name for name, _ in rows] == [field.name for field in attrs.fields(td.ConsoleOptions)]
+    # And the command's option for each exists.
+    usage = invoke(["console", "--help"]).output
+    for _, options in rows:
+        for option in re.findall(r"`(--[a-z-]+)`", options):
+            assert option in usage, option
