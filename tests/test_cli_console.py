@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 
 import trio_durable as td
 from cli_processes import cli_process
@@ -115,3 +116,23 @@ async def test_the_console_command_refuses_webhooks_when_read_only(tmp_path: Pat
         assert refused.status_code == 403
         assert refused.json()["error"]["code"] == "webhooks_off"
         assert await console.stop(signal.SIGINT) == 0
+
+
+@app.workflow()
+async def sleeps_past_the_calendar(ctx: td.Context) -> int:
+    await ctx.sleep(1e300)
+    return 1
+
+
+def test_a_wake_time_past_the_calendar_is_shown(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'far.db'}"
+
+    async def start() -> None:
+        async with td.open_engine(app, store=store) as engine:
+            await engine.start(sleeps_past_the_calendar, run_id="far")
+            await engine.drain()
+
+    trio.run(start)
+    result = invoke(["runs", "show", "far", "--store", store])
+    assert result.exit_code == 0, result.output
+    assert "1e+300 s after the epoch" in result.output

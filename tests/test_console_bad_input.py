@@ -205,3 +205,20 @@ async def test_bad_input_is_a_4xx(case: str) -> None:
         assert (await request(engine.console_url, "GET", "/api/runs/r")).status == 200
         assert (await engine.get("h")).status == "suspended"
         assert await engine.breakpoints() == []
+
+
+@app.workflow()
+async def sleeps_past_the_calendar(ctx: td.Context) -> int:
+    await ctx.sleep(1e300)
+    return 1
+
+
+async def test_a_wake_time_past_the_calendar_renders() -> None:
+    console = td.ConsoleOptions(port=0)
+    async with td.open_engine(app, console=console) as engine:
+        await engine.start(sleeps_past_the_calendar, run_id="far")
+        await engine.drain()
+        assert engine.console_url is not None
+        page = await request(engine.console_url, "GET", "/runs/far")
+        assert page.status == 200
+        assert b"1e+300 s after the epoch" in page.body

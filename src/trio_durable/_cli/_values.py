@@ -141,7 +141,11 @@ def when(durable_time: float | None) -> str | None:
     """A durable time (seconds since the epoch) as people read it, in UTC."""
     if durable_time is None:
         return None
-    return datetime.fromtimestamp(durable_time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(durable_time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):
+        # Past the calendar's years (a sleep of 1e300 s).
+        return f"{durable_time:.6g} s after the epoch"
 
 
 def decoded(text: str | None) -> Any:
