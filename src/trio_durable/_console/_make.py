@@ -4,7 +4,7 @@ under /api, /hooks and /metrics, HTML elsewhere)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 import attrs
 from starlette.applications import Starlette
@@ -68,6 +68,7 @@ async def _on_error(request: Request, exc: Exception) -> Response:
     return error_page(request, status, message)
 
 
+@final
 class ConsoleApplication(Starlette):
     """The console's application: a Starlette application whose every
     request passes the `Guard` first (Host, body limits, security headers
