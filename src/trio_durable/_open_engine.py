@@ -16,7 +16,6 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from functools import partial
 from typing import TYPE_CHECKING
 
 from ._app import App
@@ -230,14 +229,6 @@ async def open_engine(
                 from ._console import serve_console
 
                 engine.console_url = await rt.nursery.start(
-                    partial(
-                        serve_console,
-                        engine,
-                        host=console.host,
-                        port=console.port,
-                        token=console.token,
-                        cors_origins=console.cors_origins,
-                    ),
-                    name="trio_durable console",
+                    serve_console, engine, console, name="trio_durable console"
                 )
             yield engine

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
+from ._bounds import MAX_NAME_LENGTH, check_name
 from ._exceptions import StoreError, UsageError
 from ._options import check_id
 from ._records import Run
@@ -186,6 +187,9 @@ def prepare_run(
     tags = tuple(new.tags)
     if not all(isinstance(tag, str) for tag in tags):
         raise UsageError(f"tags must be strings, not {new.tags!r}")
+    for tag in tags:
+        if len(tag) > MAX_NAME_LENGTH:
+            check_name("a tag", tag)
     return Run(
         id=run_id,
         workflow=new.workflow,
