@@ -125,12 +125,14 @@ async def start_runs(
     store: str, starts: Sequence[tuple[str, str, tuple[object, ...]]], namespace: str = "default"
 ) -> None:
     """Start runs ``(run_id, workflow, args)`` of `cli_app.app` from this
-    process, then leave: the engine under test executes them."""
+    process through a client, which only writes them: the engine under test
+    executes them. (An engine here would run their first turns itself, and
+    a remote step it sent to a broker of its own would die with it.)"""
     import cli_app
 
-    async with td.open_engine(cli_app.app, store=store, broker="memory://") as engine:
+    async with td.open_client(store, app=cli_app.app) as client:
         for run_id, workflow, args in starts:
-            await engine.start(workflow, *args, run_id=run_id, namespace=namespace)
+            await client.start(workflow, *args, run_id=run_id, namespace=namespace)
 
 
 async def wait_for_runs(
