@@ -40,8 +40,8 @@ async def test_starts_that_do_not_overlap_are_admitted_in_order(
 
 
 async def test_two_engines_racing_start_one_run_per_key(url: str) -> None:
-    await singleton_race(url, sleep=3.0)
+    await singleton_race(url)
 
 
 async def test_racing_step_calls_on_two_engines_let_one_wait(url: str) -> None:
-    await dedup_race(url, seconds=1.0)
+    await dedup_race(url)
