@@ -34,6 +34,7 @@ import trio_durable as td
 import trio_durable._entity_defs as entity_defs
 import trio_durable._schedule_ticker as schedule_ticker
 import trio_durable._turn as turn_module
+from cli_processes import WITHIN
 from trio_durable._records import Checkpoint, Run
 from trio_durable._stores._memory import MemoryStore
 from trio_durable._stores._ops import (
@@ -133,7 +134,12 @@ def test_the_trace_hash_does_not_depend_on_the_process() -> None:
     for hash_seed in ("0", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         out = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=WITHIN,
         )
         assert out.stdout.strip() == here, (hash_seed, out.stderr)
 

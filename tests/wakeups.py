@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
+from cli_processes import WITHIN
 from trio_durable._wakes import announces_ends
 
 TESTS: Final = Path(__file__).resolve().parent
@@ -56,7 +57,8 @@ async def flaky(ctx: td.Context, key: str) -> str:
 
 async def in_another_process(url: str, action: str, run_id: str) -> None:
     """Run the client of tests/wake_client.py in a process of its own."""
-    await trio.run_process([sys.executable, str(TESTS / "wake_client.py"), url, action, run_id])
+    with trio.fail_after(WITHIN):
+        await trio.run_process([sys.executable, str(TESTS / "wake_client.py"), url, action, run_id])
 
 
 async def client_signal(url: str, *, process: bool) -> None:

@@ -11,11 +11,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Final
 
-import pytest
 import trio
 
 import trio_durable as td
 from servers import postgres as postgres_server
+from servers.fixture import installed
 
 app = td.App("pg-restart")
 
@@ -65,8 +65,7 @@ async def _start(engine: td.Engine, i: int) -> None:
 
 
 async def test_every_run_completes_across_a_fast_shutdown_restart(tmp_path: Path) -> None:
-    if not postgres_server.available():
-        pytest.skip("PostgreSQL is not installed")
+    installed("postgres")
     ran.clear()
     workdir = tmp_path / "private"
     workdir.mkdir()
