@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import trio_durable as td
-from cli_processes import ROOT, cli_process
+from cli_processes import ROOT, WITHIN, cli_process
 from test_cli import invoke
 
 app = td.App("console-serving")
@@ -140,7 +140,9 @@ def test_import_trio_durable_loads_no_web_framework() -> None:
         " print(sorted(m for m in ('starlette', 'hypercorn', 'jinja2', 'httpx')"
         " if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=WITHIN
+    )
     assert out.stdout.strip() == "[]"
 
 

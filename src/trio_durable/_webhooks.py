@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import json
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, final
 
 from . import _serde
@@ -70,6 +71,24 @@ def derive_token(secret: bytes, nonce: str) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
+def _draw_nonce() -> str:
+    return secrets.token_urlsafe(_NONCE_BYTES)
+
+
+def new_token(secret: bytes, draw: Callable[[], str] = _draw_nonce) -> tuple[str, str]:
+    """A fresh ``(nonce, token)``: nonces are drawn until the token they
+    derive does not begin with ``-``, which a command line would read as an
+    option (``trio-durable hooks deliver TOKEN``; about 1 in 64 URL-safe
+    tokens would). The token stays a function of the nonce alone, so a
+    replay derives it as before, and tokens made before this rule keep
+    working."""
+    while True:
+        nonce = draw()
+        token = derive_token(secret, nonce)
+        if not token.startswith("-"):
+            return nonce, token
+
+
 def token_hash(token: str) -> str:
     """What the store keeps a webhook under: its token's SHA-256, in hex."""
     return hashlib.sha256(token.encode()).hexdigest()
@@ -86,8 +105,7 @@ async def create_webhook(replay: Replay, name: str) -> str:
     secret = await rt.webhook_keys.secret(rt.store)
     if cp is not None:
         return derive_token(secret, json.loads(cp.output or "{}")["nonce"])
-    nonce = secrets.token_urlsafe(_NONCE_BYTES)
-    token = derive_token(secret, nonce)
+    nonce, token = new_token(secret)
     now = rt.clock.now()
     cp = Checkpoint(
         run_id=replay.run.id,
