@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import WALL_START, fixed_wall
+from conftest import WALL_START, fixed_wall, shared_store
 from trio_durable._records import DEADLINE_SEQ
 
 app = td.App("deadlines")
@@ -247,6 +247,47 @@ async def test_the_deadline_fires_on_another_engine_after_the_first_stopped(
         assert info.value.code == "timeout"
         assert trio.current_time() == 60.0
         assert undone == ["hotel"]
+
+
+@app.workflow()
+async def slow_handler(ctx: td.Context, info: dict[str, Any]) -> str:
+    await ctx.step(book, "handler", compensate=undo_book)
+    await ctx.sleep(10_000)
+    return "handled"
+
+
+@app.step()
+async def refuse(item: str) -> str:
+    raise td.FatalError(f"no {item}", code="refused")
+
+
+@app.workflow(on_error=[td.OnError(workflow="slow_handler")])
+async def fails_then_handed_off(ctx: td.Context) -> str:
+    await ctx.step(book, "ticket", compensate=undo_book)
+    await ctx.sleep(10)
+    return await ctx.step(refuse, "seat")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_run_handed_to_its_on_error_handler_is_cancelled_at_its_deadline(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, kind: str
+) -> None:
+    async with (
+        shared_store(kind, tmp_path) as store,
+        td.open_engine(app, store=store, seed=0, wall_clock=fixed_wall) as engine,
+    ):
+        await engine.start(fails_then_handed_off, run_id="f", timeout=100)
+        with pytest.raises(td.RunCancelled) as info:
+            await engine.result("f")
+        assert info.value.code == "timeout"
+        # Handed off at 10 s, its deadline still fires at exactly 100 s.
+        assert trio.current_time() == 100.0
+        # The handler it awaited is cancelled with it, its undo run.
+        with pytest.raises(td.RunCancelled) as handler:
+            await engine.result("f.onError.0")
+        assert handler.value.code == "cancelled"
+        assert sorted(undone) == ["handler", "ticket"]
+        assert trio.current_time() == 100.0
 
 
 # -- a remote workflow (decided on a worker): the engine keeps its deadline -----------
