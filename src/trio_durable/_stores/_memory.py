@@ -278,6 +278,8 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
                 if existing is not None:
                     return (existing, False)
                 self._set_run(run, journal)
+                for cp in op.checkpoints:
+                    self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return (run, True)
             case UpdateRun():
                 current = self._runs.get(op.run_id)

@@ -17,12 +17,17 @@ from ._hook_ops import HookOp
 @final
 @attrs.define(frozen=True)
 class CreateRun:
-    """Insert ``run`` unless a run with its id exists.
+    """Insert ``run`` unless a run with its id exists, with ``checkpoints``
+    (the run's own, such as its deadline), written only if the run is
+    inserted: a create that finds the id taken changes nothing, so of two
+    starts racing for one id, the loser cannot replace what the winner
+    wrote with its run.
 
     Result: ``(stored run, created)``.
     """
 
     run: Run
+    checkpoints: tuple[Checkpoint, ...] = ()
 
 
 @final

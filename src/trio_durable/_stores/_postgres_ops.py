@@ -141,6 +141,8 @@ def select_run(cur: psycopg.Cursor[Any], run_id: str) -> Run | None:
 def _create_run(cur: psycopg.Cursor[Any], op: _ops.CreateRun) -> Any:
     cur.execute(_INSERT_RUN, run_row(op.run)[:-1])
     if cur.rowcount == 1:
+        if op.checkpoints:
+            cur.executemany(_UPSERT_CHECKPOINT, [_checkpoint_row(cp) for cp in op.checkpoints])
         return (op.run, True)
     return (select_run(cur, op.run.id), False)
 

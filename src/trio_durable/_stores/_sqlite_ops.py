@@ -133,6 +133,11 @@ def _create_run(cur: sqlite3.Cursor, op: _ops.CreateRun) -> Any:
     cur.execute(_INSERT_RUN, row[:_INPUT_INDEX] + row[_INPUT_INDEX + 1 :])
     if cur.rowcount == 1:
         cur.execute(_INSERT_INPUT, (op.run.id, op.run.input))
+        if op.checkpoints:
+            cur.executemany(
+                _UPSERT_CHECKPOINT,
+                [(cp.run_id, cp.seq, *checkpoint_values(cp)) for cp in op.checkpoints],
+            )
         return (op.run, True)
     return (_select_run(cur, op.run.id), False)
 
