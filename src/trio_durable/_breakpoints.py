@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from ._exceptions import InvalidRunStateError, UsageError
+from ._index_text import refuse_nul
 from ._records import (
     TERMINAL_STATUSES,
     Breakpoint,
@@ -166,6 +167,7 @@ def announce_change(store: Store, origin: str, breakpoint_id: str) -> list[Op]:
 def _check_name(what: str, value: object) -> str:
     if not isinstance(value, str) or not value:
         raise UsageError(f"{what} must be a non-empty string, not {value!r}")
+    refuse_nul(what, value)
     return value
 
 

@@ -29,6 +29,7 @@ from ._context_streams import StreamOperations
 from ._decider import child_command, step_command
 from ._exceptions import GatherError, GatherFailure, UsageError
 from ._fans import FAN_CANCELLED, fan
+from ._index_text import refuse_nul
 from ._records import CheckpointKind
 from ._remote import remote_step
 from ._replay import Replay, Suspend
@@ -335,6 +336,7 @@ class Context(
         """
         if not isinstance(name, str) or not name:
             raise UsageError(f"signal name must be a non-empty string, not {name!r}")
+        refuse_nul("signal name", name)
         if timeout is not None and (
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
@@ -353,10 +355,11 @@ class Context(
         payload to this run as the signal ``name`` would: take it with
         ``await ctx.wait_signal(name)``. See docs/webhooks-and-breakpoints.md.
         """
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"webhook name must be a non-empty string, not {name!r}")
+        refuse_nul("webhook name", name)
         decider = self._replay.decider
         if decider is not None:
-            if not isinstance(name, str) or not name:
-                raise UsageError(f"webhook name must be a non-empty string, not {name!r}")
             return decider.webhook(self._replay, name)
         return await create_webhook(self._replay, name)
 

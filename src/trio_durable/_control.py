@@ -17,6 +17,7 @@ import attrs
 from . import _serde
 from ._children import cancel_request
 from ._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
+from ._index_text import refuse_nul
 from ._lifecycle import latest_generation
 from ._options import check_id
 from ._records import TERMINAL_STATUSES, Run, RunStatus, signal_token
@@ -49,6 +50,7 @@ async def read_run(store: Store, run_id: str, namespace: str | None) -> Run:
         check_id("namespace", namespace)
     if not isinstance(run_id, str):
         raise UsageError(f"run_id must be a string, not {run_id!r}")
+    refuse_nul("run_id", run_id)
     run = await store.get_run(run_id)
     if run is None:
         raise RunNotFoundError(f"no run {run_id!r}")
@@ -79,6 +81,7 @@ async def signal_run(
     """
     if not isinstance(name, str) or not name:
         raise UsageError(f"signal name must be a non-empty string, not {name!r}")
+    refuse_nul("signal name", name)
     payload_json = _serde.dumps(payload)
     run = await latest_generation(store, await read_run(store, run_id, namespace))
     if run.status in TERMINAL_STATUSES:

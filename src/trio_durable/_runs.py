@@ -34,6 +34,7 @@ from ._exceptions import (
     UsageError,
 )
 from ._handoff import output_source
+from ._index_text import refuse_nul
 from ._lifecycle import check_timeout, deadline_checkpoint, deadlines, workflow_timeout
 from ._records import DEADLINE_SEQ, LATEST_VERSION, TERMINAL_STATUSES, Checkpoint, ErrorInfo, Run
 from ._replay import TurnState
@@ -137,6 +138,7 @@ async def start_runs(
     timeout = check_timeout(timeout)
     app: App | None = rt.app
     if isinstance(workflow, str) and not any(wf.name == workflow for wf in rt.app.workflows):
+        refuse_nul("a workflow's name", workflow, UnknownWorkflowError)
         # Served by convention (docs/remote-workflows.md): a workflow this
         # engine does not register runs if live workers announce it; they
         # check its inputs.
@@ -318,7 +320,7 @@ def new_run(
 
     Raises:
       UnknownWorkflowError: ``app`` lacks the workflow, or it is neither a
-        `Workflow` nor a non-empty name.
+        `Workflow` nor a non-empty name (with no NUL character).
       InvalidArgumentsError: ``args`` do not fit the workflow's parameters,
         or a key function of its run controls failed on them.
       SerializationError: An input cannot be serialized.
@@ -328,6 +330,7 @@ def new_run(
     elif isinstance(workflow, Workflow):
         wf = workflow
     elif isinstance(workflow, str) and workflow:
+        refuse_nul("a workflow's name", workflow, UnknownWorkflowError)
         return NewRun(
             workflow=workflow,
             version=LATEST_VERSION,

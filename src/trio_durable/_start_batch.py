@@ -30,6 +30,7 @@ import attrs
 import trio
 
 from ._exceptions import StoreError, UsageError
+from ._index_text import refuse_nul_in
 from ._options import check_id
 from ._records import Checkpoint, Run
 from ._stores._ops import CreateRun, Op
@@ -180,7 +181,8 @@ def prepare_run(
     namespace and tags checked.
 
     Raises:
-      UsageError: The id, namespace or tags are malformed.
+      UsageError: The id, namespace or tags are malformed (a tag holding a
+        NUL character among them).
     """
     run_id = derive_id(new.workflow, rng) if new.run_id is None else new.run_id
     check_id("run_id", run_id)
@@ -188,6 +190,7 @@ def prepare_run(
     tags = tuple(new.tags)
     if not all(isinstance(tag, str) for tag in tags):
         raise UsageError(f"tags must be strings, not {new.tags!r}")
+    refuse_nul_in("a tag", tags)
     return Run(
         id=run_id,
         workflow=new.workflow,
