@@ -86,7 +86,10 @@ class SettleCheckpoint:
     With ``or_failed_with`` (an error code), a checkpoint that is ``failed``
     with that code is settled too, as if it were pending: a ``fail_fast``
     fan settles the members it cancels as failed (code ``fan_cancelled``),
-    and a success that arrives for one of them later is kept on it.
+    and a success that arrives for one of them later is kept on it. With
+    ``append_error``, ``error`` is also added at the end of the
+    checkpoint's ``errors``: a step's last attempt failed, and ``errors``
+    lists every attempt's error.
 
     Result: the settled row, or None if the checkpoint was missing or no
     longer pending (a duplicate or late settle changes nothing).
@@ -103,6 +106,7 @@ class SettleCheckpoint:
     kind: CheckpointKind | None = None
     name: str | None = None
     or_failed_with: str | None = None
+    append_error: bool = False
 
 
 @final
