@@ -9,3 +9,7 @@ option in pyproject.toml), where ``servers`` starts the real servers.
 """
 
 from servers.fixture import real_server as real_server
+
+# A conformance check skipped for a capability an implementation lacks
+# shows its reason under pytest-trio too.
+pytest_plugins = ["trio_durable.testing.pytest_plugin"]

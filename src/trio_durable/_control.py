@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from . import _serde
+from ._bounds import check_name
 from ._children import cancel_request
 from ._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
 from ._index_text import refuse_nul
@@ -79,9 +80,7 @@ async def signal_run(
       SerializationError: The payload cannot be serialized.
       UsageError: ``name`` is not a non-empty string.
     """
-    if not isinstance(name, str) or not name:
-        raise UsageError(f"signal name must be a non-empty string, not {name!r}")
-    refuse_nul("signal name", name)
+    check_name("signal name", name)
     payload_json = _serde.dumps(payload)
     run = await latest_generation(store, await read_run(store, run_id, namespace))
     if run.status in TERMINAL_STATUSES:

@@ -7,12 +7,12 @@ fails there and nothing is written.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, final
 
 import attrs
 
+from ._bounds import is_finite
 from ._exceptions import InvalidArgumentsError, RegistrationError
 from ._index_text import refuse_nul
 
@@ -93,7 +93,7 @@ def _positive(value: object) -> bool:
     return (
         isinstance(value, int | float)
         and not isinstance(value, bool)
-        and math.isfinite(value)
+        and is_finite(value)
         and value > 0
     )
 

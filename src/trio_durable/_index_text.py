@@ -28,7 +28,9 @@ def refuse_nul(what: str, value: object, error: type[UsageError] = UsageError) -
         given).
     """
     if isinstance(value, str) and "\x00" in value:
-        raise error(f"{what} must not contain a NUL character ('\\x00'), not {value!r}")
+        # Cut short: a name or key may be long, and the message is for people.
+        quoted = repr(value) if len(value) <= 60 else f"{value[:60]!r}... ({len(value)} characters)"
+        raise error(f"{what} must not contain a NUL character ('\\x00'), not {quoted}")
 
 
 def refuse_nul_in(

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 import trio
 
+from ._bounds import is_finite
 from ._children import cancel_request
 from ._exceptions import UsageError
 from ._records import CONTINUED_SEQ, DEADLINE_SEQ, Checkpoint, ErrorInfo, Run
@@ -193,7 +194,7 @@ def check_timeout(timeout: float | None) -> float | None:
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
+        or not is_finite(timeout)
         or timeout <= 0
     ):
         raise UsageError(f"timeout must be a positive number of seconds, not {timeout!r}")

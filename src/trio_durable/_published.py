@@ -25,6 +25,7 @@ import attrs
 import trio
 
 from . import _serde
+from ._bounds import is_finite
 from ._control import read_run
 from ._exceptions import UsageError
 from ._index_text import refuse_nul
@@ -223,7 +224,7 @@ async def get_event(
     if timeout is not None and (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
+        or not is_finite(timeout)
         or timeout < 0
     ):
         raise UsageError(f"get_event timeout must be a finite number >= 0 or None, not {timeout!r}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -25,6 +24,7 @@ from typing import Any, Final, Literal, final, get_args
 
 import attrs
 
+from ._bounds import is_finite
 from ._exceptions import SearchAttributeError
 from ._index_text import refuse_nul
 
@@ -143,7 +143,7 @@ def check_value(name: str, kind: SearchAttributeType, value: object) -> SearchVa
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise SearchAttributeError(f"search attribute {name!r} takes a float, not {value!r}")
-        if not math.isfinite(value):
+        if not is_finite(value):
             raise SearchAttributeError(
                 f"search attribute {name!r} takes a finite float, not {value!r}"
             )

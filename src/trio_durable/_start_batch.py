@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
+from ._bounds import MAX_NAME_LENGTH, check_name
 from ._exceptions import StoreError, UsageError
 from ._index_text import refuse_nul_in
 from ._options import check_id
@@ -190,6 +191,9 @@ def prepare_run(
     tags = tuple(new.tags)
     if not all(isinstance(tag, str) for tag in tags):
         raise UsageError(f"tags must be strings, not {new.tags!r}")
+    for tag in tags:
+        if len(tag) > MAX_NAME_LENGTH:
+            check_name("a tag", tag)
     refuse_nul_in("a tag", tags)
     return Run(
         id=run_id,

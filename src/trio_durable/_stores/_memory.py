@@ -136,8 +136,13 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         return len(self._unwoken)
 
     def unwoken_event(self) -> trio.Event:
-        """An event set when a run becomes suspended with no wake time."""
+        """An event set when a run may have stalled: it became suspended with
+        no wake time, or a checkpoint of such a run changed."""
         return self._unwoken_event
+
+    def _may_stall(self) -> None:
+        self._unwoken_event.set()
+        self._unwoken_event = trio.Event()
 
     def _notify(self, run: Run, due: float | None) -> None:
         if run.status in TERMINAL_STATUSES:
@@ -191,8 +196,7 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         if run.status == "suspended" and run.wake_at is None:
             if run.id not in self._unwoken:
                 self._unwoken[run.id] = None
-                self._unwoken_event.set()
-                self._unwoken_event = trio.Event()
+                self._may_stall()
         else:
             self._unwoken.pop(run.id, None)
 
@@ -218,6 +222,10 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         table = self._checkpoints.setdefault(run_id, {})
         old = table.get(seq)
         self._replace_checkpoint(table, key, old, cp)
+        if run_id in self._unwoken:
+            # What a suspended run waits for may just have been settled: if
+            # the wake that should follow is lost, the run stalls here.
+            self._may_stall()
 
         def undo() -> None:
             self._replace_checkpoint(table, key, cp, old)

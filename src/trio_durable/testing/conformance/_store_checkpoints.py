@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..._exceptions import StoreError
 from ..._records import Checkpoint, ErrorInfo, RunStatus
 from ..._stores._base import WriteConflict
 from ..._stores._ops import (
@@ -526,7 +527,12 @@ async def check_settle_or_failed_with_reads_the_code_of_an_error_holding_nul(
             SettleCheckpoint("r1", seq, "completed", output='"late"', or_failed_with="lost")
             for seq in (1, 2)
         ]
-        kept, unchanged = await store.apply(settles)
+        try:
+            kept, unchanged = await store.apply(settles)
+        except StoreError as exc:
+            raise AssertionError(
+                f"a settle with or_failed_with failed on an error holding a NUL: {exc}"
+            ) from exc
         assert unchanged is None
         assert (kept.status, kept.output, kept.error) == ("completed", '"late"', None)
         [boom] = await store.get_checkpoints("r1", 2, 2)
