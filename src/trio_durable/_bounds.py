@@ -17,6 +17,7 @@ import math
 from typing import Final
 
 from ._exceptions import UsageError
+from ._index_text import refuse_nul
 
 MAX_NAME_LENGTH: Final = 200
 """The most characters of a name: a signal's, a webhook's, a breakpoint's
@@ -36,7 +37,8 @@ def check_name(what: str, value: object) -> str:
       value: The name given.
 
     Raises:
-      UsageError: ``value`` is not a string, is empty or is too long.
+      UsageError: ``value`` is not a string, is empty, is too long or holds
+        a NUL character (see `._index_text`).
     """
     if not isinstance(value, str) or not value:
         raise UsageError(f"{what} must be a non-empty string, not {shown(value)}")
@@ -45,6 +47,7 @@ def check_name(what: str, value: object) -> str:
             f"{what} must be at most {MAX_NAME_LENGTH} characters long, not {len(value)}"
             f" ({shown(value)})"
         )
+    refuse_nul(what, value)
     return value
 
 

@@ -37,7 +37,7 @@ from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
 from ._hook_api import HookActions
-from ._lifecycle import check_timeout, continued_to, deadline_ops, workflow_timeout
+from ._lifecycle import check_timeout, continued_to, deadlines, workflow_timeout
 from ._published import Front
 from ._records import Run
 from ._run_messages import QueriesAndUpdates
@@ -224,8 +224,8 @@ class Client(
             self._rng,
             self.clock.now(),
             news,
-            also=lambda run: [*self._wake([run]), *deadline_ops(run, timeout)],
-            read_first=timeout is not None,
+            also=lambda run: self._wake([run]),
+            own=lambda run: deadlines(run, timeout),
         )
         return [RunHandle.of(stored, self) for stored, _ in results]
 

@@ -18,6 +18,7 @@ from . import _serde
 from ._bounds import check_name
 from ._children import cancel_request
 from ._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
+from ._index_text import refuse_nul
 from ._lifecycle import latest_generation
 from ._options import check_id
 from ._records import TERMINAL_STATUSES, Run, RunStatus, signal_token
@@ -50,6 +51,7 @@ async def read_run(store: Store, run_id: str, namespace: str | None) -> Run:
         check_id("namespace", namespace)
     if not isinstance(run_id, str):
         raise UsageError(f"run_id must be a string, not {run_id!r}")
+    refuse_nul("run_id", run_id)
     run = await store.get_run(run_id)
     if run is None:
         raise RunNotFoundError(f"no run {run_id!r}")

@@ -28,6 +28,7 @@ from . import _serde
 from ._bounds import is_finite
 from ._control import read_run
 from ._exceptions import UsageError
+from ._index_text import refuse_nul
 from ._lifecycle import latest_generation
 from ._records import TERMINAL_STATUSES, Checkpoint, Run
 from ._stores._base import ChangeFeed
@@ -67,6 +68,7 @@ def check_event_key(key: object) -> str:
     """Raise `UsageError` unless ``key`` is a non-empty string."""
     if not isinstance(key, str) or not key:
         raise UsageError(f"an event key must be a non-empty string, not {key!r}")
+    refuse_nul("an event key", key)
     return key
 
 

@@ -21,6 +21,7 @@ import attrs
 
 from ._bounds import MAX_INTEGER, check_integer, check_name, is_finite, shown
 from ._exceptions import RunNotFoundError, UsageError
+from ._index_text import refuse_nul
 from ._on_error import HANDOFF_BASE
 from ._options import check_id
 from ._records import Checkpoint, CheckpointStatus, Run, RunFilter, RunStatus
@@ -48,10 +49,12 @@ async def find_run(store: Store, run_id: str, namespace: str | None = None) -> R
 
     Raises:
       RunNotFoundError: No run has this id (in ``namespace``).
-      UsageError: ``namespace`` is malformed.
+      UsageError: ``namespace`` is malformed, or ``run_id`` holds a NUL
+        character.
     """
     if namespace is not None:
         check_id("namespace", namespace)
+    refuse_nul("run_id", run_id)
     run = await store.get_run(run_id) if isinstance(run_id, str) else None
     if run is None:
         raise RunNotFoundError(f"no run {run_id!r}")
@@ -82,6 +85,8 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
             raise ValueError
         if not is_finite(created_at):
             raise ValueError
+        # No run id holds a NUL; a forged one must not reach an index.
+        refuse_nul("a cursor's run id", run_id)
         return float(created_at), run_id
     except (ValueError, TypeError, UnicodeError, binascii.Error):
         raise UsageError(
@@ -104,6 +109,7 @@ def _time(name: str, value: object) -> float | None:
 def _text(name: str, value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or not value):
         raise UsageError(f"{name} must be a non-empty string, not {value!r}")
+    refuse_nul(name, value)
     return value
 
 

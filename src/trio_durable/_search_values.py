@@ -26,6 +26,7 @@ import attrs
 
 from ._bounds import is_finite
 from ._exceptions import SearchAttributeError
+from ._index_text import refuse_nul
 
 SearchAttributeType = Literal["str", "int", "float", "bool", "datetime", "keywords"]
 SearchValue = str | int | float | bool | datetime.datetime | tuple[str, ...]
@@ -107,6 +108,8 @@ def check_name(name: object) -> str:
 def _text(name: str, value: object, what: str) -> str:
     if not isinstance(value, str):
         raise SearchAttributeError(f"search attribute {name!r} takes {what}, not {value!r}")
+    # Indexed: SQLite's index would cut it at a NUL, PostgreSQL refuse it.
+    refuse_nul(f"search attribute {name!r}", value, SearchAttributeError)
     if len(value) > MAX_TEXT:
         raise SearchAttributeError(
             f"search attribute {name!r}: a string is at most {MAX_TEXT} characters"

@@ -33,6 +33,7 @@ from ._exceptions import (
     WebhookNotFoundError,
     WebhookUsedError,
 )
+from ._index_text import refuse_nul
 from ._records import TERMINAL_STATUSES, Checkpoint, Run, signal_token
 from ._stores._base import WriteConflict
 from ._stores._hook_ops import CreateWebhook, KeepSetting, UseWebhook
@@ -99,6 +100,7 @@ async def create_webhook(replay: Replay, name: str) -> str:
     body, created on the first turn that reaches it."""
     if not isinstance(name, str) or not name:
         raise UsageError(f"webhook name must be a non-empty string, not {name!r}")
+    refuse_nul("webhook name", name)
     rt = replay.runtime
     seq = replay.next_seq()
     cp = replay.recorded(seq, name, "webhook")

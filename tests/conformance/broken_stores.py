@@ -21,11 +21,13 @@ from trio_durable.stores import (
     AdmitToQueue,
     Announce,
     ClaimCheckpoint,
+    CreateRun,
     Op,
     PutCheckpoint,
     RunFilter,
     RunStamp,
     RunStatus,
+    SettleCheckpoint,
     Store,
     StoredValue,
     StoreHelpers,
@@ -111,6 +113,49 @@ class ClaimsAnything(StoreWrapper):
         ]
         results = await self.inner.apply(replaced)
         return [True if claim else result for claim, result in zip(claims, results, strict=True)]
+
+
+class CreatesCheckpointsAnyway(StoreWrapper):
+    """Writes a `CreateRun`'s checkpoints whether or not it inserts the run:
+    a start that lost the race for an id replaces the winner's deadline."""
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        written: list[Op] = []
+        at: list[int] = []
+        for op in ops:
+            at.append(len(written))
+            written.append(op)
+            if isinstance(op, CreateRun):
+                written.extend(PutCheckpoint(cp) for cp in op.checkpoints)
+        results = await self.inner.apply(written)
+        return [results[i] for i in at]
+
+
+class ForgetsTheLastError(StoreWrapper):
+    """Ignores `SettleCheckpoint.append_error`: a step's last failed attempt
+    is missing from its ``errors``."""
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        return await self.inner.apply(
+            [
+                attrs.evolve(op, append_error=False) if isinstance(op, SettleCheckpoint) else op
+                for op in ops
+            ]
+        )
+
+
+class ChokesOnNulInErrors(StoreWrapper):
+    """Cannot read the code of a stored error whose message holds a NUL
+    (as a store reading it through PostgreSQL's ``jsonb`` could not): a
+    settle with ``or_failed_with`` fails on such a checkpoint."""
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        for op in ops:
+            if isinstance(op, SettleCheckpoint) and op.or_failed_with is not None:
+                for cp in await self.inner.get_checkpoints(op.run_id, op.seq, op.seq):
+                    if cp.error is not None and "\x00" in cp.error.message:
+                        raise td.StoreError("unsupported Unicode escape sequence")
+        return await self.inner.apply(ops)
 
 
 class OverAdmits(StoreWrapper):

@@ -15,8 +15,11 @@ from typing import Final
 
 import pytest
 from broken_stores import (
+    ChokesOnNulInErrors,
     ClaimsAnything,
+    CreatesCheckpointsAnyway,
     ForgetsSearchConditions,
+    ForgetsTheLastError,
     FrozenStamps,
     HearsItself,
     IgnoresPrefixes,
@@ -79,6 +82,24 @@ CASES: Final = [
             "check_claim_has_exactly_one_winner_among_racers",
         ],
         id="checkpoints-claim-settles-a-settled-checkpoint",
+    ),
+    pytest.param(
+        "_store_runs",
+        CreatesCheckpointsAnyway,
+        ["check_create_run_writes_its_checkpoints_only_with_the_run"],
+        id="runs-a-taken-id-gets-checkpoints",
+    ),
+    pytest.param(
+        "_store_checkpoints",
+        ForgetsTheLastError,
+        ["check_settle_append_error_adds_the_error_to_errors"],
+        id="checkpoints-last-error-not-appended",
+    ),
+    pytest.param(
+        "_store_checkpoints",
+        ChokesOnNulInErrors,
+        ["check_settle_or_failed_with_reads_the_code_of_an_error_holding_nul"],
+        id="checkpoints-nul-in-an-error-breaks-settles",
     ),
     pytest.param(
         "_store_checkpoints",

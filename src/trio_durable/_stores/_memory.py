@@ -286,6 +286,8 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
                 if existing is not None:
                     return (existing, False)
                 self._set_run(run, journal)
+                for cp in op.checkpoints:
+                    self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return (run, True)
             case UpdateRun():
                 current = self._runs.get(op.run_id)
@@ -318,6 +320,7 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
                 kind,
                 name,
                 or_failed_with,
+                append_error,
             ):
                 existing_cp = self._checkpoints.get(run_id, {}).get(seq)
                 if existing_cp is None or not settle_applies(
@@ -326,8 +329,16 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
                     return None
                 if unless_run_status and self._run_status(run_id) in unless_run_status:
                     return None
+                errors = existing_cp.errors
+                if append_error and error is not None:
+                    errors = (*errors, error)
                 settled = attrs.evolve(
-                    existing_cp, status=status, output=output, error=error, finished_at=finished_at
+                    existing_cp,
+                    status=status,
+                    output=output,
+                    error=error,
+                    errors=errors,
+                    finished_at=finished_at,
                 )
                 self._set_checkpoint(settled, (run_id, seq), journal)
                 return settled
