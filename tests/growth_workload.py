@@ -46,6 +46,15 @@ KEPT: Final = 900.0
 the runs of that cycle are kept and those of the cycle before are gone."""
 
 
+async def nap(ctx: td.Context, seconds: int) -> None:
+    """A durable timer of ``seconds`` to twice that, that ends on a multiple
+    of ``seconds`` of durable time: the timers of a cycle's runs end together, so the mock
+    clock jumps once for many of them (on PostgreSQL each jump waits for
+    every task to be idle a moment of real time)."""
+    now = ctx.now().timestamp()
+    await ctx.sleep_until((math.floor(now / seconds) + 2) * seconds)
+
+
 @app.step()
 async def local_step(n: int) -> int:
     return n + 1
@@ -79,7 +88,7 @@ async def paused_step(n: int) -> int:
 
 @app.workflow()
 async def kid(ctx: td.Context, n: int) -> int:
-    await ctx.sleep(5)
+    await nap(ctx, 5)
     return await ctx.step(local_step, n)
 
 
@@ -104,10 +113,11 @@ async def everything(ctx: td.Context, n: int, cycle: int) -> int:
     ctx.upsert_search_attributes({"cycle": cycle})
     a = await ctx.step(local_step, n)
     b = await ctx.step(remote_step, a)
-    large = await ctx.step(big_step, n)
+    # Distinct per cycle: blobs are content-addressed.
+    large = await ctx.step(big_step, cycle * 1_000_000 + n)
     ctx.emit(a)
     ctx.emit(len(large))
-    await ctx.sleep(10)
+    await nap(ctx, 10)
     token = await ctx.webhook("hook")
     ctx.set_event("token", token)
     hooked = await ctx.wait_signal("hook", timeout=CYCLE / 2)
@@ -150,7 +160,7 @@ async def handler(ctx: td.Context, failure: dict[str, Any]) -> str:
 
 @app.workflow(on_error=[td.OnError("refused", workflow="handler")])
 async def failing(ctx: td.Context, n: int) -> int:
-    await ctx.sleep(1)
+    await nap(ctx, 5)
     return await ctx.step(refuse, n)
 
 
@@ -168,7 +178,8 @@ async def on_burst(ctx: td.Context, ns: list[int]) -> int:
 
 @app.workflow(concurrency_key=lambda n: f"s{n}", singleton=True)
 async def single(ctx: td.Context, n: int) -> int:
-    await ctx.sleep(30)
+    # Open until the unit that started it says so.
+    await ctx.wait_signal("done", timeout=CYCLE / 2)
     return n
 
 
@@ -179,7 +190,7 @@ async def single(ctx: td.Context, n: int) -> int:
     rate_limit=td.RateLimit(starts=50, per=1.0),
 )
 async def controlled(ctx: td.Context, n: int) -> int:
-    await ctx.sleep(2)
+    await nap(ctx, 5)
     return n
 
 
@@ -203,8 +214,8 @@ async def paused(ctx: td.Context, n: int) -> int:
 
 
 @app.workflow()
-async def ticked(ctx: td.Context) -> None:
-    await ctx.sleep(1)
+async def ticked(ctx: td.Context) -> int:
+    return await ctx.step(local_step, 0)
 
 
 app.schedule("tick", ticked, cron="* * * * *")
@@ -300,6 +311,7 @@ class Cycle:
         # A second start while the first is open returns it.
         again = await self.engine.start(single, n, run_id=rid + "-again")
         assert again.id == rid
+        await self.engine.signal(rid, "done")
         assert await self.engine.result(rid) == n
         rid = self.run_id("ctl", i)
         await self.engine.start(controlled, n, run_id=rid)
@@ -423,10 +435,17 @@ class Census:
     rows: dict[str, int]
     sizes: dict[str, int]
 
-    def growth(self, later: Census, capped: dict[str, int], tolerance: float = 0.1) -> list[str]:
+    def growth(
+        self,
+        later: Census,
+        capped: dict[str, int],
+        shown: tuple[str, ...] = (),
+        tolerance: float = 0.1,
+    ) -> list[str]:
         """What grew by more than ``tolerance`` (and `SLACK` rows) from this
         census to ``later``; a count ``capped`` stays under its cap by
-        design, and is checked against that instead."""
+        design, and is checked against that instead; one ``shown`` is not
+        checked."""
         grown = []
         for kind, before, after in (
             ("rows", self.rows, later.rows),
@@ -434,10 +453,12 @@ class Census:
         ):
             for name in sorted(set(before) | set(after)):
                 old, new = before.get(name, 0), after.get(name, 0)
+                if name in shown:
+                    continue
                 if name in capped:
                     if new > capped[name]:
                         grown.append(f"{kind} of {name}: {new}, over its cap {capped[name]}")
-                elif new > old * (1 + tolerance) + (SLACK if kind == "rows" else 0):
+                elif new > old * (1 + tolerance) + (SLACK if kind == "rows" else SLACK_BYTES):
                     grown.append(f"{kind} of {name}: {old} -> {new}")
         return grown
 
@@ -445,6 +466,13 @@ class Census:
 SLACK: Final = 2
 """Rows a count may grow by, on top of the tolerance: a schedule's tick
 falling on either side of a measurement."""
+
+SLACK_BYTES: Final = 32 * 1024
+"""Bytes a size may grow by, on top of the tolerance: four pages of a
+PostgreSQL table or index (eight of a SQLite file). Sizes move by pages,
+and an index page emptied by a prune is used again only after a vacuum has
+seen it free: in a small run's tables of a few dozen pages that alone is
+more than 10%. In the issue's size it is a fraction of a percent."""
 
 
 def sqlite_census(path: Path, blobs: Path) -> Census:
@@ -470,15 +498,23 @@ def sqlite_census(path: Path, blobs: Path) -> Census:
         workflows = connection.execute(
             "SELECT workflow, count(*) FROM runs GROUP BY workflow"
         ).fetchall()
+        # The pages of the announcements, which fill up to their cap over
+        # the first cycles of a small run (see `test_growth.CAPPED`).
+        (announcements,) = connection.execute(
+            "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = 'announcements'"
+        ).fetchone()
     finally:
         connection.close()
     rows.update(_families(scopes))
     rows.update(_workflows(workflows))
     wal = path.with_name(path.name + "-wal")
+    files, stored = blob_files(blobs)
+    rows["blob files"] = files
     sizes = {
         "file": path.stat().st_size,
+        "file but announcements": path.stat().st_size - int(announcements),
         "wal": wal.stat().st_size if wal.exists() else 0,
-        **_blob_sizes(blobs),
+        "blob bytes": stored,
     }
     return Census(rows=rows, sizes=sizes)
 
@@ -495,7 +531,9 @@ def memory_census(store: td.MemoryStore, blobs: Path) -> Census:
     scopes = [(scope, len(values)) for scope, values in store._values.items()]
     rows.update(_families(scopes))
     rows.update(_workflows(Counter(run.workflow for run in store._runs.values()).items()))
-    return Census(rows=rows, sizes=_blob_sizes(blobs))
+    files, stored = blob_files(blobs)
+    rows["blob files"] = files
+    return Census(rows=rows, sizes={"blob bytes": stored})
 
 
 def _size(value: Any) -> int:
@@ -520,9 +558,10 @@ def _workflows(counts: Any) -> dict[str, int]:
     return {f"runs:{workflow}": int(count) for workflow, count in counts}
 
 
-def _blob_sizes(blobs: Path) -> dict[str, int]:
+def blob_files(blobs: Path) -> tuple[int, int]:
+    """How many files the blob directory holds, and their bytes."""
     files = [Path(root) / name for root, _, names in os.walk(blobs) for name in names]
-    return {"blob files": len(files), "blob bytes": sum(f.stat().st_size for f in files)}
+    return len(files), sum(f.stat().st_size for f in files)
 
 
 def describe(census: Census, indent: int | None = 1) -> str:

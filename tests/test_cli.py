@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 
 import cli_app
 import trio_durable as td
-from cli_processes import ROOT, TESTS
+from cli_processes import ROOT, TESTS, read_terminal
 from trio_durable._cli import cli, main
 from trio_durable._cli._common import command_error, exit_code_of
 from trio_durable._cli._fleet import print_report, report_json
@@ -419,15 +419,7 @@ def test_simulate_draws_progress_on_a_terminal(tmp_path: Path) -> None:
         env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "100"},
     )
     os.close(follower)
-    terminal = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        terminal += chunk
+    terminal = read_terminal(leader, process)
     os.close(leader)
     assert process.stdout is not None
     out = process.stdout.read().decode()

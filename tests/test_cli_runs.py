@@ -19,7 +19,7 @@ import pytest
 import trio
 
 import trio_durable as td
-from cli_processes import ROOT
+from cli_processes import ROOT, read_terminal
 from test_cli import SECRET, invoke, one_error_line
 from trio_durable._cli._apps import load_app
 
@@ -318,15 +318,7 @@ def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]
         env={**os.environ, **env, "TERM": "xterm-256color", "COLUMNS": "100"},
     )
     os.close(follower)
-    terminal = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        terminal += chunk
+    terminal = read_terminal(leader, process)
     os.close(leader)
     assert process.stdout is not None
     out = process.stdout.read().decode()

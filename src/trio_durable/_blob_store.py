@@ -161,7 +161,8 @@ class BlobbingStore(StoreWrapper):
                     run,
                     input=await batch.offload(run.id, run.input),
                     output=await batch.offload(run.id, run.output),
-                )
+                ),
+                tuple([await self._offload_checkpoint(cp, batch) for cp in op.checkpoints]),
             )
         if isinstance(op, UpdateRun):
             changes = dict(op.changes)

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from . import _serde
+from ._bounds import check_name
 from ._children import cancel_request
 from ._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
+from ._index_text import refuse_nul
 from ._lifecycle import latest_generation
 from ._options import check_id
 from ._records import TERMINAL_STATUSES, Run, RunStatus, signal_token
@@ -49,6 +51,7 @@ async def read_run(store: Store, run_id: str, namespace: str | None) -> Run:
         check_id("namespace", namespace)
     if not isinstance(run_id, str):
         raise UsageError(f"run_id must be a string, not {run_id!r}")
+    refuse_nul("run_id", run_id)
     run = await store.get_run(run_id)
     if run is None:
         raise RunNotFoundError(f"no run {run_id!r}")
@@ -77,8 +80,7 @@ async def signal_run(
       SerializationError: The payload cannot be serialized.
       UsageError: ``name`` is not a non-empty string.
     """
-    if not isinstance(name, str) or not name:
-        raise UsageError(f"signal name must be a non-empty string, not {name!r}")
+    check_name("signal name", name)
     payload_json = _serde.dumps(payload)
     run = await latest_generation(store, await read_run(store, run_id, namespace))
     if run.status in TERMINAL_STATUSES:

@@ -18,12 +18,12 @@ raises `WireError` and nothing else.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, NoReturn, final
 
 import attrs
 
+from ._bounds import is_finite
 from ._brokers._base import is_broker_safe
 from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, Run
 from ._wire import MAX_ATTEMPT, MAX_SEQ, WireError
@@ -83,7 +83,7 @@ def _number(data: dict[str, Any], key: str, *, optional: bool = True, low: float
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or not math.isfinite(value)
+        or not is_finite(value)
         or value < low
         or value > 2.0**53
     ):

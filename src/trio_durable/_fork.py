@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ._admission import creation_ops, start_controls
+from ._bounds import shown
 from ._control import Also, read_run
 from ._exceptions import (
     ForkPointError,
@@ -90,7 +91,8 @@ def check_from_seq(run: Run, checkpoints: Sequence[Checkpoint], from_seq: object
     if not 1 <= from_seq <= last + 1:
         # One past the last seq runs nothing again: the replay goes on.
         raise ForkPointError(
-            f"from_seq {from_seq} is out of range: run {run.id!r} can run again from 1 to {last + 1}"
+            f"from_seq {shown(from_seq)} is out of range: run {run.id!r} can run again from 1"
+            f" to {last + 1}"
         )
     for cp in body:
         first, size = cp.parallel_group, cp.parallel_size

@@ -16,7 +16,6 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from functools import partial
 from typing import TYPE_CHECKING
 
 from ._app import App
@@ -97,11 +96,18 @@ async def open_engine(
       timer_batch_size: How many due runs the poller takes at a time
         (a non-finite or < 1 value means the default, 500).
       lease_ttl: Seconds a run's lease lasts; it is renewed while a turn runs.
-      reconcile_interval: Seconds between scans for due runs when no timer is
-        nearer.
-      result_poll_interval: Seconds between store reads in `Engine.result`
-        for runs that end on another engine (a backstop: on the built-in
-        stores, the other engine's announcement wakes the caller at once).
+      reconcile_interval: The safety net where processes that may die
+        without a word write the store too (SQLite under Trio's own clock,
+        PostgreSQL): seconds between scans for due and stalled runs when no
+        timer is nearer. On a store whose writers all live in this process
+        (memory; SQLite under another clock), the delay from a change after
+        which a run that may have stalled is looked for, and no periodic
+        scan (docs/configuration.md).
+      result_poll_interval: Seconds between store reads in `Engine.result`,
+        `Engine.get_event` and `Engine.update` on a store that announces
+        no writes (one of your own that is no `RunWatch`). Unused on the
+        built-in stores, which announce every run's end and published
+        value: the caller waits for the announcement alone.
       max_recoveries: How often a run may be taken over from a dead engine
         before it is marked ``dead``.
       broker: A broker URL (``memory://`` by default) or an open `Broker`.
@@ -223,14 +229,6 @@ async def open_engine(
                 from ._console import serve_console
 
                 engine.console_url = await rt.nursery.start(
-                    partial(
-                        serve_console,
-                        engine,
-                        host=console.host,
-                        port=console.port,
-                        token=console.token,
-                        cors_origins=console.cors_origins,
-                    ),
-                    name="trio_durable console",
+                    serve_console, engine, console, name="trio_durable console"
                 )
             yield engine

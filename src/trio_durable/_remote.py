@@ -51,6 +51,9 @@ RESEND: Final = "resend"
 """The mark of a step to send again as a new attempt: its run was cancelled
 while an attempt was out (its result was dropped), then retried."""
 
+LOST: Final = "lost"
+"""The code of a step that got no result after its last redispatch."""
+
 
 @final
 class StepPlanner:
@@ -346,7 +349,7 @@ class StepPlanner:
     async def _lost(self, cp: Checkpoint, redispatches: int, now: float) -> Checkpoint:
         error = ErrorInfo(
             message=f"no result after {redispatches + 1} dispatches of step {cp.name!r}",
-            code="lost",
+            code=LOST,
         )
         store = self.rt.store
         ops: list[Any] = [SettleCheckpoint(cp.run_id, cp.seq, "failed", None, error, now)]

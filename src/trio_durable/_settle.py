@@ -31,6 +31,7 @@ from ._fans import FAN_CANCELLED
 from ._learned import queue_of, step_of
 from ._observe import Event, EventKind
 from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, RunStatus, bound_traceback
+from ._remote import LOST
 from ._signing import SignatureRejected, count_rejection, open_signed
 from ._stores._ops import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result, WireError
@@ -42,6 +43,12 @@ logger = logging.getLogger("trio_durable")
 
 RESULT_BATCH: Final = 256
 _DROP_FOR: Final[frozenset[RunStatus]] = frozenset({"cancelled", "completed"})
+# A late success replaces a step's `LOST` failure only once the run ended
+# failed (or dead): while it goes on (or is cancelled), its body has acted
+# on the loss, and a replay must see what that turn saw.
+_UNLESS_ENDED_FAILED: Final[frozenset[RunStatus]] = frozenset(
+    {"pending", "running", "suspended", "cancelling", "cancelled", "completed"}
+)
 
 
 async def consume_results(rt: Runtime, task_status: trio.TaskStatus[None]) -> None:
@@ -83,7 +90,12 @@ async def _settle_forever(rt: Runtime, consumer: Consumer) -> None:
             outage = 0
 
 
-def _success(result: Result, now: float, or_failed_with: str | None = None) -> SettleCheckpoint:
+def _success(
+    result: Result,
+    now: float,
+    or_failed_with: str | None = None,
+    unless_run_status: frozenset[RunStatus] = _DROP_FOR,
+) -> SettleCheckpoint:
     """The claim that settles a step with its successful ``result``."""
     return SettleCheckpoint(
         result.run_id,
@@ -92,7 +104,7 @@ def _success(result: Result, now: float, or_failed_with: str | None = None) -> S
         result.output,
         None,
         now,
-        unless_run_status=_DROP_FOR,
+        unless_run_status=unless_run_status,
         kind="remote",
         name=result.step,
         or_failed_with=or_failed_with,
@@ -139,6 +151,8 @@ def _op_for(rt: Runtime, result: Result) -> Op:
             kind="remote",
             name=result.step,
         )
+    # The last attempt failed: its error joins those of the attempts before
+    # it (a reschedule added each of theirs), as a local step records them.
     return SettleCheckpoint(
         result.run_id,
         result.seq,
@@ -150,6 +164,7 @@ def _op_for(rt: Runtime, result: Result) -> Op:
         unless_run_status=_DROP_FOR,
         kind="remote",
         name=result.step,
+        append_error=True,
     )
 
 
@@ -273,16 +288,26 @@ async def _salvage(
     outcomes: Sequence[Any],
     failed: list[Delivery],
 ) -> list[tuple[Result, Checkpoint]]:
-    """Keep the late successes of members that a fail_fast fan cancelled.
+    """Keep the late successes of steps settled as failed before their
+    result came: members that a fail_fast fan cancelled, and steps lost.
 
     Freezing a fail_fast fan settles its members still out as failed (code
     ``fan_cancelled``), so their results find nothing pending. A success
     among them is kept on its checkpoint all the same: the fan's outcome was
     decided and stays as it is (it lists real failures only), but
-    `Engine.retry` of the failed run then does not run that step again. The
-    run needs no wake for it. Only successes that settled nothing (mostly
-    duplicates) are asked about, in one write; a write that fails sends
-    them back for redelivery.
+    `Engine.retry` of the failed run then does not run that step again.
+
+    A step that got no result after its last redispatch fails with code
+    ``lost``. A success that comes after is kept as a late success for a
+    failed run is (a pending step's): once the run has ended ``failed``
+    (or ``dead``), so that `Engine.retry` does not run the step again.
+    While the run goes on, its body has seen the loss (and maybe went on
+    past it): the success changes nothing, so that replays see what that
+    turn saw.
+
+    The run needs no wake for either. Only successes that settled nothing
+    (mostly duplicates) are asked about, in one write; a write that fails
+    sends them back for redelivery.
 
     Returns:
       The results kept, with the checkpoints they settled.
@@ -299,18 +324,24 @@ async def _salvage(
     if not late:
         return []
     now = rt.clock.now()
-    ops: list[Op] = [_success(result, now, FAN_CANCELLED) for _, result in late]
+    # Two claims a result: of a checkpoint that is failed with one code or
+    # the other, at most one applies.
+    ops: list[Op] = []
+    for _, result in late:
+        ops.append(_success(result, now, FAN_CANCELLED))
+        ops.append(_success(result, now, LOST, _UNLESS_ENDED_FAILED))
     try:
         settled = await rt.store.apply(ops)
     except StoreError as exc:
-        logger.warning("could not keep late successes of a cancelled fan: %s", exc)
+        logger.warning("could not keep late successes: %s", exc)
         failed.extend(delivery for delivery, _ in late)
         return []
-    return [
-        (result, cp)
-        for (_, result), cp in zip(late, settled, strict=True)
-        if isinstance(cp, Checkpoint)
-    ]
+    kept: list[tuple[Result, Checkpoint]] = []
+    for i, (_, result) in enumerate(late):
+        for cp in settled[2 * i : 2 * i + 2]:
+            if isinstance(cp, Checkpoint):
+                kept.append((result, cp))
+    return kept
 
 
 def _releases(

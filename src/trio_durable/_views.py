@@ -11,12 +11,12 @@ outputs) stay in the store: a history says what happened, not with what.
 from __future__ import annotations
 
 import datetime
-import math
 from collections.abc import Mapping
 from typing import Any, Final, final
 
 import attrs
 
+from ._bounds import is_finite
 from ._exceptions import UsageError
 from ._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
 
@@ -233,7 +233,7 @@ def _age(value: float | datetime.timedelta | None) -> float | None:
     seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise UsageError(f"a retention age is seconds or a timedelta, not {value!r}")
-    if not math.isfinite(seconds) or seconds < 0:
+    if not is_finite(seconds) or seconds < 0:
         raise UsageError(f"a retention age must be finite and >= 0, not {value!r}")
     return float(seconds)
 
@@ -246,7 +246,7 @@ def _positive_int(_: object, attribute: attrs.Attribute[Any], value: object) -> 
 def _interval(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise UsageError(f"Retention.interval must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
+    if not is_finite(value) or value <= 0:
         raise UsageError(f"Retention.interval must be positive and finite, not {value!r}")
     return float(value)
 

@@ -19,7 +19,7 @@ import secrets
 import signal
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import click
 import trio
@@ -46,8 +46,13 @@ from ._common import (
     store_option,
 )
 from ._signing_env import signing_from_env
+from ._values import whole
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+MAX_CONCURRENCY: Final = 65535
+"""The most tasks a worker runs at once from the command line (a broker's
+prefetch count is a 16-bit number)."""
 STOP_SIGNALS = _STOP_SIGNALS
 """The signals that stop a process of the command (``console`` too)."""
 
@@ -125,7 +130,7 @@ def _list(values: Sequence[str]) -> str:
 @click.option("--engine-id", metavar="ID", help="The owner name of its leases; unique per store.")
 @click.option(
     "--concurrency",
-    type=int,
+    type=whole(1, MAX_CONCURRENCY),
     default=16,
     show_default=True,
     help="Tasks the worker inside the engine runs at once (with --serve).",
@@ -240,7 +245,13 @@ async def _serve_until_signalled(
     metavar="GROUP",
     help="A group route to serve, GROUP or GROUP@NAMESPACE (repeat it, or separate with commas).",
 )
-@click.option("--concurrency", type=int, default=16, show_default=True, help="Tasks run at once.")
+@click.option(
+    "--concurrency",
+    type=whole(1, MAX_CONCURRENCY),
+    default=16,
+    show_default=True,
+    help="Tasks run at once.",
+)
 @click.option(
     "--capabilities",
     multiple=True,

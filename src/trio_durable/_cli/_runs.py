@@ -24,6 +24,7 @@ from rich.console import Console
 
 from .._app import App
 from .._blob_store import with_blobs_from_env
+from .._bounds import MAX_INTEGER
 from .._client import Client, open_client
 from .._exceptions import RunFailed
 from .._records import TERMINAL_STATUSES, Run, RunStatus
@@ -58,7 +59,7 @@ from ._run_views import (
     run_line,
     runs_table,
 )
-from ._values import Age, JSONArguments, JSONValue, PointInTime, at
+from ._values import Age, JSONArguments, JSONValue, PointInTime, at, whole
 
 APP_ENV: Final = "TRIO_DURABLE_APP"
 STATUSES: Final = get_args(RunStatus)
@@ -229,11 +230,12 @@ def list_command(
 @store_option()
 @namespace_option
 @click.option(
-    "--fan", type=int, metavar="FIRST_SEQ", help="Instead: a page of the fan starting at this seq."
+    "--fan",
+    type=whole(-MAX_INTEGER),
+    metavar="FIRST_SEQ",
+    help="Instead: a page of the fan starting at this seq.",
 )
-@click.option(
-    "--offset", type=click.IntRange(min=0), default=0, help="With --fan: members skipped."
-)
+@click.option("--offset", type=whole(0), default=0, help="With --fan: members skipped.")
 @click.option(
     "--limit",
     type=click.IntRange(min=1, max=500),
@@ -480,7 +482,9 @@ def cancel_command(
 @store_option()
 @namespace_option
 @json_option
-@click.option("--from-seq", "from_seq", type=int, help="Run RUN, ended, again from this seq.")
+@click.option(
+    "--from-seq", "from_seq", type=whole(-MAX_INTEGER), help="Run RUN, ended, again from this seq."
+)
 def retry_command(
     run_id: str, store: str | None, namespace: str | None, as_json: bool, from_seq: int | None
 ) -> None:

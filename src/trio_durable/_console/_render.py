@@ -29,10 +29,14 @@ FAN_PAGE: Final = 50
 
 
 def when(seconds: float | None) -> str:
-    """A durable time (seconds since the epoch) as UTC text, to the second."""
+    """A durable time (seconds since the epoch) as UTC text, to the second;
+    one past the calendar's years (a sleep of 1e300 s) in seconds."""
     if seconds is None:
         return "—"
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    try:
+        moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    except (OverflowError, ValueError, OSError):
+        return f"{seconds:.6g} s after the epoch"
     return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 

@@ -203,7 +203,7 @@ class PayloadCoder:
         """``op`` with its payloads encoded (an operation without any as it is)."""
         match op:
             case CreateRun(run):
-                return CreateRun(self.run_in(run))
+                return CreateRun(self.run_in(run), tuple(map(self.checkpoint_in, op.checkpoints)))
             case UpdateRun():
                 return attrs.evolve(op, changes=self._changes_in(op.changes))
             case PutCheckpoint(cp):

@@ -136,8 +136,13 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         return len(self._unwoken)
 
     def unwoken_event(self) -> trio.Event:
-        """An event set when a run becomes suspended with no wake time."""
+        """An event set when a run may have stalled: it became suspended with
+        no wake time, or a checkpoint of such a run changed."""
         return self._unwoken_event
+
+    def _may_stall(self) -> None:
+        self._unwoken_event.set()
+        self._unwoken_event = trio.Event()
 
     def _notify(self, run: Run, due: float | None) -> None:
         if run.status in TERMINAL_STATUSES:
@@ -191,8 +196,7 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         if run.status == "suspended" and run.wake_at is None:
             if run.id not in self._unwoken:
                 self._unwoken[run.id] = None
-                self._unwoken_event.set()
-                self._unwoken_event = trio.Event()
+                self._may_stall()
         else:
             self._unwoken.pop(run.id, None)
 
@@ -218,6 +222,10 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         table = self._checkpoints.setdefault(run_id, {})
         old = table.get(seq)
         self._replace_checkpoint(table, key, old, cp)
+        if run_id in self._unwoken:
+            # What a suspended run waits for may just have been settled: if
+            # the wake that should follow is lost, the run stalls here.
+            self._may_stall()
 
         def undo() -> None:
             self._replace_checkpoint(table, key, cp, old)
@@ -278,6 +286,8 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
                 if existing is not None:
                     return (existing, False)
                 self._set_run(run, journal)
+                for cp in op.checkpoints:
+                    self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return (run, True)
             case UpdateRun():
                 current = self._runs.get(op.run_id)
@@ -310,6 +320,7 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
                 kind,
                 name,
                 or_failed_with,
+                append_error,
             ):
                 existing_cp = self._checkpoints.get(run_id, {}).get(seq)
                 if existing_cp is None or not settle_applies(
@@ -318,8 +329,16 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
                     return None
                 if unless_run_status and self._run_status(run_id) in unless_run_status:
                     return None
+                errors = existing_cp.errors
+                if append_error and error is not None:
+                    errors = (*errors, error)
                 settled = attrs.evolve(
-                    existing_cp, status=status, output=output, error=error, finished_at=finished_at
+                    existing_cp,
+                    status=status,
+                    output=output,
+                    error=error,
+                    errors=errors,
+                    finished_at=finished_at,
                 )
                 self._set_checkpoint(settled, (run_id, seq), journal)
                 return settled

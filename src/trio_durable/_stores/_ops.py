@@ -17,12 +17,17 @@ from ._hook_ops import HookOp
 @final
 @attrs.define(frozen=True)
 class CreateRun:
-    """Insert ``run`` unless a run with its id exists.
+    """Insert ``run`` unless a run with its id exists, with ``checkpoints``
+    (the run's own, such as its deadline), written only if the run is
+    inserted: a create that finds the id taken changes nothing, so of two
+    starts racing for one id, the loser cannot replace what the winner
+    wrote with its run.
 
     Result: ``(stored run, created)``.
     """
 
     run: Run
+    checkpoints: tuple[Checkpoint, ...] = ()
 
 
 @final
@@ -81,7 +86,10 @@ class SettleCheckpoint:
     With ``or_failed_with`` (an error code), a checkpoint that is ``failed``
     with that code is settled too, as if it were pending: a ``fail_fast``
     fan settles the members it cancels as failed (code ``fan_cancelled``),
-    and a success that arrives for one of them later is kept on it.
+    and a success that arrives for one of them later is kept on it. With
+    ``append_error``, ``error`` is also added at the end of the
+    checkpoint's ``errors``: a step's last attempt failed, and ``errors``
+    lists every attempt's error.
 
     Result: the settled row, or None if the checkpoint was missing or no
     longer pending (a duplicate or late settle changes nothing).
@@ -98,6 +106,7 @@ class SettleCheckpoint:
     kind: CheckpointKind | None = None
     name: str | None = None
     or_failed_with: str | None = None
+    append_error: bool = False
 
 
 @final

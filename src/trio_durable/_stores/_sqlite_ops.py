@@ -90,6 +90,7 @@ _SETTLE_CHECKED: Final = (
     "UPDATE checkpoints SET status = ?, output = ?, error = ?, finished_at = ?"
     f" WHERE run_id = ? AND seq = ? RETURNING {CHECKPOINT_COLUMNS}"
 )
+_SET_ERRORS: Final = "UPDATE checkpoints SET errors = ? WHERE run_id = ? AND seq = ?"
 _SETTLE_SIGNAL: Final = (
     "UPDATE checkpoints SET status = 'completed', output = ?, error = NULL, finished_at = ?"
     " WHERE run_id = ? AND seq = ? AND status = 'pending'"
@@ -133,6 +134,11 @@ def _create_run(cur: sqlite3.Cursor, op: _ops.CreateRun) -> Any:
     cur.execute(_INSERT_RUN, row[:_INPUT_INDEX] + row[_INPUT_INDEX + 1 :])
     if cur.rowcount == 1:
         cur.execute(_INSERT_INPUT, (op.run.id, op.run.input))
+        if op.checkpoints:
+            cur.executemany(
+                _UPSERT_CHECKPOINT,
+                [(cp.run_id, cp.seq, *checkpoint_values(cp)) for cp in op.checkpoints],
+            )
         return (op.run, True)
     return (_select_run(cur, op.run.id), False)
 
@@ -208,7 +214,14 @@ def _settle(cur: sqlite3.Cursor, op: _ops.SettleCheckpoint) -> Any:
         _SETTLE_CHECKPOINT if op.or_failed_with is None else _SETTLE_CHECKED,
         (op.status, op.output, dump_error(op.error), op.finished_at, op.run_id, op.seq),
     ).fetchall()
-    return load_checkpoint(rows[0]) if rows else None
+    if not rows:
+        return None
+    settled = load_checkpoint(rows[0])
+    if op.append_error and op.error is not None:
+        # Written in the same transaction, so the row is as just settled.
+        settled = attrs.evolve(settled, errors=(*settled.errors, op.error))
+        cur.execute(_SET_ERRORS, (dump_errors(settled.errors), op.run_id, op.seq))
+    return settled
 
 
 def _reschedule(cur: sqlite3.Cursor, op: _ops.RescheduleCheckpoint) -> Any:

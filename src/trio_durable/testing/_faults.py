@@ -23,6 +23,7 @@ from .._fans import FAN_CANCELLED
 from .._records import (
     Checkpoint,
 )
+from .._remote import LOST
 from .._stores._base import ChangeFeed, TurnState
 from .._stores._memory import MemoryStore
 from .._stores._ops import DeleteCheckpoints, Op
@@ -81,10 +82,12 @@ class Faults:
 
 
 def _kept_late(old: Checkpoint, new: Checkpoint) -> bool:
+    """A late success kept on a step settled failed before its result came
+    (a cancelled fan member, a lost step): no second settle."""
     return (
         old.status == "failed"
         and old.error is not None
-        and old.error.code == FAN_CANCELLED
+        and old.error.code in (FAN_CANCELLED, LOST)
         and new.status == "completed"
     )
 

@@ -45,6 +45,7 @@ from ._broker_factory import (
     settle,
     unique_name,
 )
+from ._outcomes import CheckResult, run_suite, skip
 
 # -- Dispatch and receive ------------------------------------------------------------
 
@@ -359,11 +360,11 @@ async def check_higher_priorities_are_delivered_first(
     factory: BrokerFactory | BrokerMaker,
 ) -> None:
     """Waiting messages are delivered highest priority first (9 to 0), in
-    order of dispatch within a priority. Checks nothing for a factory
-    without `BrokerFactory.priorities`."""
+    order of dispatch within a priority. Skipped for a factory without
+    `BrokerFactory.priorities`."""
     factory = as_factory(factory)
     if not factory.priorities:
-        return
+        skip("the broker has no priorities (its BrokerFactory says priorities=False)")
     queue = unique_name("priorities")
     # Queued lowest first, so a broker ignoring priorities delivers them in
     # the wrong order.
@@ -487,7 +488,7 @@ BROKER_CHECKS: Final[tuple[Callable[[BrokerFactory | BrokerMaker], Awaitable[Non
 (``ids=lambda check: check.__name__``) to see each pass or fail alone."""
 
 
-async def check_broker(factory: BrokerFactory | BrokerMaker) -> None:
+async def check_broker(factory: BrokerFactory | BrokerMaker) -> list[CheckResult]:
     """Run every check of `BROKER_CHECKS` against ``factory``, one after
     another; the first that fails raises.
 
@@ -496,10 +497,12 @@ async def check_broker(factory: BrokerFactory | BrokerMaker) -> None:
         async context manager that yields a connected broker (then the
         broker is taken to have priorities and to live off the Trio thread).
 
+    Returns:
+      One `CheckResult` per check, each ``"passed"`` or ``"skipped"`` (a
+      capability the factory says the broker lacks).
+
     Raises:
       AssertionError: The broker breaks the contract (the message and the
         traceback say where).
     """
-    factory = as_factory(factory)
-    for check in BROKER_CHECKS:
-        await check(factory)
+    return await run_suite(BROKER_CHECKS, as_factory(factory))
