@@ -38,12 +38,58 @@ app.queue("growth-q", concurrency=3)
 
 REMOTE: Final = "growth-remote"
 BLOB_THRESHOLD: Final = 1024
-CYCLE: Final = 600.0
-"""Seconds of durable time a cycle lasts: its runs start at its beginning
-and all end well before its end."""
-KEPT: Final = 900.0
-"""Retention's age for every status and for events: at the end of a cycle,
-the runs of that cycle are kept and those of the cycle before are gone."""
+
+
+@attrs.frozen
+class Timing:
+    """The durable time a cycle takes, and how long retention keeps what it
+    leaves, in units of ``scale``.
+
+    A cycle lasts `cycle` seconds: its runs start at its beginning and all
+    end well before its end (no later than `busy`). Retention keeps runs
+    and events `kept` seconds, so at the end of a cycle the store holds
+    that cycle's records and none of the one before. A larger ``scale``
+    leaves room for durable time that moves on while work is in flight
+    (on PostgreSQL, see tests/integration/test_growth_postgres.py).
+    """
+
+    scale: int = 1
+
+    @property
+    def cycle(self) -> float:
+        return 600.0 * self.scale
+
+    @property
+    def kept(self) -> float:
+        return 900.0 * self.scale
+
+    @property
+    def interval(self) -> float:
+        """Seconds between the engine's pruning passes."""
+        return 60.0 * self.scale
+
+    @property
+    def busy(self) -> float:
+        """The latest a cycle's runs may end: early enough for the first
+        pruning pass after their age passed to come before the end of the
+        next cycle."""
+        return 2 * self.cycle - self.kept - self.interval
+
+    def retention(self) -> td.Retention:
+        kept = self.kept
+        return td.Retention(
+            completed=kept,
+            failed=kept,
+            cancelled=kept,
+            dead=kept,
+            events=kept,
+            interval=self.interval,
+        )
+
+
+WAITS: Final = 86_400.0
+"""The timeout of the workload's signal waits: they always get their
+signal, and end within the cycle."""
 
 
 async def nap(ctx: td.Context, seconds: int) -> None:
@@ -120,9 +166,9 @@ async def everything(ctx: td.Context, n: int, cycle: int) -> int:
     await nap(ctx, 10)
     token = await ctx.webhook("hook")
     ctx.set_event("token", token)
-    hooked = await ctx.wait_signal("hook", timeout=CYCLE / 2)
+    hooked = await ctx.wait_signal("hook", timeout=WAITS)
     # Sent by a `sender` run, with an idempotency key.
-    went = await ctx.wait_signal("go", timeout=CYCLE / 2)
+    went = await ctx.wait_signal("go", timeout=WAITS)
     doubled = await ctx.all(remote_step, list(range(5)), concurrency=2)
     kids = await ctx.all(kid, [n, n + 1, n + 2], concurrency=1)
     await ctx.start_child(kid, n)
@@ -179,7 +225,7 @@ async def on_burst(ctx: td.Context, ns: list[int]) -> int:
 @app.workflow(concurrency_key=lambda n: f"s{n}", singleton=True)
 async def single(ctx: td.Context, n: int) -> int:
     # Open until the unit that started it says so.
-    await ctx.wait_signal("done", timeout=CYCLE / 2)
+    await ctx.wait_signal("done", timeout=WAITS)
     return n
 
 
@@ -218,7 +264,7 @@ async def ticked(ctx: td.Context) -> int:
     return await ctx.step(local_step, 0)
 
 
-app.schedule("tick", ticked, cron="* * * * *")
+app.schedule("tick", ticked, cron="*/10 * * * *")
 
 
 @app.entity("counter", key=str)
@@ -239,6 +285,7 @@ class Cycle:
 
     engine: td.Engine
     number: int
+    timing: Timing
     targets: dict[int, trio.Event] = attrs.Factory(dict)
     windows: set[str] = attrs.Factory(set)
 
@@ -253,7 +300,7 @@ class Cycle:
             self.number,
             run_id=rid,
             tags=["growth", f"c{self.number % 4}"],
-            timeout=CYCLE / 2,
+            timeout=self.timing.busy,
         )
         self.targets[i].set()
         token = await engine.get_event(rid, "token")
@@ -379,12 +426,12 @@ def units(runs: int) -> int:
     return max(len(KINDS), runs * len(KINDS) // RUNS_PER_KINDS)
 
 
-async def run_cycle(engine: td.Engine, number: int, size: int) -> int:
+async def run_cycle(engine: td.Engine, number: int, size: int, timing: Timing) -> int:
     """Run the cycle ``number`` of ``size`` units, all at once, then wait
-    for the cycle's end (`CYCLE` seconds from its start); return how many
-    runs the cycle created."""
+    for the cycle's end (``timing.cycle`` seconds from its start); return
+    how many runs the cycle created."""
     start = trio.current_time()
-    cycle = Cycle(engine=engine, number=number)
+    cycle = Cycle(engine=engine, number=number, timing=timing)
     units = cycle.units()
     for i in range(size):
         if units[i % len(units)] == cycle.everything:
@@ -413,8 +460,9 @@ async def run_cycle(engine: td.Engine, number: int, size: int) -> int:
             counting.cancel_scope.cancel()
     # Its runs ended early enough that the first pruning pass after their
     # age passed comes before the end of the next cycle.
-    assert trio.current_time() - start < 2 * CYCLE - KEPT - 60, "a cycle ran too long"
-    await trio.sleep_until(start + CYCLE)
+    took = trio.current_time() - start
+    assert took < timing.busy, f"cycle {number} ran for {took} s, past {timing.busy} s"
+    await trio.sleep_until(start + timing.cycle)
     return len(started)
 
 

@@ -2,10 +2,10 @@
 cycle after cycle stops growing (issue 29).
 
 Each cycle starts a unit of the workload in tests/growth_workload.py per
-run (every kind of record a run or feature leaves) and lasts `CYCLE`
-seconds of durable time under a `MockClock`; retention keeps runs and
-events `KEPT` seconds, so at the end of a cycle the store holds that
-cycle's records and none of the one before. The row count of every table
+run (every kind of record a run or feature leaves) and lasts 600 seconds
+of durable time under a `MockClock`; retention keeps runs and events 900
+seconds, so at the end of a cycle the store holds that cycle's records and
+none of the one before (`growth_workload.Timing`). The row count of every table
 (found in the store, not listed), the keyed values of each family, the
 file's size and the blob files after the last cycle are within 10% of
 what they were after cycle 2.
@@ -46,11 +46,7 @@ on a loaded two-core machine, the issue's size 25 minutes on SQLite (a
 tenth of a second a run leaves room)."""
 
 
-def retention() -> td.Retention:
-    kept = workload.KEPT
-    return td.Retention(
-        completed=kept, failed=kept, cancelled=kept, dead=kept, events=kept, interval=60
-    )
+DEFAULT_TIMING: Final = workload.Timing()
 
 
 async def grow(
@@ -59,6 +55,7 @@ async def grow(
     blobs: Path,
     census: Callable[[], workload.Census],
     cycles: int | None = None,
+    timing: workload.Timing = DEFAULT_TIMING,
 ) -> tuple[workload.Census, workload.Census]:
     """Run ``cycles`` (default `CYCLES`) cycles of about `RUNS` runs each;
     the census after cycle 2 and after the last."""
@@ -67,7 +64,7 @@ async def grow(
         open_test_engine(
             workload.app,
             store=store,
-            retention=retention(),
+            retention=timing.retention(),
             blobs=blobs,
             blob_threshold=workload.BLOB_THRESHOLD,
             blob_grace=60.0,
@@ -81,8 +78,8 @@ async def grow(
         td.open_worker(
             workload.app,
             groups=[workload.REMOTE],
-            heartbeat=workload.CYCLE / 10,
-            ttl=workload.CYCLE / 2,
+            heartbeat=timing.cycle / 10,
+            ttl=timing.cycle / 2,
             blobs=blobs,
             blob_threshold=workload.BLOB_THRESHOLD,
         ),
@@ -92,7 +89,7 @@ async def grow(
         began = time.monotonic()
         for number in range(1, cycles + 1):
             started = time.monotonic()
-            created = await workload.run_cycle(engine, number, workload.units(RUNS))
+            created = await workload.run_cycle(engine, number, workload.units(RUNS), timing)
             taken.append(census())
             print(
                 f"cycle {number}: {created} runs in {time.monotonic() - started:.1f} s,"
