@@ -40,51 +40,27 @@ REMOTE: Final = "growth-remote"
 BLOB_THRESHOLD: Final = 1024
 
 
-@attrs.frozen
-class Timing:
-    """The durable time a cycle takes, and how long retention keeps what it
-    leaves, in units of ``scale``.
+CYCLE: Final = 600.0
+"""Seconds of durable time a cycle lasts: its runs start at its beginning
+and all end well before its end (no later than `BUSY`)."""
 
-    A cycle lasts `cycle` seconds: its runs start at its beginning and all
-    end well before its end (no later than `busy`). Retention keeps runs
-    and events `kept` seconds, so at the end of a cycle the store holds
-    that cycle's records and none of the one before. A larger ``scale``
-    leaves room for durable time that moves on while work is in flight
-    (on PostgreSQL, see tests/integration/test_growth_postgres.py).
-    """
+KEPT: Final = 900.0
+"""Retention's age for every status and for events: at the end of a cycle
+the store holds that cycle's records and none of the one before."""
 
-    scale: int = 1
+INTERVAL: Final = 60.0
+"""Seconds between the engine's pruning passes."""
 
-    @property
-    def cycle(self) -> float:
-        return 600.0 * self.scale
+BUSY: Final = 2 * CYCLE - KEPT - INTERVAL
+"""The latest a cycle's runs may end: early enough for the first pruning
+pass after their age passed to come before the end of the next cycle."""
 
-    @property
-    def kept(self) -> float:
-        return 900.0 * self.scale
 
-    @property
-    def interval(self) -> float:
-        """Seconds between the engine's pruning passes."""
-        return 60.0 * self.scale
-
-    @property
-    def busy(self) -> float:
-        """The latest a cycle's runs may end: early enough for the first
-        pruning pass after their age passed to come before the end of the
-        next cycle."""
-        return 2 * self.cycle - self.kept - self.interval
-
-    def retention(self) -> td.Retention:
-        kept = self.kept
-        return td.Retention(
-            completed=kept,
-            failed=kept,
-            cancelled=kept,
-            dead=kept,
-            events=kept,
-            interval=self.interval,
-        )
+def retention() -> td.Retention:
+    """The retention the growth tests run with."""
+    return td.Retention(
+        completed=KEPT, failed=KEPT, cancelled=KEPT, dead=KEPT, events=KEPT, interval=INTERVAL
+    )
 
 
 WAITS: Final = 86_400.0
@@ -285,7 +261,6 @@ class Cycle:
 
     engine: td.Engine
     number: int
-    timing: Timing
     targets: dict[int, trio.Event] = attrs.Factory(dict)
     windows: set[str] = attrs.Factory(set)
 
@@ -300,7 +275,7 @@ class Cycle:
             self.number,
             run_id=rid,
             tags=["growth", f"c{self.number % 4}"],
-            timeout=self.timing.busy,
+            timeout=BUSY,
         )
         self.targets[i].set()
         token = await engine.get_event(rid, "token")
@@ -426,12 +401,12 @@ def units(runs: int) -> int:
     return max(len(KINDS), runs * len(KINDS) // RUNS_PER_KINDS)
 
 
-async def run_cycle(engine: td.Engine, number: int, size: int, timing: Timing) -> int:
+async def run_cycle(engine: td.Engine, number: int, size: int) -> int:
     """Run the cycle ``number`` of ``size`` units, all at once, then wait
-    for the cycle's end (``timing.cycle`` seconds from its start); return
-    how many runs the cycle created."""
+    for the cycle's end (`CYCLE` seconds from its start); return how many
+    runs the cycle created."""
     start = trio.current_time()
-    cycle = Cycle(engine=engine, number=number, timing=timing)
+    cycle = Cycle(engine=engine, number=number)
     units = cycle.units()
     for i in range(size):
         if units[i % len(units)] == cycle.everything:
@@ -461,8 +436,8 @@ async def run_cycle(engine: td.Engine, number: int, size: int, timing: Timing) -
     # Its runs ended early enough that the first pruning pass after their
     # age passed comes before the end of the next cycle.
     took = trio.current_time() - start
-    assert took < timing.busy, f"cycle {number} ran for {took} s, past {timing.busy} s"
-    await trio.sleep_until(start + timing.cycle)
+    assert took < BUSY, f"cycle {number} ran for {took} s, past {BUSY} s"
+    await trio.sleep_until(start + CYCLE)
     return len(started)
 
 

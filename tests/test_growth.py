@@ -5,15 +5,14 @@ Each cycle starts a unit of the workload in tests/growth_workload.py per
 run (every kind of record a run or feature leaves) and lasts 600 seconds
 of durable time under a `MockClock`; retention keeps runs and events 900
 seconds, so at the end of a cycle the store holds that cycle's records and
-none of the one before (`growth_workload.Timing`). The row count of every table
+none of the one before (`growth_workload.CYCLE` and `KEPT`). The row count of every table
 (found in the store, not listed), the keyed values of each family, the
 file's size and the blob files after the last cycle are within 10% of
 what they were after cycle 2.
 
 ``TRIO_DURABLE_GROWTH=CYCLESxRUNS`` sets the size: CYCLES cycles of about
-RUNS runs each (the issue's is ``20x5000``). The default, ``6x400``
-(``4x400`` on PostgreSQL, the slowest), keeps the suite's time and still
-proves the bound: the census counts each kind of record apart (keyed
+RUNS runs each (the issue's is ``20x5000``). The default, ``6x400``,
+keeps the suite's time and still proves the bound: the census counts each kind of record apart (keyed
 values per family, runs per workflow), and a kind that is never pruned
 adds a cycle's worth of it per cycle: after cycle 4 there are at least
 half as many again of it as after cycle 2, after cycle 6 twice as many.
@@ -41,12 +40,9 @@ SIZE: Final = os.environ.get("TRIO_DURABLE_GROWTH")
 """``CYCLESxRUNS`` if the environment sets it, else None (the defaults)."""
 CYCLES, RUNS = (int(part) for part in (SIZE or "6x400").split("x"))
 TIME_LIMIT: Final = max(600.0, CYCLES * RUNS / 10)
-"""Seconds each growth test may take: the default sizes took 20 to 120 s
-on a loaded two-core machine, the issue's size 25 minutes on SQLite (a
-tenth of a second a run leaves room)."""
-
-
-DEFAULT_TIMING: Final = workload.Timing()
+"""Seconds each growth test may take: the default size took 10 to 50 s on
+a loaded two-core machine, the issue's size 25 minutes on SQLite (a tenth
+of a second a run leaves room)."""
 
 
 async def grow(
@@ -54,17 +50,14 @@ async def grow(
     store: td.Store | str,
     blobs: Path,
     census: Callable[[], workload.Census],
-    cycles: int | None = None,
-    timing: workload.Timing = DEFAULT_TIMING,
 ) -> tuple[workload.Census, workload.Census]:
-    """Run ``cycles`` (default `CYCLES`) cycles of about `RUNS` runs each;
-    the census after cycle 2 and after the last."""
-    cycles = CYCLES if cycles is None else cycles
+    """Run `CYCLES` cycles of about `RUNS` runs each; the census after
+    cycle 2 and after the last."""
     async with (
         open_test_engine(
             workload.app,
             store=store,
-            retention=timing.retention(),
+            retention=workload.retention(),
             blobs=blobs,
             blob_threshold=workload.BLOB_THRESHOLD,
             blob_grace=60.0,
@@ -78,8 +71,8 @@ async def grow(
         td.open_worker(
             workload.app,
             groups=[workload.REMOTE],
-            heartbeat=timing.cycle / 10,
-            ttl=timing.cycle / 2,
+            heartbeat=workload.CYCLE / 10,
+            ttl=workload.CYCLE / 2,
             blobs=blobs,
             blob_threshold=workload.BLOB_THRESHOLD,
         ),
@@ -87,15 +80,15 @@ async def grow(
         await engine.set_breakpoint(workflow="paused", step="paused_step")
         taken: list[workload.Census] = []
         began = time.monotonic()
-        for number in range(1, cycles + 1):
+        for number in range(1, CYCLES + 1):
             started = time.monotonic()
-            created = await workload.run_cycle(engine, number, workload.units(RUNS), timing)
+            created = await workload.run_cycle(engine, number, workload.units(RUNS))
             taken.append(census())
             print(
                 f"cycle {number}: {created} runs in {time.monotonic() - started:.1f} s,"
                 f" {workload.describe(taken[-1], indent=None)}"
             )
-        print(f"{cycles} cycles of about {RUNS} runs: {time.monotonic() - began:.0f} s")
+        print(f"{CYCLES} cycles of about {RUNS} runs: {time.monotonic() - began:.0f} s")
     return taken[1], taken[-1]
 
 

@@ -9,13 +9,16 @@ The server is one of the test's own: a table's size counts the rows
 deleted but not yet vacuumed, and `VACUUM`, which the test runs before it
 measures (autovacuum does it in production), can reclaim them only once no
 transaction of the database is older, which a server shared with other
-tests cannot promise. PostgreSQL calls run on threads, so the mock clock
-jumps only once every task has been idle a moment of real time.
+tests cannot promise. PostgreSQL calls run on threads, which the mock
+clock's autojump does not wait for: the test moves the clock itself
+(`pace`).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,10 +31,12 @@ import trio.testing
 from psycopg import sql
 
 import growth_workload as workload
+import trio_durable as td
 from conftest import EngineFactory
 from servers import postgres as postgres_server
 from servers.postgres import scratch_schema
-from test_growth import RUNS, SIZE, TIME_LIMIT, grow
+from test_growth import TIME_LIMIT, grow
+from trio_durable._stores._postgres import PostgresStore
 
 AUTOVACUUM: Final = {
     "autovacuum_naptime": "1s",
@@ -49,33 +54,30 @@ cycle 2 to cycle 4, while the space of each cycle's dead rows was
 reclaimed later and later in it.)"""
 
 
-CYCLES: Final = None if SIZE else 4
-"""Four cycles unless ``TRIO_DURABLE_GROWTH`` says otherwise: enough to
-show the bound (see tests/test_growth.py) in half the time of six."""
-
-LARGE: Final = RUNS > 1000
-"""Cycles of thousands of runs (the issue's size) take their time."""
-
-TIMING: Final = workload.Timing(scale=10 if LARGE else 1)
-"""Ten times the durable time for large cycles: each of their busy phases
-lasts minutes of real time, in which the mock clock jumps now and then
-while the connection pool is busy (see `IDLE`); their runs' deadlines and
-retention's ages leave room for that."""
-
-IDLE: Final = 1.0 if LARGE else 0.2
-"""Seconds of real time every task must have been idle before the mock
-clock jumps. PostgreSQL calls run on threads, which the clock does not
-wait for: a trip of the connection pool can leave every task waiting a
-while, and a jump then moves durable time on to the next deadline (a
-lease's renewal, 10 s on) while work is in flight. Measured on a cycle of
-400 runs: 50 ms let each unit's durable time drift by 125 s, 200 ms by
-15 s, 500 ms by 5 s. With thousands of runs in flight, 500 ms still let
-durable time pass a run's deadline of 240 s within the first cycle."""
-
-
 @pytest.fixture
-def idle_jump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=IDLE)
+def paced_clock() -> trio.testing.MockClock:
+    """A mock clock that moves only when `pace` moves it."""
+    return trio.testing.MockClock()
+
+
+async def pace(clock: trio.testing.MockClock, trips: trio.CapacityLimiter) -> None:
+    """Move ``clock`` to the next deadline whenever every task waits and no
+    thread works for one: what `MockClock`'s autojump does, but for the
+    threads it cannot see. PostgreSQL calls run on threads (``trips``, the
+    store's connections; blob files are written on Trio's default ones):
+    an autojump moves durable time on while a call is in flight, and with
+    thousands of runs in flight those moves added up to more than the
+    runs' deadlines within one cycle. Nothing tells when a thread is done
+    but its caller, so while threads work this looks again a millisecond
+    later."""
+    threads = trio.to_thread.current_default_thread_limiter()
+    while True:
+        await trio.testing.wait_all_tasks_blocked()
+        ahead = trio.lowlevel.current_statistics().seconds_to_next_deadline
+        if trips.borrowed_tokens or threads.borrowed_tokens or not 0 < ahead < math.inf:
+            await trio.to_thread.run_sync(time.sleep, 0.001)
+            continue
+        clock.jump(ahead)
 
 
 @pytest.fixture
@@ -152,13 +154,20 @@ def postgres_census(url: str, blobs: Path) -> workload.Census:
 async def test_a_postgres_store_stops_growing(
     private_server: str,
     open_test_engine: EngineFactory,
-    idle_jump_clock: trio.testing.MockClock,
+    paced_clock: trio.testing.MockClock,
     tmp_path: Path,
 ) -> None:
     blobs = tmp_path / "blobs"
-    async with scratch_schema(private_server) as url:
+    async with (
+        scratch_schema(private_server) as url,
+        td.open_store(url) as store,
+        trio.open_nursery() as nursery,
+    ):
+        assert isinstance(store, PostgresStore)
+        nursery.start_soon(pace, paced_clock, store._limiter)
         after_two, after_last = await grow(
-            open_test_engine, url, blobs, lambda: postgres_census(url, blobs), CYCLES, TIMING
+            open_test_engine, store, blobs, lambda: postgres_census(url, blobs)
         )
+        nursery.cancel_scope.cancel()
     grown = after_two.growth(after_last, {})
     assert not grown, "\n".join(grown) + "\n" + workload.describe(after_last)
