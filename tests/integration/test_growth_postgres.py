@@ -112,6 +112,7 @@ def postgres_census(url: str, blobs: Path) -> workload.Census:
     base = url.partition("?")[0]
     rows: dict[str, int] = {}
     sizes: dict[str, int] = {}
+    relations: dict[str, int] = {}
     with psycopg.connect(base, autocommit=True) as conn:
         tables = [
             row[0]
@@ -131,10 +132,14 @@ def postgres_census(url: str, blobs: Path) -> workload.Census:
             found: Any = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(name)).fetchone()
             rows[table] = int(found[0])
             size: Any = conn.execute(
-                "SELECT pg_total_relation_size(format('%%I.%%I', %s::text, %s::text))",
+                "SELECT pg_total_relation_size(c.oid),"
+                " 1 + (SELECT count(*) FROM pg_index i WHERE i.indrelid = c.oid)"
+                " + CASE WHEN c.reltoastrelid <> 0 THEN 2 ELSE 0 END"
+                " FROM pg_class c WHERE c.oid = format('%%I.%%I', %s::text, %s::text)::regclass",
                 (schema, table),
             ).fetchone()
             sizes[f"table {table}"] = int(size[0])
+            relations[f"table {table}"] = int(size[1])
         conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
         scopes = conn.execute(
             "SELECT scope, count(*) FROM durable_values GROUP BY scope"
@@ -146,7 +151,7 @@ def postgres_census(url: str, blobs: Path) -> workload.Census:
     rows.update(families)
     rows.update({f"runs:{workflow}": int(count) for workflow, count in workflows})
     rows["blob files"], sizes["blob bytes"] = workload.blob_files(blobs)
-    return workload.Census(rows=rows, sizes=sizes)
+    return workload.Census(rows=rows, sizes=sizes, relations=relations)
 
 
 @pytest.mark.filterwarnings("ignore::trio_durable.UnsubscribedEventWarning")
