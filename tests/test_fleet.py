@@ -61,6 +61,10 @@ class CrashingBroker:
         self.withdraw_attempts: list[str] = []
 
     @property
+    def durable(self) -> bool:
+        return self.inner.durable
+
+    @property
     def max_payload(self) -> int | None:
         return self.inner.max_payload
 

@@ -209,6 +209,7 @@ async def open_engine(
             wall_clock=wall_clock,
             serve=routes,
             capabilities=tuple(capabilities),
+            broker_url=broker if isinstance(broker, str) else None,
         ) as rt:
             engine = Engine(rt)
             for unserved in await engine.unserved_on_error_routes():
