@@ -48,9 +48,15 @@ QUICK_TRIES: Final = 4
 """Tries of one send, a short jittered wait apart (50 ms, doubling), before
 its tasks become retries due later (`Dispatcher.defer`)."""
 
+QUICK_SPAN: Final = 1.0
+"""Seconds after its first try that a send is tried again at once, at most:
+an adapter that waited for its connection that long before it failed has
+waited enough (the retry due later takes over)."""
+
 BROKER_RETRY_FIRST: Final = 1.0
-"""Seconds until a send the broker refused is tried again, after the first
-refusal of a row; doubled with each refusal in a row."""
+"""Seconds until a send the broker refused is tried again, at the least;
+later in an outage, as long as it has lasted (so the retries of one step
+come about twice as far apart each time)."""
 
 BROKER_RETRY_CAP: Final = 30.0
 """Seconds until a send the broker refused is tried again, at the most."""
@@ -145,9 +151,10 @@ class Dispatcher:
         self._app = app
         self._store = store
         self.carrier = carrier
-        # Sends refused in a row (reset by one that goes through): the
-        # backoff of the retries they become.
-        self._refusals = 0
+        # When the broker first refused a send since one last went through
+        # (Trio time): the retries back off as the outage lasts, however
+        # many runs' sends it refuses meanwhile.
+        self._away_since: float | None = None
         # Wakes a run whose sends were refused (the scheduler's, once made).
         self.wake: Callable[[str], None] = lambda run_id: None
         self._broker = broker
@@ -208,16 +215,18 @@ class Dispatcher:
             await self.defer(refused, reason)
 
     async def _dispatch_chunk(self, chunk: list[Task]) -> str | None:
-        """Send one chunk, trying again a few times at short intervals;
-        None once sent, else why the broker refused it."""
+        """Send one chunk, trying again a few times at short intervals
+        (within `QUICK_SPAN`); None once sent, else why the broker refused
+        it."""
         limit = self._broker.max_payload
         outgoing, own = self._messages(chunk, limit)
         delay = 0.05
         failure = ""
+        first = trio.current_time()
         for attempt in range(QUICK_TRIES):
             try:
                 await self._broker.dispatch(outgoing)
-                self._refusals = 0
+                self._away_since = None
                 return None
             except PayloadTooLarge as exc:
                 # The broker's limit fell below what it said (it reconnected
@@ -228,10 +237,11 @@ class Dispatcher:
                 failure = str(exc)
             except BrokerError as exc:
                 failure = str(exc)
-                if attempt < QUICK_TRIES - 1:
-                    logger.warning("dispatch failed (%s); retrying", exc)
-                    await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
-                    delay *= 2
+                if attempt == QUICK_TRIES - 1 or trio.current_time() - first > QUICK_SPAN:
+                    break
+                logger.warning("dispatch failed (%s); retrying", exc)
+                await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
+                delay *= 2
         self._unsend(own)
         return failure
 
@@ -239,13 +249,16 @@ class Dispatcher:
         """Make the sends of ``tasks`` that the broker refused retries of
         those sends: each checkpoint still pending at the task's attempt is
         claimed as waiting for the broker (mark `BROKER_WAIT`, ``started_at``
-        cleared), due after a backoff that doubles with each refusal in a
-        row, from `BROKER_RETRY_FIRST` up to `BROKER_RETRY_CAP` seconds, so
-        that its run's next turn (on any engine) sends it again, whatever
-        ``remote_redispatch`` says. The same write makes each run due now,
-        and this engine wakes it: that turn suspends it until the retry."""
-        self._refusals += 1
-        backoff = min(BROKER_RETRY_CAP, BROKER_RETRY_FIRST * 2 ** min(self._refusals - 1, 20))
+        cleared), due after a backoff as long as the broker has been
+        refusing sends so far, from `BROKER_RETRY_FIRST` up to
+        `BROKER_RETRY_CAP` seconds, so that its run's next turn (on any
+        engine) sends it again, whatever ``remote_redispatch`` says. The
+        same write makes each run due now, and this engine wakes it: that
+        turn suspends it until the retry."""
+        moment = trio.current_time()
+        if self._away_since is None:
+            self._away_since = moment
+        backoff = min(BROKER_RETRY_CAP, max(BROKER_RETRY_FIRST, moment - self._away_since))
         now = self._clock.now()
         due = now + backoff * self._rng.uniform(0.75, 1.0)
         mark = self.carrier.waiting(reason)
