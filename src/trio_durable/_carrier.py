@@ -23,6 +23,7 @@ A send the broker refused leaves the mark `BROKER_WAIT` instead, with
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import socket
@@ -81,13 +82,14 @@ def _process_alive(pid: int, start: str) -> bool:
     found = _process_start(pid)
     if found is not None:
         return found == start
+    # No /proc to ask: whether some process has that id, at least.
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return start == "" or not Path("/proc/self/stat").exists()
+    return True
 
 
 def _holder_name(broker: Broker) -> str:
@@ -101,7 +103,7 @@ def _holder_name(broker: Broker) -> str:
         name = None
     if name is None:
         pid = os.getpid()
-        name = f"{socket.gethostname()}/{pid}/{_process_start(pid) or ''}/{next(_counter)}"
+        name = f"{socket.gethostname()}/{pid}/{_own_start(pid)}/{next(_counter)}"
         with contextlib.suppress(TypeError):
             _names[broker] = name
     return name
@@ -119,9 +121,15 @@ def holder_alive(name: str) -> bool:
     if host != socket.gethostname() or not pid_text.isdigit():
         return False
     pid = int(pid_text)
-    if pid == os.getpid() and start == (_process_start(pid) or ""):
+    if pid == os.getpid() and start == _own_start(pid):
         return _open[name] > 0
     return _process_alive(pid, start)
+
+
+@functools.cache
+def _own_start(pid: int) -> str:
+    """When this process started (by its id: a forked child asks anew)."""
+    return _process_start(pid) or ""
 
 
 @final
@@ -142,6 +150,16 @@ class Carrier:
     holder: str | None = None
     # Whether other holders were alive, when last asked (Trio time).
     _seen: dict[str, tuple[float, bool]] = attrs.field(factory=dict, init=False, eq=False)
+    # The mark of every attempt sent on it: one object, not one per step.
+    _mark: ErrorInfo = attrs.field(init=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        details: dict[str, Any] = {"broker": self.broker, "durable": self.durable}
+        if self.holder is not None:
+            details["holder"] = self.holder
+        object.__setattr__(
+            self, "_mark", ErrorInfo(message=f"out on {self.broker}", code=OUT, details=details)
+        )
 
     @classmethod
     def of(cls, broker: Broker, url: str | None) -> Carrier:
@@ -171,11 +189,9 @@ class Carrier:
                 del _open[self.holder]
 
     def mark(self) -> ErrorInfo:
-        """The mark of an attempt this engine sends now."""
-        details: dict[str, Any] = {"broker": self.broker, "durable": self.durable}
-        if self.holder is not None:
-            details["holder"] = self.holder
-        return ErrorInfo(message=f"out on {self.broker}", code=OUT, details=details)
+        """The mark of an attempt this engine sends now (shared: never
+        change its details)."""
+        return self._mark
 
     def lost(self, cp: Checkpoint) -> bool:
         """Whether ``cp``'s attempt is out on a broker that is not durable,
@@ -187,9 +203,10 @@ class Carrier:
         holder = out.get("holder")
         if not isinstance(holder, str):
             return True
-        if holder == self.holder:
+        if holder == self.holder or _open[holder] > 0:
             return False
-        # Asked once a second at most: a turn of a wide fan asks per member.
+        # Another process asked once a second at most: a turn of a wide fan
+        # asks per member.
         now = trio.current_time()
         seen = self._seen.get(holder)
         if seen is None or now - seen[0] >= 1.0:

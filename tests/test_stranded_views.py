@@ -1,7 +1,8 @@
-"""The command line of stranded steps: ``trio-durable engine
---remote-redispatch SECONDS,MAXIMUM``, and ``runs show`` / ``runs history``
-saying on which broker a pending remote step is out and for how long, or
-that it waits for the broker."""
+"""Stranded steps on the command line and in the console: ``trio-durable
+engine --remote-redispatch SECONDS,MAXIMUM``, and ``runs show`` / ``runs
+history`` and the console's run page and JSON API saying on which broker a
+pending remote step is out and for how long, or that it waits for the
+broker."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import json
 import signal
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
+import trio.testing
 
 import trio_durable as td
 from cli_processes import cli_process, start_runs, wait_for_runs
+from conftest import WALL_START, EngineFactory
 from test_cli import invoke
 from test_stranded_steps import Refusing, app, one
+from trio_durable.console import console_app
 
 
 @pytest.mark.parametrize("value", ["5", "5,", ",2", "-1,2", "0,1", "inf,1", "5,-1", "a,b", "5,1.5"])
@@ -101,3 +106,28 @@ def test_runs_show_says_where_a_pending_step_is_out_and_what_one_waits_for(
     [entry] = history["entries"]
     assert entry["out_on"] is None
     assert entry["waiting"].startswith("waiting for the broker (Refusing): connection refused")
+
+
+async def test_the_console_says_where_a_pending_step_is_out_and_for_how_long(
+    autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
+) -> None:
+    async with (
+        open_test_engine(app, broker="memory://stranded-console") as engine,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=console_app(engine)), base_url="http://console"
+        ) as http,
+    ):
+        await engine.start(one, 3, run_id="r")
+        await engine.drain()
+        await trio.sleep(245)
+        page = (await http.get("/runs/r")).text
+        assert "out 4m05s on <code>memory://stranded-console</code>" in page
+        detail = (await http.get("/api/runs/r")).json()
+        [entry] = detail["timeline"]
+        assert (entry["status"], entry["out_on"], entry["started_at"]) == (
+            "pending",
+            "memory://stranded-console",
+            WALL_START,
+        )
+        history = (await http.get("/api/runs/r/history")).json()
+        assert history["entries"][0]["out_on"] == "memory://stranded-console"
