@@ -61,6 +61,10 @@ class CrashingBroker:
         self.withdraw_attempts: list[str] = []
 
     @property
+    def durable(self) -> bool:
+        return self.inner.durable
+
+    @property
     def max_payload(self) -> int | None:
         return self.inner.max_payload
 
@@ -645,7 +649,9 @@ async def test_step_without_requires_waits_on_the_queue_for_a_worker(
         run = await engine.get("count-1")
         assert (run.status, run.wake_at) == ("suspended", None)
         [cp] = await engine.store.get_checkpoints("count-1")
-        assert (cp.status, cp.error, cp.started_at) == ("pending", None, WALL_START)
+        # Out (marked with the broker it went out on), not parked.
+        assert cp.error is not None
+        assert (cp.status, cp.error.code, cp.started_at) == ("pending", "out", WALL_START)
         assert broker.depth("plain") == 1
         await trio.sleep_until(100.0)
         assert broker.depth("plain") == 1
@@ -787,7 +793,8 @@ async def test_a_crashed_capable_worker_counts_until_its_ttl_runs_out(
         await engine.start(film, "early", run_id="film-early")
         await engine.drain()
         [cp] = await engine.store.get_checkpoints("film-early")
-        assert (cp.status, cp.started_at, cp.error) == ("pending", WALL_START + 1.0, None)
+        assert cp.error is not None
+        assert (cp.status, cp.started_at, cp.error.code) == ("pending", WALL_START + 1.0, "out")
         assert broker.depth(broker_queue("render", ["gpu"])) == 1
         # Once it is forgotten, new steps park.
         await trio.sleep_until(TTL)

@@ -171,7 +171,7 @@ class BlobbingStore(StoreWrapper):
                     changes[field] = await batch.offload(op.run_id, changes[field])
             return attrs.evolve(op, changes=changes)
         if isinstance(op, PutCheckpoint | ClaimCheckpoint):
-            return type(op)(await self._offload_checkpoint(op.checkpoint, batch))
+            return attrs.evolve(op, checkpoint=await self._offload_checkpoint(op.checkpoint, batch))
         if isinstance(op, SettleCheckpoint):
             return attrs.evolve(op, output=await batch.offload(op.run_id, op.output))
         if isinstance(op, DeliverSignal):

@@ -42,6 +42,7 @@ import attrs
 import trio
 
 from ._brokers._base import BrokerError
+from ._carrier import sent_now
 from ._children import record_child
 from ._exceptions import StoreError
 from ._learned import step_of
@@ -270,13 +271,7 @@ class _Starts:
             if step is None or cp.group is None or cp.group in self.gaps:
                 # Parking a step no live worker can take is the turn's.
                 return False
-            policy = rt.options.remote_redispatch
-            sent = attrs.evolve(
-                cp,
-                error=None,
-                started_at=now,
-                wake_at=None if policy is None else now + policy[0],
-            )
+            sent = sent_now(cp, now, rt.dispatcher.carrier, rt.options.remote_redispatch)
             turn.ops.append(ClaimCheckpoint(sent))
             task = Task(
                 run_id=cp.run_id,

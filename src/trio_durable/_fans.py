@@ -408,7 +408,7 @@ async def _send_waiting(planner: StepPlanner, cp: Checkpoint) -> Checkpoint:
             error=ErrorInfo(message=gap, code="blocked"),
         )
     else:
-        cp = attrs.evolve(cp, error=None, started_at=now, wake_at=planner.lost_deadline(now))
+        cp = planner.out(cp, now)
     turn.checkpoints[cp.seq] = cp
     turn.ops.append(ClaimCheckpoint(cp))
     if gap is None:

@@ -21,6 +21,9 @@ heartbeats; engines read them to know what is served where.
 A broker may limit the size of a message body (`Broker.max_payload`); it
 refuses a larger one with `PayloadTooLarge` before sending anything.
 
+A broker says whether what it accepted outlives its own process
+(`Broker.durable`): a server's queues do, the memory broker's do not.
+
 Every implementation passes the suites of `trio_durable.testing.conformance`.
 """
 
@@ -189,6 +192,23 @@ class WorkerDescriptor:
 
 class Broker(Protocol):
     """What the engine and workers need from a message broker."""
+
+    @property
+    def durable(self) -> bool:
+        """Whether the tasks it accepted outlive its own process: True for a
+        broker whose queues live on a server (the server keeps them when
+        the engine's or a worker's process ends), False for one that keeps
+        nothing across its own process (the in-process memory broker, whose
+        queues go when the process does, or when its last user closes it).
+
+        An engine that recovers or takes over a run whose steps went out on
+        a broker that is not durable, and not this engine's own, sends them
+        again at once as new attempts, since nothing else ever will. For a
+        durable broker, a worker that dies leaves its tasks to be delivered
+        again, and ``remote_redispatch`` is the guard against a server that
+        loses them. Read once, when the engine opens.
+        """
+        ...
 
     @property
     def max_payload(self) -> int | None:

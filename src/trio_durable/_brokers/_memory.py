@@ -103,7 +103,12 @@ class MemoryBroker:
 
     Attributes:
       max_payload: As given.
+      durable: False: its queues live in this process and go with it (or
+        when the last user of a ``memory://`` URL closes it), so an engine
+        that meets a step sent on another memory broker sends it again.
     """
+
+    durable: Final = False
 
     def __init__(
         self, faults: BrokerFaults | None = None, *, max_payload: int | None = None

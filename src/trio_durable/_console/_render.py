@@ -22,7 +22,7 @@ from starlette.responses import HTMLResponse, Response
 
 from .._codec import shown_sealed
 from .._search_values import search_terms
-from .._views import FanStats
+from .._views import FanStats, span
 
 FAN_PAGE: Final = 50
 """Members per page of a fan on a run's page."""
@@ -84,6 +84,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["when"] = when
     env.filters["pretty"] = pretty
+    env.filters["duration"] = span
     env.globals["query"] = query
     env.globals["segments"] = segments
     env.filters["search_terms"] = search_terms

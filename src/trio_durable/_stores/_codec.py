@@ -209,7 +209,7 @@ class PayloadCoder:
             case PutCheckpoint(cp):
                 return PutCheckpoint(self.checkpoint_in(cp))
             case ClaimCheckpoint(cp):
-                return ClaimCheckpoint(self.checkpoint_in(cp))
+                return attrs.evolve(op, checkpoint=self.checkpoint_in(cp))
             case SettleCheckpoint():
                 return attrs.evolve(
                     op, output=self.text_in(op.output), error=self.error_in(op.error)

@@ -302,9 +302,11 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
             case PutCheckpoint(cp):
                 self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return None
-            case ClaimCheckpoint(cp):
+            case ClaimCheckpoint(cp, attempt):
                 existing_cp = self._checkpoints.get(cp.run_id, {}).get(cp.seq)
                 if existing_cp is None or existing_cp.status != "pending":
+                    return False
+                if attempt is not None and existing_cp.attempts != attempt:
                     return False
                 self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return True

@@ -63,13 +63,16 @@ class PutCheckpoint:
 @final
 @attrs.define(frozen=True)
 class ClaimCheckpoint:
-    """Replace a checkpoint only if the stored one is ``pending``.
+    """Replace a checkpoint only if the stored one is ``pending`` (and,
+    with ``attempt``, its ``attempts`` equal it: a claim made for an attempt
+    that another engine superseded meanwhile changes nothing).
 
     This is the claim write: of several deliveries racing to settle one
     checkpoint, exactly one wins. Result: True if it was written.
     """
 
     checkpoint: Checkpoint
+    attempt: int | None = None
 
 
 @final

@@ -78,7 +78,7 @@ _UPSERT_CHECKPOINT: Final = (
 _CLAIM_CHECKPOINT: Final = (
     "UPDATE checkpoints SET "
     + ", ".join(f"{column} = ?" for column in CHECKPOINT_COLUMNS.split(", ")[2:])
-    + " WHERE run_id = ? AND seq = ? AND status = 'pending'"
+    + " WHERE run_id = ? AND seq = ? AND status = 'pending' AND (? IS NULL OR attempts = ?)"
 )
 _SETTLE_CHECKPOINT: Final = (
     "UPDATE checkpoints SET status = ?, output = ?, error = ?, finished_at = ?"
@@ -159,7 +159,9 @@ def _update(cur: sqlite3.Cursor, op: _ops.UpdateRun) -> Any:
 
 def _claim(cur: sqlite3.Cursor, op: _ops.ClaimCheckpoint) -> Any:
     cp = op.checkpoint
-    cur.execute(_CLAIM_CHECKPOINT, (*checkpoint_values(cp), cp.run_id, cp.seq))
+    cur.execute(
+        _CLAIM_CHECKPOINT, (*checkpoint_values(cp), cp.run_id, cp.seq, op.attempt, op.attempt)
+    )
     return cur.rowcount == 1
 
 
