@@ -19,8 +19,12 @@ import trio_durable as td
 from conftest import fixed_wall
 from sized_broker import SizedBroker
 from trio_durable._blob_store import SCOPE
+from trio_durable._blob_wire import offload_result, resolve_result
+from trio_durable._blobs import Blobs
+from trio_durable._clock import Clock
 from trio_durable._stored_payloads import parse_blob_mark
 from trio_durable._undecodable import payload_layers_under
+from trio_durable._wire import Result, WireError
 
 
 def is_reference(text: str | None) -> bool:
@@ -319,3 +323,86 @@ async def test_with_a_codec_too_what_goes_to_the_blob_store_is_encrypted(
     for info in stored:
         assert b"plaintext-marker" not in await blobs.get(info.key)
     assert b"plaintext-marker" not in (tmp_path / "runs.db").read_bytes()
+
+
+class AltersOnRead:
+    """A worker's view of a blob store whose files are altered before each
+    read (a disk or a hand that edits them)."""
+
+    def __init__(self, inner: td.LocalBlobStore) -> None:
+        self.inner = inner
+
+    async def put(self, key: str, data: bytes, *, at: float) -> None:
+        await self.inner.put(key, data, at=at)
+
+    async def get(self, key: str) -> bytes:
+        file = self.inner.path / key
+        file.write_bytes(file.read_bytes()[:-1] + b"?")
+        return await self.inner.get(key)
+
+    async def stat(self, key: str) -> td.BlobInfo | None:
+        return await self.inner.stat(key)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(self, *, after: str | None = None, limit: int = 1000) -> list[td.BlobInfo]:
+        return await self.inner.list(after=after, limit=limit)
+
+
+async def test_a_worker_reading_a_corrupted_input_fails_the_step_with_its_code(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    async with fleet("memory://", blobs, worker_blobs=AltersOnRead(blobs)) as (engine, _):
+        run = await engine.start(measured, "x" * 100_000)
+        with pytest.raises(td.RunFailed) as caught:
+            await engine.result(run.id)
+        assert caught.value.code == "blob_corrupted"
+        assert "does not match its key" in caught.value.message
+
+
+def _result(output: str, output_blob: bool | None) -> Result:
+    return Result(
+        run_id="r",
+        seq=1,
+        attempt=1,
+        step="s",
+        workflow="w",
+        status="completed",
+        output=output,
+        output_blob=output_blob,
+    )
+
+
+async def test_a_result_says_out_of_band_whether_its_output_is_a_reference(
+    tmp_path: Path,
+) -> None:
+    store = td.LocalBlobStore(tmp_path / "blobs")
+    blobs = Blobs(store, 10, Clock(fixed_wall))
+    key, size = await blobs.offload('"the output, kept in a blob"')
+    reference = json.dumps({"$blob": key, "size": size}, separators=(",", ":"))
+    # A value shaped like a reference, from a worker that says it is one,
+    # one that says it is not, and one before the field (read by shape).
+    assert (await resolve_result(blobs, _result(reference, True))).output == (
+        '"the output, kept in a blob"'
+    )
+    assert (await resolve_result(blobs, _result(reference, False))).output == reference
+    assert (await resolve_result(None, _result(reference, False))).output == reference
+    assert (await resolve_result(blobs, _result(reference, None))).output == (
+        '"the output, kept in a blob"'
+    )
+    # Said to be one, and none: a failure that may be retried.
+    failed = await resolve_result(blobs, _result('{"a":1}', True))
+    assert (failed.status, failed.code, failed.retryable) == ("failed", "blob_not_found", True)
+    # The field goes over the wire, and only a boolean is taken.
+    sent = _result(reference, True)
+    assert Result.decode(sent.encode()) == sent
+    assert Result.decode(_result(reference, None).encode()).output_blob is None
+    body = _result(reference, True).encode().replace(b'"output_blob":true', b'"output_blob":1')
+    with pytest.raises(WireError, match="output_blob must be true or false"):
+        Result.decode(body)
+    # A worker marks what it offloads and what it does not.
+    assert (await offload_result(blobs, _result('"long enough to go"', None))).output_blob
+    assert (await offload_result(blobs, _result('"short"', None))).output_blob is False
+    assert (await offload_result(None, _result(reference, None))).output_blob is False
