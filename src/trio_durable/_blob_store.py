@@ -178,7 +178,8 @@ class BlobbingStore(StoreWrapper):
         # Where the next sweep for blobs no row refers to goes on from.
         self._swept_to: str | None = None
         # (run, blob) pairs found in the run's record: a record goes only
-        # with its run's rows (pruning), so a pair found once stays true.
+        # with its run's rows (pruning: those this store prunes are dropped
+        # here), so a pair found once stays true.
         self._listed: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     def __repr__(self) -> str:
@@ -354,6 +355,11 @@ class BlobbingStore(StoreWrapper):
     async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
         pruned = await self.inner.prune_runs(older_than, limit)
         if pruned:
+            # Their references go: a run made again under one of their ids
+            # refers to no blob until it writes one.
+            gone = set(pruned)
+            for pair in [pair for pair in self._listed if pair[0] in gone]:
+                del self._listed[pair]
             await collect(self.inner, self.blobs.store, pruned, self.blobs.clock, self.grace)
         if len(pruned) < limit:
             # The end of a pruning pass: sweep on for blobs no row refers to.

@@ -14,7 +14,8 @@ warning. The run is never failed for it. The next engine to take it,
 when it is due or woken (a signal, a result), tries again: one that can
 decode it clears the report and goes on; one that cannot leaves the same
 report as it is (written once: the log says it once per engine) and
-suspends the run again.
+suspends the run again. (A run being cancelled keeps its status: it is
+held by the engine's lease, moved to `RETRY_AFTER` seconds on, instead.)
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ RETRY_AFTER: Final = 60.0
 tries again (sooner if something wakes it)."""
 
 _UNDECODABLE_ERRORS: Final = (CodecError, BlobNotFound, BlobCorrupted)
+
+_LOGGED_MAX: Final = 10_000
+"""How many runs an engine remembers having logged the report of."""
 
 
 class UndecodableGuard(StoreWrapper):
@@ -124,6 +128,8 @@ class UndecodableGuard(StoreWrapper):
             return
         if self._logged.get(run_id) != report.message:
             self._logged[run_id] = report.message
+            if len(self._logged) > _LOGGED_MAX:
+                del self._logged[next(iter(self._logged))]
             logger.warning("run %r: %s", run_id, report.message)
 
 
