@@ -250,6 +250,10 @@ async def test_a_run_started_under_k1_finishes_under_k2(
         assert (await engine.result("order-1"))["receipt"] == f"charged {CARD}"
     async with td.open_client(stored.target) as plain:
         run = await plain.get("order-1")
+        # Without the codec, the output cannot be read (never taken for a value).
+        with pytest.raises(td.CodecError, match="no codec") as caught:
+            await plain.result("order-1")
+        assert caught.value.key_id == "k2"
     # The input was written under k1, the output under k2.
     assert json.loads(codec_text(run.input) or "")["$enc"] == "k1"
     assert json.loads(codec_text(run.output) or "")["$enc"] == "k2"
