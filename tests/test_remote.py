@@ -374,6 +374,7 @@ async def test_remote_step_runs_on_a_worker_and_holds_no_task_meanwhile(
         started_at=WALL_START,
         finished_at=WALL_START + 10,
         worker="e1.worker" if where == "embedded" else "w1",
+        output_blob=False,
     )
     cp = await checkpoint(store, "r", 1)
     assert (cp.status, cp.output, cp.attempts, cp.finished_at) == (

@@ -36,6 +36,7 @@ from ._search_attributes import register as register_search_attributes
 from ._stores import enter_store
 from ._stores._base import Store
 from ._stores._codec import check_codec, with_codec
+from ._undecodable import guarded
 from ._views import Retention
 
 if TYPE_CHECKING:
@@ -201,9 +202,10 @@ async def open_engine(
         engine_id = f"engine-{rng.getrandbits(32):08x}"
     blob_options = BlobOptions.of(blobs, blob_threshold, blob_grace)
     async with AsyncExitStack() as stack:
-        # The codec outermost: what goes to the blob store is encrypted too.
-        store_obj = with_codec(
-            blob_options.wrap(await enter_store(stack, store), wall_clock), codec
+        # The codec over the blob store: what goes to the blob store is
+        # encrypted too. Over both, the guard of turns that cannot decode.
+        store_obj = guarded(
+            with_codec(blob_options.wrap(await enter_store(stack, store), wall_clock), codec)
         )
         # Before any run: a type the store records otherwise is refused.
         await register_search_attributes(store_obj, app, wall_clock())

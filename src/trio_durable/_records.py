@@ -78,6 +78,12 @@ class ErrorInfo:
         worker's ``traceback_limit`` (see `bound_traceback`), or None. For
         people only: it takes no part in comparing errors (``==``), since
         it names files and lines that change from one deploy to the next.
+      sealed: Set only in a store whose payloads a codec encodes
+        (`trio_durable.stores.CodecStore`): the message, details and
+        traceback as the codec encoded them, which ``message`` then only
+        describes (``"encrypted with k1"``) and ``details`` and
+        ``traceback`` leave out. None for an error in the clear. Kept apart
+        from the details, so that no details of a user's can pass for it.
     """
 
     message: str
@@ -86,6 +92,7 @@ class ErrorInfo:
     type: str | None = None
     step: str | None = None
     traceback: str | None = attrs.field(default=None, eq=False)
+    sealed: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"message": self.message}
@@ -99,6 +106,8 @@ class ErrorInfo:
             data["step"] = self.step
         if self.traceback is not None:
             data["traceback"] = self.traceback
+        if self.sealed is not None:
+            data["sealed"] = self.sealed
         return data
 
     @classmethod
@@ -111,6 +120,7 @@ class ErrorInfo:
             type=data.get("type"),
             step=data.get("step"),
             traceback=data.get("traceback"),
+            sealed=data.get("sealed"),
         )
 
 

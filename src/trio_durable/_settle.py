@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from ._barrier import join_barrier
-from ._blob_wire import resolve_result
-from ._blobs import is_reference
+from ._blob_wire import output_in_blob, resolve_result
 from ._brokers._base import BrokerError, Consumer, Delivery
 from ._exceptions import StoreError
 from ._fan_window import advance_windows
@@ -212,7 +211,7 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
             logger.warning("could not reject results: %s", exc)
     if not readable:
         return 0
-    if rt.blobs is not None or any(is_reference(r.output) for _, r in readable):
+    if any(output_in_blob(r) for _, r in readable):
         readable = [(d, await resolve_result(rt.blobs, r)) for d, r in readable]
     ops = [_op_for(rt, result) for _, result in readable]
     # Queue slots are given back in the same write that settles their steps

@@ -19,6 +19,7 @@ import attrs
 from ._bounds import is_finite
 from ._exceptions import UsageError
 from ._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
+from ._stored_payloads import shown_error
 
 FOLD_WIDTH: Final = 20
 """A fan with more members than this is folded into its `FanStats` in a
@@ -318,9 +319,10 @@ class Retention:
 def plain(value: Any, *, compact_errors: bool = False) -> Any:
     """``value`` as plain JSON values: attrs records as dicts, tuples as
     lists. With ``compact_errors``, an `ErrorInfo` is its ``to_json()`` (the
-    fields that are None left out), as the console's API answers them."""
+    fields that are None left out; a sealed one as `shown_error` shows it),
+    as the console's API answers them."""
     if compact_errors and isinstance(value, ErrorInfo):
-        return value.to_json()
+        return shown_error(value)
     if attrs.has(type(value)):
         value = attrs.asdict(value, recurse=False)
     if isinstance(value, Mapping):

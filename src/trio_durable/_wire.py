@@ -206,6 +206,11 @@ class Result:
         (the step is called by a remote workflow) applies this.
       kind: ``step``, or ``decision`` for a decision (then ``output`` is
         the decision, see `_decision_wire`).
+      output_blob: Whether ``output`` is the reference to a blob holding
+        the output (docs/large-payloads.md) rather than the value itself:
+        said out of band, so that no value passes for a reference. None
+        for a result from a worker of a release before it, whose output
+        is a reference if it has the shape of one.
     """
 
     run_id: str
@@ -227,6 +232,7 @@ class Result:
     traceback: str | None = None
     retry_in: float | None = None
     kind: MessageKind = "step"
+    output_blob: bool | None = None
 
     def encode(self) -> bytes:
         head = {
@@ -254,6 +260,8 @@ class Result:
             tail["retry_in"] = self.retry_in
         if self.kind != "step":
             tail["kind"] = self.kind
+        if self.output_blob is not None:
+            tail["output_blob"] = self.output_blob
         # The output is JSON text already (as the worker serialized it).
         return _spliced(head, "output", "null" if self.output is None else self.output, tail)
 
@@ -277,6 +285,9 @@ class Result:
             retryable = data.get("retryable", True)
             if not isinstance(retryable, bool):
                 _reject(f"retryable must be true or false, not {_kind(retryable)}")
+            output_blob = data.get("output_blob")
+            if output_blob is not None and not isinstance(output_blob, bool):
+                _reject(f"output_blob must be true or false, not {_kind(output_blob)}")
             return cls(
                 run_id=_name(data, "run_id"),
                 seq=_integer(data, "seq", 1, MAX_SEQ),
@@ -297,6 +308,7 @@ class Result:
                 traceback=_text(data, "traceback"),
                 retry_in=(None if data.get("retry_in") is None else _seconds(data, "retry_in")),
                 kind=_message_kind(data),
+                output_blob=output_blob,
             )
         except WireError as exc:
             raise WireError(f"not a result: {exc}") from None

@@ -25,8 +25,8 @@ import trio
 
 from . import _serde
 from ._app import App, Step
-from ._blob_wire import offload_result
-from ._blobs import Blobs, resolve_or_fail
+from ._blob_wire import offload_result, resolve_task_input
+from ._blobs import Blobs
 from ._brokers._base import (
     Broker,
     BrokerError,
@@ -376,7 +376,7 @@ class Worker:
             ):
                 decision = await decide(
                     self.app,
-                    attrs.evolve(task, input=await resolve_or_fail(self.blobs, task.input)),
+                    attrs.evolve(task, input=await resolve_task_input(self.blobs, task.input)),
                     clock=self._clock,
                     rng=self._rng,
                     worker_id=self.instance_id,
@@ -435,7 +435,7 @@ class Worker:
         )
 
     async def _call(self, step: Step[..., Any], task: Task) -> Any:
-        args = _serde.load_args(await resolve_or_fail(self.blobs, task.input), step.fn)
+        args = _serde.load_args(await resolve_task_input(self.blobs, task.input), step.fn)
         timeout = task.timeout if task.timeout is not None else step.timeout
         with trio.CancelScope() as scope:
             if timeout is not None:

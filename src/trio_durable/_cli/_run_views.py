@@ -16,8 +16,8 @@ from typing import Any, Final
 import attrs
 from rich.console import RenderableType
 
-from .._codec import sealed_key_id
 from .._records import ErrorInfo, Run
+from .._stored_payloads import said, shown_error
 from .._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage, span
 from ._common import table
 from ._values import decoded, when
@@ -32,6 +32,9 @@ def document(value: Any) -> Any:
         data["input"] = decoded(value.input)
         data["output"] = decoded(value.output)
         return data
+    if isinstance(value, ErrorInfo) and value.sealed is not None:
+        # Read without its codec: shown as what it is, not what the codec made.
+        return shown_error(value)
     if attrs.has(type(value)):
         return {key: document(item) for key, item in attrs.asdict(value, recurse=False).items()}
     if isinstance(value, Mapping):
@@ -53,12 +56,6 @@ def error_text(error: ErrorInfo | None) -> str | None:
     return f"{kind}{error.message}{code}"
 
 
-def _sealed_as_such(text: str | None) -> str | None:
-    # A payload encrypted at rest, read without its key (no codec keys).
-    key_id = sealed_key_id(text)
-    return text if key_id is None else f"encrypted with {key_id}"
-
-
 def run_line(run: Run) -> str:
     """One line that says what state a run is in."""
     text = f"run {run.id} ({run.workflow}, namespace {run.namespace}) is {run.status}"
@@ -75,8 +72,9 @@ def run_table(run: Run, parent_id: str | None = None) -> RenderableType:
         ("workflow", f"{run.workflow} (version {run.version})"),
         ("namespace", run.namespace),
         ("status", run.status),
-        ("input", _sealed_as_such(run.input)),
-        ("output", _sealed_as_such(run.output)),
+        # A payload read without its codec or blob store: what its mark says.
+        ("input", said(run.input)),
+        ("output", said(run.output)),
         ("error", error_text(run.error)),
         ("tags", run.tags),
         ("parent", parent_id or run.parent_id),

@@ -18,11 +18,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
+from ._payload_marks_sql import SQLITE_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
 from ._search_sql import SQLITE_TABLES as SEARCH_TABLES
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
@@ -30,8 +31,9 @@ indexed the queries of `Store.find_runs` (``run_tags`` and the indexes of
 runs by status, workflow, namespace and end) and added ``announcements``;
 version 4 added webhooks, breakpoints, paused steps and settings; version 5
 added keyed values (``durable_values``); version 6 added runs' search
-attributes (``runs.search_attributes`` and its index ``run_search``). An
-older file is migrated when it is opened."""
+attributes (``runs.search_attributes`` and its index ``run_search``);
+version 7 marked the payloads kept in band before (see
+`._payload_marks_sql`). An older file is migrated when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
 """Seconds between two looks of a store's watch for commits of other
@@ -254,6 +256,8 @@ _MIGRATIONS: Final = {
     # runs already there, so ``run_search`` starts empty); the index and its
     # triggers the schema creates.
     5: (SEARCH_COLUMN,),
+    # From version 6: encrypted and offloaded payloads kept in band, marked.
+    6: PAYLOAD_MARKS_MIGRATION,
 }
 
 _ADDED_COLUMNS: Final = {SEARCH_COLUMN: ("runs", "search_attributes")}
