@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import random
 import socket
 from collections import Counter
@@ -27,6 +26,7 @@ import pytest
 import trio
 
 import trio_durable as td
+from servers.fixture import installed
 
 OUTAGE: Final = 60.0
 """Seconds each broker is away (the outage the issue measured)."""
@@ -72,20 +72,11 @@ async def one(ctx: td.Context, x: int) -> str:
     return await ctx.step(work, f"one-{x}")
 
 
-def _skip_unless(available: bool, what: str) -> None:
-    if not available:
-        if os.environ.get("CI"):
-            pytest.fail(f"{what} is not installed")
-        pytest.skip(f"{what} is not installed")
-
-
 @pytest.fixture
 def nats(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A nats-server of this test's own (JetStream, fsync always): its URL
     and workdir."""
-    from servers import nats as server
-
-    _skip_unless(server.available(), "nats-server")
+    server = installed("nats")
     workdir = tmp_path / "nats"
     url = server.start(workdir, port=server.free_port(), monitor_port=server.free_port())
     try:
@@ -114,9 +105,7 @@ def _rabbitmq_port() -> int:
 @pytest.fixture
 def rabbitmq(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A RabbitMQ node of this test's own: its URL and workdir."""
-    from servers import rabbitmq as server
-
-    _skip_unless(server.available(), "RabbitMQ")
+    server = installed("rabbitmq")
     workdir = tmp_path / "rabbitmq"
     url = server.start(workdir, port=_rabbitmq_port())
     try:
