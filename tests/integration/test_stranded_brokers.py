@@ -245,8 +245,7 @@ async def _through_an_outage(
 async def test_every_run_completes_after_nats_was_away(
     nats: tuple[str, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from servers import nats as server
-
+    server = installed("nats")
     url, workdir = nats
     await _through_an_outage(
         url, lambda: server.stop(workdir), lambda: server.start(workdir), caplog
@@ -256,8 +255,7 @@ async def test_every_run_completes_after_nats_was_away(
 async def test_every_run_completes_after_rabbitmq_was_away(
     rabbitmq: tuple[str, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from servers import rabbitmq as server
-
+    server = installed("rabbitmq")
     url, workdir = rabbitmq
     await _through_an_outage(
         url, lambda: server.stop_app(workdir), lambda: server.start_app(workdir), caplog
