@@ -97,6 +97,7 @@ def out_verdict(rt: Runtime, cp: Checkpoint, now: float) -> ErrorInfo | float | 
         return deadline
     return ErrorInfo(message=f"no result within {policy[0]} s; dispatched again", code=REDISPATCHED)
 
+
 LOST: Final = "lost"
 """The code of a step that got no result after its last redispatch."""
 
