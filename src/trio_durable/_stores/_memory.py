@@ -326,7 +326,13 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
             ):
                 existing_cp = self._checkpoints.get(run_id, {}).get(seq)
                 if existing_cp is None or not settle_applies(
-                    existing_cp, attempt, kind, name, or_failed_with
+                    existing_cp,
+                    attempt,
+                    kind,
+                    name,
+                    or_failed_with,
+                    op.execution,
+                    op.unless_rerun,
                 ):
                     return None
                 if unless_run_status and self._run_status(run_id) in unless_run_status:
@@ -347,7 +353,12 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
             case RescheduleCheckpoint():
                 existing_cp = self._checkpoints.get(op.run_id, {}).get(op.seq)
                 if existing_cp is None or not settle_applies(
-                    existing_cp, op.attempt, op.kind, op.name
+                    existing_cp,
+                    op.attempt,
+                    op.kind,
+                    op.name,
+                    execution=op.execution,
+                    unless_rerun=op.unless_rerun,
                 ):
                     return None
                 if op.unless_run_status and self._run_status(op.run_id) in op.unless_run_status:

@@ -68,6 +68,8 @@ def settle_applies(
     kind: str | None,
     name: str | None,
     or_failed_with: str | None = None,
+    execution: str | None = None,
+    unless_rerun: bool = False,
 ) -> bool:
     """Whether a `SettleCheckpoint` (or, without ``or_failed_with``, a
     `RescheduleCheckpoint`) with these conditions applies to ``cp``; its
@@ -81,6 +83,10 @@ def settle_applies(
     if not (cp.status == "pending" or frozen):
         return False
     if attempt is not None and cp.attempts != attempt:
+        return False
+    if execution is not None and execution not in cp.executions:
+        return False
+    if unless_rerun and cp.rerun:
         return False
     return is_of(cp, kind, name)
 

@@ -32,6 +32,7 @@ from ._hook_sql import RUN_TABLES, hook_ops
 from ._ops import Op
 from ._rows import (
     CHECKPOINT_COLUMNS,
+    CHECKPOINT_FIELDS,
     INT64_MAX,
     INT64_MIN,
     RUN_FIELDS,
@@ -71,7 +72,7 @@ _SELECT_CHECKPOINTS: Final = (
     " WHERE run_id = ? AND seq >= ? AND seq <= ? ORDER BY seq"
 )
 _UPSERT_CHECKPOINT: Final = (
-    f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * 20)})"
+    f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * len(CHECKPOINT_FIELDS))})"
     " ON CONFLICT (run_id, seq) DO UPDATE SET "
     + ", ".join(f"{column} = excluded.{column}" for column in CHECKPOINT_COLUMNS.split(", ")[2:])
 )
@@ -174,15 +175,17 @@ def _conditions_hold(
     kind: str | None = None,
     name: str | None = None,
     or_failed_with: str | None = None,
+    execution: str | None = None,
+    unless_rerun: bool = False,
 ) -> Checkpoint | None:
     """The pending checkpoint (or one failed with ``or_failed_with``), if the
-    attempt, kind, name and run-status conditions of a settle or reschedule
-    hold."""
+    attempt, kind, name, execution and run-status conditions of a settle or
+    reschedule hold."""
     rows = cur.execute(_SELECT_CHECKPOINTS, (run_id, seq, seq)).fetchall()
     if not rows:
         return None
     cp = load_checkpoint(rows[0])
-    if not settle_applies(cp, attempt, kind, name, or_failed_with):
+    if not settle_applies(cp, attempt, kind, name, or_failed_with, execution, unless_rerun):
         return None
     if unless_run_status:
         row = cur.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -198,6 +201,8 @@ def _settle(cur: sqlite3.Cursor, op: _ops.SettleCheckpoint) -> Any:
         or op.kind is not None
         or op.name is not None
         or op.or_failed_with is not None
+        or op.execution is not None
+        or op.unless_rerun
     )
     if conditional:
         cp = _conditions_hold(
@@ -209,6 +214,8 @@ def _settle(cur: sqlite3.Cursor, op: _ops.SettleCheckpoint) -> Any:
             op.kind,
             op.name,
             op.or_failed_with,
+            op.execution,
+            op.unless_rerun,
         )
         if cp is None:
             return None
@@ -228,7 +235,15 @@ def _settle(cur: sqlite3.Cursor, op: _ops.SettleCheckpoint) -> Any:
 
 def _reschedule(cur: sqlite3.Cursor, op: _ops.RescheduleCheckpoint) -> Any:
     cp = _conditions_hold(
-        cur, op.run_id, op.seq, op.attempt, op.unless_run_status, op.kind, op.name
+        cur,
+        op.run_id,
+        op.seq,
+        op.attempt,
+        op.unless_run_status,
+        op.kind,
+        op.name,
+        execution=op.execution,
+        unless_rerun=op.unless_rerun,
     )
     if cp is None:
         return None
