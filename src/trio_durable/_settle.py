@@ -395,12 +395,20 @@ async def _reject_stale(
         # changed nothing either way.
         logger.warning("could not tell stale results apart: %s", exc)
         return set()
-    stale: list[Delivery] = []
+    stale: list[tuple[Delivery, Result, Checkpoint | None]] = []
     for delivery, result in unchanged:
         cp = found.get((result.run_id, result.seq))
-        if cp is not None and awaited(cp, result):
-            continue
-        stale.append(delivery)
+        if cp is None or not awaited(cp, result):
+            stale.append((delivery, result, cp))
+    if not stale:
+        return set()
+    try:
+        await consumer.reject([delivery for delivery, _, _ in stale], requeue=False)
+    except (BrokerError, trio.ClosedResourceError) as exc:
+        # They come back, are found stale again, and count then.
+        logger.warning("could not reject stale results: %s", exc)
+        return {id(delivery) for delivery, _, _ in stale}
+    for _, result, cp in stale:
         logger.warning(
             "rejected a stale result for run %r, seq %d, attempt %d (execution %s): its step %s",
             result.run_id,
@@ -411,13 +419,7 @@ async def _reject_stale(
         )
         rt.telemetry.stats.rejected_stale += 1
         rt.telemetry.metrics.count_stale("result")
-    if stale:
-        try:
-            await consumer.reject(stale, requeue=False)
-        except (BrokerError, trio.ClosedResourceError) as exc:
-            # They come back, and are found stale again.
-            logger.warning("could not reject stale results: %s", exc)
-    return {id(delivery) for delivery in stale}
+    return {id(delivery) for delivery, _, _ in stale}
 
 
 def _releases(

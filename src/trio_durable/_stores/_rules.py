@@ -16,7 +16,7 @@ import attrs
 from .._exceptions import LeaseLostError, StoreError
 from .._records import Checkpoint, Run
 from ._base import WriteConflict
-from ._ops import PutValue, RescheduleCheckpoint, UpdateRun
+from ._ops import PutValue, RescheduleCheckpoint, SettleCheckpoint, UpdateRun
 
 
 def holds_lease(run: Run, owner: str, now: float | None) -> bool:
@@ -89,6 +89,19 @@ def settle_applies(
     if unless_rerun and cp.rerun:
         return False
     return is_of(cp, kind, name)
+
+
+def op_applies(cp: Checkpoint, op: SettleCheckpoint | RescheduleCheckpoint) -> bool:
+    """Whether ``op`` applies to ``cp`` (`settle_applies` with its fields)."""
+    return settle_applies(
+        cp,
+        op.attempt,
+        op.kind,
+        op.name,
+        op.or_failed_with if isinstance(op, SettleCheckpoint) else None,
+        op.execution,
+        op.unless_rerun,
+    )
 
 
 def rescheduled(cp: Checkpoint, op: RescheduleCheckpoint) -> Checkpoint:
