@@ -271,7 +271,7 @@ async def replayed_after_a_retryable_failure(
         await engine.retry(run_id)
         await wait_until(lambda: RUNS[order] == 3)
         step = await step_of(engine, run_id)
-        assert (step.status, step.attempts) == ("pending", 1)
+        assert (step.status, step.attempts, step.rerun) == ("pending", 1, True)
         # Without execution ids, it would fail attempt 1 of this execution.
         await replay(tap, engine, [failure])
         assert (await step_of(engine, run_id)).status == "pending"

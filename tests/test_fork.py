@@ -19,7 +19,6 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory, fixed_wall
-from trio_durable._executions import RERUN_SEQ
 from trio_durable._fork import FORKED_FROM_SEQ, forked_from_of
 from trio_durable._markers import CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
 from trio_durable._stores._ops import DeleteCheckpoints, PutValue
@@ -279,9 +278,7 @@ async def test_retry_in_place_runs_an_ended_run_again_from_the_seq(
         assert trio.current_time() == 120.0
         assert calls == ["transform", "publish"]
         cps = await engine.store.get_checkpoints("p")
-        # With the record that seqs up to 4 ran again (`Checkpoint.rerun`).
-        assert [cp.seq for cp in cps] == [1, 2, 3, 4, RERUN_SEQ]
-        assert cps[-1].output == "4"
+        assert [cp.seq for cp in cps] == [1, 2, 3, 4]
         assert cps[1].finished_at == fixed_wall()
 
 
@@ -597,7 +594,7 @@ async def test_reserved_records_a_fork_copies_and_a_retry_keeps(
         await engine.drain()
         assert (await engine.get("g")).status == "suspended"
         seqs = [cp.seq for cp in await engine.store.get_checkpoints("g")]
-        assert seqs == [1, 2, CHECKED_FROM_SEQ, RERUN_SEQ]
+        assert seqs == [1, 2, CHECKED_FROM_SEQ]
         await engine.cancel("g")
         with pytest.raises(td.RunCancelled):
             await engine.result("g")

@@ -21,9 +21,9 @@ be the latest attempt's, as before.
 
 A result without an execution id (from a worker older than them, during a
 rolling upgrade) settles only a checkpoint at its attempt that is not
-`Checkpoint.rerun`: a retry that deleted what the run recorded at a seq
-leaves the record `RERUN_SEQ` (the highest seq it deleted), and every
-remote step the run records again at or below it is marked ``rerun``.
+`Checkpoint.rerun`: a retry that deleted a remote step's checkpoint leaves
+the record `RERUN_SEQ` (the highest such seq), and every remote step the
+run records again at or below it is marked ``rerun``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ._markers import BODY_SEQ_LIMIT, record
+from ._markers import record
 from ._records import Checkpoint
 from ._stores._ops import PutCheckpoint
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 RERUN_SEQ: Final = 999_999_983
 """The seq of a run's ``rerun`` record: a completed ``local`` checkpoint
 whose output is the highest seq (compensations by their absolute value)
-that a retry of the run deleted a checkpoint at."""
+at which a retry of the run deleted a remote step's checkpoint."""
 
 RERUN_NAME: Final = "rerun"
 
@@ -74,12 +74,17 @@ def rerun_record(
 ) -> list[PutCheckpoint]:
     """The write that a retry deleting the checkpoints at ``deleted`` adds,
     given the run's ``checkpoints`` as read: its ``rerun`` record raised to
-    the highest body (or compensation) seq among them; none if it is high
+    the highest seq of a remote step among them (the only checkpoints a
+    result settles, the run's decision checkpoint aside, which a retry
+    keeps); none if no remote step is deleted, or the record is high
     enough already."""
-    known = {cp.seq: cp for cp in checkpoints if cp.seq == RERUN_SEQ}
-    # The run's own records (past the body's seqs) take no results.
-    highest = max((abs(seq) for seq in deleted if abs(seq) < BODY_SEQ_LIMIT), default=0)
-    if highest <= rerun_through(known):
+    by_seq = {cp.seq: cp for cp in checkpoints}
+    gone = set(deleted)
+    highest = max(
+        (abs(cp.seq) for cp in by_seq.values() if cp.seq in gone and cp.kind == "remote"),
+        default=0,
+    )
+    if highest <= rerun_through(by_seq):
         return []
     return [PutCheckpoint(record(run_id, RERUN_SEQ, RERUN_NAME, json.dumps(highest), now))]
 
