@@ -269,6 +269,7 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
             logger.warning("could not return results for redelivery: %s", exc)
     failed_ids = {id(d) for d in failed}
     stale_ids: set[int] = set()
+    foreign_ids: set[int] = set()
     if not uncertain:
         # (After a batch whose answer was lost, a result may have settled
         # its step unseen: none is called stale then.)
@@ -277,7 +278,7 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
             for (delivery, result), outcome in zip(readable, outcomes, strict=True)
             if outcome is None and id(delivery) not in kept and id(delivery) not in failed_ids
         ]
-        stale_ids = await _reject_stale(rt, consumer, unchanged)
+        stale_ids, foreign_ids = await _reject_stale(rt, consumer, unchanged)
     await _ack(consumer, [d for d, _ in readable if id(d) not in failed_ids | stale_ids])
 
     # Duplicates, late or stale results and results for ended runs changed
@@ -295,11 +296,12 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
     for run_id in wakes:
         rt.scheduler.wake(run_id)
     # Settled, rescheduled or dropped: nothing waits for these attempts any
-    # more (the results given back come again, and count then). A stale
-    # result says nothing of the attempt out now, which may have its
-    # number (a step run again after a retry counts from 1 again).
+    # more (the results given back come again, and count then). A result
+    # of another execution than the step's says nothing of the attempt out
+    # now, which may have its number (a step run again after a retry counts
+    # from 1 again).
     for delivery, result in readable:
-        if id(delivery) not in failed_ids | stale_ids:
+        if id(delivery) not in failed_ids | foreign_ids:
             rt.sent.result_handled(result.run_id, result.seq, result.attempt)
             rt.tracing.settled(result)
     return len(failed)
@@ -370,7 +372,7 @@ async def _salvage(
 
 async def _reject_stale(
     rt: Runtime, consumer: Consumer, unchanged: Sequence[tuple[Delivery, Result]]
-) -> set[int]:
+) -> tuple[set[int], set[int]]:
     """Reject for good, and count, the results among ``unchanged`` (those
     that settled nothing) that no checkpoint waits for: its checkpoint is
     gone, settled, or does not hold the result's execution (see
@@ -378,10 +380,12 @@ async def _reject_stale(
     ended, and are acked as usual.
 
     Returns:
-      The ``id()`` of each delivery rejected.
+      The ``id()`` of each delivery rejected, and of those among them that
+      answer no execution of their checkpoint (it is gone, or does not
+      hold their execution id, or they carry none).
     """
     if not unchanged:
-        return set()
+        return set(), set()
     wanted: dict[str, set[int]] = {}
     for _, result in unchanged:
         wanted.setdefault(result.run_id, set()).add(result.seq)
@@ -394,20 +398,26 @@ async def _reject_stale(
         # Unknown: acked as before there were stale results, since they
         # changed nothing either way.
         logger.warning("could not tell stale results apart: %s", exc)
-        return set()
+        return set(), set()
     stale: list[tuple[Delivery, Result, Checkpoint | None]] = []
     for delivery, result in unchanged:
         cp = found.get((result.run_id, result.seq))
         if cp is None or not awaited(cp, result):
             stale.append((delivery, result, cp))
     if not stale:
-        return set()
+        return set(), set()
+    rejected = {id(delivery) for delivery, _, _ in stale}
+    foreign = {
+        id(delivery)
+        for delivery, result, cp in stale
+        if cp is None or result.execution is None or result.execution not in cp.executions
+    }
     try:
         await consumer.reject([delivery for delivery, _, _ in stale], requeue=False)
     except (BrokerError, trio.ClosedResourceError) as exc:
         # They come back, are found stale again, and count then.
         logger.warning("could not reject stale results: %s", exc)
-        return {id(delivery) for delivery, _, _ in stale}
+        return rejected, foreign
     for _, result, cp in stale:
         logger.warning(
             "rejected a stale result for run %r, seq %d, attempt %d (execution %s): its step %s",
@@ -419,7 +429,7 @@ async def _reject_stale(
         )
         rt.telemetry.stats.rejected_stale += 1
         rt.telemetry.metrics.count_stale("result")
-    return {id(delivery) for delivery, _, _ in stale}
+    return rejected, foreign
 
 
 def _releases(
