@@ -13,7 +13,9 @@ import trio.testing
 import trio_durable as td
 from conftest import EngineFactory
 from legacy_rows import CODEC, app, check_marked, check_read_back, set_sqlite_version, write_legacy
-from trio_durable._stores._sqlite_schema import SCHEMA_VERSION
+
+_MARKS_VERSION = 7
+"""The SQLite schema version that marked the payloads kept in band."""
 
 
 async def test_the_migration_marks_the_old_forms_and_nothing_else(
@@ -23,12 +25,12 @@ async def test_the_migration_marks_the_old_forms_and_nothing_else(
     blobs = td.LocalBlobStore(tmp_path / "blobs")
     async with td.open_store(url) as store:
         keys = await write_legacy(store, blobs)
-    # As the file of the release before the marks: one version back.
-    set_sqlite_version(tmp_path / "old.db", SCHEMA_VERSION - 1)
+    # As the file of the release before the marks: version 6.
+    set_sqlite_version(tmp_path / "old.db", _MARKS_VERSION - 1)
     async with td.open_store(url) as store:
         await check_marked(store, keys)
     # Again (a migration applied twice changes nothing more).
-    set_sqlite_version(tmp_path / "old.db", SCHEMA_VERSION - 1)
+    set_sqlite_version(tmp_path / "old.db", _MARKS_VERSION - 1)
     async with td.open_store(url) as store:
         await check_marked(store, keys)
     async with open_test_engine(app, store=url, codec=CODEC, blobs=blobs) as engine:

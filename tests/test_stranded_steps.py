@@ -277,16 +277,22 @@ async def test_a_late_result_of_an_older_attempt_fails_nothing_and_a_late_succes
         # Sent again on open, as attempt 2 (no worker takes it).
         cp = await step_cp(store, "r")
         assert (cp.status, cp.attempts) == ("pending", 2)
+        # Each attempt went out as an execution of its own.
+        first, _ = cp.executions
 
         async def deliver(**fields: Any) -> None:
-            result = Result(run_id="r", seq=1, attempt=1, step="work", workflow="one", **fields)
+            result = Result(
+                run_id="r", seq=1, attempt=1, step="work", workflow="one", execution=first, **fields
+            )
             await broker.dispatch([Outgoing(queue=engine.results_queue, body=result.encode())])
             await engine.drain()
 
         await deliver(status="failed", error="gone", retryable=False)
         await deliver(status="failed", error="again", retryable=True)
         assert await step_cp(store, "r") == cp
-        # A success of the step is a success, whichever attempt ran it.
+        assert engine.statistics().rejected_stale == 2
+        # A success of the step is a success, whichever of its executions
+        # ran it.
         await deliver(status="completed", output="60")
         assert await engine.result("r") == 60
     cp = await step_cp(store, "r")

@@ -234,13 +234,20 @@ def out_on(cp: Checkpoint) -> dict[str, Any] | None:
 
 
 def sent_now(
-    cp: Checkpoint, now: float, carrier: Carrier, redispatch: tuple[float, int] | None
+    cp: Checkpoint,
+    now: float,
+    carrier: Carrier,
+    redispatch: tuple[float, int] | None,
+    execution: str,
 ) -> Checkpoint:
-    """``cp`` with its attempt out from ``now`` on ``carrier``: marked
-    `OUT`, due (with ``remote_redispatch``) when it counts as lost."""
+    """``cp`` with its attempt out from ``now`` on ``carrier`` as the
+    dispatch ``execution`` (a new execution id, see `_executions`), added
+    to its ``executions``: marked `OUT`, due (with ``remote_redispatch``)
+    when it counts as lost."""
     return attrs.evolve(
         cp,
         started_at=now,
         wake_at=None if redispatch is None else now + redispatch[0],
         error=carrier.mark(),
+        executions=(*cp.executions, execution),
     )

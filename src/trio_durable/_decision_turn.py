@@ -49,6 +49,7 @@ from ._carrier import sent_now
 from ._context import Context
 from ._decision_wire import Command, Decision, history, request_input
 from ._exceptions import StoreError, UnknownWorkflowError
+from ._executions import new_execution
 from ._failures import error_info
 from ._fans import fan
 from ._handoff import hand_off
@@ -368,6 +369,7 @@ async def _dispatch(
         now,
         rt.dispatcher.carrier,
         rt.options.remote_redispatch,
+        new_execution(rt.rng),
     )
     wake_at = new.wake_at
     if again:
@@ -393,6 +395,7 @@ async def _dispatch(
         ),
         dispatched_at=now,
         kind="decision",
+        execution=new.executions[-1],
     )
     state.dispatch.append((len(state.ops) - 1, task))
     if compensate or cleanup:

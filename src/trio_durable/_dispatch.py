@@ -273,7 +273,7 @@ class Dispatcher:
             by_run.setdefault(task.run_id, {})[task.seq] = task.attempt
         for run_id, attempts in by_run.items():
             try:
-                found = await _read_seqs(self._store, run_id, sorted(attempts))
+                found = await read_seqs(self._store, run_id, sorted(attempts))
                 ops: list[Op] = [
                     ClaimCheckpoint(
                         attrs.evolve(cp, started_at=None, wake_at=due, error=mark),
@@ -357,7 +357,7 @@ class Dispatcher:
         return f"blocked: no live worker of group {group_route!r} offers {needs}"
 
 
-async def _read_seqs(store: Store, run_id: str, seqs: list[int]) -> list[Checkpoint]:
+async def read_seqs(store: Store, run_id: str, seqs: list[int]) -> list[Checkpoint]:
     """The checkpoints of ``run_id`` at ``seqs`` (sorted), read a range of
     neighbours at a time (a fan's members in one read, a decision apart)."""
     found: list[Checkpoint] = []

@@ -45,6 +45,7 @@ from ._brokers._base import BrokerError
 from ._carrier import sent_now
 from ._children import record_child
 from ._exceptions import StoreError
+from ._executions import new_execution
 from ._learned import step_of
 from ._observe import Event
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus, StoredValue
@@ -271,7 +272,13 @@ class _Starts:
             if step is None or cp.group is None or cp.group in self.gaps:
                 # Parking a step no live worker can take is the turn's.
                 return False
-            sent = sent_now(cp, now, rt.dispatcher.carrier, rt.options.remote_redispatch)
+            sent = sent_now(
+                cp,
+                now,
+                rt.dispatcher.carrier,
+                rt.options.remote_redispatch,
+                new_execution(rt.rng),
+            )
             turn.ops.append(ClaimCheckpoint(sent))
             task = Task(
                 run_id=cp.run_id,
@@ -283,6 +290,7 @@ class _Starts:
                 input=cp.input or "[]",
                 timeout=step.timeout,
                 dispatched_at=now,
+                execution=sent.executions[-1],
             )
             self.tasks.append((len(turn.ops) - 1, task))
             return True

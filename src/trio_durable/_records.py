@@ -254,6 +254,16 @@ class Checkpoint:
       enqueued_at: When the operation was recorded.
       started_at: When its first attempt started.
       finished_at: When it settled.
+      executions: The execution ids of the dispatches of a remote step (or
+        of a remote workflow's decision task) since the checkpoint was
+        recorded, oldest first: each dispatch mints one, unique in the
+        store, and adds it in the write that claims the dispatch. A
+        result settles the checkpoint only if it carries one of them (see
+        docs/failure-handling.md#which-result-settles-a-step).
+      rerun: Whether a retry of the run deleted what an earlier execution
+        of the run recorded at this seq, so that the step runs again here:
+        a result that carries no execution id (from a worker older than
+        execution ids) cannot tell the two apart, and never settles it.
     """
 
     run_id: str
@@ -276,6 +286,8 @@ class Checkpoint:
     enqueued_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    executions: tuple[str, ...] = ()
+    rerun: bool = False
 
 
 def signal_token(run_id: str, name: str) -> str:

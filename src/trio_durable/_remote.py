@@ -38,6 +38,7 @@ from ._breakpoints import CONTINUED, marked, pause_before, suspend_if_paused
 from ._carrier import BROKER_WAIT, LOST_WITH_BROKER, out_on, sent_now
 from ._dispatch import group_route
 from ._exceptions import UsageError
+from ._executions import is_rerun, new_execution
 from ._failures import step_failure
 from ._learned import queue_of
 from ._rate_limits import RATE_LIMITED, reserve
@@ -142,8 +143,14 @@ class StepPlanner:
         return self._gap  # type: ignore[return-value]
 
     def out(self, cp: Checkpoint, now: float) -> Checkpoint:
-        """``cp`` with its attempt out from ``now``."""
-        return sent_now(cp, now, self.rt.dispatcher.carrier, self.rt.options.remote_redispatch)
+        """``cp`` with its attempt out from ``now``, as a new execution."""
+        return sent_now(
+            cp,
+            now,
+            self.rt.dispatcher.carrier,
+            self.rt.options.remote_redispatch,
+            new_execution(self.rt.rng),
+        )
 
     def task(self, cp: Checkpoint, now: float) -> Task:
         self.replay.emit(
@@ -162,6 +169,7 @@ class StepPlanner:
             queue=None if self.flow is None else self.flow.name,
             priority=max(0, min(9, self.priority)),
             reply_to=self.rt.results_queue,
+            execution=cp.executions[-1],
         )
 
     async def new(
@@ -189,6 +197,9 @@ class StepPlanner:
             parallel_size=fan[1] if fan else None,
             parallel_mode=fan[2] if fan else None,
             enqueued_at=now,
+            # A result without an execution id cannot tell this step from
+            # what a retry deleted at its seq.
+            rerun=is_rerun(self.replay.turn.checkpoints, seq),
         )
         if sent:
             cp = self.out(cp, now)

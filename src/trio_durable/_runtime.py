@@ -81,6 +81,12 @@ class EngineStatistics:
         their signature did not match.
       rejected_unknown_key: With ``signing=``, result messages rejected
         because they were signed with a key id not in the ring.
+      rejected_stale: Result messages rejected because no step waits for
+        them (signed or not): a duplicate delivery, a late failure of a
+        superseded attempt, or a result replayed from an earlier execution
+        (before a retry, or of an earlier run under the same id; see
+        docs/failure-handling.md#which-result-settles-a-step). Each changed
+        nothing, and was dropped or dead-lettered.
       wakes_coalesced: Wakes of a run whose turn was queued and had not
         begun reading it: that turn reads what woke it, so none was added.
     """
@@ -93,6 +99,7 @@ class EngineStatistics:
     rejected_unsigned: int = 0
     rejected_forged: int = 0
     rejected_unknown_key: int = 0
+    rejected_stale: int = 0
     wakes_coalesced: int = 0
 
 

@@ -288,6 +288,7 @@ class Worker:
                 finished_at=now,
                 worker=self.instance_id,
                 queue=task.queue,
+                execution=task.execution,
             )
             self._send_result.send_nowait(_Outcome(consumer, delivery, result, task.reply_to, True))
             return
@@ -312,6 +313,9 @@ class Worker:
                 worker=self.instance_id,
                 queue=task.queue,
                 kind=task.kind,
+                # Echoed: the engine settles the step only with a result
+                # of an execution its checkpoint holds.
+                execution=task.execution,
                 **fields,
             )
 

@@ -85,6 +85,10 @@ _CONDITIONS: Final = (
     " AND (%(attempt)s::bigint IS NULL OR attempts = %(attempt)s::bigint)"
     " AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)"
     " AND (%(name)s::text IS NULL OR name = %(name)s::text)"
+    # ``executions`` is a JSON array of strings (NULL for none), whose
+    # elements the jsonb operator ``?`` looks among.
+    " AND (%(execution)s::text IS NULL OR executions::jsonb ? %(execution)s::text)"
+    " AND NOT (%(unless_rerun)s::boolean AND rerun)"
     " AND NOT EXISTS (SELECT FROM runs"
     " WHERE id = %(run_id)s AND status = ANY(%(unless)s::text[]))"
 )
@@ -231,6 +235,8 @@ def _settle_params(op: _ops.SettleCheckpoint) -> dict[str, Any]:
         "unless": sorted(op.unless_run_status or ()),
         "or_failed_with": op.or_failed_with,
         "append_error": op.append_error and op.error is not None,
+        "execution": op.execution,
+        "unless_rerun": op.unless_rerun,
     }
 
 
@@ -245,6 +251,8 @@ def _reschedule_params(op: _ops.RescheduleCheckpoint) -> dict[str, Any]:
         "name": op.name,
         "unless": sorted(op.unless_run_status or ()),
         "or_failed_with": None,
+        "execution": op.execution,
+        "unless_rerun": op.unless_rerun,
     }
 
 

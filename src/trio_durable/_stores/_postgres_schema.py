@@ -26,7 +26,7 @@ from ._payload_marks_sql import POSTGRES_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._search_sql import POSTGRES_MIGRATION as SEARCH_MIGRATION
 from ._values_sql import POSTGRES_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -227,6 +227,12 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 6: encrypted and offloaded payloads kept in band, marked (see
     # `._payload_marks_sql`).
     PAYLOAD_MARKS_MIGRATION,
+    # 7: checkpoints' execution ids (none in the rows already there: their
+    # results are matched by attempt, see docs/failure-handling.md).
+    (
+        "ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS executions text",
+        "ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS rerun boolean NOT NULL DEFAULT false",
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -23,7 +23,7 @@ from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
 from ._search_sql import SQLITE_TABLES as SEARCH_TABLES
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
@@ -33,7 +33,9 @@ version 4 added webhooks, breakpoints, paused steps and settings; version 5
 added keyed values (``durable_values``); version 6 added runs' search
 attributes (``runs.search_attributes`` and its index ``run_search``);
 version 7 marked the payloads kept in band before (see
-`._payload_marks_sql`). An older file is migrated when it is opened."""
+`._payload_marks_sql`); version 8 added checkpoints' execution ids
+(``checkpoints.executions`` and ``checkpoints.rerun``). An older file is
+migrated when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
 """Seconds between two looks of a store's watch for commits of other
@@ -56,6 +58,9 @@ CHECKPOINTS_STATUS: Final = (
     "CREATE INDEX IF NOT EXISTS checkpoints_status ON checkpoints"
     " (run_id, status, seq, attempts, enqueued_at, started_at, finished_at)"
 )
+
+EXECUTIONS_COLUMN: Final = "ALTER TABLE checkpoints ADD COLUMN executions TEXT"
+RERUN_COLUMN: Final = "ALTER TABLE checkpoints ADD COLUMN rerun INTEGER NOT NULL DEFAULT 0"
 
 _SCHEMA: Final = (
     """
@@ -170,6 +175,8 @@ _SCHEMA: Final = (
         enqueued_at REAL,
         started_at REAL,
         finished_at REAL,
+        executions TEXT,
+        rerun INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (run_id, seq)
     )
     """,
@@ -258,9 +265,17 @@ _MIGRATIONS: Final = {
     5: (SEARCH_COLUMN,),
     # From version 6: encrypted and offloaded payloads kept in band, marked.
     6: PAYLOAD_MARKS_MIGRATION,
+    # From version 7: the execution ids of checkpoints (none in the rows
+    # already there: their results are matched by attempt, see
+    # docs/failure-handling.md#rolling-upgrades).
+    7: (EXECUTIONS_COLUMN, RERUN_COLUMN),
 }
 
-_ADDED_COLUMNS: Final = {SEARCH_COLUMN: ("runs", "search_attributes")}
+_ADDED_COLUMNS: Final = {
+    SEARCH_COLUMN: ("runs", "search_attributes"),
+    EXECUTIONS_COLUMN: ("checkpoints", "executions"),
+    RERUN_COLUMN: ("checkpoints", "rerun"),
+}
 """Migrations that add a column, with the column: skipped where it exists
 (SQLite has no ``ADD COLUMN IF NOT EXISTS``)."""
 
