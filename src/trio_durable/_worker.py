@@ -24,7 +24,7 @@ import attrs
 import trio
 
 from . import _serde
-from ._app import App, Step
+from ._app import App, Step, watch_registrations
 from ._blob_wire import offload_result
 from ._blobs import Blobs, resolve_or_fail
 from ._brokers._base import (
@@ -34,6 +34,7 @@ from ._brokers._base import (
     Delivery,
     PayloadTooLarge,
     WorkerDescriptor,
+    needs_heartbeat,
 )
 from ._clock import Clock
 from ._current import StepInfo, call_step
@@ -110,6 +111,9 @@ class Worker:
       instance_id: This worker's id, as announced.
       routes: The group routes it serves.
       queues: The broker queues it consumes (see `served_broker_queues`).
+      heartbeats: Whether it re-announces itself every ``heartbeat``
+        seconds (the broker's `Broker.needs_heartbeat`), or announced
+        itself until it withdraws.
     """
 
     def __init__(
@@ -157,6 +161,10 @@ class Worker:
         self._crashed = False
         self._stopping = False
         self._announcing = trio.Lock()
+        # Whether announcements lapse without heartbeats.
+        self.heartbeats = needs_heartbeat(broker)
+        # What it last announced.
+        self._announced: WorkerDescriptor | None = None
 
     def statistics(self) -> WorkerStatistics:
         """A snapshot of this worker's counters."""
@@ -199,19 +207,62 @@ class Worker:
     def descriptor(self) -> WorkerDescriptor:
         """What this worker announces."""
         return describe(
-            self.app, self.instance_id, self.routes, self._capabilities, self._clock.now()
+            self.app,
+            self.instance_id,
+            self.routes,
+            self._capabilities,
+            self._clock.now(),
+            held=not self.heartbeats,
         )
 
-    async def _announce_forever(self) -> None:
-        while True:
-            async with self._announcing:
-                if self._stopping:
-                    return
-                try:
-                    await self.broker.announce(self.descriptor(), self._ttl)
-                except BrokerError as exc:
-                    logger.warning("worker %s could not announce itself: %s", self.instance_id, exc)
-            await trio.sleep(self._heartbeat)
+    async def announce(self) -> None:
+        """Announce what this worker serves: with its time to live where
+        the broker needs heartbeats, else until withdrawn.
+
+        Raises:
+          BrokerError: The broker refused it.
+        """
+        descriptor = self.descriptor()
+        await self.broker.announce(descriptor, self._ttl if self.heartbeats else math.inf)
+        self._announced = descriptor
+
+    async def keep_announced(self) -> None:
+        """Keep the announcement `open_worker` made: heartbeats every
+        ``heartbeat`` seconds where the broker needs them; else announce
+        again only when a registration changes what this worker announces
+        (its deploy's `App.registration_hash`, at least), so nothing wakes
+        on a timer."""
+        if self.heartbeats:
+            while True:
+                await trio.sleep(self._heartbeat)
+                await self._announce_again()
+            return
+        changed = trio.Event()
+
+        def registered() -> None:
+            changed.set()
+
+        with watch_registrations(self.app, registered):
+            while True:
+                await changed.wait()
+                changed = trio.Event()
+                if not await self._announce_again():
+                    # Tried again after a heartbeat's time, while it fails.
+                    await trio.sleep(self._heartbeat)
+                    changed.set()
+
+    async def _announce_again(self) -> bool:
+        """Announce again unless this worker is leaving. False if the
+        broker refused it."""
+        async with self._announcing:
+            if self._stopping:
+                return True
+            try:
+                await self.announce()
+            except BrokerError as exc:
+                logger.warning("worker %s could not announce itself: %s", self.instance_id, exc)
+                return False
+            return True
 
     async def _withdraw(self) -> None:
         # A heartbeat due at the moment the worker leaves would otherwise
@@ -220,6 +271,17 @@ class Worker:
         self._stopping = True
         async with self._announcing:
             await self.broker.withdraw(self.instance_id)
+
+    async def _lapse(self) -> None:
+        """Leave a crashed worker's announcement to lapse, as a killed
+        process's does: where it was held until withdrawn, it now lapses
+        ``ttl`` seconds from now (the last heartbeat such a process sent)."""
+        self._stopping = True
+        async with self._announcing:
+            if self.heartbeats or self._announced is None:
+                return
+            lapsing = attrs.evolve(self._announced, announced_at=self._clock.now(), held=False)
+            await self.broker.announce(lapsing, self._ttl)
 
     async def _consume(self, queue: str, task_status: trio.TaskStatus[None]) -> None:
         async with (
