@@ -34,6 +34,7 @@ from ._learned import Learned
 from ._leases import LeaseKeeper
 from ._observe import Event, EventHub, EventKind, Metrics
 from ._open_worker import open_worker
+from ._passed_on import PassedOn
 from ._poller import poll_due, reconcile_stalled
 from ._records import QueueDepth, Run
 from ._retention import prune_forever
@@ -159,6 +160,8 @@ class Runtime:
       streams: The readers of runs' streams waiting for new values.
       leases: Renews the leases of the turns in flight.
       starts: Writes the runs of starts that arrive together in one batch.
+      passed_on: The runs it passed on because its app lacks their
+        workflow, which its poller leaves alone for a backoff.
     """
 
     app: App
@@ -187,6 +190,7 @@ class Runtime:
     streams: StreamWaiters = attrs.field(factory=StreamWaiters)
     leases: LeaseKeeper = attrs.field(init=False)
     starts: StartBatcher = attrs.field(init=False)
+    passed_on: PassedOn = attrs.field(factory=PassedOn)
 
 
 @asynccontextmanager
