@@ -259,8 +259,8 @@ async def test_on_the_memory_broker_a_worker_announces_once(
     assert await broker.worker_descriptors() == []
 
 
-async def test_on_the_memory_broker_a_worker_announces_again_when_registrations_change(
-    autojump_clock: trio.abc.Clock,
+async def test_on_the_memory_broker_a_worker_announces_registrations_made_since_as_tasks_come(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
 ) -> None:
     app = build_app()
     broker = ServerLikeBroker(MemoryBroker())
@@ -270,22 +270,38 @@ async def test_on_the_memory_broker_a_worker_announces_again_when_registrations_
         await trio.sleep(60.0)
         assert broker.announcements == [(0.0, "w-1", math.inf)]
 
-        async def refund(amount: int) -> int:
-            return amount
+        charge = app.get_step("charge")
+        assert charge is not None
 
-        # A registration changes what it announces (its deploy's hash, at
-        # least): announced at once, again until withdrawn.
+        async def pay(ctx: td.Context, amount: int) -> int:
+            result: int = await ctx.step(charge, amount)
+            return result
+
+        # Registered after the worker opened: announced with no timer, as
+        # the worker's next tasks arrive.
+        paying = app.workflow(name="pay")(pay)
         await trio.sleep(60.0)
-        app.step(group="payments")(refund)
-        await trio.testing.wait_all_tasks_blocked()
+        assert broker.announcements == [(0.0, "w-1", math.inf)]
+        async with open_test_engine(app, broker=broker) as engine:
+            run = await engine.start(paying, 5)
+            assert await engine.result(run.id) == 5
         assert broker.announcements == [(0.0, "w-1", math.inf), (120.0, "w-1", math.inf)]
         [d] = await broker.worker_descriptors()
-        assert "refund" in d.steps
+        assert "pay" in d.workflows
         assert d.registration_hash == app.registration_hash()
         assert (d.announced_at, d.held) == (WALL_START + 120.0, True)
+        # Nothing changed since: more tasks announce nothing more.
+        assert await engine_run(open_test_engine, app, broker, paying) == 7
+        assert len(broker.announcements) == 2
     assert await broker.worker_descriptors() == []
-    # The worker left: no watcher stays behind in the app.
-    assert app._watchers == []
+
+
+async def engine_run(
+    open_test_engine: EngineFactory, app: td.App, broker: Broker, wf: td.Workflow[..., int]
+) -> int:
+    async with open_test_engine(app, broker=broker) as engine:
+        result: int = await engine.result((await engine.start(wf, 7)).id)
+    return result
 
 
 async def test_on_the_memory_broker_a_crashed_worker_lapses_its_ttl_later(

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -83,13 +82,6 @@ class App:
         self._entities: dict[str, Entity] = {}
         self._hashed: tuple[tuple[int, int, int], str] | None = None
         self._search_attributes: dict[str, SearchAttributeType] = {}
-        # Told of each step, queue and workflow registered (see
-        # `watch_registrations`).
-        self._watchers: list[Callable[[], None]] = []
-
-    def _registered(self) -> None:
-        for watcher in tuple(self._watchers):
-            watcher()
 
     def queue(
         self,
@@ -128,7 +120,6 @@ class App:
             name=name, concurrency=concurrency, priority=priority, rate_limit=rate_limit
         )
         self._queues[name] = flow
-        self._registered()
         return flow
 
     def get_queue(self, name: str) -> FlowQueue | None:
@@ -361,7 +352,6 @@ class App:
             )
             self._workflows[key] = wf
             self._latest[wf_name] = wf
-            self._registered()
             return wf
 
         return register if fn is None else register(fn)
@@ -396,7 +386,6 @@ class App:
         wf = shadow_workflow(name, LATEST_VERSION, group)
         self._workflows[(name, LATEST_VERSION)] = wf
         self._latest[name] = wf
-        self._registered()
         return wf
 
     @overload
@@ -490,7 +479,6 @@ class App:
                 queue=queue,
             )
             self._steps[step_name] = step
-            self._registered()
             return step
 
         return register if fn is None else register(fn)
@@ -533,7 +521,6 @@ class App:
             self._entities[name] = entity
             self._workflows[(wf.name, wf.version)] = wf
             self._latest[wf.name] = wf
-            self._registered()
             return cls
 
         return register
@@ -654,17 +641,6 @@ def workflow_of(app: App, target: Workflow[Any, Any] | str) -> Workflow[Any, Any
     if isinstance(target, str):
         return app.get_workflow(target)
     raise UnknownWorkflowError(f"not a workflow: {target!r}")
-
-
-@contextlib.contextmanager
-def watch_registrations(app: App, watcher: Callable[[], None]) -> Iterator[None]:
-    """Call ``watcher`` after each step, queue or workflow registered in
-    ``app`` while the block lasts (a worker announces what it serves again)."""
-    app._watchers.append(watcher)
-    try:
-        yield
-    finally:
-        app._watchers.remove(watcher)
 
 
 if TYPE_CHECKING:

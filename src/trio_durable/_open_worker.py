@@ -150,7 +150,8 @@ async def open_worker(
             for queue in worker.queues:
                 await nursery.start(worker._consume, queue, name=f"trio_durable consumer {queue}")
             await worker.announce()
-            nursery.start_soon(worker.keep_announced, name="trio_durable announcements")
+            if worker.heartbeats:
+                nursery.start_soon(worker.heartbeat, name="trio_durable heartbeat")
             try:
                 yield worker
             finally:

@@ -24,7 +24,7 @@ import attrs
 import trio
 
 from . import _serde
-from ._app import App, Step, watch_registrations
+from ._app import App, Step
 from ._blob_wire import offload_result
 from ._blobs import Blobs, resolve_or_fail
 from ._brokers._base import (
@@ -226,43 +226,35 @@ class Worker:
         await self.broker.announce(descriptor, self._ttl if self.heartbeats else math.inf)
         self._announced = descriptor
 
-    async def keep_announced(self) -> None:
-        """Keep the announcement `open_worker` made: heartbeats every
-        ``heartbeat`` seconds where the broker needs them; else announce
-        again only when a registration changes what this worker announces
-        (its deploy's `App.registration_hash`, at least), so nothing wakes
-        on a timer."""
-        if self.heartbeats:
-            while True:
-                await trio.sleep(self._heartbeat)
-                await self._announce_again()
-            return
-        changed = trio.Event()
+    async def heartbeat(self) -> None:
+        """Announce again every ``heartbeat`` seconds (where the broker
+        needs heartbeats: see `open_worker`)."""
+        while True:
+            await trio.sleep(self._heartbeat)
+            await self._announce_again()
 
-        def registered() -> None:
-            changed.set()
+    def _registrations_changed(self) -> bool:
+        """Whether what this worker holds announced (no heartbeat) is of
+        other registrations than its app has now: one made after it
+        opened. Cheap: the app's hash is computed once per set of
+        registrations."""
+        announced = self._announced
+        return (
+            not self.heartbeats
+            and announced is not None
+            and announced.registration_hash != self.app.registration_hash()
+        )
 
-        with watch_registrations(self.app, registered):
-            while True:
-                await changed.wait()
-                changed = trio.Event()
-                if not await self._announce_again():
-                    # Tried again after a heartbeat's time, while it fails.
-                    await trio.sleep(self._heartbeat)
-                    changed.set()
-
-    async def _announce_again(self) -> bool:
-        """Announce again unless this worker is leaving. False if the
-        broker refused it."""
+    async def _announce_again(self) -> None:
+        """Announce again, unless this worker is leaving, or its
+        announcement is held and nothing it announces changed."""
         async with self._announcing:
-            if self._stopping:
-                return True
+            if self._stopping or (not self.heartbeats and not self._registrations_changed()):
+                return
             try:
                 await self.announce()
             except BrokerError as exc:
                 logger.warning("worker %s could not announce itself: %s", self.instance_id, exc)
-                return False
-            return True
 
     async def _withdraw(self) -> None:
         # A heartbeat due at the moment the worker leaves would otherwise
@@ -291,6 +283,10 @@ class Worker:
             task_status.started()
             while True:
                 deliveries = await consumer.receive(self._concurrency)
+                if self._registrations_changed():
+                    # Held with no heartbeat: what the app registered since
+                    # it opened is announced as tasks come, not on a timer.
+                    nursery.start_soon(self._announce_again)
                 self._stats.received += len(deliveries)
                 self._track(len(deliveries))
                 for delivery in deliveries:

@@ -224,9 +224,9 @@ class Broker(Protocol):
         which lives in its workers' process: there `announce` also takes
         ``ttl=math.inf``, an announcement that lasts until it is withdrawn
         or announced again, and a worker announces once as it opens (again
-        only when a registration changes what it announces) and withdraws
-        as it closes, with no heartbeat to wake it. Read once, when a
-        worker opens.
+        only if its app registered more since, when tasks arrive) and
+        withdraws as it closes, with no heartbeat to wake it. Read once,
+        when a worker opens.
     """
 
     @property
