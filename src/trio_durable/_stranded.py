@@ -29,9 +29,9 @@ of another process, which sees this process alive, would otherwise take
 those attempts for held. It reads the runs that may have one out (running,
 suspended or cancelling) the same way, marks each attempt still out on
 this broker as out on a broker that closed (a claim at its attempt, so a
-result that settled it meanwhile wins), makes the run due now and
-announces it: an engine open now takes it at once, one that opens later
-finds it due, and either sends the attempt again.
+result that settled it meanwhile wins), and announces the run: an engine
+open now takes it at once, one that opens later finds it in its pass over
+stranded steps, and either sends the attempt again.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ import attrs
 import trio
 
 from ._exceptions import StoreError
-from ._records import Checkpoint, CheckpointStatus, Run, RunFilter, RunStatus
-from ._stores._ops import ClaimCheckpoint, Op, UpdateRun
+from ._records import Checkpoint, CheckpointStatus, Run, RunFilter
+from ._stores._ops import ClaimCheckpoint, Op
 from ._wakes import announce
 from ._wire import MAX_SEQ
 
@@ -60,7 +60,6 @@ PAGE: Final = 200
 
 _WAITING: Final = RunFilter(statuses=frozenset({"suspended", "cancelling"}))
 _MAY_HAVE_OUT: Final = RunFilter(statuses=frozenset({"running", "suspended", "cancelling"}))
-_SUSPENDED: Final[frozenset[RunStatus]] = frozenset({"suspended", "cancelling"})
 CLOSE_BUDGET: Final = 30.0
 """Seconds (of Trio's clock) a closing engine spends at most marking the
 attempts it leaves out."""
@@ -141,8 +140,7 @@ async def leave_nothing_stranded(rt: Runtime, holding: Holding) -> None:
     release its use of the broker, and if it was the last engine of this
     process on a broker that keeps nothing across its process, and some
     attempt went out on it, mark every attempt still out on it as out on a
-    broker that closed, make its run due now and announce it (see the
-    module). Gives up after `CLOSE_BUDGET` seconds or at a store failure:
+    broker that closed and announce its run (see the module). Gives up after `CLOSE_BUDGET` seconds or at a store failure:
     what it did not mark stays as it was (sent again once this process
     ends, or by ``remote_redispatch``)."""
     if not holding.release():
@@ -195,11 +193,11 @@ async def _mark_closed(rt: Runtime, run: Run) -> int:
     if not ops:
         return 0
     found = len(ops)
-    # Due now for an engine that opens later (whatever its broker); told
-    # now to those open (a turn of one in flight is followed by another).
-    ops.append(
-        UpdateRun(run.id, {"wake_at": rt.clock.now()}, expect_status=_SUSPENDED, strict=False)
-    )
+    # Told to the engines open now (one whose turn of it is in flight
+    # turns it again after); one that opens later finds it in its pass
+    # over stranded steps (`wake_stranded`). Its due time stays as it is:
+    # an engine of this process on that very broker, which still holds
+    # the task, has no use for an early turn.
     ops.extend(announce(rt.store, rt.engine_id, "wake", [run]))
     await rt.store.apply(ops)
     return found
