@@ -140,9 +140,10 @@ async def leave_nothing_stranded(rt: Runtime, holding: Holding) -> None:
     release its use of the broker, and if it was the last engine of this
     process on a broker that keeps nothing across its process, and some
     attempt went out on it, mark every attempt still out on it as out on a
-    broker that closed and announce its run (see the module). Gives up after `CLOSE_BUDGET` seconds or at a store failure:
-    what it did not mark stays as it was (sent again once this process
-    ends, or by ``remote_redispatch``)."""
+    broker that closed and announce its run (see the module). Gives up
+    after `CLOSE_BUDGET` seconds or at a store failure: what it did not
+    mark stays as it was (sent again once this process ends, or by
+    ``remote_redispatch``)."""
     if not holding.release():
         return
     marked = 0
