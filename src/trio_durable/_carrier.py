@@ -13,7 +13,11 @@ engine that meets such an attempt, held by a broker that is not its own,
 sends it again as a new attempt (see `_remote`). A broker is gone once no
 engine of its process sends on it (in this process), once its process
 ended (another process of this host), or if it is on another host, which
-cannot be asked.
+cannot be asked. Since an engine in another process cannot tell that the
+last engine of a live process on such a broker closed, that engine says
+so as it closes: the attempts still out on the broker then carry a mark
+without ``holder`` (``closed`` names it instead), which every engine takes
+for gone (see `_stranded.leave_nothing_stranded`).
 
 A send the broker refused leaves the mark `BROKER_WAIT` instead, with
 ``started_at`` cleared and ``wake_at`` the time of the next try (see
@@ -60,6 +64,9 @@ object: engines of one process sharing a broker share its name."""
 _counter: Final = itertools.count(1)
 _open: Final[Counter[str]] = Counter()
 """How many engines of this process have each holder name open now."""
+_used: Final[set[str]] = set()
+"""The holder names of this process that some attempt was sent on (marked
+`OUT`): only those can leave attempts out when their last engine closes."""
 
 
 def _process_start(pid: int) -> str | None:
@@ -174,35 +181,52 @@ class Carrier:
         return cls(broker=shown, durable=durable, holder=None if durable else _holder_name(broker))
 
     @contextlib.contextmanager
-    def open(self) -> Iterator[None]:
-        """While the block lasts, this process sends on the broker: what
-        it holds counts as held (see `holder_alive`)."""
-        if self.holder is None:
-            yield
-            return
-        _open[self.holder] += 1
+    def open(self) -> Iterator[Holding]:
+        """While the block lasts (or until `Holding.release`), this
+        process sends on the broker: what it holds counts as held (see
+        `holder_alive`)."""
+        holding = Holding(self.holder)
         try:
-            yield
+            yield holding
         finally:
-            _open[self.holder] -= 1
-            if not _open[self.holder]:
-                del _open[self.holder]
+            holding.release()
 
     def mark(self) -> ErrorInfo:
         """The mark of an attempt this engine sends now (shared: never
         change its details)."""
+        if self.holder is not None:
+            _used.add(self.holder)
         return self._mark
+
+    def holds(self, cp: Checkpoint) -> bool:
+        """Whether ``cp``'s attempt is out on this very broker object (of
+        this process), as its mark says."""
+        out = out_on(cp)
+        return self.holder is not None and out is not None and out.get("holder") == self.holder
+
+    def closed_mark(self) -> ErrorInfo:
+        """The mark of an attempt out on this broker once the last engine
+        of this process that sent on it closed: without ``holder``, so
+        every engine counts it gone (see `lost`); ``closed`` names it."""
+        return ErrorInfo(
+            message=f"out on {self.broker}, closed since",
+            code=OUT,
+            details={"broker": self.broker, "durable": False, "closed": self.holder},
+        )
 
     def lost(self, cp: Checkpoint) -> bool:
         """Whether ``cp``'s attempt is out on a broker that is not durable,
         not this engine's own, and gone (see `holder_alive`): it went with
-        that broker's process."""
+        that broker's process, or the last engine of that process that
+        sent on it closed (`closed_mark`), unless an engine of this process
+        sends on that very broker again (it still holds the task)."""
         out = out_on(cp)
         if out is None or out.get("durable", True) is not False:
             return False
         holder = out.get("holder")
         if not isinstance(holder, str):
-            return True
+            closed = out.get("closed")
+            return not (isinstance(closed, str) and (closed == self.holder or _open[closed] > 0))
         if holder == self.holder or _open[holder] > 0:
             return False
         # Another process asked once a second at most: a turn of a wide fan
@@ -220,6 +244,34 @@ class Carrier:
             code=BROKER_WAIT,
             details={"broker": self.broker},
         )
+
+
+@final
+class Holding:
+    """One engine's use of a broker that is not durable, made by
+    `Carrier.open`: while held, what the broker holds counts as held in
+    this process."""
+
+    def __init__(self, holder: str | None) -> None:
+        self._holder = holder
+        if holder is not None:
+            _open[holder] += 1
+
+    def release(self) -> bool:
+        """Stop using the broker (once; later calls do nothing). True if
+        this was the last engine of this process on it and an attempt was
+        sent on it: what is still out on it went with it."""
+        holder, self._holder = self._holder, None
+        if holder is None:
+            return False
+        _open[holder] -= 1
+        if _open[holder]:
+            return False
+        del _open[holder]
+        if holder not in _used:
+            return False
+        _used.discard(holder)
+        return True
 
 
 def out_on(cp: Checkpoint) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from ._blob_store import blobs_of
 from ._blobs import DEFAULT_BLOB_THRESHOLD, Blobs
 from ._breakpoints import Breakpoints
 from ._brokers._base import RESULTS
-from ._carrier import Carrier
+from ._carrier import Carrier, Holding
 from ._catalogue import Catalogue
 from ._clock import Clock
 from ._dispatch import Dispatcher
@@ -34,6 +34,7 @@ from ._learned import Learned
 from ._leases import LeaseKeeper
 from ._observe import Event, EventHub, EventKind, Metrics
 from ._open_worker import open_worker
+from ._passed_on import PassedOn
 from ._poller import poll_due, reconcile_stalled
 from ._records import QueueDepth, Run
 from ._retention import prune_forever
@@ -45,7 +46,7 @@ from ._settle import consume_results
 from ._start_batch import StartBatcher
 from ._stores._base import RunWatch
 from ._stores._ops import ReleaseRun
-from ._stranded import wake_stranded
+from ._stranded import leave_nothing_stranded, wake_stranded
 from ._streams import StreamWaiters
 from ._tracing import DISABLED, Tracing, make_tracing
 from ._turns import Turns
@@ -166,6 +167,8 @@ class Runtime:
       streams: The readers of runs' streams waiting for new values.
       leases: Renews the leases of the turns in flight.
       starts: Writes the runs of starts that arrive together in one batch.
+      passed_on: The runs it passed on because its app lacks their
+        workflow, which its poller leaves alone for a backoff.
     """
 
     app: App
@@ -194,6 +197,7 @@ class Runtime:
     streams: StreamWaiters = attrs.field(factory=StreamWaiters)
     leases: LeaseKeeper = attrs.field(init=False)
     starts: StartBatcher = attrs.field(init=False)
+    passed_on: PassedOn = attrs.field(factory=PassedOn)
 
 
 @asynccontextmanager
@@ -217,10 +221,14 @@ async def open_runtime(
     of the steps sent on it (see `_carrier`).
 
     Leaving cancels and joins them all, then gives back the leases of the
-    runs whose turns were cut off, unless the runtime ``crashed``.
+    runs whose turns were cut off, and, as the last engine of this process
+    on a broker that keeps nothing across its process, marks the remote
+    steps still out on it for other engines to send again (see
+    `_stranded`), unless the runtime ``crashed``.
     """
     executing: list[str] = []
     running: Runtime | None = None
+    holding: Holding | None = None
     joined: SentTasks | None = None
     held = ExitStack()
     # Checked before anything starts: a UsageError comes out as it is.
@@ -244,7 +252,7 @@ async def open_runtime(
                 joined = rt.sent
                 # What it sends on a broker of this process counts as held
                 # while the engine is open (see `_carrier`).
-                held.enter_context(rt.dispatcher.carrier.open())
+                holding = held.enter_context(rt.dispatcher.carrier.open())
                 nursery.start_soon(rt.leases.keep, name="trio_durable lease keeper")
                 await nursery.start(rt.starts.serve, name="trio_durable starts")
                 if isinstance(store, RunWatch):
@@ -311,6 +319,10 @@ async def open_runtime(
                     # the scheduler before the block learned of it.
                     executing = sorted({*executing, *running.scheduler.cut_off})
                 await _release_leases(store, engine_id, executing)
+                if running is not None and holding is not None:
+                    # The last engine of this process on a memory broker
+                    # leaves nothing that engines elsewhere would wait on.
+                    await leave_nothing_stranded(running, holding)
     finally:
         held.close()
         if joined is not None:
