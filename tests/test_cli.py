@@ -312,6 +312,8 @@ async def test_workers_reports_disagreements_and_gaps_over_the_memory_broker(
     document = report_json(report, "memory://")
     assert [w["instance_id"] for w in document["workers"]] == ["w-new", "w-old"]
     assert document["workers"][1]["groups"] == ["cli"]
+    # Announced once on the memory broker, until withdrawn: no heartbeat.
+    assert [w["held"] for w in document["workers"]] == [True, True]
     assert len(document["deploys"]) == 2
     assert {(d["kind"], d["subject"]) for d in document["disagreements"]} == {
         ("requires", "double"),
@@ -341,6 +343,7 @@ async def test_workers_reports_disagreements_and_gaps_over_the_memory_broker(
         "Capability gaps (these steps wait as blocked)",
         "Unserved on-error routes",
         "page_oncall",
+        " s ago, held",
     ):
         assert text in out, out
 

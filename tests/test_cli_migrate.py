@@ -12,6 +12,7 @@ import trio
 
 import trio_durable as td
 from test_cli import SECRET, invoke, one_error_line
+from test_values_store_upgrade import restore as restore_values_store
 from trio_durable._stores._sqlite_schema import SCHEMA_VERSION
 from trio_durable.stores import PutValue, StoredValue
 
@@ -135,7 +136,7 @@ def test_migrate_upgrades_a_version_3_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert (document["before"], document["after"]) == (3, SCHEMA_VERSION)
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 9
     listed = invoke(["breakpoints", "list", "--store", store, "--json"])
     assert json.loads(listed.stdout) == {"breakpoints": [], "paused": []}
 
@@ -161,3 +162,26 @@ def test_migrate_upgrades_a_version_4_file(tmp_path: Path) -> None:
 
     [kept] = trio.run(keep)
     assert (kept.key, kept.value, kept.version) == ("k", '"v"', 1)
+
+
+def test_migrate_upgrades_a_file_the_release_before_wrote(tmp_path: Path) -> None:
+    """`trio-durable migrate --check` sees the version 8 file of
+    tests/data/values_before_runs/ needs version 9, and `migrate` applies
+    it: every value stays, those of a run's own scopes going with it."""
+    path = restore_values_store(tmp_path)
+    store = f"sqlite:///{path}"
+    checked = invoke(["migrate", "--store", store, "--check", "--json"])
+    assert checked.exit_code == 1, checked.output
+    assert json.loads(checked.stdout)["action"] == "needed"
+    assert _version(path) == 8
+    result = invoke(["migrate", "--store", store, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["action"], document["before"], document["after"]) == ("upgraded", 8, 9)
+
+    async def stored() -> list[StoredValue]:
+        async with td.open_store(store) as opened:
+            return await opened.list_values("stream:live-t")
+
+    [streamed] = trio.run(stored)
+    assert (streamed.value, streamed.run_id) == ('"live"', "live-t")

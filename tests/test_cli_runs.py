@@ -172,7 +172,8 @@ def test_signalling_or_cancelling_an_ended_run_exits_1(store: dict[str, str]) ->
     result = invoke(["runs", "retry", "doubled-1"], env=store)
     assert result.exit_code == 1
     assert one_error_line(result) == (
-        "Error: run 'doubled-1' is completed; only failed or dead runs can be retried"
+        "Error: run 'doubled-1' is completed; only failed or dead runs,"
+        " or suspended runs waiting on remote steps, can be retried"
     )
 
 

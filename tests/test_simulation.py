@@ -369,15 +369,25 @@ def test_planted_entity_state_written_apart_from_the_call_is_caught(
 
     monkeypatch.setattr(entity_defs, "run_handler", early)
     faults = Faults(store_fail_before=0.05, store_fail_after=0.05)
-    # A seed whose faults hit an entity call's end write (which seed does
-    # moves with the number of store calls the workload makes).
-    report = simulate(app, default_workload, seed=2, faults=faults)
-    # More state than the calls added, at a version past their number.
-    assert any(
-        re.fullmatch(r"entity tally\[t\]: state \d+ at version \d+, expected 645 at version 12", v)
-        for v in report.violations
-    ), report.violations
-    assert any("are not a sequence of the adds" in v for v in report.violations)
+
+    def caught(violations: tuple[str, ...]) -> bool:
+        # More state than the calls added, at a version past their number.
+        return any(
+            re.fullmatch(
+                r"entity tally\[t\]: state \d+ at version \d+, expected 645 at version 12", v
+            )
+            for v in violations
+        ) and any("are not a sequence of the adds" in v for v in violations)
+
+    # The first seeds until one whose faults hit an entity call's end write
+    # (which seed does moves with the number of store calls the engine and
+    # the workload make).
+    reports = []
+    for seed in range(1, 6):
+        reports.append(simulate(app, default_workload, seed=seed, faults=faults))
+        if caught(reports[-1].violations):
+            break
+    assert caught(reports[-1].violations), [r.violations for r in reports]
 
 
 def test_planted_uncounted_missed_ticks_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:

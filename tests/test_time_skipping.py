@@ -49,11 +49,25 @@ async def stamp(label: str) -> float:
     return trio.current_time()
 
 
+@app.step(group="stamps")
+async def remote_stamp(label: str) -> float:
+    stamps.append((label, trio.current_time()))
+    return trio.current_time()
+
+
 @app.workflow()
 async def sleeper(ctx: td.Context, seconds: float) -> list[float]:
     before = await ctx.step(stamp, "before")
     await ctx.sleep(seconds)
     after = await ctx.step(stamp, "after")
+    return [before, after]
+
+
+@app.workflow()
+async def remote_sleeper(ctx: td.Context, seconds: float) -> list[float]:
+    before = await ctx.step(remote_stamp, "before")
+    await ctx.sleep(seconds)
+    after = await ctx.step(remote_stamp, "after")
     return [before, after]
 
 
@@ -81,13 +95,16 @@ def real_time_limit(seconds: float) -> Iterator[trio.CancelScope]:
     assert not scope.cancelled_caught, f"took more than {seconds} s of real time"
 
 
-async def sleep_once(engine: td.Engine, days: float) -> float:
-    """Run `sleeper` for ``days`` on ``engine``; the real seconds it took
-    from the start to the result. Checks the virtual times exactly."""
+async def sleep_once(
+    engine: td.Engine, days: float, workflow: td.Workflow[..., list[float]] = sleeper
+) -> float:
+    """Run ``workflow`` (`sleeper`, or `remote_sleeper`) for ``days`` on
+    ``engine``; the real seconds it took from the start to the result.
+    Checks the virtual times exactly."""
     stamps.clear()
     t0 = trio.current_time()
     began = time.perf_counter()
-    run = await engine.start(sleeper, days * DAY)
+    run = await engine.start(workflow, days * DAY)
     before, after = await engine.result(run.id)
     took = time.perf_counter() - began
     # The step after the sleep ran at its due time, to the virtual second,
@@ -121,6 +138,46 @@ async def test_a_year_costs_no_more_real_time_than_a_day(
                 day.append(await sleep_once(engine, 1))
                 year.append(await sleep_once(engine, 365))
     assert min(year) < 2 * min(day)
+
+
+@pytest.mark.parametrize("days", [1, 365])
+async def test_a_long_sleep_between_two_remote_steps_takes_well_under_a_second(
+    autojump_clock: trio.testing.MockClock, store_url: str, days: int
+) -> None:
+    # The README's set-up: the embedded memory broker, and a worker inside
+    # the engine. Nothing of the worker wakes on a timer (no heartbeat: its
+    # announcement lives as long as the broker, in this process).
+    with real_time_limit(30.0):
+        async with td.open_engine(app, store=store_url, serve=["stamps"]) as engine:
+            took = await sleep_once(engine, days, remote_sleeper)
+    assert took < 1.0
+
+
+async def test_a_year_between_remote_steps_costs_no_more_real_time_than_a_day(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    day: list[float] = []
+    year: list[float] = []
+    with real_time_limit(30.0):
+        async with td.open_engine(app, store=store_url, serve=["stamps"]) as engine:
+            for _ in range(5):
+                day.append(await sleep_once(engine, 1, remote_sleeper))
+                year.append(await sleep_once(engine, 365, remote_sleeper))
+    assert min(year) < 2 * min(day)
+
+
+async def test_a_worker_of_its_own_on_the_memory_broker_costs_no_real_time_either(
+    autojump_clock: trio.testing.MockClock, store_url: str
+) -> None:
+    # An engine and a worker opened side by side on ``memory://``, each
+    # with its default options.
+    with real_time_limit(30.0):
+        async with (
+            td.open_engine(app, store=store_url) as engine,
+            td.open_worker(app, groups=["stamps"]),
+        ):
+            took = await sleep_once(engine, 365, remote_sleeper)
+    assert took < 1.0
 
 
 class CountingStore:

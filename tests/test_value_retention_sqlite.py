@@ -1,5 +1,5 @@
 """Keyed values and retention in the SQLite store, beyond the conformance
-suite: a file of schema 6 gains the run a value goes with in place, and the
+suite: a file of schema 8 gains the run a value goes with in place, and the
 walks retention makes of the values use their indexes."""
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ def _indexes(path: Path) -> list[tuple[str, str]]:
     return [(name, sql) for name, sql in rows]
 
 
-async def test_a_version_6_file_gains_the_run_a_value_goes_with(tmp_path: Path) -> None:
+async def test_a_version_8_file_gains_the_run_a_value_goes_with(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     url = f"sqlite:///{path}"
     async with td.open_store(url):
         pass
     fresh = _indexes(path)
     assert [name for name, _ in fresh] == ["durable_values_age", "durable_values_run"]
-    # Back to version 6: durable_values without its column and indexes.
+    # Back to version 8: durable_values without its column and indexes.
     connection = sqlite3.connect(path, isolation_level=None)
     connection.executescript(
         "BEGIN; DROP INDEX durable_values_age; DROP INDEX durable_values_run;"
@@ -51,7 +51,7 @@ async def test_a_version_6_file_gains_the_run_a_value_goes_with(tmp_path: Path) 
         " VALUES ('s', 'old', '\"v\"', 1, 1.0), ('stream:r', '0', '1', 1, 1.0),"
         " ('run-event:r', 'k', '1', 1, 1.0), ('update:r', 'record/u', '{}', 1, 1.0),"
         " ('update:other', 'record/u', '{}', 1, 1.0), ('streams:r', '0', '1', 1, 1.0);"
-        " PRAGMA user_version = 6; COMMIT;"
+        " PRAGMA user_version = 8; COMMIT;"
     )
     connection.close()
     async with td.open_store(url) as store:
@@ -85,7 +85,7 @@ async def test_a_version_6_file_gains_the_run_a_value_goes_with(tmp_path: Path) 
     assert connection.execute("PRAGMA user_version").fetchone() == (_sqlite_schema.SCHEMA_VERSION,)
     connection.close()
     assert _indexes(path) == fresh
-    assert _sqlite_schema.SCHEMA_VERSION == 7
+    assert _sqlite_schema.SCHEMA_VERSION == 9
 
 
 async def test_retention_walks_the_value_indexes(tmp_path: Path) -> None:

@@ -293,15 +293,18 @@ class Client(
     async def retry(
         self, run_id: str, *, namespace: str | None = None, from_seq: int | None = None
     ) -> Run:
-        """Run a failed or dead run's body again from its checkpoints, or,
-        with ``from_seq``, any run that ended again from that seq, in place
+        """Run a failed or dead run's body again from its checkpoints, send
+        again the remote steps a suspended run waits on, or, with
+        ``from_seq``, run any run that ended again from that seq, in place
         (see `Engine.retry`); returns the run as the retry wrote it,
-        ``pending`` (an engine may have taken it up since).
+        ``pending`` (``suspended`` and due now, for a suspended run; an
+        engine may have taken it up since).
 
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
-          InvalidRunStateError: The run is not failed or dead (with
-            ``from_seq``: has not ended, or continued as new); nothing changed.
+          InvalidRunStateError: The run is neither failed nor dead, nor
+            suspended waiting on a remote step (with ``from_seq``: has not
+            ended, or continued as new); nothing changed.
           ForkPointError: ``from_seq`` is refused (see `Engine.retry`);
             nothing changed.
         """

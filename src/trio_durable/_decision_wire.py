@@ -99,7 +99,8 @@ def _error(value: Any) -> ErrorInfo | None:
     for key in ("code", "type", "step", "traceback"):
         if value.get(key) is not None and not isinstance(value[key], str):
             _reject(f"an error's {key} must be a string")
-    return ErrorInfo.from_json(value)
+    # An error from a worker is in the clear: only a codec store seals one.
+    return ErrorInfo.from_json({key: item for key, item in value.items() if key != "sealed"})
 
 
 # -- checkpoints as JSON text --------------------------------------------------------

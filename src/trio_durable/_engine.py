@@ -310,6 +310,13 @@ class Engine(
         A retried child that was cancelled gets back its signal waits, and
         sends again the remote steps whose results the cancel dropped.
 
+        A ``suspended`` run waiting on remote steps (or on a remote
+        workflow's decision task) stays suspended, and each of them is sent
+        again at once as a new attempt (one whose send the broker refused
+        is tried again at once): the way out when a broker lost them. A
+        late failure of an earlier attempt then changes nothing, and a late
+        success of it still settles the step.
+
         With ``from_seq``, a run that ended in any way runs again from that
         seq in place (docs/fork-and-retry.md).
 
@@ -321,13 +328,14 @@ class Engine(
             last body seq; None retries as described first.
 
         Returns:
-          The run as the retry wrote it, ``pending`` (an engine may have
-          taken it up since).
+          The run as the retry wrote it, ``pending`` (``suspended`` and due
+          now, for a suspended run; an engine may have taken it up since).
 
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
-          InvalidRunStateError: The run is not failed or dead (with
-            ``from_seq``: has not ended); nothing changed.
+          InvalidRunStateError: The run is neither failed nor dead, nor
+            suspended waiting on a remote step (with ``from_seq``: has not
+            ended); nothing changed.
           ForkPointError: ``from_seq`` is refused; nothing changed.
         """
         self._rt.scheduler.check_open()

@@ -32,6 +32,7 @@ from ._exceptions import (
     LeaseLostError,
     RunConflictError,
 )
+from ._executions import rerun_record
 from ._handlers import UPDATES_SEQ, read_log
 from ._lifecycle import continued_to, deadline_ops, started_output, workflow_timeout
 from ._markers import CANCEL_SENT_SEQ, CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
@@ -419,6 +420,10 @@ async def retry_from(
     ops.extend(rewrites)
     if deletes:
         ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
+        # What the run records at these seqs again is marked `rerun`: a
+        # result without an execution id cannot tell it from what was
+        # deleted (one with an id never settles it).
+        ops.extend(rerun_record(run.id, checkpoints, deletes, now))
     changes: dict[str, object] = {
         "status": "pending",
         "error": None,

@@ -36,6 +36,7 @@ from ._search_attributes import register as register_search_attributes
 from ._stores import enter_store
 from ._stores._base import Store
 from ._stores._codec import check_codec, with_codec
+from ._undecodable import guarded
 from ._views import Retention
 
 if TYPE_CHECKING:
@@ -119,10 +120,13 @@ async def open_engine(
       remote_redispatch: ``(seconds, maximum)``: a remote step with no result
         ``seconds`` after it was sent is sent again with its attempt count
         raised, at most ``maximum`` times; then it fails with code ``lost``.
-        Off by default: brokers redeliver what a dead worker held, but a task
-        that never reached the broker (this engine died between committing a
-        step and sending it, or the broker refused it eight times) is only
-        sent again with this on.
+        It applies to steps already out when the engine opens, whoever sent
+        them. Off by default: durable brokers redeliver what a dead worker
+        held, steps out on a ``memory://`` broker that went with its process
+        are sent again at once, and a send the broker refused is retried
+        later; but a task a durable broker lost, or one that never reached
+        it (an engine died between committing a step and sending it), is
+        only sent again with this on.
       blocked_recheck: Seconds between checks of a step parked because no
         live worker offers what it ``requires``.
       traceback_limit: How many characters of a traceback a failed step
@@ -198,9 +202,10 @@ async def open_engine(
         engine_id = f"engine-{rng.getrandbits(32):08x}"
     blob_options = BlobOptions.of(blobs, blob_threshold, blob_grace)
     async with AsyncExitStack() as stack:
-        # The codec outermost: what goes to the blob store is encrypted too.
-        store_obj = with_codec(
-            blob_options.wrap(await enter_store(stack, store), wall_clock), codec
+        # The codec over the blob store: what goes to the blob store is
+        # encrypted too. Over both, the guard of turns that cannot decode.
+        store_obj = guarded(
+            with_codec(blob_options.wrap(await enter_store(stack, store), wall_clock), codec)
         )
         # Before any run: a type the store records otherwise is refused.
         await register_search_attributes(store_obj, app, wall_clock())
@@ -215,6 +220,7 @@ async def open_engine(
             wall_clock=wall_clock,
             serve=routes,
             capabilities=tuple(capabilities),
+            broker_url=broker if isinstance(broker, str) else None,
         ) as rt:
             engine = Engine(rt)
             for unserved in await engine.unserved_on_error_routes():

@@ -63,7 +63,14 @@ async def poll_due(rt: Runtime) -> None:
             outage += 1
             await _outage_backoff(rt, outage, exc)
             continue
-        fresh = [run_id for run_id in due if not scheduler.has_turn(run_id)]
+        # A run this engine passed on (its app lacks the workflow) waits out
+        # the backoff on this engine's clock, whatever due time another
+        # engine wrote since (see `_passed_on`).
+        fresh = [
+            run_id
+            for run_id in due
+            if not scheduler.has_turn(run_id) and not rt.passed_on.held_back(run_id)
+        ]
         rt.rng.shuffle(fresh)
         for run_id in fresh:
             scheduler.wake(run_id)

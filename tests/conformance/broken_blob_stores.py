@@ -8,6 +8,7 @@ thing.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -102,6 +103,29 @@ class AppendsParts(BlobStoreWrapper):
 
     async def put(self, key: str, data: bytes, *, at: float) -> None:
         for start in range(0, len(data), PART):
-            stored = b"" if start == 0 else await self.inner.get(key)
+            # The parts so far, as stored (no blob whole yet to check).
+            stored = b"" if start == 0 else (self.inner.path / key).read_bytes()
             await self.inner.put(key, stored + data[start : start + PART], at=at)
             await trio.lowlevel.checkpoint()
+
+
+class ServesUnchecked(BlobStoreWrapper):
+    """`get` serves the file's bytes without checking them against the key."""
+
+    async def get(self, key: str) -> bytes:
+        try:
+            return (self.inner.path / key).read_bytes()
+        except FileNotFoundError:
+            raise td.BlobNotFound(key) from None
+
+
+class KeepsSameSize(BlobStoreWrapper):
+    """`put` writes nothing over a blob of the same length (only its stamp
+    moves): an altered blob is never repaired."""
+
+    async def put(self, key: str, data: bytes, *, at: float) -> None:
+        info = await self.inner.stat(key)
+        if info is None or info.size != len(data):
+            await self.inner.put(key, data, at=at)
+        else:
+            os.utime(self.inner.path / key, (at, at))

@@ -406,3 +406,18 @@ class KeepsDescriptorsForever(BrokerWrapper):
 
     async def announce(self, descriptor: WorkerDescriptor, ttl: float) -> None:
         await self.inner.announce(descriptor, 10**9)
+
+
+class NeedsHeartbeats(BrokerWrapper):
+    """Faithful, but says its announcements need heartbeats, as a broker on
+    a server does (the memory broker it wraps keeps them all the same)."""
+
+    needs_heartbeat = True
+
+
+class ForgetsHeldAnnouncements(BrokerWrapper):
+    """Says its announcements need no heartbeat (as the memory broker it
+    wraps does), yet keeps one made until withdrawn for a minute only."""
+
+    async def announce(self, descriptor: WorkerDescriptor, ttl: float) -> None:
+        await self.inner.announce(descriptor, min(ttl, 60.0))

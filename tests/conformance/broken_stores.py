@@ -24,6 +24,7 @@ from trio_durable.stores import (
     CreateRun,
     Op,
     PutCheckpoint,
+    RescheduleCheckpoint,
     RunFilter,
     RunStamp,
     RunStatus,
@@ -142,6 +143,40 @@ class ForgetsTheLastError(StoreWrapper):
                 for op in ops
             ]
         )
+
+
+class IgnoresExecutions(StoreWrapper):
+    """Ignores the execution conditions of settles and reschedules
+    (``execution``, ``unless_rerun``): a result replayed from an earlier
+    execution settles the step's new one."""
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        return await self.inner.apply(
+            [
+                attrs.evolve(op, execution=None, unless_rerun=False)
+                if isinstance(op, SettleCheckpoint | RescheduleCheckpoint)
+                else op
+                for op in ops
+            ]
+        )
+
+
+class ForgetsExecutions(StoreWrapper):
+    """Keeps no checkpoint's ``executions`` nor ``rerun`` (a column it does
+    not have): the settles that name one find none."""
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        def forget(cp: td.Checkpoint) -> td.Checkpoint:
+            return attrs.evolve(cp, executions=(), rerun=False)
+
+        written: list[Op] = []
+        for op in ops:
+            if isinstance(op, PutCheckpoint | ClaimCheckpoint):
+                op = attrs.evolve(op, checkpoint=forget(op.checkpoint))
+            elif isinstance(op, CreateRun):
+                op = attrs.evolve(op, checkpoints=tuple(map(forget, op.checkpoints)))
+            written.append(op)
+        return await self.inner.apply(written)
 
 
 class ChokesOnNulInErrors(StoreWrapper):

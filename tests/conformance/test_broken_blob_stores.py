@@ -15,9 +15,11 @@ from broken_blob_stores import (
     AppendsParts,
     BlobStoreWrapper,
     DeleteIgnored,
+    KeepsSameSize,
     ListIgnoresAfter,
     MissingIsEmpty,
     ReturnsOtherBytes,
+    ServesUnchecked,
     WritesOnce,
     factory_of,
 )
@@ -42,6 +44,10 @@ CASES: Final = [
         ["check_concurrent_puts_of_one_blob_leave_it_whole"],
         id="concurrent-puts-append",
     ),
+    pytest.param(
+        ServesUnchecked, ["check_a_corrupted_blob_raises_blob_corrupted"], id="serves-unchecked"
+    ),
+    pytest.param(KeepsSameSize, ["check_a_put_repairs_a_corrupted_blob"], id="keeps-same-size"),
 ]
 
 

@@ -27,6 +27,7 @@ from broken_brokers import (
     CorruptsLargeBodies,
     DeafWhileWaiting,
     DropsCapabilities,
+    ForgetsHeldAnnouncements,
     ForgetsUnackedOnClose,
     IgnoresMaxItems,
     IgnoresPrefetch,
@@ -36,6 +37,7 @@ from broken_brokers import (
     LosesOne,
     LosesOneInFifty,
     LosesResults,
+    NeedsHeartbeats,
     OneQueue,
     RedeliversAcked,
     RedeliversAckedLate,
@@ -54,6 +56,7 @@ from trio_durable.testing.conformance import (
     QUIET_PERIOD,
     BrokerFactory,
     check_acked_messages_are_never_delivered_again,
+    check_an_announcement_without_heartbeat_lasts_until_withdrawn,
     check_broker,
     check_higher_priorities_are_delivered_first,
     run_checks,
@@ -130,6 +133,11 @@ CASES: Final = [
         KeepsDescriptorsForever,
         ["check_a_descriptor_is_forgotten_after_its_ttl"],
         id="descriptor-ttl-ignored",
+    ),
+    pytest.param(
+        ForgetsHeldAnnouncements,
+        ["check_an_announcement_without_heartbeat_lasts_until_withdrawn"],
+        id="held-announcement-lapses",
     ),
 ]
 
@@ -210,6 +218,19 @@ async def test_a_broker_without_priorities_is_skipped_not_passed(
     # check_broker reports it the same way, among the passes.
     outcomes = {r.check: r.outcome for r in await check_broker(no_priorities)}
     assert outcomes[PRIORITIES] == "skipped"
+
+
+async def test_a_broker_that_needs_heartbeats_is_skipped_by_the_held_announcement_check(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    [result] = await run_checks(
+        [check_an_announcement_without_heartbeat_lasts_until_withdrawn],
+        factory_of(NeedsHeartbeats),
+    )
+    assert (result.outcome, result.reason) == (
+        "skipped",
+        "the broker needs heartbeats (Broker.needs_heartbeat is not False)",
+    )
 
 
 async def test_a_skipped_check_is_a_pytest_skip_under_pytest(

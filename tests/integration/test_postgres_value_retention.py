@@ -1,5 +1,5 @@
 """Keyed values and retention in the PostgreSQL store, beyond the
-conformance suite: a schema of version 5 gains the run a value goes with in
+conformance suite: a schema of version 7 gains the run a value goes with in
 place, and the walks retention makes of the values use their indexes."""
 
 from __future__ import annotations
@@ -62,12 +62,12 @@ async def _definition(url: str) -> list[tuple[Any, ...]]:
     return columns + [(name, text.replace(schema, "")) for name, text in indexes]
 
 
-async def test_a_version_5_schema_gains_the_run_a_value_goes_with(url: str) -> None:
+async def test_a_version_7_schema_gains_the_run_a_value_goes_with(url: str) -> None:
     async with open_postgres_store(url):
         pass
     fresh = await _definition(url)
     assert ("run_id", "text", None, "YES") in fresh
-    # Back to version 5: durable_values without its column and indexes.
+    # Back to version 7: durable_values without its column and indexes.
     await _sql(url, "ALTER TABLE durable_values DROP COLUMN run_id")
     await _sql(
         url,
@@ -76,7 +76,7 @@ async def test_a_version_5_schema_gains_the_run_a_value_goes_with(url: str) -> N
         " ('run-event:r', 'k', '1', 1, 1.0), ('update:r', 'record/u', '{}', 1, 1.0),"
         " ('update:other', 'record/u', '{}', 1, 1.0), ('streams:r', '0', '1', 1, 1.0)",
     )
-    await _sql(url, "DELETE FROM schema_version WHERE version >= 6")
+    await _sql(url, "DELETE FROM schema_version WHERE version >= 8")
     assert await _definition(url) != fresh
     async with open_postgres_store(url) as store:
         old = await store.get_value("s", "old")
@@ -107,7 +107,7 @@ async def test_a_version_5_schema_gains_the_run_a_value_goes_with(url: str) -> N
         assert await store.prune_values("s", 5.0, 10) == 1
     assert await _sql(url, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
     assert await _definition(url) == fresh
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 8
 
 
 async def _plan(url: str, statement: str, params: tuple[Any, ...]) -> str:

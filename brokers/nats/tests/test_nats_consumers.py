@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +20,11 @@ from typing import Any, Final
 
 import pytest
 import trio
+import trio.testing
 
 import trio_durable as td
 from trio_durable import InvalidURLError
+from trio_durable.brokers import Outgoing
 from trio_durable_nats import RESULTS_STREAM, TASKS_STREAM, NatsBroker, parse_nats_url, token
 
 EVENTUALLY: Final = 60.0
@@ -67,9 +70,9 @@ def nats_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
         server.stop(workdir)
 
 
-async def _consumers(monitor_port: int) -> dict[str, list[str]]:
+async def _consumer_details(monitor_port: int) -> dict[str, list[dict[str, Any]]]:
     """The durable consumers of each stream, as the server's monitoring
-    endpoint lists them."""
+    endpoint describes them."""
 
     def read() -> Any:
         url = f"http://127.0.0.1:{monitor_port}/jsz?consumers=true"
@@ -77,12 +80,17 @@ async def _consumers(monitor_port: int) -> dict[str, list[str]]:
             return json.load(response)
 
     found = await trio.to_thread.run_sync(read)
-    listed: dict[str, list[str]] = {}
+    listed: dict[str, list[dict[str, Any]]] = {}
     for account in found.get("account_details") or ():
         for stream in account.get("stream_detail") or ():
-            names = [c["name"] for c in stream.get("consumer_detail") or ()]
-            listed[stream["name"]] = sorted(names)
+            listed[stream["name"]] = list(stream.get("consumer_detail") or ())
     return listed
+
+
+async def _consumers(monitor_port: int) -> dict[str, list[str]]:
+    """The names of the durable consumers of each stream."""
+    details = await _consumer_details(monitor_port)
+    return {stream: sorted(c["name"] for c in found) for stream, found in details.items()}
 
 
 async def test_consumers_of_closed_engines_are_deleted(nats_server: tuple[str, int]) -> None:
@@ -107,18 +115,20 @@ async def test_consumers_of_closed_engines_are_deleted(nats_server: tuple[str, i
             assert first[TASKS_STREAM] == [token("consumers-calc")]
     # Each consumer is deleted a moment after its last engine closed: none
     # is left of all those the engines made.
-    with trio.fail_after(EVENTUALLY):
-        await _until_none_left(monitor_port)
+    left = await _until_none_left(monitor_port)
+    assert not any(left.values()), f"consumers left after {EVENTUALLY} s: {left}"
 
 
-async def _until_none_left(monitor_port: int) -> None:
-    """Wait until the server has deleted every consumer. The server does it
-    on its own timer and tells no one: its list is read again and again."""
-    while True:
-        listed = await _consumers(monitor_port)
-        if not any(listed.values()):
-            return
-        await trio.sleep(0.2)
+async def _until_none_left(monitor_port: int) -> dict[str, list[str]]:
+    """Wait until the server has deleted every consumer, at most
+    `EVENTUALLY` seconds; the consumers left. The server deletes them on
+    its own timer and tells no one: its list is read again and again."""
+    listed = await _consumers(monitor_port)
+    with trio.move_on_after(EVENTUALLY):
+        while any(listed.values()):
+            await trio.sleep(0.2)
+            listed = await _consumers(monitor_port)
+    return listed
 
 
 async def test_a_consumer_deleted_under_an_open_broker_is_made_again(
@@ -148,3 +158,47 @@ async def test_a_consumer_deleted_under_an_open_broker_is_made_again(
                     assert await engine.result("after") == 4
                 assert name in (await _consumers(monitor_port))[TASKS_STREAM]
             nursery.cancel_scope.cancel()
+
+
+async def test_an_ack_whose_caller_is_cancelled_still_reaches_the_server(
+    nats_server: tuple[str, int],
+) -> None:
+    """An ack cut short by its caller's cancellation (an engine that closes
+    as its worker acks the task whose result it published) still reaches
+    the server: a message left pending would hold its consumer, which the
+    server does not delete for inactivity while it holds one."""
+    url, monitor_port = nats_server
+    queue = "consumers-acked"
+    async with (
+        td.open_broker(f"{url}?monitor=off&bridge=thread") as broker,
+        broker.open_consumer(queue, prefetch=1) as consumer,
+        trio.open_nursery() as nursery,
+    ):
+        assert isinstance(broker, NatsBroker)
+        loop = broker._bridge._loop
+        assert loop is not None
+        await broker.dispatch([Outgoing(queue=queue, body=b"task")])
+        [delivery] = await consumer.receive(1)
+        # The client's loop waits until the ack's caller is cancelled and
+        # waits in turn: the crossing's start and its cancellation are then
+        # both queued on the loop before either runs.
+        gate = threading.Event()
+        loop.call_soon_threadsafe(gate.wait)
+
+        async def open_gate() -> None:
+            await trio.testing.wait_all_tasks_blocked()
+            gate.set()
+
+        nursery.start_soon(open_gate)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await consumer.ack([delivery])
+    # The server takes acks in on its own time: its count is read until
+    # the ack is in (it stays pending for good if the ack never came).
+    with trio.move_on_after(EVENTUALLY):
+        while True:
+            [found] = (await _consumer_details(monitor_port))[TASKS_STREAM]
+            if found["num_ack_pending"] == 0:
+                break
+            await trio.sleep(0.1)
+    assert (found["name"], found["num_ack_pending"], found["num_pending"]) == (token(queue), 0, 0)

@@ -14,6 +14,7 @@ process exits with status 0.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import signal
@@ -117,6 +118,25 @@ def _list(values: Sequence[str]) -> str:
 # -- engine --------------------------------------------------------------------
 
 
+def _redispatch_option(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[float, int] | None:
+    """``--remote-redispatch SECONDS,MAXIMUM`` as ``(seconds, maximum)``."""
+    if value is None:
+        return None
+    seconds_text, comma, maximum_text = value.partition(",")
+    try:
+        seconds, maximum = float(seconds_text), int(maximum_text)
+    except ValueError:
+        seconds, maximum = math.nan, -1
+    if not comma or not (0 < seconds < math.inf) or maximum < 0:
+        raise click.BadParameter(
+            f"give SECONDS,MAXIMUM: seconds a positive number, maximum an integer >= 0"
+            f" (such as 300,3), not {value!r}"
+        )
+    return seconds, maximum
+
+
 @click.command("engine", short_help="Run an engine process until SIGTERM or SIGINT.")
 @click.argument("app_spec", metavar="MODULE:APP")
 @store_option("The store's URL (required).")
@@ -149,6 +169,15 @@ def _list(values: Sequence[str]) -> str:
     show_default=True,
     help="Seconds between scans of the store for due runs when no timer is nearer.",
 )
+@click.option(
+    "--remote-redispatch",
+    metavar="SECONDS,MAXIMUM",
+    callback=_redispatch_option,
+    help="Send a remote step again, as a new attempt, when no result came SECONDS after it"
+    " was sent, at most MAXIMUM times, then fail it with code lost; it applies to steps"
+    " already out when the engine starts too. Off by default (a durable broker keeps its"
+    " tasks; this guards against one that loses them).",
+)
 @drain_timeout_option("Seconds to drain after SIGTERM or SIGINT before stopping.")
 @log_level_option
 def engine_command(
@@ -161,6 +190,7 @@ def engine_command(
     capabilities: tuple[str, ...],
     lease_ttl: float,
     reconcile_interval: float,
+    remote_redispatch: tuple[float, int] | None,
     drain_timeout: float,
     log_level: str,
 ) -> None:
@@ -190,6 +220,7 @@ def engine_command(
                 "capabilities": names(capabilities),
                 "lease_ttl": lease_ttl,
                 "reconcile_interval": reconcile_interval,
+                "remote_redispatch": remote_redispatch,
                 "codec": env_codec(),
                 "signing": signing,
             },

@@ -13,6 +13,7 @@ it are refused before anything is written.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
@@ -268,7 +269,7 @@ def show_command(
         if as_json:
             print_json(document(detail))
         else:
-            print_tables(*detail_tables(detail))
+            print_tables(*detail_tables(detail, time.time()))
         return
 
     async def read_page(client: Client) -> tuple[FanPage, Run]:
@@ -281,7 +282,7 @@ def show_command(
     if as_json:
         print_json(document(page))
     else:
-        print_tables(*fan_page_tables(page, run.created_at, failed=failed))
+        print_tables(*fan_page_tables(page, run.created_at, time.time(), failed=failed))
 
 
 @runs_group.command("history", short_help="A run's timeline: every checkpoint and attempt.")
@@ -297,7 +298,7 @@ def history_command(run_id: str, store: str | None, namespace: str | None, as_js
     if as_json:
         print_json(document(history))
     else:
-        print_tables(*history_tables(history))
+        print_tables(*history_tables(history, time.time()))
 
 
 # -- start, result -----------------------------------------------------------------
@@ -489,9 +490,11 @@ def retry_command(
     run_id: str, store: str | None, namespace: str | None, as_json: bool, from_seq: int | None
 ) -> None:
     """Retry RUN, which failed or is dead: its completed steps are kept,
-    failed ones run again. Any other run is refused (exit status 1). With
-    --from-seq, RUN, ended in any way, runs again from that seq in place:
-    what it recorded from there on is deleted (see docs/fork-and-retry.md)."""
+    failed ones run again. RUN suspended waiting on remote steps sends
+    them again at once, as new attempts (the way out when a broker lost
+    them). Any other run is refused (exit status 1). With --from-seq, RUN,
+    ended in any way, runs again from that seq in place: what it recorded
+    from there on is deleted (see docs/fork-and-retry.md)."""
     run = with_client(store, lambda c: c.retry(run_id, namespace=namespace, from_seq=from_seq))
     if as_json:
         print_json(document(run))

@@ -15,6 +15,7 @@ from typing import Any, Final
 import click
 
 from .._bounds import MAX_INTEGER, is_finite, shown
+from .._stored_payloads import payload_for_people
 
 _AGE: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)")
 _UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -149,10 +150,6 @@ def when(durable_time: float | None) -> str | None:
 
 
 def decoded(text: str | None) -> Any:
-    """A stored JSON text (a run's input or output) as its value."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+    """A stored JSON text (a run's input or output) as its value, or what
+    its mark says of it if it was read without its codec or blob store."""
+    return payload_for_people(text)

@@ -193,6 +193,8 @@ async def run_page(request: Request) -> Response:
         fold_width=FOLD_WIDTH,
         fan_page_size=FAN_PAGE,
         stream=await _stream_tail(source, detail.run.id),
+        # How long pending steps have been out, as of this page.
+        now=source.clock.now(),
     )
 
 

@@ -56,7 +56,7 @@ from ._ops import (
     UpdateRun,
     WaitSignal,
 )
-from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
+from ._rules import expectation_failure, op_applies, rescheduled, take_lease
 from ._watch import LocalWatches
 
 _Undo = Callable[[], None]
@@ -302,35 +302,24 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
             case PutCheckpoint(cp):
                 self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return None
-            case ClaimCheckpoint(cp):
+            case ClaimCheckpoint(cp, attempt):
                 existing_cp = self._checkpoints.get(cp.run_id, {}).get(cp.seq)
                 if existing_cp is None or existing_cp.status != "pending":
+                    return False
+                if attempt is not None and existing_cp.attempts != attempt:
                     return False
                 self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return True
             case SettleCheckpoint(
-                run_id,
-                seq,
-                status,
-                output,
-                error,
-                finished_at,
-                attempt,
-                unless_run_status,
-                kind,
-                name,
-                or_failed_with,
-                append_error,
+                run_id, seq, status, output, error, finished_at, unless_run_status=unless_run_status
             ):
                 existing_cp = self._checkpoints.get(run_id, {}).get(seq)
-                if existing_cp is None or not settle_applies(
-                    existing_cp, attempt, kind, name, or_failed_with
-                ):
+                if existing_cp is None or not op_applies(existing_cp, op):
                     return None
                 if unless_run_status and self._run_status(run_id) in unless_run_status:
                     return None
                 errors = existing_cp.errors
-                if append_error and error is not None:
+                if op.append_error and error is not None:
                     errors = (*errors, error)
                 settled = attrs.evolve(
                     existing_cp,
@@ -344,9 +333,7 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
                 return settled
             case RescheduleCheckpoint():
                 existing_cp = self._checkpoints.get(op.run_id, {}).get(op.seq)
-                if existing_cp is None or not settle_applies(
-                    existing_cp, op.attempt, op.kind, op.name
-                ):
+                if existing_cp is None or not op_applies(existing_cp, op):
                     return None
                 if op.unless_run_status and self._run_status(op.run_id) in op.unless_run_status:
                     return None

@@ -63,13 +63,16 @@ class PutCheckpoint:
 @final
 @attrs.define(frozen=True)
 class ClaimCheckpoint:
-    """Replace a checkpoint only if the stored one is ``pending``.
+    """Replace a checkpoint only if the stored one is ``pending`` (and,
+    with ``attempt``, its ``attempts`` equal it: a claim made for an attempt
+    that another engine superseded meanwhile changes nothing).
 
     This is the claim write: of several deliveries racing to settle one
     checkpoint, exactly one wins. Result: True if it was written.
     """
 
     checkpoint: Checkpoint
+    attempt: int | None = None
 
 
 @final
@@ -89,7 +92,13 @@ class SettleCheckpoint:
     and a success that arrives for one of them later is kept on it. With
     ``append_error``, ``error`` is also added at the end of the
     checkpoint's ``errors``: a step's last attempt failed, and ``errors``
-    lists every attempt's error.
+    lists every attempt's error. With ``execution`` (an execution id), the
+    checkpoint's ``executions`` must hold it: the result answers a dispatch
+    made since the checkpoint was recorded, not one of an earlier
+    execution of its run or of another run under the same id. With
+    ``unless_rerun``, nothing happens if the checkpoint is ``rerun`` (a
+    result without an execution id cannot tell it from what its run
+    recorded at that seq before a retry).
 
     Result: the settled row, or None if the checkpoint was missing or no
     longer pending (a duplicate or late settle changes nothing).
@@ -107,6 +116,8 @@ class SettleCheckpoint:
     name: str | None = None
     or_failed_with: str | None = None
     append_error: bool = False
+    execution: str | None = None
+    unless_rerun: bool = False
 
 
 @final
@@ -116,8 +127,9 @@ class RescheduleCheckpoint:
 
     Applies only if the checkpoint is pending with ``attempts == attempt``
     (a stale failure of an earlier attempt changes nothing), of ``kind`` and
-    ``name`` when given, and the run's status is not in
-    ``unless_run_status``. Then ``attempts`` grows by one,
+    ``name`` when given, its ``executions`` hold ``execution`` and it is not
+    ``rerun`` with ``unless_rerun`` (as for `SettleCheckpoint`), and the
+    run's status is not in ``unless_run_status``. Then ``attempts`` grows by one,
     ``error`` is appended to ``errors``, ``started_at`` is cleared (the next
     attempt is not dispatched yet) and ``wake_at`` is set to when it is due.
     Result: the updated row, or None.
@@ -131,6 +143,8 @@ class RescheduleCheckpoint:
     unless_run_status: frozenset[RunStatus] | None = None
     kind: CheckpointKind | None = None
     name: str | None = None
+    execution: str | None = None
+    unless_rerun: bool = False
 
 
 @final

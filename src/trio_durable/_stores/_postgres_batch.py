@@ -272,6 +272,7 @@ _CHECKPOINT_TYPES: Final[dict[str, str]] = {
     "enqueued_at": "double precision",
     "started_at": "double precision",
     "finished_at": "double precision",
+    "rerun": "boolean",
 }
 _FLOAT: Final = "double precision"
 

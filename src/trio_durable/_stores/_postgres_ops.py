@@ -68,7 +68,8 @@ _UPSERT_CHECKPOINT: Final = (
 _CLAIM_CHECKPOINT: Final = (
     "UPDATE checkpoints SET "
     + ", ".join(f"{column} = %s" for column in CHECKPOINT_FIELDS[2:])
-    + " WHERE run_id = %s AND seq = %s AND status = 'pending' RETURNING true"
+    + " WHERE run_id = %s AND seq = %s AND status = 'pending'"
+    " AND (%s::bigint IS NULL OR attempts = %s::bigint) RETURNING true"
 )
 # The conditions of a settle or a reschedule, each off when its parameter is
 # NULL (or the status list empty), so one prepared statement serves them all.
@@ -84,6 +85,10 @@ _CONDITIONS: Final = (
     " AND (%(attempt)s::bigint IS NULL OR attempts = %(attempt)s::bigint)"
     " AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)"
     " AND (%(name)s::text IS NULL OR name = %(name)s::text)"
+    # ``executions`` is a JSON array of strings (NULL for none), whose
+    # elements the jsonb operator ``?`` looks among.
+    " AND (%(execution)s::text IS NULL OR executions::jsonb ? %(execution)s::text)"
+    " AND NOT (%(unless_rerun)s::boolean AND rerun)"
     " AND NOT EXISTS (SELECT FROM runs"
     " WHERE id = %(run_id)s AND status = ANY(%(unless)s::text[]))"
 )
@@ -211,8 +216,9 @@ def _why_not_updated(cur: psycopg.Cursor[Any], op: _ops.UpdateRun) -> StoreError
     return WriteConflict(f"run {run_id!r} changed concurrently")  # pragma: no cover
 
 
-def _claim_params(cp: Checkpoint) -> tuple[Any, ...]:
-    return (*checkpoint_values(cp), cp.run_id, cp.seq)
+def _claim_params(op: _ops.ClaimCheckpoint) -> tuple[Any, ...]:
+    cp = op.checkpoint
+    return (*checkpoint_values(cp), cp.run_id, cp.seq, op.attempt, op.attempt)
 
 
 def _settle_params(op: _ops.SettleCheckpoint) -> dict[str, Any]:
@@ -229,6 +235,8 @@ def _settle_params(op: _ops.SettleCheckpoint) -> dict[str, Any]:
         "unless": sorted(op.unless_run_status or ()),
         "or_failed_with": op.or_failed_with,
         "append_error": op.append_error and op.error is not None,
+        "execution": op.execution,
+        "unless_rerun": op.unless_rerun,
     }
 
 
@@ -243,6 +251,8 @@ def _reschedule_params(op: _ops.RescheduleCheckpoint) -> dict[str, Any]:
         "name": op.name,
         "unless": sorted(op.unless_run_status or ()),
         "or_failed_with": None,
+        "execution": op.execution,
+        "unless_rerun": op.unless_rerun,
     }
 
 
@@ -449,7 +459,7 @@ def _run_group(cur: psycopg.Cursor[Any], kind: type[Any], ops: list[Any]) -> lis
         return [None] * len(ops)
     params: list[Any]
     if kind is _ops.ClaimCheckpoint:
-        statement, params = _CLAIM_CHECKPOINT, [_claim_params(op.checkpoint) for op in ops]
+        statement, params = _CLAIM_CHECKPOINT, [_claim_params(op) for op in ops]
     else:
         statement, params = _SETTLE_CHECKPOINT, [_settle_params(op) for op in ops]
     if len(ops) == 1:

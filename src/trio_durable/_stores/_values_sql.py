@@ -45,11 +45,11 @@ SQLITE_TABLE: Final = """
     """
 
 RUN_COLUMN: Final = "ALTER TABLE durable_values ADD COLUMN run_id TEXT"
-"""The migration that gives values the run they go with (SQLite schema 7):
+"""The migration that gives values the run they go with (SQLite schema 9):
 the values written before go with no run."""
 
 POSTGRES_RUN_COLUMN: Final = "ALTER TABLE durable_values ADD COLUMN IF NOT EXISTS run_id text"
-"""The same in PostgreSQL (schema 6), which may apply it again."""
+"""The same in PostgreSQL (schema 8), which may apply it again."""
 
 _RUN_SCOPES: Final = ("stream:", "run-event:", "update:")
 """The scopes named after their run (``<prefix><run id>``) when values

@@ -343,10 +343,32 @@ class NatsConsumer:
             dead_letter = (f"{DEAD_SUBJECT}.{token(self._queue)}", self._queue)
         nc, publisher, puller = self._nc, self._publisher, self._puller
         timeout = self._options.timeout
-        await self._call(
-            lambda: _settle(nc, publisher, puller, msgs, how, dead_letter, timeout),
-            f"{how} {len(msgs)} message(s) of {self._queue!r}",
-        )
+        # Finished even if the caller is cancelled (a worker closing as it
+        # acks the tasks whose results it published), within the timeout:
+        # the messages left `_unacked` already, so a settle cut short would
+        # leave them pending on the server until ack_wait and a pull, and
+        # the server does not delete a consumer for its inactivity while it
+        # holds a pending message. One that did not finish is held again,
+        # given back on close.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + timeout) as scope:
+            try:
+                await self._call(
+                    lambda: _settle(nc, publisher, puller, msgs, how, dead_letter, timeout),
+                    f"{how} {len(msgs)} message(s) of {self._queue!r}",
+                )
+            except BaseException:
+                self._hold_again(msgs)
+                raise
+        if scope.cancelled_caught:
+            raise BrokerUnavailable(
+                f"NATS: could not {how} {len(msgs)} message(s) of {self._queue!r}"
+                f" within {timeout} s"
+            )
+
+    def _hold_again(self, msgs: Sequence[Msg]) -> None:
+        if not self._closed:
+            for msg in msgs:
+                self._unacked.setdefault(msg.reply, msg)
 
     async def _close(self) -> None:
         self._closed = True

@@ -72,6 +72,9 @@ from ._broker_descriptors import (
     check_a_descriptor_is_forgotten_after_its_ttl as check_a_descriptor_is_forgotten_after_its_ttl,
 )
 from ._broker_descriptors import (
+    check_an_announcement_without_heartbeat_lasts_until_withdrawn as check_an_announcement_without_heartbeat_lasts_until_withdrawn,
+)
+from ._broker_descriptors import (
     check_announce_withdraw_and_lookup_by_group as check_announce_withdraw_and_lookup_by_group,
 )
 from ._broker_descriptors import (

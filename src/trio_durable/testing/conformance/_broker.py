@@ -29,6 +29,7 @@ import trio
 from ..._brokers._base import RESULTS, Consumer, Delivery, Outgoing, PayloadTooLarge, is_broker_safe
 from ._broker_descriptors import (
     check_a_descriptor_is_forgotten_after_its_ttl,
+    check_an_announcement_without_heartbeat_lasts_until_withdrawn,
     check_announce_withdraw_and_lookup_by_group,
     check_descriptors_round_trip_every_field,
 )
@@ -483,6 +484,7 @@ BROKER_CHECKS: Final[tuple[Callable[[BrokerFactory | BrokerMaker], Awaitable[Non
     check_announce_withdraw_and_lookup_by_group,
     check_descriptors_round_trip_every_field,
     check_a_descriptor_is_forgotten_after_its_ttl,
+    check_an_announcement_without_heartbeat_lasts_until_withdrawn,
 )
 """Every check of the broker suite, in order: parametrize a test over it
 (``ids=lambda check: check.__name__``) to see each pass or fail alone."""

@@ -3,10 +3,10 @@
 Each check is an ``async def check_...(factory)`` that opens the fresh, empty
 stores it needs from ``factory`` (a `StoreFactory`, or a plain `OpenStore`),
 runs operations on them and asserts what the engine relies on: atomic
-batches, exactly one winner of a claim, leases, the join barrier's counts,
-flow-control queues, signals, webhooks and breakpoints, keyed values, due times,
-statistics and closing. `STORE_CHECKS`
-lists them all, for ``pytest.mark.parametrize``; `check_store` runs them one
+batches, exactly one winner of a claim, settles bound to execution ids,
+leases, the join barrier's counts, flow-control queues, signals, webhooks
+and breakpoints, keyed values, due times, statistics and closing.
+`STORE_CHECKS` lists them all, for ``pytest.mark.parametrize``; `check_store` runs them one
 after another.
 
 The checks use plain ``assert`` statements and no pytest fixtures; under
@@ -24,6 +24,7 @@ from ..._stores._base import RunWatch, Store, StoreStatistics, WriteConflict
 from ..._stores._ops import Announce, CreateRun, PutCheckpoint, UpdateRun
 from ._outcomes import CheckResult, run_suite, skip
 from ._store_checkpoints import CHECKPOINTS_CHECKS
+from ._store_executions import EXECUTIONS_CHECKS
 from ._store_hooks import HOOKS_CHECKS
 from ._store_queries import QUERIES_CHECKS
 from ._store_queues import QUEUES_CHECKS
@@ -199,6 +200,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     check_statistics_are_a_live_store_statistics,
     *RUNS_CHECKS,
     *CHECKPOINTS_CHECKS,
+    *EXECUTIONS_CHECKS,
     *QUEUES_CHECKS,
     *SIGNALS_CHECKS,
     *HOOKS_CHECKS,

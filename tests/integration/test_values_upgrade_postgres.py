@@ -1,0 +1,82 @@
+"""A PostgreSQL store of schema version 7 (before keyed values went with
+runs) migrates with nothing lost, and retention then prunes what goes with
+each run: tests/test_values_store_upgrade.py on PostgreSQL.
+
+The store is written by the workload of tests/record_values_store.py (runs
+that ended and runs in flight, a keyed value of every family), then taken
+back to version 7: ``durable_values`` without ``run_id`` (its indexes go
+with it) and the version row of 8 deleted, which leaves the tables,
+columns, indexes and triggers a release of version 7 creates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import trio
+from psycopg import sql
+
+import trio_durable as td
+from conftest import EngineFactory
+from record_values_store import app, record
+from servers.postgres import scratch_schema
+from test_values_store_upgrade import Sql, check_migrated, finish_and_prune, owners
+from trio_durable._stores._postgres_schema import SCHEMA_VERSION
+
+
+def _runner(url: str) -> Sql:
+    base, schema = url.partition("?")[0], url.rpartition("schema=")[2]
+
+    async def run(statement: str) -> list[tuple[Any, ...]]:
+        def trip() -> list[tuple[Any, ...]]:
+            with psycopg.connect(base, autocommit=True) as conn:
+                conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+                cur = conn.execute(statement.encode())
+                return cur.fetchall() if cur.description else []
+
+        return await trio.to_thread.run_sync(trip)
+
+    return run
+
+
+async def _rows(run: Sql) -> dict[str, list[str]]:
+    """Every row of every table, in every column of version 7 (all but
+    ``durable_values.run_id``), as text, sorted; ``schema_version`` aside."""
+    columns = await run(
+        "SELECT table_name, column_name FROM information_schema.columns"
+        " WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"
+    )
+    tables: dict[str, list[str]] = {}
+    for table, column in columns:
+        if (table, column) != ("durable_values", "run_id") and table != "schema_version":
+            tables.setdefault(table, []).append(column)
+    found = {}
+    for table, names in tables.items():
+        listed = ", ".join(f'"{name}"::text' for name in names)
+        found[table] = sorted(repr(row) for row in await run(f'SELECT {listed} FROM "{table}"'))
+    return found
+
+
+async def test_a_store_of_schema_7_migrates_whole_and_its_runs_values_go_with_them(
+    real_server: Callable[[str], str], open_test_engine: EngineFactory
+) -> None:
+    async with scratch_schema(real_server("postgres")) as url:
+        run = _runner(url)
+        await record(url)
+        await run("ALTER TABLE durable_values DROP COLUMN run_id")
+        await run("DELETE FROM schema_version WHERE version >= 8")
+        before = await _rows(run)
+        assert sum(map(len, before.values())) > 50
+
+        # Opening the store migrates it, and changes no row of any table.
+        async with td.open_store(url):
+            pass
+        versions = await run("SELECT version FROM schema_version ORDER BY version")
+        assert versions == [(version,) for version in range(1, SCHEMA_VERSION + 1)]
+        assert SCHEMA_VERSION == 8
+        assert await _rows(run) == before
+        claims = check_migrated(await owners(run))
+        async with open_test_engine(app, store=url) as engine:
+            await finish_and_prune(engine, run, claims, settle=0.01)
