@@ -330,9 +330,8 @@ class NatsBroker:
         Raises:
           BrokerUnavailable: The bucket could not be read.
         """
-        timeout = self.options.timeout
         values = await self._call_through_election(
-            lambda: read_descriptors(self._kv, timeout), "read worker announcements"
+            lambda: read_descriptors(self._js, self._kv), "read worker announcements"
         )
         now = self._clock.now()
         live: dict[str, WorkerDescriptor] = {}

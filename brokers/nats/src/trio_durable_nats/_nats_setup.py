@@ -5,7 +5,7 @@ bucket (see ``docs/nats.md``)."""
 
 from __future__ import annotations
 
-from typing import Final
+import asyncio
 
 import nats.errors
 import nats.js.errors
@@ -23,10 +23,6 @@ from ._nats_url import (
     WORKERS_BUCKET,
     NatsOptions,
 )
-
-_BURST_PAUSE: Final = 0.5
-"""Seconds without a value after which the initial values of a bucket
-watcher count as all delivered (see `read_descriptors`)."""
 
 
 async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
@@ -98,33 +94,28 @@ async def ensure_consumer(
     )
 
 
-async def read_descriptors(kv: KeyValue, limit: float) -> list[bytes]:
-    """The current value of every key of the bucket: one watcher, stopped
-    once it has delivered the initial values."""
-    watcher = await kv.watchall(ignore_deletes=True, inactive_threshold=limit)
-    values: list[bytes] = []
-    wait = limit
+async def read_descriptors(js: JetStreamContext, kv: KeyValue) -> list[bytes]:
+    """The current value of every key of the workers' bucket.
+
+    The bucket's stream lists the subjects that hold a message now (the
+    server drops a message whose TTL has passed), and each key's last value
+    is read by its subject. A watcher's end of initial values cannot be
+    relied on here: it counts the messages pending when it starts, and one
+    whose TTL passes before it is delivered never comes, so the end would
+    be a guess from a pause. A key purged or expired between the listing
+    and its read is left out, as it would be a moment later.
+    """
+    prefix = f"$KV.{WORKERS_BUCKET}."
+    info = await js.stream_info(f"KV_{WORKERS_BUCKET}", subjects_filter=f"{prefix}>")
+    keys = [subject[len(prefix) :] for subject in sorted(info.state.subjects or {})]
+    entries = await asyncio.gather(*(_value(kv, key) for key in keys))
+    return [value for value in entries if value]
+
+
+async def _value(kv: KeyValue, key: str) -> bytes | None:
+    """The key's current value; None once it is purged, deleted or expired."""
     try:
-        while True:
-            try:
-                entry = await watcher.updates(wait)  # type: ignore[no-untyped-call]
-            except nats.errors.TimeoutError:
-                if not values:
-                    raise
-                # The watcher counted the values pending when it started; an
-                # announcement that expired before it was delivered never
-                # comes, and neither does nats-py's end-of-values marker. The
-                # values arrive in one burst: a pause means they are all in.
-                break
-            if entry is None or entry.delta == 0:
-                if entry is not None and entry.value and entry.operation is None:
-                    values.append(entry.value)
-                break
-            # Purges and expiry markers carry no value (nats-py reports some
-            # of them as entries with value None).
-            if entry.value and entry.operation is None:
-                values.append(entry.value)
-            wait = min(limit, _BURST_PAUSE)
-    finally:
-        await watcher.stop()  # type: ignore[no-untyped-call]
-    return values
+        entry = await kv.get(key)
+    except nats.js.errors.KeyNotFoundError:
+        return None
+    return entry.value
