@@ -26,8 +26,9 @@ from ._brokers._base import Broker
 from ._codec import PayloadCodec
 from ._descriptor import check_group_routes
 from ._engine import Engine
+from ._engine_options import EngineOptions
 from ._exceptions import UsageError
-from ._options import DEFAULT_TIMER_BATCH_SIZE, ConsoleOptions, EngineOptions
+from ._options import DEFAULT_TIMER_BATCH_SIZE, ConsoleOptions
 from ._records import (
     DEFAULT_TRACEBACK_LIMIT,
 )
@@ -174,21 +175,32 @@ async def open_engine(
       OSError: The console's address cannot be listened on (raised from
         the engine's nursery, in its exception group).
     """
+    # Every option but the resources (app, store, broker), as declared
+    # (tests/test_options_declared_once.py checks that none is left out).
     options = EngineOptions(
+        engine_id=engine_id,
+        seed=seed,
+        wall_clock=wall_clock,
+        timer_batch_size=timer_batch_size,
         lease_ttl=lease_ttl,
         reconcile_interval=reconcile_interval,
         result_poll_interval=result_poll_interval,
         max_recoveries=max_recoveries,
+        serve=serve,
+        worker_concurrency=worker_concurrency,
+        capabilities=capabilities,
         remote_redispatch=remote_redispatch,
         blocked_recheck=blocked_recheck,
         traceback_limit=traceback_limit,
-        worker_concurrency=worker_concurrency,
-        timer_batch_size=timer_batch_size,
-        engine_id=engine_id,
         retention=retention,
         tracing=tracing,
         metrics_interval=metrics_interval,
+        console=console,
         webhook_secret=webhook_secret,
+        codec=codec,
+        blobs=blobs,
+        blob_threshold=blob_threshold,
+        blob_grace=blob_grace,
         signing=signing,
     )
     if not isinstance(app, App):

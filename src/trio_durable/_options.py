@@ -2,9 +2,9 @@
 attrs validators.
 
 `open_engine` and `open_worker` take their settings as keyword arguments
-and build one `EngineOptions` or `WorkerOptions` from them; the validators
-below refuse a bad value with a `UsageError` that names the option, and the
-parts read the checked values from it.
+and build one `EngineOptions` (`_engine_options`) or `WorkerOptions` from
+them; the validators below refuse a bad value with a `UsageError` that
+names the option, and the parts read the checked values from it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from ._brokers._base import is_broker_safe
 from ._exceptions import UsageError
 from ._keyring import Keyring
 from ._records import DEFAULT_TRACEBACK_LIMIT
-from ._views import Retention
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -77,46 +76,14 @@ def check_id(what: str, value: object) -> None:
         )
 
 
-def _engine_id(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None:
-        check_id(attribute.name, value)
-
-
-def _retention(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and not isinstance(value, Retention):
-        raise UsageError(f"retention must be a td.Retention or None, not {value!r}")
-
-
-def _redispatch(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is None:
-        return
-    after: object
-    limit: object
-    try:
-        after, limit = value  # type: ignore[misc]
-    except (TypeError, ValueError):
-        raise UsageError(f"remote_redispatch must be (seconds, maximum), not {value!r}") from None
-    if not _is_number(after) or not is_finite(after) or after <= 0:
-        raise UsageError(f"remote_redispatch seconds must be positive, not {after!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise UsageError(f"remote_redispatch maximum must be an integer >= 0, not {limit!r}")
-
-
-def _tracing(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+def tracing_or_provider(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, bool) and not callable(getattr(value, "get_tracer", None)):
         raise UsageError(f"tracing must be True, False or a tracer provider, not {value!r}")
 
 
-def _signing(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+def keyring_or_none(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and not isinstance(value, Keyring):
         raise UsageError(f"signing takes a td.Keyring or None, not {type(value).__name__}")
-
-
-def _batch_size(value: object) -> int:
-    """A usable batch size: a non-finite or < 1 value means the default."""
-    if _is_number(value) and is_finite(value) and value >= 1:
-        return int(value)
-    return DEFAULT_TIMER_BATCH_SIZE
 
 
 def check_secret(value: object) -> bytes | None:
@@ -138,52 +105,6 @@ def check_secret(value: object) -> bytes | None:
 
 @final
 @attrs.frozen(kw_only=True)
-class EngineOptions:
-    """An engine's settings, as `open_engine` takes them (its docstring says
-    what each means).
-
-    Validated when made: a bad value raises `UsageError`, quoting it as the
-    caller gave it. Seconds are kept as floats, those of
-    ``remote_redispatch`` too; a ``timer_batch_size`` that is not a usable
-    size means the default. ``engine_id`` is None when it is to be derived
-    from the seed.
-    """
-
-    lease_ttl: float = attrs.field(default=30.0, validator=positive_finite)
-    reconcile_interval: float = attrs.field(default=60.0, validator=positive_finite)
-    result_poll_interval: float = attrs.field(default=1.0, validator=positive_finite)
-    max_recoveries: int = attrs.field(default=10, validator=at_least_zero)
-    remote_redispatch: tuple[float, int] | None = attrs.field(default=None, validator=_redispatch)
-    blocked_recheck: float = attrs.field(default=5.0, validator=positive_finite)
-    traceback_limit: int = attrs.field(default=DEFAULT_TRACEBACK_LIMIT, validator=at_least_zero)
-    worker_concurrency: int = attrs.field(default=16, validator=concurrency)
-    timer_batch_size: int = attrs.field(default=DEFAULT_TIMER_BATCH_SIZE, converter=_batch_size)
-    engine_id: str | None = attrs.field(default=None, validator=_engine_id)
-    retention: Retention | None = attrs.field(default=None, validator=_retention)
-    tracing: bool | TracerProvider = attrs.field(default=False, validator=_tracing)
-    metrics_interval: float = attrs.field(default=15.0, validator=positive_finite)
-    # Never shown: a repr in a log must not give away what derives tokens.
-    webhook_secret: bytes | None = attrs.field(default=None, converter=check_secret, repr=False)
-    signing: Keyring | None = attrs.field(default=None, validator=_signing)
-
-    def __attrs_post_init__(self) -> None:
-        # Checked as given (an error quotes the value as the caller wrote
-        # it), then kept as floats.
-        for name in (
-            "lease_ttl",
-            "reconcile_interval",
-            "result_poll_interval",
-            "blocked_recheck",
-            "metrics_interval",
-        ):
-            object.__setattr__(self, name, float(getattr(self, name)))
-        if self.remote_redispatch is not None:
-            after, limit = self.remote_redispatch
-            object.__setattr__(self, "remote_redispatch", (float(after), limit))
-
-
-@final
-@attrs.frozen(kw_only=True)
 class WorkerOptions:
     """A worker's settings, as `open_worker` takes them.
 
@@ -197,8 +118,8 @@ class WorkerOptions:
     max_deliveries: int = attrs.field(default=DEFAULT_MAX_DELIVERIES, validator=_at_least_one)
     traceback_limit: int = attrs.field(default=DEFAULT_TRACEBACK_LIMIT, validator=at_least_zero)
     capabilities: Sequence[str] = attrs.field(default=(), validator=_capabilities)
-    tracing: bool | TracerProvider = attrs.field(default=False, validator=_tracing)
-    signing: Keyring | None = attrs.field(default=None, validator=_signing)
+    tracing: bool | TracerProvider = attrs.field(default=False, validator=tracing_or_provider)
+    signing: Keyring | None = attrs.field(default=None, validator=keyring_or_none)
 
     def __attrs_post_init__(self) -> None:
         if self.heartbeat >= self.ttl:

@@ -57,7 +57,7 @@ from ._worker import Worker
 if TYPE_CHECKING:
     from ._app import App
     from ._brokers._base import Broker
-    from ._options import EngineOptions
+    from ._engine_options import EngineOptions
     from ._stores._base import Store
 
 logger = logging.getLogger("trio_durable")

@@ -153,7 +153,7 @@ class Task:
             what is checked); the only exception this raises.
         """
         try:
-            data = _object(body)
+            data = _object(body, "task")
             arguments = data.get("input")
             # A list of arguments, or the reference to one kept in a blob
             # store (docs/large-payloads.md).
@@ -291,7 +291,7 @@ class Result:
             what is checked); the only exception this raises.
         """
         try:
-            data = _object(body)
+            data = _object(body, "result")
             status = data.get("status")
             if status not in ("completed", "failed"):
                 _reject(f"status must be 'completed' or 'failed', not {_kind(status)}")
@@ -376,7 +376,7 @@ def _parse_constant(name: str) -> NoReturn:
 _DECODER: Final = json.JSONDecoder(parse_float=_parse_float, parse_constant=_parse_constant)
 
 
-def _object(body: bytes) -> dict[str, Any]:
+def _object(body: bytes, role: Literal["task", "result"]) -> dict[str, Any]:
     if not isinstance(body, bytes | bytearray):
         _reject(f"a message body is bytes, not {type(body).__name__}")
     try:
@@ -390,8 +390,16 @@ def _object(body: bytes) -> dict[str, Any]:
         _reject(f"not JSON: {exc}")
     if not isinstance(data, dict):
         _reject(f"not a JSON object but {_kind(data)}")
-    if data.get("v") != WIRE_VERSION or isinstance(data.get("v"), bool):
-        _reject(f"unknown wire version {_kind(data.get('v'))}")
+    version = data.get("v")
+    if version != WIRE_VERSION or isinstance(version, bool):
+        if isinstance(version, int) and WIRE_VERSION < version <= MAX_ATTEMPT:
+            # A newer engine or worker shares the broker: both versions
+            # named, so whoever reads the log knows which side to upgrade.
+            _reject(
+                f"{role} envelope version {version} is newer than this engine's"
+                f" {WIRE_VERSION}: upgrade this process to read it"
+            )
+        _reject(f"unknown wire version {_kind(version)}")
     return data
 
 

@@ -22,11 +22,13 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
+import attrs
 import click
 import trio
 
 from .._app import App
 from .._blob_store import with_blobs_from_env
+from .._engine_options import EngineOptions
 from .._open_engine import open_engine
 from .._open_worker import open_worker
 from .._options import DEFAULT_MAX_DELIVERIES
@@ -137,62 +139,85 @@ def _redispatch_option(
     return seconds, maximum
 
 
+def _names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    return names(value)
+
+
+def _engine_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    return value or default_id("engine")
+
+
+_ENGINE_FLAGS: Final[dict[str, dict[str, Any]]] = {
+    "engine_id": {
+        "metavar": "ID",
+        "callback": _engine_id,
+        "help": "The owner name of its leases; unique per store.",
+    },
+    "lease_ttl": {"type": float, "show_default": True, "help": "Seconds."},
+    "reconcile_interval": {
+        "type": float,
+        "show_default": True,
+        "help": "Seconds between scans of the store for due runs when no timer is nearer.",
+    },
+    "serve": {
+        "multiple": True,
+        "metavar": "GROUP",
+        "callback": _names,
+        "help": "A group route to run a worker for inside the engine (repeat it, or separate"
+        " with commas).",
+    },
+    "worker_concurrency": {
+        "type": whole(1, MAX_CONCURRENCY),
+        "show_default": True,
+        "help": "Tasks the worker inside the engine runs at once (with --serve).",
+    },
+    "capabilities": {
+        "multiple": True,
+        "metavar": "NAME",
+        "callback": _names,
+        "help": "What the worker inside the engine offers to steps with requires= (with --serve).",
+    },
+    "remote_redispatch": {
+        "metavar": "SECONDS,MAXIMUM",
+        "callback": _redispatch_option,
+        "help": "Send a remote step again, as a new attempt, when no result came SECONDS after"
+        " it was sent, at most MAXIMUM times, then fail it with code lost; it applies to steps"
+        " already out when the engine starts too. Off by default (a durable broker keeps its"
+        " tasks; this guards against one that loses them).",
+    },
+}
+"""How the command reads each option of `open_engine` that has a flag: the
+flag, the name and the default come from the option's declaration
+(`EngineOptions`), in its order."""
+
+
+def engine_option_flags(command: F) -> F:
+    """The flags of `EngineOptions`' fields that declare one, each passed to
+    the command under the field's name."""
+    for field in reversed(attrs.fields(EngineOptions)):
+        flag = field.metadata["declared"].cli
+        if flag is not None:
+            option = click.option(
+                flag, field.name, default=field.default, **_ENGINE_FLAGS[field.name]
+            )
+            command = option(command)
+    return command
+
+
 @click.command("engine", short_help="Run an engine process until SIGTERM or SIGINT.")
 @click.argument("app_spec", metavar="MODULE:APP")
 @store_option("The store's URL (required).")
 @broker_option("The broker's URL, for remote steps.", default="memory://")
-@click.option(
-    "--serve",
-    multiple=True,
-    metavar="GROUP",
-    help="A group route to run a worker for inside the engine (repeat it, or separate with commas).",
-)
-@click.option("--engine-id", metavar="ID", help="The owner name of its leases; unique per store.")
-@click.option(
-    "--concurrency",
-    type=whole(1, MAX_CONCURRENCY),
-    default=16,
-    show_default=True,
-    help="Tasks the worker inside the engine runs at once (with --serve).",
-)
-@click.option(
-    "--capabilities",
-    multiple=True,
-    metavar="NAME",
-    help="What the worker inside the engine offers to steps with requires= (with --serve).",
-)
-@click.option("--lease-ttl", type=float, default=30.0, show_default=True, help="Seconds.")
-@click.option(
-    "--reconcile-interval",
-    type=float,
-    default=60.0,
-    show_default=True,
-    help="Seconds between scans of the store for due runs when no timer is nearer.",
-)
-@click.option(
-    "--remote-redispatch",
-    metavar="SECONDS,MAXIMUM",
-    callback=_redispatch_option,
-    help="Send a remote step again, as a new attempt, when no result came SECONDS after it"
-    " was sent, at most MAXIMUM times, then fail it with code lost; it applies to steps"
-    " already out when the engine starts too. Off by default (a durable broker keeps its"
-    " tasks; this guards against one that loses them).",
-)
+@engine_option_flags
 @drain_timeout_option("Seconds to drain after SIGTERM or SIGINT before stopping.")
 @log_level_option
 def engine_command(
     app_spec: str,
     store: str | None,
     broker: str,
-    serve: tuple[str, ...],
-    engine_id: str | None,
-    concurrency: int,
-    capabilities: tuple[str, ...],
-    lease_ttl: float,
-    reconcile_interval: float,
-    remote_redispatch: tuple[float, int] | None,
     drain_timeout: float,
     log_level: str,
+    **options: Any,
 ) -> None:
     """Run an engine for the App MODULE:APP until SIGTERM or SIGINT.
 
@@ -214,13 +239,9 @@ def engine_command(
             {
                 "store": store,
                 "broker": broker,
-                "serve": names(serve),
-                "engine_id": engine_id or default_id("engine"),
-                "worker_concurrency": concurrency,
-                "capabilities": names(capabilities),
-                "lease_ttl": lease_ttl,
-                "reconcile_interval": reconcile_interval,
-                "remote_redispatch": remote_redispatch,
+                # Those of open_engine's options that have a flag (see
+                # engine_option_flags).
+                **options,
                 "codec": env_codec(),
                 "signing": signing,
             },

@@ -1,0 +1,188 @@
+"""Ratchets on the engine's layering, while the kernel is pulled apart from
+its features (issue 31): two numbers that may only fall.
+
+- The modules in the largest import cycle, counting the imports under
+  ``if TYPE_CHECKING:`` (which `tests/test_import_graph.py` leaves out,
+  since they never run): the typing of the engine's central objects that
+  every feature annotates ties most modules into one strongly connected
+  component.
+- The reserved seqs written as literals (``999_999_xxx``): state kept in
+  checkpoint rows at magic seqs rather than in records of its own. The
+  store migration modules, which must name the seqs of rows written
+  before to move them, do not count.
+
+Each number is pinned at its measured value. A change that raises one
+fails here; a change that lowers one fails too, with a message saying to
+lower the pin, so that the next change cannot raise it back unnoticed.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import trio_durable
+
+PACKAGE: Final = "trio_durable"
+ROOT: Final = Path(trio_durable.__file__).parent
+
+LARGEST_CYCLE_PIN: Final = 71
+"""Modules in the largest import cycle counting ``TYPE_CHECKING`` imports."""
+
+RESERVED_SEQ_LITERALS_PIN: Final = 14
+"""Integer literals from 999,999,000 to 999,999,999 outside migrations."""
+
+RESERVED_SEQS: Final = range(999_999_000, 1_000_000_000)
+
+MIGRATION_MODULES: Final = ("_stores/_migrations_*.py", "_stores/*_schema.py")
+"""Where a store's schema migrations live (the schema modules hold today's)."""
+
+
+def _module_name(path: Path) -> str:
+    parts = [PACKAGE, *path.relative_to(ROOT).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: Final = {_module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def _with_packages(module: str) -> set[str]:
+    """``module`` and the subpackages whose ``__init__`` importing it runs
+    (as `tests/test_import_graph.py` reads them)."""
+    parts = module.split(".")
+    return {".".join(parts[:n]) for n in range(2, len(parts) + 1)} & MODULES.keys()
+
+
+def _imports(module: str, tree: ast.Module) -> set[str]:
+    """Every core module ``module`` imports, at run time or for typing."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                targets |= _with_packages(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            targets |= _with_packages(source)
+            for alias in node.names:
+                targets |= _with_packages(f"{source}.{alias.name}")
+    return targets - _with_packages(module)
+
+
+def _components(graph: dict[str, set[str]]) -> Iterator[list[str]]:
+    """The strongly connected components of ``graph`` (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+
+    def visit(module: str) -> Iterator[list[str]]:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                yield from visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            yield sorted(component)
+
+    for module in sorted(graph):
+        if module not in index:
+            yield from visit(module)
+
+
+def _is_migration(path: Path) -> bool:
+    relative = path.relative_to(ROOT)
+    return any(relative.match(pattern) for pattern in MIGRATION_MODULES)
+
+
+def _reserved_seq_literals(tree: ast.Module) -> int:
+    return sum(
+        isinstance(node, ast.Constant) and type(node.value) is int and node.value in RESERVED_SEQS
+        for node in ast.walk(tree)
+    )
+
+
+@functools.cache
+def _trees() -> dict[str, ast.Module]:
+    """Every core module's syntax tree, read once, when a test first asks."""
+    return {module: ast.parse(path.read_text(encoding="utf-8")) for module, path in MODULES.items()}
+
+
+def _ratchet(what: str, measured: int, pin: int, name: str) -> None:
+    assert measured <= pin, (
+        f"{what} rose from {pin} to {measured}: a change made it worse (see this module's docstring)"
+    )
+    assert measured >= pin, (
+        f"{what} fell from {pin} to {measured}: good; lower {name} in {Path(__file__).name}"
+        f" to {measured}"
+    )
+
+
+def test_the_largest_import_cycle_counting_type_checking_does_not_grow() -> None:
+    graph = {m: _imports(m, tree) for m, tree in _trees().items() if m != PACKAGE}
+    largest = max((len(c) for c in _components(graph)), default=0)
+    _ratchet(
+        "the largest import cycle counting TYPE_CHECKING imports",
+        largest,
+        LARGEST_CYCLE_PIN,
+        "LARGEST_CYCLE_PIN",
+    )
+
+
+def test_reserved_seq_literals_outside_store_migrations_do_not_grow() -> None:
+    counts = {
+        module: _reserved_seq_literals(tree)
+        for module, tree in _trees().items()
+        if not _is_migration(MODULES[module])
+    }
+    where = ", ".join(f"{m} {n}" for m, n in sorted(counts.items()) if n)
+    _ratchet(
+        f"the reserved seq literals ({where})",
+        sum(counts.values()),
+        RESERVED_SEQ_LITERALS_PIN,
+        "RESERVED_SEQ_LITERALS_PIN",
+    )
+
+
+def test_the_readers_see_what_they_count() -> None:
+    # A reader that missed type-only imports or literals would keep both
+    # ratchets green while counting nothing.
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from ._runtime import Runtime\n"
+        "from . import _records\n"
+        "SEQ = 999_999_990\n"
+        "NOT = (999_998_999, 1_000_000_000, True, '999999999')\n"
+    )
+    assert _imports("trio_durable._turn", tree) == {
+        "trio_durable._runtime",
+        "trio_durable._records",
+    }
+    assert _reserved_seq_literals(tree) == 1
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert sorted(map(len, _components(graph))) == [1, 3]
+    assert _is_migration(ROOT / "_stores" / "_sqlite_schema.py")
+    assert not _is_migration(ROOT / "_records.py")
