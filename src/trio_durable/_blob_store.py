@@ -336,8 +336,14 @@ async def sweep_orphans(
 
 
 def blobs_of(store: Store) -> Blobs | None:
-    """The blobs of ``store`` if it keeps large payloads in a blob store."""
-    return store.blobs if isinstance(store, BlobbingStore) else None
+    """The blobs of ``store`` if it keeps large payloads in a blob store,
+    itself or under the wrappers over it (a codec's store wraps the blob
+    store: `open_engine` puts the codec outermost)."""
+    while not isinstance(store, BlobbingStore):
+        if not isinstance(store, StoreWrapper):
+            return None
+        store = store.inner
+    return store.blobs
 
 
 def blobbing_store(inner: Store, blobs: Blobs, grace: float) -> BlobbingStore:
