@@ -126,6 +126,9 @@ class FaultyStore(StoreWrapper, ChangeFeed):
         # Shown every batch of operations as it arrives, applied or not
         # (what reaches the store, for `_sealed`).
         self.inspect = inspect
+        # Set (and replaced) at each write (a turn's lease write included),
+        # for crashes that land in the middle of an engine's work.
+        self.wrote = trio.Event()
         self.scope = inner.scope
         self._rng = rng
         self._faults = faults
@@ -145,6 +148,8 @@ class FaultyStore(StoreWrapper, ChangeFeed):
     async def apply(self, ops: Sequence[Op]) -> list[Any]:
         if self.inspect is not None:
             self.inspect(ops)
+        self.wrote.set()
+        self.wrote = trio.Event()
         if self._fault("store.fail_before", self._faults.store_fail_before):
             await trio.lowlevel.checkpoint()
             raise StoreError("injected: the write failed before it was applied")
@@ -223,6 +228,8 @@ class FaultyStore(StoreWrapper, ChangeFeed):
     async def begin_turn(
         self, run_id: str, owner: str, expiry: float, now: float
     ) -> TurnState | None:
+        self.wrote.set()
+        self.wrote = trio.Event()
         if self._fault("store.fail_before", self._faults.store_fail_before):
             await trio.lowlevel.checkpoint()
             raise StoreError("injected: the lease write failed")

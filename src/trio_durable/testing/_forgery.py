@@ -1,8 +1,10 @@
 """Forged broker messages: an intruder on the simulation's broker.
 
 `ForgingBroker` passes everything to the simulation's `MemoryBroker` and
-watches what the fleet publishes. For each task an engine sends it may
-(`Faults.forge`) publish a forgery beside it: a result for that task, or a
+watches what the fleet publishes (it also tells the harness each time a task
+goes out, so that a worker crash can land while work is in flight). With
+signing on, for each task an engine sends it may (`Faults.forge`) publish a
+forgery beside it: a result for that task, or a
 task of its own, either unsigned, signed with a key the fleet does not
 have, signed under the fleet's key id with another key, or (a result) the
 genuine signed task put on the results queue. A forged result carries
@@ -57,26 +59,30 @@ class ForgingBroker:
     Args:
       inner: The broker everything goes to.
       signing: The fleet's keyring (the intruder knows its current key id,
-        not its keys).
+        not its keys), or None: then nothing is forged (a fleet that signs
+        nothing accepts anything, by design).
       rate: Probability of a forgery beside each task sent.
       rng: The intruder's random source.
 
     Attributes:
       forged: How many forged messages were published.
       violations: What got through: results published for forged tasks.
+      task_sent: Set (and replaced) each time a task goes out.
     """
 
     def __init__(
-        self, inner: MemoryBroker, signing: Keyring, rate: float, rng: random.Random
+        self, inner: MemoryBroker, signing: Keyring | None, rate: float, rng: random.Random
     ) -> None:
         self.inner = inner
-        self._rate = rate
+        self._rate = rate if signing is not None else 0.0
         self._rng = rng
         self._intruder = Keyring.single(rng.randbytes(32), "intruder")
-        self._lookalike = Keyring.single(rng.randbytes(32), signing.current)
+        current = "k" if signing is None else signing.current
+        self._lookalike = Keyring.single(rng.randbytes(32), current)
         self._runs = 0
         self.forged = 0
         self.violations: list[str] = []
+        self.task_sent = trio.Event()
 
     @property
     def max_payload(self) -> int | None:
@@ -89,6 +95,9 @@ class ForgingBroker:
 
     def _watch(self, message: Outgoing) -> list[Outgoing]:
         task = _task(message.body)
+        if task is not None:
+            self.task_sent.set()
+            self.task_sent = trio.Event()
         if task is None:
             result = _result(message.body)
             if result is not None and result.run_id.startswith(FORGED_RUN):

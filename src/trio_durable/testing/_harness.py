@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,7 +29,6 @@ import trio.testing
 from .._app import App
 from .._blob_store import BlobOptions
 from .._blobs import DEFAULT_BLOB_GRACE, DEFAULT_BLOB_THRESHOLD
-from .._brokers._base import Broker
 from .._brokers._memory import BrokerFaults, MemoryBroker
 from .._codec import PayloadCodec
 from .._engine import Engine, crash
@@ -200,16 +199,12 @@ class _Fleet:
                 seed=rng.getrandbits(32),
             )
         )
-        self.forger: ForgingBroker | None = None
-        self.broker: Broker = self.memory_broker
-        if setup.signing is not None:
-            self.forger = ForgingBroker(
-                self.memory_broker,
-                setup.signing,
-                faults.forge,
-                random.Random(rng.getrandbits(64)),
-            )
-            self.broker = self.forger
+        self.broker = ForgingBroker(
+            self.memory_broker,
+            setup.signing,
+            faults.forge,
+            random.Random(rng.getrandbits(64)),
+        )
         self.sim = Simulation(random.Random(rng.getrandbits(64)))
         self.trace: list[str] = []
         self.injected: dict[str, int] = {}
@@ -295,9 +290,20 @@ class _Fleet:
     def _fault_times(self, count: int) -> list[float]:
         return sorted(self.rng.uniform(0, self.setup.duration) for _ in range(count))
 
+    async def _amid(self, activity: Callable[[], trio.Event]) -> None:
+        """Wait for the next piece of work (at most a minute), then for a
+        random number of the scheduler's steps: a crash then lands in the
+        middle of what follows it (most of a simulation is idle time, and a
+        crash in it cuts nothing short)."""
+        with trio.move_on_after(60.0):
+            await activity().wait()
+        for _ in range(self.rng.randrange(40)):
+            await trio.lowlevel.checkpoint()
+
     async def crash_engines(self) -> None:
         for at in self._fault_times(self.setup.faults.engine_crashes):
             await trio.sleep_until(at)
+            await self._amid(lambda: self.store.wrote)
             alive = sorted(self.live_engines)
             if not alive:
                 continue
@@ -313,7 +319,10 @@ class _Fleet:
     async def crash_workers(self) -> None:
         for at in self._fault_times(self.setup.faults.worker_crashes):
             await trio.sleep_until(at)
+            await self._amid(lambda: self.broker.task_sent)
             alive = sorted(self.live_workers)
+            busy = [i for i in alive if self.live_workers[i].statistics().in_flight]
+            alive = busy or alive
             if not alive:
                 continue
             index = self.rng.choice(alive)
@@ -379,8 +388,8 @@ class _Fleet:
         violations: list[str] = []
         if self.sealed is not None:
             violations.extend(self.sealed.violations)
-        if self.forger is not None:
-            violations.extend(self.forger.violations)
+        if self.setup.signing is not None:
+            violations.extend(self.broker.violations)
             violations.extend(await forgery_violations(self.view()))
         if self.blobs is not None:
             violations.extend(blob_violations(self.blobs, await _row_payloads(self.store.inner)))
@@ -397,7 +406,7 @@ class _Fleet:
             ("broker.duplicate", broker.duplicated),
             ("broker.delay", broker.delayed),
             ("broker.reorder", broker.reordered),
-            ("broker.forge", 0 if self.forger is None else self.forger.forged),
+            ("broker.forge", self.broker.forged),
         ):
             if times:
                 injected[kind] = times

@@ -40,7 +40,7 @@ def note(log: str, entry: str) -> None:
 def stamp(entry: str) -> str:
     """``entry`` with the virtual time it happened at, for logs whose
     invariants compare when things ran with when the workload acted."""
-    return f"{entry}@{trio.current_time():.6f}"
+    return f"{entry}@{trio.current_time()!r}"  # exact: compared with times
 
 
 def stamped(entry: str) -> tuple[str, float]:
