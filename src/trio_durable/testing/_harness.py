@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -213,6 +214,8 @@ class _Fleet:
         self.live_engines: dict[int, Engine] = {}
         self.live_workers: dict[int, Any] = {}
         self.stopping = trio.Event()
+        # What engines and workers raised (each error once).
+        self.errors: list[str] = []
 
     def view(self) -> Store:
         """The store as the engines read it (blobs resolved, payloads
@@ -230,10 +233,25 @@ class _Fleet:
             options["blob_threshold"] = self.setup.blob_threshold
         return options
 
+    @contextmanager
+    def _reporting(self, who: str) -> Iterator[None]:
+        """An engine, a worker or the workload that raises is reported, not
+        fatal: the simulation goes on (an engine or worker comes back as
+        after a crash), and the report keeps the seed."""
+        try:
+            yield
+        except Exception as exc:
+            for leaf in _leaves(exc):
+                where = traceback.extract_tb(leaf.__traceback__)[-1:]
+                at = f" (at {where[0].filename}:{where[0].lineno})" if where else ""
+                error = f"{who} raised {type(leaf).__name__}: {leaf}{at}"
+                if error not in self.errors:
+                    self.errors.append(error)
+
     async def host_engine(self, index: int) -> None:
         rng, sim, trace = self.rng, self.sim, self.trace
         while not self.stopping.is_set():
-            with trio.CancelScope() as scope:
+            with self._reporting(f"engine-{index}"), trio.CancelScope() as scope:
                 self.engine_scopes[index] = scope
                 async with open_engine(
                     self.app,
@@ -256,7 +274,8 @@ class _Fleet:
                                 f"{event.at - WALL_START:.6f} {index} {event.kind} {event.run_id}"
                                 f" {event.seq} {event.name}"
                             )
-            self.live_engines.pop(index, None)
+            if index in self.live_engines:
+                sim._engine_down(self.live_engines.pop(index))
             if self.stopping.is_set():
                 return
             await trio.sleep(rng.uniform(5.0, 60.0))
@@ -264,7 +283,7 @@ class _Fleet:
     async def host_worker(self, index: int) -> None:
         rng = self.rng
         while not self.stopping.is_set():
-            with trio.CancelScope() as scope:
+            with self._reporting(f"worker-{index}"), trio.CancelScope() as scope:
                 self.worker_scopes[index] = scope
                 async with open_worker(
                     self.app,
@@ -352,7 +371,8 @@ class _Fleet:
                 chaos.start_soon(self.crash_engines)
                 chaos.start_soon(self.crash_workers)
                 chaos.start_soon(self.jump_clock)
-                await workload(sim)
+                with self._reporting("the workload"):
+                    await workload(sim)
                 # Let the runs end: faults stop after `duration`.
                 with trio.move_on_after(max(setup.duration * 4, 86_400.0)):
                     await _until_settled(store, sim)
@@ -385,7 +405,7 @@ class _Fleet:
     async def at_rest(self) -> list[str]:
         """The invariants of what the fleet leaves behind: secrets, forgeries
         and blobs."""
-        violations: list[str] = []
+        violations = list(self.errors)
         if self.sealed is not None:
             violations.extend(self.sealed.violations)
         if self.setup.signing is not None:
@@ -466,6 +486,13 @@ async def _simulation(
         ledger=dict(sorted(sim.ledger.items())),
         trace=tuple(fleet.trace) if keep_trace else (),
     )
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds (an exception alone: itself)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def _outcome(run: Run) -> tuple[str, Any]:

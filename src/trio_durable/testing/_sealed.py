@@ -33,6 +33,20 @@ PAYLOAD_FIELDS: Final = frozenset({"input", "output", "payload", "value"})
 _SHOWN: Final = 5
 """Violations reported one by one; the rest are counted."""
 
+_PLAIN: Final = (bool, int, float, frozenset)
+"""Values that hold no payload."""
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    """The names of an attrs class's fields (none for any other class)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = tuple(f.name for f in attrs.fields(cls)) if attrs.has(cls) else ()
+        _FIELD_NAMES[cls] = names
+    return names
+
 
 @final
 class SealedWrites:
@@ -64,38 +78,45 @@ class SealedWrites:
         for op in ops:
             if isinstance(op, PutValue) and op.scope == BLOB_SCOPE:
                 continue
-            self._walk(type(op).__name__, op)
+            self._walk((type(op).__name__,), op)
 
-    def _walk(self, where: str, value: Any) -> None:
+    def _walk(self, path: tuple[str, ...], value: Any) -> None:
+        # Every write passes here: plain values are skipped at once, and a
+        # path is made into text only for a violation.
         if isinstance(value, ErrorInfo):
-            self._error(where, value)
-        elif attrs.has(type(value)):
-            for field in attrs.fields(type(value)):
-                self._field(f"{where}.{field.name}", field.name, getattr(value, field.name))
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                self._field(f"{where}[{key!r}]", str(key), item)
+            self._error(path, value)
+            return
+        if isinstance(value, dict):
+            items: Any = value.items()
         elif isinstance(value, tuple | list):
-            for index, item in enumerate(value):
-                self._walk(f"{where}[{index}]", item)
-
-    def _field(self, where: str, name: str, value: Any) -> None:
-        if name in PAYLOAD_FIELDS and isinstance(value, str):
-            self._payload(where, value)
+            items = enumerate(value)
         else:
-            self._walk(where, value)
+            names = _fields(type(value))
+            if not names:
+                return
+            items = ((name, getattr(value, name)) for name in names)
+        for name, item in items:
+            if item is None or isinstance(item, _PLAIN):
+                continue
+            if isinstance(item, str):
+                if name in PAYLOAD_FIELDS:
+                    self._payload((*path, str(name)), item)
+                continue
+            self._walk((*path, str(name)), item)
 
-    def _payload(self, where: str, text: str) -> None:
+    def _payload(self, path: tuple[str, ...], text: str) -> None:
+        where = ".".join(path)
         if is_reference(text) and self.blobs is not None:
             payload = self.blobs.payload(text)
             if payload is None:
-                self._found.append(f"{where} refers to a blob not stored (yet): {text}")
+                self._found.append(f"{where} refers to a blob that is missing or corrupt: {text}")
                 return
             text, where = payload, f"the blob of {where}"
         if self.codec.describe(text) is None:
             self._found.append(f"{where} reached the store in the clear: {text[:80]!r}")
 
-    def _error(self, where: str, error: ErrorInfo) -> None:
+    def _error(self, path: tuple[str, ...], error: ErrorInfo) -> None:
+        where = ".".join(path)
         sealed = json.dumps(error.details, separators=(",", ":"))
         described = self.codec.describe(sealed)
         if described is None or error.message != described or error.traceback is not None:

@@ -52,9 +52,10 @@ from ._faults import Faults
 from ._harness import simulate
 from ._message_flows import big_payloads, cart_updates, stream_reader, webhook_deliveries
 from ._simulation import WALL_START, Simulation, SimulationReport
-from ._workload_app import app, use
+from ._workload_app import app as app
 from ._workload_app import note as _note
 from ._workload_app import record as _record
+from ._workload_app import use
 
 
 @app.step(retry=Retry(attempts=4, backoff=1.0, jitter=0.5))
@@ -435,12 +436,13 @@ def simulate_builtin(
     workers: int = 2,
     faults: Faults | None = None,
     duration: float = 3600.0,
+    reference: SimulationReport | None = None,
     keep_trace: bool = False,
 ) -> SimulationReport:
     """`simulate` of the built-in workload on its fleet: payloads encrypted
     at rest (`AesGcmCodec`), messages signed, large payloads in a blob
     store, so that nothing readable reaches the store and nothing forged
-    gets through are checked too."""
+    gets through are checked too. The arguments are `simulate`'s."""
     return simulate(
         app,
         default_workload,
@@ -449,6 +451,7 @@ def simulate_builtin(
         workers=workers,
         faults=faults,
         duration=duration,
+        reference=reference,
         keep_trace=keep_trace,
         codec=AesGcmCodec(Keyring.single(CODEC_KEY, "sim")),
         signing=Keyring.single(SIGNING_KEY, "sim"),

@@ -1,0 +1,115 @@
+"""Engine bugs the simulation found, each pinned by a direct test.
+
+- With both a payload codec and a blob store, the engine did not find its
+  blob store: `open_engine` puts the codec's store outermost, and the
+  runtime looked for the blob store only at the top. Remote steps then sent
+  their large inputs in the messages, and every result whose output a
+  worker kept in the blob store failed with code ``blob_not_found`` (the
+  decisions of remote workflows first: they are long).
+- A breakpoint set (or cleared) by a write the store applied, then reported
+  failed, was never seen by the engine that wrote it: its own watch skips
+  the announcement the write carried, and it marked its copy stale only
+  after a write that returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import trio
+
+import trio_durable as td
+from trio_durable._stores._hook_ops import DeleteBreakpoint, PutBreakpoint
+from trio_durable._stores._memory import MemoryStore
+from trio_durable._stores._ops import Op
+from trio_durable._stores._wrapping import StoreWrapper
+from trio_durable.testing._memory_blobs import MemoryBlobStore
+
+app = td.App("found")
+
+guarded_calls: list[str] = []
+
+
+@app.step(group="blobs")
+async def expand(size: int) -> str:
+    return "x" * size
+
+
+@app.step(group="blobs")
+async def measure(text: str) -> int:
+    return len(text)
+
+
+@app.workflow()
+async def large(ctx: td.Context, size: int) -> int:
+    text: str = await ctx.step(expand, size)
+    length: int = await ctx.step(measure, text + text)
+    return length
+
+
+@app.step()
+async def guarded(key: str) -> str:
+    guarded_calls.append(key)
+    return f"ran {key}"
+
+
+@app.workflow()
+async def paused(ctx: td.Context, key: str) -> str:
+    ran: str = await ctx.step(guarded, key)
+    return ran
+
+
+CODEC = td.AesGcmCodec(td.Keyring.single(b"a codec key for the tests, 32 B."))
+
+
+async def test_large_remote_payloads_under_a_codec_go_through_the_blob_store(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A broker that refuses messages over 2,000 bytes: the 5,000-character
+    # output and the 10,000-character input must travel as references.
+    blobs = MemoryBlobStore()
+    broker = "memory://found-codec-blobs?max_payload=2000"
+    async with (
+        td.open_engine(app, broker=broker, codec=CODEC, blobs=blobs, blob_threshold=1000) as engine,
+        td.open_worker(app, broker=broker, groups=["blobs"], blobs=blobs, blob_threshold=1000),
+    ):
+        run = await engine.start(large, 5000, run_id="large")
+        assert await run.result() == 10_000
+    # The worker's output, the engine's input of the second step, and the
+    # rows' payloads (encrypted, then offloaded) all went to the blob store.
+    assert len(blobs.blobs) >= 3
+
+
+class _WriteRaisesOnce(StoreWrapper):
+    """A memory store that applies the first write of a breakpoint, then
+    raises as a commit whose answer was lost does."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+        self.raised = 0
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        results = await self.inner.apply(ops)
+        if not self.raised and any(isinstance(op, PutBreakpoint | DeleteBreakpoint) for op in ops):
+            self.raised += 1
+            raise td.StoreError("the commit's answer was lost")
+        return results
+
+
+async def test_a_breakpoint_whose_write_raised_pauses_the_writers_runs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = _WriteRaisesOnce(MemoryStore())
+    async with td.open_engine(app, store=store) as engine:
+        # The engine read the breakpoints (none) as it opened.
+        with pytest.raises(td.StoreError):
+            await engine.set_breakpoint(workflow="paused", step="guarded")
+        assert store.raised == 1
+        await engine.start(paused, "a", run_id="paused-a")
+        await engine.drain()
+        assert [p.run_id for p in await engine.paused_steps()] == ["paused-a"]
+        assert guarded_calls == []
+        await engine.skip_step("paused-a", "skipped")
+        assert await engine.result("paused-a") == "skipped"
