@@ -361,11 +361,15 @@ def test_planted_unadmitted_runs_are_caught(monkeypatch: pytest.MonkeyPatch) -> 
 # Seed 62 broke the workload's own check: it compared the times steps ran
 # with when the workload resumed paused runs after rounding them to the
 # microsecond, so a step run in the same instant as its resume seemed to run
-# before it (times are now kept exact).
+# before it (times are now kept exact). Seeds 276 and 1388 (found by the
+# soak) broke the workload: a clock jump across the one attempt of a step
+# with a timeout timed it out (its steps get a second attempt now).
 # The fault schedule a seed draws depends on the harness, so after a change
 # to it these seeds may no longer reach the same paths: they still must pass.
 @pytest.mark.parametrize(
-    "seed", [1, 15, 37, 53, 62, 193, 3098, 3233, 3289, 3921, 5066], ids=lambda s: f"seed-{s}"
+    "seed",
+    [1, 15, 37, 53, 62, 193, 276, 1388, 3098, 3233, 3289, 3921, 5066],
+    ids=lambda s: f"seed-{s}",
 )
 def test_regression_seed(seed: int) -> None:
     report = simulate_builtin(seed, faults=Faults.everything())
