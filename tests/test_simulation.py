@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import logging
 import os
 import random
@@ -603,3 +604,14 @@ def test_trio_durable_simulate_subcommand(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert re.search(r"^seed +2 ok ", out, re.M)
     assert "1 passed, 0 failed" in out
+
+
+def test_trio_durable_simulate_json_gives_seeds_per_second(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from trio_durable._cli import main
+
+    assert main(["simulate", "--seeds", "2,3", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["seconds"] > 0
+    assert document["seeds_per_second"] == pytest.approx(2 / document["seconds"], rel=0.01)

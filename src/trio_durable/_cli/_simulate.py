@@ -58,7 +58,6 @@ def simulate_command(
         quiet_engines,
         replay,
         run_seeds,
-        seeds_per_second,
         stopwatch,
         summary_line,
     )
@@ -100,7 +99,7 @@ def simulate_command(
                 "passed": len(reports) - len(failed),
                 "failed": len(failed),
                 "seconds": round(elapsed[0], 3),
-                "seeds_per_second": float(seeds_per_second(reports, elapsed[0])),
+                "seeds_per_second": round(len(reports) / elapsed[0], 3) if elapsed[0] else None,
                 "replay": None
                 if again is None
                 else {
