@@ -9,3 +9,12 @@ option in pyproject.toml), where ``servers`` starts the real servers.
 """
 
 from servers.fixture import real_server as real_server
+from time_limit import pytest_runtest_call as pytest_runtest_call
+from time_limit import pytest_runtest_setup as pytest_runtest_setup
+from time_limit import pytest_runtest_teardown as pytest_runtest_teardown
+from time_limit import pytest_timeout_cancel_timer as pytest_timeout_cancel_timer
+from time_limit import pytest_timeout_set_timer as pytest_timeout_set_timer
+
+# A conformance check skipped for a capability an implementation lacks
+# shows its reason under pytest-trio too.
+pytest_plugins = ["trio_durable.testing.pytest_plugin"]

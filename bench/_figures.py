@@ -56,8 +56,9 @@ def _head() -> str:
                 text=True,
                 check=True,
                 cwd=Path(__file__).parent,
+                timeout=60,
             ).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
+        except (OSError, subprocess.SubprocessError):
             _commit = "unknown"
     return _commit
 

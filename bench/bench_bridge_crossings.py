@@ -117,6 +117,10 @@ class CountingBroker:
         self.counts: collections.Counter[str] = collections.Counter()
 
     @property
+    def durable(self) -> bool:
+        return self._inner.durable
+
+    @property
     def max_payload(self) -> int | None:
         return self._inner.max_payload
 

@@ -60,8 +60,9 @@ def code_commit() -> str:
             text=True,
             check=True,
             cwd=where,
+            timeout=60,
         ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+    except (OSError, subprocess.SubprocessError):
         return "unknown"
 
 

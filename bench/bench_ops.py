@@ -187,6 +187,10 @@ class CountingBroker:
         self.counts = MessageCounts()
 
     @property
+    def durable(self) -> bool:
+        return self.inner.durable
+
+    @property
     def max_payload(self) -> int | None:
         return self.inner.max_payload
 

@@ -129,7 +129,8 @@ def _measure(checkout: Path, what: str, args: argparse.Namespace) -> dict[str, A
         "--fan",
         str(args.fan),
     ]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    # A hung side fails the comparison instead of blocking it forever.
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"{what} on {checkout} failed:\n{done.stdout}{done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -274,7 +274,7 @@ def run_fleet(args: argparse.Namespace, url: str, engines: int) -> list[float]:
         for child in children:
             if child.stdin is not None:
                 child.stdin.close()
-            child.wait()
+            child.wait(timeout=60)
     return rates
 
 

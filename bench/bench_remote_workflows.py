@@ -108,6 +108,10 @@ class Counted:
     tally: Tally
 
     @property
+    def durable(self) -> bool:
+        return self.broker.durable
+
+    @property
     def max_payload(self) -> int | None:
         return self.broker.max_payload
 

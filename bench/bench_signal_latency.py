@@ -77,10 +77,11 @@ async def measure(url: str, count: int, gap: float) -> list[float]:
         for i in range(count):
             await engine.start(wait_mark, run_id=f"lat-{i}")
         await engine.drain()
-        await trio.run_process(
-            [sys.executable, __file__, "--client", url, str(count), str(gap)],
-            stdout=subprocess.DEVNULL,
-        )
+        with trio.fail_after(120 + count * gap):
+            await trio.run_process(
+                [sys.executable, __file__, "--client", url, str(count), str(gap)],
+                stdout=subprocess.DEVNULL,
+            )
         with trio.fail_after(60):
             await enough.wait()
     return sorted(latencies)

@@ -145,6 +145,7 @@ def _run_case(tree: Path, case: str, n: int) -> dict[str, Any] | None:
         capture_output=True,
         text=True,
         check=True,
+        timeout=120,
     )
     if case == "start_many" and probe.stdout.strip() != "True":
         return None
@@ -153,6 +154,8 @@ def _run_case(tree: Path, case: str, n: int) -> dict[str, Any] | None:
         env=env,
         capture_output=True,
         text=True,
+        # A hung case fails the bench instead of blocking it forever.
+        timeout=3600,
     )
     if done.returncode != 0:
         print(done.stderr, file=sys.stderr)

@@ -315,7 +315,8 @@ def main() -> int:
             return 2
         raw = args.raw or Path(tempfile.mkstemp(suffix=".txt", prefix="py-spy-")[1])
         record = [spy, "record", "--threads", "-f", "raw", "-r", str(args.rate), "-o", str(raw)]
-        subprocess.run([*record, "--", sys.executable, *command], check=True)
+        # An hour at most: a hung bench fails instead of blocking forever.
+        subprocess.run([*record, "--", sys.executable, *command], check=True, timeout=3600)
     print("\n".join(summarize(raw, args.top)))
     return 0
 

@@ -1,7 +1,8 @@
 """Webhooks and breakpoints (docs/webhooks-and-breakpoints.md).
 
 An engine runs on a SQLite file and serves the console on a free local
-port. A client on the same file (its own store object, as another process
+port, read-only (no bearer token) but delivering webhooks, as a console
+exposed for webhooks alone would. A client on the same file (its own store object, as another process
 would have) sets a breakpoint on the ``charge`` step of ``refund``, so the
 run pauses before charging; it is continued once a person has looked. The
 workflow then creates a webhook and waits for it: an HTTP ``POST
@@ -71,7 +72,7 @@ async def main(path: Path) -> None:
         td.open_client(other) as client,
         trio.open_nursery() as nursery,
     ):
-        console: str = await nursery.start(partial(serve_console, engine, port=0))
+        console: str = await nursery.start(partial(serve_console, engine, port=0, webhooks=True))
         bp = await client.set_breakpoint(workflow="refund", step="charge")
         handle = await client.start("refund", 30, run_id="refund-1")
         # As a console would: look until the run shows as paused.

@@ -19,7 +19,7 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import final
+from typing import Final, final
 from urllib.parse import parse_qsl, urlsplit
 
 import attrs
@@ -114,7 +114,13 @@ class TinyBroker:
 
     Args:
       max_payload: The largest message body, in bytes, or None for no limit.
+
+    Attributes:
+      durable: False: its queues go with this process, so an engine that
+        meets a step sent on another tiny broker sends it again.
     """
+
+    durable: Final = False
 
     def __init__(self, *, max_payload: int | None = None) -> None:
         self.max_payload = max_payload

@@ -2,9 +2,9 @@
 and worker processes (``trio-durable engine cli_app:app``).
 
 Each step returns the id of the process that ran it, so a test can tell
-which process did the work. Each workflow waits on a short timer first: the
-test process that starts a run leaves its own engine at once, before the
-timer is due, so the engine under test runs the steps.
+which process did the work. The tests start runs through a client
+(`cli_processes.start_runs`), which executes nothing: the engine under test
+runs every turn.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ async def greet(name: str) -> str:
 
 @app.workflow()
 async def hello(ctx: td.Context, name: str) -> str:
-    await ctx.sleep(0.01)
     return await ctx.step(greet, name)
 
 
@@ -42,7 +41,6 @@ async def linger(seconds: float) -> int:
 
 @app.workflow()
 async def lingering(ctx: td.Context, seconds: float) -> int:
-    await ctx.sleep(0.01)
     return await ctx.step(linger, seconds)
 
 
@@ -53,7 +51,6 @@ async def double(x: int) -> str:
 
 @app.workflow()
 async def doubled(ctx: td.Context, x: int) -> str:
-    await ctx.sleep(0.01)
     return await ctx.step(double, x)
 
 

@@ -4,8 +4,10 @@ wait for a line of its output, signal it, wait for runs in the store."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +24,28 @@ CONSOLE_SCRIPT: Final = Path(sys.executable).parent / "trio-durable"
 WITHIN: Final = 60.0
 """Seconds a process may take to print an awaited line or to exit (a
 loaded machine starts a Python process slowly)."""
+
+
+def read_terminal(leader: int, process: subprocess.Popen[bytes], within: float = WITHIN) -> bytes:
+    """What ``process`` shows on the pseudo-terminal whose leader end is
+    ``leader``, until it closes it. A process that still holds it after
+    ``within`` seconds is killed, and the test fails: a hung command never
+    blocks the run."""
+    deadline = time.monotonic() + within
+    shown = b""
+    while True:
+        ready, _, _ = select.select([leader], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            process.kill()
+            process.wait(timeout=within)
+            raise AssertionError(f"{process.args!r} still ran after {within} s: {shown!r}")
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            return shown
+        if not chunk:
+            return shown
+        shown += chunk
 
 
 @attrs.define
@@ -125,12 +149,14 @@ async def start_runs(
     store: str, starts: Sequence[tuple[str, str, tuple[object, ...]]], namespace: str = "default"
 ) -> None:
     """Start runs ``(run_id, workflow, args)`` of `cli_app.app` from this
-    process, then leave: the engine under test executes them."""
+    process through a client, which only writes them: the engine under test
+    executes them. (An engine here would run their first turns itself, and
+    a remote step it sent to a broker of its own would die with it.)"""
     import cli_app
 
-    async with td.open_engine(cli_app.app, store=store, broker="memory://") as engine:
+    async with td.open_client(store, app=cli_app.app) as client:
         for run_id, workflow, args in starts:
-            await engine.start(workflow, *args, run_id=run_id, namespace=namespace)
+            await client.start(workflow, *args, run_id=run_id, namespace=namespace)
 
 
 async def wait_for_runs(

@@ -23,6 +23,10 @@ class CountingBroker:
         self.down = False
 
     @property
+    def durable(self) -> bool:
+        return self.inner.durable
+
+    @property
     def max_payload(self) -> int | None:
         return self.inner.max_payload
 

@@ -17,6 +17,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(td.__all__) == [
         "AesGcmCodec",
         "App",
+        "BlobCorrupted",
         "BlobInfo",
         "BlobNotFound",
         "BlobStore",
@@ -537,6 +538,7 @@ def test_the_adapter_api_is_pinned() -> None:
         "descriptor_to_json",
         "is_broker_safe",
         "mask_url",
+        "needs_heartbeat",
         "open_bridge",
         "open_broker",
         "scrub",

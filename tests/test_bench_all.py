@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli_processes import WITHIN
+
 BENCH = Path(__file__).parent.parent / "bench"
 
 
@@ -25,6 +27,7 @@ def _all(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
         text=True,
         check=False,
         env=env,
+        timeout=WITHIN,
     )
 
 

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli_processes import WITHIN
+
 BENCH = Path(__file__).parent.parent / "bench"
 
 
@@ -37,6 +39,7 @@ def _compare(*args: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
+        timeout=WITHIN,
     )
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_processes import WITHIN
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "performance.md"
 BLOCKS = re.findall(r"```sh\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
@@ -54,7 +56,11 @@ def test_scripts_and_options_exist(script: str) -> None:
     path = ROOT / script
     assert path.exists(), script
     done = subprocess.run(
-        [sys.executable, str(path), "--help"], capture_output=True, text=True, check=False
+        [sys.executable, str(path), "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=WITHIN,
     )
     assert done.returncode == 0, done.stderr
     for option in sorted(SCRIPTS[script]):

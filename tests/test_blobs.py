@@ -18,8 +18,19 @@ import trio.testing
 import trio_durable as td
 from conftest import fixed_wall
 from sized_broker import SizedBroker
-from trio_durable._blob_store import SCOPE, BlobbingStore
-from trio_durable._blobs import is_reference
+from trio_durable._blob_store import SCOPE
+from trio_durable._blob_wire import offload_result, resolve_result
+from trio_durable._blobs import Blobs
+from trio_durable._clock import Clock
+from trio_durable._stored_payloads import parse_blob_mark
+from trio_durable._undecodable import payload_layers_under
+from trio_durable._wire import Result, WireError
+
+
+def is_reference(text: str | None) -> bool:
+    """Whether a row's payload is the mark of a blob."""
+    return text is not None and parse_blob_mark(text) is not None
+
 
 MB: Final = 1024 * 1024
 SMALL: Final = 64 * 1024
@@ -112,13 +123,13 @@ async def test_a_20_mb_input_and_output_go_through_the_blob_store(
         assert broker.sizes
         assert broker.largest() < SMALL, broker.sizes
         # The rows hold references; the engine reads payloads.
-        assert isinstance(engine.store, BlobbingStore)
-        stored = await engine.store.inner.get_run("big")
+        raw = payload_layers_under(engine.store)
+        stored = await raw.get_run("big")
         assert stored is not None
         assert stored.output is not None
         assert is_reference(stored.output)
         assert is_reference(stored.input)
-        [step] = await engine.store.inner.get_checkpoints("big", 1, 1)
+        [step] = await raw.get_checkpoints("big", 1, 1)
         assert step.input is not None
         assert is_reference(step.input)
         assert step.output is not None
@@ -139,15 +150,18 @@ async def test_small_payloads_stay_in_the_rows(tmp_path: Path) -> None:
         assert await blobs.list() == []
 
 
-async def test_a_payload_that_looks_like_a_reference_is_kept_as_a_blob(tmp_path: Path) -> None:
+async def test_a_payload_that_looks_like_a_reference_is_data(tmp_path: Path) -> None:
     blobs = td.LocalBlobStore(tmp_path / "blobs")
     lookalike = {"$blob": "sha256-" + "0" * 64, "size": 3}
     async with fleet("memory://", blobs) as (engine, _):
         run = await engine.start(echo, lookalike)
         assert await engine.result(run.id) == lookalike
-        # The output is a blob of its own, whatever its size (the input,
-        # a list, cannot be taken for a reference).
-        assert len(await blobs.list()) == 1
+        # Small: kept in the row as it is (only a mark of the store's own
+        # stands for a blob).
+        assert await blobs.list() == []
+        stored = await payload_layers_under(engine.store).get_run(run.id)
+        assert stored is not None
+        assert stored.output == json.dumps(lookalike, separators=(",", ":"))
 
 
 async def test_a_missing_blob_is_an_error_of_its_own(tmp_path: Path) -> None:
@@ -158,8 +172,7 @@ async def test_a_missing_blob_is_an_error_of_its_own(tmp_path: Path) -> None:
         for info in await blobs.list():
             await blobs.delete(info.key)
         # Read by a client (the engine keeps what it read and wrote).
-        assert isinstance(engine.store, BlobbingStore)
-        async with td.open_client(engine.store.inner, blobs=blobs) as client:
+        async with td.open_client(payload_layers_under(engine.store), blobs=blobs) as client:
             with pytest.raises(td.BlobNotFound) as caught:
                 await client.get(run.id)
         assert caught.value.key.startswith("sha256-")
@@ -310,3 +323,86 @@ async def test_with_a_codec_too_what_goes_to_the_blob_store_is_encrypted(
     for info in stored:
         assert b"plaintext-marker" not in await blobs.get(info.key)
     assert b"plaintext-marker" not in (tmp_path / "runs.db").read_bytes()
+
+
+class AltersOnRead:
+    """A worker's view of a blob store whose files are altered before each
+    read (a disk or a hand that edits them)."""
+
+    def __init__(self, inner: td.LocalBlobStore) -> None:
+        self.inner = inner
+
+    async def put(self, key: str, data: bytes, *, at: float) -> None:
+        await self.inner.put(key, data, at=at)
+
+    async def get(self, key: str) -> bytes:
+        file = self.inner.path / key
+        file.write_bytes(file.read_bytes()[:-1] + b"?")
+        return await self.inner.get(key)
+
+    async def stat(self, key: str) -> td.BlobInfo | None:
+        return await self.inner.stat(key)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(self, *, after: str | None = None, limit: int = 1000) -> list[td.BlobInfo]:
+        return await self.inner.list(after=after, limit=limit)
+
+
+async def test_a_worker_reading_a_corrupted_input_fails_the_step_with_its_code(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    async with fleet("memory://", blobs, worker_blobs=AltersOnRead(blobs)) as (engine, _):
+        run = await engine.start(measured, "x" * 100_000)
+        with pytest.raises(td.RunFailed) as caught:
+            await engine.result(run.id)
+        assert caught.value.code == "blob_corrupted"
+        assert "does not match its key" in caught.value.message
+
+
+def _result(output: str, output_blob: bool | None) -> Result:
+    return Result(
+        run_id="r",
+        seq=1,
+        attempt=1,
+        step="s",
+        workflow="w",
+        status="completed",
+        output=output,
+        output_blob=output_blob,
+    )
+
+
+async def test_a_result_says_out_of_band_whether_its_output_is_a_reference(
+    tmp_path: Path,
+) -> None:
+    store = td.LocalBlobStore(tmp_path / "blobs")
+    blobs = Blobs(store, 10, Clock(fixed_wall))
+    key, size = await blobs.offload('"the output, kept in a blob"')
+    reference = json.dumps({"$blob": key, "size": size}, separators=(",", ":"))
+    # A value shaped like a reference, from a worker that says it is one,
+    # one that says it is not, and one before the field (read by shape).
+    assert (await resolve_result(blobs, _result(reference, True))).output == (
+        '"the output, kept in a blob"'
+    )
+    assert (await resolve_result(blobs, _result(reference, False))).output == reference
+    assert (await resolve_result(None, _result(reference, False))).output == reference
+    assert (await resolve_result(blobs, _result(reference, None))).output == (
+        '"the output, kept in a blob"'
+    )
+    # Said to be one, and none: a failure that may be retried.
+    failed = await resolve_result(blobs, _result('{"a":1}', True))
+    assert (failed.status, failed.code, failed.retryable) == ("failed", "blob_not_found", True)
+    # The field goes over the wire, and only a boolean is taken.
+    sent = _result(reference, True)
+    assert Result.decode(sent.encode()) == sent
+    assert Result.decode(_result(reference, None).encode()).output_blob is None
+    body = _result(reference, True).encode().replace(b'"output_blob":true', b'"output_blob":1')
+    with pytest.raises(WireError, match="output_blob must be true or false"):
+        Result.decode(body)
+    # A worker marks what it offloads and what it does not.
+    assert (await offload_result(blobs, _result('"long enough to go"', None))).output_blob
+    assert (await offload_result(blobs, _result('"short"', None))).output_blob is False
+    assert (await offload_result(None, _result(reference, None))).output_blob is False

@@ -29,8 +29,8 @@ def test_run_commands_read_payloads_from_the_blob_store(tmp_path: Path) -> None:
     assert shown["input"] == ["q" * 100_000]
     assert shown["output"] == "q" * 100_000
     blind = invoke(["runs", "result", "big-1", "--json"], env={"TRIO_DURABLE_STORE": store})
-    # Without it, the references show as they are.
+    # Without it, the payloads show as what their marks say.
     assert blind.exit_code == 0, blind.output
     reference = json.loads(blind.stdout)["output"]
-    assert reference["$blob"].startswith("sha256-")
+    assert reference["blob"].startswith("sha256-")
     assert reference["size"] == 100_002

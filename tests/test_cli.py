@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 
 import cli_app
 import trio_durable as td
-from cli_processes import ROOT, TESTS
+from cli_processes import ROOT, TESTS, read_terminal
 from trio_durable._cli import cli, main
 from trio_durable._cli._common import command_error, exit_code_of
 from trio_durable._cli._fleet import print_report, report_json
@@ -312,6 +312,8 @@ async def test_workers_reports_disagreements_and_gaps_over_the_memory_broker(
     document = report_json(report, "memory://")
     assert [w["instance_id"] for w in document["workers"]] == ["w-new", "w-old"]
     assert document["workers"][1]["groups"] == ["cli"]
+    # Announced once on the memory broker, until withdrawn: no heartbeat.
+    assert [w["held"] for w in document["workers"]] == [True, True]
     assert len(document["deploys"]) == 2
     assert {(d["kind"], d["subject"]) for d in document["disagreements"]} == {
         ("requires", "double"),
@@ -341,6 +343,7 @@ async def test_workers_reports_disagreements_and_gaps_over_the_memory_broker(
         "Capability gaps (these steps wait as blocked)",
         "Unserved on-error routes",
         "page_oncall",
+        " s ago, held",
     ):
         assert text in out, out
 
@@ -421,15 +424,7 @@ def test_simulate_draws_progress_on_a_terminal(tmp_path: Path) -> None:
         env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "100"},
     )
     os.close(follower)
-    terminal = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        terminal += chunk
+    terminal = read_terminal(leader, process)
     os.close(leader)
     assert process.stdout is not None
     out = process.stdout.read().decode()

@@ -15,6 +15,8 @@ from test_breakpoints import app as bp_app
 from test_cli import invoke, one_error_line
 from test_webhooks import _handed, quiet
 from test_webhooks import app as hook_app
+from trio_durable._stores._hook_ops import CreateWebhook
+from trio_durable._webhooks import token_hash
 
 
 async def _run_until_paused(url: str, run_id: str, start: bool) -> list[td.PausedStep]:
@@ -119,3 +121,41 @@ def test_hooks_deliver(tmp_path: Path) -> None:
     assert used.exit_code == 1
     assert "delivered already" in one_error_line(used)
     assert trio.run(_hook_result, url) == "ok"
+
+
+DASHED = "-Kd3vGtq0yQ2xLmW8pZr5sNfAe7uJbHcT1oVgXiYk4E"
+"""A token that begins with '-', as about 1 in 64 that versions before
+tokens stopped beginning with '-' made."""
+
+
+async def _hooked_with_a_dashed_token(url: str) -> None:
+    async with td.open_engine(hook_app, store=url) as engine:
+        await engine.start(quiet, run_id="cli-dash")
+        with trio.fail_after(10):
+            await _handed("cli-dash")
+            await engine.drain()
+        # The run's webhook, kept under a token an older version made.
+        await engine.store.apply([CreateWebhook(token_hash(DASHED), "cli-dash", "approval", 0.0)])
+
+
+async def _dash_result(url: str) -> str:
+    async with td.open_engine(hook_app, store=url) as engine:
+        with trio.fail_after(10):
+            result: str = await engine.result("cli-dash")
+        return result
+
+
+def test_a_token_that_begins_with_a_dash_is_delivered_after_double_dash(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'dash.db'}"
+    trio.run(_hooked_with_a_dashed_token, url)
+    # Read as an option, it is refused with a pointer to '--'.
+    misread = invoke(["hooks", "deliver", DASHED, "--store", url])
+    assert misread.exit_code == 2
+    assert "a TOKEN that begins with '-' goes after '--'" in one_error_line(misread)
+    delivered = invoke(["hooks", "deliver", "--store", url, "--payload", '"ok"', "--", DASHED])
+    assert delivered.exit_code == 0, delivered.stderr
+    assert delivered.stdout == "delivered\n"
+    used = invoke(["hooks", "deliver", "--store", url, "--", DASHED])
+    assert used.exit_code == 1
+    assert "delivered already" in one_error_line(used)
+    assert trio.run(_dash_result, url) == "ok"

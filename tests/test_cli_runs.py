@@ -19,7 +19,7 @@ import pytest
 import trio
 
 import trio_durable as td
-from cli_processes import ROOT
+from cli_processes import ROOT, read_terminal
 from test_cli import SECRET, invoke, one_error_line
 from trio_durable._cli._apps import load_app
 
@@ -172,7 +172,8 @@ def test_signalling_or_cancelling_an_ended_run_exits_1(store: dict[str, str]) ->
     result = invoke(["runs", "retry", "doubled-1"], env=store)
     assert result.exit_code == 1
     assert one_error_line(result) == (
-        "Error: run 'doubled-1' is completed; only failed or dead runs can be retried"
+        "Error: run 'doubled-1' is completed; only failed or dead runs,"
+        " or suspended runs waiting on remote steps, can be retried"
     )
 
 
@@ -318,15 +319,7 @@ def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]
         env={**os.environ, **env, "TERM": "xterm-256color", "COLUMNS": "100"},
     )
     os.close(follower)
-    terminal = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        terminal += chunk
+    terminal = read_terminal(leader, process)
     os.close(leader)
     assert process.stdout is not None
     out = process.stdout.read().decode()

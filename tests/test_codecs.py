@@ -21,6 +21,7 @@ import trio
 
 import trio_durable as td
 from conftest import EngineFactory, fixed_wall
+from trio_durable._stored_payloads import codec_text, said
 from trio_durable.stores import CodecStore
 
 K1 = bytes(range(16))
@@ -87,10 +88,13 @@ def test_a_payload_is_encrypted_as_json_naming_its_key() -> None:
     assert codec.encode('{"card":"SECRET"}') != sealed
 
 
-def test_text_the_codec_did_not_make_is_left_alone() -> None:
+def test_text_the_codec_did_not_make_is_refused() -> None:
+    # A CodecStore hands the codec only what it marked as the codec's: any
+    # other text reaching it is an error, never a payload passed through.
     codec = td.AesGcmCodec(RING1)
     for text in ['{"card":"x"}', "[1,2]", '"$enc"', '{"$enc":"k1"}', '{"$enc":1,"d":"x"}', "null"]:
-        assert codec.decode(text) == text
+        with pytest.raises(td.CodecError, match="not an AES-GCM envelope"):
+            codec.decode(text)
         assert codec.describe(text) is None
 
 
@@ -246,10 +250,13 @@ async def test_a_run_started_under_k1_finishes_under_k2(
         assert (await engine.result("order-1"))["receipt"] == f"charged {CARD}"
     async with td.open_client(stored.target) as plain:
         run = await plain.get("order-1")
+        # Without the codec, the output cannot be read (never taken for a value).
+        with pytest.raises(td.CodecError, match="no codec") as caught:
+            await plain.result("order-1")
+        assert caught.value.key_id == "k2"
     # The input was written under k1, the output under k2.
-    assert json.loads(run.input)["$enc"] == "k1"
-    assert run.output is not None
-    assert json.loads(run.output)["$enc"] == "k2"
+    assert json.loads(codec_text(run.input) or "")["$enc"] == "k1"
+    assert json.loads(codec_text(run.output) or "")["$enc"] == "k2"
     assert "SECRET" not in stored.raw()
 
 
@@ -272,21 +279,31 @@ async def test_a_missing_key_raises_its_own_error_and_never_fails_a_run(
         stored.target, codec=td.AesGcmCodec(RING1), wall_clock=fixed_wall
     ) as client:
         await client.signal("order-1", "approved", APPROVER)
-    # An engine without k1 cannot take the run's turn: it leaves the run
-    # as it is, for an engine that has the key.
+    # An engine without k1 cannot take the run's turn: it reports why on
+    # the run, once, and leaves it for an engine that has the key.
     async with engine_on(open_test_engine, stored, RING9, lease_ttl=5.0):
-        # Once its reconciliation finds the run, each turn it tries fails.
+        # Its reconciliation finds the run woken by the signal; each minute
+        # it tries again.
         await trio.sleep(300)
-    assert any(
-        "turn of run 'order-1' failed on the store" in record.getMessage()
-        and "key 'k1'" in record.getMessage()
+    reports = [
+        record.getMessage()
         for record in caplog.records
-    )
+        if "'order-1'" in record.getMessage() and "cannot be decoded" in record.getMessage()
+    ]
+    assert len(reports) == 1, reports
+    assert "key 'k1'" in reports[0]
+    assert not any("failed on the store" in record.getMessage() for record in caplog.records)
     async with td.open_client(stored.target) as plain:
-        assert (await plain.get("order-1")).status not in td.stores.TERMINAL_STATUSES
+        waiting = await plain.get("order-1")
+    assert waiting.status == "suspended"
+    assert waiting.error is not None
+    assert (waiting.error.code, waiting.error.type) == ("payload_undecodable", "CodecError")
+    assert waiting.error.details == {"key_id": "k1"}
+    assert "key 'k1', which the codec's keyring (keys k9) does not have" in waiting.error.message
     ring = td.Keyring({"k9": K9, "k1": K1}, current="k9")
     async with engine_on(open_test_engine, stored, ring, lease_ttl=5.0) as engine:
         assert (await engine.result("order-1"))["approval"] == APPROVER
+        assert (await engine.get("order-1")).error is None
 
 
 async def test_what_reads_no_payload_works_without_the_key(
@@ -307,7 +324,7 @@ async def test_what_reads_no_payload_works_without_the_key(
             bad = next(run for run in page.runs if run.id == "bad-1")
             assert bad.error is not None
             assert (bad.error.message, bad.error.code) == ("encrypted with k1", "declined")
-            assert td.AesGcmCodec(RING1).describe(bad.input) == "encrypted with k1"
+            assert said(bad.input) == "encrypted with k1"
             if codec is None:
                 history = await client.history("bad-1")
                 assert [entry.status for entry in history.entries] == ["failed"]

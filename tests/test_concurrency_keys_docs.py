@@ -35,7 +35,8 @@ async def invoice(ctx: td.Context, account: str, month: str) -> str:
 
 async def invoice_three_months(engine: td.Engine) -> list[str]:
     handles = [await engine.start(invoice, "acme", month) for month in ("01", "02", "03")]
-    # One at a time for acme, in the order they were started.
+    # Each start returned before the next began: one at a time for acme,
+    # in the order they were started.
     return [await handle.result() for handle in handles]
 
 

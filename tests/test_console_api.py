@@ -514,6 +514,8 @@ async def test_fleet_queues_and_metrics_of_an_engine(
             own = f"{engine.engine_id}.worker"
             assert own in workers
             assert body["groups"]["g"] == [own]
+            # Both announced on the memory broker: held, with no heartbeat.
+            assert [w["held"] for w in workers.values()] == [True, True]
             assert len(body["groups"]["gpu"]) == 1
             assert body["capability_gaps"] == [
                 {"route": "gpu", "step": "render", "requires": ["cuda"], "offered": []}

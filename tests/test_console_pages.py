@@ -239,6 +239,10 @@ async def test_the_fleet_page_shows_groups_workers_and_unserved_routes(
         assert "<tr><td>member</td><td>g</td>" in text
         assert "Live workers agree." in text
         assert "Every on-error handler is served." in text
+        # The embedded worker announced itself once on the memory broker,
+        # with no heartbeat: the page says so, so its age alarms nobody.
+        assert worker.held
+        assert "held until withdrawn (no heartbeat)" in text
 
 
 async def test_the_fleet_page_of_a_client_without_a_broker_says_so() -> None:

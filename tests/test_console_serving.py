@@ -4,16 +4,19 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import httpx
 import pytest
 
 import trio_durable as td
-from cli_processes import cli_process
+from cli_processes import ROOT, WITHIN, cli_process
+from test_cli import invoke
 
 app = td.App("console-serving")
 
@@ -71,11 +74,58 @@ async def test_the_engine_serves_its_console_and_metrics(tmp_path: Path) -> None
         {"token": 3},
         {"cors_origins": "https://a.example"},
         {"cors_origins": [""]},
+        {"token": " t0ken"},
+        {"token": "t0ken\n"},
+        {"token": "t0 ken"},
+        {"token": "t\u00f6ken"},
+        {"max_body": 0},
+        {"max_body": 1.5},
+        {"max_body": True},
+        {"max_body": 2**41},
+        {"read_timeout": 0},
+        {"read_timeout": float("inf")},
+        {"idle_timeout": -1.0},
+        {"idle_timeout": "5"},
+        {"webhooks": "yes"},
+        {"allowed_hosts": "localhost"},
+        {"allowed_hosts": [""]},
+        {"allowed_hosts": ["a host"]},
+        {"allowed_hosts": ["*.example"]},
     ],
 )
 def test_console_options_refuse_bad_values(kwargs: dict[str, object]) -> None:
     with pytest.raises(td.UsageError, match="ConsoleOptions"):
         td.ConsoleOptions(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        (" t0ken", "leading or trailing spaces"),
+        ("t0ken ", "leading or trailing spaces"),
+        ("t0 ken", "outside visible ASCII"),
+        ("t\u00f6ken", "outside visible ASCII"),
+    ],
+)
+def test_a_token_no_request_could_match_is_refused_with_the_reason(token: str, reason: str) -> None:
+    with pytest.raises(td.UsageError, match=reason):
+        td.ConsoleOptions(token=token)
+
+
+def test_console_options_defaults() -> None:
+    options = td.ConsoleOptions()
+    assert options.max_body == 1024 * 1024
+    assert (options.read_timeout, options.idle_timeout) == (30.0, 10.0)
+    assert options.hosts == ("127.0.0.1", "localhost", "::1")
+    assert options.delivers_webhooks is False
+    assert td.ConsoleOptions(token="t").delivers_webhooks is True
+    assert td.ConsoleOptions(token="t", webhooks=False).delivers_webhooks is False
+    assert td.ConsoleOptions(webhooks=True).delivers_webhooks is True
+    named = td.ConsoleOptions(host="Console.Example", allowed_hosts=None)
+    assert named.hosts == ("console.example", "localhost", "127.0.0.1", "::1")
+    assert td.ConsoleOptions(host="::1").hosts == ("::1", "localhost", "127.0.0.1")
+    given = td.ConsoleOptions(allowed_hosts=["A.example", "[::1]"])
+    assert given.hosts == ("a.example", "::1")
 
 
 async def test_open_engine_refuses_a_console_that_is_no_options() -> None:
@@ -90,7 +140,9 @@ def test_import_trio_durable_loads_no_web_framework() -> None:
         " print(sorted(m for m in ('starlette', 'hypercorn', 'jinja2', 'httpx')"
         " if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=WITHIN
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -131,3 +183,15 @@ async def test_the_console_command_says_when_it_cannot_listen(tmp_path: Path) ->
         await console.wait_for("cannot listen on 203.0.113.7:0")
         assert await console.exited() == 1
         assert "Traceback" not in console.output
+
+
+def test_the_configuration_page_lists_every_console_option() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    section = page.split("\n## ConsoleOptions\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| .* \| (`--[^|]*)\|$", section, re.MULTILINE)
+    assert [name for name, _ in rows] == [field.name for field in attrs.fields(td.ConsoleOptions)]
+    # And the command's option for each exists.
+    usage = invoke(["console", "--help"]).output
+    for _, options in rows:
+        for option in re.findall(r"`(--[a-z-]+)`", options):
+            assert option in usage, option

@@ -291,6 +291,10 @@ class BrokerView:
         self.lost = 0
 
     @property
+    def durable(self) -> bool:
+        return self.inner.durable
+
+    @property
     def max_payload(self) -> int | None:
         return self.inner.max_payload
 

@@ -158,8 +158,10 @@ async def test_a_remote_step_failure_keeps_type_and_traceback_across_the_broker(
             await engine.result(run.id)
         [cp] = await engine.store.get_checkpoints(run.id)
         stored = await engine.get(run.id)
-    # The first attempt's error in errors, the last one's as the error.
-    attempts = [*cp.errors, cp.error]
+    # Each attempt's error in errors (as a local step's), the last one's
+    # as the error too.
+    attempts = list(cp.errors)
+    assert cp.error == attempts[-1]
     assert [(e and (e.message, e.type, e.step)) for e in attempts] == [
         ("remote 4", "RuntimeError", "remote_boom")
     ] * 2

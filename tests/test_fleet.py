@@ -6,6 +6,7 @@ capability no live worker offers (parking with code ``blocked``)."""
 from __future__ import annotations
 
 import logging
+import math
 import platform
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -28,6 +29,7 @@ from trio_durable._dispatch import broker_queue, served_broker_queues
 from trio_durable._fleet import Disagreement, aggregate
 from trio_durable._open_worker import open_worker
 from trio_durable._worker import Worker
+from trio_durable._worker import crash as crash_worker
 
 HEARTBEAT = 5.0
 TTL = 15.0
@@ -51,14 +53,20 @@ def running_worker(
     )
 
 
-class CrashingBroker:
-    """A view of a `MemoryBroker` whose ``withdraw`` fails, so a worker that
-    leaves its block goes away like a crashed process: its announcement stays
-    until its time to live runs out."""
+class ServerLikeBroker:
+    """A view of a `MemoryBroker` whose announcements need heartbeats, as a
+    broker on a server's do (`Broker.needs_heartbeat`): each lapses ``ttl``
+    seconds after the worker last announced itself."""
+
+    needs_heartbeat = True
 
     def __init__(self, inner: MemoryBroker) -> None:
         self.inner = inner
-        self.withdraw_attempts: list[str] = []
+        self.announcements: list[tuple[float, str, float]] = []
+
+    @property
+    def durable(self) -> bool:
+        return self.inner.durable
 
     @property
     def max_payload(self) -> int | None:
@@ -71,12 +79,11 @@ class CrashingBroker:
         return self.inner.open_consumer(queue, prefetch=prefetch)
 
     async def announce(self, descriptor: WorkerDescriptor, ttl: float) -> None:
+        self.announcements.append((trio.current_time(), descriptor.instance_id, ttl))
         await self.inner.announce(descriptor, ttl)
 
     async def withdraw(self, instance_id: str) -> None:
-        self.withdraw_attempts.append(instance_id)
-        await trio.lowlevel.checkpoint()
-        raise BrokerUnavailable("the process died before it could withdraw")
+        await self.inner.withdraw(instance_id)
 
     async def worker_descriptors(self, group: str | None = None) -> list[WorkerDescriptor]:
         return await self.inner.worker_descriptors(group)
@@ -89,6 +96,21 @@ class CrashingBroker:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class CrashingBroker(ServerLikeBroker):
+    """A `ServerLikeBroker` whose ``withdraw`` fails, so a worker that
+    leaves its block goes away like a crashed process: its announcement stays
+    until its time to live runs out."""
+
+    def __init__(self, inner: MemoryBroker) -> None:
+        super().__init__(inner)
+        self.withdraw_attempts: list[str] = []
+
+    async def withdraw(self, instance_id: str) -> None:
+        self.withdraw_attempts.append(instance_id)
+        await trio.lowlevel.checkpoint()
+        raise BrokerUnavailable("the process died before it could withdraw")
 
 
 # -- A deploy, built on demand ----------------------------------------------------
@@ -197,20 +219,110 @@ async def test_descriptor_says_what_the_worker_serves(autojump_clock: trio.abc.C
     }
     assert d.capabilities == ("crane", "gpu")
     assert d.registration_hash == app.registration_hash()
-    assert d.announced_at == WALL_START
+    assert (d.announced_at, d.held) == (WALL_START, True)
 
 
 async def test_heartbeat_refreshes_the_announcement(autojump_clock: trio.abc.Clock) -> None:
     app = build_app()
-    broker = MemoryBroker()
-    seen: list[tuple[float, float]] = []
+    broker = ServerLikeBroker(MemoryBroker())
+    seen: list[tuple[float, float, bool]] = []
     async with running_worker(app, broker, groups=["payments"], instance_id="w-1"):
         # Well past the time to live: heartbeats keep the worker announced.
         for tick in range(10):
             await trio.sleep_until(tick * HEARTBEAT + 1.0)
             [d] = await broker.worker_descriptors()
-            seen.append((trio.current_time(), d.announced_at - WALL_START))
-    assert seen == [(tick * HEARTBEAT + 1.0, tick * HEARTBEAT) for tick in range(10)]
+            seen.append((trio.current_time(), d.announced_at - WALL_START, d.held))
+    assert seen == [(tick * HEARTBEAT + 1.0, tick * HEARTBEAT, False) for tick in range(10)]
+    # One announcement as it opened, then one per heartbeat, each with the
+    # time to live.
+    assert broker.announcements == [(tick * HEARTBEAT, "w-1", TTL) for tick in range(10)]
+
+
+async def test_on_the_memory_broker_a_worker_announces_once(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The memory broker lives in its workers' process, so what they
+    announce goes with it: a worker announces itself once, until it
+    withdraws, and nothing wakes it on a timer meanwhile."""
+    app = build_app()
+    broker = MemoryBroker()
+    assert broker.needs_heartbeat is False
+    async with running_worker(app, broker, groups=["payments"], instance_id="w-1") as worker:
+        assert worker.heartbeats is False
+        [d] = await broker.worker_descriptors()
+        assert (d.announced_at, d.held) == (WALL_START, True)
+        # A year on, with no heartbeat between: the one announcement holds.
+        # (Under the autojump clock, one jump: nothing of the worker woke.)
+        await trio.sleep(365 * 86_400.0)
+        [d] = await broker.worker_descriptors()
+        assert (d.announced_at, d.held) == (WALL_START, True)
+    assert await broker.worker_descriptors() == []
+
+
+async def test_on_the_memory_broker_a_worker_announces_registrations_made_since_as_tasks_come(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    app = build_app()
+    broker = ServerLikeBroker(MemoryBroker())
+    # The memory broker's own rule, with its announcements counted.
+    broker.needs_heartbeat = False
+    async with running_worker(app, broker, groups=["payments"], instance_id="w-1"):
+        await trio.sleep(60.0)
+        assert broker.announcements == [(0.0, "w-1", math.inf)]
+
+        charge = app.get_step("charge")
+        assert charge is not None
+
+        async def pay(ctx: td.Context, amount: int) -> int:
+            result: int = await ctx.step(charge, amount)
+            return result
+
+        # Registered after the worker opened: announced with no timer, as
+        # the worker's next tasks arrive.
+        paying = app.workflow(name="pay")(pay)
+        await trio.sleep(60.0)
+        assert broker.announcements == [(0.0, "w-1", math.inf)]
+        async with open_test_engine(app, broker=broker) as engine:
+            run = await engine.start(paying, 5)
+            assert await engine.result(run.id) == 5
+        assert broker.announcements == [(0.0, "w-1", math.inf), (120.0, "w-1", math.inf)]
+        [d] = await broker.worker_descriptors()
+        assert "pay" in d.workflows
+        assert d.registration_hash == app.registration_hash()
+        assert (d.announced_at, d.held) == (WALL_START + 120.0, True)
+        # Nothing changed since: more tasks announce nothing more.
+        assert await engine_run(open_test_engine, app, broker, paying) == 7
+        assert len(broker.announcements) == 2
+    assert await broker.worker_descriptors() == []
+
+
+async def engine_run(
+    open_test_engine: EngineFactory, app: td.App, broker: Broker, wf: td.Workflow[..., int]
+) -> int:
+    async with open_test_engine(app, broker=broker) as engine:
+        result: int = await engine.result((await engine.start(wf, 7)).id)
+    return result
+
+
+async def test_on_the_memory_broker_a_crashed_worker_lapses_its_ttl_later(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """A simulated crash (`trio_durable.testing`) leaves a worker's
+    announcement to lapse, as a killed process's would, even where it was
+    held until withdrawn."""
+    app = build_app()
+    broker = MemoryBroker()
+    async with running_worker(app, broker, groups=["payments"], instance_id="w-1") as worker:
+        await trio.sleep(100.0)
+        crash_worker(worker)
+    assert trio.current_time() == 100.0
+    [d] = await broker.worker_descriptors()
+    # As a heartbeat at the crash would have left it.
+    assert (d.announced_at, d.held) == (WALL_START + 100.0, False)
+    await trio.sleep_until(100.0 + TTL - 0.5)
+    assert [d.instance_id for d in await broker.worker_descriptors()] == ["w-1"]
+    await trio.sleep_until(100.0 + TTL)
+    assert await broker.worker_descriptors() == []
 
 
 async def test_clean_exit_withdraws_at_once(autojump_clock: trio.abc.Clock) -> None:
@@ -645,7 +757,9 @@ async def test_step_without_requires_waits_on_the_queue_for_a_worker(
         run = await engine.get("count-1")
         assert (run.status, run.wake_at) == ("suspended", None)
         [cp] = await engine.store.get_checkpoints("count-1")
-        assert (cp.status, cp.error, cp.started_at) == ("pending", None, WALL_START)
+        # Out (marked with the broker it went out on), not parked.
+        assert cp.error is not None
+        assert (cp.status, cp.error.code, cp.started_at) == ("pending", "out", WALL_START)
         assert broker.depth("plain") == 1
         await trio.sleep_until(100.0)
         assert broker.depth("plain") == 1
@@ -787,7 +901,8 @@ async def test_a_crashed_capable_worker_counts_until_its_ttl_runs_out(
         await engine.start(film, "early", run_id="film-early")
         await engine.drain()
         [cp] = await engine.store.get_checkpoints("film-early")
-        assert (cp.status, cp.started_at, cp.error) == ("pending", WALL_START + 1.0, None)
+        assert cp.error is not None
+        assert (cp.status, cp.started_at, cp.error.code) == ("pending", WALL_START + 1.0, "out")
         assert broker.depth(broker_queue("render", ["gpu"])) == 1
         # Once it is forgotten, new steps park.
         await trio.sleep_until(TTL)

@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -82,9 +83,12 @@ class DictBlobStore:
 
     async def get(self, key: str) -> bytes:
         try:
-            return self.blobs[key][0]
+            data = self.blobs[key][0]
         except KeyError:
             raise td.BlobNotFound(key) from None
+        if key.startswith("sha256-") and key != "sha256-" + hashlib.sha256(data).hexdigest():
+            raise td.BlobCorrupted(key)
+        return data
 
     async def stat(self, key: str) -> td.BlobInfo | None:
         if key not in self.blobs:

@@ -193,6 +193,7 @@ async def test_every_metric_has_the_prefix_on_engines_and_workers(
         "trio_durable_messages_rejected": "counter",
         "trio_durable_turn_duration_seconds": "histogram",
         "trio_durable_messages_unauthenticated": "counter",
+        "trio_durable_messages_stale": "counter",
         "trio_durable_leases_held": "gauge",
         "trio_durable_queue_limit": "gauge",
         "trio_durable_queue_admitted": "gauge",
@@ -208,6 +209,7 @@ async def test_every_metric_has_the_prefix_on_engines_and_workers(
         "trio_durable_messages_rejected",
         "trio_durable_turn_duration_seconds",
         "trio_durable_messages_unauthenticated",
+        "trio_durable_messages_stale",
     }
     assert all(name.startswith("trio_durable_") for name in engine_families)
 

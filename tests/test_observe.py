@@ -261,6 +261,11 @@ async def test_metrics_are_valid_prometheus_text_with_exact_values(
             "Broker messages rejected by the signature check, by kind (task or result)"
             " and reason (unsigned, forged or unknown_key).",
         ),
+        "trio_durable_messages_stale_total": (
+            "counter",
+            "Broker messages rejected as stale, by kind (result): no step waits for them"
+            " (a duplicate, or a replay of an earlier execution's result).",
+        ),
         "trio_durable_leases_held": (
             "gauge",
             "Runs whose lease this engine holds (a turn in flight).",

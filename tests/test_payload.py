@@ -226,6 +226,10 @@ class Understating:
         self.refusals = 0
 
     @property
+    def durable(self) -> bool:
+        return self.inner.durable
+
+    @property
     def max_payload(self) -> int | None:
         return self.claimed
 

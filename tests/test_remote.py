@@ -348,6 +348,9 @@ async def test_remote_step_runs_on_a_worker_and_holds_no_task_meanwhile(
     assert task.checkpoint.group == "math"
     assert task.checkpoint.attempts == 1
     assert task.checkpoint.started_at == WALL_START
+    # The write that recorded it holds the execution id the task carries.
+    [execution] = task.checkpoint.executions
+    assert len(execution) == 32
     # It was sent from the turn that recorded it, after that turn's write.
     assert task.turns_alive == ("trio_durable turn r",)
     assert task.task() == Task(
@@ -361,6 +364,7 @@ async def test_remote_step_runs_on_a_worker_and_holds_no_task_meanwhile(
         timeout=None,
         dispatched_at=WALL_START,
         reply_to=f"{RESULTS}.{store.scope}",
+        execution=execution,
     )
     [result] = results_of(sent)
     assert result == Result(
@@ -374,13 +378,16 @@ async def test_remote_step_runs_on_a_worker_and_holds_no_task_meanwhile(
         started_at=WALL_START,
         finished_at=WALL_START + 10,
         worker="e1.worker" if where == "embedded" else "w1",
+        output_blob=False,
+        execution=execution,
     )
     cp = await checkpoint(store, "r", 1)
-    assert (cp.status, cp.output, cp.attempts, cp.finished_at) == (
+    assert (cp.status, cp.output, cp.attempts, cp.finished_at, cp.executions) == (
         "completed",
         "9",
         1,
         WALL_START + 10,
+        (execution,),
     )
     assert calls == [("act", 3, 0.0)]
     assert entries["r"] == 2
@@ -530,12 +537,15 @@ async def test_duplicated_messages_settle_once_and_resume_once(
             assert trio.current_time() == 3
             await engine.drain()
             kinds = [e.kind for e in received(events)]
+            stale = engine.statistics().rejected_stale
     # Every message went out twice: the task ran twice, each result arrived
-    # twice, and one of the four settled the checkpoint.
+    # twice, and one of the four settled the checkpoint. The other three
+    # were stale: rejected for good, not acked.
     assert broker.dispatched == 3
     assert calls == [("act", 4, 0.0), ("act", 4, 0.0)]
     assert len(results_of(sent)) == 2
-    assert broker.acked == 2 + 4
+    assert broker.acked == 2 + 1
+    assert stale == 3
     assert kinds.count("step.completed") == 1
     assert kinds.count("run.suspended") == 1
     assert kinds.count("run.completed") == 1
@@ -762,7 +772,7 @@ async def test_unstarted_members_of_a_failed_fail_fast_fan_are_never_sent(
     assert sorted(calls) == [("act", 1, 0.0), ("act", 2, 0.0)]
 
 
-async def test_stray_results_are_acked_unreadable_ones_rejected_and_nothing_changes(
+async def test_stray_results_are_stale_unreadable_ones_rejected_and_nothing_changes(
     autojump_clock: trio.testing.MockClock,
     open_test_engine: EngineFactory,
     caplog: pytest.LogCaptureFixture,
@@ -789,13 +799,15 @@ async def test_stray_results_are_acked_unreadable_ones_rejected_and_nothing_chan
                 [Outgoing(queue=engine.results_queue, body=body) for body in bodies]
             )
             await engine.drain()
-        # The stray ones are acked; the unreadable ones rejected without
-        # requeue (the memory broker has no dead-letter queue: dropped).
-        assert broker.acked == acked + 2
+        # The stray ones are stale (no step waits for them), the unreadable
+        # ones do not decode: all are rejected without requeue (the memory
+        # broker has no dead-letter queue: dropped), none acked.
+        assert broker.acked == acked
         assert broker.depth(engine.results_queue) == 0
         assert await snapshot(store) == before
         assert entries["r"] == 1
         assert engine.statistics().rejected == 4
+        assert engine.statistics().rejected_stale == 2
     dropped = [r for r in caplog.records if "no valid result" in r.getMessage()]
     assert len(dropped) == 4
 

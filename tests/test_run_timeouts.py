@@ -7,6 +7,9 @@ compensation (code ``timeout``), the children it awaits with it.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +18,10 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import WALL_START, fixed_wall
+from conftest import WALL_START, fixed_wall, shared_store
 from trio_durable._records import DEADLINE_SEQ
+from trio_durable._stores._ops import CreateRun, Op
+from trio_durable._stores._wrapping import StoreWrapper
 
 app = td.App("deadlines")
 
@@ -247,6 +252,146 @@ async def test_the_deadline_fires_on_another_engine_after_the_first_stopped(
         assert info.value.code == "timeout"
         assert trio.current_time() == 60.0
         assert undone == ["hotel"]
+
+
+@app.workflow()
+async def slow_handler(ctx: td.Context, info: dict[str, Any]) -> str:
+    await ctx.step(book, "handler", compensate=undo_book)
+    await ctx.sleep(10_000)
+    return "handled"
+
+
+@app.step()
+async def refuse(item: str) -> str:
+    raise td.FatalError(f"no {item}", code="refused")
+
+
+@app.workflow(on_error=[td.OnError(workflow="slow_handler")])
+async def fails_then_handed_off(ctx: td.Context) -> str:
+    await ctx.step(book, "ticket", compensate=undo_book)
+    await ctx.sleep(10)
+    return await ctx.step(refuse, "seat")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_run_handed_to_its_on_error_handler_is_cancelled_at_its_deadline(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, kind: str
+) -> None:
+    async with (
+        shared_store(kind, tmp_path) as store,
+        td.open_engine(app, store=store, seed=0, wall_clock=fixed_wall) as engine,
+    ):
+        await engine.start(fails_then_handed_off, run_id="f", timeout=100)
+        with pytest.raises(td.RunCancelled) as info:
+            await engine.result("f")
+        assert info.value.code == "timeout"
+        # Handed off at 10 s, its deadline still fires at exactly 100 s.
+        assert trio.current_time() == 100.0
+        # The handler it awaited is cancelled with it, its undo run.
+        with pytest.raises(td.RunCancelled) as handler:
+            await engine.result("f.onError.0")
+        assert handler.value.code == "cancelled"
+        assert sorted(undone) == ["handler", "ticket"]
+        assert trio.current_time() == 100.0
+
+
+# -- racing starts of one id: the start that created the run set its deadline ------
+
+
+@app.workflow()
+async def waits_as(ctx: td.Context, who: str) -> str:
+    return str(await ctx.wait_signal("go"))
+
+
+@app.workflow(concurrency_key=lambda who: "one-line")
+async def waits_in_line(ctx: td.Context, who: str) -> str:
+    return str(await ctx.wait_signal("go"))
+
+
+class Racing(StoreWrapper):
+    """Makes ``count`` starts of ``run_id`` race: a start that reads the
+    id first is answered only once every start has read it or written
+    its create, so that all of them find the id free and all write."""
+
+    def __init__(self, inner: td.Store, run_id: str, count: int) -> None:
+        self.inner = inner
+        self._run_id = run_id
+        self._left = count
+        self._all_in = trio.Event()
+
+    def _arrive(self) -> None:
+        self._left -= 1
+        if self._left == 0:
+            self._all_in.set()
+
+    async def get_run(self, run_id: str) -> td.Run | None:
+        found = await self.inner.get_run(run_id)
+        if run_id == self._run_id and not self._all_in.is_set():
+            self._arrive()
+            await self._all_in.wait()
+        return found
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        for op in ops:
+            creates = isinstance(op, CreateRun) and op.run.id == self._run_id
+            if creates and not self._all_in.is_set():
+                self._arrive()
+        return await self.inner.apply(ops)
+
+
+TIMEOUTS = {"a": 100.0, "b": 30.0}
+
+
+@pytest.mark.parametrize("starters", ["one engine", "two engines", "engine and client"])
+@pytest.mark.parametrize("workflow", [waits_as, waits_in_line], ids=["batched", "controlled"])
+async def test_racing_starts_with_timeouts_keep_the_creators_deadline(
+    autojump_clock: trio.testing.MockClock, starters: str, workflow: Any
+) -> None:
+    memory = td.MemoryStore()
+    store = Racing(memory, "r", 2)
+    async with (
+        td.open_engine(app, store=store, seed=0, wall_clock=fixed_wall) as engine,
+        td.open_engine(app, store=store, seed=1, wall_clock=fixed_wall) as other,
+        td.open_client(store, app=app, wall_clock=fixed_wall) as client,
+    ):
+        second: Any = {"one engine": engine, "two engines": other, "engine and client": client}[
+            starters
+        ]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                partial(engine.start, workflow, "a", run_id="r", timeout=TIMEOUTS["a"])
+            )
+            nursery.start_soon(
+                partial(second.start, workflow, "b", run_id="r", timeout=TIMEOUTS["b"])
+            )
+        stored = await memory.get_run("r")
+        assert stored is not None
+        # One start created the run; the other found it and wrote nothing,
+        # so the deadline is the creator's, counted from its creation.
+        [creator] = json.loads(stored.input)
+        cp = await _deadline(memory, "r")
+        assert json.loads(cp.input or "") == {"timeout": TIMEOUTS[creator]}
+        assert cp.wake_at == stored.created_at + TIMEOUTS[creator]
+        with pytest.raises(td.RunCancelled) as info:
+            await engine.result("r")
+        assert info.value.code == "timeout"
+        assert trio.current_time() == TIMEOUTS[creator]
+
+
+async def test_a_start_of_an_existing_id_with_a_timeout_leaves_its_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = td.MemoryStore()
+    async with td.open_engine(app, store=store, seed=0, wall_clock=fixed_wall) as engine:
+        await engine.start(waits_as, "a", run_id="r", timeout=100)
+        await trio.sleep(10)
+        again = await engine.start(waits_as, "b", run_id="r", timeout=30)
+        assert again.input == '["a"]'
+        cp = await _deadline(store, "r")
+        assert (cp.input, cp.wake_at) == ('{"timeout": 100.0}', WALL_START + 100.0)
+        with pytest.raises(td.RunCancelled):
+            await engine.result("r")
+        assert trio.current_time() == 100.0
 
 
 # -- a remote workflow (decided on a worker): the engine keeps its deadline -----------

@@ -194,6 +194,10 @@ class SigningWitness:
         self.results = 0
 
     @property
+    def durable(self) -> bool:
+        return self.inner.durable
+
+    @property
     def max_payload(self) -> int | None:
         return self.inner.max_payload
 

@@ -26,6 +26,8 @@ import trio
 import trio_durable as td
 import trio_durable._context_determinism as context_determinism
 import trio_durable._streams as streams_module
+from trio_durable._blob_store import SCOPE as BLOB_SCOPE
+from trio_durable._blob_store import blob_listing
 from trio_durable._fork import fork_run as fork_run_of_the_engine
 from trio_durable._fork import retry_from as retry_from_of_the_engine
 from trio_durable._records import Checkpoint, ErrorInfo, Run
@@ -152,20 +154,58 @@ def test_sealed_writes_find_every_payload_in_the_clear() -> None:
     assert len(found) == 5
 
 
-async def test_sealed_writes_follow_references_into_the_blob_store() -> None:
+def test_sealed_writes_read_the_marks_not_the_shapes() -> None:
+    sealed = SealedWrites(CODEC, None)
+    made = CODEC.encode(json.dumps("secret"))
+    sealed.inspect(
+        [
+            # What the codec made, unmarked (a payload shaped like an
+            # envelope is data, read as it is): in the clear.
+            DeliverSignal("t", made),
+            # Marked, but not what the codec made.
+            DeliverSignal("t", "~enc:" + json.dumps("secret")),
+            # An error sealed, whose details were left in the clear.
+            PutCheckpoint(
+                Checkpoint(
+                    run_id="r",
+                    seq=1,
+                    name="s",
+                    kind="local",
+                    status="failed",
+                    error=ErrorInfo(
+                        message=str(CODEC.describe(made)), details={"card": "4111"}, sealed=made
+                    ),
+                )
+            ),
+            # The mark of a blob, with no blob store.
+            DeliverSignal("t", f"~blob:sha256-{'0' * 64}:3"),
+        ]
+    )
+    found = sealed.violations
+    assert found[0].startswith("DeliverSignal.payload reached the store in the clear")
+    assert found[1].startswith("DeliverSignal.payload reached the store in the clear")
+    assert found[2].startswith(
+        "PutCheckpoint.checkpoint.error: an error reached the store in the clear"
+    )
+    assert found[3].startswith("DeliverSignal.payload refers to a blob that is missing or corrupt")
+    assert len(found) == 4
+
+
+async def test_sealed_writes_follow_marks_into_the_blob_store() -> None:
     blobs = MemoryBlobStore()
     sealed = SealedWrites(CODEC, blobs)
     plain = json.dumps("x" * 300)
-    for payload in (CODEC.encode(plain), plain):
+    for payload in ("~enc:" + CODEC.encode(plain), plain):
         data = payload.encode()
         key = "sha256-" + hashlib.sha256(data).hexdigest()
         await blobs.put(key, data, at=0.0)
-        reference = json.dumps({"$blob": key, "size": len(data)}, separators=(",", ":"))
-        sealed.inspect([DeliverSignal("t", reference)])
-    assert len(sealed.violations) == 1
+        sealed.inspect([DeliverSignal("t", f"~blob:{key}:{len(data)}")])
+    sealed.inspect([DeliverSignal("t", "~blob:not-a-key")])
+    assert len(sealed.violations) == 2
     assert sealed.violations[0].startswith(
         "the blob of DeliverSignal.payload reached the store in the clear"
     )
+    assert sealed.violations[1].startswith("DeliverSignal.payload holds a malformed blob mark")
 
 
 def test_a_codec_store_that_misses_a_payload_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,12 +275,30 @@ def test_a_blob_store_that_loses_bytes_is_caught(monkeypatch: pytest.MonkeyPatch
 
 async def test_blob_violations_name_the_rows() -> None:
     blobs = MemoryBlobStore()
-    await blobs.put("sha256-" + "0" * 64, b"not what the key says", at=0.0)
-    reference = json.dumps({"$blob": "sha256-" + "0" * 64, "size": 21}, separators=(",", ":"))
-    missing = json.dumps({"$blob": "sha256-" + "1" * 64, "size": 3}, separators=(",", ":"))
-    assert blob_violations(blobs, [("run a", reference), ("run b", missing), ("run c", "[]")]) == [
-        f"run a refers to a blob that is missing or corrupt: {reference}",
+    whole, altered = b'"the payload"', b"not what the key says"
+    key = "sha256-" + hashlib.sha256(whole).hexdigest()
+    other = "sha256-" + hashlib.sha256(altered).hexdigest()
+    await blobs.put(key, whole, at=0.0)
+    await blobs.put(other, whole, at=0.0)
+    corrupt, missing = f"~blob:{other}:13", f"~blob:sha256-{'1' * 64}:3"
+    store = MemoryStore()
+    await store.apply(
+        [
+            CreateRun(Run(id="a", workflow="w", input=f"~blob:{key}:13", output=corrupt)),
+            CreateRun(Run(id="b", workflow="w", input=f"~blob:{key}:13", output=missing)),
+            PutCheckpoint(
+                Checkpoint(run_id="b", seq=1, name="s", kind="local", output="~blob:sha256-x:1")
+            ),
+            # Run a lists the blob it refers to; run b lists none.
+            PutValue(BLOB_SCOPE, blob_listing("a", key), "1", 0.0),
+            PutValue(BLOB_SCOPE, blob_listing("a", other), "1", 0.0),
+        ]
+    )
+    assert await blob_violations(blobs, store) == [
+        f"run a refers to a blob that is missing or corrupt: {corrupt}",
+        f"run b refers to a blob its run's references do not list: ~blob:{key}:13",
         f"run b refers to a blob that is missing or corrupt: {missing}",
+        "checkpoint b@1 holds a malformed blob mark: ~blob:sha256-x:1",
     ]
 
 

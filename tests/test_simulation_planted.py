@@ -32,7 +32,7 @@ import trio_durable._schedule_ticker as schedule_ticker
 import trio_durable._settle as settle_module
 import trio_durable._stores._memory as memory_module
 from trio_durable import _serde
-from trio_durable._blobs import resolve_or_fail
+from trio_durable._blob_wire import resolve_task_input
 from trio_durable._current import call_step
 from trio_durable._exceptions import InvalidRunStateError, UpdateRejected
 from trio_durable._handlers import check_arguments, plain_args
@@ -124,7 +124,7 @@ def _timeout_from_dispatch(monkeypatch: pytest.MonkeyPatch) -> None:
     early (the `limited` step takes two of its three seconds)."""
 
     async def call(self: Worker, step: Any, task: Task) -> Any:
-        args = _serde.load_args(await resolve_or_fail(self.blobs, task.input), step.fn)
+        args = _serde.load_args(await resolve_task_input(self.blobs, task.input), step.fn)
         timeout = task.timeout if task.timeout is not None else step.timeout
         with trio.CancelScope() as scope:
             if timeout is not None:

@@ -45,6 +45,22 @@ async def send_digest(ctx: td.Context, user: str, n: int, seconds: float = 10.0)
     return f"digest {user}{n}"
 
 
+@app.workflow(concurrency_key=lambda account: account, singleton=True)
+async def sync_until_told(ctx: td.Context, account: str) -> str:
+    """`sync_account`, open until it is signalled ``go``."""
+    await ctx.step(mark, account)
+    await ctx.wait_signal("go")
+    return f"synced {account}"
+
+
+@app.workflow(concurrency_key=lambda user, n: "mail", dedup_key=lambda user, n: user)
+async def digest_until_told(ctx: td.Context, user: str, n: int) -> str:
+    """`send_digest`, holding the mail slot until it is signalled ``go``."""
+    await ctx.step(mark, f"{user}{n}")
+    await ctx.wait_signal("go")
+    return f"digest {user}{n}"
+
+
 @app.workflow(singleton=True, concurrency_key=lambda x: str(x))
 async def one_per_value(ctx: td.Context, x: int) -> int:
     return x
@@ -139,21 +155,23 @@ async def test_a_start_returns_the_queued_run_of_its_dedup_key(
     assert bodies == ["ann1", "ann2", "bob4", "ann5"]
 
 
-async def singleton_race(url: str, *, starts: int = 40, sleep: float = 10.0) -> None:
+async def singleton_race(url: str, *, starts: int = 40) -> None:
     """Two engines start one key's singleton ``starts`` times at once: one
-    run is created and every start returns it; the same for a dedup key."""
+    run is created and every start returns it; the same for a dedup key.
+    The runs stay open (and the dedup key's slot taken) until every start
+    returned, whatever the clock: they end when signalled."""
     async with (
         td.open_store(url) as store,
         td.open_engine(app, store=store, engine_id="a", seed=1, wall_clock=fixed_wall) as a,
         td.open_engine(app, store=store, engine_id="b", seed=2, wall_clock=fixed_wall) as b,
     ):
-        blocker = await a.start(send_digest, "blocker", 0, sleep)
+        blocker = await a.start(digest_until_told, "blocker", 0)
         ids: dict[str, set[str]] = {"singleton": set(), "dedup": set()}
 
         async def start(i: int) -> None:
             engine = (a, b)[i % 2]
-            ids["singleton"].add((await engine.start(sync_account, "race", "", sleep)).id)
-            ids["dedup"].add((await engine.start(send_digest, "carl", i, sleep)).id)
+            ids["singleton"].add((await engine.start(sync_until_told, "race")).id)
+            ids["dedup"].add((await engine.start(digest_until_told, "carl", i)).id)
 
         async with trio.open_nursery() as nursery:
             for i in range(starts):
@@ -161,12 +179,19 @@ async def singleton_race(url: str, *, starts: int = 40, sleep: float = 10.0) -> 
         assert len(ids["singleton"]) == 1
         assert len(ids["dedup"]) == 1
         [winner] = ids["singleton"]
-        assert await a.result(winner) == "synced race"
         [queued] = ids["dedup"]
+        # Signals wait for a run that does not wait yet (the queued one).
+        for run_id in (winner, blocker.id, queued):
+            await b.signal(run_id, "go")
+        assert await a.result(winner) == "synced race"
         assert await b.result(blocker.id) == "digest blocker0"
         assert (await b.result(queued)).startswith("digest carl")
         runs = await store.list_runs()
-    assert sorted(run.workflow for run in runs) == ["send_digest", "send_digest", "sync_account"]
+    assert sorted(run.workflow for run in runs) == [
+        "digest_until_told",
+        "digest_until_told",
+        "sync_until_told",
+    ]
 
 
 async def test_two_engines_racing_start_one_run_per_key(

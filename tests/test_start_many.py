@@ -14,6 +14,7 @@ import pytest
 import trio
 
 import trio_durable as td
+from cli_processes import WITHIN
 from conftest import EngineFactory
 from trio_durable._stores._ops import CreateRun, Op, UpdateRun
 from trio_durable._stores._sqlite import open_sqlite_store
@@ -275,12 +276,13 @@ async def test_a_crash_before_the_commit_leaves_no_partial_batch(
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     script = tmp_path / "crash.py"
     script.write_text(textwrap.dedent(_CRASH))
-    done = await trio.run_process(
-        [sys.executable, str(script), url, str(die_at)],
-        capture_stdout=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    with trio.fail_after(WITHIN):
+        done = await trio.run_process(
+            [sys.executable, str(script), url, str(die_at)],
+            capture_stdout=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
     async with open_sqlite_store(url) as store:
         runs = await store.list_runs()
     if die_at:

@@ -17,15 +17,16 @@ app.queue("mail", concurrency=1)
 app.queue("paced", concurrency=5, rate_limit=td.RateLimit(1, 60.0))
 
 sent: list[str] = []
-hold = [10.0]
-"""Seconds a mail takes (shorter in real time, on PostgreSQL)."""
+HOLD = 10.0
+"""Seconds a mail takes."""
 began: dict[str, trio.Event] = {}
+gates: dict[str, trio.Event] = {}
+"""Mails to these users take until their event is set, instead of `HOLD`."""
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     sent.clear()
-    hold[0] = 10.0
 
 
 @app.step(group="mailers", queue="mail")
@@ -33,7 +34,10 @@ async def send_mail(user: str) -> str:
     sent.append(user)
     if user in began:
         began[user].set()
-    await trio.sleep(hold[0])
+    if user in gates:
+        await gates[user].wait()
+    else:
+        await trio.sleep(HOLD)
     return f"mailed {user}"
 
 
@@ -124,33 +128,47 @@ async def test_a_step_waiting_for_the_rate_limit_holds_its_key(
     assert sent == ["ann", "ann", "bob"]
 
 
-async def dedup_race(url: str, *, seconds: float) -> None:
+async def dedup_race(url: str) -> None:
     """Ten calls of one key race on two engines sharing the store at
     ``url`` while the queue's slot is taken: exactly one waits, nine are
-    refused."""
+    refused. The slot stays taken until the nine were refused, whatever
+    the clock: busy's mail (and ann's) takes until then."""
     sent.clear()
-    hold[0] = seconds
     began["busy"] = trio.Event()
-    async with (
-        td.open_store(url) as store,
-        td.open_engine(
-            app, store=store, engine_id="a", seed=1, wall_clock=fixed_wall, serve=["mailers"]
-        ) as a,
-        td.open_engine(app, store=store, engine_id="b", seed=2, wall_clock=fixed_wall) as b,
-    ):
-        busy = await a.start(notify, "busy")
-        await began["busy"].wait()
-        del began["busy"]
-        handles: list[td.RunHandle[str]] = []
+    gates["busy"] = gates["ann"] = gate = trio.Event()
+    try:
+        async with (
+            td.open_store(url) as store,
+            td.open_engine(
+                app, store=store, engine_id="a", seed=1, wall_clock=fixed_wall, serve=["mailers"]
+            ) as a,
+            td.open_engine(app, store=store, engine_id="b", seed=2, wall_clock=fixed_wall) as b,
+        ):
+            busy = await a.start(notify, "busy")
+            await began["busy"].wait()
+            handles: list[td.RunHandle[str]] = []
 
-        async def start(i: int) -> None:
-            handles.append(await (a, b)[i % 2].start(notify, "ann", run_id=f"race-{i}"))
+            async def start(i: int) -> None:
+                handles.append(await (a, b)[i % 2].start(notify, "ann", run_id=f"race-{i}"))
 
-        async with trio.open_nursery() as nursery:
-            for i in range(10):
-                nursery.start_soon(start, i)
-        results = [await a.result(h.id) for h in handles]
-        assert await busy.result() == "mailed busy"
+            async with trio.open_nursery() as nursery:
+                for i in range(10):
+                    nursery.start_soon(start, i)
+            results: list[str] = []
+
+            async def result(handle: td.RunHandle[str]) -> None:
+                results.append(await a.result(handle.id))
+                if len(results) == 9:
+                    # Nine refused: the one waiting may have the slot now.
+                    gate.set()
+
+            with trio.fail_after(600):
+                async with trio.open_nursery() as nursery:
+                    for handle in handles:
+                        nursery.start_soon(result, handle)
+            assert await busy.result() == "mailed busy"
+    finally:
+        del began["busy"], gates["busy"], gates["ann"]
     assert sorted(results) == ["deduplicated"] * 9 + ["mailed ann"]
     assert sent == ["busy", "ann"]
 
@@ -158,7 +176,7 @@ async def dedup_race(url: str, *, seconds: float) -> None:
 async def test_racing_calls_on_two_engines_let_one_wait(
     autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:
-    await dedup_race(f"sqlite:///{tmp_path / 'dedup.db'}", seconds=10.0)
+    await dedup_race(f"sqlite:///{tmp_path / 'dedup.db'}")
 
 
 async def test_a_refused_call_replays_as_refused(

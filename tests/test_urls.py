@@ -19,7 +19,7 @@ from trio_durable._brokers._memory import open_memory_broker
 from trio_durable._stores import open_store
 from trio_durable._stores._memory import open_memory_store
 from trio_durable._stores._sqlite import open_sqlite_store
-from trio_durable._urls import mask_url, scrub, url_secrets, userinfo_is_ambiguous
+from trio_durable._urls import mask_url, scrub, userinfo_is_ambiguous
 
 SECRET = "s3cr"
 """Every password below holds these two pieces (around a hostile character
@@ -58,12 +58,46 @@ def test_mask_url() -> None:
     assert mask_url("amqp://h:5672/?name=a@b") == "amqp://h:***@b"
 
 
-def test_scrub_and_url_secrets() -> None:
+def test_scrub_masks_passwords_where_urls_show_them() -> None:
     url = "postgresql://u:s3cr%23Et9@h/d?password=other"
-    assert url_secrets(url) == ["s3cr%23Et9", "s3cr#Et9", "other"]
-    assert scrub('bad token "s3cr#Et9" and s3cr%23Et9', url) == 'bad token "***" and ***'
-    assert url_secrets("nats://tok@h") == []
-    assert url_secrets("nats://tok@h", user_is_secret=True) == ["tok"]
+    text = (
+        "at postgresql://u:s3cr%23Et9@h/d?password=other (netloc='u:s3cr#Et9@h',"
+        " conninfo \"user=u password='s3cr#Et9' host=h\") and amqp://v:w@m/"
+    )
+    assert scrub(text, url) == (
+        "at postgresql://u:***@h/d?password=*** (netloc='u:***@h',"
+        ' conninfo "user=u password=*** host=h") and amqp://v:***@m/'
+    )
+    assert scrub("via nats://tok@h and tok", "nats://tok@h") == "via nats://tok@h and tok"
+    assert scrub("via nats://tok@h and tok", "nats://tok@h", user_is_secret=True) == (
+        "via nats://***@h and tok"
+    )
+
+
+# A password equal to the user name, the scheme, the host, a path segment or
+# a word of the message: only the URL's password component is masked.
+SAME_WORDS = [
+    "postgresql://postgres:postgres@127.0.0.1:1/postgres",
+    "amqp://amqp:amqp@127.0.0.1:1/amqp",
+    "nats://nats:nats@127.0.0.1:1",
+    "a://a:a@a/a",
+    "postgresql://u:127.0.0.1@127.0.0.1:1/x",
+    "amqp://u:pip%20install@h/",
+    "sqlite://u:store@host/store.db",
+]
+
+
+@pytest.mark.parametrize("url", SAME_WORDS)
+def test_a_password_equal_to_another_part_masks_only_the_password(url: str) -> None:
+    scheme, _, rest = url.partition("://")
+    user, _, after = rest.rpartition("@")[0].partition(":")
+    masked = f"{scheme}://{user.partition(':')[0]}:***@{rest.rpartition('@')[2]}"
+    assert mask_url(url) == masked
+    assert mask_url(url, user_is_secret=True) == masked
+    message = f"the {scheme} scheme {scheme!r} at {url} needs {user!r}: {after} in {rest}"
+    assert scrub(message, url) == message.replace(url, masked).replace(
+        rest, masked[len(scheme) + 3 :]
+    )
 
 
 def test_userinfo_is_ambiguous() -> None:

@@ -4,18 +4,24 @@ hashed, and surviving restarts across engines sharing a store."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import sqlite3
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import trio_durable as td
+import trio_durable._webhooks
 from conftest import fixed_wall
 from trio_durable._records import signal_token
-from trio_durable._webhooks import SECRET_SETTING, derive_token, token_hash
+from trio_durable._webhooks import SECRET_SETTING, derive_token, new_token, token_hash
 
 app = td.App("webhooks")
 
@@ -205,3 +211,63 @@ async def test_a_webhook_of_a_pruned_or_missing_run_is_unknown(
         assert await engine.prune(td.Retention(completed=10)) == 1
         with pytest.raises(td.WebhookNotFoundError):
             await engine.deliver_webhook(token, 2)
+
+
+SECRET = b"a fleet-wide secret of 32 bytes!"
+
+
+def dashed_nonces(secret: bytes, count: int) -> list[str]:
+    """``count`` nonces whose tokens (under ``secret``) begin with ``-``."""
+    found: list[str] = []
+    for i in itertools.count():
+        if len(found) == count:
+            return found
+        if derive_token(secret, f"nonce-{i}").startswith("-"):
+            found.append(f"nonce-{i}")
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@settings(max_examples=200, deadline=None)
+@given(secret=st.binary(min_size=16, max_size=64), dashed=st.integers(0, 4), seed=st.integers())
+def test_a_new_token_never_begins_with_a_dash(secret: bytes, dashed: int, seed: int) -> None:
+    # Nonces drawn at random, after ``dashed`` whose tokens begin with '-'.
+    rng = random.Random(seed)
+    drawn = [*dashed_nonces(secret, dashed), *(f"r{rng.getrandbits(64)}" for _ in range(200))]
+    taken: list[str] = []
+
+    def draw() -> str:
+        taken.append(drawn[len(taken)])
+        return taken[-1]
+
+    nonce, token = new_token(secret, draw)
+    assert not token.startswith("-")
+    assert token == derive_token(secret, nonce)
+    # The first drawn whose token does not begin with '-': the draws stay
+    # uniform over the tokens that are kept.
+    assert nonce == next(n for n in drawn if not derive_token(secret, n).startswith("-"))
+    assert nonce == taken[-1]
+    assert all(derive_token(secret, n).startswith("-") for n in taken[:-1])
+
+
+async def test_a_run_never_gets_a_token_that_begins_with_a_dash(
+    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The webhook's nonces come from `secrets`; the first three drawn give
+    # tokens beginning with '-' (as about 1 in 64 random ones do).
+    scripted = iter([*dashed_nonces(SECRET, 3), "a plain nonce"])
+    monkeypatch.setattr(
+        trio_durable._webhooks,
+        "secrets",
+        types.SimpleNamespace(token_urlsafe=lambda nbytes: next(scripted)),
+    )
+    store = td.MemoryStore()
+    async with td.open_engine(
+        app, store=store, seed=7, wall_clock=fixed_wall, webhook_secret=SECRET
+    ) as engine:
+        handle = await engine.start(quiet, run_id="dash")
+        with trio.fail_after(30):
+            token = await _handed("dash")
+        assert token == derive_token(SECRET, "a plain nonce")
+        await engine.deliver_webhook(token, "yes")
+        with trio.fail_after(30):
+            assert await handle.result() == "yes"

@@ -399,12 +399,103 @@ async def use(ctx: td.Context, x: int) -> int:
     return await ctx.step(act, x)
 
 
-def _decodes(cls: type[Task] | type[Result], body: bytes) -> bool:
-    try:
-        cls.decode(body)
-    except WireError:
-        return False
-    return True
+# Messages whose fate is known from how they were made, not from the decoder
+# under test: a valid message with valid values, or one broken in a way the
+# wire's rules refuse (docs/brokers.md).
+
+_NAMES = st.text("abcdefghijklmnopqrstuvwxyz0123456789-._:", min_size=1, max_size=24)
+_NOT_OBJECTS = st.one_of(
+    st.binary(max_size=32).map(lambda b: b"\xff" + b),  # never UTF-8
+    _SCALARS.map(str.encode),
+    st.lists(_SCALARS, max_size=3).map(lambda items: ("[" + ",".join(items) + "]").encode()),
+)
+_BAD_COMMON = {
+    "run_id": ['""', "1", "null", "[]", '"a\\u0000b"', '"\\ud800"'],
+    "seq": ["0", "-1", str(MAX_SEQ + 1), '"1"', "1.5", "null", "true", "NaN"],
+    "attempt": ["0", str(MAX_ATTEMPT + 1), '"1"', "null"],
+    "step": ['""', "7", "null", "{}"],
+}
+
+
+@st.composite
+def _known_good_task(draw: st.DrawFn) -> bytes:
+    task = valid_task(route=ROUTE, run_id=draw(_NAMES), seq=draw(st.integers(1, MAX_SEQ)))
+    task["attempt"] = draw(st.integers(1, MAX_ATTEMPT))
+    task["input"] = [draw(st.integers(-(2**31), 2**31))]
+    task["priority"] = draw(st.integers(0, MAX_PRIORITY))
+    return with_raw(task)
+
+
+@st.composite
+def _known_bad_task(draw: st.DrawFn) -> bytes:
+    task = valid_task(route=ROUTE, run_id=draw(_NAMES))
+    bad = {
+        **_BAD_COMMON,
+        "route": ['""', "1", "null"],
+        "input": ['{"a":1}', '"x"', "1", "null", "[NaN]", nested(1000)],
+        "priority": ["-1", str(MAX_PRIORITY + 1), '"5"', "1e400"],
+        "dispatched_at": ["-1", "Infinity", HUGE, '"now"'],
+    }
+    how = draw(st.sampled_from(["not an object", "missing", *sorted(bad)]))
+    if how == "not an object":
+        return draw(_NOT_OBJECTS)
+    if how == "missing":
+        del task[draw(st.sampled_from(["run_id", "seq", "attempt", "step", "route", "input"]))]
+        return with_raw(task)
+    return with_raw(task, **{how: draw(st.sampled_from(bad[how]))})
+
+
+@st.composite
+def _known_good_result(draw: st.DrawFn) -> bytes:
+    result = valid_result(run_id=draw(_NAMES), seq=draw(st.integers(1, MAX_SEQ)))
+    result["attempt"] = draw(st.integers(1, MAX_ATTEMPT))
+    result["output"] = draw(st.integers(-(2**31), 2**31))
+    result["retryable"] = draw(st.booleans())
+    return with_raw(result)
+
+
+@st.composite
+def _known_bad_result(draw: st.DrawFn) -> bytes:
+    result = valid_result(run_id=draw(_NAMES))
+    bad = {
+        **_BAD_COMMON,
+        "status": ['"done"', "1", "null", '"COMPLETED"'],
+        "output": ["NaN", "[1,-Infinity]", "1e400", nested(1000)],
+        "retryable": ['"yes"', "null", "[]"],
+        "started_at": ["-1", "Infinity", HUGE],
+    }
+    how = draw(st.sampled_from(["not an object", "missing", *sorted(bad)]))
+    if how == "not an object":
+        return draw(_NOT_OBJECTS)
+    if how == "missing":
+        del result[draw(st.sampled_from(["run_id", "seq", "attempt", "step", "status"]))]
+        return with_raw(result)
+    return with_raw(result, **{how: draw(st.sampled_from(bad[how]))})
+
+
+LABELLED_TASKS = st.one_of(
+    _known_good_task().map(lambda body: (body, True)),
+    _known_bad_task().map(lambda body: (body, False)),
+)
+"""Task bodies, each with whether it is a valid task."""
+LABELLED_RESULTS = st.one_of(
+    _known_good_result().map(lambda body: (body, True)),
+    _known_bad_result().map(lambda body: (body, False)),
+)
+"""Result bodies, each with whether it is a valid result."""
+
+
+@settings(max_examples=400, deadline=None)
+@given(task=LABELLED_TASKS, result=LABELLED_RESULTS)
+def test_known_good_messages_decode_and_known_bad_ones_are_rejected(
+    task: tuple[bytes, bool], result: tuple[bytes, bool]
+) -> None:
+    for cls, (body, good) in ((Task, task), (Result, result)):
+        if good:
+            cls.decode(body)
+        else:
+            with pytest.raises(WireError):
+                cls.decode(body)
 
 
 def _rejected_metric(metrics: str, kind: str) -> float:
@@ -413,12 +504,18 @@ def _rejected_metric(metrics: str, kind: str) -> float:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    tasks=st.lists(TASK_BODIES, max_size=6),
-    results=st.lists(RESULT_BODIES, max_size=6),
+    labelled_tasks=st.lists(LABELLED_TASKS, max_size=6),
+    labelled_results=st.lists(LABELLED_RESULTS, max_size=6),
 )
 async def test_a_live_worker_and_engine_reject_and_count_what_does_not_decode(
-    tasks: list[bytes], results: list[bytes]
+    labelled_tasks: list[tuple[bytes, bool]], labelled_results: list[tuple[bytes, bool]]
 ) -> None:
+    # What must be rejected is known from how each body was made, not from
+    # the decoders under test.
+    tasks = [body for body, _ in labelled_tasks]
+    results = [body for body, _ in labelled_results]
+    bad_tasks = sum(not good for _, good in labelled_tasks)
+    bad_results = sum(not good for _, good in labelled_results)
     broker = td.MemoryBroker()
     async with td.open_engine(app, broker=broker, serve=[ROUTE], seed=0) as engine:
         worker = engine._rt.worker
@@ -428,8 +525,6 @@ async def test_a_live_worker_and_engine_reject_and_count_what_does_not_decode(
             + [Outgoing(queue=engine.results_queue, body=body) for body in results]
         )
         await engine.drain()
-        bad_tasks = sum(not _decodes(Task, body) for body in tasks)
-        bad_results = sum(not _decodes(Result, body) for body in results)
         # Every message was taken off its queue and none came back: the
         # readable ones were processed, the others rejected and counted.
         assert (broker.depth(ROUTE), broker.depth(engine.results_queue)) == (0, 0)

@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
+from cli_processes import WITHIN
 from trio_durable.stores import TurnState
 from trio_durable.testing.conformance import STORE_CHECKS, StoreCheck, check_store
 
@@ -154,5 +155,7 @@ def test_the_conformance_suite_needs_no_client_library() -> None:
         "print(sorted(m for m in ('psycopg', 'aio_pika', 'nats', 'trio_asyncio')"
         " if m in sys.modules))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=WITHIN
+    )
     assert done.stdout.strip() == "[]"

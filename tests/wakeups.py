@@ -16,6 +16,8 @@ import trio
 import trio.testing
 
 import trio_durable as td
+from cli_processes import WITHIN
+from trio_durable._wakes import announces_ends
 
 TESTS: Final = Path(__file__).resolve().parent
 
@@ -55,7 +57,8 @@ async def flaky(ctx: td.Context, key: str) -> str:
 
 async def in_another_process(url: str, action: str, run_id: str) -> None:
     """Run the client of tests/wake_client.py in a process of its own."""
-    await trio.run_process([sys.executable, str(TESTS / "wake_client.py"), url, action, run_id])
+    with trio.fail_after(WITHIN):
+        await trio.run_process([sys.executable, str(TESTS / "wake_client.py"), url, action, run_id])
 
 
 async def client_signal(url: str, *, process: bool) -> None:
@@ -118,11 +121,14 @@ async def client_start(url: str, *, process: bool) -> None:
 
 async def client_result_is_woken(url: str) -> None:
     """A client's `result` learns of the end from the engine's
-    announcement: within a bound shorter than any polling it could do."""
+    announcement: on a store whose writers announce ends, a client never
+    reads the run again unless told, so nothing else could wake it (the
+    bound below only keeps a lost announcement from hanging the test)."""
     async with (
         td.open_engine(app, store=url, engine_id="serving") as engine,
         td.open_client(url) as client,
     ):
+        assert announces_ends(client.store)
         await engine.start(wait_go, run_id="r")
         await engine.drain()
         got: list[Any] = []
@@ -135,7 +141,7 @@ async def client_result_is_woken(url: str) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
             await trio.testing.wait_all_tasks_blocked()
-            with trio.fail_after(0.9):
+            with trio.fail_after(BOUND):
                 await client.signal("r", "go", "done")
                 await done.wait()
         assert got == ["done"]

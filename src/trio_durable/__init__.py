@@ -13,7 +13,6 @@ from ._app import Retry as Retry
 from ._app import Step as Step
 from ._app import Workflow as Workflow
 from ._blobs import BlobInfo as BlobInfo
-from ._blobs import BlobNotFound as BlobNotFound
 from ._blobs import BlobStore as BlobStore
 from ._blobs import LocalBlobStore as LocalBlobStore
 from ._brokers import open_broker as open_broker
@@ -39,6 +38,8 @@ from ._entity_defs import exclusive as exclusive
 from ._entity_defs import shared as shared
 from ._events import EventReceipt as EventReceipt
 from ._events import EventRecord as EventRecord
+from ._exceptions import BlobCorrupted as BlobCorrupted
+from ._exceptions import BlobNotFound as BlobNotFound
 from ._exceptions import BreakpointNotFoundError as BreakpointNotFoundError
 from ._exceptions import Cancelled as Cancelled
 from ._exceptions import CodecError as CodecError
@@ -123,6 +124,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AesGcmCodec",
     "App",
+    "BlobCorrupted",
     "BlobInfo",
     "BlobNotFound",
     "BlobStore",

@@ -37,6 +37,7 @@ from ._exceptions import (
     UnknownEntityError,
     UnknownWorkflowError,
 )
+from ._index_text import refuse_nul
 from ._on_error import OnError, check_on_error_routes
 from ._policies import NO_RETRY as NO_RETRY
 from ._policies import FlowQueue as FlowQueue
@@ -290,6 +291,7 @@ class App:
         """
         if not isinstance(version, str) or not version:
             raise RegistrationError(f"workflow version must be a non-empty string, not {version!r}")
+        refuse_nul("a workflow's version", version, RegistrationError)
         if group is not None and not is_broker_safe(group):
             raise RegistrationError(
                 f"workflow group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"

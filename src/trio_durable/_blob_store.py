@@ -4,14 +4,23 @@ blob store, and the garbage collection of those blobs with retention.
 It wraps any `Store`. Every write that carries a payload (a run's input or
 output, a checkpoint's input or output, a signal's payload) has the
 payloads that `Blobs.offloads` written to the blob store first, and the row
-keeps their references; every read resolves the references again, so the
-engine and the client above it see payloads, never references.
+keeps their marks (``~blob:<key>:<size>``, see `_stored_payloads`); every
+read resolves the marks again, so the engine and the client above it see
+payloads, never marks.
 
 Which runs refer to which blobs is kept in the store's keyed values, scope
 ``"blob"``, written in the same atomic batch as the row that refers:
 
 - ``r/<blob key>/<run id>``: the blob is referred to by the run;
 - ``o/["<run id>","<blob key>"]``: the same, found by run.
+
+(A signal's payload belongs to the run of its token; a token of no run, as
+a store's own tests write, stands for itself in the run id's place.)
+
+A mark is honoured only where its run's record lists the blob: a mark
+copied into another run's row (by hand, or by a process without the blob
+store) reads as a missing blob (`BlobNotFound`), never as the other run's
+payload.
 
 When runs are pruned (`Store.prune_runs`, which retention calls), their
 rows are deleted, and then each blob that no run refers to any more is
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final, overload
 
@@ -33,13 +43,14 @@ import attrs
 
 from ._blobs import Blobs, BlobStore, check_blob_options
 from ._clock import Clock
-from ._exceptions import UsageError
+from ._exceptions import BlobNotFound, UsageError
 from ._records import (
     Checkpoint,
     Run,
     RunFilter,
     RunStatus,
 )
+from ._stored_payloads import IN_BLOB, blob_mark, legacy_blob_content, parse_blob_mark
 from ._stores._base import Store, TurnState
 from ._stores._ops import (
     ClaimCheckpoint,
@@ -50,6 +61,7 @@ from ._stores._ops import (
     PutValue,
     SettleCheckpoint,
     UpdateRun,
+    WaitSignal,
 )
 from ._stores._wrapping import StoreWrapper, wrapped
 
@@ -67,54 +79,91 @@ def _by_run(run_id: str, key: str) -> str:
     return "o/" + json.dumps([run_id, key], separators=(",", ":"))
 
 
+def blob_listing(run_id: str, key: str) -> str:
+    """The key (in scope `SCOPE`) of the record that lists blob ``key``
+    among the blobs of run ``run_id``: a mark of that blob in the run's
+    rows is honoured only while it exists."""
+    return _by_run(run_id, key)
+
+
 def _run_prefix(run_id: str) -> str:
     return "o/" + json.dumps([run_id], separators=(",", ":"))[:-1] + ","
 
 
-def _signal_run(token: str) -> str | None:
-    """The run a signal token belongs to (see `signal_token`), if it is one."""
+def _signal_owner(token: str) -> str:
+    """The run a signal token belongs to (see `signal_token`), or the token
+    itself if it names no run: whose record lists its payloads' blobs."""
     try:
         parsed = json.loads(token)
     except ValueError:
-        return None
+        return token
     if isinstance(parsed, list) and parsed and isinstance(parsed[0], str):
         return parsed[0]
-    return None
+    return token
+
+
+_LISTED_MAX: Final = 100_000
+"""How many (run, blob) pairs a `BlobbingStore` remembers finding listed."""
 
 
 @final
 class _Batch:
-    """What offloading one batch found: the references it made (with the
-    payload each stands for, so results need not read them back) and which
-    run refers to which blob."""
+    """What offloading one batch found: the marks it made (with the payload
+    each stands for, so results need not read them back) and which run
+    refers to which blob."""
 
-    def __init__(self, blobs: Blobs) -> None:
-        self.blobs = blobs
+    def __init__(self, store: BlobbingStore) -> None:
+        self.store = store
         self.texts: dict[str, str] = {}
         self.refs: dict[tuple[str, str], None] = {}
 
     @overload
-    async def offload(self, run_id: str | None, text: str) -> str: ...
+    async def offload(self, owner: str, text: str) -> str: ...
     @overload
-    async def offload(self, run_id: str | None, text: str | None) -> str | None: ...
-    async def offload(self, run_id: str | None, text: str | None) -> str | None:
-        if text is None or not self.blobs.offloads(text):
+    async def offload(self, owner: str, text: str | None) -> str | None: ...
+    async def offload(self, owner: str, text: str | None) -> str | None:
+        # A blob's mark already (copied as read by a process without the
+        # blob store) stays one: it is never offloaded again.
+        if text is None or not self.store.blobs.offloads(text) or text.startswith(IN_BLOB):
             return text
-        reference, key = await self.blobs.offload(text)
-        self.texts[reference] = text
-        if run_id is not None:
-            self.refs[run_id, key] = None
-        return reference
+        key, size = await self.store.blobs.offload(text)
+        mark = blob_mark(key, size)
+        self.texts[mark] = text
+        self.refs[owner, key] = None
+        return mark
 
     @overload
-    async def resolve(self, text: str) -> str: ...
+    async def resolve(self, owner: str, text: str) -> str: ...
     @overload
-    async def resolve(self, text: str | None) -> str | None: ...
-    async def resolve(self, text: str | None) -> str | None:
+    async def resolve(self, owner: str, text: str | None) -> str | None: ...
+    async def resolve(self, owner: str, text: str | None) -> str | None:
         if text is None:
             return None
         known = self.texts.get(text)
-        return known if known is not None else await self.blobs.resolve(text)
+        return known if known is not None else await self.store.resolve(owner, text)
+
+
+def _settled_elsewhere(ops: Sequence[Op], results: Sequence[Any]) -> list[tuple[str, str]]:
+    """The (run, blob) pairs of signal payloads in blobs that ``ops`` (as
+    written) put in the checkpoint of a run other than their token's: only
+    a token of no run (the engine's tokens are its runs') does that."""
+    found: list[tuple[str, str]] = []
+    for op, result in zip(ops, results, strict=False):
+        if isinstance(op, DeliverSignal) and isinstance(result, tuple):
+            run_id, payload = result[0], op.payload
+        elif isinstance(op, WaitSignal) and isinstance(result, str):
+            run_id, payload = op.run_id, result
+        else:
+            continue
+        if run_id == _signal_owner(op.token):
+            continue
+        try:
+            mark = parse_blob_mark(payload)
+        except BlobNotFound:
+            continue  # no blob of a well-formed mark: nothing to refer to
+        if mark is not None:
+            found.append((run_id, mark.key))
+    return found
 
 
 class BlobbingStore(StoreWrapper):
@@ -135,14 +184,50 @@ class BlobbingStore(StoreWrapper):
         self.grace = grace
         # Where the next sweep for blobs no row refers to goes on from.
         self._swept_to: str | None = None
+        # (run, blob) pairs found in the run's record: a record goes only
+        # with its run's rows (pruning: those this store prunes are dropped
+        # here), so a pair found once stays true.
+        self._listed: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"BlobbingStore({self.inner!r}, {self.blobs.store!r})"
 
+    async def resolve(self, owner: str, text: str) -> str:
+        """The payload ``text`` stands for in a row of the run ``owner``:
+        ``text`` itself unless it is a blob's mark.
+
+        Raises:
+          BlobNotFound: The blob is missing, or the run's record does not
+            list it.
+          BlobCorrupted: The blob does not match its key.
+          StoreError: The blob store or the store failed.
+        """
+        mark = parse_blob_mark(text)
+        if mark is None:
+            return text
+        pair = (owner, mark.key)
+        if pair in self._listed:
+            self._listed.move_to_end(pair)
+        elif await self.inner.get_value(SCOPE, _by_run(owner, mark.key)) is None:
+            raise BlobNotFound(
+                mark.key,
+                f"a row of run {owner!r} refers to blob {mark.key!r}, which the run's"
+                " blob references do not list: it is not read",
+            )
+        else:
+            self._remember_listed(pair)
+        payload = await self.blobs.resolve(mark.key)
+        return legacy_blob_content(payload) if mark.legacy else payload
+
+    def _remember_listed(self, pair: tuple[str, str]) -> None:
+        self._listed[pair] = None
+        if len(self._listed) > _LISTED_MAX:
+            self._listed.popitem(last=False)
+
     # Writes.
 
     async def apply(self, ops: Sequence[Op]) -> list[Any]:
-        batch = _Batch(self.blobs)
+        batch = _Batch(self)
         written = [await self._offload(op, batch) for op in ops]
         now = self.blobs.clock.now()
         refs = [
@@ -151,7 +236,25 @@ class BlobbingStore(StoreWrapper):
             for key in (_by_blob(blob, run_id), _by_run(run_id, blob))
         ]
         results = await self.inner.apply([*written, *refs])
-        return [await self._resolve_result(result, batch) for result in results[: len(ops)]]
+        for pair in batch.refs:
+            self._remember_listed(pair)
+        settled = _settled_elsewhere(written, results)
+        if settled:
+            # A signal under a token of no run settled a run's checkpoint
+            # with a payload in a blob: that run refers to it now too.
+            await self.inner.apply(
+                [
+                    PutValue(SCOPE, key, "1", now)
+                    for run_id, blob in settled
+                    for key in (_by_blob(blob, run_id), _by_run(run_id, blob))
+                ]
+            )
+            for pair in settled:
+                self._remember_listed(pair)
+        return [
+            await self._resolve_result(op, result, batch)
+            for op, result in zip(ops, results[: len(ops)], strict=True)
+        ]
 
     async def _offload(self, op: Op, batch: _Batch) -> Op:
         if isinstance(op, CreateRun):
@@ -161,7 +264,8 @@ class BlobbingStore(StoreWrapper):
                     run,
                     input=await batch.offload(run.id, run.input),
                     output=await batch.offload(run.id, run.output),
-                )
+                ),
+                tuple([await self._offload_checkpoint(cp, batch) for cp in op.checkpoints]),
             )
         if isinstance(op, UpdateRun):
             changes = dict(op.changes)
@@ -170,11 +274,11 @@ class BlobbingStore(StoreWrapper):
                     changes[field] = await batch.offload(op.run_id, changes[field])
             return attrs.evolve(op, changes=changes)
         if isinstance(op, PutCheckpoint | ClaimCheckpoint):
-            return type(op)(await self._offload_checkpoint(op.checkpoint, batch))
+            return attrs.evolve(op, checkpoint=await self._offload_checkpoint(op.checkpoint, batch))
         if isinstance(op, SettleCheckpoint):
             return attrs.evolve(op, output=await batch.offload(op.run_id, op.output))
         if isinstance(op, DeliverSignal):
-            payload = await batch.offload(_signal_run(op.token), op.payload)
+            payload = await batch.offload(_signal_owner(op.token), op.payload)
             return attrs.evolve(op, payload=payload)
         return op
 
@@ -185,34 +289,34 @@ class BlobbingStore(StoreWrapper):
             output=await batch.offload(checkpoint.run_id, checkpoint.output),
         )
 
-    async def _resolve_result(self, result: Any, batch: _Batch) -> Any:
+    async def _resolve_result(self, op: Op, result: Any, batch: _Batch) -> Any:
         if isinstance(result, Checkpoint):
             return await self._checkpoint(result, batch)
         if isinstance(result, Run):
             return await self._run(result, batch)
         if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], Run):
             return (await self._run(result[0], batch), result[1])
-        if isinstance(result, str):
-            # WaitSignal's consumed payload; no other op answers with text.
-            return await batch.resolve(result)
+        if isinstance(op, WaitSignal) and isinstance(result, str):
+            # The payload of a buffered signal it consumed.
+            return await batch.resolve(_signal_owner(op.token), result)
         return result
 
-    # Reads: references resolved.
+    # Reads: marks resolved.
 
     async def _run(self, run: Run, batch: _Batch | None = None) -> Run:
-        batch = batch or _Batch(self.blobs)
+        batch = batch or _Batch(self)
         return attrs.evolve(
             run,
-            input=await batch.resolve(run.input),
-            output=await batch.resolve(run.output),
+            input=await batch.resolve(run.id, run.input),
+            output=await batch.resolve(run.id, run.output),
         )
 
     async def _checkpoint(self, checkpoint: Checkpoint, batch: _Batch | None = None) -> Checkpoint:
-        batch = batch or _Batch(self.blobs)
+        batch = batch or _Batch(self)
         return attrs.evolve(
             checkpoint,
-            input=await batch.resolve(checkpoint.input),
-            output=await batch.resolve(checkpoint.output),
+            input=await batch.resolve(checkpoint.run_id, checkpoint.input),
+            output=await batch.resolve(checkpoint.run_id, checkpoint.output),
         )
 
     async def begin_turn(
@@ -253,11 +357,17 @@ class BlobbingStore(StoreWrapper):
         return [await self._checkpoint(c) for c in found]
 
     async def buffered_signals(self, token: str) -> list[str]:
-        return [await self.blobs.resolve(p) for p in await self.inner.buffered_signals(token)]
+        owner = _signal_owner(token)
+        return [await self.resolve(owner, p) for p in await self.inner.buffered_signals(token)]
 
     async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
         pruned = await self.inner.prune_runs(older_than, limit)
         if pruned:
+            # Their references go: a run made again under one of their ids
+            # refers to no blob until it writes one.
+            gone = set(pruned)
+            for pair in [pair for pair in self._listed if pair[0] in gone]:
+                del self._listed[pair]
             await collect(self.inner, self.blobs.store, pruned, self.blobs.clock, self.grace)
         if len(pruned) < limit:
             # The end of a pruning pass: sweep on for blobs no row refers to.
@@ -336,14 +446,13 @@ async def sweep_orphans(
 
 
 def blobs_of(store: Store) -> Blobs | None:
-    """The blobs of ``store`` if it keeps large payloads in a blob store,
-    itself or under the wrappers over it (a codec's store wraps the blob
-    store: `open_engine` puts the codec outermost)."""
-    while not isinstance(store, BlobbingStore):
-        if not isinstance(store, StoreWrapper):
-            return None
+    """The blobs of ``store`` if it keeps large payloads in a blob store
+    (itself, or a store it wraps)."""
+    while isinstance(store, StoreWrapper):
+        if isinstance(store, BlobbingStore):
+            return store.blobs
         store = store.inner
-    return store.blobs
+    return None
 
 
 def blobbing_store(inner: Store, blobs: Blobs, grace: float) -> BlobbingStore:

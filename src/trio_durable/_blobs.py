@@ -1,18 +1,18 @@
 """Large payloads: the blob store protocol, the local directory store, and
-the references that stand in for a payload in store rows and broker
-messages (see docs/large-payloads.md).
+the blob store with its threshold that engines, clients and workers
+offload payloads to (see docs/large-payloads.md).
 
 A payload (JSON text) longer than a threshold is written to a `BlobStore`
-under the SHA-256 of its bytes and replaced, where it is kept or sent, by
-its reference: the JSON text ``{"$blob":"sha256-<hex>","size":<bytes>}``.
-Keys are content addresses, so writing one payload twice writes one blob,
-and engines and workers sharing a blob store agree on every key without
-talking to each other.
+under the SHA-256 of its bytes. Keys are content addresses, so writing one
+payload twice writes one blob, engines and workers sharing a blob store
+agree on every key without talking to each other, and a blob whose bytes
+no longer match its key is known to be corrupted (`BlobCorrupted`).
 
-A reference is recognised by its first characters, `REFERENCE_PREFIX`. A
-payload of a user's own that starts with them (an object whose first key
-is ``"$blob"``) is stored as a blob whatever its size, so every text that
-looks like a reference in a row or a message is one: no escaping needed.
+Where the payload was, a row keeps the mark ``~blob:<key>:<size>`` (see
+`_stored_payloads`) and a broker message its reference, the JSON object
+``{"$blob":"sha256-<hex>","size":<bytes>}``: in a task's ``input`` (never
+an object otherwise: a task's arguments are a list) and in a result's
+``output``, which says out of band (``output_blob``) that it is one.
 """
 
 from __future__ import annotations
@@ -28,10 +28,7 @@ from typing import Final, Protocol, final, runtime_checkable
 import attrs
 
 from ._clock import Clock
-from ._exceptions import StoreError, UsageError
-
-REFERENCE_PREFIX: Final = '{"$blob":'
-"""What the JSON text of every reference starts with."""
+from ._exceptions import BlobCorrupted, BlobNotFound, StoreError, UsageError
 
 DEFAULT_BLOB_THRESHOLD: Final = 32 * 1024
 """Payloads longer than this many characters go to the blob store by
@@ -50,25 +47,22 @@ _KEY: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
 _CONTENT_KEY: Final = re.compile(r"sha256-[0-9a-f]{64}")
 
 
-@final
-class BlobNotFound(StoreError):
-    """A payload's blob is not in the blob store.
+def content_key(data: bytes) -> str:
+    """The key of ``data`` in a blob store: ``sha256-<hex digest>``."""
+    return "sha256-" + hashlib.sha256(data).hexdigest()
 
-    Raised when a stored row or a broker message refers to a blob that was
-    deleted or never written (by `BlobStore.get`, and by every read of the
-    engine, the client and the worker that resolves a reference), or when a
-    reference is met and no blob store was configured to read it. A remote
-    step whose input blob is missing fails with code ``blob_not_found``.
 
-    Attributes:
-      key: The missing blob's key.
+def check_content(key: str, data: bytes) -> bytes:
+    """``data``, read under ``key``, once it matches the key if the key is
+    a content address (``sha256-<hex>``; other keys name bytes of any
+    content).
+
+    Raises:
+      BlobCorrupted: It does not match.
     """
-
-    code = "blob_not_found"
-
-    def __init__(self, key: str, message: str | None = None) -> None:
-        super().__init__(message or f"blob {key!r} is not in the blob store")
-        self.key = key
+    if _CONTENT_KEY.fullmatch(key) and content_key(data) != key:
+        raise BlobCorrupted(key)
+    return data
 
 
 @final
@@ -96,14 +90,16 @@ class BlobStore(Protocol):
     the suite every implementation passes).
 
     Keys are 1 to 200 characters of ``A-Z a-z 0-9 _ . -``, starting with a
-    letter or digit (the engine writes ``sha256-<hex>``). Every method is
-    safe to call from several tasks, engines and workers at once.
+    letter or digit (the engine writes ``sha256-<hex>``, the SHA-256 of the
+    blob's bytes). Every method is safe to call from several tasks, engines
+    and workers at once.
     """
 
     async def put(self, key: str, data: bytes, *, at: float) -> None:
-        """Store ``data`` under ``key`` (replacing what is there: the same
-        bytes, since keys are content addresses) and stamp it ``at``, a
-        durable time; a reader never sees a partial blob.
+        """Store ``data`` under ``key`` and stamp it ``at``, a durable time;
+        a reader never sees a partial blob. What is there is replaced
+        unless it is ``data`` already, so that writing a payload again
+        repairs a blob altered where it is kept.
 
         Raises:
           StoreError: The blob could not be written.
@@ -111,10 +107,12 @@ class BlobStore(Protocol):
         ...
 
     async def get(self, key: str) -> bytes:
-        """The bytes stored under ``key``.
+        """The bytes stored under ``key``, checked against the key if it is
+        a content address (``sha256-<hex>``).
 
         Raises:
           BlobNotFound: No blob has this key.
+          BlobCorrupted: The bytes do not match the key.
           StoreError: The blob could not be read.
         """
         ...
@@ -141,7 +139,9 @@ class LocalBlobStore:
 
     A blob is written to a temporary file and renamed into place, so a
     reader sees all of it or none. Its file's modification time holds its
-    ``stored_at``. The file I/O runs on the Trio thread (as SQLite's does),
+    ``stored_at``. A blob read under a content address is checked against
+    it (`BlobCorrupted` if a file was edited); a put of bytes the file does
+    not hold writes them, so a put repairs an altered blob. The file I/O runs on the Trio thread (as SQLite's does),
     so that virtual time under `trio.testing.MockClock` stays exact: each
     call blocks for as long as reading or writing the file takes.
 
@@ -168,7 +168,7 @@ class LocalBlobStore:
         file = self._file(key)
         temporary = file.with_name(f".{key}.{os.getpid()}.tmp")
         try:
-            if not file.exists() or file.stat().st_size != len(data):
+            if not _holds(file, data):
                 temporary.write_bytes(data)
                 os.replace(temporary, file)
             os.utime(file, (at, at))
@@ -177,11 +177,12 @@ class LocalBlobStore:
 
     async def get(self, key: str) -> bytes:
         try:
-            return self._file(key).read_bytes()
+            data = self._file(key).read_bytes()
         except FileNotFoundError:
             raise BlobNotFound(key) from None
         except OSError as exc:
             raise StoreError(f"cannot read blob {key!r}: {exc}") from exc
+        return check_content(key, data)
 
     async def stat(self, key: str) -> BlobInfo | None:
         try:
@@ -219,30 +220,21 @@ class LocalBlobStore:
         return found
 
 
-def is_reference(text: str | None) -> bool:
-    """Whether the payload text ``text`` is a blob reference."""
-    return text is not None and text.startswith(REFERENCE_PREFIX)
-
-
-def reference_key(text: str) -> str:
-    """The blob key a reference's text names.
-
-    Raises:
-      BlobNotFound: ``text`` is not a well-formed reference (a reference
-        cannot be told apart from a blob that is gone).
-    """
+def _holds(file: Path, data: bytes) -> bool:
+    """Whether ``file`` holds ``data`` (a blob written before, unaltered).
+    Its size is compared first: most files that differ differ in size."""
     try:
-        data = json.loads(text)
-        key = data["$blob"]
-        if (
-            not isinstance(key, str)
-            or not _CONTENT_KEY.fullmatch(key)
-            or list(data) != ["$blob", "size"]
-        ):
-            raise ValueError(key)
-    except (ValueError, TypeError, KeyError):
-        raise BlobNotFound(text[:120], f"not a blob reference: {text[:120]!r}") from None
-    return key
+        if file.stat().st_size != len(data):
+            return False
+        return file.read_bytes() == data
+    except FileNotFoundError:
+        return False
+
+
+def wire_reference(key: str, size: int) -> str:
+    """The JSON text of a broker message's reference to the blob ``key``
+    of ``size`` bytes."""
+    return json.dumps({"$blob": key, "size": size}, separators=(",", ":"))
 
 
 def is_reference_value(value: object) -> bool:
@@ -257,6 +249,18 @@ def is_reference_value(value: object) -> bool:
         and not isinstance(value["size"], bool)
         and value["size"] >= 0
     )
+
+
+def referenced_key(text: str) -> str | None:
+    """The blob key of a broker message's reference, if ``text`` is one's
+    JSON text; None for any other text."""
+    if not text.startswith("{"):
+        return None  # most are lists (arguments) or no object at all
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value["$blob"] if is_reference_value(value) else None
 
 
 @final
@@ -274,105 +278,63 @@ class Blobs:
         self.store = store
         self.threshold = threshold
         self.clock = clock
-        # Payloads by reference, most recently used last: a blob never
-        # changes under its key, so what was read or written once can be
-        # served again (a run's every turn reads its payloads).
+        # Payloads by key, most recently used last: a blob never changes
+        # under its key (a blob store serves no bytes that do not match
+        # it), so what
+        # was read or written once can be served again (a run's every turn
+        # reads its payloads).
         self._cache: OrderedDict[str, str] = OrderedDict()
         self._cached = 0
 
     def offloads(self, text: str | None) -> bool:
-        """Whether ``text`` goes to the blob store (over the threshold, or
-        looking like a reference)."""
-        return text is not None and (len(text) > self.threshold or is_reference(text))
+        """Whether ``text`` goes to the blob store: it is over the threshold."""
+        return text is not None and len(text) > self.threshold
 
-    async def offload(self, text: str) -> tuple[str, str]:
-        """Write ``text`` to the blob store; return its reference's text and
-        its key. The blob is written even if it is there already: that
-        moves its ``stored_at``, which keeps it from being collected while
-        the row that refers to it is written (see `_blob_store.collect`).
+    async def offload(self, text: str) -> tuple[str, int]:
+        """Write ``text`` to the blob store; return its key and its size in
+        bytes. The blob is written even if it is there already: that moves
+        its ``stored_at``, which keeps it from being collected while the
+        row that refers to it is written (see `_blob_store.collect`), and
+        repairs it if it was altered.
 
         Raises:
           StoreError: The blob store failed.
         """
         data = text.encode()
-        key = "sha256-" + hashlib.sha256(data).hexdigest()
+        key = content_key(data)
         await self.store.put(key, data, at=self.clock.now())
-        reference = json.dumps({"$blob": key, "size": len(data)}, separators=(",", ":"))
-        self._remember(reference, text)
-        return reference, key
+        self._remember(key, text)
+        return key, len(data)
 
-    async def maybe_offload(self, text: str) -> str:
-        """``text``, or its reference if it `offloads`."""
-        return (await self.offload(text))[0] if self.offloads(text) else text
-
-    async def resolve(self, text: str) -> str:
-        """The payload a reference's ``text`` stands for (any other text is
-        returned as it is).
+    async def resolve(self, key: str) -> str:
+        """The payload kept under ``key``.
 
         Raises:
           BlobNotFound: Its blob is missing.
+          BlobCorrupted: Its blob does not match its key.
           StoreError: The blob store failed.
         """
-        if not is_reference(text):
-            return text
-        cached = self._cache.get(text)
+        cached = self._cache.get(key)
         if cached is not None:
-            self._cache.move_to_end(text)
+            self._cache.move_to_end(key)
             return cached
-        key = reference_key(text)
+        # The blob store checks the bytes against the key (`BlobStore.get`).
         data = await self.store.get(key)
         try:
             payload = data.decode()
         except UnicodeDecodeError:
             raise BlobNotFound(key, f"blob {key!r} is not a payload (not UTF-8)") from None
-        self._remember(text, payload)
+        self._remember(key, payload)
         return payload
 
-    def _remember(self, reference: str, payload: str) -> None:
-        if len(payload) > CACHE_CHARACTERS // 2 or reference in self._cache:
+    def _remember(self, key: str, payload: str) -> None:
+        if len(payload) > CACHE_CHARACTERS // 2 or key in self._cache:
             return
-        self._cache[reference] = payload
+        self._cache[key] = payload
         self._cached += len(payload)
         while self._cached > CACHE_CHARACTERS:
             _, dropped = self._cache.popitem(last=False)
             self._cached -= len(dropped)
-
-
-async def resolve_or_fail(blobs: Blobs | None, text: str) -> str:
-    """``text`` resolved through ``blobs``; with no blob store, a reference
-    cannot be read (see `check_unresolved`).
-
-    Raises:
-      BlobNotFound: The reference's blob is missing, or there is no blob
-        store to read it from.
-    """
-    if blobs is not None:
-        return await blobs.resolve(text)
-    check_unresolved(text)
-    return text
-
-
-def check_unresolved(text: str | None) -> None:
-    """Raise if ``text``, read where no blob store is configured, is a
-    well-formed reference: the payload is in a blob store this reader was
-    not given. (Any other text is a payload, even one that starts like a
-    reference: without a blob store, nothing was offloaded.)
-
-    Raises:
-      BlobNotFound: It is.
-    """
-    if text is None or not is_reference(text):
-        return
-    try:
-        well_formed = is_reference_value(json.loads(text))
-    except ValueError:
-        return
-    if well_formed:
-        raise BlobNotFound(
-            reference_key(text),
-            f"a payload is kept in a blob store ({text[:100]}), but none was configured"
-            " (blobs=) to read it",
-        )
 
 
 def check_blob_options(blobs: object, threshold: object) -> BlobStore | None:

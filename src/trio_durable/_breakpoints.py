@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 import trio
 
-from ._exceptions import InvalidRunStateError, UsageError
+from ._bounds import check_name
+from ._exceptions import InvalidRunStateError
 from ._records import (
     TERMINAL_STATUSES,
     Breakpoint,
@@ -163,12 +164,6 @@ def announce_change(store: Store, origin: str, breakpoint_id: str) -> list[Op]:
     return [Announce(run_id=breakpoint_id, kind="breakpoints", origin=origin)]
 
 
-def _check_name(what: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise UsageError(f"{what} must be a non-empty string, not {value!r}")
-    return value
-
-
 async def set_breakpoint(
     store: Store, now: float, origin: str, workflow: str, step: str
 ) -> Breakpoint:
@@ -177,8 +172,8 @@ async def set_breakpoint(
     Raises:
       UsageError: ``workflow`` or ``step`` is not a non-empty string.
     """
-    _check_name("workflow", workflow)
-    _check_name("step", step)
+    check_name("workflow", workflow)
+    check_name("step", step)
     for existing in await store.list_breakpoints():
         if (existing.workflow, existing.step) == (workflow, step):
             return existing
@@ -190,7 +185,7 @@ async def set_breakpoint(
 async def clear_breakpoint(store: Store, origin: str, breakpoint_id: str) -> bool:
     """Remove a breakpoint; returns whether it existed (runs paused at it
     stay paused until an action)."""
-    _check_name("breakpoint_id", breakpoint_id)
+    check_name("breakpoint_id", breakpoint_id)
     existed, *_ = await store.apply(
         [DeleteBreakpoint(breakpoint_id), *announce_change(store, origin, breakpoint_id)]
     )

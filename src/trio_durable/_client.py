@@ -10,7 +10,6 @@ learns of the write at once (see docs/client.md).
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import time
@@ -38,7 +37,7 @@ from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
 from ._hook_api import HookActions
-from ._lifecycle import check_timeout, continued_to, deadline_ops, workflow_timeout
+from ._lifecycle import check_timeout, continued_to, deadlines, workflow_timeout
 from ._published import Front
 from ._records import Run
 from ._run_messages import QueriesAndUpdates
@@ -59,7 +58,7 @@ from ._stores._base import RunWatch, Store
 from ._stores._codec import check_codec, with_codec
 from ._stores._ops import Op
 from ._streams import ReadsStreams, StreamFront, StreamWaiters
-from ._wakes import announce, announces_ends, ends_delivery, keep_watching
+from ._wakes import announce, ends_delivery, keep_watching, read_interval
 
 _RESULT_POLL_INTERVAL: Final = 1.0
 """Seconds between reads of a run in `Client.result` on a store that is no
@@ -113,9 +112,9 @@ class Client(
         self._types = app if app is not None else App("client")
         self._endings = Endings()
         self._streams = StreamWaiters()
-        # Where engines announce ends, `result` waits for the announcement
-        # alone; elsewhere it reads the run again now and then.
-        self._poll_interval = math.inf if announces_ends(store) else _RESULT_POLL_INTERVAL
+        # Where writes are announced, `result` and `get_event` wait for the
+        # announcement alone; elsewhere they read the run again now and then.
+        self._poll_interval = read_interval(store, _RESULT_POLL_INTERVAL)
         self._closed = False
         # Starts that arrive together are written in one batch, by a task
         # in the client's nursery (`open_client`).
@@ -225,8 +224,8 @@ class Client(
             self._rng,
             self.clock.now(),
             news,
-            also=lambda run: [*self._wake([run]), *deadline_ops(run, timeout)],
-            read_first=timeout is not None,
+            also=lambda run: self._wake([run]),
+            own=lambda run: deadlines(run, timeout),
         )
         return [RunHandle.of(stored, self) for stored, _ in results]
 
@@ -294,15 +293,18 @@ class Client(
     async def retry(
         self, run_id: str, *, namespace: str | None = None, from_seq: int | None = None
     ) -> Run:
-        """Run a failed or dead run's body again from its checkpoints, or,
-        with ``from_seq``, any run that ended again from that seq, in place
+        """Run a failed or dead run's body again from its checkpoints, send
+        again the remote steps a suspended run waits on, or, with
+        ``from_seq``, run any run that ended again from that seq, in place
         (see `Engine.retry`); returns the run as the retry wrote it,
-        ``pending`` (an engine may have taken it up since).
+        ``pending`` (``suspended`` and due now, for a suspended run; an
+        engine may have taken it up since).
 
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
-          InvalidRunStateError: The run is not failed or dead (with
-            ``from_seq``: has not ended, or continued as new); nothing changed.
+          InvalidRunStateError: The run is neither failed nor dead, nor
+            suspended waiting on a remote step (with ``from_seq``: has not
+            ended, or continued as new); nothing changed.
           ForkPointError: ``from_seq`` is refused (see `Engine.retry`);
             nothing changed.
         """

@@ -2,15 +2,18 @@
 
 A codec turns the JSON text of a payload (a run's input and output, a
 checkpoint's, a signal's payload, an error's message, details and
-traceback, a keyed value) into other JSON text to keep at rest, and back.
+traceback, a keyed value) into other text to keep at rest, and back.
 `trio_durable.stores.CodecStore` applies one to every payload a store
-writes and reads (see docs/payload-codecs.md).
+writes and reads, and marks what the codec made as such (see
+`_stored_payloads`): whether a stored payload is encoded is never read
+from what the payload looks like (see docs/payload-codecs.md).
 
 `AesGcmCodec` encrypts with AES-GCM under the current key of a `Keyring`
 and keeps the key's id beside the ciphertext, as a JSON object::
 
     {"$enc":"k2","d":"<base64 of the 12-byte nonce, the ciphertext and its tag>"}
 
+which a `CodecStore` keeps marked as ``~enc:{"$enc":"k2","d":"..."}``.
 Every key of the ring decrypts what carries its id; only the current key
 encrypts, so rotating keys needs no rewrite of what is stored.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 import binascii
 import json
 import os
-from typing import TYPE_CHECKING, Any, Final, Protocol, final, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, final, runtime_checkable
 
 from ._exceptions import CodecError
 from ._keyring import Keyring, KeyringError
@@ -40,34 +43,34 @@ _AAD_PREFIX: Final = b"trio-durable/aes-gcm/1:"
 class PayloadCodec(Protocol):
     """Encodes payloads for the store to keep, and decodes them back.
 
-    Both directions take and give JSON text: what a codec writes must be
-    valid JSON, since the stores keep payloads in JSON (or text) columns.
-    A codec must tell its own output from other text: `decode` and
-    `describe` leave alone text they did not make (rows written before the
-    codec was put in front of the store).
+    Both directions take and give text: `encode` takes a payload's JSON
+    text, `decode` gives it back. The `CodecStore` marks what `encode`
+    made (``~enc:`` in front of it), and hands `decode` and `describe`
+    only text so marked: a codec needs no way of its own to tell its
+    output from a payload, and no payload can pass for its output.
     """
 
     def encode(self, text: str) -> str:
-        """The JSON text to keep at rest for the payload ``text``."""
+        """The text to keep at rest for the payload ``text``."""
         ...
 
     def decode(self, text: str) -> str:
-        """The payload that ``encode`` made ``text`` from, or ``text`` itself
-        if this codec did not make it.
+        """The payload that ``encode`` made ``text`` from.
 
         Raises:
-          CodecError: ``text`` is this codec's, but cannot be decoded.
+          CodecError: ``text`` cannot be decoded (its key is missing, it
+            fails authentication, or it is not this codec's).
         """
         ...
 
     def describe(self, text: str) -> str | None:
-        """What ``text`` is for people (``"encrypted with k2"``), if this
-        codec made it; None otherwise. Needs no key."""
+        """What ``text``, made by ``encode``, is for people (``"encrypted
+        with k2"``), or None if there is nothing to say. Needs no key."""
         ...
 
 
 def sealed_key_id(text: str | None) -> str | None:
-    """The key id of an `AesGcmCodec` payload, or None for any other text.
+    """The key id of what `AesGcmCodec` made, or None for any other text.
 
     Reads only the envelope: needs no key (the console shows encrypted
     payloads as such with it)."""
@@ -75,20 +78,11 @@ def sealed_key_id(text: str | None) -> str | None:
     return None if envelope is None else envelope[0]
 
 
-def sealed_value_key_id(value: Any) -> str | None:
-    """`sealed_key_id` of a JSON value already parsed (an error's details)."""
-    if isinstance(value, dict) and value.keys() == {MARK, "d"}:
-        key_id, data = value[MARK], value["d"]
-        if isinstance(key_id, str) and isinstance(data, str):
-            return key_id
-    return None
-
-
 _PREFIX: Final = f'{{"{MARK}":"'
 
 
 def _envelope(text: str | None) -> tuple[str, str] | None:
-    # Cheap tests first: most text is not an envelope.
+    # Cheap tests first.
     if not text or not text.lstrip().startswith("{") or MARK not in text:
         return None
     if text.startswith(_PREFIX) and text.endswith('"}'):
@@ -96,12 +90,17 @@ def _envelope(text: str | None) -> tuple[str, str] | None:
         key_id, sep, data = text[len(_PREFIX) : -2].partition('","d":"')
         if sep and '"' not in key_id and '"' not in data and "\\" not in data:
             return key_id, data
+    # Another layout of the same object (an error's, migrated by
+    # PostgreSQL's JSON functions, has its keys in their order).
     try:
         value = json.loads(text)
     except ValueError:
         return None
-    found = sealed_value_key_id(value)
-    return None if found is None else (found, value["d"])
+    if isinstance(value, dict) and value.keys() == {MARK, "d"}:
+        key_id, data = value[MARK], value["d"]
+        if isinstance(key_id, str) and isinstance(data, str):
+            return key_id, data
+    return None
 
 
 def _aad(key_id: str) -> bytes:
@@ -157,15 +156,15 @@ class AesGcmCodec:
         return f'{{"{MARK}":"{key_id}","d":"{data}"}}'
 
     def decode(self, text: str) -> str:
-        """The plaintext of an envelope; other text as it is.
+        """The plaintext of an envelope.
 
         Raises:
-          CodecError: The envelope's key is not in the ring, or its
-            ciphertext fails authentication.
+          CodecError: ``text`` is no envelope, its key is not in the ring,
+            or its ciphertext fails authentication.
         """
         envelope = _envelope(text)
         if envelope is None:
-            return text
+            raise CodecError("a payload marked as encoded is not an AES-GCM envelope")
         key_id, data = envelope
         cipher = self._ciphers.get(key_id)
         if cipher is None:
@@ -195,17 +194,3 @@ class AesGcmCodec:
 
     def __repr__(self) -> str:
         return f"AesGcmCodec({self._keyring!r})"
-
-
-def shown_sealed(value: Any) -> Any:
-    """A JSON value with every `AesGcmCodec` envelope in it replaced by
-    ``{"encrypted_with": <key id>}``: what the console shows of a payload
-    it has no key for."""
-    if isinstance(value, dict):
-        key_id = sealed_value_key_id(value)
-        if key_id is not None:
-            return {"encrypted_with": key_id}
-        return {key: shown_sealed(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [shown_sealed(item) for item in value]
-    return value

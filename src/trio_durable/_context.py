@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 from collections.abc import Sequence
 from typing import Any, Concatenate, Literal, final, overload
 
 from . import _serde
 from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow
 from ._argument_check import timer_due
+from ._bounds import check_name, is_finite
 from ._children import Failed, child_value, record_child
 from ._context_control import ControlOperations, remote_unsupported
 from ._context_determinism import DeterminismOperations, DeterminismState, inputs_of
@@ -284,7 +284,7 @@ class Context(
         if (
             isinstance(seconds, bool)
             or not isinstance(seconds, int | float)
-            or not math.isfinite(seconds)
+            or not is_finite(seconds)
             or seconds < 0
         ):
             raise UsageError(f"sleep seconds must be a finite number >= 0, not {seconds!r}")
@@ -303,7 +303,7 @@ class Context(
             if when.tzinfo is None:
                 raise UsageError("sleep_until needs an aware datetime (with tzinfo)")
             target = when.timestamp()
-        elif isinstance(when, int | float) and not isinstance(when, bool) and math.isfinite(when):
+        elif isinstance(when, int | float) and not isinstance(when, bool) and is_finite(when):
             target = float(when)
         else:
             raise UsageError(f"sleep_until needs epoch seconds or a datetime, not {when!r}")
@@ -333,12 +333,11 @@ class Context(
         Raises:
           SignalTimeout: ``timeout`` passed first.
         """
-        if not isinstance(name, str) or not name:
-            raise UsageError(f"signal name must be a non-empty string, not {name!r}")
+        check_name("signal name", name)
         if timeout is not None and (
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
-            or not math.isfinite(timeout)
+            or not is_finite(timeout)
             or timeout < 0
         ):
             raise UsageError(f"signal timeout must be a finite number >= 0, not {timeout!r}")
@@ -353,10 +352,9 @@ class Context(
         payload to this run as the signal ``name`` would: take it with
         ``await ctx.wait_signal(name)``. See docs/webhooks-and-breakpoints.md.
         """
+        check_name("webhook name", name)
         decider = self._replay.decider
         if decider is not None:
-            if not isinstance(name, str) or not name:
-                raise UsageError(f"webhook name must be a non-empty string, not {name!r}")
             return decider.webhook(self._replay, name)
         return await create_webhook(self._replay, name)
 

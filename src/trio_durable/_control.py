@@ -15,20 +15,26 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from . import _serde
+from ._bounds import check_name
 from ._children import cancel_request
 from ._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
+from ._index_text import refuse_nul
 from ._lifecycle import latest_generation
 from ._options import check_id
-from ._records import TERMINAL_STATUSES, Run, RunStatus, signal_token
+from ._records import TERMINAL_STATUSES, CheckpointStatus, Run, RunStatus, signal_token
+from ._remote import resend_on_retry
 from ._saga import plan_retry
 from ._stores._base import WriteConflict
-from ._stores._ops import DeliverSignal, Op
+from ._stores._ops import ClaimCheckpoint, DeliverSignal, Op, UpdateRun
+from ._wire import MAX_SEQ
 
 if TYPE_CHECKING:
     from ._app import App
     from ._stores._base import Store
 
 RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead"})
+_PAGE: Final = 500
+_PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
 
 Also = Callable[[Sequence[Run]], Sequence[Op]]
 """What a caller writes with a control's batch, given the runs it wakes."""
@@ -49,6 +55,7 @@ async def read_run(store: Store, run_id: str, namespace: str | None) -> Run:
         check_id("namespace", namespace)
     if not isinstance(run_id, str):
         raise UsageError(f"run_id must be a string, not {run_id!r}")
+    refuse_nul("run_id", run_id)
     run = await store.get_run(run_id)
     if run is None:
         raise RunNotFoundError(f"no run {run_id!r}")
@@ -77,8 +84,7 @@ async def signal_run(
       SerializationError: The payload cannot be serialized.
       UsageError: ``name`` is not a non-empty string.
     """
-    if not isinstance(name, str) or not name:
-        raise UsageError(f"signal name must be a non-empty string, not {name!r}")
+    check_name("signal name", name)
     payload_json = _serde.dumps(payload)
     run = await latest_generation(store, await read_run(store, run_id, namespace))
     if run.status in TERMINAL_STATUSES:
@@ -123,18 +129,23 @@ async def retry_run(
     also: Also = _nothing,
 ) -> list[Run]:
     """Put a failed or dead run back to ``pending`` from its checkpoints
-    (see `Engine.retry`), with the failed children it retries. Returns the
-    runs to wake, the retried run last.
+    (see `Engine.retry`), with the failed children it retries; or send
+    again the remote steps a suspended run waits on. Returns the runs to
+    wake, the retried run last.
 
     Raises:
       RunNotFoundError: No run has this id (in ``namespace``).
-      InvalidRunStateError: The run is not failed or dead, or changed
-        meanwhile; nothing changed.
+      InvalidRunStateError: The run is neither failed nor dead, nor
+        suspended with remote steps pending, or changed meanwhile; nothing
+        changed.
     """
     run = await read_run(store, run_id, namespace)
+    if run.status == "suspended":
+        return await _resend_pending(store, now, run, also)
     if run.status not in RETRYABLE:
         raise InvalidRunStateError(
-            f"run {run_id!r} is {run.status}; only failed or dead runs can be retried"
+            f"run {run_id!r} is {run.status}; only failed or dead runs, or suspended runs"
+            " waiting on remote steps, can be retried"
         )
     ops: list[Op] = []
     wakes: list[Run] = []
@@ -144,3 +155,38 @@ async def retry_run(
     except WriteConflict as exc:
         raise InvalidRunStateError(f"run {run_id!r} changed while being retried") from exc
     return wakes
+
+
+async def _resend_pending(store: Store, now: float, run: Run, also: Also) -> list[Run]:
+    """Retry a suspended run: each remote step (or decision task) it waits
+    on is sent again as a new attempt, or at once if its send was refused
+    (`resend_on_retry`), in one write of claims that makes the run due now.
+
+    Raises:
+      InvalidRunStateError: It waits on no remote step, or changed meanwhile.
+    """
+    ops: list[Op] = []
+    offset = 0
+    while True:
+        page = await store.find_checkpoints(
+            run.id, -MAX_SEQ, MAX_SEQ, statuses=_PENDING, offset=offset, limit=_PAGE
+        )
+        for cp in page:
+            again = resend_on_retry(cp)
+            if again is not None:
+                ops.append(ClaimCheckpoint(again, attempt=cp.attempts))
+        if len(page) < _PAGE:
+            break
+        offset += _PAGE
+    if not ops:
+        raise InvalidRunStateError(
+            f"run {run.id!r} is suspended and waits on no remote step; it cannot be retried"
+        )
+    changes: dict[str, Any] = {"wake_at": now, "updated_at": now}
+    ops.append(UpdateRun(run.id, changes, expect_status=frozenset({"suspended"})))
+    retried = attrs.evolve(run, wake_at=now, updated_at=now)
+    try:
+        await store.apply([*ops, *also([retried])])
+    except WriteConflict as exc:
+        raise InvalidRunStateError(f"run {run.id!r} changed while being retried") from exc
+    return [retried]

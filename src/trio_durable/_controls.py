@@ -7,13 +7,14 @@ fails there and nothing is written.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, final
 
 import attrs
 
+from ._bounds import is_finite
 from ._exceptions import InvalidArgumentsError, RegistrationError
+from ._index_text import refuse_nul
 
 Collect = Literal["last", "all"]
 
@@ -92,7 +93,7 @@ def _positive(value: object) -> bool:
     return (
         isinstance(value, int | float)
         and not isinstance(value, bool)
-        and math.isfinite(value)
+        and is_finite(value)
         and value > 0
     )
 
@@ -140,6 +141,7 @@ def run_controls(
     for name in names:
         if not isinstance(name, str) or not name or len(name) > _EVENT_NAME_LIMIT:
             raise RegistrationError(f"{where}: event name {name!r} is invalid")
+        refuse_nul(f"{where}: an event name", name, RegistrationError)
     if debounce is not None:
         if not _positive(debounce):
             raise RegistrationError(f"{where}: debounce must be a positive number of seconds")
@@ -167,7 +169,8 @@ def key_of(key_fn: Callable[..., str], args: tuple[Any, ...], target: str) -> st
     checked to be a string.
 
     Raises:
-      InvalidArgumentsError: The function raised or returned no string.
+      InvalidArgumentsError: The function raised, or returned no string or
+        one holding a NUL character.
     """
     try:
         key = key_fn(*args)
@@ -178,5 +181,11 @@ def key_of(key_fn: Callable[..., str], args: tuple[Any, ...], target: str) -> st
     if not isinstance(key, str):
         raise InvalidArgumentsError(
             f"{target}: its key function returned {key!r}, not a str", target=target
+        )
+    if "\x00" in key:
+        # Keys name queues and keyed values: indexed text (see `_index_text`).
+        raise InvalidArgumentsError(
+            f"{target}: its key function returned {key!r}, which holds a NUL character ('\\x00')",
+            target=target,
         )
     return key

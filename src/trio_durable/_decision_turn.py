@@ -7,8 +7,11 @@ The run's decision checkpoint, at `DECISION_SEQ`, says where the run stands:
   fires the timers that are due, records the checkpoint ``pending`` (its
   ``attempts`` numbers the decision tasks), and sends the task once that
   write committed, carrying the run's history;
-- ``pending``: a task is out. The run waits, unless the task counts as lost
-  (``remote_redispatch``): then it is sent again as a new attempt;
+- ``pending``: a task is out. The run waits, unless the task is lost (it
+  went out on a broker that kept nothing across its process, or counts as
+  lost by ``remote_redispatch``: see `out_verdict`), its send was refused
+  and its retry is due, or the run was retried: then it is sent again as a
+  new attempt;
 - ``completed`` with output: a decision came back. Whichever engine's
   result consumer got it settled the checkpoint by a claim that needs it
   pending at the task's attempt, so a duplicate or stale decision changed
@@ -42,9 +45,11 @@ from ._app import (
 )
 from ._breakpoints import CONTINUED
 from ._cancellation import cancel_marker, in_cleanup
+from ._carrier import sent_now
 from ._context import Context
 from ._decision_wire import Command, Decision, history, request_input
 from ._exceptions import StoreError, UnknownWorkflowError
+from ._executions import new_execution
 from ._failures import error_info
 from ._fans import fan
 from ._handoff import hand_off
@@ -58,7 +63,7 @@ from ._records import (
     ErrorInfo,
     Run,
 )
-from ._remote import RESEND, remote_step
+from ._remote import REDISPATCHED, RESEND, out_verdict, remote_step
 from ._replay import Replay, Suspend
 from ._stores._ops import ClaimCheckpoint, SettleCheckpoint, UpdateRun
 from ._waits import signal, timer
@@ -113,28 +118,24 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
     rt, state = turn.runtime, turn.state
     marker = state.checkpoints.get(DECISION_SEQ)
     if marker is not None and marker.status == "pending":
-        if marker.wake_at is None or marker.wake_at > now:
-            await turn.suspend(Suspend("decision", marker.wake_at, watch=_WATCH))
+        due = _due(rt, marker, now)
+        if not isinstance(due, ErrorInfo) and due is not True:
+            await turn.suspend(Suspend("decision", due, watch=_WATCH))
             return
         policy = rt.options.remote_redispatch
-        if policy is None:
-            # Sent by an engine that redispatches; this one waits.
-            await turn.suspend(Suspend("decision", None, watch=_WATCH))
-            return
-        redispatches = sum(1 for e in marker.errors if e.code == "redispatched")
-        if redispatches >= policy[1]:
-            error = ErrorInfo(
-                message=f"no decision after {redispatches + 1} decision tasks", code="lost"
-            )
-            state.ops.append(
-                SettleCheckpoint(state.run.id, DECISION_SEQ, "failed", None, error, now)
-            )
-            await turn.end("failed", error=error)
-            return
-        lost = ErrorInfo(
-            message=f"no decision within {policy[0]} s; dispatched again", code="redispatched"
-        )
-        await _dispatch(turn, route, marker, now, lost)
+        redispatches = sum(1 for e in marker.errors if e.code == REDISPATCHED)
+        if isinstance(due, ErrorInfo) and due.code == REDISPATCHED:
+            assert policy is not None
+            if redispatches >= policy[1]:
+                error = ErrorInfo(
+                    message=f"no decision after {redispatches + 1} decision tasks", code="lost"
+                )
+                state.ops.append(
+                    SettleCheckpoint(state.run.id, DECISION_SEQ, "failed", None, error, now)
+                )
+                await turn.end("failed", error=error)
+                return
+        await _dispatch(turn, route, marker, now, due if isinstance(due, ErrorInfo) else None)
         return
     if marker is not None and marker.status == "failed":
         error = marker.error or ErrorInfo(message="no worker could decide the run's turn")
@@ -161,7 +162,7 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
             await fail_remote(turn, value)
             return
     elif marker is not None and marker.input is not None:
-        wake_at = _unchanged(state.checkpoints, marker.input, now)
+        wake_at = _unchanged(rt, state.checkpoints, marker.input, now)
         if wake_at is not False:
             # Woken, but nothing the body waits on moved: asking a worker
             # again would bring back the same command.
@@ -169,6 +170,18 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
             await turn.suspend(Suspend("unchanged", wake_at, watch=(first, last)))
             return
     await _dispatch(turn, route, marker, now, None)
+
+
+def _due(rt: Runtime, marker: Checkpoint, now: float) -> ErrorInfo | float | bool | None:
+    """What a pending decision checkpoint waits for: True if its task is
+    to be sent again now (a send the broker refused, or a retry); the
+    reason to send it again if its attempt that is out was lost (see
+    `out_verdict`); else when to look again (None: only its answer)."""
+    if marker.started_at is None:
+        if marker.wake_at is not None and marker.wake_at > now:
+            return marker.wake_at
+        return True
+    return out_verdict(rt, marker, now)
 
 
 def _command_seqs(command: Command) -> range:
@@ -186,12 +199,15 @@ def _waits(checkpoints: dict[int, Checkpoint], command: Command) -> str:
     return json.dumps({"waits": [seqs[0], seqs[-1]], "settled": settled})
 
 
-def _unchanged(checkpoints: dict[int, Checkpoint], waits: str, now: float) -> float | bool | None:
+def _unchanged(
+    rt: Runtime, checkpoints: dict[int, Checkpoint], waits: str, now: float
+) -> float | bool | None:
     """When a run woken with nothing changed for its body is due next (None
     for no due time); False if something did change, or is due: a settled
     operation, a due time passed (a timer, a retry's backoff, a lost step),
     a step continued past its breakpoint, waiting in a queue or let in (an
-    attempt not yet sent)."""
+    attempt not yet sent), or a step out whose attempt is to be sent again
+    (carrying the command out again sends it)."""
     data = json.loads(waits)
     first, last = data["waits"]
     settled = 0
@@ -205,6 +221,13 @@ def _unchanged(checkpoints: dict[int, Checkpoint], waits: str, now: float) -> fl
             continue
         if cp.error is not None and cp.error.code in (CONTINUED, "queued", RESEND):
             return False
+        if cp.kind == "remote" and cp.started_at is not None:
+            verdict = out_verdict(rt, cp, now)
+            if isinstance(verdict, ErrorInfo):
+                return False
+            if verdict is not None:
+                due.append(verdict)
+            continue
         if cp.kind == "remote" and cp.started_at is None and cp.wake_at is None:
             # An attempt to send now: let into its queue by another's
             # release.
@@ -226,17 +249,19 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
     waits on is carried out here as in any turn, and the run waits
     ``suspended``. Returns False once the worker is done (or nothing is
     left for one): the cancel then ends the run as for a local body."""
-    state = turn.state
+    rt, state = turn.runtime, turn.state
     run = state.run
     cleanup = bool(body_seqs(state.checkpoints)) and active_handoff(state.checkpoints) is None
     marker = state.checkpoints.get(DECISION_SEQ)
     if marker is not None and marker.status == "pending":
         if not cleanup and not _undos_left(state.checkpoints, run.compensate):
             return False
-        if marker.wake_at is None or marker.wake_at > now:
-            await _wait_cancelling(turn, marker.wake_at)
+        due = _due(rt, marker, now)
+        if not isinstance(due, ErrorInfo) and due is not True:
+            await _wait_cancelling(turn, due)
             return True
-        await _dispatch(turn, route, marker, now, _LOST, compensate=run.compensate, cleanup=cleanup)
+        lost = due if isinstance(due, ErrorInfo) else None
+        await _dispatch(turn, route, marker, now, lost, compensate=run.compensate, cleanup=cleanup)
         return True
     if marker is not None and marker.status == "completed" and marker.output is not None:
         applied = attrs.evolve(marker, output=None, input=None)
@@ -299,9 +324,6 @@ async def _wait_cancelling(turn: Turn, wake_at: float | None) -> None:
     await turn.suspend(Suspend("decision", wake_at, watch=_WATCH), cleanup=True)
 
 
-_LOST: Final = ErrorInfo(message="no decision in time; dispatched again", code="redispatched")
-
-
 async def _dispatch(
     turn: Turn,
     route: str,
@@ -314,7 +336,10 @@ async def _dispatch(
 ) -> None:
     """Send the run's next decision task (once this turn's writes commit)
     and suspend the run until its decision comes back; with ``compensate``
-    or ``cleanup``, the task of a cancelled run (see `cancel_remote`)."""
+    or ``cleanup``, the task of a cancelled run (see `cancel_remote`).
+    With a ``marker`` still pending (a task lost, or one whose send the
+    broker refused), the new task's checkpoint is a claim, and keeps the
+    attempts' errors (``lost``, if given, added)."""
     rt, state = turn.runtime, turn.state
     run = state.run
     for cp in list(state.checkpoints.values()):
@@ -327,22 +352,27 @@ async def _dispatch(
         secret = await rt.webhook_keys.secret(rt.store)
         for cp in webhooks:
             tokens[cp.seq] = derive_token(secret, json.loads(cp.output or "{}")["nonce"])
-    policy = rt.options.remote_redispatch
-    wake_at = None if policy is None else now + policy[0]
+    again = marker is not None and marker.status == "pending"
+    errors = () if marker is None or not again else marker.errors
     attempt = (0 if marker is None else marker.attempts) + 1
-    new = Checkpoint(
-        run_id=run.id,
-        seq=DECISION_SEQ,
-        name=run.workflow,
-        kind="decision",
-        attempts=attempt,
-        group=route,
-        errors=() if marker is None or lost is None else (*marker.errors, lost),
-        wake_at=wake_at,
-        enqueued_at=now,
-        started_at=now,
+    new = sent_now(
+        Checkpoint(
+            run_id=run.id,
+            seq=DECISION_SEQ,
+            name=run.workflow,
+            kind="decision",
+            attempts=attempt,
+            group=route,
+            errors=errors if lost is None else (*errors, lost),
+            enqueued_at=now,
+        ),
+        now,
+        rt.dispatcher.carrier,
+        rt.options.remote_redispatch,
+        new_execution(rt.rng),
     )
-    if lost is not None:
+    wake_at = new.wake_at
+    if again:
         # A claim: a decision that settled the checkpoint meanwhile wins,
         # and then the task is not sent again.
         state.checkpoints[DECISION_SEQ] = new
@@ -365,6 +395,7 @@ async def _dispatch(
         ),
         dispatched_at=now,
         kind="decision",
+        execution=new.executions[-1],
     )
     state.dispatch.append((len(state.ops) - 1, task))
     if compensate or cleanup:

@@ -18,12 +18,12 @@ raises `WireError` and nothing else.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, NoReturn, final
 
 import attrs
 
+from ._bounds import is_finite
 from ._brokers._base import is_broker_safe
 from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, Run
 from ._wire import MAX_ATTEMPT, MAX_SEQ, WireError
@@ -83,7 +83,7 @@ def _number(data: dict[str, Any], key: str, *, optional: bool = True, low: float
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or not math.isfinite(value)
+        or not is_finite(value)
         or value < low
         or value > 2.0**53
     ):
@@ -99,7 +99,8 @@ def _error(value: Any) -> ErrorInfo | None:
     for key in ("code", "type", "step", "traceback"):
         if value.get(key) is not None and not isinstance(value[key], str):
             _reject(f"an error's {key} must be a string")
-    return ErrorInfo.from_json(value)
+    # An error from a worker is in the clear: only a codec store seals one.
+    return ErrorInfo.from_json({key: item for key, item in value.items() if key != "sealed"})
 
 
 # -- checkpoints as JSON text --------------------------------------------------------

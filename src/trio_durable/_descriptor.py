@@ -82,7 +82,13 @@ def _step_entry(app: App, step: Step[..., Any]) -> dict[str, Any]:
 
 
 def describe(
-    app: App, instance_id: str, routes: Sequence[str], capabilities: Sequence[str], at: float
+    app: App,
+    instance_id: str,
+    routes: Sequence[str],
+    capabilities: Sequence[str],
+    at: float,
+    *,
+    held: bool = False,
 ) -> WorkerDescriptor:
     """The descriptor a worker announces for ``app``.
 
@@ -92,7 +98,8 @@ def describe(
     group of the version registered last), only when the worker serves that
     group. For each remote step of a group it serves: its ``group``,
     ``requires``, ``retry``, ``timeout`` and ``queue`` (the flow-control
-    queue's spec, or None).
+    queue's spec, or None). ``held``: announced until withdrawn, with no
+    heartbeat (see `WorkerDescriptor.held`).
     """
     groups = {split_group_route(route)[0] for route in routes}
     workflows: dict[str, dict[str, Any]] = {}
@@ -126,4 +133,5 @@ def describe(
         capabilities=tuple(sorted(set(capabilities))),
         registration_hash=app.registration_hash(),
         announced_at=at,
+        held=held,
     )

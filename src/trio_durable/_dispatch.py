@@ -12,7 +12,7 @@ step is parked instead of sent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -20,9 +20,11 @@ import trio
 
 from ._blob_wire import offload_tasks
 from ._brokers._base import Broker, BrokerError, Outgoing, PayloadTooLarge, WorkerDescriptor
+from ._exceptions import StoreError
 from ._learned import Learned, step_of
 from ._payload import lowered, task_message
-from ._records import DEFAULT_NAMESPACE
+from ._records import DEFAULT_NAMESPACE, Checkpoint, RunStatus
+from ._stores._ops import ClaimCheckpoint, Op, UpdateRun
 from ._tracing import DISABLED, Tracing
 
 if TYPE_CHECKING:
@@ -30,15 +32,36 @@ if TYPE_CHECKING:
 
     from ._app import App, Step
     from ._blobs import Blobs
+    from ._carrier import Carrier
     from ._clock import Clock
     from ._keyring import Keyring
     from ._sent import SentTasks
+    from ._stores._base import Store
     from ._wire import Task
 
 logger = logging.getLogger("trio_durable")
 
 DISPATCH_CHUNK: Final = 1000
 """Tasks sent in one call to the broker at most."""
+
+QUICK_TRIES: Final = 4
+"""Tries of one send, a short jittered wait apart (50 ms, doubling), before
+its tasks become retries due later (`Dispatcher.defer`)."""
+
+QUICK_SPAN: Final = 1.0
+"""Seconds after its first try that a send is tried again at once, at most:
+an adapter that waited for its connection that long before it failed has
+waited enough (the retry due later takes over)."""
+
+BROKER_RETRY_FIRST: Final = 1.0
+"""Seconds until a send the broker refused is tried again, at the least;
+later in an outage, as long as it has lasted (so the retries of one step
+come about twice as far apart each time)."""
+
+BROKER_RETRY_CAP: Final = 30.0
+"""Seconds until a send the broker refused is tried again, at the most."""
+
+_SUSPENDED: Final[frozenset[RunStatus]] = frozenset({"suspended"})
 
 
 def group_route(step: Step[..., Any], namespace: str) -> str:
@@ -106,6 +129,8 @@ class Dispatcher:
         the task carries (see `_tracing`).
       signing: Signs every task sent, and the failure that stands in for
         one too large (see `_signing`).
+      store: Where the sends the broker refused are made retries.
+      carrier: How the checkpoints of the tasks sent name the broker.
     """
 
     def __init__(
@@ -119,8 +144,19 @@ class Dispatcher:
         blocked_recheck: float,
         tracing: Tracing = DISABLED,
         signing: Keyring | None = None,
+        *,
+        store: Store,
+        carrier: Carrier,
     ) -> None:
         self._app = app
+        self._store = store
+        self.carrier = carrier
+        # When the broker first refused a send since one last went through
+        # (Trio time): the retries back off as the outage lasts, however
+        # many runs' sends it refuses meanwhile.
+        self._away_since: float | None = None
+        # Wakes a run whose sends were refused (the scheduler's, once made).
+        self.wake: Callable[[str], None] = lambda run_id: None
         self._broker = broker
         self._clock = clock
         self._rng = rng
@@ -142,7 +178,12 @@ class Dispatcher:
         """Send tasks whose pending checkpoints just committed. A task over
         the broker's ``max_payload`` is not sent: a failure of code
         ``payload_too_large`` goes to the results queue in its place, and
-        settles its step like a worker's result would (see `_payload`)."""
+        settles its step like a worker's result would (see `_payload`).
+
+        A send the broker still refuses after a few quick tries is not given
+        up: the tasks' checkpoints become retries of that send, due after a
+        backoff (see `defer`), and their runs' next turns send them again.
+        """
         if self._tracing.enabled:
             tasks = [
                 self._tracing.dispatched(
@@ -150,38 +191,110 @@ class Dispatcher:
                 )
                 for task in tasks
             ]
+        refused: list[Task] = []
+        reason = ""
+        away = False
         if self.blobs is not None:
-            tasks = await offload_tasks(self.blobs, tasks)
+            offloaded = await offload_tasks(self.blobs, tasks)
+            if len(offloaded) < len(tasks):
+                kept = {(t.run_id, t.seq, t.attempt) for t in offloaded}
+                refused = [t for t in tasks if (t.run_id, t.seq, t.attempt) not in kept]
+                reason = "the input could not be written to the blob store"
+            tasks = offloaded
         for start in range(0, len(tasks), DISPATCH_CHUNK):
             chunk = tasks[start : start + DISPATCH_CHUNK]
-            limit = self._broker.max_payload
-            outgoing, own = self._messages(chunk, limit)
-            delay = 0.05
-            for attempt in range(8):
-                try:
-                    await self._broker.dispatch(outgoing)
-                    break
-                except PayloadTooLarge as exc:
-                    # The broker's limit fell below what it said (it reconnected
-                    # to another server): fit the chunk to it and send again.
-                    limit = lowered(limit, exc)
-                    self._unsend(own)
-                    outgoing, own = self._messages(chunk, limit)
-                except BrokerError as exc:
-                    if attempt == 7:
-                        # The checkpoints stay pending; remote_redispatch (if
-                        # enabled) sends them again when they count as lost.
-                        logger.error("could not dispatch %d tasks: %s", len(chunk), exc)
-                        self._unsend(own)
-                        break
-                    logger.warning("dispatch failed (%s); retrying", exc)
-                    await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
-                    delay = min(delay * 2, 5.0)
-            else:
-                logger.error(
-                    "could not dispatch %d tasks: the broker kept refusing their size", len(chunk)
-                )
+            if away:
+                # The broker refused the chunk before: the rest waits with it.
+                refused.extend(chunk)
+                continue
+            failure = await self._dispatch_chunk(chunk)
+            if failure is not None:
+                refused.extend(chunk)
+                reason, away = failure, True
+        if refused:
+            await self.defer(refused, reason)
+
+    async def _dispatch_chunk(self, chunk: list[Task]) -> str | None:
+        """Send one chunk, trying again a few times at short intervals
+        (within `QUICK_SPAN`); None once sent, else why the broker refused
+        it."""
+        limit = self._broker.max_payload
+        outgoing, own = self._messages(chunk, limit)
+        delay = 0.05
+        failure = ""
+        first = trio.current_time()
+        for attempt in range(QUICK_TRIES):
+            try:
+                await self._broker.dispatch(outgoing)
+                self._away_since = None
+                return None
+            except PayloadTooLarge as exc:
+                # The broker's limit fell below what it said (it reconnected
+                # to another server): fit the chunk to it and send again.
+                limit = lowered(limit, exc)
                 self._unsend(own)
+                outgoing, own = self._messages(chunk, limit)
+                failure = str(exc)
+            except BrokerError as exc:
+                failure = str(exc)
+                if attempt == QUICK_TRIES - 1 or trio.current_time() - first > QUICK_SPAN:
+                    break
+                logger.warning("dispatch failed (%s); retrying", exc)
+                await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
+                delay *= 2
+        self._unsend(own)
+        return failure
+
+    async def defer(self, tasks: list[Task], reason: str) -> None:
+        """Make the sends of ``tasks`` that the broker refused retries of
+        those sends: each checkpoint still pending at the task's attempt is
+        claimed as waiting for the broker (mark `BROKER_WAIT`, ``started_at``
+        cleared), due after a backoff as long as the broker has been
+        refusing sends so far, from `BROKER_RETRY_FIRST` up to
+        `BROKER_RETRY_CAP` seconds, so that its run's next turn (on any
+        engine) sends it again, whatever ``remote_redispatch`` says. The
+        same write makes each run due now, and this engine wakes it: that
+        turn suspends it until the retry."""
+        moment = trio.current_time()
+        if self._away_since is None:
+            self._away_since = moment
+        backoff = min(BROKER_RETRY_CAP, max(BROKER_RETRY_FIRST, moment - self._away_since))
+        now = self._clock.now()
+        due = now + backoff * self._rng.uniform(0.75, 1.0)
+        mark = self.carrier.waiting(reason)
+        logger.error(
+            "could not dispatch %d tasks (%s); sending them again in %.1f s",
+            len(tasks),
+            reason,
+            due - now,
+        )
+        by_run: dict[str, dict[int, int]] = {}
+        for task in tasks:
+            by_run.setdefault(task.run_id, {})[task.seq] = task.attempt
+        for run_id, attempts in by_run.items():
+            try:
+                found = await read_seqs(self._store, run_id, sorted(attempts))
+                ops: list[Op] = [
+                    ClaimCheckpoint(
+                        attrs.evolve(cp, started_at=None, wake_at=due, error=mark),
+                        attempt=cp.attempts,
+                    )
+                    for cp in found
+                    if cp.status == "pending"
+                    and cp.started_at is not None
+                    and attempts.get(cp.seq) == cp.attempts
+                ]
+                if ops:
+                    ops.append(
+                        UpdateRun(run_id, {"wake_at": now}, expect_status=_SUSPENDED, strict=False)
+                    )
+                    await self._store.apply(ops)
+                    self.wake(run_id)
+            except StoreError as exc:
+                # The store is away too: the steps stay out as it says, and
+                # a turn of their run now meets the store's outage first.
+                logger.error("could not defer the sends of run %r: %s", run_id, exc)
+                self.wake(run_id)
 
     def _messages(
         self, tasks: Sequence[Task], limit: int | None
@@ -242,3 +355,21 @@ class Dispatcher:
             return None
         needs = ", ".join(sorted(needed))
         return f"blocked: no live worker of group {group_route!r} offers {needs}"
+
+
+async def read_seqs(store: Store, run_id: str, seqs: list[int]) -> list[Checkpoint]:
+    """The checkpoints of ``run_id`` at ``seqs`` (sorted), read a range of
+    neighbours at a time (a fan's members in one read, a decision apart)."""
+    found: list[Checkpoint] = []
+    wanted = set(seqs)
+    first = last = seqs[0]
+    for seq in [*seqs[1:], None]:
+        if seq is not None and seq - last <= DISPATCH_CHUNK:
+            last = seq
+            continue
+        found.extend(
+            cp for cp in await store.get_checkpoints(run_id, first, last) if cp.seq in wanted
+        )
+        if seq is not None:
+            first = last = seq
+    return found

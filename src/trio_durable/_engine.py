@@ -40,7 +40,7 @@ from ._starts import StartsRuns
 from ._stores._base import Store
 from ._stores._ops import Op
 from ._streams import ReadsStreams, StreamFront
-from ._wakes import announce, serves
+from ._wakes import announce, read_interval, serves
 from ._worker import worker_metrics
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ class Engine(
         return StreamFront(
             store=rt.store,
             waiters=rt.streams,
-            poll_interval=rt.options.result_poll_interval,
+            poll_interval=read_interval(rt.store, rt.options.result_poll_interval),
             read_run=lambda run_id: self.get(run_id, namespace=namespace),
         )
 
@@ -201,21 +201,18 @@ class Engine(
             the error's message, code and details are the exception's.
         """
         rt = self._rt
+        # Told of the run's end by the turn that ends it here, or by the
+        # store's watch if it ends elsewhere: the store is read again only
+        # then (or, on a store that announces nothing, now and then).
+        poll = read_interval(rt.store, rt.options.result_poll_interval)
         read = partial(self.get, run_id, namespace=namespace)
         run = await await_end(
-            rt.store,
-            rt.endings,
-            rt.options.result_poll_interval,
-            run_id,
-            read,
-            unended=self._unended(run_id, namespace),
+            rt.store, rt.endings, poll, run_id, read, unended=self._unended(run_id, namespace)
         )
         while (following := await continued_to(rt.store, run)) is not None:
             # A run that continued as new ends with its chain's last generation.
             read = partial(self.get, following, namespace=namespace)
-            run = await await_end(
-                rt.store, rt.endings, rt.options.result_poll_interval, following, read
-            )
+            run = await await_end(rt.store, rt.endings, poll, following, read)
         return await outcome(self.store, self.app, run)
 
     def _unended(self, run_id: str, namespace: str | None) -> bool:
@@ -313,6 +310,13 @@ class Engine(
         A retried child that was cancelled gets back its signal waits, and
         sends again the remote steps whose results the cancel dropped.
 
+        A ``suspended`` run waiting on remote steps (or on a remote
+        workflow's decision task) stays suspended, and each of them is sent
+        again at once as a new attempt (one whose send the broker refused
+        is tried again at once): the way out when a broker lost them. A
+        late failure of an earlier attempt then changes nothing, and a late
+        success of it still settles the step.
+
         With ``from_seq``, a run that ended in any way runs again from that
         seq in place (docs/fork-and-retry.md).
 
@@ -324,13 +328,14 @@ class Engine(
             last body seq; None retries as described first.
 
         Returns:
-          The run as the retry wrote it, ``pending`` (an engine may have
-          taken it up since).
+          The run as the retry wrote it, ``pending`` (``suspended`` and due
+          now, for a suspended run; an engine may have taken it up since).
 
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
-          InvalidRunStateError: The run is not failed or dead (with
-            ``from_seq``: has not ended); nothing changed.
+          InvalidRunStateError: The run is neither failed nor dead, nor
+            suspended waiting on a remote step (with ``from_seq``: has not
+            ended); nothing changed.
           ForkPointError: ``from_seq`` is refused; nothing changed.
         """
         self._rt.scheduler.check_open()

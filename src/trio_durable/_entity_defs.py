@@ -24,6 +24,7 @@ import attrs
 from . import _serde
 from ._definitions import Workflow, check_name
 from ._exceptions import EntityKeyError, RegistrationError, UnknownEntityError
+from ._index_text import refuse_nul
 from ._stores._ops import PutValue
 
 if TYPE_CHECKING:
@@ -172,6 +173,7 @@ class Entity:
             )
         if not key:
             raise EntityKeyError(f"entity {self.name!r} takes non-empty keys")
+        refuse_nul(f"a key of entity {self.name!r}", key, EntityKeyError)
         return key
 
     def load_state(self, stored: StoredValue | None) -> Any:

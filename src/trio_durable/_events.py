@@ -24,6 +24,7 @@ import attrs
 from . import _serde
 from ._debounce import first_input, plan_debounce
 from ._exceptions import EventConflictError, StoreError, UnsubscribedEventWarning, UsageError
+from ._index_text import refuse_nul
 from ._options import check_id
 from ._records import Run
 from ._replay import TurnState
@@ -187,7 +188,12 @@ class SendsEvents:
         return await send_event(self._event_front(), name, payload, key, event_id)
 
     async def get_event_record(self, event_id: str) -> EventRecord | None:
-        """The event stored under ``event_id``, or None."""
+        """The event stored under ``event_id``, or None.
+
+        Raises:
+          UsageError: ``event_id`` holds a NUL character (no id does).
+        """
+        refuse_nul("event_id", event_id)
         front = self._event_front()
         stored = await front.store.get_value(EVENT_SCOPE, event_id)
         return None if stored is None else _record(event_id, stored.value, stored.updated_at)
@@ -201,6 +207,7 @@ class SendsEvents:
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise UsageError(f"limit must be a positive int, not {limit!r}")
+        refuse_nul("after", after)
         front = self._event_front()
         rows = await front.store.list_values(EVENT_SCOPE, after=after, limit=limit)
         return [_record(row.key, row.value, row.updated_at) for row in rows]
@@ -223,6 +230,8 @@ def _check(name: object, key: object, event_id: object) -> None:
         raise UsageError(f"an event name must be 1 to {_NAME_LIMIT} characters, not {name!r}")
     if key is not None and (not isinstance(key, str) or len(key) > _KEY_LIMIT):
         raise UsageError(f"an event key must be None or a str of at most {_KEY_LIMIT}, not {key!r}")
+    refuse_nul("an event name", name)
+    refuse_nul("an event key", key)
     if event_id is not None:
         check_id("event_id", event_id)
 

@@ -490,14 +490,67 @@ class ForkPointError(UsageError):
 
 
 @final
+class BlobNotFound(StoreError):
+    """A payload's blob cannot be read for the row that refers to it.
+
+    Raised when a stored row or a broker message refers to a blob that was
+    deleted or never written (by `BlobStore.get`, and by every read of the
+    engine, the client and the worker that resolves a reference), when a
+    reference is met and no blob store was configured to read it, or when
+    a row refers to a blob its run's own blob-reference record does not
+    list (a reference copied from another run is never honoured). A remote
+    step whose input blob is missing fails with code ``blob_not_found``;
+    an engine's turn that meets one reports it on the run (code
+    ``payload_undecodable``) and leaves the run for an engine that can
+    read it.
+
+    Attributes:
+      key: The blob's key.
+    """
+
+    code = "blob_not_found"
+
+    def __init__(self, key: str, message: str | None = None) -> None:
+        super().__init__(message or f"blob {key!r} is not in the blob store")
+        self.key = key
+
+
+@final
+class BlobCorrupted(StoreError):
+    """A blob's bytes do not match its key, the SHA-256 of what was written.
+
+    Raised by `LocalBlobStore.get` (and by every blob store that passes the
+    conformance suite) when a blob kept under a content address
+    (``sha256-<hex>``) was altered where it is kept: edited, truncated, or
+    written partly. Nothing altered is ever served as a payload. Writing
+    the same payload again (`BlobStore.put`, which every engine and worker
+    does when it offloads it) repairs the blob. A remote step whose input
+    blob is corrupted fails with code ``blob_corrupted``; a turn that meets
+    one reports it on the run (code ``payload_undecodable``).
+
+    Attributes:
+      key: The blob's key.
+    """
+
+    code = "blob_corrupted"
+
+    def __init__(self, key: str, message: str | None = None) -> None:
+        super().__init__(
+            message or f"blob {key!r} does not match its key: it was altered in the blob store"
+        )
+        self.key = key
+
+
+@final
 class CodecError(StoreError):
     """A stored payload cannot be decoded: it was encrypted with a key the
     codec's keyring lacks (``key_id`` names it), or its ciphertext fails
     authentication (a wrong key under that id, or altered bytes).
 
     A `StoreError`, so an engine treats it as a store it cannot read yet:
-    the run is left as it is (never failed for it), for an engine whose
-    ring has the key."""
+    the run is never failed for it; the turn that meets it reports it once
+    on the run (code ``payload_undecodable``) and leaves the run for an
+    engine whose ring has the key."""
 
     def __init__(self, message: str, *, key_id: str | None = None) -> None:
         super().__init__(message)

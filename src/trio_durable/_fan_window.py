@@ -42,8 +42,10 @@ import attrs
 import trio
 
 from ._brokers._base import BrokerError
+from ._carrier import sent_now
 from ._children import record_child
 from ._exceptions import StoreError
+from ._executions import new_execution
 from ._learned import step_of
 from ._observe import Event
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus, StoredValue
@@ -270,12 +272,12 @@ class _Starts:
             if step is None or cp.group is None or cp.group in self.gaps:
                 # Parking a step no live worker can take is the turn's.
                 return False
-            policy = rt.options.remote_redispatch
-            sent = attrs.evolve(
+            sent = sent_now(
                 cp,
-                error=None,
-                started_at=now,
-                wake_at=None if policy is None else now + policy[0],
+                now,
+                rt.dispatcher.carrier,
+                rt.options.remote_redispatch,
+                new_execution(rt.rng),
             )
             turn.ops.append(ClaimCheckpoint(sent))
             task = Task(
@@ -288,6 +290,7 @@ class _Starts:
                 input=cp.input or "[]",
                 timeout=step.timeout,
                 dispatched_at=now,
+                execution=sent.executions[-1],
             )
             self.tasks.append((len(turn.ops) - 1, task))
             return True

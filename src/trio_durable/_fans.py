@@ -34,6 +34,7 @@ from ._children import Failed, cancel_request, child_outcome, completion, record
 from ._decider import fan_command
 from ._dispatch import group_route
 from ._exceptions import UsageError
+from ._executions import is_rerun
 from ._fan_window import FAN_CANCELLED as FAN_CANCELLED
 from ._fan_window import (
     WINDOW_SCOPE,
@@ -323,6 +324,7 @@ class _FanPlan:
             parallel_size=self.total,
             parallel_mode=self.mode,
             enqueued_at=now,
+            rerun=is_rerun(self.replay.turn.checkpoints, self.first + i),
         )
 
     async def rescue(self) -> list[int]:
@@ -408,7 +410,7 @@ async def _send_waiting(planner: StepPlanner, cp: Checkpoint) -> Checkpoint:
             error=ErrorInfo(message=gap, code="blocked"),
         )
     else:
-        cp = attrs.evolve(cp, error=None, started_at=now, wake_at=planner.lost_deadline(now))
+        cp = planner.out(cp, now)
     turn.checkpoints[cp.seq] = cp
     turn.ops.append(ClaimCheckpoint(cp))
     if gap is None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ._admission import creation_ops, start_controls
+from ._bounds import shown
 from ._control import Also, read_run
 from ._exceptions import (
     ForkPointError,
@@ -31,6 +32,7 @@ from ._exceptions import (
     LeaseLostError,
     RunConflictError,
 )
+from ._executions import rerun_record
 from ._handlers import UPDATES_SEQ, read_log
 from ._lifecycle import continued_to, deadline_ops, started_output, workflow_timeout
 from ._markers import CANCEL_SENT_SEQ, CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
@@ -90,7 +92,8 @@ def check_from_seq(run: Run, checkpoints: Sequence[Checkpoint], from_seq: object
     if not 1 <= from_seq <= last + 1:
         # One past the last seq runs nothing again: the replay goes on.
         raise ForkPointError(
-            f"from_seq {from_seq} is out of range: run {run.id!r} can run again from 1 to {last + 1}"
+            f"from_seq {shown(from_seq)} is out of range: run {run.id!r} can run again from 1"
+            f" to {last + 1}"
         )
     for cp in body:
         first, size = cp.parallel_group, cp.parallel_size
@@ -417,6 +420,10 @@ async def retry_from(
     ops.extend(rewrites)
     if deletes:
         ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
+        # What the run records at these seqs again is marked `rerun`: a
+        # result without an execution id cannot tell it from what was
+        # deleted (one with an id never settles it).
+        ops.extend(rerun_record(run.id, checkpoints, deletes, now))
     changes: dict[str, object] = {
         "status": "pending",
         "error": None,

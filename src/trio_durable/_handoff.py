@@ -14,6 +14,7 @@ from ._brokers._base import BrokerError
 from ._children import completion_source, record_child
 from ._exceptions import UnknownWorkflowError
 from ._fleet import aggregate
+from ._lifecycle import wake_by_deadline
 from ._on_error import (
     HANDOFF_BASE,
     TAG_PREFIX,
@@ -95,10 +96,15 @@ async def hand_off(turn: Turn, on_error: OnError, error: ErrorInfo) -> None:
         state, (name, version), seq, handler_id, input_json, now, awaited=True, error=error
     )
     tags = (*without_on_error_tags(run.tags), on_error_tag(on_error))
-    # Handed off, the run gives its admission back as if it ended.
+    # Handed off, the run gives its admission back as if it ended. It waits
+    # for its handler, and for its deadline: that still cancels it (and the
+    # handler it awaits) at its time.
+    wake_at = wake_by_deadline(state.checkpoints, None)
     final = [
         *release_ops(state, now),
-        turn.fence({"status": "suspended", "wake_at": None, "tags": tags}, frozenset({"running"})),
+        turn.fence(
+            {"status": "suspended", "wake_at": wake_at, "tags": tags}, frozenset({"running"})
+        ),
     ]
     results = await turn.write(*final)
     if results is None:
@@ -133,8 +139,9 @@ async def follow_handoff(turn: Turn, handoff: Checkpoint) -> None:
         )
         state.ops.append(CreateRun(handler))
         state.wake_after.append(handler.id)
+        wake_at = wake_by_deadline(state.checkpoints, None)
         results = await turn.write(
-            turn.fence({"status": "suspended", "wake_at": None}, frozenset({"running"}))
+            turn.fence({"status": "suspended", "wake_at": wake_at}, frozenset({"running"}))
         )
         if results is not None:
             await turn.after_commit(results)

@@ -15,6 +15,7 @@ from . import _breakpoints, _serde, _webhooks
 from ._clock import Clock
 from ._control import read_run
 from ._exceptions import BreakpointNotFoundError
+from ._index_text import refuse_nul
 from ._records import Breakpoint, PausedStep, Run
 from ._stores._base import Store
 from ._stores._ops import Op
@@ -102,6 +103,7 @@ class HookActions:
         """The runs paused at a breakpoint (only ``run_id``, if given), with
         the step each is paused before."""
         self._check_live()
+        refuse_nul("run_id", run_id)
         return await self.store.paused_steps(run_id)
 
     async def continue_run(self, run_id: str) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 import trio
 
+from ._bounds import is_finite
 from ._children import cancel_request
 from ._exceptions import UsageError
 from ._records import CONTINUED_SEQ, DEADLINE_SEQ, Checkpoint, ErrorInfo, Run
@@ -193,7 +194,7 @@ def check_timeout(timeout: float | None) -> float | None:
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
+        or not is_finite(timeout)
         or timeout <= 0
     ):
         raise UsageError(f"timeout must be a positive number of seconds, not {timeout!r}")
@@ -224,7 +225,14 @@ def deadline_checkpoint(run: Run, timeout: float) -> Checkpoint:
 def deadline_ops(run: Run, timeout: float | None) -> list[Op]:
     """What a start writes with ``run`` for its deadline (nothing without
     a timeout)."""
-    return [] if timeout is None else [PutCheckpoint(deadline_checkpoint(run, timeout))]
+    return [PutCheckpoint(cp) for cp in deadlines(run, timeout)]
+
+
+def deadlines(run: Run, timeout: float | None) -> tuple[Checkpoint, ...]:
+    """The deadline a start creates ``run`` with (none without a timeout):
+    carried by its `CreateRun`, so that a start that finds the id taken
+    leaves the deadline of the run that holds it as it is."""
+    return () if timeout is None else (deadline_checkpoint(run, timeout),)
 
 
 def _pending_deadline(checkpoints: dict[int, Checkpoint]) -> float | None:

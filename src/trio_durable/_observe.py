@@ -138,6 +138,11 @@ class Metrics:
             "Broker messages rejected by the signature check, by kind (task or result)"
             " and reason (unsigned, forged or unknown_key).",
         ),
+        "trio_durable_messages_stale": (
+            "counter",
+            "Broker messages rejected as stale, by kind (result): no step waits for them"
+            " (a duplicate, or a replay of an earlier execution's result).",
+        ),
     }
 
     def __init__(self) -> None:
@@ -179,6 +184,12 @@ class Metrics:
         self._add(
             "trio_durable_messages_unauthenticated_total", (("kind", kind), ("reason", reason))
         )
+
+    def count_stale(self, kind: str) -> None:
+        """Count a broker message of ``kind`` (``result``) rejected because
+        nothing waits for it: a duplicate, or a replay of an earlier
+        execution's (see `_executions`)."""
+        self._add("trio_durable_messages_stale_total", (("kind", kind),))
 
     def observe_turn(self, workflow: str, seconds: float) -> None:
         """Count a turn of a run of ``workflow`` that took ``seconds``."""

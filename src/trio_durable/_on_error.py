@@ -25,6 +25,7 @@ from typing import Final, final
 import attrs
 
 from ._exceptions import RegistrationError
+from ._index_text import refuse_nul
 from ._records import Checkpoint, ErrorInfo, Run
 from ._stores._base import STALL_IGNORED_PREFIX
 
@@ -61,10 +62,13 @@ class OnError:
             raise RegistrationError(
                 f"an on-error code must be a non-empty string, not {self.code!r}"
             )
+        # The code names the route in the run's tags (`on_error_tag`).
+        refuse_nul("an on-error code", self.code, RegistrationError)
         if not isinstance(self.workflow, str) or not self.workflow:
             raise RegistrationError(
                 f"an on-error route needs a handler workflow name, not {self.workflow!r}"
             )
+        refuse_nul("an on-error handler's name", self.workflow, RegistrationError)
 
     def to_json(self) -> dict[str, str | None]:
         return {"code": self.code, "workflow": self.workflow}

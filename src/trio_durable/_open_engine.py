@@ -16,7 +16,6 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from functools import partial
 from typing import TYPE_CHECKING
 
 from ._app import App
@@ -37,6 +36,7 @@ from ._search_attributes import register as register_search_attributes
 from ._stores import enter_store
 from ._stores._base import Store
 from ._stores._codec import check_codec, with_codec
+from ._undecodable import guarded
 from ._views import Retention
 
 if TYPE_CHECKING:
@@ -97,11 +97,18 @@ async def open_engine(
       timer_batch_size: How many due runs the poller takes at a time
         (a non-finite or < 1 value means the default, 500).
       lease_ttl: Seconds a run's lease lasts; it is renewed while a turn runs.
-      reconcile_interval: Seconds between scans for due runs when no timer is
-        nearer.
-      result_poll_interval: Seconds between store reads in `Engine.result`
-        for runs that end on another engine (a backstop: on the built-in
-        stores, the other engine's announcement wakes the caller at once).
+      reconcile_interval: The safety net where processes that may die
+        without a word write the store too (SQLite under Trio's own clock,
+        PostgreSQL): seconds between scans for due and stalled runs when no
+        timer is nearer. On a store whose writers all live in this process
+        (memory; SQLite under another clock), the delay from a change after
+        which a run that may have stalled is looked for, and no periodic
+        scan (docs/configuration.md).
+      result_poll_interval: Seconds between store reads in `Engine.result`,
+        `Engine.get_event` and `Engine.update` on a store that announces
+        no writes (one of your own that is no `RunWatch`). Unused on the
+        built-in stores, which announce every run's end and published
+        value: the caller waits for the announcement alone.
       max_recoveries: How often a run may be taken over from a dead engine
         before it is marked ``dead``.
       broker: A broker URL (``memory://`` by default) or an open `Broker`.
@@ -113,10 +120,13 @@ async def open_engine(
       remote_redispatch: ``(seconds, maximum)``: a remote step with no result
         ``seconds`` after it was sent is sent again with its attempt count
         raised, at most ``maximum`` times; then it fails with code ``lost``.
-        Off by default: brokers redeliver what a dead worker held, but a task
-        that never reached the broker (this engine died between committing a
-        step and sending it, or the broker refused it eight times) is only
-        sent again with this on.
+        It applies to steps already out when the engine opens, whoever sent
+        them. Off by default: durable brokers redeliver what a dead worker
+        held, steps out on a ``memory://`` broker that went with its process
+        are sent again at once, and a send the broker refused is retried
+        later; but a task a durable broker lost, or one that never reached
+        it (an engine died between committing a step and sending it), is
+        only sent again with this on.
       blocked_recheck: Seconds between checks of a step parked because no
         live worker offers what it ``requires``.
       traceback_limit: How many characters of a traceback a failed step
@@ -192,9 +202,10 @@ async def open_engine(
         engine_id = f"engine-{rng.getrandbits(32):08x}"
     blob_options = BlobOptions.of(blobs, blob_threshold, blob_grace)
     async with AsyncExitStack() as stack:
-        # The codec outermost: what goes to the blob store is encrypted too.
-        store_obj = with_codec(
-            blob_options.wrap(await enter_store(stack, store), wall_clock), codec
+        # The codec over the blob store: what goes to the blob store is
+        # encrypted too. Over both, the guard of turns that cannot decode.
+        store_obj = guarded(
+            with_codec(blob_options.wrap(await enter_store(stack, store), wall_clock), codec)
         )
         # Before any run: a type the store records otherwise is refused.
         await register_search_attributes(store_obj, app, wall_clock())
@@ -209,6 +220,7 @@ async def open_engine(
             wall_clock=wall_clock,
             serve=routes,
             capabilities=tuple(capabilities),
+            broker_url=broker if isinstance(broker, str) else None,
         ) as rt:
             engine = Engine(rt)
             for unserved in await engine.unserved_on_error_routes():
@@ -223,14 +235,6 @@ async def open_engine(
                 from ._console import serve_console
 
                 engine.console_url = await rt.nursery.start(
-                    partial(
-                        serve_console,
-                        engine,
-                        host=console.host,
-                        port=console.port,
-                        token=console.token,
-                        cors_origins=console.cors_origins,
-                    ),
-                    name="trio_durable console",
+                    serve_console, engine, console, name="trio_durable console"
                 )
             yield engine

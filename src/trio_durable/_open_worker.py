@@ -1,6 +1,7 @@
 """Opening a worker: `open_worker` checks its options, opens the broker
 (and the blob store, if asked), and runs a `Worker` (`_worker`) in a nursery
-it owns: its consumers, its result publisher and its announcements.
+it owns: its consumers, its result publisher and its announcements (a
+heartbeat, where the broker needs one).
 """
 
 from __future__ import annotations
@@ -68,8 +69,11 @@ async def open_worker(
       capabilities: What this worker offers to steps with ``requires=``; it
         takes tasks only of the steps whose requirements these cover.
       instance_id: Its id in announcements; derived at random if not given.
-      heartbeat: Seconds between announcements.
-      ttl: Seconds an announcement lives without a heartbeat.
+      heartbeat: Seconds between announcements, where the broker needs
+        heartbeats (`Broker.needs_heartbeat`); the memory broker needs
+        none: the worker announces once and withdraws as it leaves.
+      ttl: Seconds an announcement lives without a heartbeat (on the
+        memory broker, only that of a crashed worker, in simulations).
       wall_clock: Anchors durable time (see `Clock`); defaults to `time.time`.
       seed: Seeds the worker's random source (its id, publish backoff jitter).
       max_deliveries: A task the broker delivers more often than this (each
@@ -145,18 +149,22 @@ async def open_worker(
             nursery.start_soon(worker._publish_forever, name="trio_durable result publisher")
             for queue in worker.queues:
                 await nursery.start(worker._consume, queue, name=f"trio_durable consumer {queue}")
-            await broker_obj.announce(worker.descriptor(), worker._ttl)
-            nursery.start_soon(worker._announce_forever, name="trio_durable heartbeat")
+            await worker.announce()
+            if worker.heartbeats:
+                nursery.start_soon(worker.heartbeat, name="trio_durable heartbeat")
             try:
                 yield worker
             finally:
-                # A simulated crash (trio_durable.testing) leaves its
-                # announcement to expire, as a killed process would.
-                if not worker._crashed:
-                    with trio.move_on_after(5) as cleanup:
-                        cleanup.shield = True
-                        try:
+                with trio.move_on_after(5) as cleanup:
+                    cleanup.shield = True
+                    try:
+                        if worker._crashed:
+                            # A simulated crash (trio_durable.testing) leaves
+                            # its announcement to lapse, as a killed process
+                            # would.
+                            await worker._lapse()
+                        else:
                             await worker._withdraw()
-                        except BrokerError as exc:
-                            logger.warning("worker %s could not withdraw: %s", instance_id, exc)
+                    except BrokerError as exc:
+                        logger.warning("worker %s could not withdraw: %s", instance_id, exc)
                 nursery.cancel_scope.cancel()

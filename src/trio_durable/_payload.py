@@ -83,6 +83,7 @@ def task_message(
         finished_at=now,
         queue=task.queue,
         kind=task.kind,
+        execution=task.execution,
     )
     logger.warning(
         "step %r of run %s (seq %d): %s; it fails with code %s",

@@ -3,18 +3,18 @@ the flow-control queues (`FlowQueue`) that limit steps fleet-wide."""
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Final, final
 
 import attrs
 
+from ._bounds import is_finite
 from ._controls import RateLimit
 from ._exceptions import RegistrationError
 
 
 def finite(name: str, value: float, *, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not is_finite(value):
         raise RegistrationError(f"{name} must be a finite number, not {value!r}")
     if value < minimum:
         raise RegistrationError(f"{name} must be >= {minimum}, not {value!r}")

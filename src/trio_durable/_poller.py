@@ -7,18 +7,30 @@ for (a child's end, a fan's last member, a remote result) and before waking
 it leaves the run suspended with nothing left to wake it. While a drain
 waits, it also looks up the tasks the engine still counts as sent, in case
 an engine in another process settled them.
+
+Neither wakes on a timer of its own where the store can tell it of changes
+(a `DueFeed`: a memory store, or a SQLite store whose file is this
+process's alone under a clock other than Trio's own). The poller then
+sleeps until the next due time or until a write makes a run due sooner;
+the reconcile pass looks ``reconcile_interval`` after a run may have
+stalled, and never while nothing changes, so a 30-day timer under
+`trio.testing.MockClock` costs no pass at all. Where processes that may die
+without a word write the store too (SQLite under Trio's own clock,
+PostgreSQL, a store of your own that is no `ChangeFeed`), both also look every
+``reconcile_interval``: the safety net for what such a writer left behind
+(a timer it set, a lease it held, a wake it never sent).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 import trio
 
 from ._exceptions import StoreError
-from ._stores._base import ChangeFeed
+from ._stores._base import DueFeed, offers
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -51,7 +63,14 @@ async def poll_due(rt: Runtime) -> None:
             outage += 1
             await _outage_backoff(rt, outage, exc)
             continue
-        fresh = [run_id for run_id in due if not scheduler.has_turn(run_id)]
+        # A run this engine passed on (its app lacks the workflow) waits out
+        # the backoff on this engine's clock, whatever due time another
+        # engine wrote since (see `_passed_on`).
+        fresh = [
+            run_id
+            for run_id in due
+            if not scheduler.has_turn(run_id) and not rt.passed_on.held_back(run_id)
+        ]
         rt.rng.shuffle(fresh)
         for run_id in fresh:
             scheduler.wake(run_id)
@@ -97,26 +116,37 @@ async def _outage_backoff(
 
 
 async def reconcile_stalled(rt: Runtime) -> None:
-    """Every ``reconcile_interval``, wake the runs the store finds stalled
-    (`Store.list_stalled_runs`): suspended with nothing pending, so a wake-up
-    was lost. A wake costs one turn at most; a run that was not stalled after
-    all replays and suspends again.
+    """Wake the runs the store finds stalled (`Store.list_stalled_runs`):
+    suspended with nothing pending, so a wake-up was lost. A wake costs one
+    turn at most; a run that was not stalled after all replays and suspends
+    again.
+
+    On a `DueFeed` store a pass comes ``reconcile_interval`` after a run may
+    have stalled (the store says when), and none while nothing changes; on
+    any other store, every ``reconcile_interval``. A rescan (the store's
+    watch may have missed a wake-up) cuts the wait short.
 
     Engines take stalled runs in shuffled batches of ``timer_batch_size``, so
     several engines on one store spread over a batch instead of contending
     for the same rows.
     """
     store, scheduler, batch = rt.store, rt.scheduler, rt.options.timer_batch_size
+    feed = cast("DueFeed", store) if offers(store, DueFeed) else None
+    change: trio.Event | None = None
+    if feed is not None:
+        # Made before the store is asked: a run that may stall from now on
+        # calls for a pass.
+        change = feed.unwoken_event()
+        if not feed.unwoken_runs():
+            # No run is suspended without a wake time: none is stalled yet.
+            await _first_set(change, scheduler.signals.rescan)
     while True:
-        if isinstance(store, ChangeFeed):
-            # Every writer is in this process: with no run suspended without
-            # a wake time nothing can stall, so wait for one instead of
-            # scanning (a 30-day timer under MockClock costs no passes).
-            while not store.unwoken_runs():
-                await store.unwoken_event().wait()
         with trio.move_on_after(rt.options.reconcile_interval):
             await scheduler.signals.rescan.wait()
         scheduler.signals.rescan = trio.Event()
+        if feed is not None:
+            # What may stall during this pass calls for the next one.
+            change = feed.unwoken_event()
         if scheduler.draining and rt.sent.count:
             # A drain waits on tasks whose results an engine in another
             # process may have settled: look them up (only then, so an
@@ -150,16 +180,22 @@ async def reconcile_stalled(rt: Runtime) -> None:
             # A full batch: let it run before listing again.
             with trio.move_on_after(rt.options.lease_ttl / 3):
                 await scheduler.idle.wait()
+        if change is not None:
+            # Nothing may have stalled since: wait until something may.
+            await _first_set(change, scheduler.signals.rescan)
 
 
 async def sleep_until_due(rt: Runtime, next_due: float | None, now: float) -> None:
+    """Wait until ``next_due`` (None: no run is due), or until told that a
+    run may be due sooner: poked by this engine, or, on a `DueFeed` store,
+    by the store; on another store, at most ``reconcile_interval``."""
     signals = rt.scheduler.signals
-    if isinstance(rt.store, ChangeFeed):
+    if offers(rt.store, DueFeed):
         # All writers are in this process and the store says when a run
         # becomes due sooner, so no periodic scan is needed.
         deadline = math.inf if next_due is None else next_due
         signals.deadline = deadline
-        watch = rt.store.due_event(deadline)
+        watch = cast("DueFeed", rt.store).due_event(deadline)
         try:
             async with trio.open_nursery() as race:
                 race.start_soon(_set_when, watch, race.cancel_scope)
@@ -173,7 +209,9 @@ async def sleep_until_due(rt: Runtime, next_due: float | None, now: float) -> No
             # keeping one stale watcher per pass.
             watch.set()
     else:
-        # Other processes write too: scan at least every reconcile interval.
+        # Other processes write too, and one that dies tells nobody of the
+        # timers it set or the leases it held: scan at least every
+        # reconcile interval.
         deadline = now + rt.options.reconcile_interval
         if next_due is not None:
             deadline = min(deadline, next_due)
@@ -184,6 +222,15 @@ async def sleep_until_due(rt: Runtime, next_due: float | None, now: float) -> No
 
 
 # -- events ---------------------------------------------------------------
+
+
+async def _first_set(*events: trio.Event) -> None:
+    """Return once one of ``events`` is set."""
+    if any(event.is_set() for event in events):
+        return
+    async with trio.open_nursery() as race:
+        for event in events:
+            race.start_soon(_set_when, event, race.cancel_scope)
 
 
 async def _set_when(event: trio.Event, scope: trio.CancelScope) -> None:

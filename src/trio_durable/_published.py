@@ -25,8 +25,10 @@ import attrs
 import trio
 
 from . import _serde
+from ._bounds import is_finite
 from ._control import read_run
 from ._exceptions import UsageError
+from ._index_text import refuse_nul
 from ._lifecycle import latest_generation
 from ._records import TERMINAL_STATUSES, Checkpoint, Run
 from ._stores._base import ChangeFeed
@@ -66,6 +68,7 @@ def check_event_key(key: object) -> str:
     """Raise `UsageError` unless ``key`` is a non-empty string."""
     if not isinstance(key, str) or not key:
         raise UsageError(f"an event key must be a non-empty string, not {key!r}")
+    refuse_nul("an event key", key)
     return key
 
 
@@ -221,7 +224,7 @@ async def get_event(
     if timeout is not None and (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
+        or not is_finite(timeout)
         or timeout < 0
     ):
         raise UsageError(f"get_event timeout must be a finite number >= 0 or None, not {timeout!r}")

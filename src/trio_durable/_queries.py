@@ -14,13 +14,14 @@ import base64
 import binascii
 import datetime
 import json
-import math
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, get_args
 
 import attrs
 
+from ._bounds import MAX_INTEGER, check_integer, check_name, is_finite, shown
 from ._exceptions import RunNotFoundError, UsageError
+from ._index_text import refuse_nul
 from ._on_error import HANDOFF_BASE
 from ._options import check_id
 from ._records import Checkpoint, CheckpointStatus, Run, RunFilter, RunStatus
@@ -48,10 +49,12 @@ async def find_run(store: Store, run_id: str, namespace: str | None = None) -> R
 
     Raises:
       RunNotFoundError: No run has this id (in ``namespace``).
-      UsageError: ``namespace`` is malformed.
+      UsageError: ``namespace`` is malformed, or ``run_id`` holds a NUL
+        character.
     """
     if namespace is not None:
         check_id("namespace", namespace)
+    refuse_nul("run_id", run_id)
     run = await store.get_run(run_id) if isinstance(run_id, str) else None
     if run is None:
         raise RunNotFoundError(f"no run {run_id!r}")
@@ -80,9 +83,15 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         created_at, run_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
         if not isinstance(run_id, str) or isinstance(created_at, bool):
             raise ValueError
+        if not is_finite(created_at):
+            raise ValueError
+        # No run id holds a NUL; a forged one must not reach an index.
+        refuse_nul("a cursor's run id", run_id)
         return float(created_at), run_id
     except (ValueError, TypeError, UnicodeError, binascii.Error):
-        raise UsageError(f"malformed cursor {cursor!r}: pass a RunPage's next_cursor") from None
+        raise UsageError(
+            f"malformed cursor {shown(cursor)}: pass a RunPage's next_cursor"
+        ) from None
 
 
 def _time(name: str, value: object) -> float | None:
@@ -92,7 +101,7 @@ def _time(name: str, value: object) -> float | None:
         if value.tzinfo is None:
             raise UsageError(f"{name} must be an aware datetime (with a tzinfo), not {value!r}")
         return value.timestamp()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not is_finite(value):
         raise UsageError(f"{name} must be seconds since the epoch or a datetime, not {value!r}")
     return float(value)
 
@@ -100,6 +109,7 @@ def _time(name: str, value: object) -> float | None:
 def _text(name: str, value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or not value):
         raise UsageError(f"{name} must be a non-empty string, not {value!r}")
+    refuse_nul(name, value)
     return value
 
 
@@ -139,7 +149,9 @@ def run_filter(
         raise UsageError(f"tags must be a collection of strings, not {tags!r}")
     tag_list = list(tags)
     if not all(isinstance(tag, str) and tag for tag in tag_list):
-        raise UsageError(f"tags must be non-empty strings, not {tags!r}")
+        raise UsageError(f"tags must be non-empty strings, not {shown(tags)}")
+    for tag in tag_list:
+        check_name("a tag", tag)
     return RunFilter(
         statuses=_statuses(status),
         workflow=_text("workflow", workflow),
@@ -332,11 +344,9 @@ async def fan_page(
       UsageError: The run has no fan at ``fan``, or ``offset`` or
         ``limit`` is out of range.
     """
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise UsageError(f"offset must be an integer >= 0, not {offset!r}")
+    check_integer("offset", offset, 0)
     limit = _limit(limit)
-    if isinstance(fan, bool) or not isinstance(fan, int):
-        raise UsageError(f"fan must be the first seq of a fan (an integer), not {fan!r}")
+    check_integer("fan", fan, -MAX_INTEGER)
     run = await find_run(store, run_id, namespace)
     head = await store.get_checkpoints(run.id, fan, fan)
     if not head or head[0].parallel_group != fan:

@@ -78,6 +78,12 @@ class ErrorInfo:
         worker's ``traceback_limit`` (see `bound_traceback`), or None. For
         people only: it takes no part in comparing errors (``==``), since
         it names files and lines that change from one deploy to the next.
+      sealed: Set only in a store whose payloads a codec encodes
+        (`trio_durable.stores.CodecStore`): the message, details and
+        traceback as the codec encoded them, which ``message`` then only
+        describes (``"encrypted with k1"``) and ``details`` and
+        ``traceback`` leave out. None for an error in the clear. Kept apart
+        from the details, so that no details of a user's can pass for it.
     """
 
     message: str
@@ -86,6 +92,7 @@ class ErrorInfo:
     type: str | None = None
     step: str | None = None
     traceback: str | None = attrs.field(default=None, eq=False)
+    sealed: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"message": self.message}
@@ -99,6 +106,8 @@ class ErrorInfo:
             data["step"] = self.step
         if self.traceback is not None:
             data["traceback"] = self.traceback
+        if self.sealed is not None:
+            data["sealed"] = self.sealed
         return data
 
     @classmethod
@@ -111,6 +120,7 @@ class ErrorInfo:
             type=data.get("type"),
             step=data.get("step"),
             traceback=data.get("traceback"),
+            sealed=data.get("sealed"),
         )
 
 
@@ -244,6 +254,16 @@ class Checkpoint:
       enqueued_at: When the operation was recorded.
       started_at: When its first attempt started.
       finished_at: When it settled.
+      executions: The execution ids of the dispatches of a remote step (or
+        of a remote workflow's decision task) since the checkpoint was
+        recorded, oldest first: each dispatch mints one, unique in the
+        store, and adds it in the write that claims the dispatch. A
+        result settles the checkpoint only if it carries one of them (see
+        docs/failure-handling.md#which-result-settles-a-step).
+      rerun: Whether a retry of the run deleted what an earlier execution
+        of the run recorded at this seq, so that the step runs again here:
+        a result that carries no execution id (from a worker older than
+        execution ids) cannot tell the two apart, and never settles it.
     """
 
     run_id: str
@@ -266,6 +286,8 @@ class Checkpoint:
     enqueued_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    executions: tuple[str, ...] = ()
+    rerun: bool = False
 
 
 def signal_token(run_id: str, name: str) -> str:

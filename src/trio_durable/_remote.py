@@ -9,8 +9,16 @@ checkpoint says what it waits for:
   worker of its group offers what it ``requires``, or waits for a slot of a
   flow-control queue, or is to be sent again because its run was retried
   after a cancel dropped its result (``error`` says which);
-- ``started_at`` is set: the attempt is out; ``wake_at``, if set, is when it
-  counts as lost (opt-in ``remote_redispatch``).
+- ``started_at`` is set: the attempt is out, and ``error`` is the mark
+  `OUT` naming the broker it went out on (see `_carrier`). It is sent again
+  as a new attempt at once if that broker is not durable and not this
+  engine's own (it went with its process), or, with ``remote_redispatch``
+  on the engine that turns the run, once it counts as lost: that engine's
+  ``seconds`` after ``started_at``, whatever the engine that sent it said
+  (``wake_at`` is that time, as the sender saw it).
+
+A send the broker refused leaves ``started_at`` cleared, the mark
+`BROKER_WAIT`, and ``wake_at`` the time to try again (see `_dispatch`).
 
 Updates to an existing pending checkpoint are claims, so a result that
 settles it meanwhile always wins; a task whose claim lost is never sent.
@@ -19,7 +27,7 @@ settles it meanwhile always wins; a task whose claim lost is never sent.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
@@ -27,8 +35,10 @@ from . import _serde
 from ._admission import next_look
 from ._app import FlowQueue, Step
 from ._breakpoints import CONTINUED, marked, pause_before, suspend_if_paused
+from ._carrier import BROKER_WAIT, LOST_WITH_BROKER, out_on, sent_now
 from ._dispatch import group_route
 from ._exceptions import UsageError
+from ._executions import is_rerun, new_execution
 from ._failures import step_failure
 from ._learned import queue_of
 from ._rate_limits import RATE_LIMITED, reserve
@@ -47,9 +57,50 @@ from ._stores._ops import (
 )
 from ._wire import Task
 
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
 RESEND: Final = "resend"
 """The mark of a step to send again as a new attempt: its run was cancelled
-while an attempt was out (its result was dropped), then retried."""
+while an attempt was out (its result was dropped), then retried, or it was
+retried while suspended (see `resend_on_retry`)."""
+
+REDISPATCHED: Final = "redispatched"
+"""The error code, among a step's ``errors``, of an attempt sent again
+because it counted as lost (``remote_redispatch``)."""
+
+
+def out_verdict(rt: Runtime, cp: Checkpoint, now: float) -> ErrorInfo | float | None:
+    """What becomes of an attempt that is out (a step's, or a remote
+    workflow's decision task): why to send it again now, as the error its
+    ``errors`` records, or else when it counts as lost (None: never).
+
+    It is sent again at once if it went out on a broker that is not durable
+    and not this engine's own (code `LOST_WITH_BROKER`); else, with this
+    engine's ``remote_redispatch``, once its ``seconds`` passed since it was
+    sent (code `REDISPATCHED`: the caller counts these against the
+    maximum). The engine that sent it may have had other settings: these
+    apply to attempts already out too.
+    """
+    assert cp.started_at is not None
+    if rt.dispatcher.carrier.lost(cp):
+        broker = (out_on(cp) or {}).get("broker", "a broker")
+        return ErrorInfo(
+            message=f"attempt {cp.attempts} went out on {broker}, which kept nothing"
+            " across its process; sent again",
+            code=LOST_WITH_BROKER,
+        )
+    policy = rt.options.remote_redispatch
+    if policy is None:
+        return None
+    deadline = cp.started_at + policy[0]
+    if deadline > now:
+        return deadline
+    return ErrorInfo(message=f"no result within {policy[0]} s; dispatched again", code=REDISPATCHED)
+
+
+LOST: Final = "lost"
+"""The code of a step that got no result after its last redispatch."""
 
 
 @final
@@ -91,9 +142,15 @@ class StepPlanner:
             )
         return self._gap  # type: ignore[return-value]
 
-    def lost_deadline(self, now: float) -> float | None:
-        policy = self.rt.options.remote_redispatch
-        return None if policy is None else now + policy[0]
+    def out(self, cp: Checkpoint, now: float) -> Checkpoint:
+        """``cp`` with its attempt out from ``now``, as a new execution."""
+        return sent_now(
+            cp,
+            now,
+            self.rt.dispatcher.carrier,
+            self.rt.options.remote_redispatch,
+            new_execution(self.rt.rng),
+        )
 
     def task(self, cp: Checkpoint, now: float) -> Task:
         self.replay.emit(
@@ -112,6 +169,7 @@ class StepPlanner:
             queue=None if self.flow is None else self.flow.name,
             priority=max(0, min(9, self.priority)),
             reply_to=self.rt.results_queue,
+            execution=cp.executions[-1],
         )
 
     async def new(
@@ -139,10 +197,12 @@ class StepPlanner:
             parallel_size=fan[1] if fan else None,
             parallel_mode=fan[2] if fan else None,
             enqueued_at=now,
-            # Sent at once (made so here rather than copied below).
-            started_at=now if sent else None,
-            wake_at=self.lost_deadline(now) if sent else None,
+            # A result without an execution id cannot tell this step from
+            # what a retry deleted at its seq.
+            rerun=is_rerun(self.replay.turn.checkpoints, seq),
         )
+        if sent:
+            cp = self.out(cp, now)
         turn = self.replay.turn
         if gap is not None:
             cp = self._parked(cp, gap, now)
@@ -277,7 +337,7 @@ class StepPlanner:
         return limited
 
     def _send(self, cp: Checkpoint, now: float) -> Checkpoint:
-        sent = attrs.evolve(cp, started_at=now, wake_at=self.lost_deadline(now), error=None)
+        sent = self.out(cp, now)
         self._claim(sent)
         turn = self.replay.turn
         turn.dispatch.append((len(turn.ops) - 1, self.task(sent, now)))
@@ -293,60 +353,53 @@ class StepPlanner:
 
     async def drive(self, cp: Checkpoint) -> Checkpoint:
         """Move a pending member on if something is due: send the attempt it
-        waits to send, or give up on (or resend) an attempt that got lost."""
+        waits to send, send again an attempt its broker lost, or give up on
+        (or resend) an attempt that counts as lost."""
         now = self.rt.clock.now()
+        if cp.started_at is not None:
+            return await self._out(cp, now)
         if cp.wake_at is not None and cp.wake_at > now:
             return cp
-        turn = self.replay.turn
-        if cp.started_at is None:
-            if cp.error is not None and cp.error.code == "queued":
-                return await self._recheck_admission(cp, now)
-            gap = await self.gap()
-            if gap is not None:
-                parked = self._parked(cp, gap, now)
-                self._claim(parked)
-                return parked
-            if (
-                self.flow is not None
-                and cp.error is not None
-                and cp.error.code in ("blocked", RESEND)
-            ):
-                return await self._admit(cp, now)
-            return await self._let_through(cp, now)
-        if cp.wake_at is None:
-            return cp
-        policy = self.rt.options.remote_redispatch
-        if policy is None:
-            # Sent by an engine that redispatches lost steps; this one does
-            # not, so the attempt just waits for its result. Its lost deadline
-            # has passed: suspending on it would wake the run again at once.
-            return attrs.evolve(cp, wake_at=None)
-        after, limit = policy
-        redispatches = sum(1 for e in cp.errors if e.code == "redispatched")
-        if redispatches >= limit:
-            return await self._lost(cp, redispatches, now)
+        if cp.error is not None and cp.error.code == "queued":
+            return await self._recheck_admission(cp, now)
+        gap = await self.gap()
+        if gap is not None:
+            parked = self._parked(cp, gap, now)
+            self._claim(parked)
+            return parked
+        if self.flow is not None and cp.error is not None and cp.error.code in ("blocked", RESEND):
+            return await self._admit(cp, now)
+        return await self._let_through(cp, now)
+
+    async def _out(self, cp: Checkpoint, now: float) -> Checkpoint:
+        """An attempt that is out: wait for its result (until it counts as
+        lost, if it can), or send it again as a new attempt."""
+        verdict = out_verdict(self.rt, cp, now)
+        if not isinstance(verdict, ErrorInfo):
+            # Not written: the run's wake is what matters (its next turn
+            # judges the attempt again, by this engine's settings).
+            return cp if cp.wake_at == verdict else attrs.evolve(cp, wake_at=verdict)
+        if verdict.code == REDISPATCHED:
+            policy = self.rt.options.remote_redispatch
+            assert policy is not None
+            redispatches = sum(1 for e in cp.errors if e.code == REDISPATCHED)
+            if redispatches >= policy[1]:
+                return await self._lost(cp, redispatches, now)
         resent = attrs.evolve(
-            cp,
-            attempts=cp.attempts + 1,
-            started_at=now,
-            wake_at=now + after,
-            errors=(
-                *cp.errors,
-                ErrorInfo(
-                    message=f"no result within {after} s; dispatched again",
-                    code="redispatched",
-                ),
-            ),
+            self.out(cp, now), attempts=cp.attempts + 1, errors=(*cp.errors, verdict)
         )
         self._claim(resent)
+        turn = self.replay.turn
         turn.dispatch.append((len(turn.ops) - 1, self.task(resent, now)))
-        self.replay.emit("step.redispatched", cp.seq, cp.name, attempt=resent.attempts)
+        self.replay.emit(
+            "step.redispatched", cp.seq, cp.name, attempt=resent.attempts, code=verdict.code
+        )
         return resent
 
     async def _lost(self, cp: Checkpoint, redispatches: int, now: float) -> Checkpoint:
         error = ErrorInfo(
             message=f"no result after {redispatches + 1} dispatches of step {cp.name!r}",
-            code="lost",
+            code=LOST,
         )
         store = self.rt.store
         ops: list[Any] = [SettleCheckpoint(cp.run_id, cp.seq, "failed", None, error, now)]
@@ -432,6 +485,35 @@ async def remote_step(
     if cp.status == "failed":
         raise step_failure(cp)
     raise Suspend("remote", cp.wake_at, watch=watch, admission=seq if _in_line(cp) else None)
+
+
+def resend_on_retry(cp: Checkpoint) -> Checkpoint | None:
+    """What `Engine.retry` of a suspended run writes, by claim, for one of
+    its pending checkpoints: a remote step (or decision task) whose attempt
+    is out becomes a new attempt to send at once (a late failure of the old
+    one then changes nothing; a late success still settles it), marked
+    `RESEND`; one whose send the broker refused is due at once; anything
+    else is left alone (None)."""
+    if cp.status != "pending" or cp.kind not in ("remote", "decision"):
+        return None
+    if cp.started_at is None:
+        if cp.error is not None and cp.error.code == BROKER_WAIT:
+            return attrs.evolve(cp, wake_at=None)
+        return None
+    retried = ErrorInfo(
+        message=f"attempt {cp.attempts} was out when its run was retried; sent again",
+        code="retried",
+    )
+    resend = ErrorInfo(message="to be sent again: its run was retried", code=RESEND)
+    return attrs.evolve(
+        cp,
+        # A decision task's next attempt is numbered as it is sent.
+        attempts=cp.attempts + (1 if cp.kind == "remote" else 0),
+        errors=(*cp.errors, retried),
+        error=resend,
+        started_at=None,
+        wake_at=None,
+    )
 
 
 def _reserved(cp: Checkpoint) -> bool:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ._published import Front, get_event
 from ._read_replay import query_run
 from ._updates import update_run
-from ._wakes import announce
+from ._wakes import announce, read_interval
 
 if TYPE_CHECKING:
     from ._records import Run
@@ -25,7 +25,7 @@ def engine_front_of(rt: Runtime, woke: Callable[[Run], None]) -> Front:
         app=rt.app,
         clock=rt.clock,
         endings=rt.endings,
-        poll_interval=rt.options.result_poll_interval,
+        poll_interval=read_interval(rt.store, rt.options.result_poll_interval),
         origin=rt.engine_id,
         new_id=lambda: f"update-{rt.rng.getrandbits(64):016x}",
         # Every engine that can run it is told, so that one whose turn of

@@ -15,7 +15,9 @@ import json
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _serde
+from ._bounds import check_name
 from ._exceptions import InvalidRunStateError, SignalTargetNotFoundError, UsageError
+from ._index_text import refuse_nul
 from ._lifecycle import latest_generation
 from ._records import Checkpoint, Run, signal_token
 from ._stores._base import WriteConflict
@@ -37,10 +39,11 @@ def check_signal(target: object, name: object, key: object) -> None:
     """
     if not isinstance(target, str) or not target:
         raise UsageError(f"a signal's target must be a run id, not {target!r}")
-    if not isinstance(name, str) or not name:
-        raise UsageError(f"signal name must be a non-empty string, not {name!r}")
+    check_name("signal name", name)
     if key is not None and (not isinstance(key, str) or not key):
         raise UsageError(f"idempotency_key must be a non-empty string or None, not {key!r}")
+    refuse_nul("a signal's target", target)
+    refuse_nul("idempotency_key", key)
 
 
 async def send_signal(

@@ -22,8 +22,6 @@ import trio
 from . import _serde
 from ._admission import StartControls, start_controls
 from ._app import App, Workflow, workflow_of
-from ._blob_store import blobs_of
-from ._blobs import check_unresolved
 from ._children import output_type
 from ._exceptions import (
     RecordedTraceback,
@@ -34,12 +32,14 @@ from ._exceptions import (
     UsageError,
 )
 from ._handoff import output_source
-from ._lifecycle import check_timeout, deadline_checkpoint, deadline_ops, workflow_timeout
-from ._records import DEADLINE_SEQ, LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo, Run
+from ._index_text import refuse_nul
+from ._lifecycle import check_timeout, deadline_checkpoint, deadlines, workflow_timeout
+from ._records import DEADLINE_SEQ, LATEST_VERSION, TERMINAL_STATUSES, Checkpoint, ErrorInfo, Run
 from ._replay import TurnState
 from ._search_attributes import start_attributes
 from ._start_batch import StartBatcher, create_batched, derive_id, prepare_run
 from ._start_controls import create_controlled
+from ._stored_payloads import check_readable
 from ._stores._base import ChangeFeed, offers
 from ._stores._ops import CreateRun
 
@@ -137,6 +137,7 @@ async def start_runs(
     timeout = check_timeout(timeout)
     app: App | None = rt.app
     if isinstance(workflow, str) and not any(wf.name == workflow for wf in rt.app.workflows):
+        refuse_nul("a workflow's name", workflow, UnknownWorkflowError)
         # Served by convention (docs/remote-workflows.md): a workflow this
         # engine does not register runs if live workers announce it; they
         # check its inputs.
@@ -167,8 +168,7 @@ async def start_runs(
         news,
         owner=rt.engine_id,
         lease_ttl=rt.options.lease_ttl,
-        also=lambda run: deadline_ops(run, timeout),
-        read_first=timeout is not None,
+        own=lambda run: deadlines(run, timeout),
     )
     for new, (stored, created) in zip(news, results, strict=True):
         if not created:
@@ -195,18 +195,17 @@ async def create_runs(
     owner: str | None = None,
     lease_ttl: float = 0.0,
     also: Callable[[Run], Sequence[Op]] = lambda run: (),
-    read_first: bool = False,
+    own: Callable[[Run], Sequence[Checkpoint]] = lambda run: (),
 ) -> list[tuple[Run, bool]]:
     """`create_run` for each of ``news``, in order: in one batch of
     ``batcher`` (or one `Store.apply` without one), unless the workflow
     has run controls, whose keys are claimed one run after another.
-
-    ``read_first`` says that ``also`` writes what must not reach a run
-    that exists (see `create_batched`).
     """
     if news[0].controls is not None:
         return [
-            await create_run(store, rng, now, new, owner=owner, lease_ttl=lease_ttl, also=also)
+            await create_run(
+                store, rng, now, new, owner=owner, lease_ttl=lease_ttl, also=also, own=own
+            )
             for new in news
         ]
     pairs = [(new, prepare_run(new, rng, now, owner=owner, lease_ttl=lease_ttl)) for new in news]
@@ -216,13 +215,14 @@ async def create_runs(
         rng,
         pairs,
         also,
+        own=own,
         # Many starts write none if one id given conflicts, and a run that
         # exists must not get another start's search attributes: such ids
         # are looked up first. One start by id, with nothing beside its
         # `CreateRun`, skips the read: the write finds a run that exists
         # and changes nothing. A derived id is new but for a seed used
         # again, which its write finds.
-        read_first=read_first or _look_up_ids(news),
+        read_first=_look_up_ids(news),
         check=lambda new, run: _same_workflow(run, new.workflow, new.namespace),
     )
 
@@ -319,7 +319,7 @@ def new_run(
 
     Raises:
       UnknownWorkflowError: ``app`` lacks the workflow, or it is neither a
-        `Workflow` nor a non-empty name.
+        `Workflow` nor a non-empty name (with no NUL character).
       InvalidArgumentsError: ``args`` do not fit the workflow's parameters,
         or a key function of its run controls failed on them.
       SerializationError: An input cannot be serialized.
@@ -329,6 +329,7 @@ def new_run(
     elif isinstance(workflow, Workflow):
         wf = workflow
     elif isinstance(workflow, str) and workflow:
+        refuse_nul("a workflow's name", workflow, UnknownWorkflowError)
         return NewRun(
             workflow=workflow,
             version=LATEST_VERSION,
@@ -370,6 +371,7 @@ async def create_run(
     owner: str | None = None,
     lease_ttl: float = 0.0,
     also: Callable[[Run], Sequence[Op]] = lambda run: (),
+    own: Callable[[Run], Sequence[Checkpoint]] = lambda run: (),
 ) -> tuple[Run, bool]:
     """Create ``new`` unless a run with its id exists; return the run as
     stored and whether it was created (`Engine.start` and `Client.start`).
@@ -377,7 +379,8 @@ async def create_run(
     With ``owner``, the run is created ``running``, leased to it for
     ``lease_ttl`` seconds; without, ``pending`` and unleased, due at once for
     any engine. ``also`` gives the operations to write with the run, in the
-    same batch.
+    same batch; ``own`` the checkpoints written only if the run is created
+    (its deadline: a start that finds the id taken leaves it as it is).
 
     Raises:
       RunConflictError: The id belongs to a run of another workflow or
@@ -395,10 +398,11 @@ async def create_run(
     if existing is not None:
         return _same_workflow(existing, new.workflow, new.namespace), False
     with_run = [*also(run), *new.search_records]
+    checkpoints = tuple(own(run))
     if new.controls is not None:
-        stored, created = await create_controlled(store, run, new.controls, with_run)
+        stored, created = await create_controlled(store, run, new.controls, with_run, checkpoints)
     else:
-        [(stored, created), *_] = await store.apply([CreateRun(run), *with_run])
+        [(stored, created), *_] = await store.apply([CreateRun(run, checkpoints), *with_run])
     if not created:
         return _same_workflow(stored, new.workflow, new.namespace), False
     return stored, True
@@ -481,8 +485,8 @@ async def outcome(store: Store, app: App, run: Run) -> Any:
     if run.status == "completed":
         # A run that handed off ended with its handler's output.
         source = await output_source(store, app, run) or (run.workflow, run.version)
-        if blobs_of(store) is None:
-            check_unresolved(run.output)
+        # Left marked by the store's layers: no codec or blob store here reads it.
+        check_readable(run.output)
         return _serde.loads(run.output, output_type(app, *source))
     error = run.error or ErrorInfo(message=run.status)
     cls = RunCancelled if run.status == "cancelled" else RunFailed

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
@@ -25,6 +25,7 @@ from ._blob_store import blobs_of
 from ._blobs import DEFAULT_BLOB_THRESHOLD, Blobs
 from ._breakpoints import Breakpoints
 from ._brokers._base import RESULTS
+from ._carrier import Carrier, Holding
 from ._catalogue import Catalogue
 from ._clock import Clock
 from ._dispatch import Dispatcher
@@ -33,6 +34,7 @@ from ._learned import Learned
 from ._leases import LeaseKeeper
 from ._observe import Event, EventHub, EventKind, Metrics
 from ._open_worker import open_worker
+from ._passed_on import PassedOn
 from ._poller import poll_due, reconcile_stalled
 from ._records import QueueDepth, Run
 from ._retention import prune_forever
@@ -44,6 +46,7 @@ from ._settle import consume_results
 from ._start_batch import StartBatcher
 from ._stores._base import RunWatch
 from ._stores._ops import ReleaseRun
+from ._stranded import leave_nothing_stranded, wake_stranded
 from ._streams import StreamWaiters
 from ._tracing import DISABLED, Tracing, make_tracing
 from ._turns import Turns
@@ -79,6 +82,12 @@ class EngineStatistics:
         their signature did not match.
       rejected_unknown_key: With ``signing=``, result messages rejected
         because they were signed with a key id not in the ring.
+      rejected_stale: Result messages rejected because no step waits for
+        them (signed or not): a duplicate delivery, a late failure of a
+        superseded attempt, or a result replayed from an earlier execution
+        (before a retry, or of an earlier run under the same id; see
+        docs/failure-handling.md#which-result-settles-a-step). Each changed
+        nothing, and was dropped or dead-lettered.
       wakes_coalesced: Wakes of a run whose turn was queued and had not
         begun reading it: that turn reads what woke it, so none was added.
     """
@@ -91,6 +100,7 @@ class EngineStatistics:
     rejected_unsigned: int = 0
     rejected_forged: int = 0
     rejected_unknown_key: int = 0
+    rejected_stale: int = 0
     wakes_coalesced: int = 0
 
 
@@ -157,6 +167,8 @@ class Runtime:
       streams: The readers of runs' streams waiting for new values.
       leases: Renews the leases of the turns in flight.
       starts: Writes the runs of starts that arrive together in one batch.
+      passed_on: The runs it passed on because its app lacks their
+        workflow, which its poller leaves alone for a backoff.
     """
 
     app: App
@@ -185,6 +197,7 @@ class Runtime:
     streams: StreamWaiters = attrs.field(factory=StreamWaiters)
     leases: LeaseKeeper = attrs.field(init=False)
     starts: StartBatcher = attrs.field(init=False)
+    passed_on: PassedOn = attrs.field(factory=PassedOn)
 
 
 @asynccontextmanager
@@ -199,27 +212,47 @@ async def open_runtime(
     wall_clock: Callable[[], float],
     serve: tuple[str, ...],
     capabilities: tuple[str, ...],
+    broker_url: str | None = None,
 ) -> AsyncIterator[Runtime]:
     """Run an engine's parts in a nursery owned here: the result consumer,
     the embedded worker (if ``serve`` names group routes), the due-run
-    poller and the reconcile pass; every turn runs there too.
+    poller and the reconcile pass; every turn runs there too. The broker's
+    URL (``broker_url``, if it was opened from one) names it in the marks
+    of the steps sent on it (see `_carrier`).
 
     Leaving cancels and joins them all, then gives back the leases of the
-    runs whose turns were cut off, unless the runtime ``crashed``.
+    runs whose turns were cut off, and, as the last engine of this process
+    on a broker that keeps nothing across its process, marks the remote
+    steps still out on it for other engines to send again (see
+    `_stranded`), unless the runtime ``crashed``.
     """
     executing: list[str] = []
     running: Runtime | None = None
+    holding: Holding | None = None
     joined: SentTasks | None = None
+    held = ExitStack()
     # Checked before anything starts: a UsageError comes out as it is.
     tracing = make_tracing(options.tracing)
     try:
         try:
             async with trio.open_nursery() as nursery:
                 rt = _assemble(
-                    app, store, broker, nursery, options, engine_id, rng, wall_clock, tracing
+                    app,
+                    store,
+                    broker,
+                    nursery,
+                    options,
+                    engine_id,
+                    rng,
+                    wall_clock,
+                    tracing,
+                    broker_url,
                 )
                 rt.sent.join()
                 joined = rt.sent
+                # What it sends on a broker of this process counts as held
+                # while the engine is open (see `_carrier`).
+                holding = held.enter_context(rt.dispatcher.carrier.open())
                 nursery.start_soon(rt.leases.keep, name="trio_durable lease keeper")
                 await nursery.start(rt.starts.serve, name="trio_durable starts")
                 if isinstance(store, RunWatch):
@@ -250,6 +283,9 @@ async def open_runtime(
                     )
                     rt.dispatcher.own_queues = frozenset(rt.worker.queues)
                 running = rt
+                # Runs whose steps went with a broker that kept nothing, or
+                # whose lost deadline this engine's settings move.
+                await nursery.start(wake_stranded, rt, name="trio_durable stranded steps")
                 nursery.start_soon(poll_due, rt, name="trio_durable due-run poller")
                 nursery.start_soon(reconcile_stalled, rt, name="trio_durable reconcile")
                 # Started once the app's schedules are declared, so a
@@ -283,7 +319,12 @@ async def open_runtime(
                     # the scheduler before the block learned of it.
                     executing = sorted({*executing, *running.scheduler.cut_off})
                 await _release_leases(store, engine_id, executing)
+                if running is not None and holding is not None:
+                    # The last engine of this process on a memory broker
+                    # leaves nothing that engines elsewhere would wait on.
+                    await leave_nothing_stranded(running, holding)
     finally:
+        held.close()
         if joined is not None:
             joined.leave()
         # Every turn is joined: no dispatch span opens after this.
@@ -300,6 +341,7 @@ def _assemble(
     rng: random.Random,
     wall_clock: Callable[[], float],
     tracing: Tracing,
+    broker_url: str | None,
 ) -> Runtime:
     """Make an engine's parts, wired to each other, with ``nursery`` for
     the turns they run."""
@@ -332,6 +374,8 @@ def _assemble(
             options.blocked_recheck,
             tracing,
             options.signing,
+            store=store,
+            carrier=Carrier.of(broker, broker_url),
         ),
         tracing=tracing,
         webhook_keys=WebhookKeys(options.webhook_secret),
@@ -343,6 +387,7 @@ def _assemble(
     rt.dispatcher.learned = rt.learned
     rt.catalogue = Catalogue(broker)
     rt.scheduler = Scheduler(nursery, Turns(rt), telemetry.stats)
+    rt.dispatcher.wake = rt.scheduler.wake
     rt.leases = LeaseKeeper(store, engine_id, options.lease_ttl, clock)
     rt.nursery = nursery
     rt.starts = StartBatcher(store, lambda: EngineClosedError("the engine is closed"))

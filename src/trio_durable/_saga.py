@@ -25,6 +25,7 @@ from . import _serde
 from ._app import App
 from ._children import completion
 from ._exceptions import StepFailed
+from ._executions import rerun_record
 from ._handoff import output_source
 from ._local import execute
 from ._markers import CANCELLED_AT_SEQ
@@ -154,6 +155,10 @@ async def plan_retry(
             ops.extend(_rearm(now, run, cp))
     if deletes:
         ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
+        # What the retried body records at these seqs again is marked
+        # `rerun`: a result without an execution id cannot tell it from
+        # what was deleted.
+        ops.extend(rerun_record(run.id, checkpoints, deletes, now))
     changes: dict[str, Any] = {
         "status": "pending",
         "error": None,

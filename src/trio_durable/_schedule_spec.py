@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ import attrs
 from croniter import croniter
 
 from . import _serde
+from ._bounds import is_finite
 from ._definitions import Workflow
 from ._exceptions import ScheduleError, UsageError
 
@@ -75,7 +75,7 @@ def _seconds(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or not math.isfinite(value)
+        or not is_finite(value)
         or value < 0
     ):
         raise ScheduleError(

@@ -38,7 +38,7 @@ from ._schedule_spec import STATE_SCOPE, ScheduleSpec, ScheduleState, tick_run_i
 from ._schedules import put_spec, read_schedules, run_version, schedule_run
 from ._stores._base import RunWatch, WriteConflict
 from ._stores._ops import CreateRun, Op, PutValue
-from ._wakes import announce, serves
+from ._wakes import announce, read_interval, serves
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -165,7 +165,8 @@ async def _watch_end(
         read = partial(read_run, rt.store, run_id, None)
         # A run gone, or a store away: either way the ticker reads again.
         with contextlib.suppress(RunNotFoundError, StoreError):
-            await await_end(rt.store, rt.endings, rt.options.result_poll_interval, run_id, read)
+            poll = read_interval(rt.store, rt.options.result_poll_interval)
+            await await_end(rt.store, rt.endings, poll, run_id, read)
         if watching.get(run_id) is scope:
             del watching[run_id]
         rt.schedules.changed()

@@ -22,6 +22,7 @@ import attrs
 from ._definitions import Workflow
 from ._exceptions import ScheduleError, ScheduleNotFoundError
 from ._handle import RunHandle
+from ._index_text import refuse_nul
 from ._records import DEFAULT_NAMESPACE, LATEST_VERSION, Run, StoredValue
 from ._schedule_spec import (
     DEFAULT_CATCHUP_WINDOW,
@@ -176,6 +177,7 @@ def run_version(app: App | None, workflow: str) -> str:
 def _name_of(name: object) -> str:
     if not isinstance(name, str):
         raise ScheduleError(f"a schedule's name must be a string, not {name!r}")
+    refuse_nul("a schedule's name", name, ScheduleError)
     return name
 
 

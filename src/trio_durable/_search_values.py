@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -25,7 +24,9 @@ from typing import Any, Final, Literal, final, get_args
 
 import attrs
 
+from ._bounds import is_finite
 from ._exceptions import SearchAttributeError
+from ._index_text import refuse_nul
 
 SearchAttributeType = Literal["str", "int", "float", "bool", "datetime", "keywords"]
 SearchValue = str | int | float | bool | datetime.datetime | tuple[str, ...]
@@ -107,6 +108,8 @@ def check_name(name: object) -> str:
 def _text(name: str, value: object, what: str) -> str:
     if not isinstance(value, str):
         raise SearchAttributeError(f"search attribute {name!r} takes {what}, not {value!r}")
+    # Indexed: SQLite's index would cut it at a NUL, PostgreSQL refuse it.
+    refuse_nul(f"search attribute {name!r}", value, SearchAttributeError)
     if len(value) > MAX_TEXT:
         raise SearchAttributeError(
             f"search attribute {name!r}: a string is at most {MAX_TEXT} characters"
@@ -140,7 +143,7 @@ def check_value(name: str, kind: SearchAttributeType, value: object) -> SearchVa
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise SearchAttributeError(f"search attribute {name!r} takes a float, not {value!r}")
-        if not math.isfinite(value):
+        if not is_finite(value):
             raise SearchAttributeError(
                 f"search attribute {name!r} takes a finite float, not {value!r}"
             )

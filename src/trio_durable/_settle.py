@@ -2,11 +2,15 @@
 
 The engine's result consumer takes up to `RESULT_BATCH` results at a time
 and settles them all in ONE store write of claims: a result changes its
-checkpoint only while that is pending, so duplicates, late deliveries and
-results for cancelled or completed runs change nothing. A failure that may be
-retried becomes a rescheduled attempt instead (its backoff is the
-checkpoint's due time; the run's next turn sends it). Only then are the
-results acked, each after its own write committed.
+checkpoint only while that is pending and waits for the execution the
+result answers (see `_executions`), so duplicates, late deliveries, results
+replayed from an earlier execution and results for cancelled or completed
+runs change nothing. A failure that may be retried becomes a rescheduled
+attempt instead (its backoff is the checkpoint's due time; the run's next
+turn sends it). Only then are the results acked, each after its own write
+committed; a result that no checkpoint waits for (stale: a duplicate or a
+replay) is rejected for good instead (dead-lettered where the broker keeps
+dead letters) and counted.
 
 Waking is batched too: a run is woken at most once per batch, and a fan's
 parent only once no member of the fan is pending (or at once on a failure in
@@ -22,15 +26,17 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from ._barrier import join_barrier
-from ._blob_wire import resolve_result
-from ._blobs import is_reference
+from ._blob_wire import output_in_blob, resolve_result
 from ._brokers._base import BrokerError, Consumer, Delivery
+from ._dispatch import read_seqs
 from ._exceptions import StoreError
+from ._executions import awaited, result_conditions
 from ._fan_window import advance_windows
 from ._fans import FAN_CANCELLED
 from ._learned import queue_of, step_of
 from ._observe import Event, EventKind
 from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, RunStatus, bound_traceback
+from ._remote import LOST
 from ._signing import SignatureRejected, count_rejection, open_signed
 from ._stores._ops import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result, WireError
@@ -42,6 +48,12 @@ logger = logging.getLogger("trio_durable")
 
 RESULT_BATCH: Final = 256
 _DROP_FOR: Final[frozenset[RunStatus]] = frozenset({"cancelled", "completed"})
+# A late success replaces a step's `LOST` failure only once the run ended
+# failed (or dead): while it goes on (or is cancelled), its body has acted
+# on the loss, and a replay must see what that turn saw.
+_UNLESS_ENDED_FAILED: Final[frozenset[RunStatus]] = frozenset(
+    {"pending", "running", "suspended", "cancelling", "cancelled", "completed"}
+)
 
 
 async def consume_results(rt: Runtime, task_status: trio.TaskStatus[None]) -> None:
@@ -83,7 +95,12 @@ async def _settle_forever(rt: Runtime, consumer: Consumer) -> None:
             outage = 0
 
 
-def _success(result: Result, now: float, or_failed_with: str | None = None) -> SettleCheckpoint:
+def _success(
+    result: Result,
+    now: float,
+    or_failed_with: str | None = None,
+    unless_run_status: frozenset[RunStatus] = _DROP_FOR,
+) -> SettleCheckpoint:
     """The claim that settles a step with its successful ``result``."""
     return SettleCheckpoint(
         result.run_id,
@@ -92,10 +109,11 @@ def _success(result: Result, now: float, or_failed_with: str | None = None) -> S
         result.output,
         None,
         now,
-        unless_run_status=_DROP_FOR,
+        unless_run_status=unless_run_status,
         kind="remote",
         name=result.step,
         or_failed_with=or_failed_with,
+        **result_conditions(result),
     )
 
 
@@ -103,8 +121,8 @@ def _op_for(rt: Runtime, result: Result) -> Op:
     now = rt.clock.now()
     if result.kind == "decision":
         # Applied by the run's next turn; the claim needs the decision
-        # checkpoint pending at this very attempt, so a duplicate or a
-        # decision of a superseded task changes nothing.
+        # checkpoint pending at this very attempt and execution, so a
+        # duplicate or a decision of a superseded task changes nothing.
         return SettleCheckpoint(
             result.run_id,
             DECISION_SEQ,
@@ -112,9 +130,9 @@ def _op_for(rt: Runtime, result: Result) -> Op:
             result.output if result.status == "completed" else None,
             None if result.status == "completed" else _error_of(rt, result),
             now,
-            attempt=result.attempt,
             unless_run_status=_DROP_FOR,
             kind="decision",
+            **result_conditions(result),
         )
     if result.status == "completed":
         return _success(result, now)
@@ -138,7 +156,11 @@ def _op_for(rt: Runtime, result: Result) -> Op:
             unless_run_status=_DROP_FOR,
             kind="remote",
             name=result.step,
+            execution=result.execution,
+            unless_rerun=result.execution is None,
         )
+    # The last attempt failed: its error joins those of the attempts before
+    # it (a reschedule added each of theirs), as a local step records them.
     return SettleCheckpoint(
         result.run_id,
         result.seq,
@@ -146,10 +168,11 @@ def _op_for(rt: Runtime, result: Result) -> Op:
         None,
         error,
         now,
-        attempt=result.attempt,
         unless_run_status=_DROP_FOR,
         kind="remote",
         name=result.step,
+        append_error=True,
+        **result_conditions(result),
     )
 
 
@@ -197,7 +220,7 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
             logger.warning("could not reject results: %s", exc)
     if not readable:
         return 0
-    if rt.blobs is not None or any(is_reference(r.output) for _, r in readable):
+    if any(output_in_blob(r) for _, r in readable):
         readable = [(d, await resolve_result(rt.blobs, r)) for d, r in readable]
     ops = [_op_for(rt, result) for _, result in readable]
     # Queue slots are given back in the same write that settles their steps
@@ -234,7 +257,9 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
     for (_, result), outcome in zip(readable, outcomes, strict=True):
         if isinstance(outcome, Checkpoint):
             _emit_result(rt, result, outcome)
-    for result, outcome in await _salvage(rt, readable, outcomes, failed):
+    kept: set[int] = set()
+    for delivery, result, outcome in await _salvage(rt, readable, outcomes, failed):
+        kept.add(id(delivery))
         _emit_result(rt, result, outcome)
     if failed:
         try:
@@ -242,7 +267,18 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
         except BrokerError as exc:
             logger.warning("could not return results for redelivery: %s", exc)
     failed_ids = {id(d) for d in failed}
-    await _ack(consumer, [d for d, _ in readable if id(d) not in failed_ids])
+    stale_ids: set[int] = set()
+    foreign_ids: set[int] = set()
+    if not uncertain:
+        # (After a batch whose answer was lost, a result may have settled
+        # its step unseen: none is called stale then.)
+        unchanged = [
+            (delivery, result)
+            for (delivery, result), outcome in zip(readable, outcomes, strict=True)
+            if outcome is None and id(delivery) not in kept and id(delivery) not in failed_ids
+        ]
+        stale_ids, foreign_ids = await _reject_stale(rt, consumer, unchanged)
+    await _ack(consumer, [d for d, _ in readable if id(d) not in failed_ids | stale_ids])
 
     # Duplicates, late or stale results and results for ended runs changed
     # nothing and wake nobody; a fan count the barrier cannot make wakes
@@ -259,9 +295,12 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
     for run_id in wakes:
         rt.scheduler.wake(run_id)
     # Settled, rescheduled or dropped: nothing waits for these attempts any
-    # more (the results given back come again, and count then).
+    # more (the results given back come again, and count then). A result
+    # of another execution than the step's says nothing of the attempt out
+    # now, which may have its number (a step run again after a retry counts
+    # from 1 again).
     for delivery, result in readable:
-        if id(delivery) not in failed_ids:
+        if id(delivery) not in failed_ids | foreign_ids:
             rt.sent.result_handled(result.run_id, result.seq, result.attempt)
             rt.tracing.settled(result)
     return len(failed)
@@ -272,20 +311,31 @@ async def _salvage(
     readable: Sequence[tuple[Delivery, Result]],
     outcomes: Sequence[Any],
     failed: list[Delivery],
-) -> list[tuple[Result, Checkpoint]]:
-    """Keep the late successes of members that a fail_fast fan cancelled.
+) -> list[tuple[Delivery, Result, Checkpoint]]:
+    """Keep the late successes of steps settled as failed before their
+    result came: members that a fail_fast fan cancelled, and steps lost.
 
     Freezing a fail_fast fan settles its members still out as failed (code
     ``fan_cancelled``), so their results find nothing pending. A success
     among them is kept on its checkpoint all the same: the fan's outcome was
     decided and stays as it is (it lists real failures only), but
-    `Engine.retry` of the failed run then does not run that step again. The
-    run needs no wake for it. Only successes that settled nothing (mostly
-    duplicates) are asked about, in one write; a write that fails sends
-    them back for redelivery.
+    `Engine.retry` of the failed run then does not run that step again.
+
+    A step that got no result after its last redispatch fails with code
+    ``lost``. A success that comes after is kept as a late success for a
+    failed run is (a pending step's): once the run has ended ``failed``
+    (or ``dead``), so that `Engine.retry` does not run the step again.
+    While the run goes on, its body has seen the loss (and maybe went on
+    past it): the success changes nothing, so that replays see what that
+    turn saw.
+
+    The run needs no wake for either. Only successes that settled nothing
+    (mostly duplicates) are asked about, in one write; a write that fails
+    sends them back for redelivery.
 
     Returns:
-      The results kept, with the checkpoints they settled.
+      The results kept, with their deliveries and the checkpoints they
+      settled.
     """
     given_back = {id(d) for d in failed}
     late = [
@@ -299,18 +349,86 @@ async def _salvage(
     if not late:
         return []
     now = rt.clock.now()
-    ops: list[Op] = [_success(result, now, FAN_CANCELLED) for _, result in late]
+    # Two claims a result: of a checkpoint that is failed with one code or
+    # the other, at most one applies.
+    ops: list[Op] = []
+    for _, result in late:
+        ops.append(_success(result, now, FAN_CANCELLED))
+        ops.append(_success(result, now, LOST, _UNLESS_ENDED_FAILED))
     try:
         settled = await rt.store.apply(ops)
     except StoreError as exc:
-        logger.warning("could not keep late successes of a cancelled fan: %s", exc)
+        logger.warning("could not keep late successes: %s", exc)
         failed.extend(delivery for delivery, _ in late)
         return []
-    return [
-        (result, cp)
-        for (_, result), cp in zip(late, settled, strict=True)
-        if isinstance(cp, Checkpoint)
-    ]
+    kept: list[tuple[Delivery, Result, Checkpoint]] = []
+    for i, (delivery, result) in enumerate(late):
+        for cp in settled[2 * i : 2 * i + 2]:
+            if isinstance(cp, Checkpoint):
+                kept.append((delivery, result, cp))
+    return kept
+
+
+async def _reject_stale(
+    rt: Runtime, consumer: Consumer, unchanged: Sequence[tuple[Delivery, Result]]
+) -> tuple[set[int], set[int]]:
+    """Reject for good, and count, the results among ``unchanged`` (those
+    that settled nothing) that no checkpoint waits for: its checkpoint is
+    gone, settled, or does not hold the result's execution (see
+    `_executions.awaited`). The others changed nothing because their run
+    ended, and are acked as usual.
+
+    Returns:
+      The ``id()`` of each delivery rejected, and of those among them that
+      answer no execution of their checkpoint (it is gone, or does not
+      hold their execution id, or they carry none).
+    """
+    if not unchanged:
+        return set(), set()
+    wanted: dict[str, set[int]] = {}
+    for _, result in unchanged:
+        wanted.setdefault(result.run_id, set()).add(result.seq)
+    found: dict[tuple[str, int], Checkpoint] = {}
+    try:
+        for run_id, seqs in wanted.items():
+            for read in await read_seqs(rt.store, run_id, sorted(seqs)):
+                found[(read.run_id, read.seq)] = read
+    except StoreError as exc:
+        # Unknown: acked as before there were stale results, since they
+        # changed nothing either way.
+        logger.warning("could not tell stale results apart: %s", exc)
+        return set(), set()
+    stale: list[tuple[Delivery, Result, Checkpoint | None]] = []
+    for delivery, result in unchanged:
+        cp = found.get((result.run_id, result.seq))
+        if cp is None or not awaited(cp, result):
+            stale.append((delivery, result, cp))
+    if not stale:
+        return set(), set()
+    rejected = {id(delivery) for delivery, _, _ in stale}
+    foreign = {
+        id(delivery)
+        for delivery, result, cp in stale
+        if cp is None or result.execution is None or result.execution not in cp.executions
+    }
+    try:
+        await consumer.reject([delivery for delivery, _, _ in stale], requeue=False)
+    except (BrokerError, trio.ClosedResourceError) as exc:
+        # They come back, are found stale again, and count then.
+        logger.warning("could not reject stale results: %s", exc)
+        return rejected, foreign
+    for _, result, cp in stale:
+        logger.warning(
+            "rejected a stale result for run %r, seq %d, attempt %d (execution %s): its step %s",
+            result.run_id,
+            result.seq,
+            result.attempt,
+            result.execution or "not given",
+            "is gone" if cp is None else f"is {cp.status} and does not wait for it",
+        )
+        rt.telemetry.stats.rejected_stale += 1
+        rt.telemetry.metrics.count_stale("result")
+    return rejected, foreign
 
 
 def _releases(

@@ -11,9 +11,10 @@ start in it with the same error, and nothing of it was written (a batch is
 atomic).
 
 Only starts whose writes cannot refuse one another ride together: a
-`CreateRun` never fails (an id that exists returns the stored run), and the
-writes beside it (announcements, deadline checkpoints, search-attribute
-type records written ``strict=False``) refuse nothing. Starts under run
+`CreateRun` never fails (an id that exists returns the stored run, and the
+deadline checkpoint it carries is written only with a run it inserts), and
+the writes beside it (announcements, search-attribute type records written
+``strict=False``) refuse nothing. Starts under run
 controls (concurrency keys, singletons, dedup keys) claim their keys by
 compare-and-swap, whose lost round rolls back its batch: they are written
 one by one (see `._start_controls`).
@@ -28,17 +29,20 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
+from ._bounds import MAX_NAME_LENGTH, check_name
 from ._exceptions import StoreError, UsageError
+from ._index_text import refuse_nul_in
 from ._options import check_id
-from ._records import Run
+from ._records import Checkpoint, Run
 from ._stores._ops import CreateRun, Op
 
 if TYPE_CHECKING:
     from ._runs import NewRun
     from ._stores._base import Store
 
-Entry = tuple[Run, Sequence[Op]]
-"""A run to create and the writes that go with it, in its batch."""
+Entry = tuple[CreateRun, Sequence[Op]]
+"""The create of a run (with the checkpoints written only if it creates
+it) and the writes that go with it, in its batch."""
 
 
 @final
@@ -102,9 +106,9 @@ class StartBatcher:
         for start in starts:
             start.taken = True
             at: list[int] = []
-            for run, also in start.entries:
+            for create, also in start.entries:
                 at.append(len(ops))
-                ops.append(CreateRun(run))
+                ops.append(create)
                 ops.extend(also)
             positions.append(at)
         self.batches += 1
@@ -178,7 +182,8 @@ def prepare_run(
     namespace and tags checked.
 
     Raises:
-      UsageError: The id, namespace or tags are malformed.
+      UsageError: The id, namespace or tags are malformed (a tag holding a
+        NUL character among them).
     """
     run_id = derive_id(new.workflow, rng) if new.run_id is None else new.run_id
     check_id("run_id", run_id)
@@ -186,6 +191,10 @@ def prepare_run(
     tags = tuple(new.tags)
     if not all(isinstance(tag, str) for tag in tags):
         raise UsageError(f"tags must be strings, not {new.tags!r}")
+    for tag in tags:
+        if len(tag) > MAX_NAME_LENGTH:
+            check_name("a tag", tag)
+    refuse_nul_in("a tag", tags)
     return Run(
         id=run_id,
         workflow=new.workflow,
@@ -209,6 +218,7 @@ async def create_batched(
     pairs: Sequence[tuple[NewRun, Run]],
     also: Callable[[Run], Sequence[Op]],
     *,
+    own: Callable[[Run], Sequence[Checkpoint]] = lambda run: (),
     read_first: bool,
     check: Callable[[NewRun, Run], object],
 ) -> list[tuple[Run, bool]]:
@@ -216,10 +226,12 @@ async def create_batched(
     of ``batcher`` (without one, in one `Store.apply`); return each as stored and whether it was created, in
     order. A run whose id was derived and is taken gets another.
 
-    With ``read_first``, the writes ``also`` gives must not reach a run
-    that exists (a deadline checkpoint would replace its own): the ids are
+    ``own(run)`` gives the checkpoints written with a run only if its
+    create inserts it (its deadline): a start that finds its id taken,
+    however close it raced the one that took it, writes none of them.
+    The writes ``also`` gives go in whatever the create found (they are
+    harmless to a run that exists). With ``read_first``, the ids are
     looked up first, together, and only the missing runs are written.
-    Without, they are harmless to a run that exists, and no id is read.
 
     ``check(new, run)`` is called on each run that exists under an id
     given, and raises if it may not be returned for ``new`` (another
@@ -247,7 +259,10 @@ async def create_batched(
                 continue  # a derived id was taken: look its new one up too
             if not todo:
                 break
-        entries = [(run, [*also(run), *new.search_records]) for _, new, run in todo]
+        entries = [
+            (CreateRun(run, tuple(own(run))), [*also(run), *new.search_records])
+            for _, new, run in todo
+        ]
         if batcher is not None:
             stored = await batcher.create(entries)
         else:
@@ -269,9 +284,9 @@ async def create_batched(
 async def _apply(store: Store, entries: Sequence[Entry]) -> list[tuple[Run, bool]]:
     ops: list[Op] = []
     at: list[int] = []
-    for run, also in entries:
+    for create, also in entries:
         at.append(len(ops))
-        ops.append(CreateRun(run))
+        ops.append(create)
         ops.extend(also)
     results = await store.apply(ops)
     return [results[i] for i in at]

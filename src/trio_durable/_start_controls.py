@@ -15,7 +15,7 @@ from ._stores._base import WriteConflict
 from ._stores._ops import CreateRun, Op, PutValue, UpdateRun
 
 if TYPE_CHECKING:
-    from ._records import Run
+    from ._records import Checkpoint, Run
     from ._stores._base import Store
 
 SINGLETON_SCOPE: Final = "singleton:"
@@ -27,12 +27,17 @@ every write for another reason."""
 
 
 async def create_controlled(
-    store: Store, run: Run, controls: StartControls, also: Sequence[Op]
+    store: Store,
+    run: Run,
+    controls: StartControls,
+    also: Sequence[Op],
+    own: Sequence[Checkpoint] = (),
 ) -> tuple[Run, bool]:
-    """Create ``run`` under ``controls`` with the writes ``also``, unless a
-    run with its id exists, or, for a singleton or a dedup key, a run with
-    its key is open (queued); return the run as stored (or that run) and
-    whether it was created (`create_run`).
+    """Create ``run`` under ``controls`` with the writes ``also`` and its
+    checkpoints ``own`` (written only if the run is created: its deadline),
+    unless a run with its id exists, or, for a singleton or a dedup key, a
+    run with its key is open (queued); return the run as stored (or that
+    run) and whether it was created (`create_run`).
 
     A key's run is kept in the store's keyed values (scopes
     ``singleton:<workflow>`` and ``dedup:<workflow>``, key
@@ -74,7 +79,9 @@ async def create_controlled(
         guard = UpdateRun(run.id, {}, expect_status=frozenset({run.status}))
         admission = creation_ops(run.id, controls, run.created_at)
         try:
-            results = await store.apply([*ops, CreateRun(run), guard, *admission, *also])
+            results = await store.apply(
+                [*ops, CreateRun(run, tuple(own)), guard, *admission, *also]
+            )
         except WriteConflict:
             existing = await store.get_run(run.id)
             if existing is not None:

@@ -21,6 +21,7 @@ import json
 from typing import TYPE_CHECKING, Final
 
 from ._exceptions import UsageError
+from ._index_text import refuse_nul
 from ._rate_limits import RATE_LIMITED
 from ._stores._ops import PutValue
 
@@ -43,6 +44,7 @@ def check_dedup_key(dedup_key: object, queue: str | None) -> None:
         return
     if not isinstance(dedup_key, str) or not dedup_key:
         raise UsageError(f"dedup_key must be a non-empty string, not {dedup_key!r}")
+    refuse_nul("dedup_key", dedup_key)
     if queue is None:
         raise UsageError(
             "dedup_key= needs a flow-control queue (queue=, or the step's own queue=):"

@@ -138,7 +138,12 @@ class Turn:
             return
         if not rt.app.has_workflow(run.workflow, run.version):
             # Another engine of a newer or older deploy may know it: leave the
-            # run untouched but for a later wake.
+            # run untouched but for a later wake. The backoff holds on this
+            # engine's own clock too: an engine that has the workflow may
+            # write a due time this engine's clock already passed (see
+            # `_passed_on`), and taking the run again at once would hand it
+            # back and forth for ever.
+            rt.passed_on.passed(run.id, rt.clock.to_trio(now + _UNKNOWN_VERSION_BACKOFF))
             logger.warning(
                 "run %r needs workflow %r version %r, which this engine lacks",
                 run.id,

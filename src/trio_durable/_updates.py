@@ -29,6 +29,7 @@ from ._exceptions import (
 )
 from ._failures import error_info
 from ._handlers import Handlers, LoggedUpdate, UpdateHandler, check_arguments, plain_args
+from ._index_text import refuse_nul
 from ._options import check_id
 from ._published import Front, current_run, notify_values, wait_until
 from ._read_replay import replay_now
@@ -151,6 +152,7 @@ async def update_run(
     """`Engine.update`."""
     if not isinstance(name, str) or not name:
         raise UsageError(f"an update's name must be a non-empty string, not {name!r}")
+    refuse_nul("an update's name", name)
     if update_id is not None:
         check_id("update_id", update_id)
     args_json, values = plain_args(args)

@@ -11,14 +11,15 @@ outputs) stay in the store: a history says what happened, not with what.
 from __future__ import annotations
 
 import datetime
-import math
 from collections.abc import Mapping
 from typing import Any, Final, final
 
 import attrs
 
+from ._bounds import is_finite
 from ._exceptions import UsageError
 from ._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
+from ._stored_payloads import shown_error
 
 FOLD_WIDTH: Final = 20
 """A fan with more members than this is folded into its `FanStats` in a
@@ -73,6 +74,14 @@ class HistoryEntry:
       wake_at: When a timer, a signal's timeout or a retry is due.
       paused: Whether the run is paused at a breakpoint before this step
         (it is pending until continued or skipped).
+      out_on: For a pending remote step (or decision task) whose attempt
+        is out: the broker it went out on, its URL without a password
+        (None if the engine that sent it did not say). It has been out
+        since ``started_at``.
+      waiting: For a pending operation not yet sent: what it waits for, in
+        words (a slot of a flow-control queue, a live worker that can take
+        it, the broker after a refused send, its place in a fan's
+        window...), else None.
     """
 
     seq: int
@@ -91,6 +100,8 @@ class HistoryEntry:
     finished_at: float | None = None
     wake_at: float | None = None
     paused: bool = False
+    out_on: str | None = None
+    waiting: str | None = None
 
     @classmethod
     def of(cls, cp: Checkpoint) -> HistoryEntry:
@@ -103,6 +114,12 @@ class HistoryEntry:
         # a remote step or a child only as the error.
         if failed and cp.error is not None and (not errors or len(errors) < cp.attempts):
             errors = (*errors, cp.error)
+        mark = cp.error if cp.status == "pending" else None
+        # The marks `_carrier.OUT` and `_breakpoints.PAUSED` (this module
+        # imports no engine part).
+        out = mark is not None and mark.code == "out" and cp.started_at is not None
+        details = mark.details if out and mark is not None else None
+        broker = details.get("broker") if isinstance(details, dict) else None
         return cls(
             seq=cp.seq,
             kind=cp.kind,
@@ -120,7 +137,13 @@ class HistoryEntry:
             finished_at=cp.finished_at,
             wake_at=cp.wake_at,
             # The mark `_breakpoints.PAUSED` (this module imports no engine part).
-            paused=cp.status == "pending" and cp.error is not None and cp.error.code == "paused",
+            paused=mark is not None and mark.code == "paused",
+            out_on=broker if isinstance(broker, str) else None,
+            waiting=(
+                mark.message
+                if mark is not None and not out and mark.code not in ("out", "paused")
+                else None
+            ),
         )
 
 
@@ -229,7 +252,7 @@ def _age(value: float | datetime.timedelta | None) -> float | None:
     seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise UsageError(f"a retention age is seconds or a timedelta, not {value!r}")
-    if not math.isfinite(seconds) or seconds < 0:
+    if not is_finite(seconds) or seconds < 0:
         raise UsageError(f"a retention age must be finite and >= 0, not {value!r}")
     return float(seconds)
 
@@ -242,7 +265,7 @@ def _positive_int(_: object, attribute: attrs.Attribute[Any], value: object) -> 
 def _interval(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise UsageError(f"Retention.interval must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
+    if not is_finite(value) or value <= 0:
         raise UsageError(f"Retention.interval must be positive and finite, not {value!r}")
     return float(value)
 
@@ -296,9 +319,10 @@ class Retention:
 def plain(value: Any, *, compact_errors: bool = False) -> Any:
     """``value`` as plain JSON values: attrs records as dicts, tuples as
     lists. With ``compact_errors``, an `ErrorInfo` is its ``to_json()`` (the
-    fields that are None left out), as the console's API answers them."""
+    fields that are None left out; a sealed one as `shown_error` shows it),
+    as the console's API answers them."""
     if compact_errors and isinstance(value, ErrorInfo):
-        return value.to_json()
+        return shown_error(value)
     if attrs.has(type(value)):
         value = attrs.asdict(value, recurse=False)
     if isinstance(value, Mapping):
@@ -309,3 +333,21 @@ def plain(value: Any, *, compact_errors: bool = False) -> Any:
         # A search attribute's value.
         return value.isoformat()
     return value
+
+
+def span(seconds: float) -> str:
+    """A duration as people read it: ``0.25s``, ``12.3s``, ``4m05s``,
+    ``3h12m``, ``2d03h``."""
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"

@@ -17,6 +17,7 @@ its callers of ``result`` read their runs again.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, final
 
@@ -61,6 +62,15 @@ def announces_ends(store: Store) -> bool:
     writers may live in other processes (a `ChangeFeed` store tells this
     process's callers of ``result`` itself)."""
     return offers(store, RunWatch) and not offers(store, ChangeFeed)
+
+
+def read_interval(store: Store, interval: float) -> float:
+    """Seconds between reads of a run that a caller waits on (its end, a
+    value it publishes, an update's outcome): `math.inf` on a store that
+    announces writes (a `RunWatch`: every built-in one), where the caller
+    is told of each change, here or elsewhere, and reads only then;
+    ``interval`` on one that announces nothing."""
+    return math.inf if offers(store, RunWatch) else interval
 
 
 def serves(app: App, workflow: str | None, version: str | None) -> bool:

@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import json
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, final
 
 from . import _serde
@@ -32,6 +33,7 @@ from ._exceptions import (
     WebhookNotFoundError,
     WebhookUsedError,
 )
+from ._index_text import refuse_nul
 from ._records import TERMINAL_STATUSES, Checkpoint, Run, signal_token
 from ._stores._base import WriteConflict
 from ._stores._hook_ops import CreateWebhook, KeepSetting, UseWebhook
@@ -70,6 +72,24 @@ def derive_token(secret: bytes, nonce: str) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
+def _draw_nonce() -> str:
+    return secrets.token_urlsafe(_NONCE_BYTES)
+
+
+def new_token(secret: bytes, draw: Callable[[], str] = _draw_nonce) -> tuple[str, str]:
+    """A fresh ``(nonce, token)``: nonces are drawn until the token they
+    derive does not begin with ``-``, which a command line would read as an
+    option (``trio-durable hooks deliver TOKEN``; about 1 in 64 URL-safe
+    tokens would). The token stays a function of the nonce alone, so a
+    replay derives it as before, and tokens made before this rule keep
+    working."""
+    while True:
+        nonce = draw()
+        token = derive_token(secret, nonce)
+        if not token.startswith("-"):
+            return nonce, token
+
+
 def token_hash(token: str) -> str:
     """What the store keeps a webhook under: its token's SHA-256, in hex."""
     return hashlib.sha256(token.encode()).hexdigest()
@@ -80,14 +100,14 @@ async def create_webhook(replay: Replay, name: str) -> str:
     body, created on the first turn that reaches it."""
     if not isinstance(name, str) or not name:
         raise UsageError(f"webhook name must be a non-empty string, not {name!r}")
+    refuse_nul("webhook name", name)
     rt = replay.runtime
     seq = replay.next_seq()
     cp = replay.recorded(seq, name, "webhook")
     secret = await rt.webhook_keys.secret(rt.store)
     if cp is not None:
         return derive_token(secret, json.loads(cp.output or "{}")["nonce"])
-    nonce = secrets.token_urlsafe(_NONCE_BYTES)
-    token = derive_token(secret, nonce)
+    nonce, token = new_token(secret)
     now = rt.clock.now()
     cp = Checkpoint(
         run_id=replay.run.id,

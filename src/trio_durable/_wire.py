@@ -39,6 +39,9 @@ MAX_ATTEMPT: Final = 2**31 - 1
 
 MAX_PRIORITY: Final = 9
 
+EXECUTION_ID: Final = re.compile(r"[0-9a-f]{32}")
+"""What an execution id is: 128 bits in lower-case hex (see `_executions`)."""
+
 MAX_TRACESTATE: Final = 512
 """The longest ``tracestate`` a task may carry (what the W3C Trace Context
 recommendation asks every vendor to propagate); a longer one is dropped."""
@@ -89,6 +92,9 @@ class Task:
         remote workflow's decision task (docs/remote-workflows.md): then
         ``step`` names the workflow, ``seq`` is `DECISION_SEQ` and
         ``input`` holds the run's history (see `_decision_wire`).
+      execution: The execution id of this dispatch (32 lower-case hex
+        digits, unique in the engine's store), which its result carries
+        back; None from an engine older than execution ids.
     """
 
     run_id: str
@@ -106,6 +112,7 @@ class Task:
     traceparent: str | None = None
     tracestate: str | None = None
     kind: MessageKind = "step"
+    execution: str | None = None
 
     def encode(self) -> bytes:
         head = {
@@ -117,6 +124,8 @@ class Task:
             "workflow": self.workflow,
             "route": self.route,
         }
+        if self.execution is not None:
+            head["execution"] = self.execution
         tail: dict[str, Any] = {
             "timeout": self.timeout,
             "dispatched_at": self.dispatched_at,
@@ -169,6 +178,7 @@ class Task:
                 traceparent=traceparent,
                 tracestate=tracestate,
                 kind=_message_kind(data),
+                execution=_execution(data),
             )
         except WireError as exc:
             raise WireError(f"not a task: {exc}") from None
@@ -206,6 +216,15 @@ class Result:
         (the step is called by a remote workflow) applies this.
       kind: ``step``, or ``decision`` for a decision (then ``output`` is
         the decision, see `_decision_wire`).
+      output_blob: Whether ``output`` is the reference to a blob holding
+        the output (docs/large-payloads.md) rather than the value itself:
+        said out of band, so that no value passes for a reference. None
+        for a result from a worker of a release before it, whose output
+        is a reference if it has the shape of one.
+      execution: The execution id of the task it answers, as the task
+        carried it (None for a task without one, or from a worker older
+        than execution ids): it settles the step only if the step's
+        checkpoint holds it (docs/failure-handling.md).
     """
 
     run_id: str
@@ -227,6 +246,8 @@ class Result:
     traceback: str | None = None
     retry_in: float | None = None
     kind: MessageKind = "step"
+    output_blob: bool | None = None
+    execution: str | None = None
 
     def encode(self) -> bytes:
         head = {
@@ -238,6 +259,8 @@ class Result:
             "workflow": self.workflow,
             "status": self.status,
         }
+        if self.execution is not None:
+            head["execution"] = self.execution
         tail: dict[str, Any] = {
             "error": self.error,
             "code": self.code,
@@ -254,6 +277,8 @@ class Result:
             tail["retry_in"] = self.retry_in
         if self.kind != "step":
             tail["kind"] = self.kind
+        if self.output_blob is not None:
+            tail["output_blob"] = self.output_blob
         # The output is JSON text already (as the worker serialized it).
         return _spliced(head, "output", "null" if self.output is None else self.output, tail)
 
@@ -277,6 +302,9 @@ class Result:
             retryable = data.get("retryable", True)
             if not isinstance(retryable, bool):
                 _reject(f"retryable must be true or false, not {_kind(retryable)}")
+            output_blob = data.get("output_blob")
+            if output_blob is not None and not isinstance(output_blob, bool):
+                _reject(f"output_blob must be true or false, not {_kind(output_blob)}")
             return cls(
                 run_id=_name(data, "run_id"),
                 seq=_integer(data, "seq", 1, MAX_SEQ),
@@ -297,6 +325,8 @@ class Result:
                 traceback=_text(data, "traceback"),
                 retry_in=(None if data.get("retry_in") is None else _seconds(data, "retry_in")),
                 kind=_message_kind(data),
+                output_blob=output_blob,
+                execution=_execution(data),
             )
         except WireError as exc:
             raise WireError(f"not a result: {exc}") from None
@@ -474,6 +504,18 @@ def _message_kind(data: dict[str, Any]) -> MessageKind:
     if value == "step" or value == "decision":
         return value  # type: ignore[no-any-return]
     _reject(f"kind must be 'step' or 'decision', not {_kind(value)}")
+
+
+def _execution(data: dict[str, Any]) -> str | None:
+    """A message's execution id: 32 lower-case hex digits (128 bits, as an
+    engine mints them), or None where it is missing or null (a message of
+    a process older than execution ids)."""
+    value = data.get("execution")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not EXECUTION_ID.fullmatch(value):
+        _reject(f"execution must be 32 lower-case hex digits, not {_kind(value)}")
+    return value
 
 
 def _reply_to(data: dict[str, Any]) -> str:

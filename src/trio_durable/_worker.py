@@ -25,8 +25,8 @@ import trio
 
 from . import _serde
 from ._app import App, Step
-from ._blob_wire import offload_result
-from ._blobs import Blobs, resolve_or_fail
+from ._blob_wire import offload_result, resolve_task_input
+from ._blobs import Blobs
 from ._brokers._base import (
     Broker,
     BrokerError,
@@ -34,6 +34,7 @@ from ._brokers._base import (
     Delivery,
     PayloadTooLarge,
     WorkerDescriptor,
+    needs_heartbeat,
 )
 from ._clock import Clock
 from ._current import StepInfo, call_step
@@ -110,6 +111,9 @@ class Worker:
       instance_id: This worker's id, as announced.
       routes: The group routes it serves.
       queues: The broker queues it consumes (see `served_broker_queues`).
+      heartbeats: Whether it re-announces itself every ``heartbeat``
+        seconds (the broker's `Broker.needs_heartbeat`), or announced
+        itself until it withdraws.
     """
 
     def __init__(
@@ -157,6 +161,10 @@ class Worker:
         self._crashed = False
         self._stopping = False
         self._announcing = trio.Lock()
+        # Whether announcements lapse without heartbeats.
+        self.heartbeats = needs_heartbeat(broker)
+        # What it last announced.
+        self._announced: WorkerDescriptor | None = None
 
     def statistics(self) -> WorkerStatistics:
         """A snapshot of this worker's counters."""
@@ -199,19 +207,54 @@ class Worker:
     def descriptor(self) -> WorkerDescriptor:
         """What this worker announces."""
         return describe(
-            self.app, self.instance_id, self.routes, self._capabilities, self._clock.now()
+            self.app,
+            self.instance_id,
+            self.routes,
+            self._capabilities,
+            self._clock.now(),
+            held=not self.heartbeats,
         )
 
-    async def _announce_forever(self) -> None:
+    async def announce(self) -> None:
+        """Announce what this worker serves: with its time to live where
+        the broker needs heartbeats, else until withdrawn.
+
+        Raises:
+          BrokerError: The broker refused it.
+        """
+        descriptor = self.descriptor()
+        await self.broker.announce(descriptor, self._ttl if self.heartbeats else math.inf)
+        self._announced = descriptor
+
+    async def heartbeat(self) -> None:
+        """Announce again every ``heartbeat`` seconds (where the broker
+        needs heartbeats: see `open_worker`)."""
         while True:
-            async with self._announcing:
-                if self._stopping:
-                    return
-                try:
-                    await self.broker.announce(self.descriptor(), self._ttl)
-                except BrokerError as exc:
-                    logger.warning("worker %s could not announce itself: %s", self.instance_id, exc)
             await trio.sleep(self._heartbeat)
+            await self._announce_again()
+
+    def _registrations_changed(self) -> bool:
+        """Whether what this worker holds announced (no heartbeat) is of
+        other registrations than its app has now: one made after it
+        opened. Cheap: the app's hash is computed once per set of
+        registrations."""
+        announced = self._announced
+        return (
+            not self.heartbeats
+            and announced is not None
+            and announced.registration_hash != self.app.registration_hash()
+        )
+
+    async def _announce_again(self) -> None:
+        """Announce again, unless this worker is leaving, or its
+        announcement is held and nothing it announces changed."""
+        async with self._announcing:
+            if self._stopping or (not self.heartbeats and not self._registrations_changed()):
+                return
+            try:
+                await self.announce()
+            except BrokerError as exc:
+                logger.warning("worker %s could not announce itself: %s", self.instance_id, exc)
 
     async def _withdraw(self) -> None:
         # A heartbeat due at the moment the worker leaves would otherwise
@@ -221,6 +264,17 @@ class Worker:
         async with self._announcing:
             await self.broker.withdraw(self.instance_id)
 
+    async def _lapse(self) -> None:
+        """Leave a crashed worker's announcement to lapse, as a killed
+        process's does: where it was held until withdrawn, it now lapses
+        ``ttl`` seconds from now (the last heartbeat such a process sent)."""
+        self._stopping = True
+        async with self._announcing:
+            if self.heartbeats or self._announced is None:
+                return
+            lapsing = attrs.evolve(self._announced, announced_at=self._clock.now(), held=False)
+            await self.broker.announce(lapsing, self._ttl)
+
     async def _consume(self, queue: str, task_status: trio.TaskStatus[None]) -> None:
         async with (
             self.broker.open_consumer(queue, prefetch=self._concurrency) as consumer,
@@ -229,6 +283,10 @@ class Worker:
             task_status.started()
             while True:
                 deliveries = await consumer.receive(self._concurrency)
+                if self._registrations_changed():
+                    # Held with no heartbeat: what the app registered since
+                    # it opened is announced as tasks come, not on a timer.
+                    nursery.start_soon(self._announce_again)
                 self._stats.received += len(deliveries)
                 self._track(len(deliveries))
                 for delivery in deliveries:
@@ -288,6 +346,7 @@ class Worker:
                 finished_at=now,
                 worker=self.instance_id,
                 queue=task.queue,
+                execution=task.execution,
             )
             self._send_result.send_nowait(_Outcome(consumer, delivery, result, task.reply_to, True))
             return
@@ -312,6 +371,9 @@ class Worker:
                 worker=self.instance_id,
                 queue=task.queue,
                 kind=task.kind,
+                # Echoed: the engine settles the step only with a result
+                # of an execution its checkpoint holds.
+                execution=task.execution,
                 **fields,
             )
 
@@ -376,7 +438,7 @@ class Worker:
             ):
                 decision = await decide(
                     self.app,
-                    attrs.evolve(task, input=await resolve_or_fail(self.blobs, task.input)),
+                    attrs.evolve(task, input=await resolve_task_input(self.blobs, task.input)),
                     clock=self._clock,
                     rng=self._rng,
                     worker_id=self.instance_id,
@@ -435,7 +497,7 @@ class Worker:
         )
 
     async def _call(self, step: Step[..., Any], task: Task) -> Any:
-        args = _serde.load_args(await resolve_or_fail(self.blobs, task.input), step.fn)
+        args = _serde.load_args(await resolve_task_input(self.blobs, task.input), step.fn)
         timeout = task.timeout if task.timeout is not None else step.timeout
         with trio.CancelScope() as scope:
             if timeout is not None:

@@ -7,7 +7,9 @@ finds here:
 
 - the protocol and its message types: `Broker`, `Consumer`, `Outgoing`,
   `Delivery`, `WorkerDescriptor`, the `RESULTS` queue name,
-  `is_broker_safe`;
+  `is_broker_safe`, and `needs_heartbeat`, which reads a broker's optional
+  member of that name (False: announcements last until withdrawn, with no
+  heartbeat; True where a broker does not have it);
 - the errors it raises: `BrokerUnavailable` (the client library's error
   translated at the boundary, chained as ``__cause__``), `PayloadTooLarge`
   (checked with `check_payload_sizes` before anything is sent), both kinds
@@ -49,6 +51,7 @@ from ._brokers._base import PayloadTooLarge as PayloadTooLarge
 from ._brokers._base import WorkerDescriptor as WorkerDescriptor
 from ._brokers._base import check_payload_sizes as check_payload_sizes
 from ._brokers._base import is_broker_safe as is_broker_safe
+from ._brokers._base import needs_heartbeat as needs_heartbeat
 from ._brokers._bridge import DEFAULT_BRIDGE as DEFAULT_BRIDGE
 from ._brokers._bridge import Bridge as Bridge
 from ._brokers._bridge import BridgeMode as BridgeMode
@@ -101,6 +104,7 @@ __all__ = [
     "descriptor_to_json",
     "is_broker_safe",
     "mask_url",
+    "needs_heartbeat",
     "open_bridge",
     "open_broker",
     "scrub",

@@ -16,7 +16,15 @@ from typing import Any
 
 import trio
 
-from cli_processes import CONSOLE_SCRIPT, TESTS, cli_process, read_runs, start_runs, wait_for_runs
+from cli_processes import (
+    CONSOLE_SCRIPT,
+    TESTS,
+    WITHIN,
+    cli_process,
+    read_runs,
+    start_runs,
+    wait_for_runs,
+)
 
 
 @asynccontextmanager
@@ -28,13 +36,14 @@ async def _postgres(real_server: Callable[[str], str]) -> AsyncIterator[str]:
 
 
 async def _workers(broker: str, *more: str) -> tuple[int, str]:
-    done = await trio.run_process(
-        [str(CONSOLE_SCRIPT), "workers", "--broker", broker, *more],
-        cwd=TESTS,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
+    with trio.fail_after(WITHIN):
+        done = await trio.run_process(
+            [str(CONSOLE_SCRIPT), "workers", "--broker", broker, *more],
+            cwd=TESTS,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     assert b"Traceback" not in done.stderr, done.stderr.decode()
     return done.returncode, done.stdout.decode()
 

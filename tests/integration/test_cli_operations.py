@@ -282,7 +282,7 @@ async def test_runs_operated_through_the_command(
             assert done.json()["output"] == "granted"
             done = await sh("runs", "retry", ids["needs"])
             assert done.status == 1
-            assert "only failed or dead runs can be retried" in done.error()
+            assert "only failed or dead runs, or suspended runs waiting" in done.error()
 
             # -- prune ----------------------------------------------------------------------
             done = await sh("runs", "prune", "--completed", "0s")

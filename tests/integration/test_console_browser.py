@@ -112,7 +112,18 @@ def open_driver() -> WebDriver:
         "--window-size=1400,1000",
     ):
         options.add_argument(argument)
+    # The browser's console, to see what the page's Content-Security-Policy refused.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+
+
+def assert_nothing_refused(driver: WebDriver) -> None:
+    """No script, style or request of the pages was refused by their
+    Content-Security-Policy (the browser says so in its console)."""
+    # What WebDriver.get_log does (only Chromium's driver has it).
+    logs = driver.execute("getLog", {"type": "browser"})["value"]
+    refused = [entry["message"] for entry in logs if "Content Security Policy" in entry["message"]]
+    assert refused == []
 
 
 def text_waiter(driver: WebDriver) -> Callable[[str, str], None]:
@@ -160,6 +171,10 @@ def drive(url: str, engine: td.Engine, images: Path) -> None:
         rows = fan.find_elements(By.CSS_SELECTOR, "table.members tr.entry")
         assert len(rows) == 50
         assert all("failed" in (row.get_attribute("class") or "") for row in rows)
+        # The progress bar: 1,950 completed, 50 failed (2.5% of its width).
+        bar = fan.find_element(By.CSS_SELECTOR, "svg.bar")
+        failed_part = bar.find_element(By.CSS_SELECTOR, "rect.seg-failed")
+        assert failed_part.size["width"] / bar.size["width"] == pytest.approx(0.025, abs=0.01)
         driver.save_screenshot(images / "console-run-fan.png")
 
         # Paging through the failed members, 20 at a time.
@@ -217,6 +232,7 @@ def drive(url: str, engine: td.Engine, images: Path) -> None:
         payload.send_keys('{"by": "browser"}')
         signal.find_element(By.TAG_NAME, "button").click()
         wait_for_text("#flash.error", "signal refused (409)")
+        assert_nothing_refused(driver)
     finally:
         driver.quit()
 
@@ -294,6 +310,7 @@ def drive_breakpoints(url: str, engine: td.Engine, images: Path) -> None:
         click("pack-b", 'form[data-action="skip"] button')
         wait_for_text("#flash.ok", "skip: accepted")
         wait_for_text("main", "No run is paused.")
+        assert_nothing_refused(driver)
     finally:
         driver.quit()
 

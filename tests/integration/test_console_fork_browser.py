@@ -13,7 +13,13 @@ from typing import Final
 
 import pytest
 import trio
-from test_console_browser import TOKEN, WAIT, browser_binaries, open_driver
+from test_console_browser import (
+    TOKEN,
+    WAIT,
+    assert_nothing_refused,
+    browser_binaries,
+    open_driver,
+)
 
 import trio_durable as td
 from trio_durable.console import serve_console
@@ -99,6 +105,7 @@ def drive(url: str, engine: td.Engine) -> None:
         submit("retry-from", from_seq="2")
         wait_for_text("#flash.ok", "retry-from: accepted")
         wait_for_text("#run-status", "completed")
+        assert_nothing_refused(driver)
     finally:
         driver.quit()
 

@@ -102,7 +102,7 @@ async def _run_process(
         process = await trio.lowlevel.open_process(argv, stdout=output, stderr=subprocess.STDOUT)
     task_status.started(process)
     try:
-        await process.wait()
+        await process.wait()  # until cancelled (the test's end), or it exits
     finally:
         if process.returncode is None:
             process.kill()

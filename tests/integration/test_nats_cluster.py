@@ -18,7 +18,6 @@ import functools
 import itertools
 from pathlib import Path
 
-import pytest
 import trio
 
 import trio_durable as td
@@ -35,7 +34,7 @@ from cluster_workload import (
     reset,
     start_ones,
 )
-from servers import nats as nats_server
+from servers.fixture import installed
 from servers.nats_cluster import NatsCluster
 
 
@@ -46,8 +45,7 @@ def _p99_ms(values: list[float]) -> str:
 async def test_a_fan_survives_the_task_stream_leader_killed_and_restarted(
     tmp_path: Path,
 ) -> None:
-    if not nats_server.available():
-        pytest.skip("nats-server is not installed")
+    installed("nats")
     kill_moment = reset()
     cluster = NatsCluster(tmp_path)
     # The cluster's calls do not queue behind the store's threads.

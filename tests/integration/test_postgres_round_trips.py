@@ -286,9 +286,10 @@ async def test_three_step_runs_cost_under_one_round_trip_each(url: str) -> None:
     """An engine's start, turn and result of a three-step run: one
     statement each for its start's read, its creation, its checkpoints, its
     end and its result's read, one by one; a fraction of one here."""
-    async with td.open_engine(app, store=url, broker="memory://") as engine:
-        store = engine.store
-        assert isinstance(store, PostgresStore)
+    async with (
+        open_postgres_store(url) as store,
+        td.open_engine(app, store=store, broker="memory://") as engine,
+    ):
         before = store.round_trips
 
         async def one_run(i: int) -> None:

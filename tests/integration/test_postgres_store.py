@@ -25,6 +25,7 @@ import trio
 
 import trio_durable as td
 from servers import postgres as postgres_server
+from servers.fixture import installed
 from servers.postgres import scratch_schema
 from trio_durable._exceptions import InvalidURLError, StoreError
 from trio_durable._records import Checkpoint, Run
@@ -169,7 +170,7 @@ async def test_a_version_2_schema_gains_webhooks_and_breakpoints(url: str) -> No
     assert await _sql(url, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
     # The migrated schema's indexes are those of a new one.
     assert await _indexes(url) == fresh
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 7
 
 
 async def test_a_schema_newer_than_the_code_refuses_to_open(url: str) -> None:
@@ -262,8 +263,7 @@ async def test_a_dropped_connection_fails_the_call_and_the_store_reconnects(url:
 async def test_a_database_that_goes_away_mid_run_fails_calls_until_it_is_back(
     tmp_path: Path,
 ) -> None:
-    if not postgres_server.available():
-        pytest.skip("PostgreSQL is not installed")
+    installed("postgres")
     workdir = tmp_path / "private"
     workdir.mkdir()
     base = await trio.to_thread.run_sync(postgres_server.start, workdir)

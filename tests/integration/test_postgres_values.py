@@ -4,6 +4,7 @@ reads walk."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -80,7 +81,7 @@ async def test_a_version_3_schema_gains_keyed_values(url: str) -> None:
         assert (value.value, value.version) == ('"v"', 1)
     assert await _sql(url, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
     assert await _definition(url) == fresh
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 7
 
 
 async def _plan(url: str, statement: str, params: tuple[Any, ...]) -> str:
@@ -111,3 +112,42 @@ async def test_value_pages_walk_the_primary_key_in_order(url: str) -> None:
         assert [value.key for value in page] == ["key:000103", "key:000113", "key:000123"]
         rest = await store.list_values("scope3", prefix="key:0001", after="key:000173")
         assert [value.key for value in rest] == ["key:000183", "key:000193"]
+
+
+ROUNDS = 200
+KEYS = [f"key-{i:02}" for i in range(8)]
+
+
+async def test_batches_writing_the_same_keys_in_opposite_orders_never_deadlock(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two stores (as two engines would) write the same keys in opposite
+    orders at once, 200 times: each batch upserts the keys every round
+    writes, and inserts keys new to the round unless the other batch did. Locked in one order (the
+    keys', sorted), the batches queue; locked in the order each one writes
+    them, two such batches deadlock (PostgreSQL notices after
+    ``deadlock_timeout``, a second, and the store runs the trip again)."""
+    caplog.set_level(logging.WARNING, logger="trio_durable")
+    async with open_postgres_store(url) as first, open_postgres_store(url) as second:
+        for n in range(ROUNDS):
+            forward = [
+                op
+                for key in KEYS
+                for op in (
+                    PutValue("shared", key, f'"{n}"', float(n)),
+                    PutValue(
+                        "fresh", f"{n}:{key}", '"new"', float(n), expect_version=0, strict=False
+                    ),
+                )
+            ]
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first.apply, forward)
+                nursery.start_soon(second.apply, forward[::-1])
+        assert caplog.messages == []
+        for key in KEYS:
+            value = await first.get_value("shared", key)
+            assert value is not None
+            assert value.version == 2 * ROUNDS
+        assert len(await first.list_values("fresh", limit=10 * ROUNDS * len(KEYS))) == ROUNDS * len(
+            KEYS
+        )

@@ -15,6 +15,7 @@ import trio
 import trio_durable as td
 import wakeups
 from servers import postgres as postgres_server
+from servers.fixture import installed
 from servers.postgres import scratch_schema
 from trio_durable._stores._ops import Announce
 
@@ -94,8 +95,7 @@ async def test_stores_in_other_schemas_hear_nothing(
 
 
 async def test_the_watch_listens_again_after_the_server_restarts(tmp_path: Path) -> None:
-    if not postgres_server.available():
-        pytest.skip("PostgreSQL is not installed")
+    installed("postgres")
     workdir = tmp_path / "private"
     workdir.mkdir()
     url = await trio.to_thread.run_sync(postgres_server.start, workdir)

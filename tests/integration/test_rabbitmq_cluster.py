@@ -38,7 +38,7 @@ from cluster_workload import (
     reset,
     start_ones,
 )
-from servers import rabbitmq as rabbitmq_server
+from servers.fixture import installed
 from servers.rabbitmq_cluster import RabbitCluster
 from trio_durable.testing.conformance import check_the_results_queue_is_a_queue
 from trio_durable_rabbitmq import open_amqp_broker
@@ -47,8 +47,7 @@ from trio_durable_rabbitmq import open_amqp_broker
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitCluster]:
     """A 3-node cluster for this module's tests, stopped after them."""
-    if not rabbitmq_server.available():
-        pytest.skip("RabbitMQ is not installed")
+    installed("rabbitmq")
     cluster = RabbitCluster(tmp_path_factory.mktemp("rabbitmq-cluster"))
     try:
         cluster.start()

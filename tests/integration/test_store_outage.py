@@ -8,11 +8,11 @@ import functools
 from collections import Counter
 from pathlib import Path
 
-import pytest
 import trio
 
 import trio_durable as td
 from servers import postgres as postgres_server
+from servers.fixture import installed
 
 app = td.App("outage")
 
@@ -39,8 +39,7 @@ async def sleepy(ctx: td.Context, key: str, seconds: float) -> str:
 
 
 async def test_runs_survive_the_database_going_away_and_coming_back(tmp_path: Path) -> None:
-    if not postgres_server.available():
-        pytest.skip("PostgreSQL is not installed")
+    installed("postgres")
     ran.clear()
     workdir = tmp_path / "private"
     workdir.mkdir()

@@ -34,6 +34,9 @@ ENV: Final = "NATS_URL"
 PORT: Final = 4222
 MONITOR_PORT: Final = 8222
 STARTUP_TIMEOUT: Final = 30.0
+COMMAND_TIMEOUT: Final = 120.0
+"""Seconds one command of the server's tools may take: a hung tool fails
+the test that called it instead of blocking the run."""
 
 _CONFIG: Final = """\
 # Written by tests/servers/nats.py.
@@ -175,6 +178,7 @@ def start(
         ],
         check=True,
         start_new_session=True,
+        timeout=COMMAND_TIMEOUT,
     )
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while not healthy(monitor_port):

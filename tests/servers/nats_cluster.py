@@ -111,7 +111,7 @@ class NatsCluster:
         """SIGKILL node ``name``: no goodbye to its peers or clients."""
         process = self._processes.pop(name)
         process.send_signal(signal.SIGKILL)
-        process.wait()
+        process.wait(timeout=nats_server.COMMAND_TIMEOUT)
 
     def restart(self, name: str) -> None:
         """Start node ``name`` again on its ports and store."""
@@ -146,7 +146,7 @@ class NatsCluster:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait()
+                process.wait(timeout=nats_server.COMMAND_TIMEOUT)
 
 
 def _healthy(monitor_port: int) -> bool:

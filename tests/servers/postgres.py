@@ -33,6 +33,9 @@ DEFAULT_PORT: Final = 5432
 DATABASE: Final = "trio_durable"
 USER: Final = "postgres"
 START_TIMEOUT: Final = 60.0
+COMMAND_TIMEOUT: Final = 120.0
+"""Seconds one command of the server's tools may take: a hung tool fails
+the test that called it instead of blocking the run."""
 
 
 def _bindir() -> Path | None:
@@ -57,7 +60,13 @@ def _as_server_user(argv: list[str]) -> list[str]:
 
 
 def _run(argv: list[str]) -> str:
-    done = subprocess.run(_as_server_user(argv), capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        _as_server_user(argv),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=COMMAND_TIMEOUT,
+    )
     if done.returncode != 0:
         raise RuntimeError(
             f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
@@ -92,7 +101,9 @@ def _reachable_by_server_user(folder: Path) -> bool:
     if os.geteuid() != 0:
         return True
     done = subprocess.run(
-        _as_server_user(["test", "-w", str(folder), "-a", "-x", str(folder)]), check=False
+        _as_server_user(["test", "-w", str(folder), "-a", "-x", str(folder)]),
+        check=False,
+        timeout=COMMAND_TIMEOUT,
     )
     return done.returncode == 0
 
@@ -125,6 +136,7 @@ def _running(bindir: Path, data: Path) -> bool:
         _as_server_user([str(bindir / "pg_ctl"), "status", "-D", str(data)]),
         capture_output=True,
         check=False,
+        timeout=COMMAND_TIMEOUT,
     )
     return done.returncode == 0
 
@@ -146,6 +158,7 @@ def _wait_until_ready(bindir: Path, port: int) -> None:
             ],
             capture_output=True,
             check=False,
+            timeout=COMMAND_TIMEOUT,
         )
         if done.returncode == 0:
             return

@@ -29,6 +29,9 @@ ENV: Final = "AMQP_URL"
 PORT: Final = 5672
 BIN: Final = Path("/usr/lib/rabbitmq/bin")
 STARTUP_TIMEOUT: Final = 60.0
+COMMAND_TIMEOUT: Final = 120.0
+"""Seconds one command of the server's tools may take: a hung tool fails
+the test that called it instead of blocking the run."""
 
 
 def available() -> bool:
@@ -109,13 +112,17 @@ def start(workdir: Path, port: int = PORT) -> str:
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        timeout=COMMAND_TIMEOUT,
     )
     started_epmd = sorted(_epmd_pids() - epmd_before)
     (workdir / "epmd.pids").write_text(" ".join(map(str, started_epmd)))
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while True:
         ping = subprocess.run(
-            [_tool("rabbitmq-diagnostics"), "-q", "ping"], env=env, capture_output=True
+            [_tool("rabbitmq-diagnostics"), "-q", "ping"],
+            env=env,
+            capture_output=True,
+            timeout=COMMAND_TIMEOUT,
         )
         if ping.returncode == 0:
             break
@@ -127,6 +134,7 @@ def start(workdir: Path, port: int = PORT) -> str:
         env=env,
         check=True,
         capture_output=True,
+        timeout=STARTUP_TIMEOUT + COMMAND_TIMEOUT,
     )
     # epmd may have come up only while the node started.
     started_epmd = sorted(set(started_epmd) | (_epmd_pids() - epmd_before))
@@ -151,6 +159,7 @@ def stop(workdir: Path) -> None:
         [_tool("rabbitmqctl"), "stop"],
         env=_environment(workdir, _port(workdir)),
         capture_output=True,
+        timeout=COMMAND_TIMEOUT,
     )
     # epmd serves every Erlang node of the host: leave it to a node that
     # still uses it (another RabbitMQ started after ours). Ours leaves its
@@ -158,7 +167,9 @@ def stop(workdir: Path) -> None:
     ours = _environment(workdir, _port(workdir))["RABBITMQ_NODENAME"].split("@")[0]
     deadline = time.monotonic() + 10.0
     while True:
-        names = subprocess.run(["epmd", "-names"], capture_output=True, text=True).stdout
+        names = subprocess.run(
+            ["epmd", "-names"], capture_output=True, text=True, timeout=COMMAND_TIMEOUT
+        ).stdout
         registered = [line.split()[1] for line in names.splitlines() if line.startswith("name ")]
         if ours not in registered or time.monotonic() > deadline:
             break
@@ -179,6 +190,7 @@ def stop_app(workdir: Path) -> None:
         env=_environment(workdir, _port(workdir)),
         check=True,
         capture_output=True,
+        timeout=COMMAND_TIMEOUT,
     )
 
 
@@ -191,6 +203,7 @@ def start_app(workdir: Path) -> None:
         env=_environment(workdir, port),
         check=True,
         capture_output=True,
+        timeout=COMMAND_TIMEOUT,
     )
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while not _answers(port):

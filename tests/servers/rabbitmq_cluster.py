@@ -143,6 +143,7 @@ class RabbitCluster:
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            timeout=rabbitmq_server.COMMAND_TIMEOUT,
         )
         self._running.add(name)
 
@@ -224,7 +225,12 @@ class RabbitCluster:
         ours = {name.split("@")[0] for name in self.names}
         deadline = time.monotonic() + 10.0
         while True:
-            names = subprocess.run(["epmd", "-names"], capture_output=True, text=True).stdout
+            names = subprocess.run(
+                ["epmd", "-names"],
+                capture_output=True,
+                text=True,
+                timeout=rabbitmq_server.COMMAND_TIMEOUT,
+            ).stdout
             registered = {
                 line.split()[1] for line in names.splitlines() if line.startswith("name ")
             }

@@ -133,12 +133,9 @@ async def test_errors_and_log_lines_do_not_show_the_password(
 @pytest.fixture
 def relaxed_server(tmp_path: Path) -> Iterator[str]:
     """A private nats-server with JetStream's default fsync interval."""
-    from servers import nats as server
+    from servers.fixture import installed
 
-    if not server.available():
-        if os.environ.get("CI"):
-            pytest.fail("nats-server is not installed")
-        pytest.skip("nats-server is not installed")
+    server = installed("nats")
     workdir = tmp_path / "nats"
     monitor = server.free_port()
     url = server.start(workdir, port=server.free_port(), monitor_port=monitor, sync_always=False)

@@ -116,12 +116,9 @@ def spawn_worker(
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A nats-server of this test's own: its URL and workdir."""
-    from servers import nats as server
+    from servers.fixture import installed
 
-    if not server.available():
-        if os.environ.get("CI"):
-            pytest.fail("nats-server is not installed")
-        pytest.skip("nats-server is not installed")
+    server = installed("nats")
     workdir = tmp_path / "nats"
     url = server.start(workdir, port=server.free_port(), monitor_port=server.free_port())
     try:
@@ -138,7 +135,7 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     for process in started:
         if process.poll() is None:
             process.kill()
-        process.wait()
+        process.wait(timeout=60)
 
 
 def broker_url(url: str, bridge: str = "thread") -> str:

@@ -3,9 +3,9 @@ against RabbitMQ, in both bridge modes and with both queue types: the
 broker protocol, and an engine with workers end to end.
 
 Quorum queues have no priorities on RabbitMQ 3 (``docs/rabbitmq.md``):
-their factory says so, and the priority check runs once more with a
-factory that claims them, as a strict expected failure, so the day it
-passes is noticed. One check does not run with quorum queues here:
+their factory says so, so the priority check reports SKIPPED for them, and
+it runs once more with a factory that claims them, as a strict expected
+failure, so the day it passes is noticed. One check does not run with quorum queues here:
 `check_the_results_queue_is_a_queue` uses the one fixed queue name
 ``trio_durable.results``, which the classic runs made a classic queue on
 this shared server (a queue's type cannot change); it runs with quorum
@@ -40,9 +40,9 @@ def _factory(amqp_url: str, bridge: BridgeMode, queue_type: str) -> BrokerFactor
     def open_broker() -> AbstractAsyncContextManager[Broker]:
         return open_amqp_broker(url)
 
-    # On another machine, as far as the suite knows: watch half a second
-    # for a message that must not arrive.
-    return BrokerFactory(open=open_broker, priorities=queue_type == "classic", quiet_period=0.5)
+    # A server, as far as the suite knows: the default quiet period (half
+    # a second) watches for a message that must not arrive.
+    return BrokerFactory(open=open_broker, priorities=queue_type == "classic")
 
 
 @pytest.fixture(params=["thread", "trio-asyncio"])

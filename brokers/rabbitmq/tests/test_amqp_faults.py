@@ -77,16 +77,16 @@ async def poisoned(ctx: td.Context, key: str) -> str | None:
 @pytest.fixture(scope="module")
 def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """A private RabbitMQ node: its URL and its workdir (for stop/start)."""
-    from servers import rabbitmq as server
+    from servers.fixture import installed
 
-    if not server.available():
-        if os.environ.get("CI"):
-            pytest.fail("RabbitMQ is not installed")
-        pytest.skip("RabbitMQ is not installed")
+    server = installed("rabbitmq")
     workdir = tmp_path_factory.mktemp("rabbitmq-faults")
     url = server.start(workdir, port=PORT)
     if (workdir / "reused").exists():
-        pytest.skip(f"something else listens on {PORT}; these tests need a node of their own")
+        message = f"something else listens on {PORT}; these tests need a node of their own"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
     try:
         yield url, workdir
     finally:
@@ -134,9 +134,9 @@ async def worker_process(
                 if not chunk:
                     break
                 line += chunk
-        # A worker may die running a task before it says it is ready (the
-        # poison test's do); the caller looks at its return code.
-        assert line.strip() == b"ready" or (not line and await process.wait()), line
+            # A worker may die running a task before it says it is ready
+            # (the poison test's do); the caller looks at its return code.
+            assert line.strip() == b"ready" or (not line and await process.wait()), line
         yield process
     finally:
         if process.returncode is None:

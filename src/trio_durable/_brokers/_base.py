@@ -16,10 +16,16 @@ Queues:
   it receives.
 
 Workers also announce a `WorkerDescriptor` with a time to live, refreshed by
-heartbeats; engines read them to know what is served where.
+heartbeats; engines read them to know what is served where. A broker whose
+announcements go with the process that made them (`Broker.needs_heartbeat`
+is False: the memory broker) keeps one until it is withdrawn instead, and
+its workers announce once.
 
 A broker may limit the size of a message body (`Broker.max_payload`); it
 refuses a larger one with `PayloadTooLarge` before sending anything.
+
+A broker says whether what it accepted outlives its own process
+(`Broker.durable`): a server's queues do, the memory broker's do not.
 
 Every implementation passes the suites of `trio_durable.testing.conformance`.
 """
@@ -83,6 +89,13 @@ class PayloadTooLarge(BrokerError):
         self.queue = queue
         self.size = size
         self.limit = limit
+
+
+def needs_heartbeat(broker: Broker) -> bool:
+    """Whether ``broker``'s announcements lapse unless workers announce
+    again within their time to live: its optional ``needs_heartbeat``
+    member (see `Broker`), True where it has none."""
+    return getattr(broker, "needs_heartbeat", True) is not False
 
 
 def check_payload_sizes(messages: Sequence[Outgoing], limit: int | None) -> None:
@@ -173,6 +186,13 @@ class WorkerDescriptor:
       capabilities: What it offers to steps with ``requires=``.
       registration_hash: The canonical hash of its registrations (a deploy).
       announced_at: When it last announced (durable time).
+      held: Whether its announcement lasts until it is withdrawn, with no
+        heartbeat (made on a broker whose `Broker.needs_heartbeat` is
+        False): ``announced_at`` is then when it announced what it serves,
+        and its age says nothing about whether the worker is alive (it is,
+        as long as it is listed). False: it lapses unless the worker
+        announces again within its time to live, and ``announced_at`` is
+        its last heartbeat.
     """
 
     instance_id: str
@@ -185,10 +205,46 @@ class WorkerDescriptor:
     capabilities: tuple[str, ...] = ()
     registration_hash: str = ""
     announced_at: float = 0.0
+    held: bool = False
 
 
 class Broker(Protocol):
-    """What the engine and workers need from a message broker."""
+    """What the engine and workers need from a message broker.
+
+    Besides the members below, a broker may have an optional one that
+    this protocol does not require (so that an adapter written before it
+    still type-checks as a `Broker`), read through `needs_heartbeat`:
+
+    ``needs_heartbeat: bool``
+        Whether a worker's announcement lapses unless the worker announces
+        again within its time to live (a heartbeat). True for a broker on
+        a server, which cannot tell when a worker's process has died, and
+        for a broker without the member. False for one whose announcements
+        go with the process that made them, such as the memory broker,
+        which lives in its workers' process: there `announce` also takes
+        ``ttl=math.inf``, an announcement that lasts until it is withdrawn
+        or announced again, and a worker announces once as it opens (again
+        only if its app registered more since, when tasks arrive) and
+        withdraws as it closes, with no heartbeat to wake it. Read once,
+        when a worker opens.
+    """
+
+    @property
+    def durable(self) -> bool:
+        """Whether the tasks it accepted outlive its own process: True for a
+        broker whose queues live on a server (the server keeps them when
+        the engine's or a worker's process ends), False for one that keeps
+        nothing across its own process (the in-process memory broker, whose
+        queues go when the process does, or when its last user closes it).
+
+        An engine that recovers or takes over a run whose steps went out on
+        a broker that is not durable, and not this engine's own, sends them
+        again at once as new attempts, since nothing else ever will. For a
+        durable broker, a worker that dies leaves its tasks to be delivered
+        again, and ``remote_redispatch`` is the guard against a server that
+        loses them. Read once, when the engine opens.
+        """
+        ...
 
     @property
     def max_payload(self) -> int | None:
@@ -215,7 +271,9 @@ class Broker(Protocol):
 
     async def announce(self, descriptor: WorkerDescriptor, ttl: float) -> None:
         """Publish a worker's descriptor, forgotten ``ttl`` seconds after its
-        last announcement."""
+        last announcement (``ttl=math.inf``, given only to a broker whose
+        `needs_heartbeat` is False: until it is withdrawn or announced
+        again)."""
         ...
 
     async def withdraw(self, instance_id: str) -> None:

@@ -103,7 +103,17 @@ class MemoryBroker:
 
     Attributes:
       max_payload: As given.
+      durable: False: its queues live in this process and go with it (or
+        when the last user of a ``memory://`` URL closes it), so an engine
+        that meets a step sent on another memory broker sends it again.
+      needs_heartbeat: False: what workers announce on it goes with this
+        process too, so an announcement made with ``ttl=math.inf`` lasts
+        until it is withdrawn, and workers announce once, with no
+        heartbeat (see `Broker.needs_heartbeat`).
     """
+
+    durable: Final = False
+    needs_heartbeat: Final = False
 
     def __init__(
         self, faults: BrokerFaults | None = None, *, max_payload: int | None = None
@@ -252,6 +262,7 @@ class MemoryBroker:
     # -- descriptors ----------------------------------------------------------
 
     async def announce(self, descriptor: WorkerDescriptor, ttl: float) -> None:
+        # ttl=math.inf: kept until withdrawn (expires at infinity).
         self._descriptors[descriptor.instance_id] = (descriptor, trio.current_time() + ttl)
         await trio.lowlevel.checkpoint()
 

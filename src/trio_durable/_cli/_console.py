@@ -20,6 +20,8 @@ from .._app import App
 from .._blob_store import with_blobs_from_env
 from .._client import open_client
 from .._codec import PayloadCodec
+from .._exceptions import UsageError
+from .._options import MAX_BODY_LIMIT, ConsoleOptions, token_problem
 from ._apps import load_app
 from ._codec import CODEC_KEYS_ENV, codec_of
 from ._common import (
@@ -34,8 +36,10 @@ from ._common import (
     store_option,
 )
 from ._processes import STOP_SIGNALS, serve_until_signalled
+from ._values import Seconds, whole
 
 TOKEN_ENV = "TRIO_DURABLE_CONSOLE_TOKEN"
+DEFAULTS = ConsoleOptions()
 
 
 @click.command("console", short_help="Serve the web console and its JSON API over a store.")
@@ -65,6 +69,41 @@ TOKEN_ENV = "TRIO_DURABLE_CONSOLE_TOKEN"
     help="An origin allowed to call the API from a browser (repeat it); none by default.",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="HOST",
+    help="A Host name (or address) requests may give (repeat it; '*': any); by default"
+    " --host, localhost, 127.0.0.1 and ::1. Any other Host is answered 421.",
+)
+@click.option(
+    "--max-body",
+    type=whole(1, MAX_BODY_LIMIT),
+    default=DEFAULTS.max_body,
+    show_default=True,
+    metavar="BYTES",
+    help="The largest request body taken; a larger one is answered 413.",
+)
+@click.option(
+    "--read-timeout",
+    type=Seconds(),
+    default=DEFAULTS.read_timeout,
+    show_default=True,
+    help="Seconds a request's body may take to arrive (then 408).",
+)
+@click.option(
+    "--idle-timeout",
+    type=Seconds(),
+    default=DEFAULTS.idle_timeout,
+    show_default=True,
+    help="Seconds a connection may wait for the client: for a request, or within a body.",
+)
+@click.option(
+    "--webhooks/--no-webhooks",
+    default=None,
+    help="Deliver webhooks (POST /hooks/TOKEN) or not; by default, only with a --token.",
+)
+@click.option(
     "--codec-keys",
     metavar="KEYRING",
     envvar=CODEC_KEYS_ENV,
@@ -81,6 +120,11 @@ def console_command(
     port: int,
     token: str | None,
     cors_origins: tuple[str, ...],
+    allowed_hosts: tuple[str, ...],
+    max_body: int,
+    read_timeout: float,
+    idle_timeout: float,
+    webhooks: bool | None,
     codec_keys: str | None,
     log_level: str,
 ) -> None:
@@ -89,32 +133,39 @@ def console_command(
     It prints the URL it listens on; an address it cannot listen on exits
     with status 1. Actions (signal, cancel, retry) need
     the bearer token given with --token or TRIO_DURABLE_CONSOLE_TOKEN;
-    without one, the console is read-only (see docs/http-api.md).
+    without one, the console is read-only (see docs/http-api.md), and
+    delivers webhooks only with --webhooks. Only requests whose Host is
+    allowed are answered, and bodies are bounded in size and time
+    (docs/console.md).
     Payloads encrypted at rest are shown decrypted with --codec-keys or
     TRIO_DURABLE_CODEC_KEYS, and as "encrypted with <key id>" without.
     """
     store_url = need_store(store)
+    given = "--token"
     if token is None:
         token = os.environ.get(TOKEN_ENV) or None
-    if token is not None and not token.strip():
-        raise click.UsageError("--token must not be empty")
+        given = TOKEN_ENV
+    if token is not None and (problem := token_problem(token)) is not None:
+        raise click.UsageError(f"{given} cannot be used: {problem}")
+    try:
+        options = ConsoleOptions(
+            host=host,
+            port=port,
+            token=token,
+            cors_origins=cors_origins,
+            allowed_hosts=allowed_hosts or None,
+            max_body=max_body,
+            read_timeout=read_timeout,
+            idle_timeout=idle_timeout,
+            webhooks=webhooks,
+        )
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from None
     app = load_app(app_spec) if app_spec else None
     codec = codec_of(codec_keys, "--codec-keys")
     with logging_to_stderr(log_level):
         try:
-            trio.run(
-                partial(
-                    _serve,
-                    store_url,
-                    broker,
-                    app,
-                    host=host,
-                    port=port,
-                    token=token,
-                    cors_origins=cors_origins,
-                    codec=codec,
-                )
-            )
+            trio.run(partial(_serve, store_url, broker, app, options, codec=codec))
         except* OSError as group:
             # Binding failed (address not local, port taken): one line, not
             # hypercorn's traceback.
@@ -133,11 +184,8 @@ async def _serve(
     store: str,
     broker: str | None,
     app: App | None,
+    options: ConsoleOptions,
     *,
-    host: str,
-    port: int,
-    token: str | None,
-    cors_origins: tuple[str, ...],
     codec: PayloadCodec | None = None,
 ) -> None:
     from ..console import serve_console
@@ -149,22 +197,14 @@ async def _serve(
             ) as client,
             trio.open_nursery() as nursery,
         ):
-            url = await nursery.start(
-                partial(
-                    serve_console,
-                    client,
-                    host=host,
-                    port=port,
-                    token=token,
-                    cors_origins=cors_origins,
-                )
-            )
+            url = await nursery.start(serve_console, client, options)
             click.echo(url)
             # Nothing to drain: the first signal stops it.
             await serve_until_signalled(
                 "console",
                 f"{url} (store {shown(store)},"
-                f" {'actions need the token' if token else 'read-only'})",
+                f" {'actions need the token' if options.token else 'read-only'},"
+                f" webhooks {'on' if options.delivers_webhooks else 'off'})",
                 trio.lowlevel.checkpoint,
                 "",
                 signals,

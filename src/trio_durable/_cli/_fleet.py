@@ -20,6 +20,7 @@ import trio
 
 from .._app import App
 from .._brokers import open_broker
+from .._brokers._base import WorkerDescriptor
 from .._fleet_report import (
     FleetReport,
     fleet_report,
@@ -43,9 +44,12 @@ def report_json(report: FleetReport, broker_url: str) -> dict[str, Any]:
     return {"broker": shown(broker_url), **report.to_json()}
 
 
-def _age(at: float, now: float) -> str:
-    # The time itself is in --json (announced_at); people read the age.
-    return f"{max(0.0, now - at):.1f} s ago"
+def _announced(worker: WorkerDescriptor, now: float) -> str:
+    # The time itself is in --json (announced_at); people read the age. A
+    # held announcement (no heartbeat) is as old as the worker's last
+    # change, and says so: its age is no sign of a dead worker.
+    age = f"{max(0.0, now - worker.announced_at):.1f} s ago"
+    return f"{age}, held" if worker.held else age
 
 
 def print_report(report: FleetReport, broker_url: str) -> None:
@@ -65,7 +69,7 @@ def print_report(report: FleetReport, broker_url: str) -> None:
                     d.groups,
                     d.capabilities,
                     d.registration_hash[:12],
-                    _age(d.announced_at, report.now),
+                    _announced(d, report.now),
                     f"python {d.runtime.get('python', '?')}, trio {d.runtime.get('trio', '?')}",
                 ]
                 for d in fleet.workers

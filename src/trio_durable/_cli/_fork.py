@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import click
 
+from .._bounds import MAX_INTEGER
 from .._client import Client
 from .._handle import RunHandle
 from ._common import json_option, print_json, store_option
 from ._run_views import document, run_line
 from ._runs import namespace_option, runs_group, with_client
+from ._values import whole
 
 
 @runs_group.command("fork", short_help="Start a new run from a seq of a run's history.")
@@ -19,7 +21,7 @@ from ._runs import namespace_option, runs_group, with_client
 @click.option(
     "--from-seq",
     "from_seq",
-    type=int,
+    type=whole(-MAX_INTEGER),
     required=True,
     help="The first seq to execute anew (1: everything; see `runs history`).",
 )

@@ -130,7 +130,26 @@ def hooks_group() -> None:
     """Webhooks made by `ctx.webhook`, delivered by token."""
 
 
-@hooks_group.command("deliver", short_help="Deliver a webhook's payload to its run.")
+class TokenCommand(click.Command):
+    """A command whose argument is a webhook token. Tokens made now never
+    begin with ``-``, but older ones may (about 1 in 64), and the parser
+    reads such a token as an unknown option: the error says to put it
+    after ``--``, which ends the options."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            raise click.UsageError(
+                f"{exc.format_message().rstrip('.')} (a TOKEN that begins with '-' goes after '--':"
+                f" {ctx.command_path} [OPTIONS] -- TOKEN)",
+                ctx,
+            ) from None
+
+
+@hooks_group.command(
+    "deliver", cls=TokenCommand, short_help="Deliver a webhook's payload to its run."
+)
 @click.argument("token")
 @store_option()
 @click.option(
@@ -138,6 +157,11 @@ def hooks_group() -> None:
 )
 def deliver_command(token: str, store: str | None, payload: Any) -> None:
     """Deliver --payload through the webhook TOKEN. An unknown or used
-    token, or a run that has ended, is refused (exit status 1)."""
+    token, or a run that has ended, is refused (exit status 1).
+
+    Tokens never begin with '-'; one made by an older version may: give
+    it after '--', which ends the options (hooks deliver --payload JSON --
+    TOKEN).
+    """
     with_client(store, lambda c: c.deliver_webhook(token, payload))
     click.echo("delivered")

@@ -14,12 +14,13 @@ process exits with status 0.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import signal
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import click
 import trio
@@ -46,8 +47,13 @@ from ._common import (
     store_option,
 )
 from ._signing_env import signing_from_env
+from ._values import whole
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+MAX_CONCURRENCY: Final = 65535
+"""The most tasks a worker runs at once from the command line (a broker's
+prefetch count is a 16-bit number)."""
 STOP_SIGNALS = _STOP_SIGNALS
 """The signals that stop a process of the command (``console`` too)."""
 
@@ -112,6 +118,25 @@ def _list(values: Sequence[str]) -> str:
 # -- engine --------------------------------------------------------------------
 
 
+def _redispatch_option(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[float, int] | None:
+    """``--remote-redispatch SECONDS,MAXIMUM`` as ``(seconds, maximum)``."""
+    if value is None:
+        return None
+    seconds_text, comma, maximum_text = value.partition(",")
+    try:
+        seconds, maximum = float(seconds_text), int(maximum_text)
+    except ValueError:
+        seconds, maximum = math.nan, -1
+    if not comma or not (0 < seconds < math.inf) or maximum < 0:
+        raise click.BadParameter(
+            f"give SECONDS,MAXIMUM: seconds a positive number, maximum an integer >= 0"
+            f" (such as 300,3), not {value!r}"
+        )
+    return seconds, maximum
+
+
 @click.command("engine", short_help="Run an engine process until SIGTERM or SIGINT.")
 @click.argument("app_spec", metavar="MODULE:APP")
 @store_option("The store's URL (required).")
@@ -125,7 +150,7 @@ def _list(values: Sequence[str]) -> str:
 @click.option("--engine-id", metavar="ID", help="The owner name of its leases; unique per store.")
 @click.option(
     "--concurrency",
-    type=int,
+    type=whole(1, MAX_CONCURRENCY),
     default=16,
     show_default=True,
     help="Tasks the worker inside the engine runs at once (with --serve).",
@@ -144,6 +169,15 @@ def _list(values: Sequence[str]) -> str:
     show_default=True,
     help="Seconds between scans of the store for due runs when no timer is nearer.",
 )
+@click.option(
+    "--remote-redispatch",
+    metavar="SECONDS,MAXIMUM",
+    callback=_redispatch_option,
+    help="Send a remote step again, as a new attempt, when no result came SECONDS after it"
+    " was sent, at most MAXIMUM times, then fail it with code lost; it applies to steps"
+    " already out when the engine starts too. Off by default (a durable broker keeps its"
+    " tasks; this guards against one that loses them).",
+)
 @drain_timeout_option("Seconds to drain after SIGTERM or SIGINT before stopping.")
 @log_level_option
 def engine_command(
@@ -156,6 +190,7 @@ def engine_command(
     capabilities: tuple[str, ...],
     lease_ttl: float,
     reconcile_interval: float,
+    remote_redispatch: tuple[float, int] | None,
     drain_timeout: float,
     log_level: str,
 ) -> None:
@@ -185,6 +220,7 @@ def engine_command(
                 "capabilities": names(capabilities),
                 "lease_ttl": lease_ttl,
                 "reconcile_interval": reconcile_interval,
+                "remote_redispatch": remote_redispatch,
                 "codec": env_codec(),
                 "signing": signing,
             },
@@ -240,7 +276,13 @@ async def _serve_until_signalled(
     metavar="GROUP",
     help="A group route to serve, GROUP or GROUP@NAMESPACE (repeat it, or separate with commas).",
 )
-@click.option("--concurrency", type=int, default=16, show_default=True, help="Tasks run at once.")
+@click.option(
+    "--concurrency",
+    type=whole(1, MAX_CONCURRENCY),
+    default=16,
+    show_default=True,
+    help="Tasks run at once.",
+)
 @click.option(
     "--capabilities",
     multiple=True,

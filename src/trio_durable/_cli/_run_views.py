@@ -16,9 +16,9 @@ from typing import Any, Final
 import attrs
 from rich.console import RenderableType
 
-from .._codec import sealed_key_id
 from .._records import ErrorInfo, Run
-from .._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage
+from .._stored_payloads import said, shown_error
+from .._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage, span
 from ._common import table
 from ._values import decoded, when
 
@@ -32,6 +32,9 @@ def document(value: Any) -> Any:
         data["input"] = decoded(value.input)
         data["output"] = decoded(value.output)
         return data
+    if isinstance(value, ErrorInfo) and value.sealed is not None:
+        # Read without its codec: shown as what it is, not what the codec made.
+        return shown_error(value)
     if attrs.has(type(value)):
         return {key: document(item) for key, item in attrs.asdict(value, recurse=False).items()}
     if isinstance(value, Mapping):
@@ -53,12 +56,6 @@ def error_text(error: ErrorInfo | None) -> str | None:
     return f"{kind}{error.message}{code}"
 
 
-def _sealed_as_such(text: str | None) -> str | None:
-    # A payload encrypted at rest, read without its key (no codec keys).
-    key_id = sealed_key_id(text)
-    return text if key_id is None else f"encrypted with {key_id}"
-
-
 def run_line(run: Run) -> str:
     """One line that says what state a run is in."""
     text = f"run {run.id} ({run.workflow}, namespace {run.namespace}) is {run.status}"
@@ -75,8 +72,9 @@ def run_table(run: Run, parent_id: str | None = None) -> RenderableType:
         ("workflow", f"{run.workflow} (version {run.version})"),
         ("namespace", run.namespace),
         ("status", run.status),
-        ("input", _sealed_as_such(run.input)),
-        ("output", _sealed_as_such(run.output)),
+        # A payload read without its codec or blob store: what its mark says.
+        ("input", said(run.input)),
+        ("output", said(run.output)),
         ("error", error_text(run.error)),
         ("tags", run.tags),
         ("parent", parent_id or run.parent_id),
@@ -122,23 +120,6 @@ def facets_table(facets: Mapping[Any, int]) -> RenderableType:
     )
 
 
-def span(seconds: float) -> str:
-    """A duration as people read it: ``0.25s``, ``12.3s``, ``4m05s``,
-    ``3h12m``, ``2d03h``."""
-    if seconds < 10:
-        return f"{seconds:.2f}s"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
 def _at(origin: float, start: float | None, end: float | None) -> tuple[str | None, str | None]:
     # Times in a timeline are read against the run's creation: "+1.50s",
     # and how long each took, rather than as dates that all look alike.
@@ -147,11 +128,21 @@ def _at(origin: float, start: float | None, end: float | None) -> tuple[str | No
     return at, took
 
 
-def _entry_row(entry: HistoryEntry, origin: float) -> list[Any]:
+def _entry_row(entry: HistoryEntry, origin: float, now: float) -> list[Any]:
     error = error_text(entry.error)
     if error is None and entry.errors:
         # Failed attempts before the one that succeeded.
         error = f"{len(entry.errors)} failed attempt(s), last: {error_text(entry.errors[-1])}"
+    if entry.status == "pending":
+        # Where a pending step stands: out (on which broker, for how long),
+        # or what it waits for before it is sent.
+        stands: str | None
+        if entry.out_on is not None and entry.started_at is not None:
+            stands = f"out {span(max(0.0, now - entry.started_at))} on {entry.out_on}"
+        else:
+            stands = entry.waiting
+        if stands is not None:
+            error = stands if error is None else f"{stands}; {error}"
     name = entry.name
     if entry.parallel_size and entry.parallel_group is not None:
         # A fan member: its place in the fan (which starts at parallel_group).
@@ -207,26 +198,27 @@ def _timeline(title: str, rows: list[list[Any]]) -> RenderableType | str:
     return table(title, _ENTRY_COLUMNS, rows, no_wrap=_NO_WRAP)
 
 
-def history_tables(history: RunHistory) -> list[RenderableType | str]:
+def history_tables(history: RunHistory, now: float) -> list[RenderableType | str]:
     """A run's timeline: its fields, each checkpoint, its children and
-    handlers."""
+    handlers; how long pending steps have been out, as of ``now``."""
     sections: list[RenderableType | str] = [
         run_table(history.run),
         _timeline(
             f"Timeline of {history.run.id} (times from its creation)",
-            [_entry_row(entry, history.run.created_at) for entry in history.entries],
+            [_entry_row(entry, history.run.created_at, now) for entry in history.entries],
         ),
     ]
     sections.extend(_related(history.children, history.handlers))
     return sections
 
 
-def detail_tables(detail: RunDetail) -> list[RenderableType | str]:
+def detail_tables(detail: RunDetail, now: float) -> list[RenderableType | str]:
     """A run's detail: its fields, the timeline with wide fans folded, the
-    fans' statistics, its children and handlers."""
+    fans' statistics, its children and handlers; how long pending steps
+    have been out, as of ``now``."""
     origin = detail.run.created_at
     rows = [
-        _fan_row(item, origin) if isinstance(item, FanStats) else _entry_row(item, origin)
+        _fan_row(item, origin) if isinstance(item, FanStats) else _entry_row(item, origin, now)
         for item in detail.timeline
     ]
     sections: list[RenderableType | str] = [
@@ -257,10 +249,10 @@ def detail_tables(detail: RunDetail) -> list[RenderableType | str]:
 
 
 def fan_page_tables(
-    page: FanPage, origin: float, *, failed: bool = False
+    page: FanPage, origin: float, now: float, *, failed: bool = False
 ) -> list[RenderableType | str]:
     """A page of a fan's members (only its failed ones if ``failed``); times
-    from ``origin`` (the run's creation)."""
+    from ``origin`` (the run's creation), pending steps out as of ``now``."""
     which = "failed members" if failed else "members"
     name = f"Fan at seq {page.fan} of run {page.run_id}"
     if not page.members:
@@ -270,7 +262,7 @@ def fan_page_tables(
         table(
             f"{name}: {which} {page.offset + 1}..{end} of {page.total}",
             _ENTRY_COLUMNS,
-            [_entry_row(entry, origin) for entry in page.members],
+            [_entry_row(entry, origin, now) for entry in page.members],
             no_wrap=_NO_WRAP,
         )
     ]

@@ -13,6 +13,7 @@ it are refused before anything is written.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
@@ -24,6 +25,7 @@ from rich.console import Console
 
 from .._app import App
 from .._blob_store import with_blobs_from_env
+from .._bounds import MAX_INTEGER
 from .._client import Client, open_client
 from .._exceptions import RunFailed
 from .._records import TERMINAL_STATUSES, Run, RunStatus
@@ -58,7 +60,7 @@ from ._run_views import (
     run_line,
     runs_table,
 )
-from ._values import Age, JSONArguments, JSONValue, PointInTime, at
+from ._values import Age, JSONArguments, JSONValue, PointInTime, at, whole
 
 APP_ENV: Final = "TRIO_DURABLE_APP"
 STATUSES: Final = get_args(RunStatus)
@@ -229,11 +231,12 @@ def list_command(
 @store_option()
 @namespace_option
 @click.option(
-    "--fan", type=int, metavar="FIRST_SEQ", help="Instead: a page of the fan starting at this seq."
+    "--fan",
+    type=whole(-MAX_INTEGER),
+    metavar="FIRST_SEQ",
+    help="Instead: a page of the fan starting at this seq.",
 )
-@click.option(
-    "--offset", type=click.IntRange(min=0), default=0, help="With --fan: members skipped."
-)
+@click.option("--offset", type=whole(0), default=0, help="With --fan: members skipped.")
 @click.option(
     "--limit",
     type=click.IntRange(min=1, max=500),
@@ -266,7 +269,7 @@ def show_command(
         if as_json:
             print_json(document(detail))
         else:
-            print_tables(*detail_tables(detail))
+            print_tables(*detail_tables(detail, time.time()))
         return
 
     async def read_page(client: Client) -> tuple[FanPage, Run]:
@@ -279,7 +282,7 @@ def show_command(
     if as_json:
         print_json(document(page))
     else:
-        print_tables(*fan_page_tables(page, run.created_at, failed=failed))
+        print_tables(*fan_page_tables(page, run.created_at, time.time(), failed=failed))
 
 
 @runs_group.command("history", short_help="A run's timeline: every checkpoint and attempt.")
@@ -295,7 +298,7 @@ def history_command(run_id: str, store: str | None, namespace: str | None, as_js
     if as_json:
         print_json(document(history))
     else:
-        print_tables(*history_tables(history))
+        print_tables(*history_tables(history, time.time()))
 
 
 # -- start, result -----------------------------------------------------------------
@@ -480,14 +483,18 @@ def cancel_command(
 @store_option()
 @namespace_option
 @json_option
-@click.option("--from-seq", "from_seq", type=int, help="Run RUN, ended, again from this seq.")
+@click.option(
+    "--from-seq", "from_seq", type=whole(-MAX_INTEGER), help="Run RUN, ended, again from this seq."
+)
 def retry_command(
     run_id: str, store: str | None, namespace: str | None, as_json: bool, from_seq: int | None
 ) -> None:
     """Retry RUN, which failed or is dead: its completed steps are kept,
-    failed ones run again. Any other run is refused (exit status 1). With
-    --from-seq, RUN, ended in any way, runs again from that seq in place:
-    what it recorded from there on is deleted (see docs/fork-and-retry.md)."""
+    failed ones run again. RUN suspended waiting on remote steps sends
+    them again at once, as new attempts (the way out when a broker lost
+    them). Any other run is refused (exit status 1). With --from-seq, RUN,
+    ended in any way, runs again from that seq in place: what it recorded
+    from there on is deleted (see docs/fork-and-retry.md)."""
     run = with_client(store, lambda c: c.retry(run_id, namespace=namespace, from_seq=from_seq))
     if as_json:
         print_json(document(run))

@@ -17,6 +17,7 @@ from .._client import Client
 from .._records import TERMINAL_STATUSES
 from ._common import EXIT_FAILED, store_option
 from ._runs import namespace_option, with_client
+from ._values import whole
 
 
 @click.command("stream", short_help="Follow a run's stream until the run ends.")
@@ -25,7 +26,7 @@ from ._runs import namespace_option, with_client
 @namespace_option
 @click.option(
     "--from-offset",
-    type=click.IntRange(min=0),
+    type=whole(0),
     default=0,
     show_default=True,
     help="The first offset to print (one past the last one seen, to go on).",

@@ -1,8 +1,9 @@
-"""What the ``runs`` commands read from the command line: JSON inputs and
-payloads, ages (``7d``) and points in time (``2026-12-01``, ``2h``).
+"""What the commands read from the command line: JSON inputs and payloads,
+ages (``7d``), points in time (``2026-12-01``, ``2h``), seconds and whole
+numbers within what a store keeps (seqs, offsets).
 
-Each is a click parameter type, so a malformed value is a usage error
-(exit status 2) before anything opens the store."""
+Each is a click parameter type, so a malformed or out-of-range value is a
+usage error (exit status 2) before anything opens the store."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import click
+
+from .._bounds import MAX_INTEGER, is_finite, shown
+from .._stored_payloads import payload_for_people
 
 _AGE: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)")
 _UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -62,7 +66,37 @@ class Age(click.ParamType[timedelta]):
         match = _AGE.fullmatch(str(value).strip().lower())
         if match is None:
             self.fail(f"{value!r} is not an age like 90s, 15m, 12h, 7d or 2w", param, ctx)
-        return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+        try:
+            return timedelta(seconds=seconds)
+        except OverflowError:
+            self.fail(f"{shown(value)} is longer than any age (at most 999999999 days)", param, ctx)
+
+
+def whole(low: int, high: int = MAX_INTEGER) -> click.IntRange:
+    """A whole number from ``low`` to ``high`` (by default, the largest a
+    store keeps: a seq, an offset)."""
+    return click.IntRange(min=low, max=high)
+
+
+class Seconds(click.ParamType[float]):
+    """A finite, positive number of seconds."""
+
+    name = "SECONDS"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float | int) and not isinstance(value, bool):
+            number: float = value
+        else:
+            try:
+                number = float(str(value))
+            except ValueError:
+                self.fail(f"{shown(value)} is not a number of seconds", param, ctx)
+        if not is_finite(number) or number <= 0:
+            self.fail(f"{shown(value)} is not a positive, finite number of seconds", param, ctx)
+        return float(number)
 
 
 class PointInTime(click.ParamType[datetime | timedelta]):
@@ -108,14 +142,14 @@ def when(durable_time: float | None) -> str | None:
     """A durable time (seconds since the epoch) as people read it, in UTC."""
     if durable_time is None:
         return None
-    return datetime.fromtimestamp(durable_time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(durable_time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):
+        # Past the calendar's years (a sleep of 1e300 s).
+        return f"{durable_time:.6g} s after the epoch"
 
 
 def decoded(text: str | None) -> Any:
-    """A stored JSON text (a run's input or output) as its value."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+    """A stored JSON text (a run's input or output) as its value, or what
+    its mark says of it if it was read without its codec or blob store."""
+    return payload_for_people(text)

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from .._bounds import MAX_INTEGER
 from .._exceptions import UsageError
 from .._fleet_report import fleet_report
 from .._search_attributes import stored_types
@@ -144,12 +145,10 @@ async def _history(request: Request) -> JSONResponse:
 async def _fan_page(request: Request) -> Response:
     _params.only(request, _params.FAN_PARAMETERS)
     namespace = _params.namespace(request)
-    text = request.path_params["group"]
-    try:
-        fan = int(text, 10)
-    except ValueError:
-        raise _params.bad("group", f"a fan is its first seq, an integer, not {text!r}") from None
-    offset = _params.integer(request, "offset", 0, 0, None)
+    fan = _params.whole_number(
+        "group (a fan's first seq)", request.path_params["group"], -MAX_INTEGER
+    )
+    offset = _params.integer(request, "offset", 0, 0)
     limit = _params.limit(request)
     failed = _params.boolean(request, "failed")
     source = console_of(request).source

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import attrs
@@ -50,10 +52,28 @@ class Console:
     Attributes:
       source: The engine or client the console reads and acts through.
       token: The bearer token actions need; None makes the API read-only.
+      webhooks: Whether ``POST /hooks/{token}`` delivers webhooks.
     """
 
     source: ConsoleSource
     token: str | None = attrs.field(default=None, repr=False)
+    webhooks: bool = False
+
+    def check_webhooks(self) -> None:
+        """Let a webhook's delivery through only if this console delivers
+        them.
+
+        Raises:
+          ApiError: 403 when it does not (a read-only console, unless its
+            options enable webhooks).
+        """
+        if not self.webhooks:
+            raise ApiError(
+                403,
+                "webhooks_off",
+                "this console does not deliver webhooks: it is read-only"
+                " (start it with a token, or with webhooks enabled)",
+            )
 
     def check_token(self, request: Request) -> None:
         """Let an action through only with ``Authorization: Bearer <token>``.
@@ -87,19 +107,46 @@ def error_body(status: int, code: str, message: str) -> JSONResponse:
     )
 
 
+MAX_JSON_DEPTH: Final = 100
+"""How deep arrays and objects of a request's JSON body may nest."""
+
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP: Final = [1 if b in b"[{" else -1 for b in range(256)]
+
+
+def json_depth(raw: bytes) -> int:
+    """How deep the arrays and objects of the JSON text ``raw`` nest,
+    counted without decoding it (brackets inside strings aside), so that a
+    body nested too deep is refused before a parser recurses into it."""
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
 async def read_json(request: Request) -> Any:
     """The request's JSON body; an empty body is None.
 
+    The body is read through the console's guard: past its size limit it
+    is refused 413, late 408 (see `_guard`).
+
     Raises:
-      ApiError: 400 ``bad_json`` if the body is not JSON.
+      ApiError: 400 ``bad_json`` if the body is not JSON, or nests deeper
+        than `MAX_JSON_DEPTH`.
     """
     raw = await request.body()
     if not raw.strip():
         return None
+    if json_depth(raw) > MAX_JSON_DEPTH:
+        raise ApiError(
+            400, "bad_json", f"the body's JSON nests deeper than {MAX_JSON_DEPTH} levels"
+        )
     try:
         return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(400, "bad_json", f"the body is not JSON: {exc}") from None
+    except ValueError:
+        # int's limit on digits (sys.get_int_max_str_digits).
+        raise ApiError(400, "bad_json", "the body holds a number of too many digits") from None
 
 
 async def read_object(request: Request) -> dict[str, Any]:

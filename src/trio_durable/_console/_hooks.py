@@ -2,10 +2,14 @@
 breakpoint actions.
 
 ``POST /hooks/{token}`` needs no bearer token: the webhook's token is the
-credential. Its JSON body (an empty body is null) is the payload; it
-answers 202 ``{"delivered": true}``, 404 for an unknown token and 409 for a
-used one or a run that ended. Reading breakpoints needs no token; setting,
-clearing, continuing and skipping do, as every action.
+credential. It is looked up before a byte of the body is read, so an
+unknown (404) or used (409) token is answered at once, whatever the body's
+size; a console that does not deliver webhooks (a read-only one, unless
+its options enable them) answers 403 first. Its JSON body (an empty body
+is null), read under the console's limits, is the payload; it answers 202
+``{"delivered": true}``, and 409 for a run that ended. Reading breakpoints
+needs no token; setting, clearing, continuing and skipping do, as every
+action.
 
 Errors are the library's, which the application turns into JSON bodies.
 """
@@ -19,13 +23,24 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
+from .._exceptions import WebhookNotFoundError, WebhookUsedError
+from .._webhooks import token_hash
 from ._app import console_of, read_json, read_object
 
 
 async def deliver(request: Request) -> JSONResponse:
     """``POST /hooks/{token}``: deliver the body through the webhook."""
+    console = console_of(request)
+    console.check_webhooks()
+    token: str = request.path_params["token"]
+    hook = await console.source.store.get_webhook(token_hash(token))
+    if hook is None:
+        raise WebhookNotFoundError("no webhook has this token")
+    if hook.used_at is not None:
+        raise WebhookUsedError("this webhook was delivered already")
     payload = await read_json(request)
-    await console_of(request).source.deliver_webhook(request.path_params["token"], payload)
+    # It checks the token again: another delivery may have won meanwhile.
+    await console.source.deliver_webhook(token, payload)
     return JSONResponse({"delivered": True}, status_code=202)
 
 

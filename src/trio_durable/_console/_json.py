@@ -7,16 +7,15 @@ id beside the API path that reads it (under the path the app is mounted at).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Final
 from urllib.parse import quote
 
-from .._codec import shown_sealed
 from .._fleet_report import FleetReport
 from .._on_error import lineage, parent_of
 from .._records import Run
 from .._search_values import plain_value
+from .._stored_payloads import payload_for_people
 from .._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage
 from .._views import plain as views_plain
 
@@ -26,8 +25,8 @@ _HANDLER_ID: Final = re.compile(r"\.onError\.\d+$")
 
 def plain(value: Any) -> Any:
     """``value`` as plain JSON values, errors as their JSON objects
-    (encrypted details shown as such: see `shown_sealed`)."""
-    return shown_sealed(views_plain(value, compact_errors=True))
+    (encrypted ones shown as such: see `shown_error`)."""
+    return views_plain(value, compact_errors=True)
 
 
 class Paths:
@@ -51,7 +50,8 @@ class Paths:
 
 
 def _payload(text: str | None) -> Any:
-    return None if text is None else shown_sealed(json.loads(text))
+    # A payload this console cannot read is shown as what its mark says.
+    return payload_for_people(text)
 
 
 def run_json(run: Run, paths: Paths, *, payloads: bool = False) -> dict[str, Any]:

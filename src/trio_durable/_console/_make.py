@@ -4,8 +4,9 @@ under /api, /hooks and /metrics, HTML elsewhere)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any, final
 
+import attrs
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -13,6 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
 
 from .._exceptions import (
     BreakpointNotFoundError,
@@ -23,8 +25,10 @@ from .._exceptions import (
     WebhookNotFoundError,
     WebhookUsedError,
 )
+from .._options import ConsoleOptions
 from ._api import api_routes
 from ._app import API_PREFIXES, ApiError, Console, ConsoleSource, error_body
+from ._guard import Guard, Limits
 from ._hooks import hook_routes
 from ._pages import error_page, page_routes
 
@@ -64,23 +68,42 @@ async def _on_error(request: Request, exc: Exception) -> Response:
     return error_page(request, status, message)
 
 
+@final
+class ConsoleApplication(Starlette):
+    """The console's application: a Starlette application whose every
+    request passes the `Guard` first (Host, body limits, security headers
+    on every answer, errors included)."""
+
+    def __init__(self, limits: Limits, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.limits = limits
+
+    def build_middleware_stack(self) -> ASGIApp:
+        # Outside Starlette's own error middleware: its 500s carry the
+        # headers too.
+        return Guard(super().build_middleware_stack(), self.limits)
+
+
 def console_app(
-    source: ConsoleSource,
-    *,
-    token: str | None = None,
-    cors_origins: Sequence[str] = (),
-) -> Starlette:
+    source: ConsoleSource, options: ConsoleOptions | None = None, /, **settings: Any
+) -> ConsoleApplication:
     """The console as an ASGI application, to serve or mount in your own.
+
+    It takes the settings of `ConsoleOptions` (those about serving,
+    ``host`` and ``port``, aside), as an object, as keywords
+    (``console_app(client, token=token)``), or both (keywords win).
+    Mounted in a server of your own, it checks the ``Host`` of requests
+    only against ``allowed_hosts`` given here; `serve_console` gives it the
+    console's own (see `ConsoleOptions.hosts`).
 
     Args:
       source: The `Engine` or `Client` it reads runs through and acts with.
-      token: The bearer token that actions (signal, cancel, retry, ...)
-        need; None serves a read-only API and pages.
-      cors_origins: Origins allowed to call the API from a browser; none
-        by default (CORS off).
+      options: The console's settings.
+      **settings: Settings of `ConsoleOptions`, over ``options``.
 
     Raises:
-      UsageError: ``token`` is empty or ``cors_origins`` is a bare string.
+      UsageError: A setting is malformed or unknown, or ``source`` is no
+        `Engine` or `Client`.
     """
     # Engine and Client are the RunQueries there are; importing _engine
     # here would make a cycle, since the engine serves the console too.
@@ -88,23 +111,28 @@ def console_app(
 
     if not isinstance(source, RunQueries):
         raise UsageError(f"console_app needs a td.Engine or a td.Client, not {source!r}")
-    if token is not None and (not isinstance(token, str) or not token.strip()):
-        raise UsageError("the console's token must be a non-empty string or None")
-    if isinstance(cors_origins, str):
-        raise UsageError("cors_origins is a list of origins, not a string")
+    options = console_options(options, settings)
     routes: list[BaseRoute] = [*api_routes(), *hook_routes(), *page_routes()]
     middleware = []
-    if cors_origins:
+    if options.cors_origins:
         middleware.append(
             Middleware(
                 CORSMiddleware,
-                allow_origins=list(cors_origins),
+                allow_origins=list(options.cors_origins),
                 allow_methods=["GET", "POST", "DELETE"],
                 allow_headers=["Authorization", "Content-Type", "If-None-Match"],
                 expose_headers=["ETag"],
             )
         )
-    app = Starlette(
+    hosts = options.allowed_hosts
+    limits = Limits(
+        hosts=None if hosts is None else frozenset(hosts),
+        max_body=options.max_body,
+        read_timeout=options.read_timeout,
+        idle_timeout=options.idle_timeout,
+    )
+    app = ConsoleApplication(
+        limits,
         routes=routes,
         middleware=middleware,
         # The library's errors and the API's own answer with their status;
@@ -116,5 +144,24 @@ def console_app(
             Exception: _on_error,
         },
     )
-    app.state.console = Console(source=source, token=token)
+    app.state.console = Console(
+        source=source, token=options.token, webhooks=options.delivers_webhooks
+    )
     return app
+
+
+def console_options(options: ConsoleOptions | None, settings: dict[str, Any]) -> ConsoleOptions:
+    """``options`` (or the defaults) with ``settings`` over them.
+
+    Raises:
+      UsageError: ``options`` is not a `ConsoleOptions`, or a setting is
+        malformed or not one of its.
+    """
+    if options is None:
+        options = ConsoleOptions()
+    elif not isinstance(options, ConsoleOptions):
+        raise UsageError(f"the console's options are a td.ConsoleOptions, not {options!r}")
+    unknown = sorted(set(settings) - {field.name for field in attrs.fields(ConsoleOptions)})
+    if unknown:
+        raise UsageError(f"the console takes no setting {', '.join(unknown)}")
+    return attrs.evolve(options, **settings)

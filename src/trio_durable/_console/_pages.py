@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .._bounds import MAX_INTEGER, shown
 from .._exceptions import UsageError
 from .._on_error import lineage
 from .._records import RunStatus
@@ -60,8 +61,13 @@ def _natural(request: Request, name: str, default: int) -> int:
     if value is None:
         return default
     if not value.isascii() or not value.isdigit():
-        raise UsageError(f"{name} must be an integer >= 0, not {value!r}")
-    return int(value)
+        raise UsageError(f"{name} must be an integer >= 0, not {shown(value)}")
+    # Compared as text first: int() of a long text costs, and past 4,300
+    # digits raises.
+    significant = value.lstrip("0") or "0"
+    if len(significant) > len(str(MAX_INTEGER)) or int(significant) > MAX_INTEGER:
+        raise UsageError(f"{name} must be an integer >= 0 and at most {MAX_INTEGER}")
+    return int(significant)
 
 
 def _flag(request: Request, name: str) -> bool | None:
@@ -187,6 +193,8 @@ async def run_page(request: Request) -> Response:
         fold_width=FOLD_WIDTH,
         fan_page_size=FAN_PAGE,
         stream=await _stream_tail(source, detail.run.id),
+        # How long pending steps have been out, as of this page.
+        now=source.clock.now(),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
+from .._bounds import MAX_INTEGER, shown
 from .._exceptions import UsageError
 from .._options import check_id
 from .._views import MAX_PAGE
@@ -75,19 +76,34 @@ def namespace(request: Request) -> str | None:
     return value
 
 
-def integer(request: Request, name: str, default: int, low: int, high: int | None) -> int:
+def whole_number(name: str, text: str, low: int, high: int = MAX_INTEGER) -> int:
+    """``text`` as an integer in ``low..high`` (at most `MAX_INTEGER`: what
+    a store can compare).
+
+    Raises:
+      ApiError: 400 ``bad_parameter`` naming ``name``.
+    """
+    negative = text.startswith("-")
+    digits = text[1:] if text[:1] in ("-", "+") else text
+    if not digits.isascii() or not digits.isdigit():
+        raise bad(name, f"must be an integer, not {shown(text)}")
+    # Read only if it can be in range: int() of a long text costs, and
+    # past 4,300 digits raises.
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(MAX_INTEGER)):
+        raise bad(name, f"must be from {low} to {high}, not {shown(text)}")
+    value = -int(significant) if negative else int(significant)
+    if not low <= value <= high:
+        raise bad(name, f"must be from {low} to {high}, not {value}")
+    return value
+
+
+def integer(request: Request, name: str, default: int, low: int, high: int = MAX_INTEGER) -> int:
     """An integer parameter in ``low..high``."""
     text = one(request, name)
     if text is None:
         return default
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise bad(name, f"must be an integer, not {text!r}") from None
-    if value < low or (high is not None and value > high):
-        bound = f"from {low} to {high}" if high is not None else f">= {low}"
-        raise bad(name, f"must be {bound}, not {value}")
-    return value
+    return whole_number(name, text, low, high)
 
 
 def limit(request: Request, default: int = 100) -> int:

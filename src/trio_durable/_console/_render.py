@@ -20,26 +20,28 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from .._codec import shown_sealed
 from .._search_values import search_terms
-from .._views import FanStats
+from .._views import FanStats, span
 
 FAN_PAGE: Final = 50
 """Members per page of a fan on a run's page."""
 
 
 def when(seconds: float | None) -> str:
-    """A durable time (seconds since the epoch) as UTC text, to the second."""
+    """A durable time (seconds since the epoch) as UTC text, to the second;
+    one past the calendar's years (a sleep of 1e300 s) in seconds."""
     if seconds is None:
         return "—"
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    try:
+        moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    except (OverflowError, ValueError, OSError):
+        return f"{seconds:.6g} s after the epoch"
     return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def pretty(value: Any) -> str:
-    """A JSON value indented for people (escaped by the template), an
-    encrypted one shown as such (see `shown_sealed`)."""
-    return json.dumps(shown_sealed(value), indent=2, sort_keys=True, default=repr)
+    """A JSON value indented for people (escaped by the template)."""
+    return json.dumps(value, indent=2, sort_keys=True, default=repr)
 
 
 def query(params: Mapping[str, Any]) -> str:
@@ -80,6 +82,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["when"] = when
     env.filters["pretty"] = pretty
+    env.filters["duration"] = span
     env.globals["query"] = query
     env.globals["segments"] = segments
     env.filters["search_terms"] = search_terms

@@ -44,7 +44,7 @@ async def stream_route(request: Request) -> StreamingResponse:
     """The route's handler."""
     _params.only(request, {"namespace", "from_offset"})
     namespace = _params.namespace(request)
-    from_offset = _params.integer(request, "from_offset", 0, 0, None)
+    from_offset = _params.integer(request, "from_offset", 0, 0)
     source = console_of(request).source
     run_id = request.path_params["run_id"]
     # Read first, so a missing run is a 404 and not a broken response.

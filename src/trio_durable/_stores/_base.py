@@ -322,7 +322,35 @@ class ChangeFeed(Protocol):
         ...
 
     def unwoken_event(self) -> trio.Event:
-        """Set when a run becomes suspended with no wake time."""
+        """Set when a run may have stalled: it became suspended with no wake
+        time, or a checkpoint of such a run changed (what it waits for was
+        settled). The reconcile pass looks ``reconcile_interval`` later."""
+        ...
+
+
+class DueFeed(Protocol):
+    """What the due-run poller and the reconcile pass wait on instead of
+    scanning the store now and then: the `ChangeFeed` members that say when
+    a run may have come due sooner or stalled.
+
+    A store offers it (see `offers`) when every write to it passes through
+    this process and tells it: a `ChangeFeed` store, and a SQLite store under
+    a clock other than Trio's own, whose file no other process shares then
+    (see `._sqlite_feed`). Not runtime-checkable: a store may offer it or not
+    by instance (its members None when not), so ask `offers`.
+    """
+
+    def due_event(self, before: float) -> trio.Event:
+        """Set when some run becomes due earlier than ``before`` (at once if
+        one already is)."""
+        ...
+
+    def unwoken_runs(self) -> int:
+        """How many runs are suspended with no wake time."""
+        ...
+
+    def unwoken_event(self) -> trio.Event:
+        """Set when a run may have stalled (see `ChangeFeed.unwoken_event`)."""
         ...
 
 

@@ -8,14 +8,19 @@ error codes, tags) passes through untouched, so counts, statistics, due
 times and list filters work as they do on the store underneath, and a store
 needs nothing of its own to be wrapped.
 
+What the codec made is kept marked (``~enc:<codec text>``, see
+`_stored_payloads`), and only text so marked is decoded: a payload in the
+clear (written before the codec, or by a process without it) is read as
+it is, whatever it looks like.
+
 Encoded (see docs/payload-codecs.md):
 
 - runs' and checkpoints' ``input`` and ``output``;
 - errors (a run's, a checkpoint's, each attempt's): their ``message``,
-  ``details`` and ``traceback`` are encoded together into ``details``, and
-  the message kept is what the codec says of it (``"encrypted with k2"``);
-  ``code``, ``type`` and ``step`` stay as they are, since stores and
-  on-error routes match on the code;
+  ``details`` and ``traceback`` are encoded together into `ErrorInfo.sealed`,
+  and the message kept is what the codec says of it (``"encrypted with
+  k2"``); ``code``, ``type`` and ``step`` stay as they are, since stores
+  and on-error routes match on the code;
 - signal payloads (delivered or buffered);
 - keyed values (`PutValue`) and settings (`KeepSetting`).
 """
@@ -39,6 +44,7 @@ from .._records import (
     RunStatus,
     StoredValue,
 )
+from .._stored_payloads import codec_text, encoded, is_marked
 from ._base import Store, TurnState
 from ._hook_ops import KeepSetting
 from ._ops import (
@@ -73,8 +79,9 @@ class PayloadCoder:
 
     def __init__(self, codec: PayloadCodec) -> None:
         self.codec = codec
-        # Stored text -> decoded text, oldest first (a text decodes to the
-        # same payload every time: the cache never goes stale).
+        # What the codec made -> the text it made it from, oldest first (a
+        # text decodes to the same payload every time: the cache never
+        # goes stale).
         self._decoded: dict[str, str] = {}
         self._cached = 0
 
@@ -84,8 +91,15 @@ class PayloadCoder:
         return None if text is None else self.encode(text)
 
     def encode(self, text: str) -> str:
-        """``codec.encode(text)``, remembered: reading back what this store
-        wrote needs no decoding."""
+        """``text`` encoded and marked as such, remembered: reading back
+        what this store wrote needs no decoding. A mark stays as it is (a
+        payload encoded already, or in a blob store, copied as it was read
+        by a process without the codec)."""
+        if is_marked(text):
+            return text
+        return encoded(self._seal(text))
+
+    def _seal(self, text: str) -> str:
         sealed = self.codec.encode(text)
         self._remember(sealed, text)
         return sealed
@@ -94,13 +108,17 @@ class PayloadCoder:
         return None if text is None else self.decode(text)
 
     def decode(self, text: str) -> str:
-        """``codec.decode(text)``, from the cache when it was decoded lately."""
-        found = self._decoded.get(text)
+        """The payload ``text`` holds: decoded if it is marked as encoded,
+        else as it is."""
+        sealed = codec_text(text)
+        return text if sealed is None else self._unseal(sealed)
+
+    def _unseal(self, sealed: str) -> str:
+        found = self._decoded.get(sealed)
         if found is not None:
             return found
-        plain = self.codec.decode(text)
-        if plain is not text:
-            self._remember(text, plain)
+        plain = self.codec.decode(sealed)
+        self._remember(sealed, plain)
         return plain
 
     def _remember(self, sealed: str, plain: str) -> None:
@@ -116,29 +134,28 @@ class PayloadCoder:
     # -- errors ------------------------------------------------------------
 
     def error_in(self, error: ErrorInfo | None) -> ErrorInfo | None:
-        if error is None:
-            return None
+        if error is None or error.sealed is not None:
+            return error
         secret = {"message": error.message, "details": error.details, "traceback": error.traceback}
-        sealed = self.encode(json.dumps(secret, separators=_COMPACT))
+        sealed = self._seal(json.dumps(secret, separators=_COMPACT))
         return attrs.evolve(
             error,
             message=self.codec.describe(sealed) or "encoded",
-            details=json.loads(sealed),
+            details=None,
             traceback=None,
+            sealed=sealed,
         )
 
     def error_out(self, error: ErrorInfo | None) -> ErrorInfo | None:
-        if error is None or not isinstance(error.details, dict):
-            return error
-        text = json.dumps(error.details, separators=_COMPACT)
-        if self.codec.describe(text) is None:
-            return error  # written before the codec, or by a store itself
-        secret = json.loads(self.decode(text))
+        if error is None or error.sealed is None:
+            return error  # in the clear: written before the codec, or by a store itself
+        secret = json.loads(self._unseal(error.sealed))
         return attrs.evolve(
             error,
             message=str(secret["message"]),
             details=secret.get("details"),
             traceback=secret.get("traceback"),
+            sealed=None,
         )
 
     def errors_in(self, errors: tuple[ErrorInfo, ...]) -> tuple[ErrorInfo, ...]:
@@ -203,13 +220,13 @@ class PayloadCoder:
         """``op`` with its payloads encoded (an operation without any as it is)."""
         match op:
             case CreateRun(run):
-                return CreateRun(self.run_in(run))
+                return CreateRun(self.run_in(run), tuple(map(self.checkpoint_in, op.checkpoints)))
             case UpdateRun():
                 return attrs.evolve(op, changes=self._changes_in(op.changes))
             case PutCheckpoint(cp):
                 return PutCheckpoint(self.checkpoint_in(cp))
             case ClaimCheckpoint(cp):
-                return ClaimCheckpoint(self.checkpoint_in(cp))
+                return attrs.evolve(op, checkpoint=self.checkpoint_in(cp))
             case SettleCheckpoint():
                 return attrs.evolve(
                     op, output=self.text_in(op.output), error=self.error_in(op.error)
@@ -264,8 +281,9 @@ class CodecStore(StoreWrapper):
 
     Every process that writes the store (engines, clients, the console)
     should wrap it with the same codec: what a process without it writes is
-    kept as it is, and decoded as it is (text the codec did not make is
-    left alone, so rows written before the codec stay readable).
+    kept in the clear, and read as it is (only what the codec made is kept
+    marked as such, and decoded; so rows written before the codec stay
+    readable, and no payload passes for an encoded one).
 
     Args:
       store: The store that keeps the encoded payloads.

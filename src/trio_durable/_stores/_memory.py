@@ -56,7 +56,7 @@ from ._ops import (
     UpdateRun,
     WaitSignal,
 )
-from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
+from ._rules import expectation_failure, op_applies, rescheduled, take_lease
 from ._watch import LocalWatches
 
 _Undo = Callable[[], None]
@@ -136,8 +136,13 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         return len(self._unwoken)
 
     def unwoken_event(self) -> trio.Event:
-        """An event set when a run becomes suspended with no wake time."""
+        """An event set when a run may have stalled: it became suspended with
+        no wake time, or a checkpoint of such a run changed."""
         return self._unwoken_event
+
+    def _may_stall(self) -> None:
+        self._unwoken_event.set()
+        self._unwoken_event = trio.Event()
 
     def _notify(self, run: Run, due: float | None) -> None:
         if run.status in TERMINAL_STATUSES:
@@ -191,8 +196,7 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         if run.status == "suspended" and run.wake_at is None:
             if run.id not in self._unwoken:
                 self._unwoken[run.id] = None
-                self._unwoken_event.set()
-                self._unwoken_event = trio.Event()
+                self._may_stall()
         else:
             self._unwoken.pop(run.id, None)
 
@@ -218,6 +222,10 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         table = self._checkpoints.setdefault(run_id, {})
         old = table.get(seq)
         self._replace_checkpoint(table, key, old, cp)
+        if run_id in self._unwoken:
+            # What a suspended run waits for may just have been settled: if
+            # the wake that should follow is lost, the run stalls here.
+            self._may_stall()
 
         def undo() -> None:
             self._replace_checkpoint(table, key, cp, old)
@@ -278,6 +286,8 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
                 if existing is not None:
                     return (existing, False)
                 self._set_run(run, journal)
+                for cp in op.checkpoints:
+                    self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return (run, True)
             case UpdateRun():
                 current = self._runs.get(op.run_id)
@@ -292,42 +302,38 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
             case PutCheckpoint(cp):
                 self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return None
-            case ClaimCheckpoint(cp):
+            case ClaimCheckpoint(cp, attempt):
                 existing_cp = self._checkpoints.get(cp.run_id, {}).get(cp.seq)
                 if existing_cp is None or existing_cp.status != "pending":
+                    return False
+                if attempt is not None and existing_cp.attempts != attempt:
                     return False
                 self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
                 return True
             case SettleCheckpoint(
-                run_id,
-                seq,
-                status,
-                output,
-                error,
-                finished_at,
-                attempt,
-                unless_run_status,
-                kind,
-                name,
-                or_failed_with,
+                run_id, seq, status, output, error, finished_at, unless_run_status=unless_run_status
             ):
                 existing_cp = self._checkpoints.get(run_id, {}).get(seq)
-                if existing_cp is None or not settle_applies(
-                    existing_cp, attempt, kind, name, or_failed_with
-                ):
+                if existing_cp is None or not op_applies(existing_cp, op):
                     return None
                 if unless_run_status and self._run_status(run_id) in unless_run_status:
                     return None
+                errors = existing_cp.errors
+                if op.append_error and error is not None:
+                    errors = (*errors, error)
                 settled = attrs.evolve(
-                    existing_cp, status=status, output=output, error=error, finished_at=finished_at
+                    existing_cp,
+                    status=status,
+                    output=output,
+                    error=error,
+                    errors=errors,
+                    finished_at=finished_at,
                 )
                 self._set_checkpoint(settled, (run_id, seq), journal)
                 return settled
             case RescheduleCheckpoint():
                 existing_cp = self._checkpoints.get(op.run_id, {}).get(op.seq)
-                if existing_cp is None or not settle_applies(
-                    existing_cp, op.attempt, op.kind, op.name
-                ):
+                if existing_cp is None or not op_applies(existing_cp, op):
                     return None
                 if op.unless_run_status and self._run_status(op.run_id) in op.unless_run_status:
                     return None

@@ -17,12 +17,17 @@ from ._hook_ops import HookOp
 @final
 @attrs.define(frozen=True)
 class CreateRun:
-    """Insert ``run`` unless a run with its id exists.
+    """Insert ``run`` unless a run with its id exists, with ``checkpoints``
+    (the run's own, such as its deadline), written only if the run is
+    inserted: a create that finds the id taken changes nothing, so of two
+    starts racing for one id, the loser cannot replace what the winner
+    wrote with its run.
 
     Result: ``(stored run, created)``.
     """
 
     run: Run
+    checkpoints: tuple[Checkpoint, ...] = ()
 
 
 @final
@@ -58,13 +63,16 @@ class PutCheckpoint:
 @final
 @attrs.define(frozen=True)
 class ClaimCheckpoint:
-    """Replace a checkpoint only if the stored one is ``pending``.
+    """Replace a checkpoint only if the stored one is ``pending`` (and,
+    with ``attempt``, its ``attempts`` equal it: a claim made for an attempt
+    that another engine superseded meanwhile changes nothing).
 
     This is the claim write: of several deliveries racing to settle one
     checkpoint, exactly one wins. Result: True if it was written.
     """
 
     checkpoint: Checkpoint
+    attempt: int | None = None
 
 
 @final
@@ -81,7 +89,16 @@ class SettleCheckpoint:
     With ``or_failed_with`` (an error code), a checkpoint that is ``failed``
     with that code is settled too, as if it were pending: a ``fail_fast``
     fan settles the members it cancels as failed (code ``fan_cancelled``),
-    and a success that arrives for one of them later is kept on it.
+    and a success that arrives for one of them later is kept on it. With
+    ``append_error``, ``error`` is also added at the end of the
+    checkpoint's ``errors``: a step's last attempt failed, and ``errors``
+    lists every attempt's error. With ``execution`` (an execution id), the
+    checkpoint's ``executions`` must hold it: the result answers a dispatch
+    made since the checkpoint was recorded, not one of an earlier
+    execution of its run or of another run under the same id. With
+    ``unless_rerun``, nothing happens if the checkpoint is ``rerun`` (a
+    result without an execution id cannot tell it from what its run
+    recorded at that seq before a retry).
 
     Result: the settled row, or None if the checkpoint was missing or no
     longer pending (a duplicate or late settle changes nothing).
@@ -98,6 +115,9 @@ class SettleCheckpoint:
     kind: CheckpointKind | None = None
     name: str | None = None
     or_failed_with: str | None = None
+    append_error: bool = False
+    execution: str | None = None
+    unless_rerun: bool = False
 
 
 @final
@@ -107,8 +127,9 @@ class RescheduleCheckpoint:
 
     Applies only if the checkpoint is pending with ``attempts == attempt``
     (a stale failure of an earlier attempt changes nothing), of ``kind`` and
-    ``name`` when given, and the run's status is not in
-    ``unless_run_status``. Then ``attempts`` grows by one,
+    ``name`` when given, its ``executions`` hold ``execution`` and it is not
+    ``rerun`` with ``unless_rerun`` (as for `SettleCheckpoint`), and the
+    run's status is not in ``unless_run_status``. Then ``attempts`` grows by one,
     ``error`` is appended to ``errors``, ``started_at`` is cleared (the next
     attempt is not dispatched yet) and ``wake_at`` is set to when it is due.
     Result: the updated row, or None.
@@ -122,6 +143,8 @@ class RescheduleCheckpoint:
     unless_run_status: frozenset[RunStatus] | None = None
     kind: CheckpointKind | None = None
     name: str | None = None
+    execution: str | None = None
+    unless_rerun: bool = False
 
 
 @final

@@ -14,9 +14,11 @@ failure costs a second pass but the common case needs no savepoints (which
 would each cost a round trip and a subtransaction).
 
 Several trips (of this store, or of other engine processes) run at once.
-Each first locks the rows of every run its batches write, in order of id, so
-two trips that share runs queue one behind the other instead of deadlocking
-(a deadlock costs PostgreSQL's ``deadlock_timeout``, a second, to notice). A
+Each first locks the rows of every run its batches write, in order of id,
+then the keyed values they write, in order of key (advisory locks: see
+`._values_sql.LOCK_VALUES`), so two trips that share runs or values queue
+one behind the other instead of deadlocking (a deadlock costs PostgreSQL's
+``deadlock_timeout``, a second, to notice). A
 deadlock that happens anyway (a signal delivery settles a checkpoint of a run
 it did not lock) reruns the whole trip. What keeps concurrent writes correct
 is in `._postgres_ops`; URL, connections and the schema in
@@ -52,6 +54,7 @@ from ._postgres_ops import DIALECT, LOCK_RUNS, runs_written
 from ._postgres_schema import close_all, connect, open_first, parse_url
 from ._postgres_watch import watch_postgres
 from ._sql_store import SQLStore
+from ._values_sql import LOCK_VALUES, value_locks
 from ._watch import Deliver
 
 logger = logging.getLogger("trio_durable")
@@ -276,6 +279,7 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
                     # deadlocking, which PostgreSQL would only detect after
                     # deadlock_timeout.
                     cur.execute(LOCK_RUNS, (runs,))
+                self._lock_values(cur, pending)
             except psycopg.errors.TransactionRollback as exc:
                 error = exc
             else:
@@ -309,6 +313,17 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
             pending.remove(failed)
         return False
 
+    def _lock_values(
+        self, cur: psycopg.Cursor[Any], pending: list[Job[psycopg.Cursor[Any], Any]]
+    ) -> None:
+        """Take the locks of the keyed values the write jobs write, in the
+        one order every transaction takes them (after the runs'): see
+        `._values_sql.LOCK_VALUES`."""
+        ops = (op for job in pending if isinstance(job.work, ApplyWork) for op in job.work.ops)
+        keys = value_locks(self.schema or "", ops)
+        if keys:
+            cur.execute(LOCK_VALUES, (keys,))
+
     def _run_layered(
         self,
         conn: psycopg.Connection[Any],
@@ -328,6 +343,7 @@ class PostgresStore(SQLStore[psycopg.Cursor[Any]]):
             runs = sorted({run_id for job in pending for run_id in job.runs})
             if runs:
                 cur.execute(LOCK_RUNS, (runs,))
+            self._lock_values(cur, pending)
             answered = run_layered(cur, pending)
         except psycopg.Error as exc:
             _raise_if_disconnected(conn, exc)

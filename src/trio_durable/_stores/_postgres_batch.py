@@ -272,6 +272,7 @@ _CHECKPOINT_TYPES: Final[dict[str, str]] = {
     "enqueued_at": "double precision",
     "started_at": "double precision",
     "finished_at": "double precision",
+    "rerun": "boolean",
 }
 _FLOAT: Final = "double precision"
 
@@ -375,6 +376,11 @@ def _create_runs(
             # Taken: the one-by-one path reads the stored run.
             raise _Fallback
         results[slot] = (op.run, True)
+    # Every run was created: their own checkpoints go in with them, before
+    # the next layer's operations on those runs.
+    rows = [(cp.run_id, cp.seq, *checkpoint_values(cp)) for _, op in items for cp in op.checkpoints]
+    if rows:
+        cur.execute(_PUT_CHECKPOINTS, (_rows_param(rows, _CHECKPOINT_COLUMN_TYPES),))
 
 
 def _put_checkpoints(

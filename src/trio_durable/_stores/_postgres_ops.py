@@ -68,31 +68,44 @@ _UPSERT_CHECKPOINT: Final = (
 _CLAIM_CHECKPOINT: Final = (
     "UPDATE checkpoints SET "
     + ", ".join(f"{column} = %s" for column in CHECKPOINT_FIELDS[2:])
-    + " WHERE run_id = %s AND seq = %s AND status = 'pending' RETURNING true"
+    + " WHERE run_id = %s AND seq = %s AND status = 'pending'"
+    " AND (%s::bigint IS NULL OR attempts = %s::bigint) RETURNING true"
 )
 # The conditions of a settle or a reschedule, each off when its parameter is
 # NULL (or the status list empty), so one prepared statement serves them all.
+# The code of a stored error. Its message may hold a NUL, which JSON text
+# spells \u0000 and PostgreSQL's JSON functions refuse to read: spelled as
+# another escape of the same length first, it leaves the text valid JSON
+# (an escaped backslash before "u0000" stays one) and the code as it was.
+_ERROR_CODE: Final = "replace(error, '\\u0000', '\\u0020')::jsonb ->> 'code'"
 _CONDITIONS: Final = (
     " WHERE run_id = %(run_id)s AND seq = %(seq)s"
     " AND (status = 'pending' OR (status = 'failed'"
-    " AND error::jsonb ->> 'code' = %(or_failed_with)s::text))"
+    f" AND {_ERROR_CODE} = %(or_failed_with)s::text))"
     " AND (%(attempt)s::bigint IS NULL OR attempts = %(attempt)s::bigint)"
     " AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)"
     " AND (%(name)s::text IS NULL OR name = %(name)s::text)"
+    # ``executions`` is a JSON array of strings (NULL for none), whose
+    # elements the jsonb operator ``?`` looks among.
+    " AND (%(execution)s::text IS NULL OR executions::jsonb ? %(execution)s::text)"
+    " AND NOT (%(unless_rerun)s::boolean AND rerun)"
     " AND NOT EXISTS (SELECT FROM runs"
     " WHERE id = %(run_id)s AND status = ANY(%(unless)s::text[]))"
 )
+# ``errors`` is the compact JSON text `dump_errors` writes, so appending one
+# more error is text surgery: the result equals dump_errors(errors + (e,)).
+_ERRORS_APPENDED: Final = (
+    "CASE WHEN errors IS NULL OR errors = '[]' THEN '[' || %(error)s || ']'"
+    " ELSE left(errors, -1) || ',' || %(error)s || ']' END"
+)
 _SETTLE_CHECKPOINT: Final = (
     "UPDATE checkpoints SET status = %(status)s, output = %(output)s, error = %(error)s,"
+    f" errors = CASE WHEN %(append_error)s THEN {_ERRORS_APPENDED} ELSE errors END,"
     f" finished_at = %(finished_at)s::double precision{_CONDITIONS}"
     f" RETURNING {CHECKPOINT_COLUMNS}"
 )
-# ``errors`` is the compact JSON text `dump_errors` writes, so appending one
-# more error is text surgery: the result equals dump_errors(errors + (e,)).
 _RESCHEDULE_CHECKPOINT: Final = (
-    "UPDATE checkpoints SET attempts = attempts + 1,"
-    " errors = CASE WHEN errors IS NULL OR errors = '[]' THEN '[' || %(error)s || ']'"
-    " ELSE left(errors, -1) || ',' || %(error)s || ']' END,"
+    f"UPDATE checkpoints SET attempts = attempts + 1, errors = {_ERRORS_APPENDED},"
     f" started_at = NULL, wake_at = %(wake_at)s::double precision{_CONDITIONS}"
     f" RETURNING {CHECKPOINT_COLUMNS}"
 )
@@ -141,6 +154,8 @@ def select_run(cur: psycopg.Cursor[Any], run_id: str) -> Run | None:
 def _create_run(cur: psycopg.Cursor[Any], op: _ops.CreateRun) -> Any:
     cur.execute(_INSERT_RUN, run_row(op.run)[:-1])
     if cur.rowcount == 1:
+        if op.checkpoints:
+            cur.executemany(_UPSERT_CHECKPOINT, [_checkpoint_row(cp) for cp in op.checkpoints])
         return (op.run, True)
     return (select_run(cur, op.run.id), False)
 
@@ -201,8 +216,9 @@ def _why_not_updated(cur: psycopg.Cursor[Any], op: _ops.UpdateRun) -> StoreError
     return WriteConflict(f"run {run_id!r} changed concurrently")  # pragma: no cover
 
 
-def _claim_params(cp: Checkpoint) -> tuple[Any, ...]:
-    return (*checkpoint_values(cp), cp.run_id, cp.seq)
+def _claim_params(op: _ops.ClaimCheckpoint) -> tuple[Any, ...]:
+    cp = op.checkpoint
+    return (*checkpoint_values(cp), cp.run_id, cp.seq, op.attempt, op.attempt)
 
 
 def _settle_params(op: _ops.SettleCheckpoint) -> dict[str, Any]:
@@ -218,6 +234,9 @@ def _settle_params(op: _ops.SettleCheckpoint) -> dict[str, Any]:
         "name": op.name,
         "unless": sorted(op.unless_run_status or ()),
         "or_failed_with": op.or_failed_with,
+        "append_error": op.append_error and op.error is not None,
+        "execution": op.execution,
+        "unless_rerun": op.unless_rerun,
     }
 
 
@@ -232,6 +251,8 @@ def _reschedule_params(op: _ops.RescheduleCheckpoint) -> dict[str, Any]:
         "name": op.name,
         "unless": sorted(op.unless_run_status or ()),
         "or_failed_with": None,
+        "execution": op.execution,
+        "unless_rerun": op.unless_rerun,
     }
 
 
@@ -259,7 +280,7 @@ def _unmark(cur: psycopg.Cursor[Any], run_id: str, seq: int) -> None:
     # Due at once: its run's next turn sends it, not its next look.
     cur.execute(
         "UPDATE checkpoints SET error = NULL, wake_at = NULL WHERE run_id = %s AND seq = %s"
-        " AND status = 'pending' AND error::jsonb ->> 'code' = 'queued'",
+        f" AND status = 'pending' AND {_ERROR_CODE} = 'queued'",
         (run_id, seq),
     )
 
@@ -438,7 +459,7 @@ def _run_group(cur: psycopg.Cursor[Any], kind: type[Any], ops: list[Any]) -> lis
         return [None] * len(ops)
     params: list[Any]
     if kind is _ops.ClaimCheckpoint:
-        statement, params = _CLAIM_CHECKPOINT, [_claim_params(op.checkpoint) for op in ops]
+        statement, params = _CLAIM_CHECKPOINT, [_claim_params(op) for op in ops]
     else:
         statement, params = _SETTLE_CHECKPOINT, [_settle_params(op) for op in ops]
     if len(ops) == 1:

@@ -22,10 +22,11 @@ from psycopg import sql
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 from ._hook_sql import TABLES as HOOK_TABLES
+from ._payload_marks_sql import POSTGRES_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._search_sql import POSTGRES_MIGRATION as SEARCH_MIGRATION
 from ._values_sql import POSTGRES_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 7
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -223,6 +224,15 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (VALUES_TABLE,),
     # 5: runs' search attributes, indexed in run_search (see `._search_sql`).
     SEARCH_MIGRATION,
+    # 6: encrypted and offloaded payloads kept in band, marked (see
+    # `._payload_marks_sql`).
+    PAYLOAD_MARKS_MIGRATION,
+    # 7: checkpoints' execution ids (none in the rows already there: their
+    # results are matched by attempt, see docs/failure-handling.md).
+    (
+        "ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS executions text",
+        "ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS rerun boolean NOT NULL DEFAULT false",
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

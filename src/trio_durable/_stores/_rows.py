@@ -27,7 +27,8 @@ RUN_COLUMNS: Final = ", ".join(RUN_FIELDS)
 CHECKPOINT_FIELDS: Final = (
     "run_id", "seq", "name", "kind", "status", "input", "output", "error", "errors", "attempts",
     "worker_group", "child_id", "compensation", "parallel_group", "parallel_size",
-    "parallel_mode", "wake_at", "enqueued_at", "started_at", "finished_at",
+    "parallel_mode", "wake_at", "enqueued_at", "started_at", "finished_at", "executions",
+    "rerun",
 )  # fmt: skip
 CHECKPOINT_COLUMNS: Final = ", ".join(CHECKPOINT_FIELDS)
 
@@ -88,7 +89,7 @@ def checkpoint_values(cp: Checkpoint) -> tuple[Any, ...]:
         dump_errors(cp.errors) if cp.errors else None,
         cp.attempts, cp.group, cp.child_id, cp.compensation, cp.parallel_group,
         cp.parallel_size, cp.parallel_mode, cp.wake_at, cp.enqueued_at, cp.started_at,
-        cp.finished_at,
+        cp.finished_at, dump_executions(cp.executions), cp.rerun,
     )  # fmt: skip
 
 
@@ -114,4 +115,18 @@ def load_checkpoint(row: Any) -> Checkpoint:
         enqueued_at=row[17],
         started_at=row[18],
         finished_at=row[19],
+        executions=load_executions(row[20]),
+        # PostgreSQL keeps a boolean, SQLite an integer.
+        rerun=bool(row[21]),
     )
+
+
+def dump_executions(executions: tuple[str, ...]) -> str | None:
+    """A checkpoint's execution ids as their column holds them: a JSON
+    array, or NULL for none (every checkpoint but a dispatched one's, and
+    those written before execution ids existed)."""
+    return json.dumps(list(executions), separators=(",", ":")) if executions else None
+
+
+def load_executions(text: str | None) -> tuple[str, ...]:
+    return tuple(json.loads(text)) if text else ()

@@ -16,7 +16,7 @@ import attrs
 from .._exceptions import LeaseLostError, StoreError
 from .._records import Checkpoint, Run
 from ._base import WriteConflict
-from ._ops import PutValue, RescheduleCheckpoint, UpdateRun
+from ._ops import PutValue, RescheduleCheckpoint, SettleCheckpoint, UpdateRun
 
 
 def holds_lease(run: Run, owner: str, now: float | None) -> bool:
@@ -68,6 +68,8 @@ def settle_applies(
     kind: str | None,
     name: str | None,
     or_failed_with: str | None = None,
+    execution: str | None = None,
+    unless_rerun: bool = False,
 ) -> bool:
     """Whether a `SettleCheckpoint` (or, without ``or_failed_with``, a
     `RescheduleCheckpoint`) with these conditions applies to ``cp``; its
@@ -82,7 +84,24 @@ def settle_applies(
         return False
     if attempt is not None and cp.attempts != attempt:
         return False
+    if execution is not None and execution not in cp.executions:
+        return False
+    if unless_rerun and cp.rerun:
+        return False
     return is_of(cp, kind, name)
+
+
+def op_applies(cp: Checkpoint, op: SettleCheckpoint | RescheduleCheckpoint) -> bool:
+    """Whether ``op`` applies to ``cp`` (`settle_applies` with its fields)."""
+    return settle_applies(
+        cp,
+        op.attempt,
+        op.kind,
+        op.name,
+        op.or_failed_with if isinstance(op, SettleCheckpoint) else None,
+        op.execution,
+        op.unless_rerun,
+    )
 
 
 def rescheduled(cp: Checkpoint, op: RescheduleCheckpoint) -> Checkpoint:

@@ -16,6 +16,13 @@ both stores. Blocking the Trio thread for a query is harmless there: virtual
 time does not move meanwhile. The choice is made once, when the store is
 opened (a store belongs to one Trio run, and so to one clock).
 
+Under such a clock the file is this process's alone (its watch hears the
+stores of this process only), and the store offers `DueFeed`: it tells this
+process's engines when a run may have come due sooner or stalled, right
+after each commit, so their poller and reconcile pass never scan the file
+on a timer (see `._sqlite_feed`). Under Trio's own clock its ``due_event``,
+``unwoken_runs`` and ``unwoken_event`` are None.
+
 Group commit (see `._group_commit`), one trip at a time: a trip runs the
 reads first and then the writes inside ONE transaction, each write batch in
 its own savepoint. A batch that fails (a `WriteConflict`, a `LeaseLostError`)
@@ -48,6 +55,7 @@ from .._exceptions import StoreError
 from ._group_commit import GroupCommit, Job
 from ._ops import Announce, Op
 from ._sql_store import SQLStore
+from ._sqlite_feed import local_feed, unwoken_count
 from ._sqlite_ops import DIALECT
 from ._sqlite_schema import WATCH_INTERVAL, connect, parse_url
 from ._sqlite_watch import local_watches, watch_sqlite
@@ -104,8 +112,13 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
         # False under a clock other than Trio's own: then every call runs on
         # the Trio thread (see the module's docstring).
         self._threads = _threads_keep_time()
-        # Without threads, its watch hears this process's stores alone.
+        # Without threads, its watch hears this process's stores alone, and
+        # it tells their engines of its changes itself (`DueFeed`).
         self._local = None if self._threads else local_watches(path)
+        self._feed = None if self._threads else local_feed(path)
+        self.due_event = None if self._feed is None else self._due_event
+        self.unwoken_runs = None if self._feed is None else self._unwoken_runs
+        self.unwoken_event = None if self._feed is None else self._feed.stall_event
         self._dialect = DIALECT
         self._commit = GroupCommit(
             self._trip,
@@ -131,6 +144,22 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
         else:
             await watch_sqlite(self.path, self.watch_interval, origin, deliver, task_status)
 
+    # `DueFeed`, under a clock other than Trio's own (see `._sqlite_feed`):
+    # queries on the Trio thread, outside any trip (a trip there is one
+    # synchronous call, so none is under way meanwhile).
+
+    def _due_event(self, before: float) -> trio.Event:
+        assert self._feed is not None
+        return self._feed.due_event(self._cursor, before)
+
+    def _unwoken_runs(self) -> int:
+        try:
+            return unwoken_count(self._cursor)
+        except sqlite3.Error:
+            # Closed or broken: the reconcile pass looks, and meets the
+            # error in its own read.
+            return 1
+
     async def apply(self, ops: Sequence[Op]) -> list[Any]:
         results = await super().apply(ops)
         if self._local is not None:
@@ -151,8 +180,12 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
     async def _trip(self, jobs: list[Job[sqlite3.Cursor, Any]]) -> bool:
         if not self._threads:
             # One synchronous call: no other task runs, and virtual time
-            # does not move, until the trip has committed.
-            return self._run_trip(jobs)
+            # does not move, until the trip has committed and the engines
+            # of this process were told (see `._sqlite_feed`).
+            committed = self._run_trip(jobs)
+            if committed and self._feed is not None:
+                self._feed.committed(self._cursor)
+            return committed
         # Shielded: once taken, the jobs must run (or fail) as a whole.
         with trio.CancelScope(shield=True):
             committed = await trio.to_thread.run_sync(self._run_trip, jobs, limiter=self._limiter)

@@ -21,7 +21,6 @@ from .._records import (
     Checkpoint,
     CheckpointStatus,
     Run,
-    RunStatus,
     dump_error,
     dump_errors,
 )
@@ -32,6 +31,7 @@ from ._hook_sql import RUN_TABLES, hook_ops
 from ._ops import Op
 from ._rows import (
     CHECKPOINT_COLUMNS,
+    CHECKPOINT_FIELDS,
     INT64_MAX,
     INT64_MIN,
     RUN_FIELDS,
@@ -41,7 +41,7 @@ from ._rows import (
     load_run,
     run_row,
 )
-from ._rules import expectation_failure, rescheduled, settle_applies, take_lease
+from ._rules import expectation_failure, op_applies, rescheduled, take_lease
 from ._sql_store import Dialect
 from ._sqlite_watch import write_announcement
 from ._values_sql import value_ops
@@ -71,14 +71,14 @@ _SELECT_CHECKPOINTS: Final = (
     " WHERE run_id = ? AND seq >= ? AND seq <= ? ORDER BY seq"
 )
 _UPSERT_CHECKPOINT: Final = (
-    f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * 20)})"
+    f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * len(CHECKPOINT_FIELDS))})"
     " ON CONFLICT (run_id, seq) DO UPDATE SET "
     + ", ".join(f"{column} = excluded.{column}" for column in CHECKPOINT_COLUMNS.split(", ")[2:])
 )
 _CLAIM_CHECKPOINT: Final = (
     "UPDATE checkpoints SET "
     + ", ".join(f"{column} = ?" for column in CHECKPOINT_COLUMNS.split(", ")[2:])
-    + " WHERE run_id = ? AND seq = ? AND status = 'pending'"
+    + " WHERE run_id = ? AND seq = ? AND status = 'pending' AND (? IS NULL OR attempts = ?)"
 )
 _SETTLE_CHECKPOINT: Final = (
     "UPDATE checkpoints SET status = ?, output = ?, error = ?, finished_at = ?"
@@ -90,6 +90,7 @@ _SETTLE_CHECKED: Final = (
     "UPDATE checkpoints SET status = ?, output = ?, error = ?, finished_at = ?"
     f" WHERE run_id = ? AND seq = ? RETURNING {CHECKPOINT_COLUMNS}"
 )
+_SET_ERRORS: Final = "UPDATE checkpoints SET errors = ? WHERE run_id = ? AND seq = ?"
 _SETTLE_SIGNAL: Final = (
     "UPDATE checkpoints SET status = 'completed', output = ?, error = NULL, finished_at = ?"
     " WHERE run_id = ? AND seq = ? AND status = 'pending'"
@@ -133,6 +134,11 @@ def _create_run(cur: sqlite3.Cursor, op: _ops.CreateRun) -> Any:
     cur.execute(_INSERT_RUN, row[:_INPUT_INDEX] + row[_INPUT_INDEX + 1 :])
     if cur.rowcount == 1:
         cur.execute(_INSERT_INPUT, (op.run.id, op.run.input))
+        if op.checkpoints:
+            cur.executemany(
+                _UPSERT_CHECKPOINT,
+                [(cp.run_id, cp.seq, *checkpoint_values(cp)) for cp in op.checkpoints],
+            )
         return (op.run, True)
     return (_select_run(cur, op.run.id), False)
 
@@ -153,32 +159,27 @@ def _update(cur: sqlite3.Cursor, op: _ops.UpdateRun) -> Any:
 
 def _claim(cur: sqlite3.Cursor, op: _ops.ClaimCheckpoint) -> Any:
     cp = op.checkpoint
-    cur.execute(_CLAIM_CHECKPOINT, (*checkpoint_values(cp), cp.run_id, cp.seq))
+    cur.execute(
+        _CLAIM_CHECKPOINT, (*checkpoint_values(cp), cp.run_id, cp.seq, op.attempt, op.attempt)
+    )
     return cur.rowcount == 1
 
 
 def _conditions_hold(
-    cur: sqlite3.Cursor,
-    run_id: str,
-    seq: int,
-    attempt: int | None,
-    unless_run_status: frozenset[RunStatus] | None,
-    kind: str | None = None,
-    name: str | None = None,
-    or_failed_with: str | None = None,
+    cur: sqlite3.Cursor, op: _ops.SettleCheckpoint | _ops.RescheduleCheckpoint
 ) -> Checkpoint | None:
     """The pending checkpoint (or one failed with ``or_failed_with``), if the
-    attempt, kind, name and run-status conditions of a settle or reschedule
-    hold."""
-    rows = cur.execute(_SELECT_CHECKPOINTS, (run_id, seq, seq)).fetchall()
+    attempt, kind, name, execution and run-status conditions of a settle or
+    reschedule hold."""
+    rows = cur.execute(_SELECT_CHECKPOINTS, (op.run_id, op.seq, op.seq)).fetchall()
     if not rows:
         return None
     cp = load_checkpoint(rows[0])
-    if not settle_applies(cp, attempt, kind, name, or_failed_with):
+    if not op_applies(cp, op):
         return None
-    if unless_run_status:
-        row = cur.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
-        if row is not None and row[0] in unless_run_status:
+    if op.unless_run_status:
+        row = cur.execute("SELECT status FROM runs WHERE id = ?", (op.run_id,)).fetchone()
+        if row is not None and row[0] in op.unless_run_status:
             return None
     return cp
 
@@ -190,31 +191,27 @@ def _settle(cur: sqlite3.Cursor, op: _ops.SettleCheckpoint) -> Any:
         or op.kind is not None
         or op.name is not None
         or op.or_failed_with is not None
+        or op.execution is not None
+        or op.unless_rerun
     )
-    if conditional:
-        cp = _conditions_hold(
-            cur,
-            op.run_id,
-            op.seq,
-            op.attempt,
-            op.unless_run_status,
-            op.kind,
-            op.name,
-            op.or_failed_with,
-        )
-        if cp is None:
-            return None
+    if conditional and _conditions_hold(cur, op) is None:
+        return None
     rows = cur.execute(
         _SETTLE_CHECKPOINT if op.or_failed_with is None else _SETTLE_CHECKED,
         (op.status, op.output, dump_error(op.error), op.finished_at, op.run_id, op.seq),
     ).fetchall()
-    return load_checkpoint(rows[0]) if rows else None
+    if not rows:
+        return None
+    settled = load_checkpoint(rows[0])
+    if op.append_error and op.error is not None:
+        # Written in the same transaction, so the row is as just settled.
+        settled = attrs.evolve(settled, errors=(*settled.errors, op.error))
+        cur.execute(_SET_ERRORS, (dump_errors(settled.errors), op.run_id, op.seq))
+    return settled
 
 
 def _reschedule(cur: sqlite3.Cursor, op: _ops.RescheduleCheckpoint) -> Any:
-    cp = _conditions_hold(
-        cur, op.run_id, op.seq, op.attempt, op.unless_run_status, op.kind, op.name
-    )
+    cp = _conditions_hold(cur, op)
     if cp is None:
         return None
     retry = rescheduled(cp, op)

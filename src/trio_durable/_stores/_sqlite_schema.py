@@ -18,11 +18,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
+from ._payload_marks_sql import SQLITE_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
 from ._search_sql import SQLITE_TABLES as SEARCH_TABLES
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 8
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
@@ -30,8 +31,11 @@ indexed the queries of `Store.find_runs` (``run_tags`` and the indexes of
 runs by status, workflow, namespace and end) and added ``announcements``;
 version 4 added webhooks, breakpoints, paused steps and settings; version 5
 added keyed values (``durable_values``); version 6 added runs' search
-attributes (``runs.search_attributes`` and its index ``run_search``). An
-older file is migrated when it is opened."""
+attributes (``runs.search_attributes`` and its index ``run_search``);
+version 7 marked the payloads kept in band before (see
+`._payload_marks_sql`); version 8 added checkpoints' execution ids
+(``checkpoints.executions`` and ``checkpoints.rerun``). An older file is
+migrated when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
 """Seconds between two looks of a store's watch for commits of other
@@ -54,6 +58,9 @@ CHECKPOINTS_STATUS: Final = (
     "CREATE INDEX IF NOT EXISTS checkpoints_status ON checkpoints"
     " (run_id, status, seq, attempts, enqueued_at, started_at, finished_at)"
 )
+
+EXECUTIONS_COLUMN: Final = "ALTER TABLE checkpoints ADD COLUMN executions TEXT"
+RERUN_COLUMN: Final = "ALTER TABLE checkpoints ADD COLUMN rerun INTEGER NOT NULL DEFAULT 0"
 
 _SCHEMA: Final = (
     """
@@ -168,6 +175,8 @@ _SCHEMA: Final = (
         enqueued_at REAL,
         started_at REAL,
         finished_at REAL,
+        executions TEXT,
+        rerun INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (run_id, seq)
     )
     """,
@@ -254,9 +263,19 @@ _MIGRATIONS: Final = {
     # runs already there, so ``run_search`` starts empty); the index and its
     # triggers the schema creates.
     5: (SEARCH_COLUMN,),
+    # From version 6: encrypted and offloaded payloads kept in band, marked.
+    6: PAYLOAD_MARKS_MIGRATION,
+    # From version 7: the execution ids of checkpoints (none in the rows
+    # already there: their results are matched by attempt, see
+    # docs/failure-handling.md#rolling-upgrades).
+    7: (EXECUTIONS_COLUMN, RERUN_COLUMN),
 }
 
-_ADDED_COLUMNS: Final = {SEARCH_COLUMN: ("runs", "search_attributes")}
+_ADDED_COLUMNS: Final = {
+    SEARCH_COLUMN: ("runs", "search_attributes"),
+    EXECUTIONS_COLUMN: ("checkpoints", "executions"),
+    RERUN_COLUMN: ("checkpoints", "rerun"),
+}
 """Migrations that add a column, with the column: skipped where it exists
 (SQLite has no ``ADD COLUMN IF NOT EXISTS``)."""
 

@@ -13,11 +13,13 @@ one writer in at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from .._records import StoredValue
-from ._ops import PutValue
+from ._ops import Op, PutValue
 from ._rules import value_conflict
 
 if TYPE_CHECKING:
@@ -105,6 +107,33 @@ def value_ops(p: str) -> dict[type[Any], Callable[[Any, Any], Any]]:
         return version
 
     return {PutValue: put_value}
+
+
+# PostgreSQL: two transactions that write the same keyed values in opposite
+# orders deadlock, on the rows or, for keys new to both, on the unique
+# index (PostgreSQL notices after `deadlock_timeout`, a second, and the
+# trip runs again). Row locks cannot be taken on rows not inserted yet, so
+# a transaction first takes a transaction-scoped advisory lock per value it
+# writes, in one order for every transaction (of every engine): sorted by
+# key. Two that share values then queue; a collision of two keys (64 bits
+# of a hash) only makes two transactions queue that need not.
+LOCK_VALUES: Final = (
+    "SELECT pg_advisory_xact_lock(k)"
+    " FROM unnest(%s::bigint[]) WITH ORDINALITY AS t(k, n) ORDER BY n"
+)
+
+
+def value_locks(namespace: str, ops: Iterable[Op]) -> list[int]:
+    """The advisory lock keys (sorted, each once) of the keyed values that
+    ``ops`` write, for `LOCK_VALUES`. ``namespace`` (the store's schema)
+    keeps the keys of stores sharing a database apart."""
+    keys = set()
+    for op in ops:
+        if isinstance(op, PutValue):
+            text = json.dumps([namespace, op.scope, op.key])
+            digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8)
+            keys.add(int.from_bytes(digest.digest(), "big", signed=True))
+    return sorted(keys)
 
 
 def prefix_end(prefix: str) -> str | None:

@@ -24,6 +24,7 @@ from .._handlers import UPDATES_SEQ
 from .._records import (
     Checkpoint,
 )
+from .._remote import LOST
 from .._stores._base import ChangeFeed, TurnState
 from .._stores._memory import MemoryStore
 from .._stores._ops import DeleteCheckpoints, Op
@@ -93,10 +94,12 @@ class Faults:
 
 
 def _kept_late(old: Checkpoint, new: Checkpoint) -> bool:
+    """A late success kept on a step settled failed before its result came
+    (a cancelled fan member, a lost step): no second settle."""
     return (
         old.status == "failed"
         and old.error is not None
-        and old.error.code == FAN_CANCELLED
+        and old.error.code in (FAN_CANCELLED, LOST)
         and new.status == "completed"
     )
 

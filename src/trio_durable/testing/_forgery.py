@@ -85,6 +85,17 @@ class ForgingBroker:
         self.task_sent = trio.Event()
 
     @property
+    def durable(self) -> bool:
+        # As the memory broker: not durable, so engines send again the
+        # steps out on it once no engine that sends on it is open.
+        return self.inner.durable
+
+    @property
+    def needs_heartbeat(self) -> bool:
+        # As the memory broker: workers announce once, with no heartbeat.
+        return self.inner.needs_heartbeat
+
+    @property
     def max_payload(self) -> int | None:
         return self.inner.max_payload
 

@@ -33,7 +33,7 @@ from .._blobs import DEFAULT_BLOB_GRACE, DEFAULT_BLOB_THRESHOLD
 from .._brokers._memory import BrokerFaults, MemoryBroker
 from .._codec import PayloadCodec
 from .._engine import Engine, crash
-from .._exceptions import UsageError
+from .._exceptions import StoreError, UsageError
 from .._keyring import Keyring
 from .._open_engine import open_engine
 from .._open_worker import open_worker
@@ -410,9 +410,12 @@ class _Fleet:
             violations.extend(self.sealed.violations)
         if self.setup.signing is not None:
             violations.extend(self.broker.violations)
-            violations.extend(await forgery_violations(self.view()))
+            try:
+                violations.extend(await forgery_violations(self.view()))
+            except StoreError as exc:
+                violations.append(f"the forgery check raised {type(exc).__name__}: {exc}")
         if self.blobs is not None:
-            violations.extend(blob_violations(self.blobs, await _row_payloads(self.store.inner)))
+            violations.extend(await blob_violations(self.blobs, self.store.inner))
         return violations
 
     def faults(self) -> dict[str, int]:
@@ -447,15 +450,23 @@ async def _simulation(
     view = fleet.view()
     outputs: dict[str, tuple[str, Any]] = {}
     statuses: dict[str, int] = {}
-    for run in await view.list_runs(limit=1_000_000):
+    # Statuses from the rows as stored (no payload layer reads them), each
+    # outcome through the layers: a row they cannot read is a violation.
+    for run in await fleet.store.inner.list_runs(limit=1_000_000):
         statuses[run.status] = statuses.get(run.status, 0) + 1
         if run.parent_id is None:
-            outputs[run.id] = _outcome(run)
+            try:
+                read = await view.get_run(run.id)
+            except StoreError as exc:
+                violations.append(f"run {run.id} cannot be read: {type(exc).__name__}: {exc}")
+            else:
+                outputs[run.id] = _outcome(run if read is None else read)
         allowed = run.id in sim.may_stay_suspended or run.parent_id in sim.may_stay_suspended
         if run.status not in TERMINAL_STATUSES and not allowed:
             violations.append(f"run {run.id} did not end: {run.status}")
     for check in sim.checks:
-        violations.extend(await check(view))
+        with fleet._reporting("a check of the workload's"):
+            violations.extend(await check(view))
     violations.extend(await fleet.at_rest())
     store = fleet.store
     for (run_id, seq), settles in sorted(store.settles.items()):
@@ -499,18 +510,6 @@ def _outcome(run: Run) -> tuple[str, Any]:
     if run.status == "completed":
         return ("completed", json.loads(run.output) if run.output else None)
     return (run.status, run.error.code if run.error else None)
-
-
-async def _row_payloads(store: MemoryStore) -> list[tuple[str, str]]:
-    """Every payload the store's runs and checkpoints hold, as stored."""
-    texts: list[tuple[str, str]] = []
-    for run in await store.list_runs(limit=1_000_000):
-        texts.extend((f"run {run.id}", text) for text in (run.input, run.output) if text)
-        for cp in await store.get_checkpoints(run.id):
-            texts.extend(
-                (f"checkpoint {run.id}@{cp.seq}", text) for text in (cp.input, cp.output) if text
-            )
-    return texts
 
 
 async def _until_settled(store: FaultyStore, sim: Simulation) -> None:

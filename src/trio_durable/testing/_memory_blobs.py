@@ -3,18 +3,24 @@
 A `LocalBlobStore` reads and writes files on threads, which would let
 `MockClock`'s autojump move virtual time while one is in flight; a
 simulation keeps its blobs in memory instead, fresh for each execution, and
-checks afterwards that every reference a row holds names a blob whose bytes
-hash to its key (`blob_violations`).
+checks afterwards that every blob mark a row holds (``~blob:<key>:<size>``,
+see `trio_durable._stored_payloads`) names a blob whose bytes hash to its
+key, and one that its run's blob references list (`blob_violations`): a
+mark that the run's references do not list reads as a missing blob.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import final
 
 import trio
 
-from .._blobs import BlobInfo, BlobNotFound, is_reference, reference_key
+from .._blob_store import SCOPE as BLOB_SCOPE
+from .._blob_store import blob_listing
+from .._blobs import BlobInfo, check_content, content_key
+from .._exceptions import BlobNotFound
+from .._stored_payloads import parse_blob_mark
+from .._stores._base import Store
 
 
 @final
@@ -39,9 +45,10 @@ class MemoryBlobStore:
     async def get(self, key: str) -> bytes:
         await trio.lowlevel.checkpoint()
         try:
-            return self.blobs[key][0]
+            data = self.blobs[key][0]
         except KeyError:
             raise BlobNotFound(key) from None
+        return check_content(key, data)
 
     async def stat(self, key: str) -> BlobInfo | None:
         await trio.lowlevel.checkpoint()
@@ -62,21 +69,39 @@ class MemoryBlobStore:
             for key in keys
         ]
 
-    def payload(self, reference: str) -> str | None:
-        """The text a reference stands for, or None if its blob is missing
-        or its bytes do not hash to its key."""
-        key = reference_key(reference)
+    def payload(self, key: str) -> str | None:
+        """The text kept under ``key``, or None if its blob is missing or
+        its bytes do not hash to its key."""
         found = self.blobs.get(key)
-        if found is None or f"sha256-{hashlib.sha256(found[0]).hexdigest()}" != key:
+        if found is None or content_key(found[0]) != key:
             return None
         return found[0].decode()
 
 
-def blob_violations(blobs: MemoryBlobStore, texts: list[tuple[str, str]]) -> list[str]:
-    """Where a row's reference (``(where, text)`` pairs of the payloads the
-    store holds) names no blob, or a blob whose bytes are not its key's."""
+async def blob_violations(blobs: MemoryBlobStore, store: Store) -> list[str]:
+    """Where a run's or checkpoint's blob mark (in ``store`` as stored,
+    under every payload layer) names no blob, a blob whose bytes are not
+    its key's, or a blob its run's references do not list."""
     violations: list[str] = []
-    for where, text in texts:
-        if is_reference(text) and blobs.payload(text) is None:
-            violations.append(f"{where} refers to a blob that is missing or corrupt: {text}")
+    for run in await store.list_runs(limit=1_000_000):
+        texts = [(f"run {run.id}", text) for text in (run.input, run.output)]
+        for cp in await store.get_checkpoints(run.id):
+            where = f"checkpoint {run.id}@{cp.seq}"
+            texts.extend((where, text) for text in (cp.input, cp.output))
+        for where, text in texts:
+            if text is None:
+                continue
+            try:
+                mark = parse_blob_mark(text)
+            except BlobNotFound:
+                violations.append(f"{where} holds a malformed blob mark: {text[:120]}")
+                continue
+            if mark is None:
+                continue
+            if blobs.payload(mark.key) is None:
+                violations.append(f"{where} refers to a blob that is missing or corrupt: {text}")
+            elif await store.get_value(BLOB_SCOPE, blob_listing(run.id, mark.key)) is None:
+                violations.append(
+                    f"{where} refers to a blob its run's references do not list: {text}"
+                )
     return violations

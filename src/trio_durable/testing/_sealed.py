@@ -4,9 +4,12 @@ to the store is the codec's text.
 `SealedWrites` looks at each batch of operations as it reaches the store
 (under the engines' `CodecStore` and blob store): in every record it
 carries (runs, checkpoints, errors, keyed values, signals, settings), each
-payload is text the codec made (`PayloadCodec.describe` names it), or a
-reference to a blob whose bytes are; an error keeps only its code, type and
-step readable. It walks the operations' fields by name rather than asking
+payload is marked as encoded (``~enc:``, see `trio_durable._stored_payloads`)
+and what follows the mark is text the codec made (`PayloadCodec.describe`
+names it), or it is the mark of a blob (``~blob:<key>:<size>``) whose bytes
+are such a payload; an error keeps only its code, type and step readable:
+its message, details and traceback are in `ErrorInfo.sealed`, text the
+codec made, and its message only says so. It walks the operations' fields by name rather than asking
 the codec store which it encodes, so a payload the codec store misses (a new
 operation, a new field) is caught too. The keyed values of scope ``blob``
 (which runs refer to which blob) hold no payload and are left alone.
@@ -14,16 +17,16 @@ operation, a new field) is caught too. The keyed values of scope ``blob``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Final, final
 
 import attrs
 
 from .._blob_store import SCOPE as BLOB_SCOPE
-from .._blobs import is_reference
 from .._codec import PayloadCodec
+from .._exceptions import BlobNotFound
 from .._records import ErrorInfo
+from .._stored_payloads import codec_text, parse_blob_mark
 from .._stores._ops import Op, PutValue
 from ._memory_blobs import MemoryBlobStore
 
@@ -106,21 +109,30 @@ class SealedWrites:
 
     def _payload(self, path: tuple[str, ...], text: str) -> None:
         where = ".".join(path)
-        if is_reference(text) and self.blobs is not None:
-            payload = self.blobs.payload(text)
+        try:
+            mark = parse_blob_mark(text)
+        except BlobNotFound:
+            self._found.append(f"{where} holds a malformed blob mark: {text[:80]!r}")
+            return
+        if mark is not None:
+            payload = None if self.blobs is None else self.blobs.payload(mark.key)
             if payload is None:
                 self._found.append(f"{where} refers to a blob that is missing or corrupt: {text}")
                 return
             text, where = payload, f"the blob of {where}"
-        if self.codec.describe(text) is None:
+        made = codec_text(text)
+        if made is None or self.codec.describe(made) is None:
             self._found.append(f"{where} reached the store in the clear: {text[:80]!r}")
 
     def _error(self, path: tuple[str, ...], error: ErrorInfo) -> None:
-        where = ".".join(path)
-        sealed = json.dumps(error.details, separators=(",", ":"))
-        described = self.codec.describe(sealed)
-        if described is None or error.message != described or error.traceback is not None:
+        described = None if error.sealed is None else self.codec.describe(error.sealed)
+        if (
+            described is None
+            or error.message != described
+            or error.details is not None
+            or error.traceback is not None
+        ):
             self._found.append(
-                f"{where}: an error reached the store in the clear:"
+                f"{'.'.join(path)}: an error reached the store in the clear:"
                 f" {error.message[:80]!r} (code {error.code!r})"
             )

@@ -180,6 +180,13 @@ class NatsBroker:
         self._clock = Clock()
 
     @property
+    def durable(self) -> bool:
+        """True: tasks are JetStream messages in a stream with file storage
+        on the NATS server, which keeps them when an engine's or a worker's
+        process ends (see `trio_durable.brokers.Broker.durable`)."""
+        return True
+
+    @property
     def max_payload(self) -> int:
         """The largest message body a dispatch sends: the ``max_payload`` the
         server announced when the connection (last) opened, less

@@ -152,6 +152,13 @@ class AmqpBroker:
         self._own: dict[str, tuple[bytes, float]] = {}
 
     @property
+    def durable(self) -> bool:
+        """True: tasks are persistent messages on durable queues of the
+        RabbitMQ server, which keeps them when an engine's or a worker's
+        process ends (see `trio_durable.brokers.Broker.durable`)."""
+        return True
+
+    @property
     def max_payload(self) -> int:
         """The largest message body a dispatch sends (the URL's
         ``max_payload=``, by default RabbitMQ's default ``max_message_size``)."""

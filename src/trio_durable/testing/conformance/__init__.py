@@ -20,6 +20,13 @@ For a broker adapter (``docs/writing-a-broker-adapter.md``)::
 
 For a store (``docs/writing-a-store.md``), the same with ``STORE_CHECKS``
 and a `StoreFactory` (or any zero-argument opener of a fresh, empty store).
+
+A check about a capability the implementation lacks (``priorities=False``,
+a store that is no `RunWatch`) is skipped, never passed: under pytest it
+calls ``pytest.skip`` with the reason; elsewhere it raises `CheckSkipped`.
+`run_checks` runs checks and reports each as a `CheckResult` (passed,
+failed or skipped); the ``check_...`` runners return those of a whole suite
+and raise at the first failure.
 """
 
 # -- Brokers: the protocol suite and the engine suite (docs/brokers.md) --------------
@@ -65,6 +72,9 @@ from ._broker_descriptors import (
     check_a_descriptor_is_forgotten_after_its_ttl as check_a_descriptor_is_forgotten_after_its_ttl,
 )
 from ._broker_descriptors import (
+    check_an_announcement_without_heartbeat_lasts_until_withdrawn as check_an_announcement_without_heartbeat_lasts_until_withdrawn,
+)
+from ._broker_descriptors import (
     check_announce_withdraw_and_lookup_by_group as check_announce_withdraw_and_lookup_by_group,
 )
 from ._broker_descriptors import (
@@ -79,10 +89,17 @@ from ._broker_engine_remote import (
 from ._broker_engine_suite import BROKER_ENGINE_CHECKS as BROKER_ENGINE_CHECKS
 from ._broker_engine_suite import check_broker_engine as check_broker_engine
 from ._broker_factory import EVENTUALLY as EVENTUALLY
+from ._broker_factory import QUIET_PERIOD as QUIET_PERIOD
 from ._broker_factory import BrokerFactory as BrokerFactory
 from ._broker_factory import BrokerMaker as BrokerMaker
 
 # -- end of the broker suites ---------------------------------------------------------
+# -- What every suite reports -------------------------------------------------------
+from ._outcomes import CheckResult as CheckResult
+from ._outcomes import CheckSkipped as CheckSkipped
+from ._outcomes import Outcome as Outcome
+from ._outcomes import run_checks as run_checks
+
 # -- Stores: the store suite (docs/writing-a-store.md) -----------------------------
 from ._store import STORE_CHECKS as STORE_CHECKS
 from ._store import check_store as check_store

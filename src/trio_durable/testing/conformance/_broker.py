@@ -29,6 +29,7 @@ import trio
 from ..._brokers._base import RESULTS, Consumer, Delivery, Outgoing, PayloadTooLarge, is_broker_safe
 from ._broker_descriptors import (
     check_a_descriptor_is_forgotten_after_its_ttl,
+    check_an_announcement_without_heartbeat_lasts_until_withdrawn,
     check_announce_withdraw_and_lookup_by_group,
     check_descriptors_round_trip_every_field,
 )
@@ -45,6 +46,7 @@ from ._broker_factory import (
     settle,
     unique_name,
 )
+from ._outcomes import CheckResult, run_suite, skip
 
 # -- Dispatch and receive ------------------------------------------------------------
 
@@ -359,11 +361,11 @@ async def check_higher_priorities_are_delivered_first(
     factory: BrokerFactory | BrokerMaker,
 ) -> None:
     """Waiting messages are delivered highest priority first (9 to 0), in
-    order of dispatch within a priority. Checks nothing for a factory
-    without `BrokerFactory.priorities`."""
+    order of dispatch within a priority. Skipped for a factory without
+    `BrokerFactory.priorities`."""
     factory = as_factory(factory)
     if not factory.priorities:
-        return
+        skip("the broker has no priorities (its BrokerFactory says priorities=False)")
     queue = unique_name("priorities")
     # Queued lowest first, so a broker ignoring priorities delivers them in
     # the wrong order.
@@ -482,12 +484,13 @@ BROKER_CHECKS: Final[tuple[Callable[[BrokerFactory | BrokerMaker], Awaitable[Non
     check_announce_withdraw_and_lookup_by_group,
     check_descriptors_round_trip_every_field,
     check_a_descriptor_is_forgotten_after_its_ttl,
+    check_an_announcement_without_heartbeat_lasts_until_withdrawn,
 )
 """Every check of the broker suite, in order: parametrize a test over it
 (``ids=lambda check: check.__name__``) to see each pass or fail alone."""
 
 
-async def check_broker(factory: BrokerFactory | BrokerMaker) -> None:
+async def check_broker(factory: BrokerFactory | BrokerMaker) -> list[CheckResult]:
     """Run every check of `BROKER_CHECKS` against ``factory``, one after
     another; the first that fails raises.
 
@@ -496,10 +499,12 @@ async def check_broker(factory: BrokerFactory | BrokerMaker) -> None:
         async context manager that yields a connected broker (then the
         broker is taken to have priorities and to live off the Trio thread).
 
+    Returns:
+      One `CheckResult` per check, each ``"passed"`` or ``"skipped"`` (a
+      capability the factory says the broker lacks).
+
     Raises:
       AssertionError: The broker breaks the contract (the message and the
         traceback say where).
     """
-    factory = as_factory(factory)
-    for check in BROKER_CHECKS:
-        await check(factory)
+    return await run_suite(BROKER_CHECKS, as_factory(factory))

@@ -1,12 +1,15 @@
 """The broker suite, second part: worker descriptors (announce, withdraw,
-lookup by group, every field, time to live)."""
+lookup by group, every field, time to live, and announcements that need no
+heartbeat)."""
 
 from __future__ import annotations
+
+import math
 
 import attrs
 import trio
 
-from ..._brokers._base import WorkerDescriptor
+from ..._brokers._base import Broker, WorkerDescriptor, needs_heartbeat
 from ._broker_factory import (
     EVENTUALLY,
     BrokerFactory,
@@ -16,6 +19,7 @@ from ._broker_factory import (
     eventually,
     unique_name,
 )
+from ._outcomes import skip
 
 
 async def check_announce_withdraw_and_lookup_by_group(
@@ -108,6 +112,7 @@ async def check_descriptors_round_trip_every_field(factory: BrokerFactory | Brok
         capabilities=("gpu", "pci"),
         registration_hash="sha256:" + "ab" * 32,
         announced_at=1_700_000_123.25,
+        held=True,
     )
     async with factory() as broker:
         try:
@@ -162,3 +167,64 @@ async def check_a_descriptor_is_forgotten_after_its_ttl(
         finally:
             await broker.withdraw(worker.instance_id)
             await broker.withdraw(long_lived.instance_id)
+
+
+async def check_an_announcement_without_heartbeat_lasts_until_withdrawn(
+    factory: BrokerFactory | BrokerMaker,
+) -> None:
+    """On a broker whose announcements need no heartbeat
+    (`Broker.needs_heartbeat` is False), one made with ``ttl=math.inf``
+    stays, long after a time to live would have run out, until it is
+    withdrawn; announced again with a time to live, it lapses then (what
+    a worker's simulated crash does). Skipped for a broker that needs
+    heartbeats (the default of one that does not say)."""
+    factory = as_factory(factory)
+    queue = unique_name("held")
+    # Long after any time to live, as far as a check can wait: a day where
+    # waiting costs nothing (Trio's clock, under the autojump clock).
+    patience = 86_400.0 if factory.trio_clock else 10 * factory.short_ttl
+    async with factory() as broker:
+        heartbeats = needs_heartbeat(broker)
+        if not heartbeats:
+            await _held(broker, factory, queue, patience)
+    # Skipped once the broker is closed: the factory's block may be a
+    # nursery, which would wrap the skip in an exception group.
+    if heartbeats:
+        skip("the broker needs heartbeats (Broker.needs_heartbeat is not False)")
+
+
+async def _held(broker: Broker, factory: BrokerFactory, queue: str, patience: float) -> None:
+    held = descriptor(f"{queue}.held", f"{queue}.g")
+    lapsing = descriptor(f"{queue}.lapsing", f"{queue}.g")
+    ttl = factory.short_ttl
+
+    async def ours() -> list[str]:
+        return [
+            d.instance_id
+            for d in await broker.worker_descriptors()
+            if d.instance_id.startswith(queue)
+        ]
+
+    nobody: list[str] = []
+    try:
+        await broker.announce(held, math.inf)
+        await broker.announce(lapsing, ttl)
+        await eventually(ours, [held.instance_id], factory, patience=ttl + EVENTUALLY)
+        await trio.sleep(patience)
+        assert await ours() == [held.instance_id]
+        assert await broker.worker_descriptors(f"{queue}.g") == [held]
+
+        # Announced again with a time to live: it lapses then.
+        announced = trio.current_time()
+        await broker.announce(held, ttl)
+        await eventually(ours, nobody, factory, patience=ttl + EVENTUALLY)
+        assert trio.current_time() - announced >= ttl
+
+        # Held again, then withdrawn: gone at once.
+        await broker.announce(held, math.inf)
+        await eventually(ours, [held.instance_id], factory)
+        await broker.withdraw(held.instance_id)
+        await eventually(ours, nobody, factory)
+    finally:
+        await broker.withdraw(held.instance_id)
+        await broker.withdraw(lapsing.instance_id)

@@ -12,6 +12,7 @@ from ._broker_engine_remote import (
     check_a_mix_of_workflows_decided_on_workers_settles_exactly_once,
 )
 from ._broker_factory import BrokerFactory, BrokerMaker, as_factory
+from ._outcomes import CheckResult, run_suite
 
 BROKER_ENGINE_CHECKS: Final[
     tuple[Callable[[BrokerFactory | BrokerMaker], Awaitable[None]], ...]
@@ -22,17 +23,20 @@ BROKER_ENGINE_CHECKS: Final[
 """Every check of the engine suite: parametrize a test over it."""
 
 
-async def check_broker_engine(factory: BrokerFactory | BrokerMaker) -> None:
-    """Run every check of `BROKER_ENGINE_CHECKS` against ``factory``.
+async def check_broker_engine(factory: BrokerFactory | BrokerMaker) -> list[CheckResult]:
+    """Run every check of `BROKER_ENGINE_CHECKS` against ``factory``; the
+    first that fails raises.
 
     Args:
       factory: A `BrokerFactory` (or a plain opener), as for `check_broker`.
+
+    Returns:
+      One `CheckResult` per check (``"passed"``: no check of this suite is
+      about an optional capability).
 
     Raises:
       AssertionError: An engine and workers over the broker broke a
         guarantee (the message and the traceback say which).
       RuntimeError: ``factory.trio_clock`` without an autojump `MockClock`.
     """
-    factory = as_factory(factory)
-    for check in BROKER_ENGINE_CHECKS:
-        await check(factory)
+    return await run_suite(BROKER_ENGINE_CHECKS, as_factory(factory))

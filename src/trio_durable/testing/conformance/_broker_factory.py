@@ -21,6 +21,13 @@ from ..._brokers._base import Broker, Consumer, Delivery, Outgoing, WorkerDescri
 EVENTUALLY: Final = 10.0
 """How long (seconds) a check waits for something that must happen."""
 
+QUIET_PERIOD: Final = 0.5
+"""The default `BrokerFactory.quiet_period` (seconds): how long a check
+watches for a message that must not arrive. Long enough for a server on
+this machine or the next to deliver what it wrongly kept (a redelivery of
+an acked message takes one round trip), short enough that the broker suite
+spends a few seconds on it in all."""
+
 LARGEST_CHECKED_BODY: Final = 8 * 1024 * 1024
 """Bodies up to this size are sent to check ``max_payload``; over it (the
 RabbitMQ default of 128 MiB), only the refusal is checked."""
@@ -50,17 +57,21 @@ class BrokerFactory:
     Attributes:
       open: Returns the async context manager that opens one broker.
       priorities: Delivers higher-priority messages first. Without it
-        `check_higher_priorities_are_delivered_first` checks nothing (run it
-        with a factory that claims priorities, as an expected failure, to
-        show the gap).
+        `check_higher_priorities_are_delivered_first` is skipped (reported
+        SKIPPED, never passed; run it once more with a factory that claims
+        priorities, as an expected failure, to show the gap).
       trio_clock: Its time is `trio.current_time()`: it lives on the Trio
         thread, its delays and times to live are Trio time. The caller then
         runs the checks under ``trio.testing.MockClock(autojump_threshold=0)``
         (so waiting out a time to live costs no real time), and the engine
         suite asserts exact times.
-      quiet_period: How long (real seconds) to watch for a message that must
-        not arrive, after every task is blocked; 0 for brokers that live on
-        the Trio thread (nothing can arrive once every task is blocked).
+      quiet_period: How long (seconds, on the run's clock) to watch for a
+        message that must not arrive, once every task is blocked: what lets a
+        "nothing arrives" check see a message a server delivers wrongly but
+        late. Defaults to `QUIET_PERIOD`; raise it for a server further
+        away. 0 is right only for a broker that lives on the Trio thread
+        (`trio_clock`: nothing can arrive once every task is blocked), and
+        there the default costs no real time under the autojump clock.
       poll_interval: How long to sleep between two reads of something that
         becomes true eventually (descriptors that propagate).
       short_ttl: A descriptor time to live that
@@ -71,9 +82,9 @@ class BrokerFactory:
     open: BrokerMaker
     priorities: bool = True
     trio_clock: bool = False
-    quiet_period: float = 0.0
-    poll_interval: float = 0.05
-    short_ttl: float = 1.0
+    quiet_period: float = attrs.field(default=QUIET_PERIOD, validator=attrs.validators.ge(0))
+    poll_interval: float = attrs.field(default=0.05, validator=attrs.validators.gt(0))
+    short_ttl: float = attrs.field(default=1.0, validator=attrs.validators.gt(0))
 
     def __call__(self) -> AbstractAsyncContextManager[Broker]:
         """Open one broker (``self.open()``)."""
@@ -82,8 +93,8 @@ class BrokerFactory:
 
 def as_factory(factory: BrokerFactory | BrokerMaker) -> BrokerFactory:
     """``factory`` itself, or a plain opener wrapped with the default
-    capabilities (priorities, a broker on another clock with no quiet
-    period)."""
+    capabilities (priorities, a broker on another clock watched for
+    `QUIET_PERIOD` seconds)."""
     if isinstance(factory, BrokerFactory):
         return factory
     if not callable(factory):

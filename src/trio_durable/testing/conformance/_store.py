@@ -3,10 +3,10 @@
 Each check is an ``async def check_...(factory)`` that opens the fresh, empty
 stores it needs from ``factory`` (a `StoreFactory`, or a plain `OpenStore`),
 runs operations on them and asserts what the engine relies on: atomic
-batches, exactly one winner of a claim, leases, the join barrier's counts,
-flow-control queues, signals, webhooks and breakpoints, keyed values, due times,
-statistics and closing. `STORE_CHECKS`
-lists them all, for ``pytest.mark.parametrize``; `check_store` runs them one
+batches, exactly one winner of a claim, settles bound to execution ids,
+leases, the join barrier's counts, flow-control queues, signals, webhooks
+and breakpoints, keyed values, due times, statistics and closing.
+`STORE_CHECKS` lists them all, for ``pytest.mark.parametrize``; `check_store` runs them one
 after another.
 
 The checks use plain ``assert`` statements and no pytest fixtures; under
@@ -22,7 +22,9 @@ import trio
 
 from ..._stores._base import RunWatch, Store, StoreStatistics, WriteConflict
 from ..._stores._ops import Announce, CreateRun, PutCheckpoint, UpdateRun
+from ._outcomes import CheckResult, run_suite, skip
 from ._store_checkpoints import CHECKPOINTS_CHECKS
+from ._store_executions import EXECUTIONS_CHECKS
 from ._store_hooks import HOOKS_CHECKS
 from ._store_queries import QUERIES_CHECKS
 from ._store_queues import QUEUES_CHECKS
@@ -157,10 +159,10 @@ async def check_announcements_reach_the_watches_of_other_writers(
     """A store that is a `RunWatch` delivers the `Announce` operations of
     committed batches to every watch (through another handle too), in
     commit order, but the watch's own and those of batches that failed.
-    (A store that is no `RunWatch` passes: it takes no announcements.)"""
+    Skipped for a store that is no `RunWatch` (it takes no announcements)."""
     async with two_handles(factory) as (first, second):
         if not isinstance(first, RunWatch):
-            return
+            skip("the store is no RunWatch: it takes no announcements")
         heard: list[Announce] = []
         latest = trio.Event()
 
@@ -198,6 +200,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     check_statistics_are_a_live_store_statistics,
     *RUNS_CHECKS,
     *CHECKPOINTS_CHECKS,
+    *EXECUTIONS_CHECKS,
     *QUEUES_CHECKS,
     *SIGNALS_CHECKS,
     *HOOKS_CHECKS,
@@ -218,7 +221,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
 """
 
 
-async def check_store(factory: StoreFactory | OpenStore) -> None:
+async def check_store(factory: StoreFactory | OpenStore) -> list[CheckResult]:
     """Run every check of `STORE_CHECKS` against the stores ``factory`` opens.
 
     Args:
@@ -227,9 +230,12 @@ async def check_store(factory: StoreFactory | OpenStore) -> None:
         one (`OpenStore`), or a `StoreFactory` that can also open two handles
         on one store.
 
+    Returns:
+      One `CheckResult` per check, each ``"passed"`` or ``"skipped"`` (a
+      protocol the store does not offer, such as `RunWatch`).
+
     Raises:
       AssertionError: The store does not behave as the engine needs (the
         traceback names the check).
     """
-    for check in STORE_CHECKS:
-        await check(factory)
+    return await run_suite(STORE_CHECKS, factory)

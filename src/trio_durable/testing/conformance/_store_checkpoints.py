@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..._exceptions import StoreError
 from ..._records import Checkpoint, ErrorInfo, RunStatus
 from ..._stores._base import WriteConflict
 from ..._stores._ops import (
@@ -475,6 +476,69 @@ async def check_count_checkpoints(factory: StoreFactory | OpenStore) -> None:
         assert await store.count_checkpoints("r1", 1, 1, ["pending"]) == 0
 
 
+async def check_settle_append_error_adds_the_error_to_errors(
+    factory: StoreFactory | OpenStore,
+) -> None:
+    """``append_error`` adds the settle's error at the end of ``errors``
+    (a step's last attempt failed); without it ``errors`` stays as it is."""
+    async with fresh_store(factory) as store:
+        first = ErrorInfo(message="attempt 1", code="flaky")
+        last = ErrorInfo(message="attempt 2", code="flaky", details={"n": 2})
+        await store.create_run(make_run(status="suspended"))
+        await store.save_checkpoint(
+            make_checkpoint(seq=1, kind="remote", attempts=2, errors=(first,))
+        )
+        await store.save_checkpoint(make_checkpoint(seq=2, kind="remote", attempts=1))
+        await store.save_checkpoint(make_checkpoint(seq=3, kind="remote", attempts=1))
+        [one, two, three] = await store.apply(
+            [
+                SettleCheckpoint("r1", 1, "failed", error=last, attempt=2, append_error=True),
+                SettleCheckpoint("r1", 2, "failed", error=last, append_error=True),
+                SettleCheckpoint("r1", 3, "failed", error=last),
+            ]
+        )
+        assert (one.errors, two.errors, three.errors) == ((first, last), (last,), ())
+        assert [cp.errors for cp in await store.get_checkpoints("r1")] == [
+            (first, last),
+            (last,),
+            (),
+        ]
+        # A settle that does not apply appends nothing.
+        assert await store.apply(
+            [SettleCheckpoint("r1", 1, "failed", error=first, append_error=True)]
+        ) == [None]
+        assert [cp.errors for cp in await store.get_checkpoints("r1", 1, 1)] == [(first, last)]
+
+
+async def check_settle_or_failed_with_reads_the_code_of_an_error_holding_nul(
+    factory: StoreFactory | OpenStore,
+) -> None:
+    """An error's message may hold a NUL character (its JSON spells it
+    ``\\u0000``): ``or_failed_with`` still reads the error's code, on that
+    checkpoint and on its neighbours."""
+    async with fresh_store(factory) as store:
+        await store.create_run(make_run(status="failed"))
+        for seq, code in ((1, "lost"), (2, "boom")):
+            error = ErrorInfo(message="gone\x00for\\u0000good", code=code)
+            await store.save_checkpoint(
+                make_checkpoint(seq=seq, kind="remote", status="failed", error=error)
+            )
+        settles = [
+            SettleCheckpoint("r1", seq, "completed", output='"late"', or_failed_with="lost")
+            for seq in (1, 2)
+        ]
+        try:
+            kept, unchanged = await store.apply(settles)
+        except StoreError as exc:
+            raise AssertionError(
+                f"a settle with or_failed_with failed on an error holding a NUL: {exc}"
+            ) from exc
+        assert unchanged is None
+        assert (kept.status, kept.output, kept.error) == ("completed", '"late"', None)
+        [boom] = await store.get_checkpoints("r1", 2, 2)
+        assert boom.error == ErrorInfo(message="gone\x00for\\u0000good", code="boom")
+
+
 CHECKPOINTS_CHECKS = (
     check_put_checkpoint_inserts_or_replaces,
     check_operations_see_earlier_operations_of_their_batch,
@@ -486,6 +550,8 @@ CHECKPOINTS_CHECKS = (
     check_settle_unless_run_status_drops_results_of_ended_runs,
     check_settle_and_reschedule_check_kind_and_name_when_given,
     check_settle_or_failed_with_also_settles_a_checkpoint_failed_with_that_code,
+    check_settle_or_failed_with_reads_the_code_of_an_error_holding_nul,
+    check_settle_append_error_adds_the_error_to_errors,
     check_reschedule_records_the_attempt_and_schedules_the_next,
     check_reschedule_applies_only_to_a_pending_checkpoint_of_a_live_run,
     check_reschedule_and_conditional_settle_roll_back_with_their_batch,

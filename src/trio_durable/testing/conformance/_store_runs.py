@@ -53,6 +53,32 @@ async def check_create_run_through_apply(factory: StoreFactory | OpenStore) -> N
         assert await store.get_run("r1") == first
 
 
+async def check_create_run_writes_its_checkpoints_only_with_the_run(
+    factory: StoreFactory | OpenStore,
+) -> None:
+    """`CreateRun`'s checkpoints are written with a run it inserts, and not
+    at all when the id is taken: a start that lost a race for an id leaves
+    the winner's checkpoints (its deadline) as they are."""
+    async with fresh_store(factory) as store:
+        first = make_run()
+        deadline = make_checkpoint(seq=999_999_991, name="deadline", kind="timer", wake_at=60.0)
+        moved = attrs.evolve(deadline, wake_at=30.0)
+        step = make_checkpoint(seq=1, status="completed", output='"kept"')
+        results = await store.apply([CreateRun(first, (deadline, step))])
+        assert results == [(first, True)]
+        # In a later batch, and twice in one batch (on a store that layers
+        # a batch's writes by run, the create that finds the id is the
+        # second of two).
+        assert await store.apply([CreateRun(make_run(version="2"), (moved,))]) == [(first, False)]
+        other = make_run("r2")
+        results = await store.apply(
+            [CreateRun(other, (make_checkpoint("r2", seq=1),)), CreateRun(other, (moved,))]
+        )
+        assert results == [(other, True), (other, False)]
+        assert await store.get_checkpoints("r1") == [step, deadline]
+        assert await store.get_checkpoints("r2") == [make_checkpoint("r2", seq=1)]
+
+
 async def check_every_run_field_round_trips(factory: StoreFactory | OpenStore) -> None:
     """Every field of a run is kept as it was written."""
     async with fresh_store(factory) as store:
@@ -520,6 +546,7 @@ async def check_due_times_follow_every_run_write(factory: StoreFactory | OpenSto
 RUNS_CHECKS = (
     check_create_run_is_idempotent,
     check_create_run_through_apply,
+    check_create_run_writes_its_checkpoints_only_with_the_run,
     check_every_run_field_round_trips,
     check_update_run_changes_fields,
     check_update_run_of_a_missing_run_conflicts,

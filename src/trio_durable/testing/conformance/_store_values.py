@@ -219,7 +219,11 @@ async def check_values_are_listed_by_key(factory: StoreFactory | OpenStore) -> N
         # Paging with ``after`` visits every key once.
         seen: list[str] = []
         after: str | None = None
-        while page := await store.list_values("s", after=after, limit=4):
+        # Counted: a store that ignores ``after`` would page for ever.
+        for _ in range(len(_KEYS) + 1):
+            page = await store.list_values("s", after=after, limit=4)
+            if not page:
+                break
             seen.extend(keys(page))
             after = page[-1].key
         assert seen == list(_KEYS)
@@ -271,7 +275,9 @@ async def check_versioned_writes_through_two_handles_never_lose_one(
 
         async def add(store: Store, times: int) -> None:
             for _ in range(times):
-                while True:
+                # Each try loses only to another writer's success, so 20
+                # writes need at most 20 tries.
+                for _ in range(4 * 5):
                     seen = await store.get_value("s", "count")
                     count = 0 if seen is None else int(seen.value)
                     expected = 0 if seen is None else seen.version
@@ -282,6 +288,8 @@ async def check_versioned_writes_through_two_handles_never_lose_one(
                     except WriteConflict:
                         continue
                     break
+                else:
+                    raise AssertionError("a versioned write conflicted with no other to win")
 
         async with trio.open_nursery() as nursery:
             for i in range(4):
