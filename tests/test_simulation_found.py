@@ -10,21 +10,30 @@
   failed, was never seen by the engine that wrote it: its own watch skips
   the announcement the write carried, and it marked its copy stale only
   after a write that returned.
+- A value a run published (`Context.set_event`), or an update's outcome, in
+  a turn's write that the store applied, then reported failed, never woke
+  the callers waiting for it on the engine that ran the turn (`get_event`,
+  `Engine.update`): its own watch skips the announcement the write
+  carried, the turn's wake-ups follow only a write that returned, and on a
+  store that announces writes those callers read only when told. They
+  waited until the run ended. The repair after such a write now wakes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 import trio
 
 import trio_durable as td
+from trio_durable._published import event_scope
 from trio_durable._stores._hook_ops import DeleteBreakpoint, PutBreakpoint
 from trio_durable._stores._memory import MemoryStore
-from trio_durable._stores._ops import Op
+from trio_durable._stores._ops import Op, PutValue
 from trio_durable._stores._wrapping import StoreWrapper
+from trio_durable._updates import INBOX, update_scope
 from trio_durable.testing._memory_blobs import MemoryBlobStore
 
 app = td.App("found")
@@ -113,3 +122,92 @@ async def test_a_breakpoint_whose_write_raised_pauses_the_writers_runs(
         assert guarded_calls == []
         await engine.skip_step("paused-a", "skipped")
         assert await engine.result("paused-a") == "skipped"
+
+
+@app.workflow()
+async def publishes(ctx: td.Context, value: str) -> str:
+    await ctx.wait_signal("go")
+    ctx.set_event("token", value)
+    await ctx.sleep(3600)  # the run goes on long after it published
+    return value
+
+
+@app.workflow()
+async def adds(ctx: td.Context) -> list[int]:
+    items: list[int] = []
+
+    def add(n: int) -> int:
+        items.append(n)
+        return sum(items)
+
+    ctx.update("add")(add)
+    await ctx.sleep(3600)
+    return items
+
+
+class _WriteOfRaisesOnce(StoreWrapper):
+    """A memory store that applies the first write holding an operation
+    ``marks`` picks, then raises as a commit whose answer was lost does."""
+
+    def __init__(self, inner: MemoryStore, marks: Callable[[Op], bool]) -> None:
+        self.inner = inner
+        self.marks = marks
+        self.raised = 0
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        results = await self.inner.apply(ops)
+        if not self.raised and any(self.marks(op) for op in ops):
+            self.raised += 1
+            raise td.StoreError("the commit's answer was lost")
+        return results
+
+
+async def test_a_value_published_by_a_write_that_raised_wakes_its_callers_here(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The turn's write that publishes the value.
+    store = _WriteOfRaisesOnce(
+        MemoryStore(),
+        lambda op: isinstance(op, PutValue) and op.scope == event_scope("published"),
+    )
+    got: list[object] = []
+    async with td.open_engine(app, store=store) as engine:
+        await engine.start(publishes, "v", run_id="published")
+        await engine.drain()
+
+        async def wait_for_it() -> None:
+            got.append(await engine.get_event("published", "token"))
+            run = await store.inner.get_run("published")
+            got.append(None if run is None else run.status)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_it)
+            await trio.testing.wait_all_tasks_blocked()  # it waits for the value
+            await engine.signal("published", "go")
+        assert store.raised == 1
+        # Woken by the repair after the write, not by the run's end an hour on.
+        assert got == ["v", "suspended"]
+
+
+async def test_an_update_applied_by_a_write_that_raised_returns_to_its_caller_here(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The turn's write that applies the update: it takes it out of the inbox.
+    store = _WriteOfRaisesOnce(
+        MemoryStore(),
+        lambda op: (
+            isinstance(op, PutValue)
+            and op.scope == update_scope("adding")
+            and op.key.startswith(INBOX)
+            and op.value is None
+        ),
+    )
+    async with td.open_engine(app, store=store) as engine:
+        await engine.start(adds, run_id="adding")
+        await engine.drain()
+        assert await engine.update("adding", "add", 5, update_id="add-5") == 5
+        assert store.raised == 1
+        run = await store.inner.get_run("adding")
+        assert run is not None
+        assert run.status == "suspended"  # woken by the repair, not by the run's end
+        assert await engine.update("adding", "add", 2, update_id="add-2") == 7
