@@ -17,11 +17,17 @@
   carried, the turn's wake-ups follow only a write that returned, and on a
   store that announces writes those callers read only when told. They
   waited until the run ended. The repair after such a write now wakes them.
+- A caller of `get_event`, `Engine.update` or `stream` (or of `result` on a
+  store other than the memory store) waiting on an engine that closed or
+  crashed under it, in a task outside the engine's block, waited until the
+  run ended: nothing tells a closed engine of a change. It now raises
+  `td.EngineClosedError` (a client's, `trio.ClosedResourceError`), and the
+  caller tries again elsewhere.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -211,3 +217,116 @@ async def test_an_update_applied_by_a_write_that_raised_returns_to_its_caller_he
         assert run is not None
         assert run.status == "suspended"  # woken by the repair, not by the run's end
         assert await engine.update("adding", "add", 2, update_id="add-2") == 7
+
+
+@app.workflow()
+async def waits(ctx: td.Context) -> list[int]:
+    items: list[int] = []
+
+    def add(n: int) -> int:
+        items.append(n)
+        return sum(items)
+
+    ctx.update("add")(add)
+    await ctx.wait_signal("go")  # never sent
+    return items
+
+
+class _WriteOfHeld(StoreWrapper):
+    """A memory store on which a write holding an operation ``marks`` picks
+    never returns (until cancelled)."""
+
+    def __init__(self, inner: MemoryStore, marks: Callable[[Op], bool]) -> None:
+        self.inner = inner
+        self.marks = marks
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        if any(self.marks(op) for op in ops):
+            await trio.sleep_forever()
+        return await self.inner.apply(ops)
+
+
+async def test_callers_waiting_on_an_engine_that_closes_are_told(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The turn that would apply the update never writes: its caller waits.
+    store = _WriteOfHeld(
+        MemoryStore(),
+        lambda op: isinstance(op, PutValue) and op.key.startswith(INBOX) and op.value is None,
+    )
+    told: dict[str, str] = {}
+    # Virtual time: a caller that waits for ever fails the test at once.
+    with trio.fail_after(3600):
+        async with trio.open_nursery() as nursery:
+            opened: list[td.Engine] = []
+            ready = trio.Event()
+            hosting = trio.CancelScope()
+
+            async def host() -> None:
+                with hosting:
+                    async with td.open_engine(app, store=store) as engine:
+                        opened.append(engine)
+                        await engine.start(waits, run_id="waiting")
+                        await engine.drain()
+                        ready.set()
+                        await trio.sleep_forever()
+
+            async def wait(name: str, call: Callable[[], Awaitable[object]]) -> None:
+                try:
+                    told[name] = repr(await call())
+                except td.EngineClosedError:
+                    told[name] = "engine closed"
+
+            async def read_stream() -> object:
+                return [item async for item in opened[0].stream("waiting")]
+
+            nursery.start_soon(host)
+            await ready.wait()
+            engine = opened[0]
+            nursery.start_soon(wait, "get_event", lambda: engine.get_event("waiting", "never"))
+            nursery.start_soon(wait, "update", lambda: engine.update("waiting", "add", 1))
+            nursery.start_soon(wait, "stream", read_stream)
+            await trio.testing.wait_all_tasks_blocked()
+            assert told == {}
+            hosting.cancel()  # the engine closes under its callers
+    assert told == {
+        "get_event": "engine closed",
+        "update": "engine closed",
+        "stream": "engine closed",
+    }
+
+
+async def test_callers_waiting_on_a_client_that_closes_are_told(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = MemoryStore()
+    told: list[str] = []
+    async with td.open_engine(app, store=store) as engine:
+        await engine.start(waits, run_id="waiting")
+        await engine.drain()
+    with trio.fail_after(3600):
+        async with trio.open_nursery() as nursery:
+            opened: list[td.Client] = []
+            ready = trio.Event()
+            hosting = trio.CancelScope()
+
+            async def host() -> None:
+                with hosting:
+                    async with td.open_client(store=store, app=app) as client:
+                        opened.append(client)
+                        ready.set()
+                        await trio.sleep_forever()
+
+            async def wait() -> None:
+                try:
+                    told.append(repr(await opened[0].get_event("waiting", "never")))
+                except trio.ClosedResourceError:
+                    told.append("client closed")
+
+            nursery.start_soon(host)
+            await ready.wait()
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            assert told == []
+            hosting.cancel()
+    assert told == ["client closed"]

@@ -471,3 +471,11 @@ async def open_client(
             raise
         finally:
             client._closed = True
+            # Callers still waiting (in tasks outside the client's block)
+            # would wait for ever once its watch is gone.
+            client._endings.close(_closed)
+            client._streams.close(_closed)
+
+
+def _closed() -> trio.ClosedResourceError:
+    return trio.ClosedResourceError("the client closed while the call waited")
