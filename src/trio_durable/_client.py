@@ -246,6 +246,8 @@ class Client(
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
           RunFailed: The run failed or is dead (`RunCancelled` if cancelled).
+          trio.ClosedResourceError: The client is closed, or closed while
+            the call waited (on a store other than the memory store).
         """
         self._check_open()
         read = partial(self.get, run_id, namespace=namespace)

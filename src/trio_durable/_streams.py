@@ -322,6 +322,9 @@ class ReadsStreams:
         Raises:
           UsageError: ``from_offset`` is not an integer >= 0 (at the call).
           RunNotFoundError: No run has this id (at the first iteration).
+          EngineClosedError: The engine closed while the reader waited (a
+            client's: `trio.ClosedResourceError`); read again elsewhere from
+            one past the last offset given.
         """
         offset = check_offset(from_offset)
         return RunStream(self._stream_front(namespace), run_id, offset)
