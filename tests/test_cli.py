@@ -389,7 +389,9 @@ def test_simulate_prints_a_line_per_seed_then_a_summary() -> None:
         ("1", "ok  "),
         ("2", "ok  "),
     ]
-    assert re.fullmatch(r"2 passed, 0 failed \(\d+\.\d simulated hours\)", lines[2])
+    assert re.fullmatch(
+        r"2 passed, 0 failed \(\d+\.\d simulated hours, [\d.e+-]+ seeds/s\)", lines[2]
+    )
     # Not a terminal: no progress bar.
     assert result.stderr == ""
 

@@ -1,18 +1,21 @@
 """Deterministic simulation (`trio_durable.testing`): the CI seed budget,
 determinism, a planted bug, pinned regression seeds, the report and the
-command.
+command. The invariants of every feature, and a planted bug for each, are
+in ``test_simulation_features.py``; a planted bug per kind of fault in
+``test_simulation_planted.py``.
 
 These tests are plain functions, not ``async def``: `simulate` starts its own
 ``trio.run`` under a `MockClock`, with Trio's scheduling made to follow the
-seed. Each seed of the built-in workload costs a few seconds of real time
-(it runs a fault-free reference execution first; 5.2 s on average on a busy
-2-core host), so the 200 seeds of the CI budget dominate the module.
+seed. Each seed of the built-in workload on its fleet (`simulate_builtin`)
+costs about 1.3 s of CPU (it runs a fault-free reference execution first),
+so the 200 seeds of the CI budget dominate the module.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import logging
 import os
 import random
@@ -31,8 +34,6 @@ import trio
 from trio._core import _run as trio_run
 
 import trio_durable as td
-import trio_durable._entity_defs as entity_defs
-import trio_durable._schedule_ticker as schedule_ticker
 import trio_durable._turn as turn_module
 from cli_processes import WITHIN
 from trio_durable._records import Checkpoint, Run
@@ -54,7 +55,7 @@ from trio_durable.testing import (
 )
 from trio_durable.testing._checks import order_violations, span_violations
 from trio_durable.testing._faults import FaultyStore
-from trio_durable.testing._workloads import app, default_workload
+from trio_durable.testing._workloads import simulate_builtin
 
 FAULT_KINDS = {
     "clock.jump",
@@ -65,6 +66,7 @@ FAULT_KINDS = {
     "broker.duplicate",
     "broker.delay",
     "broker.reorder",
+    "broker.forge",
 }
 
 
@@ -91,16 +93,15 @@ def _failures(reports: list[SimulationReport]) -> str:
 @pytest.mark.timeout(900)
 def test_ci_budget_of_200_seeds(first: int) -> None:
     reports = [
-        simulate(app, default_workload, seed=seed, faults=Faults.everything())
-        for seed in range(first, first + 50)
+        simulate_builtin(seed, faults=Faults.everything()) for seed in range(first, first + 50)
     ]
     assert _failures(reports) == ""
-    # Every seed made all 66 runs (43 started by the workload, 23 children),
+    # Every seed made all 76 runs (53 started by the workload, 23 children),
     # plus those of the schedule's ticks, and injected faults.
     for report in reports:
         ticks = sum(run_id.startswith("tick@") for run_id in report.outputs)
         assert ticks >= 1, report.seed
-        assert sum(report.statuses.values()) == 66 + ticks, (report.seed, report.statuses)
+        assert sum(report.statuses.values()) == 76 + ticks, (report.seed, report.statuses)
         assert report.faults, report.seed
 
 
@@ -108,8 +109,8 @@ def test_ci_budget_of_200_seeds(first: int) -> None:
 
 
 def test_same_seed_same_trace_hash_and_outputs() -> None:
-    first = simulate(app, default_workload, seed=7, keep_trace=True)
-    again = simulate(app, default_workload, seed=7, keep_trace=True)
+    first = simulate_builtin(7, keep_trace=True)
+    again = simulate_builtin(7, keep_trace=True)
     assert again.trace_hash == first.trace_hash
     assert again.trace == first.trace
     assert again.outputs == first.outputs
@@ -119,7 +120,7 @@ def test_same_seed_same_trace_hash_and_outputs() -> None:
 
 
 def test_different_seeds_give_different_traces() -> None:
-    hashes = {simulate(app, default_workload, seed=seed).trace_hash for seed in (2, 3)}
+    hashes = {simulate_builtin(seed).trace_hash for seed in (2, 3)}
     assert len(hashes) == 2
 
 
@@ -129,11 +130,10 @@ def test_the_trace_hash_does_not_depend_on_the_process() -> None:
     # PYTHONHASHSEED; the trace must not.
     code = (
         "import logging; logging.getLogger('trio_durable').disabled = True\n"
-        "from trio_durable.testing import simulate\n"
-        "from trio_durable.testing._workloads import app, default_workload\n"
-        "print(simulate(app, default_workload, seed=11).trace_hash)\n"
+        "from trio_durable.testing._workloads import simulate_builtin\n"
+        "print(simulate_builtin(11).trace_hash)\n"
     )
-    here = simulate(app, default_workload, seed=11).trace_hash
+    here = simulate_builtin(11).trace_hash
     for hash_seed in ("0", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         out = subprocess.run(
@@ -276,14 +276,6 @@ def test_planted_claimless_settle_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
     assert simulate(planted, planted_workload, seed=caught.seed).ok
 
 
-def test_planted_claimless_settle_is_caught_by_the_builtin_workload(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(MemoryStore, "_apply_one", _claimless(MemoryStore._apply_one))
-    reports = [simulate(app, default_workload, seed=seed) for seed in (1, 2)]
-    assert not all(r.ok for r in reports)
-
-
 def test_a_settle_racing_another_write_is_counted_once() -> None:
     # A result's settle and a turn's redispatch (a claim of the still-pending
     # checkpoint) go into the store at the same instant. Whatever order they
@@ -344,69 +336,12 @@ def test_planted_unadmitted_runs_are_caught(monkeypatch: pytest.MonkeyPatch) -> 
         return True
 
     monkeypatch.setattr(turn_module, "admit", admit)
-    report = simulate(app, default_workload, seed=1, faults=Faults.none())
+    report = simulate_builtin(1, faults=Faults.none())
     assert "key one:a: 2 runs inside at once (limit 1): ['one:a-0', 'one:a-1']" in (
         report.violations
     )
     assert any(
         v.startswith("key two:c: 3 runs inside at once (limit 2)") for v in report.violations
-    )
-
-
-def test_planted_entity_state_written_apart_from_the_call_is_caught(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The planted bug: an exclusive call writes the entity's new state on its
-    # own, before the write that ends the call: a failed end write makes the
-    # call run again, on the state it already changed.
-    original = entity_defs.run_handler
-
-    async def early(store: Any, now: float, *args: Any) -> tuple[Any, None]:
-        result, put = await original(store, now, *args)
-        if put is not None:
-            await store.apply([put])
-        return result, None
-
-    monkeypatch.setattr(entity_defs, "run_handler", early)
-    faults = Faults(store_fail_before=0.05, store_fail_after=0.05)
-
-    def caught(violations: tuple[str, ...]) -> bool:
-        # More state than the calls added, at a version past their number.
-        return any(
-            re.fullmatch(
-                r"entity tally\[t\]: state \d+ at version \d+, expected 645 at version 12", v
-            )
-            for v in violations
-        ) and any("are not a sequence of the adds" in v for v in violations)
-
-    # The first seeds until one whose faults hit an entity call's end write
-    # (which seed does moves with the number of store calls the engine and
-    # the workload make).
-    reports = []
-    for seed in range(1, 6):
-        reports.append(simulate(app, default_workload, seed=seed, faults=faults))
-        if caught(reports[-1].violations):
-            break
-    assert caught(reports[-1].violations), [r.violations for r in reports]
-
-
-def test_planted_uncounted_missed_ticks_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The planted bug: ticks older than the catch-up window are passed over
-    # without being counted as missed. Seed 7's clock jumps over nine of them.
-    real = schedule_ticker._next_step
-
-    async def uncounted(rt: Any, spec: Any, state: Any, now: float) -> Any:
-        step = await real(rt, spec, state, now)
-        if step.state is not None:
-            step = attrs.evolve(step, state=attrs.evolve(step.state, missed=state.missed))
-        return step
-
-    monkeypatch.setattr(schedule_ticker, "_next_step", uncounted)
-    report = simulate(app, default_workload, seed=7, faults=Faults.everything())
-    assert len(report.violations) == 1, report.violations
-    assert re.fullmatch(
-        r"schedule tick: \d+ started, \d+ skipped and 0 missed, \d+ ticks due by [\d.]+",
-        report.violations[0],
     )
 
 
@@ -433,13 +368,21 @@ def test_planted_uncounted_missed_ticks_are_caught(monkeypatch: pytest.MonkeyPat
 # its before-snapshot of a write before the memory store's checkpoint, so a
 # turn's redispatch that landed just after a result's settle was counted as
 # a second settle of the same checkpoint.
+# Seed 62 broke the workload's own check: it compared the times steps ran
+# with when the workload resumed paused runs after rounding them to the
+# microsecond, so a step run in the same instant as its resume seemed to run
+# before it (times are now kept exact). Seeds 276 and 1388 (found by the
+# soak) broke the workload: a clock jump across the one attempt of a step
+# with a timeout timed it out (its steps get a second attempt now).
 # The fault schedule a seed draws depends on the harness, so after a change
 # to it these seeds may no longer reach the same paths: they still must pass.
 @pytest.mark.parametrize(
-    "seed", [1, 15, 37, 53, 193, 3098, 3233, 3289, 3921, 5066], ids=lambda s: f"seed-{s}"
+    "seed",
+    [1, 15, 37, 53, 62, 193, 276, 1388, 3098, 3233, 3289, 3921, 5066],
+    ids=lambda s: f"seed-{s}",
 )
 def test_regression_seed(seed: int) -> None:
-    report = simulate(app, default_workload, seed=seed, faults=Faults.everything())
+    report = simulate_builtin(seed, faults=Faults.everything())
     assert report.violations == (), f"seed {seed}: {list(report.violations)}"
     assert report.faults, f"seed {seed} no longer injects any fault"
 
@@ -448,20 +391,20 @@ def test_regression_seed(seed: int) -> None:
 
 
 def test_report_of_the_builtin_workload() -> None:
-    report = simulate(app, default_workload, seed=5, keep_trace=True)
+    report = simulate_builtin(5, keep_trace=True)
     assert report.seed == 5
-    assert report.ok
-    # 43 runs started by the workload, plus children: 1 child and 5 fan
-    # members of "children", the on-error handler of "routed", 2 children
-    # and 4 fan members of "remote-parent", the remote handler of
-    # "remote-saga", and the 9 exclusive calls of the "tally-<w>" runs.
-    # And the runs of the schedule's ticks, each one's id its tick's.
+    assert report.ok, report.violations
+    # 53 runs started by the workload (a fork among them), plus children: 1
+    # child and 5 fan members of "children", the on-error handler of
+    # "routed", 2 children and 4 fan members of "remote-parent", the remote
+    # handler of "remote-saga", and the 9 exclusive calls of the "tally-<w>"
+    # runs. And the runs of the schedule's ticks, each one's id its tick's.
     outputs = dict(report.outputs)
     ticks = {run_id: outputs.pop(run_id) for run_id in sorted(outputs) if "@" in run_id}
     assert ticks
     assert all(run_id.startswith("tick@2023-11-14T22:") for run_id in ticks)
     assert set(ticks.values()) == {("completed", "tick")}
-    assert report.statuses == {"cancelled": 3, "completed": 61 + len(ticks), "failed": 2}
+    assert report.statuses == {"cancelled": 3, "completed": 71 + len(ticks), "failed": 2}
     # What the entity's calls return depends on their order (the invariants
     # check it): each tally run returns its 3 adds' results, then its read.
     tallies = {run_id: outputs.pop(run_id) for run_id in sorted(outputs) if "tally" in run_id}
@@ -470,6 +413,14 @@ def test_report_of_the_builtin_workload() -> None:
     ]
     assert all(status == "completed" for status, _ in tallies.values())
     assert all(len(tallies[f"tally-{w}"][1]) == 4 for w in range(3))
+    # Which delivery of the webhook, and which action on the raced pause,
+    # wins depends on the race (the invariants check it).
+    assert outputs.pop("webhook") in {("completed", "first"), ("completed", "second")}
+    assert outputs.pop("paused-race") in {("completed", "ran race"), ("completed", "skipped")}
+    # The amounts of the cart's updates are drawn from the seed.
+    status, amounts = outputs.pop("cart")
+    assert status == "completed"
+    assert len(amounts) == 4
     assert outputs == {
         **{f"steps-{i}": ("completed", 4 * i + 1) for i in range(6)},
         "signal-early": ("completed", "early"),
@@ -490,6 +441,16 @@ def test_report_of_the_builtin_workload() -> None:
         # Its remote child (9), local child (4), fan (0 + 1 + 4 + 9) and signal (100).
         "remote-parent": ("completed", 9 + 4 + 14 + 100),
         "remote-saga": ("completed", "remotely handled remote-saga (rejected)"),
+        # A stream of 12 values (and its end), a payload of 3,000 characters
+        # plus a signal of 2,000, reports forked and retried from a seq,
+        # and paused runs continued and skipped.
+        "stream": ("completed", 12),
+        "big": ("completed", 5000),
+        "report": ("completed", "ra: 1,2,3"),
+        "report-fork": ("completed", "ra: 1,2,3"),
+        "rewound": ("completed", "rb: 1,2,3"),
+        "paused-go": ("completed", "ran go"),
+        "paused-skip": ("completed", "skipped"),
         # Keyed runs return their label.
         **{
             f"keyed-{log}-{i}": ("completed", f"{log}-{i}")
@@ -534,7 +495,7 @@ def test_report_of_the_builtin_workload() -> None:
     digest = hashlib.sha256("\n".join(report.trace).encode()).hexdigest()[:16]
     assert report.trace_hash == digest
     # Without keep_trace the same seed has the same hash and no trace.
-    plain = simulate(app, default_workload, seed=5)
+    plain = simulate_builtin(5)
     assert plain.trace == ()
     assert plain.trace_hash == report.trace_hash
     # ok is exactly "no violations".
@@ -542,8 +503,8 @@ def test_report_of_the_builtin_workload() -> None:
 
 
 def test_no_faults_matches_the_reference() -> None:
-    reference = simulate(app, default_workload, seed=9, engines=1, workers=1, faults=Faults.none())
-    fleet = simulate(app, default_workload, seed=9, faults=Faults.none(), reference=reference)
+    reference = simulate_builtin(9, engines=1, workers=1, faults=Faults.none())
+    fleet = simulate_builtin(9, faults=Faults.none(), reference=reference)
     assert reference.faults == {}
     assert fleet.faults == {}
     assert reference.ok
@@ -554,7 +515,26 @@ def test_no_faults_matches_the_reference() -> None:
     # engine (the invariants check each order is a valid one): those runs
     # are compared by status.
     def by_order(run_id: str) -> bool:
-        return "tally" in run_id
+        # ... and so does the winner of two racing webhook deliveries, and
+        # of two actions on one paused run.
+        return "tally" in run_id or run_id in ("webhook", "paused-race")
+
+    # How many ticks the schedule makes depends on when the workload pauses
+    # it, after waits whose lengths depend on the fleet: every tick's run
+    # completes, whatever their number.
+    ticks = {k: v for k, v in fleet.outputs.items() if k.startswith("tick@")}
+    assert set(ticks.values()) == {("completed", "tick")}
+    fleet = attrs.evolve(
+        fleet,
+        outputs={k: v for k, v in fleet.outputs.items() if k not in ticks},
+        statuses={**fleet.statuses, "completed": fleet.statuses["completed"] - len(ticks)},
+    )
+    ticks = {k: v for k, v in reference.outputs.items() if k.startswith("tick@")}
+    reference = attrs.evolve(
+        reference,
+        outputs={k: v for k, v in reference.outputs.items() if k not in ticks},
+        statuses={**reference.statuses, "completed": reference.statuses["completed"] - len(ticks)},
+    )
 
     assert {k: v for k, v in fleet.outputs.items() if not by_order(k)} == {
         k: v for k, v in reference.outputs.items() if not by_order(k)
@@ -594,17 +574,19 @@ def test_command_prints_a_line_per_seed_and_a_summary(
         ("2", "ok  "),
         ("3", "ok  "),
     ]
-    assert re.fullmatch(r"3 passed, 0 failed \(\d+\.\d simulated hours\)", lines[3])
+    assert re.fullmatch(
+        r"3 passed, 0 failed \(\d+\.\d simulated hours, [\d.e+-]+ seeds/s\)", lines[3]
+    )
     # The printed hash is the one the API gives for that seed.
     assert matches[0] is not None
-    assert matches[0].group(3) == simulate(app, default_workload, seed=1).trace_hash
+    assert matches[0].group(3) == simulate_builtin(1).trace_hash
 
 
 def test_command_exits_non_zero_and_replays_the_failing_seed(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cli = _cli()
-    real = cli.simulate
+    real = cli.simulate_builtin
 
     def failing_seed_2(*args: Any, **kwargs: Any) -> SimulationReport:
         report: SimulationReport = real(*args, **kwargs)
@@ -612,7 +594,7 @@ def test_command_exits_non_zero_and_replays_the_failing_seed(
             return attrs.evolve(report, violations=("planted violation",))
         return report
 
-    monkeypatch.setattr(cli, "simulate", failing_seed_2)
+    monkeypatch.setattr(cli, "simulate_builtin", failing_seed_2)
     assert cli.main(["--seeds", "1..2"]) == 1
     out = capsys.readouterr().out
     assert re.search(r"^seed +1 ok ", out, re.M)
@@ -631,3 +613,14 @@ def test_trio_durable_simulate_subcommand(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert re.search(r"^seed +2 ok ", out, re.M)
     assert "1 passed, 0 failed" in out
+
+
+def test_trio_durable_simulate_json_gives_seeds_per_second(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from trio_durable._cli import main
+
+    assert main(["simulate", "--seeds", "2,3", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["seconds"] > 0
+    assert document["seeds_per_second"] == pytest.approx(2 / document["seconds"], rel=0.01)

@@ -79,6 +79,13 @@ def _by_run(run_id: str, key: str) -> str:
     return "o/" + json.dumps([run_id, key], separators=(",", ":"))
 
 
+def blob_listing(run_id: str, key: str) -> str:
+    """The key (in scope `SCOPE`) of the record that lists blob ``key``
+    among the blobs of run ``run_id``: a mark of that blob in the run's
+    rows is honoured only while it exists."""
+    return _by_run(run_id, key)
+
+
 def _run_prefix(run_id: str) -> str:
     return "o/" + json.dumps([run_id], separators=(",", ":"))[:-1] + ","
 

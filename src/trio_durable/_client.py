@@ -246,6 +246,8 @@ class Client(
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
           RunFailed: The run failed or is dead (`RunCancelled` if cancelled).
+          trio.ClosedResourceError: The client is closed, or closed while
+            the call waited (on a store other than the memory store).
         """
         self._check_open()
         read = partial(self.get, run_id, namespace=namespace)
@@ -471,3 +473,11 @@ async def open_client(
             raise
         finally:
             client._closed = True
+            # Callers still waiting (in tasks outside the client's block)
+            # would wait for ever once its watch is gone.
+            client._endings.close(_closed)
+            client._streams.close(_closed)
+
+
+def _closed() -> trio.ClosedResourceError:
+    return trio.ClosedResourceError("the client closed while the call waited")

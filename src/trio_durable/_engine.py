@@ -199,6 +199,9 @@ class Engine(
           RunNotFoundError: No run has this id (in ``namespace``).
           RunFailed: The run failed or is dead (`RunCancelled` if cancelled);
             the error's message, code and details are the exception's.
+          EngineClosedError: The engine closed while the call waited (on a
+            store other than the memory store, which tells the caller of
+            the end itself).
         """
         rt = self._rt
         # Told of the run's end by the turn that ends it here, or by the

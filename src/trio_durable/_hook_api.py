@@ -70,11 +70,14 @@ class HookActions:
           UsageError: ``workflow`` or ``step`` is not a non-empty string.
         """
         self._check_live()
-        found = await _breakpoints.set_breakpoint(
-            self.store, self.clock.now(), self._origin(), workflow, step
-        )
-        self._breakpoints_changed()
-        return found
+        try:
+            return await _breakpoints.set_breakpoint(
+                self.store, self.clock.now(), self._origin(), workflow, step
+            )
+        finally:
+            # Even if the write raised: it may have been applied, and this
+            # front end's own watch skips the announcement it carried.
+            self._breakpoints_changed()
 
     async def breakpoints(self) -> list[Breakpoint]:
         """Every breakpoint, oldest first."""
@@ -89,8 +92,10 @@ class HookActions:
           BreakpointNotFoundError: No breakpoint has this id.
         """
         self._check_live()
-        existed = await _breakpoints.clear_breakpoint(self.store, self._origin(), breakpoint_id)
-        self._breakpoints_changed()
+        try:
+            existed = await _breakpoints.clear_breakpoint(self.store, self._origin(), breakpoint_id)
+        finally:
+            self._breakpoints_changed()  # as in set_breakpoint
         if not existed:
             raise BreakpointNotFoundError(f"no breakpoint {breakpoint_id!r}")
 

@@ -119,6 +119,9 @@ class QueriesAndUpdates:
           UpdateFailed: The handler raised in the run's turn.
           UsageError: ``update_id`` is malformed, a client was opened
             without the app, or the workflow's body runs on workers.
+          EngineClosedError: The engine closed while the call waited (a
+            client's: `trio.ClosedResourceError`); send it again with the
+            same ``update_id`` elsewhere for its outcome.
         """
         return await update_run(
             self._message_front(), run_id, name, args, namespace, update_id, type
@@ -153,5 +156,7 @@ class QueriesAndUpdates:
           RunNotFoundError: No run has this id (in ``namespace``).
           UsageError: ``key`` is not a non-empty string, or ``timeout`` is
             negative or not finite.
+          EngineClosedError: The engine closed while the call waited (a
+            client's: `trio.ClosedResourceError`).
         """
         return await get_event(self._message_front(), run_id, key, timeout, namespace, type)

@@ -68,10 +68,26 @@ class Endings:
 
     def __init__(self) -> None:
         self._waiting: dict[str, Ending] = {}
+        # Set once the engine or client closed: what registering raises.
+        self._closed: Callable[[], Exception] | None = None
 
     def register(self, run_id: str) -> Ending:
-        """The registration to wait on for ``run_id`` (shared by its waiters)."""
+        """The registration to wait on for ``run_id`` (shared by its waiters).
+
+        Raises:
+          Exception: What `close` was given, once it was called.
+        """
+        if self._closed is not None:
+            raise self._closed()
         return self._waiting.setdefault(run_id, Ending())
+
+    def close(self, error: Callable[[], Exception]) -> None:
+        """The engine or client closed: nothing tells its waiters anything
+        any more (its watch and its turns are gone), so wake them all, and
+        have them, and any caller after them, raise ``error()`` as they
+        register again instead of waiting for ever."""
+        self._closed = error
+        self.recheck()
 
     def forget(self, run_id: str, ending: Ending) -> None:
         """Drop a registration nobody will set (the run ended elsewhere, or

@@ -306,6 +306,11 @@ async def open_runtime(
                     yield rt
                 finally:
                     executing = rt.scheduler.close()
+                    # Callers still waiting here (in tasks outside the
+                    # engine's block) would wait for ever: nothing tells this
+                    # engine of a change once its watch and turns are gone.
+                    rt.endings.close(_closed)
+                    rt.streams.close(_closed)
                     rt.sent.leave()
                     nursery.cancel_scope.cancel()
         finally:
@@ -329,6 +334,10 @@ async def open_runtime(
             joined.leave()
         # Every turn is joined: no dispatch span opens after this.
         tracing.close()
+
+
+def _closed() -> EngineClosedError:
+    return EngineClosedError("the engine closed while the call waited")
 
 
 def _assemble(

@@ -99,11 +99,19 @@ class StreamWaiters:
 
     def __init__(self) -> None:
         self._waiting: dict[str, _Waiting] = {}
+        # Set once the engine or client closed: what registering raises.
+        self._closed: Callable[[], Exception] | None = None
 
     def register(self, run_id: str) -> trio.Event:
         """The event set at the next change of ``run_id``'s stream (shared
         by its readers). Register before reading, so a change during the
-        read is not missed."""
+        read is not missed.
+
+        Raises:
+          Exception: What `close` was given, once it was called.
+        """
+        if self._closed is not None:
+            raise self._closed()
         waiting = self._waiting.get(run_id)
         if waiting is None:
             waiting = self._waiting[run_id] = _Waiting()
@@ -128,6 +136,13 @@ class StreamWaiters:
         waiting, self._waiting = self._waiting, {}
         for item in waiting.values():
             item.event.set()
+
+    def close(self, error: Callable[[], Exception]) -> None:
+        """The engine or client closed: nothing tells its readers anything
+        any more, so wake them all, and have them, and any reader after
+        them, raise ``error()`` as they register again."""
+        self._closed = error
+        self.recheck()
 
 
 def stream_announce(store: Store, origin: str, run: Run) -> list[Op]:
@@ -313,6 +328,9 @@ class ReadsStreams:
         Raises:
           UsageError: ``from_offset`` is not an integer >= 0 (at the call).
           RunNotFoundError: No run has this id (at the first iteration).
+          EngineClosedError: The engine closed while the reader waited (a
+            client's: `trio.ClosedResourceError`); read again elsewhere from
+            one past the last offset given.
         """
         offset = check_offset(from_offset)
         return RunStream(self._stream_front(namespace), run_id, offset)

@@ -69,11 +69,20 @@ class Turns:
         recorded as sent, wake the children it created, and wake the parent a
         final write settled. Each of these is harmless if the write did not
         apply: a task is sent only if its checkpoint says so, and a wake only
-        costs a turn."""
+        costs a turn.
+
+        Its callers here are woken first, before any read that may fail
+        too: a value the run published or an update's outcome the write
+        may have committed (this engine's watch skips the announcement the
+        write carried, and on a store that announces writes its callers
+        read only when told), and its stream's readers. A wake only costs
+        them a read."""
         turn = self._failed_writes.pop(run_id, None)
         if turn is None:
             return
         rt = self._rt
+        rt.endings.changed(run_id)
+        rt.streams.changed(run_id)
         tasks: list[Task] = []
         for _, task in turn.dispatch:
             found = await rt.store.get_checkpoints(run_id, task.seq, task.seq)
@@ -105,5 +114,3 @@ class Turns:
         if run is not None and run.done:
             rt.sent.run_ended(run_id)
             rt.endings.ended(run_id)
-        # The write may have committed values of the run's stream.
-        rt.streams.changed(run_id)

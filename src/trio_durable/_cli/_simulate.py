@@ -58,6 +58,7 @@ def simulate_command(
         quiet_engines,
         replay,
         run_seeds,
+        stopwatch,
         summary_line,
     )
 
@@ -76,7 +77,8 @@ def simulate_command(
                     print_seed(report)
                 advance()
 
-            reports = run_seeds(seeds, on_report=done, **settings)
+            with stopwatch() as elapsed:
+                reports = run_seeds(seeds, on_report=done, **settings)
         failed = [r.seed for r in reports if not r.ok]
         again = replay(failed[0], **settings) if failed else None
     if as_json:
@@ -96,6 +98,8 @@ def simulate_command(
                 ],
                 "passed": len(reports) - len(failed),
                 "failed": len(failed),
+                "seconds": round(elapsed[0], 3),
+                "seeds_per_second": round(len(reports) / elapsed[0], 3) if elapsed[0] else None,
                 "replay": None
                 if again is None
                 else {
@@ -106,7 +110,7 @@ def simulate_command(
             }
         )
     else:
-        print(summary_line(reports))
+        print(summary_line(reports, elapsed[0]))
         if again is not None:
             print_replay(again)
     if failed:

@@ -9,11 +9,11 @@ runs the built-in workload over many seeds.
 
 from ._faults import Faults as Faults
 from ._faults import FaultyStore as FaultyStore
-from ._harness import Simulation as Simulation
-from ._harness import SimulationReport as SimulationReport
-from ._harness import Workload as Workload
 from ._harness import deterministic_scheduling as deterministic_scheduling
 from ._harness import simulate as simulate
+from ._simulation import Simulation as Simulation
+from ._simulation import SimulationReport as SimulationReport
+from ._simulation import Workload as Workload
 
 __all__ = [
     "Faults",

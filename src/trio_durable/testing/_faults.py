@@ -12,14 +12,15 @@ pending to settled, so the harness can check that each one settles once.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import Any, final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, final
 
 import attrs
 import trio
 
 from .._exceptions import StoreError
 from .._fans import FAN_CANCELLED
+from .._handlers import UPDATES_SEQ
 from .._records import (
     Checkpoint,
 )
@@ -28,6 +29,11 @@ from .._stores._base import ChangeFeed, TurnState
 from .._stores._memory import MemoryStore
 from .._stores._ops import DeleteCheckpoints, Op
 from .._stores._wrapping import StoreWrapper
+from .._streams import STREAM_SEQ
+
+REWRITTEN: Final = frozenset({STREAM_SEQ, UPDATES_SEQ})
+"""Seqs of a run's records that its turns write again by design (a stream's
+head, the update log), which no result settles: not counted."""
 
 
 @final
@@ -50,6 +56,10 @@ class Faults:
         the broker, their announcements expire).
       clock_jumps: How many times the clock jumps ahead, across lease and
         timer deadlines.
+      forge: Probability that an intruder publishes a forged message beside
+        each task the fleet sends (a result for it, or a task of its own;
+        see `trio_durable.testing._forgery`). Only with ``signing=``: a
+        fleet that signs nothing accepts anything, by design.
     """
 
     duplicate: float = 0.0
@@ -60,6 +70,7 @@ class Faults:
     engine_crashes: int = 0
     worker_crashes: int = 0
     clock_jumps: int = 0
+    forge: float = 0.0
 
     @classmethod
     def none(cls) -> Faults:
@@ -78,6 +89,7 @@ class Faults:
             engine_crashes=3,
             worker_crashes=3,
             clock_jumps=2,
+            forge=0.05,
         )
 
 
@@ -95,12 +107,31 @@ def _kept_late(old: Checkpoint, new: Checkpoint) -> bool:
 @final
 class FaultyStore(StoreWrapper, ChangeFeed):
     """A `MemoryStore` whose writes fail on purpose (see `Faults`): every
-    other method of the protocol passes through (`StoreWrapper`)."""
+    other method of the protocol passes through (`StoreWrapper`).
+
+    Args:
+      inner: The memory store.
+      rng: Where the faults are drawn from.
+      faults: Which to inject.
+      inspect: Shown every batch of operations as it arrives.
+    """
 
     inner: MemoryStore
 
-    def __init__(self, inner: MemoryStore, rng: random.Random, faults: Faults) -> None:
+    def __init__(
+        self,
+        inner: MemoryStore,
+        rng: random.Random,
+        faults: Faults,
+        inspect: Callable[[Sequence[Op]], None] | None = None,
+    ) -> None:
         self.inner = inner
+        # Shown every batch of operations as it arrives, applied or not
+        # (what reaches the store, for `_sealed`).
+        self.inspect = inspect
+        # Set (and replaced) at each write (a turn's lease write included),
+        # for crashes that land in the middle of an engine's work.
+        self.wrote = trio.Event()
         self.scope = inner.scope
         self._rng = rng
         self._faults = faults
@@ -118,6 +149,10 @@ class FaultyStore(StoreWrapper, ChangeFeed):
         return True
 
     async def apply(self, ops: Sequence[Op]) -> list[Any]:
+        if self.inspect is not None:
+            self.inspect(ops)
+        self.wrote.set()
+        self.wrote = trio.Event()
         if self._fault("store.fail_before", self._faults.store_fail_before):
             await trio.lowlevel.checkpoint()
             raise StoreError("injected: the write failed before it was applied")
@@ -162,6 +197,8 @@ class FaultyStore(StoreWrapper, ChangeFeed):
         self, before: dict[tuple[str, int], tuple[str | None, Checkpoint | None]], ops: Sequence[Op]
     ) -> None:
         for key, (old, old_row) in before.items():
+            if key[1] in REWRITTEN:
+                continue
             new = self._status(key)
             new_row = self._row(key)
             settled = ("completed", "failed")
@@ -194,6 +231,8 @@ class FaultyStore(StoreWrapper, ChangeFeed):
     async def begin_turn(
         self, run_id: str, owner: str, expiry: float, now: float
     ) -> TurnState | None:
+        self.wrote.set()
+        self.wrote = trio.Event()
         if self._fault("store.fail_before", self._faults.store_fail_before):
             await trio.lowlevel.checkpoint()
             raise StoreError("injected: the lease write failed")

@@ -6,6 +6,11 @@ Trio's scheduling made to follow the seed. A workload drives runs through a
 `Simulation`; meanwhile faults drawn from the seed hit the fleet. Afterwards
 the invariants are checked and a report comes back with a hash of the event
 trace: the same seed gives the same hash, so a failing seed replays exactly.
+
+The fleet may run with a payload codec, message signing and a blob store,
+as a production fleet does: then nothing may reach the store readable
+(`_sealed`), no forged message may get through (`_forgery`), and every
+blob a row refers to must be there (`_memory_blobs`).
 """
 
 from __future__ import annotations
@@ -13,194 +18,35 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager, suppress
-from typing import Any, Final, final
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import attrs
 import trio
 import trio.testing
 
-from .._app import App, Workflow
+from .._app import App
+from .._blob_store import BlobOptions
+from .._blobs import DEFAULT_BLOB_GRACE, DEFAULT_BLOB_THRESHOLD
 from .._brokers._memory import BrokerFaults, MemoryBroker
+from .._codec import PayloadCodec
 from .._engine import Engine, crash
-from .._exceptions import EngineClosedError, InvalidRunStateError, StoreError, TrioDurableError
+from .._exceptions import StoreError, UsageError
+from .._keyring import Keyring
 from .._open_engine import open_engine
 from .._open_worker import open_worker
 from .._records import TERMINAL_STATUSES, Run
 from .._stores._base import Store
+from .._stores._codec import check_codec, with_codec
 from .._stores._memory import MemoryStore
 from .._worker import crash as crash_worker
 from ._faults import Faults, FaultyStore
-
-WALL_START: Final = 1_700_000_000.0
-_ATTEMPTS: Final = 200
-
-
-@final
-@attrs.define(frozen=True, kw_only=True)
-class SimulationReport:
-    """What a simulation did and found.
-
-    Attributes:
-      seed: The seed.
-      statuses: How many runs ended in each status (non-terminal included).
-      outputs: Each run's status and output (or error code), by run id.
-      faults: How many faults of each kind were injected.
-      simulated_time: Virtual seconds the simulation covered.
-      trace_hash: A hash of the event trace (same seed, same hash).
-      violations: Invariants that did not hold (empty when all is well).
-      ledger: How often each effect recorded by a step ran, by key.
-      trace: The event trace, if asked for.
-    """
-
-    seed: int
-    statuses: dict[str, int]
-    outputs: dict[str, tuple[str, Any]]
-    faults: dict[str, int]
-    simulated_time: float
-    trace_hash: str
-    violations: tuple[str, ...]
-    ledger: dict[str, int] = attrs.field(factory=dict)
-    trace: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        """Whether every invariant held."""
-        return not self.violations
-
-
-Check = Callable[[Store], Awaitable[list[str]]]
-
-
-class Simulation:
-    """What a workload drives the fleet with.
-
-    Every call goes to a live engine picked from the seed and is retried on
-    another one when the engine crashed under it or the store failed on
-    purpose, as a real client would.
-
-    Attributes:
-      rng: The workload's own seeded random source.
-      ledger: Effects steps recorded, by key (count of executions).
-    """
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.ledger: dict[str, int] = {}
-        self._engines: dict[str, Engine] = {}
-        self._changed = trio.Event()
-        self.started: list[str] = []
-        self.may_stay_suspended: set[str] = set()
-        self.may_differ: set[str] = set()
-        self.may_skip_effects: set[str] = set()
-        self.notes: dict[str, list[str]] = {}
-        self.checks: list[Check] = []
-
-    def record(self, key: str) -> int:
-        """Record one execution of an effect; return how many ran so far."""
-        self.ledger[key] = self.ledger.get(key, 0) + 1
-        return self.ledger[key]
-
-    def note(self, log: str, entry: str) -> None:
-        """Append ``entry`` to the ordered log ``log``: what steps saw, in
-        the order it happened (every execution, re-executions included)."""
-        self.notes.setdefault(log, []).append(entry)
-
-    def check(self, check: Check) -> None:
-        """Add an invariant of the workload's own: ``check(store)`` is
-        awaited once the fleet has drained (the store no longer fails), and
-        returns the violations it found."""
-        self.checks.append(check)
-
-    async def call(self, fn: Callable[[Engine], Awaitable[Any]]) -> Any:
-        """Call ``fn`` with a live engine, again on another one when the
-        engine crashed under it or the store failed on purpose: ``fn`` must
-        be idempotent (an entity call with a ``call_id``, say)."""
-        return await self._call(fn)
-
-    def _engine_up(self, engine: Engine) -> None:
-        self._engines[engine.engine_id] = engine
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def _engine_down(self, engine: Engine) -> None:
-        self._engines.pop(engine.engine_id, None)
-
-    async def _call(self, fn: Callable[[Engine], Awaitable[Any]]) -> Any:
-        for _ in range(_ATTEMPTS):
-            while not self._engines:
-                await self._changed.wait()
-            engine = self._engines[self.rng.choice(sorted(self._engines))]
-            try:
-                return await fn(engine)
-            except (EngineClosedError, StoreError, trio.ClosedResourceError):
-                await trio.sleep(1.0)
-        raise TrioDurableError(f"no engine took the call in {_ATTEMPTS} attempts")
-
-    async def start(self, workflow: Workflow[..., Any] | str, *args: Any, run_id: str) -> str:
-        """Start a run (idempotent by ``run_id``)."""
-        await self._call(lambda e: e.start(workflow, *args, run_id=run_id))
-        if run_id not in self.started:
-            self.started.append(run_id)
-        return run_id
-
-    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
-        """Send a signal (a run that ended meanwhile took an earlier try of
-        it: the store failed on purpose after applying it)."""
-        with suppress(InvalidRunStateError):
-            await self._call(lambda e: e.signal(run_id, name, payload))
-
-    async def cancel(self, run_id: str, *, compensate: bool = False) -> None:
-        """Cancel a run, if it has not ended; its outcome may then differ from
-        the reference execution's."""
-        self.may_differ.add(run_id)
-
-        async def cancel(engine: Engine) -> None:
-            run = await engine.get(run_id)
-            if run.status not in TERMINAL_STATUSES:
-                await engine.cancel(run_id, compensate=compensate)
-
-        with suppress(TrioDurableError):
-            await self._call(cancel)
-
-    async def wait(self, run_id: str) -> Run:
-        """Wait until a run ends."""
-        while True:
-            run: Run = await self._call(lambda e: e.get(run_id))
-            if run.status in TERMINAL_STATUSES:
-                return run
-            await trio.sleep(5.0)
-
-    async def retry(self, run_id: str) -> None:
-        """Wait until a run ends, then retry it if it failed."""
-        run = await self.wait(run_id)
-        if run.status in ("failed", "dead"):
-
-            async def retry(engine: Engine) -> None:
-                current = await engine.get(run_id)
-                if current.status in ("failed", "dead"):
-                    await engine.retry(run_id)
-
-            await self._call(retry)
-
-    def may_skip(self, *keys: str) -> None:
-        """Declare ledger effects that may never run under faults: those of a
-        run the workload cancels, which faults can delay until the
-        cancellation lands before its first step."""
-        self.may_skip_effects.update(keys)
-
-    def stays_suspended(self, run_id: str) -> None:
-        """Declare that a run may end the simulation suspended (it waits on a
-        signal the workload never sends)."""
-        self.may_stay_suspended.add(run_id)
-
-    async def sleep(self, seconds: float) -> None:
-        """Let virtual time pass."""
-        await trio.sleep(seconds)
-
-
-Workload = Callable[[Simulation], Awaitable[None]]
+from ._forgery import ForgingBroker, forgery_violations
+from ._memory_blobs import MemoryBlobStore, blob_violations
+from ._sealed import SealedWrites
+from ._simulation import WALL_START, Simulation, SimulationReport, Workload
 
 
 @contextmanager
@@ -220,6 +66,19 @@ def deterministic_scheduling(seed: int) -> Iterator[None]:
         _run._r.setstate(state)
 
 
+@attrs.define(frozen=True, kw_only=True)
+class _Setup:
+    """How the fleet of one execution is made."""
+
+    engines: int
+    workers: int
+    faults: Faults
+    duration: float
+    codec: PayloadCodec | None
+    signing: Keyring | None
+    blob_threshold: int | None
+
+
 def simulate(
     app: App,
     workload: Workload,
@@ -231,6 +90,9 @@ def simulate(
     duration: float = 3600.0,
     reference: SimulationReport | None = None,
     keep_trace: bool = False,
+    codec: PayloadCodec | None = None,
+    signing: Keyring | None = None,
+    blob_threshold: int | None = None,
 ) -> SimulationReport:
     """Run ``workload`` on a simulated fleet and check the invariants.
 
@@ -247,15 +109,50 @@ def simulate(
       reference: The report of a fault-free execution of the same workload;
         computed with one engine and one worker if not given.
       keep_trace: Keep the full event trace in the report.
+      codec: Every engine keeps payloads encoded with it (``open_engine``'s
+        ``codec=``); then no payload may reach the store in the clear.
+      signing: Every engine and worker signs and checks its messages with
+        this ring (``signing=``); then forgeries (`Faults.forge`) are
+        published, and none may get through.
+      blob_threshold: Keep payloads longer than this many characters in a
+        blob store in memory, made for each execution (``blobs=``); then
+        every blob a row refers to must be there.
 
     Returns:
       The report; ``report.ok`` is whether every invariant held.
+
+    Raises:
+      UsageError: ``codec``, ``signing`` or ``blob_threshold`` is not what
+        ``open_engine`` takes.
     """
     if faults is None:
         faults = Faults.everything()
+    check_codec(codec)
+    if signing is not None and not isinstance(signing, Keyring):
+        raise UsageError(f"signing= takes a td.Keyring or None, not {signing!r}")
+    if blob_threshold is not None:
+        BlobOptions.of(None, blob_threshold, DEFAULT_BLOB_GRACE)
+    setup = _Setup(
+        engines=engines,
+        workers=workers,
+        faults=faults,
+        duration=duration,
+        codec=codec,
+        signing=signing,
+        blob_threshold=blob_threshold,
+    )
     if reference is None and faults != Faults.none():
         reference = simulate(
-            app, workload, seed=seed, engines=1, workers=1, faults=Faults.none(), duration=duration
+            app,
+            workload,
+            seed=seed,
+            engines=1,
+            workers=1,
+            faults=Faults.none(),
+            duration=duration,
+            codec=codec,
+            signing=signing,
+            blob_threshold=blob_threshold,
         )
     with deterministic_scheduling(seed):
         return trio.run(
@@ -263,71 +160,113 @@ def simulate(
             app,
             workload,
             seed,
-            engines,
-            workers,
-            faults,
-            duration,
+            setup,
             reference,
             keep_trace,
             clock=trio.testing.MockClock(autojump_threshold=0),
         )
 
 
-async def _simulation(
-    app: App,
-    workload: Workload,
-    seed: int,
-    engine_count: int,
-    worker_count: int,
-    faults: Faults,
-    duration: float,
-    reference: SimulationReport | None,
-    keep_trace: bool,
-) -> SimulationReport:
-    rng = random.Random(seed)
-    # Workers serve the remote steps' groups and the remote workflows'.
-    groups = sorted({*app.groups, *(wf.decision_group for wf in app.workflows if wf.remote)})
-    store = FaultyStore(MemoryStore(), random.Random(rng.getrandbits(64)), faults)
-    broker = MemoryBroker(
-        BrokerFaults(
-            duplicate=faults.duplicate,
-            delay=faults.delay,
-            reorder=faults.reorder,
-            seed=rng.getrandbits(32),
+def _wall() -> float:
+    return WALL_START + trio.current_time()
+
+
+class _Fleet:
+    """The engines and workers of one execution, coming and going as the
+    faults say, and what they leave for the report."""
+
+    def __init__(self, app: App, seed: int, setup: _Setup) -> None:
+        self.app = app
+        self.setup = setup
+        faults = setup.faults
+        rng = self.rng = random.Random(seed)
+        # Workers serve the remote steps' groups and the remote workflows'.
+        self.groups = sorted(
+            {*app.groups, *(wf.decision_group for wf in app.workflows if wf.remote)}
         )
-    )
-    sim = Simulation(random.Random(rng.getrandbits(64)))
-    trace: list[str] = []
-    injected: dict[str, int] = {}
-    violations: list[str] = []
+        self.blobs = MemoryBlobStore() if setup.blob_threshold is not None else None
+        self.sealed = None if setup.codec is None else SealedWrites(setup.codec, self.blobs)
+        self.store = FaultyStore(
+            MemoryStore(),
+            random.Random(rng.getrandbits(64)),
+            faults,
+            None if self.sealed is None else self.sealed.inspect,
+        )
+        self.memory_broker = MemoryBroker(
+            BrokerFaults(
+                duplicate=faults.duplicate,
+                delay=faults.delay,
+                reorder=faults.reorder,
+                seed=rng.getrandbits(32),
+            )
+        )
+        self.broker = ForgingBroker(
+            self.memory_broker,
+            setup.signing,
+            faults.forge,
+            random.Random(rng.getrandbits(64)),
+        )
+        self.sim = Simulation(random.Random(rng.getrandbits(64)))
+        self.trace: list[str] = []
+        self.injected: dict[str, int] = {}
+        self.engine_scopes: dict[int, trio.CancelScope] = {}
+        self.worker_scopes: dict[int, trio.CancelScope] = {}
+        self.live_engines: dict[int, Engine] = {}
+        self.live_workers: dict[int, Any] = {}
+        self.stopping = trio.Event()
+        # What engines and workers raised (each error once).
+        self.errors: list[str] = []
 
-    def wall() -> float:
-        return WALL_START + trio.current_time()
+    def view(self) -> Store:
+        """The store as the engines read it (blobs resolved, payloads
+        decoded), without faults: what checks and outcomes read."""
+        blobs = BlobOptions.of(
+            self.blobs, self.setup.blob_threshold or DEFAULT_BLOB_THRESHOLD, DEFAULT_BLOB_GRACE
+        )
+        return with_codec(blobs.wrap(self.store.inner, _wall), self.setup.codec)
 
-    engine_scopes: dict[int, trio.CancelScope] = {}
-    worker_scopes: dict[int, trio.CancelScope] = {}
-    live_engines: dict[int, Engine] = {}
-    live_workers: dict[int, Any] = {}
-    stopping = trio.Event()
+    def _options(self) -> dict[str, Any]:
+        """What engines and workers share: signing and the blob store."""
+        options: dict[str, Any] = {"signing": self.setup.signing}
+        if self.blobs is not None:
+            options["blobs"] = self.blobs
+            options["blob_threshold"] = self.setup.blob_threshold
+        return options
 
-    async def host_engine(index: int) -> None:
-        generation = 0
-        while not stopping.is_set():
-            generation += 1
-            with trio.CancelScope() as scope:
-                engine_scopes[index] = scope
+    @contextmanager
+    def _reporting(self, who: str) -> Iterator[None]:
+        """An engine, a worker or the workload that raises is reported, not
+        fatal: the simulation goes on (an engine or worker comes back as
+        after a crash), and the report keeps the seed."""
+        try:
+            yield
+        except Exception as exc:
+            for leaf in _leaves(exc):
+                where = traceback.extract_tb(leaf.__traceback__)[-1:]
+                at = f" (at {where[0].filename}:{where[0].lineno})" if where else ""
+                error = f"{who} raised {type(leaf).__name__}: {leaf}{at}"
+                if error not in self.errors:
+                    self.errors.append(error)
+
+    async def host_engine(self, index: int) -> None:
+        rng, sim, trace = self.rng, self.sim, self.trace
+        while not self.stopping.is_set():
+            with self._reporting(f"engine-{index}"), trio.CancelScope() as scope:
+                self.engine_scopes[index] = scope
                 async with open_engine(
-                    app,
-                    store=store,
-                    broker=broker,
+                    self.app,
+                    store=self.store,
+                    broker=self.broker,
                     engine_id=f"engine-{index}",
                     seed=rng.getrandbits(64),
-                    wall_clock=wall,
+                    wall_clock=_wall,
                     lease_ttl=30.0,
                     remote_redispatch=(120.0, 100),
                     blocked_recheck=5.0,
+                    codec=self.setup.codec,
+                    **self._options(),
                 ) as engine:
-                    live_engines[index] = engine
+                    self.live_engines[index] = engine
                     sim._engine_up(engine)
                     with engine.subscribe(buffer=float("inf")) as events:
                         async for event in events:
@@ -335,118 +274,201 @@ async def _simulation(
                                 f"{event.at - WALL_START:.6f} {index} {event.kind} {event.run_id}"
                                 f" {event.seq} {event.name}"
                             )
-            live_engines.pop(index, None)
-            if stopping.is_set():
+            if index in self.live_engines:
+                sim._engine_down(self.live_engines.pop(index))
+            if self.stopping.is_set():
                 return
             await trio.sleep(rng.uniform(5.0, 60.0))
 
-    async def host_worker(index: int) -> None:
-        while not stopping.is_set():
-            with trio.CancelScope() as scope:
-                worker_scopes[index] = scope
+    async def host_worker(self, index: int) -> None:
+        rng = self.rng
+        while not self.stopping.is_set():
+            with self._reporting(f"worker-{index}"), trio.CancelScope() as scope:
+                self.worker_scopes[index] = scope
                 async with open_worker(
-                    app,
-                    broker=broker,
-                    groups=groups,
+                    self.app,
+                    broker=self.broker,
+                    groups=self.groups,
                     concurrency=8,
                     instance_id=f"worker-{index}",
-                    wall_clock=wall,
+                    wall_clock=_wall,
                     seed=rng.getrandbits(64),
+                    **self._options(),
                 ) as worker:
-                    live_workers[index] = worker
+                    self.live_workers[index] = worker
                     await trio.sleep_forever()
-            live_workers.pop(index, None)
-            if stopping.is_set():
+            self.live_workers.pop(index, None)
+            if self.stopping.is_set():
                 return
             await trio.sleep(rng.uniform(5.0, 60.0))
 
-    def count(kind: str) -> None:
-        injected[kind] = injected.get(kind, 0) + 1
-        trace.append(f"{trio.current_time():.6f} fault {kind}")
+    def count(self, kind: str) -> None:
+        self.injected[kind] = self.injected.get(kind, 0) + 1
+        self.trace.append(f"{trio.current_time():.6f} fault {kind}")
 
-    async def crash_engines() -> None:
-        for at in sorted(rng.uniform(0, duration) for _ in range(faults.engine_crashes)):
-            await trio.sleep_until(at)
-            alive = sorted(live_engines)
-            if len(alive) < 1:
-                continue
-            index = rng.choice(alive)
-            # Down from this moment: the fleet must not count it live (nor
-            # drain it) while its block is still unwinding (seed 3921).
-            engine = live_engines.pop(index)
-            sim._engine_down(engine)
-            crash(engine)
-            engine_scopes[index].cancel()
-            count("engine.crash")
+    def _fault_times(self, count: int) -> list[float]:
+        return sorted(self.rng.uniform(0, self.setup.duration) for _ in range(count))
 
-    async def crash_workers() -> None:
-        for at in sorted(rng.uniform(0, duration) for _ in range(faults.worker_crashes)):
+    async def _amid(self, activity: Callable[[], trio.Event]) -> None:
+        """Wait for the next piece of work (at most a minute), then for a
+        random number of the scheduler's steps: a crash then lands in the
+        middle of what follows it (most of a simulation is idle time, and a
+        crash in it cuts nothing short)."""
+        with trio.move_on_after(60.0):
+            await activity().wait()
+        for _ in range(self.rng.randrange(40)):
+            await trio.lowlevel.checkpoint()
+
+    async def crash_engines(self) -> None:
+        for at in self._fault_times(self.setup.faults.engine_crashes):
             await trio.sleep_until(at)
-            alive = sorted(live_workers)
+            await self._amid(lambda: self.store.wrote)
+            alive = sorted(self.live_engines)
             if not alive:
                 continue
-            index = rng.choice(alive)
-            crash_worker(live_workers.pop(index))
-            worker_scopes[index].cancel()
-            count("worker.crash")
+            index = self.rng.choice(alive)
+            # Down from this moment: the fleet must not count it live (nor
+            # drain it) while its block is still unwinding (seed 3921).
+            engine = self.live_engines.pop(index)
+            self.sim._engine_down(engine)
+            crash(engine)
+            self.engine_scopes[index].cancel()
+            self.count("engine.crash")
 
-    async def jump_clock() -> None:
+    async def crash_workers(self) -> None:
+        for at in self._fault_times(self.setup.faults.worker_crashes):
+            await trio.sleep_until(at)
+            await self._amid(lambda: self.broker.task_sent)
+            alive = sorted(self.live_workers)
+            busy = [i for i in alive if self.live_workers[i].statistics().in_flight]
+            alive = busy or alive
+            if not alive:
+                continue
+            index = self.rng.choice(alive)
+            crash_worker(self.live_workers.pop(index))
+            self.worker_scopes[index].cancel()
+            self.count("worker.crash")
+
+    async def jump_clock(self) -> None:
         clock = trio.lowlevel.current_clock()
         assert isinstance(clock, trio.testing.MockClock)
-        for at in sorted(rng.uniform(0, duration) for _ in range(faults.clock_jumps)):
+        for at in self._fault_times(self.setup.faults.clock_jumps):
             await trio.sleep_until(at)
-            clock.jump(rng.uniform(30.0, 600.0))
-            count("clock.jump")
+            clock.jump(self.rng.uniform(30.0, 600.0))
+            self.count("clock.jump")
 
-    async with trio.open_nursery() as nursery:
-        for index in range(engine_count):
-            nursery.start_soon(host_engine, index, name=f"sim engine {index}")
-        for index in range(worker_count if groups else 0):
-            nursery.start_soon(host_worker, index, name=f"sim worker {index}")
-        async with trio.open_nursery() as chaos:
-            chaos.start_soon(crash_engines)
-            chaos.start_soon(crash_workers)
-            chaos.start_soon(jump_clock)
-            await workload(sim)
-            # Let the runs end: faults stop after `duration`.
-            with trio.move_on_after(max(duration * 4, 86_400.0)):
+    async def run(self, workload: Workload) -> list[str]:
+        """Run the workload on the fleet, let it finish, close it; return
+        what went wrong on the way."""
+        setup, sim, store = self.setup, self.sim, self.store
+        violations: list[str] = []
+        async with trio.open_nursery() as nursery:
+            for index in range(setup.engines):
+                nursery.start_soon(self.host_engine, index, name=f"sim engine {index}")
+            for index in range(setup.workers if self.groups else 0):
+                nursery.start_soon(self.host_worker, index, name=f"sim worker {index}")
+            async with trio.open_nursery() as chaos:
+                chaos.start_soon(self.crash_engines)
+                chaos.start_soon(self.crash_workers)
+                chaos.start_soon(self.jump_clock)
+                with self._reporting("the workload"):
+                    await workload(sim)
+                # Let the runs end: faults stop after `duration`.
+                with trio.move_on_after(max(setup.duration * 4, 86_400.0)):
+                    await _until_settled(store, sim)
+                chaos.cancel_scope.cancel()
+            store.armed = False
+            # Bring every engine back and let the fleet finish what is left.
+            await _until_all_up(self.live_engines, setup.engines)
+            with trio.move_on_after(86_400.0):
                 await _until_settled(store, sim)
-            chaos.cancel_scope.cancel()
-        store.armed = False
-        # Bring every engine back and let the fleet finish what is left.
-        await _until_all_up(live_engines, engine_count)
-        with trio.move_on_after(86_400.0):
-            await _until_settled(store, sim)
-        for engine in list(live_engines.values()):
-            await engine.drain()
-        for engine in list(live_engines.values()):
-            await engine.drain()
-        ops = store.statistics().ops
-        await trio.testing.wait_all_tasks_blocked()
-        if store.statistics().ops != ops:
-            violations.append("the store changed after drain()")
-        stopping.set()
-        for scope in [*engine_scopes.values(), *worker_scopes.values()]:
-            scope.cancel()
-    leftovers = [
-        task.name
-        for nursery_ in trio.lowlevel.current_task().child_nurseries
-        for task in nursery_.child_tasks
-    ]
-    if leftovers:
-        violations.append(f"tasks alive after the fleet closed: {leftovers}")
+            for engine in list(self.live_engines.values()):
+                await engine.drain()
+            for engine in list(self.live_engines.values()):
+                await engine.drain()
+            ops = store.statistics().ops
+            await trio.testing.wait_all_tasks_blocked()
+            if store.statistics().ops != ops:
+                violations.append("the store changed after drain()")
+            self.stopping.set()
+            for scope in [*self.engine_scopes.values(), *self.worker_scopes.values()]:
+                scope.cancel()
+        leftovers = [
+            task.name
+            for nursery_ in trio.lowlevel.current_task().child_nurseries
+            for task in nursery_.child_tasks
+        ]
+        if leftovers:
+            violations.append(f"tasks alive after the fleet closed: {leftovers}")
+        return violations
 
+    async def at_rest(self) -> list[str]:
+        """The invariants of what the fleet leaves behind: secrets, forgeries
+        and blobs."""
+        violations = list(self.errors)
+        if self.sealed is not None:
+            violations.extend(self.sealed.violations)
+        if self.setup.signing is not None:
+            violations.extend(self.broker.violations)
+            try:
+                violations.extend(await forgery_violations(self.view()))
+            except StoreError as exc:
+                violations.append(f"the forgery check raised {type(exc).__name__}: {exc}")
+        if self.blobs is not None:
+            violations.extend(await blob_violations(self.blobs, self.store.inner))
+        return violations
+
+    def faults(self) -> dict[str, int]:
+        """How many faults of each kind were injected."""
+        injected = dict(self.injected)
+        for kind in self.store.injected:
+            injected[kind] = injected.get(kind, 0) + 1
+        # Broker faults are counted by the broker, not traced.
+        broker = self.memory_broker
+        for kind, times in (
+            ("broker.duplicate", broker.duplicated),
+            ("broker.delay", broker.delayed),
+            ("broker.reorder", broker.reordered),
+            ("broker.forge", self.broker.forged),
+        ):
+            if times:
+                injected[kind] = times
+        return dict(sorted(injected.items()))
+
+
+async def _simulation(
+    app: App,
+    workload: Workload,
+    seed: int,
+    setup: _Setup,
+    reference: SimulationReport | None,
+    keep_trace: bool,
+) -> SimulationReport:
+    fleet = _Fleet(app, seed, setup)
+    sim = fleet.sim
+    violations = await fleet.run(workload)
+    view = fleet.view()
     outputs: dict[str, tuple[str, Any]] = {}
     statuses: dict[str, int] = {}
-    for run in await store.list_runs(limit=1_000_000):
+    # Statuses from the rows as stored (no payload layer reads them), each
+    # outcome through the layers: a row they cannot read is a violation.
+    for run in await fleet.store.inner.list_runs(limit=1_000_000):
         statuses[run.status] = statuses.get(run.status, 0) + 1
         if run.parent_id is None:
-            outputs[run.id] = _outcome(run)
+            try:
+                read = await view.get_run(run.id)
+            except StoreError as exc:
+                violations.append(f"run {run.id} cannot be read: {type(exc).__name__}: {exc}")
+            else:
+                outputs[run.id] = _outcome(run if read is None else read)
         allowed = run.id in sim.may_stay_suspended or run.parent_id in sim.may_stay_suspended
         if run.status not in TERMINAL_STATUSES and not allowed:
             violations.append(f"run {run.id} did not end: {run.status}")
     for check in sim.checks:
-        violations.extend(await check(store.inner))
+        with fleet._reporting("a check of the workload's"):
+            violations.extend(await check(view))
+    violations.extend(await fleet.at_rest())
+    store = fleet.store
     for (run_id, seq), settles in sorted(store.settles.items()):
         if settles > 1 + store.resets.get((run_id, seq), 0):
             violations.append(f"checkpoint {run_id}@{seq} settled {settles} times")
@@ -463,28 +485,25 @@ async def _simulation(
         # than once: steps run at least once).
         for key in sorted(set(reference.ledger) - set(sim.ledger) - sim.may_skip_effects):
             violations.append(f"the effect {key!r} never ran")
-    for kind in store.injected:
-        injected[kind] = injected.get(kind, 0) + 1
-    # Broker faults are counted by the broker, not traced.
-    for kind, times in (
-        ("broker.duplicate", broker.duplicated),
-        ("broker.delay", broker.delayed),
-        ("broker.reorder", broker.reordered),
-    ):
-        if times:
-            injected[kind] = times
-    digest = hashlib.sha256("\n".join(trace).encode()).hexdigest()[:16]
+    digest = hashlib.sha256("\n".join(fleet.trace).encode()).hexdigest()[:16]
     return SimulationReport(
         seed=seed,
         statuses=dict(sorted(statuses.items())),
         outputs=outputs,
-        faults=dict(sorted(injected.items())),
+        faults=fleet.faults(),
         simulated_time=trio.current_time(),
         trace_hash=digest,
         violations=tuple(violations),
         ledger=dict(sorted(sim.ledger.items())),
-        trace=tuple(trace) if keep_trace else (),
+        trace=tuple(fleet.trace) if keep_trace else (),
     )
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds (an exception alone: itself)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def _outcome(run: Run) -> tuple[str, Any]:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from ._faults import Faults
-from ._harness import SimulationReport, simulate
-from ._workloads import app, default_workload
+from ._harness import simulate
+from ._simulation import SimulationReport
+from ._workloads import simulate_builtin
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -43,15 +45,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     faults = Faults.none() if args.no_faults else Faults.everything()
     with quiet_engines(not args.verbose):
-        reports = run_seeds(
-            parse_seeds(args.seeds),
-            engines=args.engines,
-            workers=args.workers,
-            faults=faults,
-            duration=args.duration,
-            on_report=print_seed,
-        )
-        print(summary_line(reports))
+        with stopwatch() as elapsed:
+            reports = run_seeds(
+                parse_seeds(args.seeds),
+                engines=args.engines,
+                workers=args.workers,
+                faults=faults,
+                duration=args.duration,
+                on_report=print_seed,
+            )
+        print(summary_line(reports, elapsed[0]))
         failed = [r.seed for r in reports if not r.ok]
         if not failed:
             return 0
@@ -95,14 +98,8 @@ def run_seeds(
     is called with each report as soon as it is made."""
     reports: list[SimulationReport] = []
     for seed in seeds:
-        report = simulate(
-            app,
-            default_workload,
-            seed=seed,
-            engines=engines,
-            workers=workers,
-            faults=faults,
-            duration=duration,
+        report = simulate_builtin(
+            seed, engines=engines, workers=workers, faults=faults, duration=duration
         )
         reports.append(report)
         on_report(report)
@@ -113,15 +110,8 @@ def replay(
     seed: int, *, engines: int = 2, workers: int = 2, faults: Faults, duration: float = 3600.0
 ) -> SimulationReport:
     """One seed again, with its trace kept (to show a failing seed)."""
-    return simulate(
-        app,
-        default_workload,
-        seed=seed,
-        engines=engines,
-        workers=workers,
-        faults=faults,
-        duration=duration,
-        keep_trace=True,
+    return simulate_builtin(
+        seed, engines=engines, workers=workers, faults=faults, duration=duration, keep_trace=True
     )
 
 
@@ -142,13 +132,32 @@ def print_seed(report: SimulationReport) -> None:
     print("\n".join(seed_lines(report)), flush=True)
 
 
-def summary_line(reports: Sequence[SimulationReport]) -> str:
-    """``N passed, M failed (H simulated hours)``."""
+def summary_line(reports: Sequence[SimulationReport], seconds: float) -> str:
+    """``N passed, M failed (H simulated hours, R seeds/s)``, for reports
+    made in ``seconds`` of real time."""
     failed = sum(not r.ok for r in reports)
     simulated = sum(r.simulated_time for r in reports)
     return (
-        f"{len(reports) - failed} passed, {failed} failed ({simulated / 3600:.1f} simulated hours)"
+        f"{len(reports) - failed} passed, {failed} failed"
+        f" ({simulated / 3600:.1f} simulated hours, {seeds_per_second(reports, seconds)} seeds/s)"
     )
+
+
+def seeds_per_second(reports: Sequence[SimulationReport], seconds: float) -> str:
+    """How many seeds a second were simulated, two significant digits."""
+    return f"{len(reports) / seconds:.2g}" if seconds > 0 else "inf"
+
+
+@contextmanager
+def stopwatch() -> Iterator[list[float]]:
+    """Real seconds the block took, in the list it yields once it ends (a
+    figure for people: seeds per second)."""
+    elapsed: list[float] = []
+    start = time.perf_counter()
+    try:
+        yield elapsed
+    finally:
+        elapsed.append(time.perf_counter() - start)
 
 
 def print_replay(report: SimulationReport) -> None:
