@@ -17,7 +17,6 @@ clock's autojump does not wait for: the test moves the clock itself
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from psycopg import sql
 import growth_workload as workload
 import trio_durable as td
 from conftest import EngineFactory
-from servers import postgres as postgres_server
+from servers.fixture import installed
 from servers.postgres import scratch_schema
 from test_growth import TIME_LIMIT, grow
 from trio_durable._stores._postgres import PostgresStore
@@ -83,10 +82,7 @@ async def pace(clock: trio.testing.MockClock, trips: trio.CapacityLimiter) -> No
 @pytest.fixture
 def private_server(tmp_path: Path) -> Iterator[str]:
     """The URL of a PostgreSQL server of this test's own."""
-    if not postgres_server.available():
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is not installed")
-        pytest.skip("PostgreSQL is not installed")
+    postgres_server = installed("postgres")
     workdir = tmp_path / "postgres"
     workdir.mkdir()
     url = postgres_server.start(workdir)

@@ -11,7 +11,6 @@ ports), whose consumers they count.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -55,12 +54,9 @@ def test_the_inactive_threshold_option() -> None:
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """A nats-server of this test's own: its URL and monitoring port."""
-    from servers import nats as server
+    from servers.fixture import installed
 
-    if not server.available():
-        if os.environ.get("CI"):
-            pytest.fail("nats-server is not installed")
-        pytest.skip("nats-server is not installed")
+    server = installed("nats")
     workdir = tmp_path / "nats"
     monitor_port = server.free_port()
     url = server.start(workdir, port=server.free_port(), monitor_port=monitor_port)

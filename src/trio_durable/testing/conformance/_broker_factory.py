@@ -8,7 +8,7 @@ import itertools
 import re
 import secrets
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Final, TypeVar, final
 
@@ -118,6 +118,37 @@ def outgoing(queue: str, *bodies: bytes, priority: int = 0) -> list[Outgoing]:
 
 def bodies_of(deliveries: Sequence[Delivery]) -> Counter[bytes]:
     return Counter(d.body for d in deliveries)
+
+
+_SHOWN_BODIES: Final = 3
+"""Bodies a failed `assert_same_bodies` names; the rest are counted."""
+
+
+def _short(body: bytes) -> str:
+    return repr(body) if len(body) <= 40 else f"{body[:40]!r}... ({len(body)} bytes)"
+
+
+def assert_same_bodies(received: Iterable[bytes], expected: Iterable[bytes]) -> None:
+    """Raise AssertionError unless ``received`` holds the bodies of
+    ``expected``, each as many times.
+
+    The message names a few bodies missing and a few unexpected, shortened:
+    an ``assert`` of two counters would have pytest diff their full
+    representations, which for large bodies takes minutes.
+    """
+    got, want = Counter(received), Counter(expected)
+    if got == want:
+        return
+    missing, extra = want - got, got - want
+    parts = []
+    for what, found in (("missing", missing), ("unexpected", extra)):
+        if found:
+            shown = ", ".join(_short(body) for body in list(found)[:_SHOWN_BODIES])
+            more = sum(found.values()) - min(len(found), _SHOWN_BODIES)
+            parts.append(
+                f"{sum(found.values())} {what}: {shown}" + (f" and {more} more" if more > 0 else "")
+            )
+    raise AssertionError("the bodies delivered differ from those sent: " + "; ".join(parts))
 
 
 async def receive_exactly(
