@@ -68,7 +68,11 @@ async def test_a_store_of_schema_7_migrates_whole_and_its_runs_values_go_with_th
         await run("ALTER TABLE durable_values DROP COLUMN run_id")
         await run("DELETE FROM schema_version WHERE version >= 8")
         before = await _rows(run)
-        assert sum(map(len, before.values())) > 50
+        # The recording's runs, their checkpoints and keyed values are there
+        # (how many of its runs are mid-way when it stops depends on timing).
+        assert before["runs"]
+        assert before["checkpoints"]
+        assert before["durable_values"]
 
         # Opening the store migrates it, and changes no row of any table.
         async with td.open_store(url):
