@@ -73,13 +73,14 @@ async def take_waiting_updates(turn: Turn, replay: Replay, now: float) -> set[st
     before them (a signal, a result). Returns the ids of those it applies,
     filled in as the body goes.
 
-    Only a turn of a run something made due reads the inbox first:
+    Only the turn of a run that something made due reads the inbox first:
     accepting an update makes a waiting run due (`_wake_ops`), so a run
-    that is not took none while it waited (one accepted while a turn ran
-    is applied where the body next waits, by `apply_updates`), and the
-    turns that a result, a signal or a child's end wake read nothing more.
-    Nor does a run that never took an operation, which stood nowhere yet:
-    its updates are applied where its body first waits."""
+    that is not due took no update while it waited (one accepted while a
+    turn ran is applied where the body next waits, by `apply_updates`),
+    and the turns that a result, a signal or a child's end wake read
+    nothing more. Nor does the turn of a run that never took an operation,
+    which stood nowhere yet: its updates are applied where its body first
+    waits."""
     applied: set[str] = set()
     run, handlers = turn.state.run, replay.handlers
     if run.wake_at is None or run.wake_at > now:
@@ -135,7 +136,9 @@ async def apply_updates(
     position = replay.peek() if completed else handlers.position
     for update_id, entry in inbox:
         handler = handlers.updates.get(entry["name"])
-        if handler is None or update_id in applied:
+        if update_id in applied:
+            continue  # The body applied it on its way; its removal is not written yet.
+        if handler is None:
             continue  # Not registered here yet: it waits in the inbox.
         _apply_one(turn, replay, handler, update_id, entry, position)
 
