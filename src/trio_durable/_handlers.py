@@ -4,12 +4,14 @@ history re-applies.
 A body registers handlers as it runs (`HandlerOperations`), so they are
 registered again at every turn, and at every read-only replay of a query.
 An update is applied where the body waits: the turn that finds it in the
-run's inbox runs its handler after the body suspended at the operation
-taking seq ``S`` (its *position*), and records it in the run's update log
-(one checkpoint at `UPDATES_SEQ`, written with the turn). Every later
-replay runs the handler again when the body takes seq ``S``, before that
-operation: the body then sees the same state as the run did when the
-operation returned (see docs/queries-and-updates.md).
+run's inbox runs its handler when the body takes seq ``S`` (its
+*position*) for the operation the run waited in, before that operation
+returns, or after the body suspended at the operation taking ``S``; and
+records it in the run's update log (one checkpoint at `UPDATES_SEQ`,
+written with the turn). Every later replay runs the handler again when
+the body takes seq ``S``, before that operation: the body then sees the
+same state as the run did when the operation returned (see
+docs/queries-and-updates.md).
 """
 
 from __future__ import annotations
@@ -104,6 +106,9 @@ class Handlers:
         self.position = 0
         # Set while a handler or a validator runs: it may not take a seq.
         self._calling = False
+        # In a turn: from which seq on, and how, the body applies the
+        # updates accepted while the run waited (see `_updates`).
+        self._waiting: tuple[int, Callable[[int], None]] | None = None
 
     def call(self, fn: Callable[..., Any], args: list[Any]) -> Any:
         """Call a handler or a validator with ``args``; return its result.
@@ -149,12 +154,20 @@ class Handlers:
                 "a query or update handler (or validator) cannot run durable operations"
             )
         self.position = seq
-        if self._turn.checkpoints.get(UPDATES_SEQ) is None and self._log is None:
-            return
-        log = self.log
-        while self._applied < len(log) and log[self._applied].at <= seq:
-            self._reapply(log[self._applied])
-            self._applied += 1
+        if self._turn.checkpoints.get(UPDATES_SEQ) is not None or self._log is not None:
+            log = self.log
+            while self._applied < len(log) and log[self._applied].at <= seq:
+                self._reapply(log[self._applied])
+                self._applied += 1
+        if self._waiting is not None and seq >= self._waiting[0]:
+            self._waiting[1](seq)
+
+    def apply_waiting(self, stood: int, apply: Callable[[int], None]) -> None:
+        """Have ``apply`` called with each seq the body takes from ``stood``
+        on (the operation where the run stood when its turn began), before
+        that operation: it applies the updates accepted while the run
+        waited there, before the body goes past it."""
+        self._waiting = (stood, apply)
 
     def finish(self) -> None:
         """Apply again the logged updates the body did not reach (applied

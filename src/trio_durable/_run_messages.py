@@ -89,10 +89,12 @@ class QueriesAndUpdates:
 
         The caller replays the run where it stands and runs the update's
         validator: a rejection raises and writes nothing. Accepted, the
-        update is stored and the run woken; its next turn, on whichever
-        engine takes it, applies it where the body waits and records it in
-        the run's history, and this call returns the handler's result
-        (waiting for it without polling where the store announces writes).
+        update is stored and the run woken (made due in the store, so an
+        engine that opens later takes it too); its next turn, on whichever
+        engine takes it, applies it where the body waits, before the
+        operation it waits in returns, and records it in the run's
+        history, and this call returns the handler's result (waiting for
+        it without polling where the store announces writes).
 
         Args:
           run_id: The run's id (its latest generation, if it continued).
@@ -101,8 +103,8 @@ class QueriesAndUpdates:
             them as plain JSON values).
           namespace: If given, a run of another namespace counts as missing.
           update_id: The update's id: an update sent again with it is not
-            applied again, and returns the first one's outcome. Made up if
-            not given.
+            applied again, and returns the first one's outcome (waking the
+            run again if it is not applied yet). Made up if not given.
           type: The type to structure the result as (default: plain JSON).
 
         Raises:

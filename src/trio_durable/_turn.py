@@ -46,7 +46,7 @@ from ._replay import Replay, Suspend, TurnState
 from ._saga import compensate
 from ._stores._base import WriteConflict
 from ._stores._ops import Op, RemoveSignalWaiter, SettleCheckpoint, UpdateRun, WaitSignal
-from ._updates import apply_updates
+from ._updates import apply_updates, take_waiting_updates
 from ._wakes import announce, announces_ends
 
 if TYPE_CHECKING:
@@ -170,6 +170,7 @@ class Turn:
         wf = rt.app.get_workflow(run.workflow, run.version)
         replay = Replay(rt, state)
         ctx = Context(replay)
+        waiting = await take_waiting_updates(self, replay, now)
         outcome: tuple[str, Any] = ("interrupted", None)
         held = rt.leases.hold(run.id, slot)
         try:
@@ -183,7 +184,7 @@ class Turn:
             await rt.leases.release(held)
         kind, value = outcome
         if kind in ("suspended", "completed") and state.nondeterminism is None:
-            await apply_updates(self, replay, completed=kind == "completed")
+            await apply_updates(self, replay, completed=kind == "completed", applied=waiting)
         if kind == "store_error":
             raise value
         if kind == "interrupted":

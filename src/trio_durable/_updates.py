@@ -5,10 +5,13 @@ The caller replays the run where it stands (`_read_replay`): the name must
 be a registered update handler there, and its validator must accept the
 arguments, else nothing is written. Accepted, the update is two keyed
 values of the scope ``update:<run id>``, written in one batch with the
-run's wake-up: its record ``record/<id>`` (``accepted``, later its outcome)
-and its inbox entry ``inbox/<id>``. The run's next turn that suspends or
-completes, wherever it runs, reads its inbox, validates each update again
-on the state it holds then, runs its handler, logs it (see `_handlers`)
+run's wake-up (the run made due, and announced): its record ``record/<id>``
+(``accepted``, later its outcome) and its inbox entry ``inbox/<id>``. The
+run's next turn, wherever it runs, reads its inbox before the body, and
+the body applies the updates accepted while it waited where it stood,
+before going past it; updates that arrive during a turn are read where
+the body suspends or completes. Applying one validates it again on the
+state the body holds then, runs its handler, logs it (see `_handlers`)
 and writes its outcome, deleting the inbox entry, with the turn's own
 writes. The caller waits for the outcome without polling where the store
 announces writes (see `_published`).
@@ -17,6 +20,7 @@ announces writes (see `_published`).
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _serde
@@ -30,14 +34,16 @@ from ._exceptions import (
 from ._failures import error_info
 from ._handlers import Handlers, LoggedUpdate, UpdateHandler, check_arguments, plain_args
 from ._index_text import refuse_nul
+from ._markers import BODY_SEQ_LIMIT, is_patch_marker
 from ._options import check_id
 from ._published import Front, current_run, notify_values, wait_until
 from ._read_replay import replay_now
 from ._records import TERMINAL_STATUSES
 from ._stores._base import WriteConflict
-from ._stores._ops import PutValue
+from ._stores._ops import Op, PutValue, UpdateRun
 
 if TYPE_CHECKING:
+    from ._records import Checkpoint, Run
     from ._replay import Replay
     from ._stores._base import Store
     from ._turn import Turn
@@ -59,40 +65,113 @@ def update_scope(run_id: str) -> str:
 # -- in the run's turn ------------------------------------------------------------------
 
 
-async def apply_updates(turn: Turn, replay: Replay, *, completed: bool) -> None:
+async def take_waiting_updates(turn: Turn, replay: Replay, now: float) -> set[str]:
+    """Before the body runs: read the updates accepted while the run waited,
+    and have the body apply them where it stood (the operation its last
+    turn left it at), before that operation returns, so that the body never
+    goes on from there without them, even if what it waited for came
+    before them (a signal, a result). Returns the ids of those it applies,
+    filled in as the body goes.
+
+    Only the turn of a run that something made due reads the inbox first:
+    accepting an update makes a waiting run due (`_wake_ops`), so a run
+    that is not due took no update while it waited (one accepted while a
+    turn ran is applied where the body next waits, by `apply_updates`),
+    and the turns that a result, a signal or a child's end wake read
+    nothing more. Nor does the turn of a run that never took an operation,
+    which stood nowhere yet: its updates are applied where its body first
+    waits."""
+    applied: set[str] = set()
+    run, handlers = turn.state.run, replay.handlers
+    if run.wake_at is None or run.wake_at > now:
+        return applied
+    stood = _stood_at(turn.state.checkpoints, handlers)
+    if stood == 0:
+        return applied
+    inbox = await _read_inbox(turn.runtime.store, update_scope(turn.state.run.id))
+    if not inbox:
+        return applied
+
+    def apply(seq: int) -> None:
+        for update_id, entry in inbox:
+            if update_id in applied:
+                continue
+            handler = handlers.updates.get(entry["name"])
+            if handler is not None:
+                applied.add(update_id)
+                _apply_one(turn, replay, handler, update_id, entry, seq)
+
+    handlers.apply_waiting(stood, apply)
+    return applied
+
+
+def _stood_at(checkpoints: dict[int, Checkpoint], handlers: Handlers) -> int:
+    """The seq of the operation where the run's history left its body: the
+    last one it recorded (a fan's first seq for its members), or where it
+    last applied an update, if later; 0 if none.
+
+    Applying an update there changes nothing any turn committed: every
+    operation before it replays as recorded, and what the body did past it
+    was never committed (it suspended there, or its turn was cut short)."""
+    recorded = (
+        seq if cp.parallel_group is None else cp.parallel_group
+        for seq, cp in checkpoints.items()
+        if 0 < seq < BODY_SEQ_LIMIT and not is_patch_marker(cp)
+    )
+    logged = (item.at for item in handlers.log)
+    return max(max(recorded, default=0), max(logged, default=0))
+
+
+async def apply_updates(
+    turn: Turn, replay: Replay, *, completed: bool, applied: Collection[str] = ()
+) -> None:
     """Apply the updates waiting in the run's inbox whose handlers the body
     registered, where it suspended (or after it completed), adding their
-    writes to the turn's."""
+    writes to the turn's; but ``applied``, which the body applied on its
+    way (`take_waiting_updates`)."""
     handlers = replay.handlers
     if not handlers.updates:
         return
-    rt, state = turn.runtime, turn.state
-    run = state.run
-    scope = update_scope(run.id)
-    inbox = await _read_inbox(rt.store, scope)
-    if not inbox:
-        return
+    inbox = await _read_inbox(turn.runtime.store, update_scope(turn.state.run.id))
     position = replay.peek() if completed else handlers.position
-    now = rt.clock.now()
     for update_id, entry in inbox:
         handler = handlers.updates.get(entry["name"])
+        if update_id in applied:
+            continue  # The body applied it on its way; its removal is not written yet.
         if handler is None:
             continue  # Not registered here yet: it waits in the inbox.
-        outcome, ran = _apply(handlers, handler, entry, rt.options.traceback_limit)
-        if ran is not None:
-            state.put(
-                handlers.append(
-                    LoggedUpdate(
-                        id=update_id, name=entry["name"], args=entry["args"], at=position, ok=ran
-                    )
+        _apply_one(turn, replay, handler, update_id, entry, position)
+
+
+def _apply_one(
+    turn: Turn,
+    replay: Replay,
+    handler: UpdateHandler,
+    update_id: str,
+    entry: dict[str, Any],
+    position: int,
+) -> None:
+    """Apply an update of the inbox at ``position``, adding its writes (its
+    log entry, its outcome, its inbox entry's removal) to the turn's."""
+    rt, state, handlers = turn.runtime, turn.state, replay.handlers
+    run = state.run
+    scope = update_scope(run.id)
+    now = rt.clock.now()
+    outcome, ran = _apply(handlers, handler, entry, rt.options.traceback_limit)
+    if ran is not None:
+        state.put(
+            handlers.append(
+                LoggedUpdate(
+                    id=update_id, name=entry["name"], args=entry["args"], at=position, ok=ran
                 )
             )
-        state.ops.append(PutValue(scope, f"{INBOX}{update_id}", None, now))
-        state.ops.append(
-            PutValue(
-                scope, f"{RECORD}{update_id}", json.dumps(outcome), now, strict=False, run_id=run.id
-            )
         )
+    state.ops.append(PutValue(scope, f"{INBOX}{update_id}", None, now))
+    state.ops.append(
+        PutValue(
+            scope, f"{RECORD}{update_id}", json.dumps(outcome), now, strict=False, run_id=run.id
+        )
+    )
     notify_values(replay)
 
 
@@ -160,8 +239,14 @@ async def update_run(
     args_json, values = plain_args(args)
     run = await current_run(front, run_id, namespace)
     store, scope = front.store, update_scope(run.id)
-    if update_id is not None and await store.get_value(scope, f"{RECORD}{update_id}"):
+    sent = None if update_id is None else await store.get_value(scope, f"{RECORD}{update_id}")
+    if update_id is not None and sent is not None:
         # Sent before: its outcome, once there, is the answer.
+        if sent.value is not None and json.loads(sent.value)["status"] == "accepted":
+            # Not applied yet: wake the run again, in case nothing did (an
+            # update accepted by an older version, a store restored).
+            await store.apply(_wake_ops(front, run))
+            front.woke(run)
         return await _outcome(front, run.id, update_id, type_)
     if run.status in TERMINAL_STATUSES:
         raise InvalidRunStateError(f"run {run.id!r} is {run.status}; it takes no updates")
@@ -200,7 +285,7 @@ async def update_run(
             expect_version=0,
             run_id=run.id,
         ),
-        *front.wake_ops([run]),
+        *_wake_ops(front, run),
     ]
     try:
         await store.apply(ops)
@@ -209,6 +294,21 @@ async def update_run(
     else:
         front.woke(run)
     return await _outcome(front, run.id, update_id, type_)
+
+
+def _wake_ops(front: Front, run: Run) -> list[Op]:
+    """The writes that wake ``run`` for its update: due now in the store, so
+    that an engine opened later (or one that missed the announcement) takes
+    it; and announced, so that an engine serving it now takes it at once
+    (one whose turn of it is in flight runs another: a running run is not
+    made due, its turn's end would overwrite that)."""
+    due = UpdateRun(
+        run.id,
+        {"wake_at": front.clock.now()},
+        expect_status=frozenset({"suspended"}),
+        strict=False,
+    )
+    return [due, *front.wake_ops([run])]
 
 
 async def _outcome(front: Front, run_id: str, update_id: str, type_: Any) -> Any:
