@@ -29,19 +29,24 @@ from ._clock import Clock
 from ._codec import PayloadCodec
 from ._control import cancel_run, read_run, retry_run, signal_run
 from ._entities import EntityRef, client_entity
-from ._events import EventFront, SendsEvents, client_front
+from ._events import EventFront
 from ._exceptions import UsageError
 from ._fleet import Fleet, aggregate
-from ._fork import ForksRuns, fork_run, retry_from
+from ._fork import fork_run, retry_from
+from ._front_events import SendsEvents, client_front
+from ._front_fork import ForksRuns
+from ._front_hooks import HookActions
+from ._front_messages import QueriesAndUpdates
+from ._front_queries import RunQueries
+from ._front_schedules import ManagesSchedules
+from ._front_starts import StartsRuns
+from ._front_streams import ReadsStreams
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
-from ._hook_api import HookActions
 from ._lifecycle import check_timeout, continued_to, deadlines, workflow_timeout
 from ._published import Front
 from ._records import Run
-from ._run_messages import QueriesAndUpdates
-from ._run_queries import RunQueries
 from ._runs import (
     Endings,
     await_end,
@@ -50,14 +55,12 @@ from ._runs import (
     outcome,
     with_search_attributes_all,
 )
-from ._schedules import ManagesSchedules
 from ._start_batch import StartBatcher
-from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import RunWatch, Store
 from ._stores._codec import check_codec, with_codec
 from ._stores._ops import Op
-from ._streams import ReadsStreams, StreamFront, StreamWaiters
+from ._streams import StreamFront, StreamWaiters
 from ._wakes import announce, ends_delivery, keep_watching, read_interval
 
 _RESULT_POLL_INTERVAL: Final = 1.0

@@ -17,29 +17,32 @@ import trio
 from ._app import App, Workflow
 from ._control import cancel_run, read_run, retry_run, signal_run
 from ._entities import EntityRef, engine_entity
-from ._events import EventFront, SendsEvents, engine_front
+from ._events import EventFront
 from ._fleet import Fleet, aggregate
-from ._fork import ForksRuns, fork_run, retry_from
+from ._fork import fork_run, retry_from
+from ._front_events import SendsEvents, engine_front
+from ._front_fork import ForksRuns
+from ._front_hooks import HookActions
+from ._front_messages import QueriesAndUpdates, engine_front_of
+from ._front_queries import RunQueries
+from ._front_schedules import ManagesSchedules
+from ._front_starts import StartsRuns
+from ._front_streams import ReadsStreams
 from ._handle import RunHandle
 from ._handoff import UnservedRoute
 from ._handoff import unserved_on_error_routes as _unserved
-from ._hook_api import HookActions
 from ._lifecycle import continued_to
 from ._observe import DEFAULT_EVENT_BUFFER, Event, Metrics
 from ._published import Front
 from ._records import (
     Run,
 )
-from ._run_messages import QueriesAndUpdates, engine_front_of
-from ._run_queries import RunQueries
 from ._runs import await_end, outcome, start_run, start_runs
 from ._runtime import EngineStatistics, Runtime
 from ._scheduler import drain
-from ._schedules import ManagesSchedules
-from ._starts import StartsRuns
 from ._stores._base import Store
 from ._stores._ops import Op
-from ._streams import ReadsStreams, StreamFront
+from ._streams import StreamFront
 from ._wakes import announce, read_interval, serves
 from ._worker import worker_metrics
 
