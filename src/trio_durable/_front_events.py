@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._events import EVENT_SCOPE, EventFront, EventReceipt, EventRecord, event_record, send_event
 from ._exceptions import UsageError
+from ._front_core import FrontPart
 from ._index_text import refuse_nul
 from ._records import Run
 from ._replay import TurnState
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from ._stores._base import Store
 
 
-class SendsEvents:
+class SendsEvents(FrontPart):
     """`send_event` and the reads of stored events, shared by `Engine` and
     `Client` (each says what it gives them in `_event_front`)."""
 

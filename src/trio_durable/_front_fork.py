@@ -1,21 +1,17 @@
 """`ForksRuns`: the `fork` that `Engine` and `Client` share; how a fork is
-made is `_fork`'s."""
+made is `_fork`'s, and how it is woken the front end's `Waker`'s."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ._fork import fork_run
+from ._front_core import FrontPart
 from ._handle import RunHandle
 
 
-class ForksRuns:
-    """`fork`, shared by `Engine` and `Client`, which say how a fork is
-    created and woken (`ForksRuns._fork`)."""
-
-    async def _fork(
-        self, run_id: str, from_seq: int, new_run_id: str | None, namespace: str | None
-    ) -> RunHandle[Any]:
-        raise NotImplementedError
+class ForksRuns(FrontPart):
+    """`fork`, shared by `Engine` and `Client`."""
 
     async def fork(
         self,
@@ -62,4 +58,18 @@ class ForksRuns:
             is written.
           UsageError: ``new_run_id`` or ``namespace`` is malformed.
         """
-        return await self._fork(run_id, from_seq, new_run_id, namespace)
+        core = self._core
+        core.check_open()
+        fork = await fork_run(
+            core.store,
+            core.app,
+            core.clock.now(),
+            run_id,
+            from_seq,
+            new_run_id,
+            namespace,
+            core.origin,
+            core.waker.wake_ops,
+        )
+        core.waker.started(fork)
+        return RunHandle.of(fork, self)

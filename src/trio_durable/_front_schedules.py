@@ -4,13 +4,13 @@ the store is `_schedules`'s."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ._definitions import Workflow
 from ._exceptions import ScheduleNotFoundError
+from ._front_core import FrontPart
 from ._handle import RunHandle
 from ._records import Run
 from ._schedule_spec import (
@@ -40,38 +40,11 @@ from ._stores._base import WriteConflict
 from ._stores._ops import CreateRun, Op, PutValue
 
 if TYPE_CHECKING:
-    from ._app import App
-    from ._clock import Clock
-    from ._stores._base import Store
+    pass
 
 
-class ManagesSchedules:
+class ManagesSchedules(FrontPart):
     """The schedule calls `Engine` and `Client` share (docs/schedules.md)."""
-
-    store: Store
-    clock: Clock
-
-    def _schedules_app(self) -> App | None:
-        """The app whose workflows check a schedule's inputs, if any."""
-        raise NotImplementedError
-
-    def _check_live(self) -> None:
-        raise NotImplementedError
-
-    def _origin(self) -> str:
-        raise NotImplementedError
-
-    def _wake_ops(self, runs: Sequence[Run]) -> Sequence[Op]:
-        raise NotImplementedError
-
-    def _woke(self, run: Run) -> None:
-        """``run`` has something to do (the batch committed)."""
-
-    def _schedules_changed(self) -> None:
-        """A schedule changed through this front end."""
-
-    async def result(self, run_id: str, *, namespace: str | None = None) -> Any:
-        raise NotImplementedError
 
     async def create_schedule(
         self,
@@ -96,9 +69,9 @@ class ManagesSchedules:
           ScheduleError: An option is invalid (nothing is written), or
             ``args`` do not fit the workflow (if the app registers it).
         """
-        self._check_live()
+        self._core.check_open()
         check = None
-        app = self._schedules_app()
+        app = self._core.app
         wf_name = workflow.name if isinstance(workflow, Workflow) else workflow
         if app is not None and any(wf.name == wf_name for wf in app.workflows):
             check = app.get_workflow(wf_name)
@@ -113,8 +86,8 @@ class ManagesSchedules:
             jitter=jitter,
             check=check,
         )
-        await put_spec(self.store, spec, self.clock.now(), self._origin())
-        self._schedules_changed()
+        await put_spec(self._core.store, spec, self._core.clock.now(), self._core.origin)
+        self._core.waker.changed("schedules")
         return await self.get_schedule(name)
 
     async def pause_schedule(self, name: str) -> ScheduleInfo:
@@ -125,15 +98,15 @@ class ManagesSchedules:
         Raises:
           ScheduleNotFoundError: No schedule has this name.
         """
-        self._check_live()
+        self._core.check_open()
         spec, state, _ = await change_state(
-            self.store,
+            self._core.store,
             schedule_name(name),
-            self.clock.now(),
-            self._origin(),
+            self._core.clock.now(),
+            self._core.origin,
             lambda spec, state: None if state.paused else attrs.evolve(state, paused=True),
         )
-        self._schedules_changed()
+        self._core.waker.changed("schedules")
         return info_of(spec, state)
 
     async def resume_schedule(self, name: str) -> ScheduleInfo:
@@ -143,8 +116,8 @@ class ManagesSchedules:
         Raises:
           ScheduleNotFoundError: No schedule has this name.
         """
-        self._check_live()
-        now = self.clock.now()
+        self._core.check_open()
+        now = self._core.clock.now()
 
         def resume(spec: ScheduleSpec, state: ScheduleState) -> ScheduleState | None:
             if not state.paused:
@@ -152,9 +125,9 @@ class ManagesSchedules:
             return attrs.evolve(state, paused=False, cursor=max(state.cursor, now))
 
         spec, state, _ = await change_state(
-            self.store, schedule_name(name), now, self._origin(), resume
+            self._core.store, schedule_name(name), now, self._core.origin, resume
         )
-        self._schedules_changed()
+        self._core.waker.changed("schedules")
         return info_of(spec, state)
 
     async def trigger_schedule(self, name: str) -> RunHandle[Any]:
@@ -167,15 +140,15 @@ class ManagesSchedules:
         Raises:
           ScheduleNotFoundError: No schedule has this name.
         """
-        self._check_live()
-        now = self.clock.now()
+        self._core.check_open()
+        now = self._core.clock.now()
         made: list[Run] = []
 
         def run_ops(spec: ScheduleSpec, state: ScheduleState) -> list[Op]:
             assert state.last_run_id is not None
-            version = run_version(self._schedules_app(), spec.workflow)
+            version = run_version(self._core.app, spec.workflow)
             made[:] = [schedule_run(spec, state.last_run_id, version, now)]
-            return [CreateRun(made[0]), *self._wake_ops(made)]
+            return [CreateRun(made[0]), *self._core.waker.wake_ops(made)]
 
         def trigger(spec: ScheduleSpec, state: ScheduleState) -> ScheduleState:
             # Numbered, so triggers at one instant (a mock clock's) start
@@ -185,12 +158,12 @@ class ManagesSchedules:
             return attrs.evolve(state, last_run_id=run_id, triggered=count)
 
         _, _, results = await change_state(
-            self.store, schedule_name(name), now, self._origin(), trigger, run_ops
+            self._core.store, schedule_name(name), now, self._core.origin, trigger, run_ops
         )
         stored, created = results[0]
         if created:
-            self._woke(stored)
-        self._schedules_changed()
+            self._core.waker.woke(stored)
+        self._core.waker.changed("schedules")
         return RunHandle.of(stored, self)
 
     async def delete_schedule(self, name: str) -> None:
@@ -201,24 +174,24 @@ class ManagesSchedules:
         Raises:
           ScheduleNotFoundError: No schedule has this name.
         """
-        self._check_live()
+        self._core.check_open()
         name = schedule_name(name)
-        now = self.clock.now()
+        now = self._core.clock.now()
         while True:
-            spec = await self.store.get_value(SPEC_SCOPE, name)
+            spec = await self._core.store.get_value(SPEC_SCOPE, name)
             if spec is None:
                 raise ScheduleNotFoundError(f"no schedule {name!r}")
             ops: list[Op] = [
                 PutValue(SPEC_SCOPE, name, None, now, expect_version=spec.version),
                 PutValue(STATE_SCOPE, name, None, now),
-                *announce_change(self.store, self._origin(), name),
+                *announce_change(self._core.store, self._core.origin, name),
             ]
             try:
-                await self.store.apply(ops)
+                await self._core.store.apply(ops)
             except WriteConflict:
                 continue
             break
-        self._schedules_changed()
+        self._core.waker.changed("schedules")
 
     async def get_schedule(self, name: str) -> ScheduleInfo:
         """The schedule as stored now.
@@ -226,17 +199,17 @@ class ManagesSchedules:
         Raises:
           ScheduleNotFoundError: No schedule has this name.
         """
-        self._check_live()
+        self._core.check_open()
         name = schedule_name(name)
-        spec = await self.store.get_value(SPEC_SCOPE, name)
+        spec = await self._core.store.get_value(SPEC_SCOPE, name)
         if spec is None:
             raise ScheduleNotFoundError(f"no schedule {name!r}")
-        state = await self.store.get_value(STATE_SCOPE, name)
-        return schedule_info(spec, state, self.clock.now())
+        state = await self._core.store.get_value(STATE_SCOPE, name)
+        return schedule_info(spec, state, self._core.clock.now())
 
     async def list_schedules(self) -> list[ScheduleInfo]:
         """Every schedule in the store, by name."""
-        self._check_live()
-        now = self.clock.now()
-        found = await read_schedules(self.store)
+        self._core.check_open()
+        now = self._core.clock.now()
+        found = await read_schedules(self._core.store)
         return [schedule_info(spec, state, now) for _, (spec, state) in sorted(found.items())]

@@ -6,15 +6,22 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ._front_core import FrontPart
 from ._streams import RunStream, StreamFront, check_offset
 
 
-class ReadsStreams:
-    """`stream`, shared by `Engine` and `Client` (each says what it gives
-    the reader in `_stream_front`)."""
+class ReadsStreams(FrontPart):
+    """`stream`, shared by `Engine` and `Client`."""
 
     def _stream_front(self, namespace: str | None) -> StreamFront:
-        raise NotImplementedError
+        core = self._core
+        core.check_open()
+        return StreamFront(
+            store=core.store,
+            waiters=core.streams,
+            poll_interval=core.poll_interval,
+            read_run=lambda run_id: self.get(run_id, namespace=namespace),
+        )
 
     def stream(
         self, run_id: str, from_offset: int = 0, *, namespace: str | None = None
