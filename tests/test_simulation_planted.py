@@ -27,7 +27,7 @@ import pytest
 import trio
 
 import trio_durable._entity_defs as entity_defs
-import trio_durable._run_messages as run_messages
+import trio_durable._front_messages as run_messages
 import trio_durable._schedule_ticker as schedule_ticker
 import trio_durable._settle as settle_module
 import trio_durable._stores._memory as memory_module

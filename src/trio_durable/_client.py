@@ -15,7 +15,6 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from functools import partial
 from typing import Any, Final, final
 
 import trio
@@ -27,38 +26,27 @@ from ._brokers import enter_broker
 from ._brokers._base import Broker
 from ._clock import Clock
 from ._codec import PayloadCodec
-from ._control import cancel_run, read_run, retry_run, signal_run
 from ._entities import EntityRef, client_entity
-from ._events import EventFront, SendsEvents, client_front
+from ._events import EventFront
 from ._exceptions import UsageError
-from ._fleet import Fleet, aggregate
-from ._fork import ForksRuns, fork_run, retry_from
+from ._front_core import FrontCore
+from ._front_end import FrontEnd
+from ._front_events import client_front
 from ._handle import RunHandle
-from ._handoff import UnservedRoute
-from ._handoff import unserved_on_error_routes as _unserved
-from ._hook_api import HookActions
-from ._lifecycle import check_timeout, continued_to, deadlines, workflow_timeout
-from ._published import Front
-from ._records import Run
-from ._run_messages import QueriesAndUpdates
-from ._run_queries import RunQueries
+from ._lifecycle import check_timeout, deadlines, workflow_timeout
 from ._runs import (
     Endings,
-    await_end,
     create_runs,
     new_runs,
-    outcome,
     with_search_attributes_all,
 )
-from ._schedules import ManagesSchedules
 from ._start_batch import StartBatcher
-from ._starts import StartsRuns
 from ._stores import enter_store
 from ._stores._base import RunWatch, Store
 from ._stores._codec import check_codec, with_codec
-from ._stores._ops import Op
-from ._streams import ReadsStreams, StreamFront, StreamWaiters
-from ._wakes import announce, ends_delivery, keep_watching, read_interval
+from ._streams import StreamWaiters
+from ._wakers import AnnouncingWaker
+from ._wakes import ends_delivery, keep_watching, read_interval
 
 _RESULT_POLL_INTERVAL: Final = 1.0
 """Seconds between reads of a run in `Client.result` on a store that is no
@@ -66,16 +54,7 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 
 
 @final
-class Client(
-    RunQueries,
-    StartsRuns,
-    HookActions,
-    SendsEvents,
-    ManagesSchedules,
-    QueriesAndUpdates,
-    ForksRuns,
-    ReadsStreams,
-):
+class Client(FrontEnd):
     """Starts, reads and controls runs; runs none of them.
 
     It also finds and reads runs, and prunes ended ones, as `Engine` does
@@ -107,15 +86,26 @@ class Client(
         self.clock = clock
         self.client_id = f"client-{rng.getrandbits(64):016x}"
         self._rng = rng
-        # Outputs are structured as an app's workflows return them; with no
-        # app, as plain JSON.
-        self._types = app if app is not None else App("client")
-        self._endings = Endings()
-        self._streams = StreamWaiters()
-        # Where writes are announced, `result` and `get_event` wait for the
-        # announcement alone; elsewhere they read the run again now and then.
-        self._poll_interval = read_interval(store, _RESULT_POLL_INTERVAL)
         self._closed = False
+        self._core = FrontCore(
+            store=store,
+            app=app,
+            # Outputs are structured as an app's workflows return them; with
+            # no app, as plain JSON.
+            types=app if app is not None else App("client"),
+            clock=clock,
+            origin=self.client_id,
+            rng=rng,
+            waker=AnnouncingWaker(store, self.client_id),
+            endings=Endings(),
+            streams=StreamWaiters(),
+            # Where writes are announced, `result` and `get_event` wait for
+            # the announcement alone; elsewhere they read the run again now
+            # and then.
+            poll_interval=read_interval(store, _RESULT_POLL_INTERVAL),
+            broker=broker,
+            check_open=self._check_open,
+        )
         # Starts that arrive together are written in one batch, by a task
         # in the client's nursery (`open_client`).
         self._starts: StartBatcher | None = None
@@ -124,22 +114,8 @@ class Client(
         if self._closed:
             raise trio.ClosedResourceError("the client is closed")
 
-    def _query_store(self) -> Store:
-        self._check_open()
-        return self.store
-
-    # What `HookActions` (webhooks, breakpoints) needs of its front end.
-
-    def _check_live(self) -> None:
-        self._check_open()
-
-    def _origin(self) -> str:
-        return self.client_id
-
-    def _wake_ops(self, runs: Sequence[Run]) -> Sequence[Op]:
-        return self._wake(runs)
-
-    # What `SendsEvents` (`send_event`) needs of its front end.
+    # What is the client's own: how it starts runs (created ``pending``,
+    # announced for an engine to take), sends events and calls entities.
 
     def _event_front(self) -> EventFront:
         self._check_open()
@@ -153,35 +129,7 @@ class Client(
             self.clock.now,
             lambda: f"event-{self._rng.getrandbits(64):016x}",
             self.client_id,
-            self._wake,
-        )
-
-    def _stream_front(self, namespace: str | None) -> StreamFront:
-        self._check_open()
-        return StreamFront(
-            store=self.store,
-            waiters=self._streams,
-            poll_interval=_RESULT_POLL_INTERVAL,
-            read_run=lambda run_id: self.get(run_id, namespace=namespace),
-        )
-
-    def _schedules_app(self) -> App | None:
-        return self.app
-
-    # What `QueriesAndUpdates` (`query`, `update`, `get_event`) needs.
-
-    def _message_front(self) -> Front:
-        self._check_open()
-        return Front(
-            store=self.store,
-            app=self.app,
-            clock=self.clock,
-            endings=self._endings,
-            poll_interval=self._poll_interval,
-            origin=self.client_id,
-            new_id=lambda: f"update-{self._rng.getrandbits(64):016x}",
-            wake_ops=self._wake,
-            woke=lambda run: None,
+            self._core.waker.wake_ops,
         )
 
     async def _start(
@@ -224,169 +172,18 @@ class Client(
             self._rng,
             self.clock.now(),
             news,
-            also=lambda run: self._wake([run]),
+            also=lambda run: self._core.waker.wake_ops([run]),
             own=lambda run: deadlines(run, timeout),
         )
         return [RunHandle.of(stored, self) for stored, _ in results]
 
-    async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
-        """The run as stored now (see `Engine.get`).
-
-        Raises:
-          RunNotFoundError: No run has this id (in ``namespace``).
-          UsageError: ``namespace`` is malformed.
-        """
-        self._check_open()
-        return await read_run(self.store, run_id, namespace)
-
-    async def result(self, run_id: str, *, namespace: str | None = None) -> Any:
-        """Wait until the run ends, wherever it runs, and return its output
-        (see `Engine.result`; without an app, as plain JSON).
-
-        Raises:
-          RunNotFoundError: No run has this id (in ``namespace``).
-          RunFailed: The run failed or is dead (`RunCancelled` if cancelled).
-          trio.ClosedResourceError: The client is closed, or closed while
-            the call waited (on a store other than the memory store).
-        """
-        self._check_open()
-        read = partial(self.get, run_id, namespace=namespace)
-        run = await await_end(self.store, self._endings, self._poll_interval, run_id, read)
-        while (following := await continued_to(self.store, run)) is not None:
-            # A run that continued as new ends with its chain's last generation.
-            read = partial(self.get, following, namespace=namespace)
-            run = await await_end(self.store, self._endings, self._poll_interval, following, read)
-        return await outcome(self.store, self._types, run)
-
-    async def signal(
-        self, run_id: str, name: str, payload: Any = None, *, namespace: str | None = None
-    ) -> None:
-        """Send the signal ``name`` with ``payload`` to a run (see
-        `Engine.signal`); the engine serving it resumes it at once.
-
-        Raises:
-          RunNotFoundError: No run has this id (in ``namespace``).
-          InvalidRunStateError: The run already ended.
-          SerializationError: The payload cannot be serialized.
-          UsageError: ``name`` is not a non-empty string.
-        """
-        self._check_open()
-        await signal_run(self.store, self.clock.now(), run_id, name, payload, namespace, self._wake)
-
-    async def cancel(
-        self, run_id: str, *, compensate: bool = False, namespace: str | None = None
-    ) -> None:
-        """Cancel a run, and the children it awaits (see `Engine.cancel`).
-
-        Raises:
-          RunNotFoundError: No run has this id (in ``namespace``).
-          InvalidRunStateError: The run already ended.
-        """
-        self._check_open()
-        await cancel_run(
-            self.store,
-            self.clock.now(),
-            run_id,
-            compensate,
-            namespace,
-            lambda runs: announce(self.store, self.client_id, "cancel", runs),
-        )
-
-    async def retry(
-        self, run_id: str, *, namespace: str | None = None, from_seq: int | None = None
-    ) -> Run:
-        """Run a failed or dead run's body again from its checkpoints, send
-        again the remote steps a suspended run waits on, or, with
-        ``from_seq``, run any run that ended again from that seq, in place
-        (see `Engine.retry`); returns the run as the retry wrote it,
-        ``pending`` (``suspended`` and due now, for a suspended run; an
-        engine may have taken it up since).
-
-        Raises:
-          RunNotFoundError: No run has this id (in ``namespace``).
-          InvalidRunStateError: The run is neither failed nor dead, nor
-            suspended waiting on a remote step (with ``from_seq``: has not
-            ended, or continued as new); nothing changed.
-          ForkPointError: ``from_seq`` is refused (see `Engine.retry`);
-            nothing changed.
-        """
-        self._check_open()
-        if from_seq is not None:
-            return await retry_from(
-                self.store, self.clock.now(), run_id, from_seq, namespace, self._wake
-            )
-        wakes = await retry_run(
-            self.store, self._types, self.clock.now(), run_id, namespace, self._wake
-        )
-        return wakes[-1]
-
-    async def _fork(
-        self, run_id: str, from_seq: int, new_run_id: str | None, namespace: str | None
-    ) -> RunHandle[Any]:
-        self._check_open()
-        fork = await fork_run(
-            self.store,
-            self.app,
-            self.clock.now(),
-            run_id,
-            from_seq,
-            new_run_id,
-            namespace,
-            self.client_id,
-            self._wake,
-        )
-        return RunHandle.of(fork, self)
-
-    def _wake(self, runs: Sequence[Run]) -> list[Op]:
-        """Announce, with a write that wakes them, runs for an engine to
-        take at once."""
-        return announce(self.store, self.client_id, "wake", runs)
-
-    def _need_broker(self) -> Broker:
-        if self.broker is None:
-            raise UsageError("this needs a broker: open the client with broker=URL")
-        return self.broker
-
-    async def fleet(self) -> Fleet:
-        """What live workers announce, aggregated (see `Engine.fleet`).
-
-        Raises:
-          UsageError: The client was opened without a broker.
-        """
-        self._check_open()
-        return aggregate(await self._need_broker().worker_descriptors())
-
-    async def unserved_on_error_routes(self) -> list[UnservedRoute]:
-        """Routes of the client's app whose handler no live worker knows
-        (see `Engine.unserved_on_error_routes`); none without an app.
-
-        Raises:
-          UsageError: The client was opened without a broker.
-        """
-        self._check_open()
-        return await _unserved(self._need_broker(), self._types)
-
-    def entity(self, name: str, key: Any, *, call_id: str | None = None) -> EntityRef:
-        """One key of the entity ``name`` of the client's app (see
-        `Engine.entity`): an exclusive call's run is created for an engine
-        sharing the store to take at once, and the call waits for its
-        result; a shared call reads the state here.
-
-        Raises:
-          UnknownEntityError: The client has no app, or its app no entity
-            ``name`` (or, at the call, no such handler); nothing is written.
-          EntityKeyError: ``key`` is not of the entity's key type; nothing
-            is written.
-          InvalidArgumentsError: At the call, the inputs do not fit the
-            handler; nothing is written.
-          RunFailed: An exclusive handler raised; the state is unchanged.
-        """
+    def _entity(self, name: str, key: Any, call_id: str | None) -> EntityRef:
         return client_entity(
             app=self.app,
             store=self.store,
             clock=self.clock,
             rng=self._rng,
-            wake=self._wake,
+            wake=self._core.waker.wake_ops,
             result=self.result,
             check_open=self._check_open,
             name=name,
@@ -455,7 +252,7 @@ async def open_client(
                         keep_watching,
                         store_obj,
                         client.client_id,
-                        ends_delivery(client._endings, client._streams),
+                        ends_delivery(client._core.endings, client._core.streams),
                         name="trio_durable client watch",
                     )
                 try:
@@ -475,8 +272,8 @@ async def open_client(
             client._closed = True
             # Callers still waiting (in tasks outside the client's block)
             # would wait for ever once its watch is gone.
-            client._endings.close(_closed)
-            client._streams.close(_closed)
+            client._core.endings.close(_closed)
+            client._core.streams.close(_closed)
 
 
 def _closed() -> trio.ClosedResourceError:

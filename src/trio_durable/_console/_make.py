@@ -107,7 +107,7 @@ def console_app(
     """
     # Engine and Client are the RunQueries there are; importing _engine
     # here would make a cycle, since the engine serves the console too.
-    from .._run_queries import RunQueries
+    from .._front_queries import RunQueries
 
     if not isinstance(source, RunQueries):
         raise UsageError(f"console_app needs a td.Engine or a td.Client, not {source!r}")

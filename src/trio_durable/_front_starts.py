@@ -14,11 +14,12 @@ from typing import Any, Concatenate, overload
 
 from ._app import A1, A2, A3, A4, A5, P, R, Workflow
 from ._exceptions import UsageError
+from ._front_core import FrontPart
 from ._handle import RunHandle
 from ._records import DEFAULT_NAMESPACE
 
 
-class StartsRuns:
+class StartsRuns(FrontPart):
     """The typed `start` of a front end that starts runs."""
 
     async def _start(

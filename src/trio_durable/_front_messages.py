@@ -4,44 +4,35 @@ front end's parts (see docs/queries-and-updates.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ._front_core import FrontPart
 from ._published import Front, get_event
 from ._read_replay import query_run
 from ._updates import update_run
-from ._wakes import announce, read_interval
-
-if TYPE_CHECKING:
-    from ._records import Run
-    from ._runtime import Runtime
+from ._wakes import announce
 
 
-def engine_front_of(rt: Runtime, woke: Callable[[Run], None]) -> Front:
-    """What an engine's `query`, `update` and `get_event` use of its parts
-    (``woke`` wakes a run here if this engine can run it)."""
-    return Front(
-        store=rt.store,
-        app=rt.app,
-        clock=rt.clock,
-        endings=rt.endings,
-        poll_interval=read_interval(rt.store, rt.options.result_poll_interval),
-        origin=rt.engine_id,
-        new_id=lambda: f"update-{rt.rng.getrandbits(64):016x}",
-        # Every engine that can run it is told, so that one whose turn of
-        # it is in flight runs another.
-        wake_ops=lambda runs: announce(rt.store, rt.engine_id, "wake", runs),
-        woke=woke,
-        traceback_limit=rt.options.traceback_limit,
-    )
-
-
-class QueriesAndUpdates:
-    """`query`, `update` and `get_event` on a front end: it says what it
-    holds in `_message_front` (which may check that it is open)."""
+class QueriesAndUpdates(FrontPart):
+    """`query`, `update` and `get_event` on a front end."""
 
     def _message_front(self) -> Front:
-        raise NotImplementedError
+        core = self._core
+        core.check_open()
+        return Front(
+            store=core.store,
+            app=core.app,
+            clock=core.clock,
+            endings=core.endings,
+            poll_interval=core.poll_interval,
+            origin=core.origin,
+            new_id=lambda: f"update-{core.rng.getrandbits(64):016x}",
+            # Every engine that can run it is told, so that one whose turn of
+            # it is in flight runs another.
+            wake_ops=lambda runs: announce(core.store, core.origin, "wake", runs),
+            woke=core.waker.woke,
+            traceback_limit=core.traceback_limit,
+        )
 
     async def query(
         self, run_id: str, name: str, *args: Any, namespace: str | None = None, type: Any = Any

@@ -1,47 +1,25 @@
 """The webhook and breakpoint methods `Engine` and `Client` share.
 
 Each checks that its front end is open, writes through `_webhooks` or
-`_breakpoints` with what the front end adds to the batch (a client's
-announcement that wakes the run on the engine serving it), and lets the
-front end wake what it serves itself.
+`_breakpoints` with what the front end's `Waker` adds to the batch (a
+client's announcement that wakes the run on the engine serving it), and
+lets the `Waker` wake what its front end serves itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from . import _breakpoints, _serde, _webhooks
-from ._clock import Clock
 from ._control import read_run
 from ._exceptions import BreakpointNotFoundError
+from ._front_core import FrontPart
 from ._index_text import refuse_nul
-from ._records import Breakpoint, PausedStep, Run
-from ._stores._base import Store
-from ._stores._ops import Op
+from ._records import Breakpoint, PausedStep
 
 
-class HookActions:
-    """Webhook deliveries and breakpoints, for a front end on ``store``."""
-
-    store: Store
-    clock: Clock
-
-    def _check_live(self) -> None:
-        raise NotImplementedError
-
-    def _origin(self) -> str:
-        raise NotImplementedError
-
-    def _wake_ops(self, runs: Sequence[Run]) -> Sequence[Op]:
-        """What to write with a batch that gives ``runs`` something to do."""
-        raise NotImplementedError
-
-    def _woke(self, run: Run) -> None:
-        """``run`` has something to do (the batch committed)."""
-
-    def _breakpoints_changed(self) -> None:
-        """This front end set or cleared a breakpoint."""
+class HookActions(FrontPart):
+    """Webhook deliveries and breakpoints, for a front end."""
 
     async def deliver_webhook(self, token: str, payload: Any = None) -> None:
         """Deliver ``payload`` through the webhook of ``token`` (made by
@@ -54,12 +32,12 @@ class HookActions:
           InvalidRunStateError: Its run has ended.
           SerializationError: The payload cannot be serialized.
         """
-        self._check_live()
+        self._core.check_open()
         run, waiting = await _webhooks.deliver_webhook(
-            self.store, self.clock.now(), token, payload, self._wake_ops
+            self._core.store, self._core.clock.now(), token, payload, self._core.waker.wake_ops
         )
         if waiting:
-            self._woke(run)
+            self._core.waker.woke(run)
 
     async def set_breakpoint(self, *, workflow: str, step: str) -> Breakpoint:
         """Pause runs of ``workflow`` before each step named ``step`` that
@@ -69,20 +47,20 @@ class HookActions:
         Raises:
           UsageError: ``workflow`` or ``step`` is not a non-empty string.
         """
-        self._check_live()
+        self._core.check_open()
         try:
             return await _breakpoints.set_breakpoint(
-                self.store, self.clock.now(), self._origin(), workflow, step
+                self._core.store, self._core.clock.now(), self._core.origin, workflow, step
             )
         finally:
             # Even if the write raised: it may have been applied, and this
             # front end's own watch skips the announcement it carried.
-            self._breakpoints_changed()
+            self._core.waker.changed("breakpoints")
 
     async def breakpoints(self) -> list[Breakpoint]:
         """Every breakpoint, oldest first."""
-        self._check_live()
-        return await self.store.list_breakpoints()
+        self._core.check_open()
+        return await self._core.store.list_breakpoints()
 
     async def clear_breakpoint(self, breakpoint_id: str) -> None:
         """Remove a breakpoint. Runs paused at it stay paused until
@@ -91,20 +69,22 @@ class HookActions:
         Raises:
           BreakpointNotFoundError: No breakpoint has this id.
         """
-        self._check_live()
+        self._core.check_open()
         try:
-            existed = await _breakpoints.clear_breakpoint(self.store, self._origin(), breakpoint_id)
+            existed = await _breakpoints.clear_breakpoint(
+                self._core.store, self._core.origin, breakpoint_id
+            )
         finally:
-            self._breakpoints_changed()  # as in set_breakpoint
+            self._core.waker.changed("breakpoints")  # as in set_breakpoint
         if not existed:
             raise BreakpointNotFoundError(f"no breakpoint {breakpoint_id!r}")
 
     async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
         """The runs paused at a breakpoint (only ``run_id``, if given), with
         the step each is paused before."""
-        self._check_live()
+        self._core.check_open()
         refuse_nul("run_id", run_id)
-        return await self.store.paused_steps(run_id)
+        return await self._core.store.paused_steps(run_id)
 
     async def continue_run(self, run_id: str) -> None:
         """Resume a run paused at a breakpoint: the step runs.
@@ -128,9 +108,9 @@ class HookActions:
         await self._resume(run_id, True, output)
 
     async def _resume(self, run_id: str, skip: bool, output: Any) -> None:
-        self._check_live()
+        self._core.check_open()
         output_json = _serde.dumps(output) if skip else None
-        run = await read_run(self.store, run_id, None)
-        also = list(self._wake_ops([run]))
-        await _breakpoints.resume(self.store, self.clock.now(), run, output_json, also)
-        self._woke(run)
+        run = await read_run(self._core.store, run_id, None)
+        also = list(self._core.waker.wake_ops([run]))
+        await _breakpoints.resume(self._core.store, self._core.clock.now(), run, output_json, also)
+        self._core.waker.woke(run)

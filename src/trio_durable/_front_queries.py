@@ -8,23 +8,19 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from . import _queries, _retention
-from ._clock import Clock
+from ._front_core import FrontPart
 from ._records import RunStatus
 from ._stores._base import Store
 from ._views import FanPage, Retention, RunDetail, RunHistory, RunPage
 
 
-class RunQueries:
-    """Finding and reading runs, and pruning ended ones, on a store.
-
-    A front end says which store (`_query_store`, which may check that the
-    front end is open); its `clock` says what time it is (durable time).
-    """
-
-    clock: Clock
+class RunQueries(FrontPart):
+    """Finding and reading runs, and pruning ended ones, on the front
+    end's store (durable time: its clock's)."""
 
     def _query_store(self) -> Store:
-        raise NotImplementedError
+        self._core.check_open()
+        return self._core.store
 
     async def list_runs(
         self,
@@ -151,4 +147,4 @@ class RunQueries:
         Raises:
           UsageError: ``retention`` is not a `Retention` or ``limit`` is bad.
         """
-        return await _retention.prune(self._query_store(), retention, self.clock.now(), limit)
+        return await _retention.prune(self._query_store(), retention, self._core.clock.now(), limit)
