@@ -19,13 +19,16 @@ rate limit of one per ``RATE_PERIOD`` lets the next start through.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Final
 
+import psycopg
 import trio
+from psycopg import sql
 
 import trio_durable as td
 from trio_durable.brokers import Consumer, Outgoing, WorkerDescriptor
@@ -410,3 +413,116 @@ async def finish_store(store: str, wall_clock: Any) -> dict[str, dict[str, Any]]
     """Finish every run of ``store`` (see `finish`) and close cleanly."""
     async with finishing_fleet(store, wall_clock) as engine:
         return await finish(engine)
+
+
+class RecordedWall:
+    """A wall clock `OFFSET` seconds after ``recorded_at`` when first read,
+    going on with Trio time: a PostgreSQL store recorded under the real
+    clock is finished as if that much time had passed since, whenever it
+    is finished."""
+
+    def __init__(self, recorded_at: float) -> None:
+        self._start = recorded_at + OFFSET
+        self._anchor: float | None = None
+
+    def __call__(self) -> float:
+        if self._anchor is None:
+            self._anchor = trio.current_time()
+        return self._start + trio.current_time() - self._anchor
+
+
+def _connect(url: str) -> tuple[psycopg.Connection[Any], str]:
+    """A connection to the server of a store URL with ``?schema=``, set to
+    that schema, and the schema's name."""
+    base, _, query = url.partition("?")
+    schema = query.rpartition("schema=")[2]
+    conn = psycopg.connect(base, autocommit=True)
+    conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+    return conn, schema
+
+
+def _tables(conn: psycopg.Connection[Any]) -> list[tuple[str, list[str]]]:
+    """Every table of the current schema and its primary key's columns."""
+    found = conn.execute(
+        """
+        SELECT c.relname, array_agg(a.attname ORDER BY k.ord)
+        FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = current_schema()
+        JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
+        CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+        WHERE c.relkind = 'r'
+        GROUP BY c.relname ORDER BY c.relname
+        """
+    ).fetchall()
+    return [(name, list(key)) for name, key in found]
+
+
+def dump_postgres(url: str) -> dict[str, list[Any]]:
+    """Every row of every table of the store at ``url`` (a URL with
+    ``?schema=``), as JSON objects ordered by primary key, by table."""
+    conn, _ = _connect(url)
+    with conn:
+        rows: dict[str, list[Any]] = {}
+        for table, key in _tables(conn):
+            order = sql.SQL(", ").join(map(sql.Identifier, key))
+            query = sql.SQL("SELECT row_to_json(t)::text FROM {} AS t ORDER BY {}").format(
+                sql.Identifier(table), order
+            )
+            rows[table] = [json.loads(text) for (text,) in conn.execute(query).fetchall()]
+    return rows
+
+
+def restore_postgres(
+    url: str, migrations: Sequence[Sequence[str]], rows: dict[str, list[Any]]
+) -> None:
+    """Create the schema of ``url`` (a URL with ``?schema=``) by applying
+    ``migrations`` in order, as the store does, then insert ``rows`` (see
+    `dump_postgres`), ``schema_version`` included. Rows a trigger derived
+    from another table's rows are there already and kept."""
+    conn, schema = _connect(url)
+    with conn, conn.transaction():
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(
+            "CREATE TABLE schema_version ("
+            " version integer PRIMARY KEY,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in migrations:
+            for statement in migration:
+                conn.execute(statement.encode())
+        for table, found in rows.items():
+            # Generated columns are computed again.
+            columns = sql.SQL(", ").join(
+                sql.Identifier(name)
+                for (name,) in conn.execute(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_schema = current_schema() AND table_name = %s"
+                    " AND is_generated = 'NEVER' ORDER BY ordinal_position",
+                    (table,),
+                ).fetchall()
+            )
+            insert = sql.SQL(
+                "INSERT INTO {table} ({columns}) OVERRIDING SYSTEM VALUE"
+                " SELECT {columns} FROM json_populate_record(NULL::{table}, %s::json)"
+                " ON CONFLICT DO NOTHING"
+            ).format(table=sql.Identifier(table), columns=columns)
+            for row in found:
+                conn.execute(insert, (json.dumps(row),))
+        # Identity columns go on after the rows put back.
+        identities = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND is_identity = 'YES'"
+        ).fetchall()
+        for table, column in identities:
+            conn.execute(
+                sql.SQL(
+                    "SELECT setval(pg_get_serial_sequence({name}, {column}),"
+                    " coalesce((SELECT max({ident}) FROM {table}), 0) + 1, false)"
+                ).format(
+                    name=sql.Literal(table),
+                    column=sql.Literal(column),
+                    ident=sql.Identifier(column),
+                    table=sql.Identifier(table),
+                )
+            )

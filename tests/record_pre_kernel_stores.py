@@ -7,7 +7,7 @@ Run it with that release's code first on the path (a worktree of it)::
 
     git worktree add /tmp/pre-kernel <commit>
     set -a; . /work/servers.env; set +a
-    PYTHONPATH=/tmp/pre-kernel/src .venv/bin/python tests/record_pre_kernel_stores.py \\
+    PYTHONPATH=/tmp/pre-kernel/src:tests .venv/bin/python tests/record_pre_kernel_stores.py \\
         --out tests/data/pre_kernel --postgres "$POSTGRES_URL"
 
 Phase one starts the runs of `pre_kernel_app.RUNS` with fixed ids, drives
@@ -35,6 +35,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -44,6 +45,7 @@ import trio.testing
 
 import pre_kernel_app as pk
 import trio_durable as td
+from servers.postgres import scratch_schema
 from trio_durable import _fork, _handlers, _lifecycle, _markers, _records, _streams
 from trio_durable._on_error import HANDOFF_BASE
 from trio_durable._stores import _postgres_schema, _sqlite_schema
@@ -345,6 +347,28 @@ def record_sqlite(out: Path) -> dict[str, Any]:
     return {"recorded": runs, "outcomes": outcomes}
 
 
+async def record_postgres(server: str, out: Path) -> dict[str, Any]:
+    """Phase one in a new schema of the server at ``server``, written as
+    ``postgres_rows.json``; phase two on a copy in another schema. Returns
+    what the store held and each run's outcome."""
+    async with scratch_schema(server) as url:
+        recorded_at = time.time()
+        await phase_one(url, time.time)
+        tables = await trio.to_thread.run_sync(pk.dump_postgres, url)
+    versions = [row["version"] for row in tables["schema_version"]]
+    assert versions == list(range(1, POSTGRES_VERSION + 1)), versions
+    recording = {"recorded_at": recorded_at, "tables": tables}
+    text = json.dumps(recording, indent=1, sort_keys=True) + "\n"
+    await trio.Path(out / "postgres_rows.json").write_text(text)
+    async with scratch_schema(server) as url:
+        migrations = _postgres_schema._MIGRATIONS[:POSTGRES_VERSION]
+        await trio.to_thread.run_sync(pk.restore_postgres, url, migrations, tables)
+        runs = await read_recorded(url)
+        check_coverage(runs)
+        outcomes = await pk.finish_store(url, pk.RecordedWall(recorded_at))
+    return {"recorded": runs, "outcomes": outcomes}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -353,13 +377,18 @@ def main() -> None:
     check_release()
     options.out.mkdir(parents=True, exist_ok=True)
     expected = {"sqlite": record_sqlite(options.out)}
+    if options.postgres is not None:
+        expected["postgres"] = trio.run(record_postgres, options.postgres, options.out)
     with open(options.out / "expected.json", "w") as written:
         json.dump(expected, written, indent=1, sort_keys=True)
         written.write("\n")
-    write_source(options.out, sys.argv[1:])
+    write_source(options.out, options.postgres is not None)
 
 
-def write_source(out: Path, argv: list[str]) -> None:
+POSTGRES_OPTION: Final = ' --postgres "$POSTGRES_URL"'
+
+
+def write_source(out: Path, postgres: bool) -> None:
     """``SOURCE.md``: the commit whose code recorded the files, how, and
     the files' sha256."""
     source = Path(td.__file__).resolve().parent
@@ -370,20 +399,22 @@ def write_source(out: Path, argv: list[str]) -> None:
         ).stdout.strip()
 
     commit = git("rev-parse", "HEAD")
+    tree = git("rev-parse", "HEAD:src")
     dirty = git("status", "--porcelain", "--", str(source))
     assert not dirty, f"the recording code has changes of its own:\n{dirty}"
     sums = "\n".join(
         f"    {hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}"
         for path in sorted(out.iterdir())
-        if path.name != "SOURCE.md"
+        if path.name in ("store.sql", "postgres_rows.json", "expected.json")
     )
     (out / "SOURCE.md").write_text(
         "# Stores written by the release before the kernel\n\n"
         f"Recorded by `tests/record_pre_kernel_stores.py` with the code of commit\n"
-        f"`{commit}` (`src/` unchanged), trio {trio.__version__}, Python"
+        f"`{commit}` (its `src/` is tree `{tree}`, unchanged), trio {trio.__version__}, Python"
         f" {sys.version.split()[0]}:\n\n"
-        f"    PYTHONPATH=<that commit>/src:tests python tests/record_pre_kernel_stores.py"
-        f" {' '.join(argv)}\n\n"
+        "    set -a; . /work/servers.env; set +a\n"
+        "    PYTHONPATH=<that commit>/src:tests .venv/bin/python tests/record_pre_kernel_stores.py \\\n"
+        f"        --out tests/data/pre_kernel{POSTGRES_OPTION if postgres else ''}\n\n"
         "Its docstring says what each file holds; `tests/pre_kernel_app.py` is the\n"
         "scenario. sha256 of the files:\n\n"
         f"{sums}\n"
