@@ -4,9 +4,56 @@ and under every later one.
 
 `tests/record_pre_kernel_stores.py` starts its runs and drives each to a
 state that the release before the kernel kept in a reserved seq or in an
-error code (see `RUNS`); `finish` drives every run of a store to its end,
-in the recorder (with the recording release's code) and in the tests (with
-today's), which compare the outcomes with ``expected.json``.
+error code; `finish` drives every run of a store to its end, in the
+recorder (with the recording release's code) and in the tests (with
+today's), which compare the outcomes with ``expected.json``. The runs (id:
+state when recorded, the seq or code that kept it then):
+
+- ``adm-hold``: holds the slot of concurrency key ``k`` (admission,
+  999,999,990, and a ``queue_slots`` row), waits for signal ``go``;
+  ``adm-wait``: same key, in line (code ``queued``, a ``queue_waiters``
+  row); ``rate-wait``: its workflow's rate limit of 1 per `RATE_PERIOD`
+  taken by ``rate-first`` (code ``rate_limited``);
+- ``deadline``: timeout `LONG_TIMEOUT`, sleeping `SLEEP` (999,999,991;
+  completes); ``deadline-fire``: timeout `SHORT_TIMEOUT`, sleeping `FOREVER`
+  (cancelled, code ``timeout``);
+- ``chain``: continued as new twice (999,999,992 and 999,999,993);
+  ``chain.gen.3`` sleeps;
+- ``checked``: ``check_arguments=True``, two steps in (999,999,980);
+- ``cleanup``: cancelled, its cleanup sleeping inside ``ctx.shield()``
+  (999,999,981);
+- ``remote-out``: a remote workflow whose decision task is out, its group
+  unserved (999,999,999 pending, code ``out``); ``remote-waits``: decision
+  applied, waits on a timer (999,999,999 completed); ``remote-cancel``:
+  cancelled after its worker stopped, the cancel out (999,999,982, and
+  999,999,999 out);
+- ``updated``: one update applied and logged (999,999,970);
+  ``update-asked``: one accepted by a client into its inbox while no
+  engine ran;
+- ``streamed``: three values emitted (999,999,960), waits for ``go``, then
+  emits two more;
+- ``forked``: forked from seq 2 of the completed ``fork-source``, waiting
+  (999,999,950);
+- ``handed-off``: failed, its handler ``handed-off.onError.0`` running
+  (1,000,000,000); ``retired``: its handler gave up, retried, failed
+  again: the first handoff retired (named ``onError:retried:...``), the
+  second (1,000,000,001) running;
+- remote steps of ``stepper``: ``out-step`` and ``q-hold`` (attempt out on
+  the memory broker, code ``out``; ``q-hold`` holds queue ``line``),
+  ``q-step`` (in the line of ``line``, ``queued``), ``rl-step`` (waiting for
+  the rate limit of queue ``metered`` that ``rl-first`` took,
+  ``rate_limited``), ``blocked-step`` (no live worker offers ``gpu``,
+  ``blocked``), ``wait-step`` (its send refused by the broker,
+  ``broker_unavailable``); ``resend-step.child.1`` (cancelled with its
+  attempt out, its parent ``resend-step`` then retried by a client,
+  ``resend``);
+- ``paused-step`` (paused at a breakpoint, ``paused``) and
+  ``continued-step`` (continued by a client while no engine ran,
+  ``continued``);
+- ``patched`` (``ctx.patched("v2")`` recorded), ``published`` (``set_event``
+  done), ``cancel-asked`` (cancelled by a client while no engine ran), all
+  waiting;
+- ``done`` and ``failed``: ended runs for the history views.
 
 Every duration is chosen so that an engine whose wall clock is `OFFSET`
 seconds ahead of the recording finds every timer of the scenario due and
@@ -365,8 +412,10 @@ def _code(run: td.Run) -> str | None:
 
 
 async def finish(engine: td.Engine) -> dict[str, dict[str, Any]]:
-    """Send every signal of `SIGNALS`, wait for every run of the store to
-    end, and return each run's status, output and error code by id."""
+    """Send every signal of `SIGNALS`, continue every paused step, wait for
+    every run of the store to end, and return each run's status, output and
+    error code by id (and the answer to the update ``update-asked`` took
+    while no engine ran, and the values ``streamed`` emitted)."""
     for run_id, name, payload in SIGNALS:
         await engine.signal(run_id, name, payload)
     for breakpoint in await engine.breakpoints():
@@ -378,6 +427,15 @@ async def finish(engine: td.Engine) -> dict[str, dict[str, Any]]:
         page = await engine.list_runs(limit=500)
         open_ids = sorted(run.id for run in page.runs if run.id not in outcomes)
         if not open_ids:
+            # The update accepted while no engine ran was answered: asked
+            # again under its id, it gives that answer.
+            outcomes["update-asked"]["update"] = await engine.update(
+                "update-asked", "bump", 5, update_id="bump-2"
+            )
+            # The stream's offsets go on from where the recording left them.
+            outcomes["streamed"]["stream"] = [
+                [offset, value] async for offset, value in engine.stream("streamed")
+            ]
             return dict(sorted(outcomes.items()))
         for run_id in open_ids:
             with contextlib.suppress(td.RunFailed, td.RunCancelled):

@@ -10,7 +10,7 @@ Run it with that release's code first on the path (a worktree of it)::
     PYTHONPATH=/tmp/pre-kernel/src:tests .venv/bin/python tests/record_pre_kernel_stores.py \\
         --out tests/data/pre_kernel --postgres "$POSTGRES_URL"
 
-Phase one starts the runs of `pre_kernel_app.RUNS` with fixed ids, drives
+Phase one starts the runs `pre_kernel_app` lists, with fixed ids, drives
 each to its state (checked with that release's constants) and closes the
 engine; a `Client` with no engine running then writes the states only a
 client writes. SQLite runs under a mock clock (wall clock `WALL_START` plus
