@@ -53,7 +53,10 @@ state when recorded, the seq or code that kept it then):
 - ``patched`` (``ctx.patched("v2")`` recorded), ``published`` (``set_event``
   done), ``cancel-asked`` (cancelled by a client while no engine ran), all
   waiting;
-- ``done`` and ``failed``: ended runs for the history views.
+- ended runs, for the history views: ``done`` and ``failed`` (local),
+  ``remote-done`` and ``remote-failed`` (remote workflows: 999,999,999
+  settled), ``deadline-done`` (ended before its deadline: 999,999,991
+  settled).
 
 Every duration is chosen so that an engine whose wall clock is `OFFSET`
 seconds ahead of the recording finds every timer of the scenario due and
@@ -212,6 +215,14 @@ async def remote_later(ctx: td.Context, n: int) -> int:
 async def remote_sleeper(ctx: td.Context, n: int) -> int:
     await ctx.sleep(SLEEP)
     return n * 2
+
+
+@app.workflow(group=DECIDE)
+async def remote_quick(ctx: td.Context, n: int) -> int:
+    got: int = await ctx.step(add, n)
+    if n < 0:
+        raise td.FatalError("negative", code="negative")
+    return got
 
 
 @app.workflow(group=DECIDE_CANCEL)
@@ -399,7 +410,14 @@ async def finishing_fleet(store: str, wall_clock: Any) -> AsyncIterator[td.Engin
             engine_id="finisher",
             wall_clock=wall_clock,
         ) as engine,
-        td.open_worker(app, broker=broker, groups=list(GROUPS), capabilities=["gpu"], seed=0),
+        td.open_worker(
+            app,
+            broker=broker,
+            groups=list(GROUPS),
+            capabilities=["gpu"],
+            seed=0,
+            wall_clock=wall_clock,
+        ),
     ):
         yield engine
 

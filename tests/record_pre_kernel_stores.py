@@ -101,8 +101,8 @@ async def phase_one(store: str, wall: Wall) -> None:
         ) as engine,
         trio.open_nursery() as nursery,
     ):
-        await nursery.start(_served, broker, [pk.DECIDE])
-        cancel_scope = await nursery.start(_served, broker, [pk.DECIDE_CANCEL])
+        await nursery.start(_served, broker, [pk.DECIDE], wall)
+        cancel_scope = await nursery.start(_served, broker, [pk.DECIDE_CANCEL], wall)
         await _drive(engine, cancel_scope.cancel)
         nursery.cancel_scope.cancel()
     async with td.open_client(store, app=pk.app, wall_clock=wall) as client:
@@ -110,10 +110,14 @@ async def phase_one(store: str, wall: Wall) -> None:
 
 
 async def _served(
-    broker: pk.RefusingBroker, groups: list[str], *, task_status: Any = trio.TASK_STATUS_IGNORED
+    broker: pk.RefusingBroker,
+    groups: list[str],
+    wall: Wall,
+    *,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
     with trio.CancelScope() as scope:
-        async with td.open_worker(pk.app, broker=broker, groups=groups, seed=0):
+        async with td.open_worker(pk.app, broker=broker, groups=groups, seed=0, wall_clock=wall):
             task_status.started(scope)
             await trio.sleep_forever()
 
@@ -128,6 +132,15 @@ async def _drive(engine: td.Engine, stop_workers: Callable[[], None]) -> None:
     assert await engine.result("rate-first") == 1
     await engine.start(pk.limited, 2, run_id="rate-wait")
     await reach(engine, "rate-wait", _records.ADMISSION_SEQ, pending_with("rate_limited"))
+    # Runs that end, for the history views (first: the time they take
+    # passes before the states below that time would change).
+    await engine.start(pk.remote_quick, 1, run_id="remote-done")
+    assert await engine.result("remote-done") == 2
+    await engine.start(pk.remote_quick, -1, run_id="remote-failed")
+    with contextlib.suppress(td.RunFailed):
+        await engine.result("remote-failed")
+    await engine.start(pk.sleeper, 1.0, run_id="deadline-done", timeout=pk.LONG_TIMEOUT)
+    assert await engine.result("deadline-done") == "slept 1"
     # Deadlines, continued runs, checked arguments, a cancelled run's cleanup.
     await engine.start(pk.sleeper, pk.SLEEP, run_id="deadline", timeout=pk.LONG_TIMEOUT)
     await engine.start(pk.sleeper, pk.FOREVER, run_id="deadline-fire", timeout=pk.SHORT_TIMEOUT)
