@@ -288,14 +288,8 @@ async def mender(ctx: td.Context, failure: dict[str, Any]) -> str:
 
 @app.workflow()
 async def stepper(ctx: td.Context, kind: str, n: int) -> int:
-    steps = {
-        "held": held,
-        "line": in_line,
-        "metered": metered,
-        "render": render,
-        "refused": refused,
-    }
-    got: int = await ctx.step(steps[kind], n)
+    steps = {"held": held, "line": in_line, "metered": metered, "render": render}
+    got: int = await ctx.step(steps.get(kind, refused), n)
     return got
 
 
@@ -422,13 +416,6 @@ async def finishing_fleet(store: str, wall_clock: Any) -> AsyncIterator[td.Engin
         yield engine
 
 
-def _code(run: td.Run) -> str | None:
-    if run.error is None:
-        return None
-    code: str | None = run.error.code
-    return code
-
-
 async def finish(engine: td.Engine) -> dict[str, dict[str, Any]]:
     """Send every signal of `SIGNALS`, continue every paused step, wait for
     every run of the store to end, and return each run's status, output and
@@ -462,7 +449,7 @@ async def finish(engine: td.Engine) -> dict[str, dict[str, Any]]:
             outcomes[run_id] = {
                 "status": run.status,
                 "output": run.output,
-                "code": _code(run),
+                "code": None if run.error is None else run.error.code,
             }
 
 
