@@ -34,7 +34,7 @@ INSERT INTO "announcements" VALUES(23,'retired','end','fragile','1','recorder');
 INSERT INTO "announcements" VALUES(24,'retired.onError.1','values','mender','1','recorder');
 INSERT INTO "announcements" VALUES(25,'resend-step.child.1','end','stepper','1','recorder');
 INSERT INTO "announcements" VALUES(26,'resend-step','end','resender','1','recorder');
-INSERT INTO "announcements" VALUES(27,'bp-b542742db1f4c303','breakpoints',NULL,NULL,'recorder');
+INSERT INTO "announcements" VALUES(27,'bp-1d71b3764d723622','breakpoints',NULL,NULL,'recorder');
 INSERT INTO "announcements" VALUES(28,'patched','values','patched','1','recorder');
 INSERT INTO "announcements" VALUES(29,'published','values','published','1','recorder');
 INSERT INTO "announcements" VALUES(30,'done','end','simple','1','recorder');
@@ -46,18 +46,18 @@ INSERT INTO "announcements" VALUES(35,'q-hold','wake','stepper','1','recorder');
 INSERT INTO "announcements" VALUES(36,'out-step','wake','stepper','1','recorder');
 INSERT INTO "announcements" VALUES(37,'remote-cancel','wake','remote_cleanup','1','recorder');
 INSERT INTO "announcements" VALUES(38,'remote-out','wake','remote_later','1','recorder');
-INSERT INTO "announcements" VALUES(39,'continued-step','wake','pausing','1','client-be1304eb7add1e9a');
-INSERT INTO "announcements" VALUES(40,'cancel-asked','cancel','published','1','client-be1304eb7add1e9a');
-INSERT INTO "announcements" VALUES(41,'resend-step.child.1','wake','stepper','1','client-be1304eb7add1e9a');
-INSERT INTO "announcements" VALUES(42,'resend-step','wake','resender','1','client-be1304eb7add1e9a');
-INSERT INTO "announcements" VALUES(43,'update-asked','wake','updated','1','client-be1304eb7add1e9a');
+INSERT INTO "announcements" VALUES(39,'continued-step','wake','pausing','1','client-19154fac77d42abd');
+INSERT INTO "announcements" VALUES(40,'cancel-asked','cancel','published','1','client-19154fac77d42abd');
+INSERT INTO "announcements" VALUES(41,'resend-step.child.1','wake','stepper','1','client-19154fac77d42abd');
+INSERT INTO "announcements" VALUES(42,'resend-step','wake','resender','1','client-19154fac77d42abd');
+INSERT INTO "announcements" VALUES(43,'update-asked','wake','updated','1','client-19154fac77d42abd');
 CREATE TABLE breakpoints (
         id TEXT PRIMARY KEY,
         workflow TEXT NOT NULL,
         step TEXT NOT NULL,
         created_at DOUBLE PRECISION NOT NULL
     );
-INSERT INTO "breakpoints" VALUES('bp-b542742db1f4c303','pausing','tool',1700000002.5);
+INSERT INTO "breakpoints" VALUES('bp-1d71b3764d723622','pausing','tool',1700000002.5);
 CREATE TABLE buffered_signals (
         id INTEGER PRIMARY KEY,
         token TEXT NOT NULL,
@@ -122,10 +122,10 @@ INSERT INTO "checkpoints" VALUES('cleanup',1,'never','signal','pending','{"timeo
 INSERT INTO "checkpoints" VALUES('cleanup',999999981,'cancelled_at','local','completed',NULL,'1',NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1.70000000114999985697e+09,1.70000000114999985697e+09,1.70000000114999985697e+09,NULL,0);
 INSERT INTO "checkpoints" VALUES('cleanup',2,'event:cleaning','signal','completed','true',NULL,NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1.70000000114999985697e+09,1.70000000114999985697e+09,1.70000000114999985697e+09,NULL,0);
 INSERT INTO "checkpoints" VALUES('cleanup',3,'sleep','timer','pending',NULL,NULL,NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,1.7000050011499998569e+09,1.70000000114999985697e+09,NULL,NULL,NULL,0);
-INSERT INTO "checkpoints" VALUES('remote-out',999999999,'remote_later','decision','pending',NULL,NULL,'{"message":"out on RefusingBroker, closed since","code":"out","details":{"broker":"RefusingBroker","durable":false,"closed":"vm/542/1833530/1"}}',NULL,1,'decide-later',NULL,NULL,NULL,NULL,NULL,NULL,1.70000000114999985697e+09,1.70000000114999985697e+09,NULL,'["eb1167b367a9c3787c65c1e582e2e662"]',0);
+INSERT INTO "checkpoints" VALUES('remote-out',999999999,'remote_later','decision','pending',NULL,NULL,'{"message":"out on RefusingBroker, closed since","code":"out","details":{"broker":"RefusingBroker","durable":false,"closed":"vm/1976/1840079/1"}}',NULL,1,'decide-later',NULL,NULL,NULL,NULL,NULL,NULL,1.70000000114999985697e+09,1.70000000114999985697e+09,NULL,'["eb1167b367a9c3787c65c1e582e2e662"]',0);
 INSERT INTO "checkpoints" VALUES('remote-waits',999999999,'remote_sleeper','decision','completed','{"waits": [1, 1], "settled": 0}',NULL,NULL,NULL,1,'decide',NULL,NULL,NULL,NULL,NULL,NULL,1700000001.2,1700000001.2,1700000001.2,'["f7c1bd874da5e709d4713d60c8a70639"]',0);
 INSERT INTO "checkpoints" VALUES('remote-waits',1,'sleep','timer','pending',NULL,NULL,NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,1700005001.2,1700000001.2,NULL,NULL,NULL,0);
-INSERT INTO "checkpoints" VALUES('remote-cancel',999999999,'remote_cleanup','decision','pending',NULL,NULL,'{"message":"out on RefusingBroker, closed since","code":"out","details":{"broker":"RefusingBroker","durable":false,"closed":"vm/542/1833530/1"}}',NULL,2,'decide-cancel',NULL,NULL,NULL,NULL,NULL,NULL,1700000001.3,1700000001.3,NULL,'["23a7711a8133287637ebdcd9e87a1613"]',0);
+INSERT INTO "checkpoints" VALUES('remote-cancel',999999999,'remote_cleanup','decision','pending',NULL,NULL,'{"message":"out on RefusingBroker, closed since","code":"out","details":{"broker":"RefusingBroker","durable":false,"closed":"vm/1976/1840079/1"}}',NULL,2,'decide-cancel',NULL,NULL,NULL,NULL,NULL,NULL,1700000001.3,1700000001.3,NULL,'["23a7711a8133287637ebdcd9e87a1613"]',0);
 INSERT INTO "checkpoints" VALUES('remote-cancel',1,'never','signal','pending','{"timeout": null}',NULL,NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1700000001.25,NULL,NULL,NULL,0);
 INSERT INTO "checkpoints" VALUES('remote-cancel',999999982,'cancel_sent','local','completed',NULL,NULL,NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1700000001.3,1700000001.3,1700000001.3,NULL,0);
 INSERT INTO "checkpoints" VALUES('updated',1,'event:ready','signal','completed','true',NULL,NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1700000001.35,1700000001.35,1700000001.35,NULL,0);
@@ -152,17 +152,17 @@ INSERT INTO "checkpoints" VALUES('retired.onError.0',2,'go','signal','completed'
 INSERT INTO "checkpoints" VALUES('retired',1000000001,'mender','child','pending','[{"run_id":"retired","workflow":"fragile","input":[],"error":{"message":"broken on purpose","code":"broken","type":"FatalError","traceback":"Traceback (most recent call last):\n  File \"/work/wt/kernel-0a/src/trio_durable/_turn.py\", line 214, in _run_body\n    value = await wf.fn(ctx, *args)\n            ^^^^^^^^^^^^^^^^^^^^^^^\n  File \"/work/wt/kernel-0a/tests/pre_kernel_app.py\", line 276, in fragile\n    raise td.FatalError(\"broken on purpose\", code=\"broken\")\ntrio_durable._exceptions.FatalError: broken on purpose\n"}}]',NULL,'{"message":"broken on purpose","code":"broken","type":"FatalError","traceback":"Traceback (most recent call last):\n  File \"/work/wt/kernel-0a/src/trio_durable/_turn.py\", line 214, in _run_body\n    value = await wf.fn(ctx, *args)\n            ^^^^^^^^^^^^^^^^^^^^^^^\n  File \"/work/wt/kernel-0a/tests/pre_kernel_app.py\", line 276, in fragile\n    raise td.FatalError(\"broken on purpose\", code=\"broken\")\ntrio_durable._exceptions.FatalError: broken on purpose\n"}',NULL,0,NULL,'retired.onError.1',NULL,NULL,NULL,NULL,NULL,1.70000000164999985697e+09,1.70000000164999985697e+09,NULL,NULL,0);
 INSERT INTO "checkpoints" VALUES('retired.onError.1',1,'event:mending','signal','completed','"broken"',NULL,NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1.70000000164999985697e+09,1.70000000164999985697e+09,1.70000000164999985697e+09,NULL,0);
 INSERT INTO "checkpoints" VALUES('retired.onError.1',2,'go','signal','pending','{"timeout": null}',NULL,NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1.70000000164999985697e+09,NULL,NULL,NULL,0);
-INSERT INTO "checkpoints" VALUES('out-step',1,'held','remote','pending','[1]',NULL,'{"message":"out on RefusingBroker, closed since","code":"out","details":{"broker":"RefusingBroker","durable":false,"closed":"vm/542/1833530/1"}}',NULL,1,'held',NULL,NULL,NULL,NULL,NULL,NULL,1700000001.7,1700000001.7,NULL,'["1846d424c17c627923c6612f48268673"]',0);
-INSERT INTO "checkpoints" VALUES('q-hold',1,'in_line','remote','pending','[2]',NULL,'{"message":"out on RefusingBroker, closed since","code":"out","details":{"broker":"RefusingBroker","durable":false,"closed":"vm/542/1833530/1"}}',NULL,1,'held',NULL,NULL,NULL,NULL,NULL,NULL,1700000001.75,1700000001.75,NULL,'["fcbd04c340212ef7cca5a5a19e4d6e3c"]',0);
+INSERT INTO "checkpoints" VALUES('out-step',1,'held','remote','pending','[1]',NULL,'{"message":"out on RefusingBroker, closed since","code":"out","details":{"broker":"RefusingBroker","durable":false,"closed":"vm/1976/1840079/1"}}',NULL,1,'held',NULL,NULL,NULL,NULL,NULL,NULL,1700000001.7,1700000001.7,NULL,'["1846d424c17c627923c6612f48268673"]',0);
+INSERT INTO "checkpoints" VALUES('q-hold',1,'in_line','remote','pending','[2]',NULL,'{"message":"out on RefusingBroker, closed since","code":"out","details":{"broker":"RefusingBroker","durable":false,"closed":"vm/1976/1840079/1"}}',NULL,1,'held',NULL,NULL,NULL,NULL,NULL,NULL,1700000001.75,1700000001.75,NULL,'["fcbd04c340212ef7cca5a5a19e4d6e3c"]',0);
 INSERT INTO "checkpoints" VALUES('q-step',1,'in_line','remote','pending','[3]',NULL,'{"message":"waiting for a slot of queue ''line''","code":"queued"}',NULL,1,'held',NULL,NULL,NULL,NULL,NULL,1700000006.8,1700000001.8,NULL,NULL,NULL,0);
-INSERT INTO "checkpoints" VALUES('rl-first',1,'metered','remote','pending','[4]',NULL,'{"message":"out on RefusingBroker, closed since","code":"out","details":{"broker":"RefusingBroker","durable":false,"closed":"vm/542/1833530/1"}}',NULL,1,'held',NULL,NULL,NULL,NULL,NULL,NULL,1700000001.85,1700000001.85,NULL,'["b4862b21fb97d43588561712e8e5216a"]',0);
+INSERT INTO "checkpoints" VALUES('rl-first',1,'metered','remote','pending','[4]',NULL,'{"message":"out on RefusingBroker, closed since","code":"out","details":{"broker":"RefusingBroker","durable":false,"closed":"vm/1976/1840079/1"}}',NULL,1,'held',NULL,NULL,NULL,NULL,NULL,NULL,1700000001.85,1700000001.85,NULL,'["b4862b21fb97d43588561712e8e5216a"]',0);
 INSERT INTO "checkpoints" VALUES('rl-step',1,'metered','remote','pending','[5]',NULL,'{"message":"waiting for the rate limit of queue ''metered''","code":"rate_limited"}',NULL,1,'held',NULL,NULL,NULL,NULL,NULL,1700003601.85,1.70000000189999985692e+09,NULL,NULL,NULL,0);
 INSERT INTO "checkpoints" VALUES('blocked-step',1,'render','remote','pending','[6]',NULL,'{"message":"blocked: no live worker of group ''gpu-steps'' offers gpu","code":"blocked"}',NULL,1,'gpu-steps',NULL,NULL,NULL,NULL,NULL,1700000006.95,1700000001.95,NULL,NULL,NULL,0);
 INSERT INTO "checkpoints" VALUES('wait-step',1,'refused','remote','pending','[7]',NULL,'{"message":"waiting for the broker (RefusingBroker): the broker refuses the queue of ''refused''","code":"broker_unavailable","details":{"broker":"RefusingBroker"}}',NULL,1,'refused',NULL,NULL,NULL,NULL,NULL,1.70000000336425399782e+09,1700000002.0,NULL,NULL,'["259f4329e6f4590b9a164106cf6a659e"]',0);
 INSERT INTO "checkpoints" VALUES('resend-step',1,'stepper','child','pending','["held",8]',NULL,NULL,NULL,0,NULL,'resend-step.child.1',NULL,NULL,NULL,NULL,NULL,1700000002.45,1700000002.45,NULL,NULL,0);
 INSERT INTO "checkpoints" VALUES('resend-step.child.1',1,'held','remote','pending','[8]',NULL,'{"message":"to be sent again: its run was retried","code":"resend"}','[{"message":"attempt 1 was out when the run was cancelled; its result was dropped","code":"cancelled"}]',2,'held',NULL,NULL,NULL,NULL,NULL,NULL,1700000002.45,NULL,NULL,'["5a92118719c78df48f4ff31e78de5857"]',0);
-INSERT INTO "checkpoints" VALUES('paused-step',1,'tool','local','pending','[0]',NULL,'{"message":"paused at breakpoint bp-b542742db1f4c303","code":"paused"}',NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1700000002.5,NULL,NULL,NULL,0);
-INSERT INTO "checkpoints" VALUES('continued-step',1,'tool','local','pending','[1]',NULL,'{"message":"continued past breakpoint bp-b542742db1f4c303","code":"continued"}',NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1700000002.55,NULL,NULL,NULL,0);
+INSERT INTO "checkpoints" VALUES('paused-step',1,'tool','local','pending','[0]',NULL,'{"message":"paused at breakpoint bp-1d71b3764d723622","code":"paused"}',NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1700000002.5,NULL,NULL,NULL,0);
+INSERT INTO "checkpoints" VALUES('continued-step',1,'tool','local','pending','[1]',NULL,'{"message":"continued past breakpoint bp-1d71b3764d723622","code":"continued"}',NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1700000002.55,NULL,NULL,NULL,0);
 INSERT INTO "checkpoints" VALUES('patched',1,'patch:v2','local','completed',NULL,'true',NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1700000002.6,1700000002.6,1700000002.6,NULL,0);
 INSERT INTO "checkpoints" VALUES('patched',2,'event:patched','signal','completed','true',NULL,NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1700000002.6,1700000002.6,1700000002.6,NULL,0);
 INSERT INTO "checkpoints" VALUES('patched',3,'go','signal','pending','{"timeout": null}',NULL,NULL,NULL,0,NULL,NULL,NULL,NULL,NULL,NULL,NULL,1700000002.6,NULL,NULL,NULL,0);
@@ -215,7 +215,7 @@ CREATE TABLE paused_steps (
         paused_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (run_id, seq)
     );
-INSERT INTO "paused_steps" VALUES('paused-step',1,'pausing','tool','bp-b542742db1f4c303',1700000002.5);
+INSERT INTO "paused_steps" VALUES('paused-step',1,'pausing','tool','bp-1d71b3764d723622',1700000002.5);
 CREATE TABLE queue_slots (
         queue TEXT NOT NULL,
         run_id TEXT NOT NULL,
@@ -362,7 +362,7 @@ INSERT INTO "runs" VALUES('continued-step','pausing','1','default','suspended',N
 INSERT INTO "runs" VALUES('patched','patched','1','default','suspended',NULL,NULL,'[]',NULL,NULL,NULL,NULL,NULL,0,0,1700000002.6,1700000002.6,NULL,'{}');
 INSERT INTO "runs" VALUES('published','published','1','default','suspended',NULL,NULL,'[]',NULL,NULL,NULL,NULL,NULL,0,0,1700000002.6,1700000002.6,NULL,'{}');
 INSERT INTO "runs" VALUES('done','simple','1','default','completed','2',NULL,'[]',NULL,NULL,NULL,NULL,NULL,0,0,1700000002.6,1700000002.6,NULL,'{}');
-INSERT INTO "runs" VALUES('failed','simple','1','default','failed',NULL,'{"message":"negative","code":"negative","type":"FatalError","traceback":"Traceback (most recent call last):\n  File \"/work/wt/kernel-0a/src/trio_durable/_turn.py\", line 214, in _run_body\n    value = await wf.fn(ctx, *args)\n            ^^^^^^^^^^^^^^^^^^^^^^^\n  File \"/work/wt/kernel-0a/tests/pre_kernel_app.py\", line 331, in simple\n    raise td.FatalError(\"negative\", code=\"negative\")\ntrio_durable._exceptions.FatalError: negative\n"}','[]',NULL,NULL,NULL,NULL,NULL,0,0,1700000002.6,1700000002.6,NULL,'{}');
+INSERT INTO "runs" VALUES('failed','simple','1','default','failed',NULL,'{"message":"negative","code":"negative","type":"FatalError","traceback":"Traceback (most recent call last):\n  File \"/work/wt/kernel-0a/src/trio_durable/_turn.py\", line 214, in _run_body\n    value = await wf.fn(ctx, *args)\n            ^^^^^^^^^^^^^^^^^^^^^^^\n  File \"/work/wt/kernel-0a/tests/pre_kernel_app.py\", line 325, in simple\n    raise td.FatalError(\"negative\", code=\"negative\")\ntrio_durable._exceptions.FatalError: negative\n"}','[]',NULL,NULL,NULL,NULL,NULL,0,0,1700000002.6,1700000002.6,NULL,'{}');
 INSERT INTO "runs" VALUES('cancel-asked','published','1','default','cancelling',NULL,NULL,'[]',NULL,NULL,NULL,NULL,NULL,0,0,1700000002.6,1700000002.6,1700000002.6,'{}');
 INSERT INTO "runs" VALUES('update-asked','updated','1','default','suspended',NULL,NULL,'[]',NULL,NULL,NULL,NULL,NULL,0,0,1700000002.6,1700000002.6,NULL,'{}');
 CREATE TABLE signal_waiters (
