@@ -76,7 +76,7 @@ async def signal_run(
 ) -> tuple[Run, bool]:
     """Deliver the signal ``name`` to a run, or buffer it for the run's next
     wait of that name. Returns the run and whether a wait of it took the
-    signal (then the run needs a turn).
+    signal (then the run needs a turn, and is made due in the store).
 
     Raises:
       RunNotFoundError: No run has this id (in ``namespace``).
@@ -91,7 +91,18 @@ async def signal_run(
         raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it takes no signals")
     deliver = DeliverSignal(signal_token(run.id, name), payload_json, now)
     [waiter, *_] = await store.apply([deliver, *also([run])])
+    if waiter is not None:
+        # Due now in the store, so that an engine opened later (or one that
+        # missed the announcement) resumes the run at once, not when its
+        # reconcile pass finds it; a run whose turn is in flight is left
+        # alone (that turn's end would overwrite its wake time). A crash
+        # between the two writes leaves the reconcile pass to find it.
+        due = UpdateRun(run.id, {"wake_at": now}, expect_status=_WAITING, strict=False)
+        await store.apply([due])
     return run, waiter is not None
+
+
+_WAITING: Final[frozenset[RunStatus]] = frozenset({"suspended"})
 
 
 async def cancel_run(
