@@ -408,7 +408,11 @@ def write_source(out: Path, postgres: bool) -> None:
 
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", "-C", str(source), *args], check=True, capture_output=True, text=True
+            ["git", "-C", str(source), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
         ).stdout.strip()
 
     commit = git("rev-parse", "HEAD")

@@ -332,7 +332,7 @@ def test_a_fork_that_copies_nothing_is_caught(monkeypatch: pytest.MonkeyPatch) -
     async def fork_run(store: Any, app_: Any, now: float, run_id: str, _: int, *rest: Any) -> Any:
         return await real(store, app_, now, run_id, 1, *rest)
 
-    monkeypatch.setattr("trio_durable._engine.fork_run", fork_run)
+    monkeypatch.setattr("trio_durable._front_fork.fork_run", fork_run)
     report = _quiet()
     assert "fork report-fork of report: it ran seq 1 again" in report.violations
     assert "fork report-fork of report: it does not record where it came from" in (
@@ -347,7 +347,7 @@ def test_a_retry_from_a_seq_that_starts_over_is_caught(monkeypatch: pytest.Monke
     async def retry_from(store: Any, now: float, run_id: str, _: int, *rest: Any) -> Any:
         return await real(store, now, run_id, 1, *rest)
 
-    monkeypatch.setattr("trio_durable._engine.retry_from", retry_from)
+    monkeypatch.setattr("trio_durable._front_end.retry_from", retry_from)
     report = _quiet()
     assert report.violations == ("retry of rewound from seq 2: it ran seq 1 again",)
 
