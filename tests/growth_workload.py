@@ -461,6 +461,10 @@ class Census:
     """Per size, how many relations it adds up, each of which moves by
     whole pages (a PostgreSQL table's heap, indexes and TOAST; see
     `SLACK_BYTES`); one if not given."""
+    free: dict[str, int] = attrs.field(factory=dict)
+    """Per size, the bytes of it that hold nothing (a PostgreSQL table's
+    free space once vacuumed, which it fills again before it takes new
+    pages): shown, not compared."""
 
     def growth(
         self,
@@ -603,4 +607,7 @@ def blob_files(blobs: Path) -> tuple[int, int]:
 def describe(census: Census, indent: int | None = 1) -> str:
     """The census as JSON (one line per count by default, for a failure's
     message)."""
-    return json.dumps({"rows": census.rows, "sizes": census.sizes}, indent=indent, sort_keys=True)
+    shown: dict[str, dict[str, int]] = {"rows": census.rows, "sizes": census.sizes}
+    if census.free:
+        shown["free"] = census.free
+    return json.dumps(shown, indent=indent, sort_keys=True)

@@ -109,7 +109,9 @@ def postgres_census(url: str, blobs: Path) -> workload.Census:
     rows: dict[str, int] = {}
     sizes: dict[str, int] = {}
     relations: dict[str, int] = {}
+    free: dict[str, int] = {}
     with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple SCHEMA public")
         tables = [
             row[0]
             for row in conn.execute(
@@ -136,6 +138,8 @@ def postgres_census(url: str, blobs: Path) -> workload.Census:
             ).fetchone()
             sizes[f"table {table}"] = int(size[0])
             relations[f"table {table}"] = int(size[1])
+            empty: Any = conn.execute(FREE_BYTES, (schema, table)).fetchone()
+            free[f"table {table}"] = int(empty[0])
         conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
         scopes = conn.execute(
             "SELECT scope, count(*) FROM durable_values GROUP BY scope"
@@ -147,7 +151,22 @@ def postgres_census(url: str, blobs: Path) -> workload.Census:
     rows.update(families)
     rows.update({f"runs:{workflow}": int(count) for workflow, count in workflows})
     rows["blob files"], sizes["blob bytes"] = workload.blob_files(blobs)
-    return workload.Census(rows=rows, sizes=sizes, relations=relations)
+    return workload.Census(rows=rows, sizes=sizes, relations=relations, free=free)
+
+
+FREE_BYTES: Final = """
+    WITH t AS (SELECT format('%%I.%%I', %s::text, %s::text)::regclass AS oid)
+    SELECT coalesce(sum((public.pgstattuple(r.oid)).free_space), 0)
+    FROM (
+        SELECT oid FROM t
+        UNION ALL SELECT i.indexrelid FROM pg_index i, t WHERE i.indrelid = t.oid
+        UNION ALL SELECT c.reltoastrelid FROM pg_class c, t
+            WHERE c.oid = t.oid AND c.reltoastrelid <> 0
+    ) AS r
+"""
+"""The free bytes, once vacuumed, of a table's heap, indexes and TOAST
+(`pgstattuple`): what a failure's message shows of how much of a table's
+size holds nothing."""
 
 
 @pytest.mark.filterwarnings("ignore::trio_durable.UnsubscribedEventWarning")
