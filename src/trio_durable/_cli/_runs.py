@@ -13,7 +13,6 @@ it are refused before anything is written.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
@@ -265,24 +264,32 @@ def show_command(
     if fan is None:
         if offset or failed or limit != 100:
             raise click.UsageError("--offset, --limit and --failed page a fan: give --fan too")
-        detail = with_client(store, lambda c: c.run_detail(run_id, namespace=namespace))
+        detail, now = with_client(
+            store, lambda c: read_at_now(c, c.run_detail(run_id, namespace=namespace))
+        )
         if as_json:
             print_json(document(detail))
         else:
-            print_tables(*detail_tables(detail, time.time()))
+            print_tables(*detail_tables(detail, now))
         return
 
-    async def read_page(client: Client) -> tuple[FanPage, Run]:
+    async def read_page(client: Client) -> tuple[FanPage, Run, float]:
         page = await client.fan_page(
             run_id, fan, offset=offset, limit=limit, failed=failed, namespace=namespace
         )
-        return page, await client.get(run_id)
+        return page, await client.get(run_id), client.clock.now()
 
-    page, run = with_client(store, read_page)
+    page, run, now = with_client(store, read_page)
     if as_json:
         print_json(document(page))
     else:
-        print_tables(*fan_page_tables(page, run.created_at, time.time(), failed=failed))
+        print_tables(*fan_page_tables(page, run.created_at, now, failed=failed))
+
+
+async def read_at_now(client: Client, reading: Awaitable[T]) -> tuple[T, float]:
+    """What ``reading`` read, and the client's durable time once it had (the
+    "now" that a table's "ago" columns count back from)."""
+    return await reading, client.clock.now()
 
 
 @runs_group.command("history", short_help="A run's timeline: every checkpoint and attempt.")
@@ -294,11 +301,13 @@ def history_command(run_id: str, store: str | None, namespace: str | None, as_js
     """Show a run's whole timeline: each checkpoint with its kind, name,
     status, attempts and times, each failed attempt's error (with its
     traceback in --json), and the run's children and handlers."""
-    history = with_client(store, lambda c: c.history(run_id, namespace=namespace))
+    history, now = with_client(
+        store, lambda c: read_at_now(c, c.history(run_id, namespace=namespace))
+    )
     if as_json:
         print_json(document(history))
     else:
-        print_tables(*history_tables(history, time.time()))
+        print_tables(*history_tables(history, now))
 
 
 # -- start, result -----------------------------------------------------------------
