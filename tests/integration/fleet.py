@@ -67,6 +67,18 @@ def ledger_counts(path: Path) -> dict[str, int]:
     return {effect: count for effect, count in rows}
 
 
+def ledger_rows(path: Path, like: str) -> list[tuple[str, int]]:
+    """The executions of the effects matching ``like``: ``(effect, pid)``."""
+    connection = sqlite3.connect(path)
+    try:
+        rows = connection.execute(
+            "SELECT effect, pid FROM ledger WHERE effect LIKE ? ORDER BY rowid", (like,)
+        ).fetchall()
+    finally:
+        connection.close()
+    return [(effect, pid) for effect, pid in rows]
+
+
 # -- the workload ---------------------------------------------------------------
 
 

@@ -52,6 +52,8 @@ class Fleet:
     logs: Path
     processes: dict[str, trio.Process] = attrs.field(factory=dict)
     restarts: dict[str, int] = attrs.field(factory=dict)
+    pids: dict[int, str] = attrs.field(factory=dict)
+    """Which process (name.generation) each pid was, for a failure's report."""
     paused: list[str] = attrs.field(factory=list)
 
     async def spawn(self, role: str, name: str, nursery: trio.Nursery) -> None:
@@ -77,7 +79,9 @@ class Fleet:
             "--namespace",
             self.namespace,
         ]
-        self.processes[name] = await nursery.start(_run_process, argv, log, name=f"fleet {name}")
+        process = await nursery.start(_run_process, argv, log, name=f"fleet {name}")
+        self.processes[name] = process
+        self.pids[process.pid] = f"{name}.{generation}"
 
     async def pause(self, name: str, after: float, seconds: float) -> None:
         await trio.sleep(after)
@@ -224,7 +228,9 @@ async def crash_fleet(
     # once), but each checkpoint records exactly one result.
     counts = fleet.ledger_counts(ledger)
     missing = fleet.expected_effects(runs, fan) - set(counts)
-    assert not missing, f"effects that never ran: {sorted(missing)[:10]}"
+    if missing:
+        report = await _report(store, crew, sorted(missing)[:3])
+        raise AssertionError(f"effects that never ran: {sorted(missing)[:10]}\n{report}")
     all_ids = [r.id for r in ended] + [f"r{i}.child.1" for i in range(2, runs - 1, 3)]
     checkpoints = await _checkpoints(store, all_ids)
     unsettled = [
@@ -240,6 +246,28 @@ async def crash_fleet(
         f" runs open at each: {open_at_kills}, paused {crew.paused};"
         f" effects re-run: {sum(1 for n in counts.values() if n > 1)} of {len(counts)}"
     )
+
+
+async def _report(store_url: str, crew: Fleet, effects: list[str]) -> str:
+    """What the store, the ledger and the logs hold about the runs of
+    ``effects``: a failure's evidence, since the test's files do not outlive
+    the machine it ran on."""
+    lines: list[str] = []
+    for effect in effects:
+        key = effect.rsplit(":", 1)[0]
+        lines.append(f"-- {effect}")
+        async with td.open_store(store_url) as store:
+            run = await store.get_run(key)
+            lines.append(f"run: {run!r}")
+            for cp in await store.get_checkpoints(key):
+                lines.append(f"checkpoint: {cp!r}")
+        for effect_, pid in fleet.ledger_rows(crew.ledger, f"{key}:%"):
+            lines.append(f"ledger: {effect_} by {crew.pids.get(pid, pid)}")
+        for log in sorted(crew.logs.iterdir()):
+            for line in log.read_text(errors="replace").splitlines():
+                if key in line:
+                    lines.append(f"{log.name}: {line}")
+    return "\n".join(lines)
 
 
 @asynccontextmanager
