@@ -791,7 +791,7 @@ async def test_stray_results_are_stale_unreadable_ones_rejected_and_nothing_chan
             attrs.evolve(base, seq=99, output="1").encode(),
             b"\xff not json",
             b'{"v": 1, "run_id": "r", "seq": 1, "status": "done"}',
-            b'{"v": 2, "run_id": "r", "seq": 1, "attempt": 1, "step": "act", "status": "completed"}',
+            b'{"v": 3, "run_id": "r", "seq": 1, "attempt": 1, "step": "act", "status": "completed"}',
             b"[1, 2]",
         ]
         with caplog.at_level(logging.ERROR, logger="trio_durable"):

@@ -308,17 +308,17 @@ service.remote_workflow("remote_sender", group="deciders")
 service.remote_workflow("remote_starter", group="deciders")
 
 
-@pytest.mark.parametrize("workflow", ["remote_sender", "remote_starter"])
-async def test_a_remote_workflow_fails_with_a_clear_code(
-    autojump_clock: trio.testing.MockClock, workflow: str
+async def test_a_remote_workflow_signals_and_starts_children_cancelled_with_it(
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     broker = td.MemoryBroker()
     async with (
         td.open_engine(service, broker=broker, seed=0, wall_clock=fixed_wall) as engine,
         td.open_worker(workers, broker=broker, groups=["deciders"]),
     ):
-        args = ("x",) if workflow == "remote_sender" else ()
-        await engine.start(workflow, *args, run_id="w")
-        with pytest.raises(td.RunFailed) as info:
-            await engine.result("w")
-        assert info.value.code == "unsupported_in_remote_workflow"
+        await engine.start("remote_starter", run_id="w")
+        assert await engine.result("w") == "started"
+        # The child signals a run that does not exist: the error a local
+        # body gets, as the run's failure.
+        with pytest.raises(td.RunFailed, match="no run 'x' to signal"):
+            await engine.result("w.child.1")

@@ -352,15 +352,22 @@ workers = td.App("stream-workers")
 
 
 @workers.workflow(group="deciders")
-async def remote_emitter(ctx: td.Context) -> None:
-    ctx.emit("never")
+async def remote_emitter(ctx: td.Context, n: int) -> int:
+    for i in range(n):
+        ctx.emit({"i": i})
+        if i % 2:
+            # Each sleep is a decision: the values before it are written
+            # with it, and replays re-emit nothing stored.
+            await ctx.sleep(1)
+    ctx.emit("end")
+    return n
 
 
 service = td.App("stream-service")
 service.remote_workflow("remote_emitter", group="deciders")
 
 
-async def test_a_remote_workflow_that_emits_fails_with_a_clear_code(
+async def test_a_remote_workflow_emits_each_value_once_in_order(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     broker = td.MemoryBroker()
@@ -368,11 +375,12 @@ async def test_a_remote_workflow_that_emits_fails_with_a_clear_code(
         td.open_engine(service, broker=broker, seed=0, wall_clock=fixed_wall) as engine,
         td.open_worker(workers, broker=broker, groups=["deciders"]),
     ):
-        await engine.start("remote_emitter", run_id="r")
-        with pytest.raises(td.RunFailed) as info:
-            await engine.result("r")
-        assert info.value.code == "unsupported_in_remote_workflow"
-        assert await collect(engine.stream("r")) == []
+        await engine.start("remote_emitter", 5, run_id="r")
+        read = await collect(engine.stream("r"))
+        assert await engine.result("r") == 5
+        assert read == [*[(i, {"i": i}) for i in range(5)], (5, "end")]
+        # Read again from an offset: the stored values, each once.
+        assert await collect(engine.stream("r", from_offset=4)) == [(4, {"i": 4}), (5, "end")]
 
 
 async def test_a_failed_run_keeps_what_it_emitted_and_each_generation_has_its_own_stream(

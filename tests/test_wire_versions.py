@@ -48,9 +48,17 @@ def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
 
 
-def test_this_engine_speaks_wire_version_one() -> None:
-    # The messages below say "newer than this engine's 1".
-    assert WIRE_VERSION == 1
+def test_this_engine_reads_wire_versions_one_and_two_and_writes_one() -> None:
+    # The messages below say "newer than this engine's 2". Version 2 is
+    # written only for a decision an engine of version 1 cannot carry out
+    # (tests/test_remote_workflow_operations.py).
+    assert WIRE_VERSION == 2
+    task = Task(run_id="r", seq=1, attempt=1, step="s", workflow="w", route="g", input="[]")
+    result = Result(run_id="r", seq=1, attempt=1, step="s", workflow="w", status="completed")
+    assert json.loads(task.encode())["v"] == 1
+    assert json.loads(result.encode())["v"] == 1
+    assert Result.decode(_with_version(result.encode(), 2)).version == 2
+    assert Task.decode(_with_version(task.encode(), 2)) == task
 
 
 @pytest.mark.parametrize("cls", [Task, Result])
@@ -61,11 +69,11 @@ def test_a_newer_envelope_is_refused_naming_both_versions(cls: type[Task] | type
         if cls is Task
         else Result(run_id="r", seq=1, attempt=1, step="s", workflow="w", status="completed")
     )
-    for version in (2, 3, 2**31 - 1):
+    for version in (3, 4, 2**31 - 1):
         with pytest.raises(WireError) as caught:
             cls.decode(_with_version(message.encode(), version))
         assert str(caught.value) == (
-            f"not a {role}: {role} envelope version {version} is newer than this engine's 1:"
+            f"not a {role}: {role} envelope version {version} is newer than this engine's 2:"
             " upgrade this process to read it"
         )
     # Not a version a newer engine sends: no claim that it is newer.
@@ -73,6 +81,7 @@ def test_a_newer_envelope_is_refused_naming_both_versions(cls: type[Task] | type
         (0, "0"),
         (2.0, "2.0"),
         ("2", "'2'"),
+        (3.0, "3.0"),
         (True, "true"),
         (2**80, None),
     ]
@@ -108,7 +117,7 @@ async def test_a_newer_result_is_rejected_by_the_settle_path_and_a_newer_task_by
             execution=task.execution,
         )
         await broker.dispatch(
-            [Outgoing(queue=engine.results_queue, body=_with_version(answer.encode(), 2))]
+            [Outgoing(queue=engine.results_queue, body=_with_version(answer.encode(), 3))]
         )
         # The result consumer runs on the Trio thread: once every task is
         # blocked, it has taken the message.
@@ -119,11 +128,11 @@ async def test_a_newer_result_is_rejected_by_the_settle_path_and_a_newer_task_by
         assert (await engine.get(run.id)).status == "suspended"  # waits for its step
         (logged,) = _errors(caplog)
         assert "no valid result" in logged
-        assert "result envelope version 2 is newer than this engine's 1" in logged
+        assert "result envelope version 3 is newer than this engine's 2" in logged
         caplog.clear()
 
         # The task as a newer engine would send it, to a worker.
-        await broker.dispatch([Outgoing(queue=ROUTE, body=_with_version(delivery.body, 2))])
+        await broker.dispatch([Outgoing(queue=ROUTE, body=_with_version(delivery.body, 3))])
         async with td.open_worker(app, broker=broker, groups=[ROUTE]) as worker:
             await trio.testing.wait_all_tasks_blocked()
             assert broker.depth(ROUTE) == 0
@@ -132,7 +141,7 @@ async def test_a_newer_result_is_rejected_by_the_settle_path_and_a_newer_task_by
             assert ran == []
             (logged,) = _errors(caplog)
             assert "no valid task" in logged
-            assert "task envelope version 2 is newer than this engine's 1" in logged
+            assert "task envelope version 3 is newer than this engine's 2" in logged
 
             # The same task at this engine's version runs, and its result
             # settles the step: the others were refused for their version

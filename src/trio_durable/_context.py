@@ -21,7 +21,7 @@ from ._app import A1, A2, A3, A4, A5, P, R, Step, Workflow
 from ._argument_check import timer_due
 from ._bounds import check_name, is_finite
 from ._children import Failed, child_value, record_child
-from ._context_control import ControlOperations, remote_unsupported
+from ._context_control import ControlOperations
 from ._context_determinism import DeterminismOperations, DeterminismState, inputs_of
 from ._context_handlers import HandlerOperations
 from ._context_search import SearchOperations
@@ -241,8 +241,6 @@ class Context(
         if step.remote:
             decider = self._replay.decider
             if decider is not None:
-                if dedup_key is not None:
-                    remote_unsupported("dedup_key")
                 decider.reach(
                     self._replay,
                     step.name,
@@ -255,6 +253,7 @@ class Context(
                         compensate.name if compensate else None,
                         queue,
                         priority,
+                        dedup_key,
                     ),
                 )
             return await remote_step(

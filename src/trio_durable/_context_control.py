@@ -23,25 +23,16 @@ from ._decider import child_command
 from ._entities import EntityRef, workflow_entity
 from ._exceptions import (
     ContinueAsNewError,
-    FatalError,
     InvalidArgumentsError,
     SerializationError,
     UsageError,
 )
-from ._lifecycle import REMOTE_UNSUPPORTED, ContinueAsNew, started_output
+from ._learned import search_types
+from ._lifecycle import ContinueAsNew, started_output
 from ._records import CheckpointKind
 from ._replay import Replay
 from ._run_signals import check_signal, send_signal
 from ._search_values import check_attributes
-
-
-def remote_unsupported(what: str) -> NoReturn:
-    """Fail a remote workflow's body that asked for ``what``, which only an
-    engine's body carries out."""
-    raise FatalError(
-        f"{what} is not carried out in a remote workflow's body; run the workflow on an engine",
-        code=REMOTE_UNSUPPORTED,
-    )
 
 
 class ControlOperations:
@@ -80,8 +71,6 @@ class ControlOperations:
         Raises:
           ContinueAsNewError: It was called inside a step, or ``args`` do
             not fit the workflow's parameters; nothing is written.
-          FatalError: In a remote workflow's body (decided on a worker):
-            code ``unsupported_in_remote_workflow``.
         """
         try:
             step = current_step()
@@ -93,8 +82,6 @@ class ControlOperations:
                 " workflow body"
             )
         replay = self._replay
-        if replay.decider is not None:
-            remote_unsupported("continue_as_new")
         if replay.turn.nondeterminism is not None:
             raise replay.turn.nondeterminism
         run = replay.run
@@ -139,14 +126,25 @@ class ControlOperations:
             written.
           SerializationError: The payload cannot be serialized.
           UsageError: An argument is malformed.
-          FatalError: In a remote workflow's body (decided on a worker):
-            code ``unsupported_in_remote_workflow``.
         """
         check_signal(run_id, name, idempotency_key)
-        if self._replay.decider is not None:
-            remote_unsupported("ctx.signal")
         requested, recorded = sent_signal(run_id, lambda: _serde.dumps(payload), idempotency_key)
         self._before_op(f"send:{name}", "signal", requested, recorded=recorded)
+        decider = self._replay.decider
+        if decider is not None:
+            decider.reach(
+                self._replay,
+                f"send:{name}",
+                "signal",
+                1,
+                lambda: {
+                    "op": "send_signal",
+                    "run_id": run_id,
+                    "name": name,
+                    "payload": _serde.dumps(payload),
+                    "idempotency_key": idempotency_key,
+                },
+            )
         await send_signal(self._replay, run_id, name, payload, idempotency_key)
 
     # -- started children ---------------------------------------------------------
@@ -255,8 +253,7 @@ class ControlOperations:
           *args: Its inputs.
           cancel_with_parent: Cancel the child (its latest generation, if it
             continued as new) when this run is cancelled, with the same
-            ``compensate`` choice. Not carried out in a remote workflow's
-            body (the run fails with code ``unsupported_in_remote_workflow``).
+            ``compensate`` choice.
           search_attributes: The child's search attributes, each declared
             in the app and of its type (see docs/search-attributes.md).
 
@@ -267,18 +264,25 @@ class ControlOperations:
             value not of its type; no child is started.
         """
         replay = self._replay
+        rt = replay.runtime
         attributes = check_attributes(
-            search_attributes or {}, replay.runtime.app.search_attributes, removals=False
+            search_attributes or {}, search_types(rt.app, rt.learned), removals=False
         )
         wf = replay.workflow(workflow)
         self._before_op(wf.name, "child", lambda cp: _serde.dump_args(args))
         if replay.decider is not None:
-            if cancel_with_parent:
-                remote_unsupported("start_child(cancel_with_parent=True)")
-            if attributes:
-                remote_unsupported("start_child(search_attributes=...)")
             replay.decider.reach(
-                replay, wf.name, "child", 1, child_command(wf, args, awaited=False)
+                replay,
+                wf.name,
+                "child",
+                1,
+                child_command(
+                    wf,
+                    args,
+                    awaited=False,
+                    cancel_with_parent=cancel_with_parent,
+                    search_attributes={n: v for n, v in attributes.items() if v is not None},
+                ),
             )
         seq = replay.next_seq()
         cp = replay.recorded(seq, wf.name, "child")

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _serde
 from ._argument_check import Arguments
-from ._context_control import remote_unsupported
 from ._handlers import UpdateHandler, check_function, check_handler_name
 from ._published import DONE, check_event_key, set_event
 from ._records import CheckpointKind
@@ -124,12 +123,17 @@ class HandlerOperations:
         Raises:
           UsageError: ``key`` is not a non-empty string.
           SerializationError: ``value`` cannot be serialized.
-          FatalError: In a remote workflow's body (decided on a worker):
-            code ``unsupported_in_remote_workflow``.
         """
         check_event_key(key)
-        if self._replay.decider is not None:
-            remote_unsupported("ctx.set_event")
         self._before_op(f"event:{key}", "signal", lambda cp: _serde.dumps(value))
+        decider = self._replay.decider
+        if decider is not None:
+            decider.reach(
+                self._replay,
+                f"event:{key}",
+                "signal",
+                1,
+                lambda: {"op": "set_event", "key": key, "value": _serde.dumps(value)},
+            )
         set_event(self._replay, key, value)
         return DONE

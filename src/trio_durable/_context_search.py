@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ._argument_check import Arguments
-from ._context_control import remote_unsupported
+from ._learned import search_types
 from ._records import Checkpoint, CheckpointKind
 from ._replay import Replay
-from ._search_values import check_attributes, merged, plain_value
+from ._search_values import check_attributes, dump_attributes, merged, plain_value
 from ._stores._ops import UpdateRun
 
 UPSERT_NAME: Final = "search_attributes:upsert"
@@ -62,18 +62,31 @@ class SearchOperations:
         Raises:
           SearchAttributeError: A name is not declared, or a value is not of
             its attribute's type; nothing is recorded.
-          FatalError: In a remote workflow's body (decided on a worker):
-            code ``unsupported_in_remote_workflow``.
         """
         replay = self._replay
-        checked = check_attributes(attributes, replay.runtime.app.search_attributes, removals=True)
-        if replay.decider is not None:
-            remote_unsupported("upsert_search_attributes")
+        rt = replay.runtime
+        checked = check_attributes(attributes, search_types(rt.app, rt.learned), removals=True)
         changes = {
             name: None if value is None else plain_value(value) for name, value in checked.items()
         }
         changes_json = json.dumps(changes, separators=(",", ":"), sort_keys=True)
         self._before_op(UPSERT_NAME, "local", lambda cp: changes_json)
+        if replay.decider is not None:
+            # The engine carries it out: the command names each value's
+            # type as this app declares it.
+            replay.decider.reach(
+                replay,
+                UPSERT_NAME,
+                "local",
+                1,
+                lambda: {
+                    "op": "upsert_search",
+                    "attributes": dump_attributes(
+                        {name: value for name, value in checked.items() if value is not None}
+                    ),
+                    "remove": sorted(name for name, value in checked.items() if value is None),
+                },
+            )
         seq = replay.next_seq()
         if replay.recorded(seq, UPSERT_NAME, "local") is not None:
             return

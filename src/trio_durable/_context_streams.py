@@ -9,10 +9,10 @@ written again.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from . import _serde
-from ._context_control import remote_unsupported
 from ._current import current_step
 from ._exceptions import UsageError
 from ._records import Checkpoint
@@ -50,8 +50,6 @@ class StreamOperations:
           SerializationError: ``value`` cannot be serialized; nothing is
             emitted and the offset is not taken.
           UsageError: It was called inside a step.
-          FatalError: In a remote workflow's body (decided on a worker):
-            code ``unsupported_in_remote_workflow``.
         """
         try:
             step = current_step()
@@ -62,8 +60,6 @@ class StreamOperations:
                 f"emit was called inside step {step.step!r}; call it from the workflow body"
             )
         replay = self._replay
-        if replay.decider is not None:
-            remote_unsupported("emit")
         turn = replay.turn
         if turn.nondeterminism is not None:
             # Replay diverged: the run fails and records nothing more.
@@ -76,6 +72,11 @@ class StreamOperations:
             self._stream_stored = 0 if head is None else int(json.loads(head.output or "0"))
         if offset < self._stream_stored:
             return  # replayed: stored by an earlier turn
+        if replay.decider is not None:
+            # On a worker: the decision carries it to the engine, which
+            # writes it (`write_emitted`).
+            replay.decider.emitted.append((offset, value_json))
+            return
         rt = replay.runtime
         run, now = turn.run, rt.clock.now()
         put = value_write(run.id, offset, value_json, now)
@@ -109,3 +110,33 @@ class StreamOperations:
             ops.extend(tail)
             moved = list(range(len(ops) - len(tail), len(ops)))
         self._stream_tail = list(zip(moved, tail, strict=True))
+
+
+def write_emitted(replay: Replay, values: Sequence[tuple[int, str]]) -> None:
+    """Write the values a remote workflow's body emitted on a worker
+    (``(offset, value as JSON text)``, from its decision) as `emit` writes a
+    local body's: those past the stream's stored head, then the head and the
+    announcement, with the turn's other writes."""
+    turn = replay.turn
+    head = turn.checkpoints.get(STREAM_SEQ)
+    stored = 0 if head is None else int(json.loads(head.output or "0"))
+    fresh = [(offset, value) for offset, value in values if offset >= stored]
+    if not fresh:
+        return
+    rt = replay.runtime
+    run, now = turn.run, rt.clock.now()
+    turn.ops.extend(value_write(run.id, offset, value, now) for offset, value in fresh)
+    turn.put(
+        Checkpoint(
+            run_id=run.id,
+            seq=STREAM_SEQ,
+            name=STREAM_HEAD,
+            kind="local",
+            status="completed",
+            output=str(max(offset for offset, _ in fresh) + 1),
+            enqueued_at=now,
+            started_at=now,
+            finished_at=now,
+        )
+    )
+    turn.ops.extend(stream_announce(rt.store, rt.engine_id, run))

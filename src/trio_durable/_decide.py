@@ -10,8 +10,12 @@ every durable operation the body reaches:
 - a local step not yet recorded: it runs here, now, with its retries, and
   its checkpoint goes back in the decision;
 - anything else not settled (a remote step, a timer, a signal wait, a
-  webhook, a child, a fan): the body stops there, and the operation goes
-  back as the decision's `Command`, for the engine to carry out.
+  webhook, a child, a fan, a signal sent, an event published, search
+  attributes set, an entity call): the body stops there, and the operation
+  goes back as the decision's `Command`, for the engine to carry out;
+- an emit: the value goes back with the decision, for the engine to write;
+- `Context.continue_as_new`: the decision ends with the next generation's
+  arguments.
 
 A body that returns or raises ends the decision with its output or error;
 a failure first runs the saga's undos here (they are local steps). A
@@ -104,6 +108,9 @@ class _DecisionRuntime:
     telemetry: _Events = attrs.field(factory=_Events)
     breakpoints: _NoBreakpoints = attrs.field(factory=_NoBreakpoints)
     learned: Learned = attrs.field(factory=Learned)
+    emitted: list[tuple[int, str]] = attrs.field(factory=list)
+    """What the body emitted (the decider's list): it goes back in the
+    decision."""
 
 
 def pick_workflow(app: App, name: str, version: str) -> Workflow[..., Any]:
@@ -156,6 +163,7 @@ async def decide(
     )
     state = TurnState(run=run, checkpoints=dict(request.checkpoints))
     decider = Decider(request)
+    runtime.emitted = decider.emitted
     replay = Replay(cast("Runtime", runtime), state, decider)
     if request.cleanup:
         replay.cancellation = CancelDelivery(recorded_delivery(state.checkpoints))
@@ -185,6 +193,10 @@ async def decide(
         if decider.next is None:
             raise UsageError("the body suspended without reaching a durable operation") from None
         return _decision(wf, runtime, state, next=decider.next)
+    except ContinueAsNew as cont:
+        if state.nondeterminism is not None:
+            return _failed(wf, runtime, state, replay, state.nondeterminism)
+        return _decision(wf, runtime, state, continued=cont.input_json)
     except Exception as exc:
         failure = state.nondeterminism or exc
         if not isinstance(failure, NonDeterminismError):
@@ -233,6 +245,7 @@ def _decision(
     output: str | None = None,
     error: ErrorInfo | None = None,
     cancelled: bool = False,
+    continued: str | None = None,
 ) -> Decision:
     """The decision, with every local checkpoint the body (or its undos)
     recorded."""
@@ -247,4 +260,6 @@ def _decision(
         output=output,
         error=error,
         cancelled=cancelled,
+        continued=continued,
+        stream=tuple(runtime.emitted),
     )

@@ -9,7 +9,7 @@ here from what the body passed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, NoReturn, final
 
 import attrs
@@ -20,6 +20,7 @@ from ._decision_wire import Command, DecisionRequest
 from ._exceptions import Cancelled, NonDeterminismError
 from ._records import LATEST_VERSION, CheckpointKind
 from ._replay import Replay, Suspend
+from ._search_values import SearchValue, dump_attributes
 
 _SETTLED: Final = frozenset({"completed", "failed"})
 
@@ -31,6 +32,9 @@ class Decider:
     def __init__(self, request: DecisionRequest) -> None:
         self.request = request
         self.next: Command | None = None
+        # The values the body emitted past the stream's stored head:
+        # (offset, value as JSON text), for the engine to write.
+        self.emitted: list[tuple[int, str]] = []
 
     def reach(
         self,
@@ -92,6 +96,7 @@ def step_command(
     compensation: str | None,
     flow_queue: str | None,
     priority: int | None,
+    dedup_key: str | None = None,
 ) -> dict[str, Any]:
     """The command that has an engine call the remote ``step`` (through
     ``flow_queue``, else the step's own queue, whose registration it
@@ -99,7 +104,7 @@ def step_command(
     app = replay.runtime.app
     undo = None if compensation is None else app.get_step(compensation)
     used = flow_queue if flow_queue is not None else step.queue
-    return {
+    command = {
         "op": "step",
         **step_spec(app, step, used),
         "input": _serde.check_step_args(step, args, undo),
@@ -107,6 +112,9 @@ def step_command(
         "priority": priority,
         "compensation": compensation,
     }
+    if dedup_key is not None:
+        command["dedup_key"] = dedup_key
+    return command
 
 
 def step_spec(app: App, step: Step[..., Any], queue: str | None = None) -> dict[str, Any]:
@@ -145,16 +153,31 @@ def fan_command(
 
 
 def child_command(
-    wf: Workflow[..., Any], args: Any, *, awaited: bool
+    wf: Workflow[..., Any],
+    args: Any,
+    *,
+    awaited: bool,
+    cancel_with_parent: bool = False,
+    search_attributes: Mapping[str, SearchValue] | None = None,
 ) -> Callable[[], dict[str, Any]]:
-    """The command that has an engine start a child of ``wf``."""
-    return lambda: {
-        "op": "child",
-        "workflow": wf.name,
-        "version": _known_version(wf),
-        "input": _serde.check_workflow_args(wf, args),
-        "awaited": awaited,
-    }
+    """The command that has an engine start a child of ``wf`` (its search
+    attributes with their types, as this app declares them)."""
+
+    def command() -> dict[str, Any]:
+        built = {
+            "op": "child",
+            "workflow": wf.name,
+            "version": _known_version(wf),
+            "input": _serde.check_workflow_args(wf, args),
+            "awaited": awaited,
+        }
+        if cancel_with_parent:
+            built["cancel_with_parent"] = True
+        if search_attributes:
+            built["search_attributes"] = dump_attributes(search_attributes)
+        return built
+
+    return command
 
 
 def _known_version(wf: Workflow[..., Any]) -> str:

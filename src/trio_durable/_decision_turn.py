@@ -47,12 +47,15 @@ from ._breakpoints import CONTINUED
 from ._cancellation import cancel_marker, in_cleanup
 from ._carrier import sent_now
 from ._context import Context
+from ._context_streams import write_emitted
 from ._decision_wire import Command, Decision, history, request_input
+from ._entities import carry_out_call
 from ._exceptions import StoreError, UnknownWorkflowError
 from ._executions import new_execution
 from ._failures import error_info
 from ._fans import fan
 from ._handoff import hand_off
+from ._lifecycle import ContinueAsNew, continue_run
 from ._markers import body_seqs
 from ._on_error import NEVER_ROUTED, OnError, active_handoff, pick_on_error_route
 from ._records import (
@@ -65,6 +68,8 @@ from ._records import (
 )
 from ._remote import REDISPATCHED, RESEND, out_verdict, remote_step
 from ._replay import Replay, Suspend
+from ._search_attributes import learned_records
+from ._search_values import SearchValue, load_attributes, type_of
 from ._stores._ops import ClaimCheckpoint, SettleCheckpoint, UpdateRun
 from ._waits import signal, timer
 from ._webhooks import create_webhook, derive_token
@@ -160,6 +165,9 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
             return
         if kind == "failed":
             await fail_remote(turn, value)
+            return
+        if kind == "continued":
+            await continue_run(turn, value)
             return
     elif marker is not None and marker.input is not None:
         wake_at = _unchanged(rt, state.checkpoints, marker.input, now)
@@ -273,6 +281,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
         if decision is not None and decision.cancelled:
             if decision.next is None:
                 _keep_local(state.checkpoints, decision, state.put)
+                write_emitted(Replay(rt, state), decision.stream)
                 return False  # the cleanup and the undos are over
             kind, value = await _apply(turn, decision)
             if kind == "suspended":
@@ -287,6 +296,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
             # A turn of the body that was out when the cancel came: what
             # the worker ran did run, so it is recorded (undos cover it).
             _keep_local(state.checkpoints, decision, state.put)
+            write_emitted(Replay(rt, state), decision.stream)
     if not cleanup and not _undos_left(state.checkpoints, run.compensate):
         return False
     await _dispatch(turn, route, marker, now, None, compensate=run.compensate, cleanup=cleanup)
@@ -422,10 +432,13 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
         message = f"a decision of version {decision.version!r} for a run of {run.version!r}"
         return "failed", ErrorInfo(message=message, code="bad_decision")
     _keep_local(state.checkpoints, decision, state.put)
+    write_emitted(Replay(rt, state), decision.stream)
     if decision.output is not None:
         return "completed", decision.output
     if decision.error is not None:
         return "failed", decision.error
+    if decision.continued is not None:
+        return "continued", ContinueAsNew(decision.continued)
     assert decision.next is not None
     command = decision.next
     replay = Replay(rt, state)
@@ -464,6 +477,7 @@ async def _carry_out(replay: Replay, command: Command) -> None:
             compensation=args["compensation"],
             flow_queue=args["flow_queue"],
             priority=args["priority"],
+            dedup_key=args["dedup_key"],
         )
     elif command.op == "sleep":
         if "until" in args:
@@ -476,6 +490,21 @@ async def _carry_out(replay: Replay, command: Command) -> None:
         await signal(replay, args["name"], args["timeout"], Any)
     elif command.op == "webhook":
         await create_webhook(replay, args["name"])
+    elif command.op == "send_signal":
+        await Context(replay).signal(
+            args["run_id"],
+            args["name"],
+            json.loads(args["payload"]),
+            idempotency_key=args["idempotency_key"],
+        )
+    elif command.op == "set_event":
+        await Context(replay).set_event(args["key"], json.loads(args["value"]))
+    elif command.op == "entity":
+        await carry_out_call(replay, args["entity"], args["input"])
+    elif command.op == "upsert_search":
+        changes: dict[str, Any] = dict(await _learn_attributes(replay, args["attributes"]))
+        changes.update(dict.fromkeys(args["remove"]))
+        Context(replay).upsert_search_attributes(changes)
     elif command.op == "child":
         wf = _child_workflow(rt, args["workflow"], args["version"])
         inputs = json.loads(args["input"])
@@ -483,7 +512,13 @@ async def _carry_out(replay: Replay, command: Command) -> None:
         if args["awaited"]:
             await ctx.child(wf, *inputs)
         else:
-            await ctx.start_child(wf, *inputs)
+            text = args["search_attributes"]
+            await ctx.start_child(
+                wf,
+                *inputs,
+                cancel_with_parent=args["cancel_with_parent"],
+                search_attributes=None if text is None else await _learn_attributes(replay, text),
+            )
     else:
         target = (
             learn_step(rt, args)
@@ -491,6 +526,24 @@ async def _carry_out(replay: Replay, command: Command) -> None:
             else _child_workflow(rt, args["name"], args["version"])
         )
         await fan(replay, target, json.loads(args["inputs"]), args["concurrency"], args["mode"])
+
+
+async def _learn_attributes(replay: Replay, text: str) -> dict[str, SearchValue]:
+    """The search attributes a command carries, their types (as the workers
+    declare them) learned where this engine's app does not declare them,
+    and recorded in the store with the turn's writes where it records none
+    (a type the app or the store holds for a name wins: a value not of it
+    fails the operation with `SearchAttributeError`)."""
+    rt = replay.runtime
+    attributes = load_attributes(text)
+    learned = {
+        name: type_of(value)
+        for name, value in attributes.items()
+        if name not in rt.app.search_attributes
+    }
+    replay.turn.ops.extend(await learned_records(rt.store, learned, rt.clock.now()))
+    rt.learned.search_attributes.update(learned)
+    return attributes
 
 
 def _child_workflow(rt: Runtime, name: str, version: str) -> Any:

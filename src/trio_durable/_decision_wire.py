@@ -25,11 +25,31 @@ import attrs
 
 from ._bounds import is_finite
 from ._brokers._base import is_broker_safe
+from ._exceptions import SearchAttributeError
 from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, Run
+from ._search_values import load_attributes
 from ._wire import MAX_ATTEMPT, MAX_SEQ, WireError
 
-CommandOp = Literal["step", "sleep", "signal", "webhook", "child", "fan"]
-_OPS: Final[frozenset[str]] = frozenset({"step", "sleep", "signal", "webhook", "child", "fan"})
+CommandOp = Literal[
+    "step",
+    "sleep",
+    "signal",
+    "webhook",
+    "child",
+    "fan",
+    "send_signal",
+    "set_event",
+    "upsert_search",
+    "entity",
+]
+NEWER_OPS: Final[frozenset[str]] = frozenset(
+    {"send_signal", "set_event", "upsert_search", "entity"}
+)
+_OPS: Final[frozenset[str]] = frozenset(
+    {"step", "sleep", "signal", "webhook", "child", "fan"} | NEWER_OPS
+)
+"""The commands of envelope version 2: what an engine of version 1 does not
+carry out (see `Decision.wire_version`)."""
 _KINDS: Final = frozenset({"local", "remote", "timer", "signal", "child", "webhook"})
 _STATUSES: Final = frozenset({"pending", "running", "completed", "failed"})
 _MODES: Final = frozenset({"fail_fast", "wait_all", "settled"})
@@ -297,8 +317,11 @@ class Command:
     carried out by the engine as its own turn would (see `_decision_turn`).
 
     Attributes:
-      op: ``step`` (remote), ``sleep``, ``signal``, ``webhook``, ``child``
-        (``awaited`` or started) or ``fan``.
+      op: ``step`` (remote), ``sleep``, ``signal`` (a wait),
+        ``webhook``, ``child`` (``awaited`` or started), ``fan``,
+        ``send_signal`` (`Context.signal`), ``set_event``,
+        ``upsert_search`` (`Context.upsert_search_attributes`) or
+        ``entity`` (a call of an entity's handler).
       seq: The operation's seq (a fan's first).
       args: Its arguments, checked by `Decision.decode` for its op.
     """
@@ -309,6 +332,19 @@ class Command:
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "seq": self.seq, **self.args}
+
+    @property
+    def newer(self) -> bool:
+        """Whether only an engine of envelope version 2 carries it out: a
+        newer op, a child cancelled with its parent or given search
+        attributes, or a step with a dedup key (an engine of version 1
+        would drop what it does not know)."""
+        return (
+            self.op in NEWER_OPS
+            or self.args.get("cancel_with_parent") is True
+            or self.args.get("search_attributes") is not None
+            or self.args.get("dedup_key") is not None
+        )
 
 
 def step_spec(data: dict[str, Any]) -> dict[str, Any]:
@@ -347,6 +383,18 @@ def step_spec(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _attributes(value: Any) -> str:
+    """Search attributes as a command carries them: the JSON text of
+    ``{name: [type, value]}`` (`dump_attributes`), each checked."""
+    if not isinstance(value, str):
+        _reject("search attributes must be JSON text")
+    try:
+        load_attributes(value)
+    except (SearchAttributeError, ValueError, TypeError) as exc:
+        _reject(f"search attributes are malformed: {exc}")
+    return value
+
+
 def _command(data: Any) -> Command:
     if not isinstance(data, dict):
         _reject("next must be an object")
@@ -362,6 +410,7 @@ def _command(data: Any) -> Command:
             "flow_queue": _str(data, "flow_queue", optional=True),
             "priority": _int(data, "priority", -(2**31), 2**31 - 1, optional=True),
             "compensation": _str(data, "compensation", optional=True),
+            "dedup_key": _str(data, "dedup_key", optional=True),
         }
     elif op == "sleep":
         if data.get("until") is not None:
@@ -370,17 +419,47 @@ def _command(data: Any) -> Command:
             args = {"seconds": _number(data, "seconds", optional=False)}
     elif op == "signal":
         args = {"name": _str(data, "name"), "timeout": _number(data, "timeout")}
+    elif op == "send_signal":
+        key = data.get("idempotency_key")
+        args = {
+            "run_id": _str(data, "run_id"),
+            "name": _str(data, "name"),
+            "payload": _json_text(data.get("payload"), "payload"),
+            "idempotency_key": None if key is None else _str(data, "idempotency_key"),
+        }
+    elif op == "set_event":
+        args = {"key": _str(data, "key"), "value": _json_text(data.get("value"), "value")}
+    elif op == "entity":
+        input_json = _json_text(data.get("input"), "input", array=True)
+        call = json.loads(input_json)
+        if len(call) != 3 or not isinstance(call[1], str) or not isinstance(call[2], list):
+            _reject("an entity call's input must be [key, handler, arguments]")
+        args = {"entity": _str(data, "entity"), "input": input_json}
+    elif op == "upsert_search":
+        remove = data.get("remove", [])
+        if not isinstance(remove, list) or not all(isinstance(n, str) and n for n in remove):
+            _reject("remove must be a list of names")
+        args = {"attributes": _attributes(data.get("attributes")), "remove": remove}
     elif op == "webhook":
         args = {"name": _str(data, "name")}
     elif op == "child":
         awaited = data.get("awaited")
         if not isinstance(awaited, bool):
             _reject("awaited must be true or false")
+        cancel_with_parent = data.get("cancel_with_parent", False)
+        if not isinstance(cancel_with_parent, bool):
+            _reject("cancel_with_parent must be true or false")
         args = {
             "workflow": _str(data, "workflow"),
             "version": data.get("version") if isinstance(data.get("version"), str) else "",
             "input": _json_text(data.get("input"), "input", array=True),
             "awaited": awaited,
+            "cancel_with_parent": cancel_with_parent,
+            "search_attributes": (
+                None
+                if data.get("search_attributes") is None
+                else _attributes(data["search_attributes"])
+            ),
         }
     else:
         target = data.get("target")
@@ -418,6 +497,10 @@ class Decision:
       cancelled: Whether it answers a cancelled run's task (``cleanup`` or
         ``compensate``): ``next`` is then what the cleanup waits on, and
         ``error`` says the cleanup and the undos are over.
+      continued: The arguments (JSON text) of the run's next generation,
+        if the body called `Context.continue_as_new`.
+      stream: The values the body emitted (`Context.emit`) past the
+        stream's head the task carried: ``(offset, value as JSON text)``.
     """
 
     version: str
@@ -426,6 +509,17 @@ class Decision:
     output: str | None = None
     error: ErrorInfo | None = None
     cancelled: bool = False
+    continued: str | None = None
+    stream: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def wire_version(self) -> int:
+        """The envelope version of the result that carries it: 2 if it
+        continues the run as new, carries emitted values or its command is
+        newer (`Command.newer`), else 1, which engines of either version
+        read."""
+        newer = self.next is not None and self.next.newer
+        return 2 if newer or self.continued is not None or self.stream else 1
 
     def encode(self) -> str:
         """As the JSON text of a `Result`'s output."""
@@ -439,6 +533,10 @@ class Decision:
             data["output"] = self.output
         if self.error is not None:
             data["error"] = json.dumps(self.error.to_json(), separators=(",", ":"))
+        if self.continued is not None:
+            data["continued"] = self.continued
+        if self.stream:
+            data["stream"] = [[offset, value] for offset, value in self.stream]
         if self.cancelled:
             data["cancelled"] = True
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
@@ -468,9 +566,11 @@ class Decision:
             for cp in checkpoints:
                 if cp.kind != "local" or cp.status not in ("completed", "failed"):
                     _reject("local holds only settled local steps")
-            ends = [key for key in ("next", "output", "error") if data.get(key) is not None]
+            ends = [
+                key for key in ("next", "output", "error", "continued") if data.get(key) is not None
+            ]
             if len(ends) != 1:
-                _reject("a decision has exactly one of next, output and error")
+                _reject("a decision has exactly one of next, output, error and continued")
             error = None
             if data.get("error") is not None:
                 error = _error(_json(_json_text(data["error"], "error"), "error"))
@@ -483,11 +583,33 @@ class Decision:
                 ),
                 error=error,
                 cancelled=data.get("cancelled") is True,
+                continued=(
+                    None
+                    if data.get("continued") is None
+                    else _json_text(data["continued"], "continued", array=True)
+                ),
+                stream=_stream(data.get("stream", [])),
             )
         except WireError as exc:
             raise WireError(f"not a decision: {exc}") from None
         except Exception as exc:
             raise WireError(f"not a decision: {type(exc).__name__}: {exc}") from exc
+
+
+def _stream(value: Any) -> tuple[tuple[int, str], ...]:
+    """A decision's emitted values: ``[[offset, JSON text], ...]``, by
+    consecutive offsets."""
+    if not isinstance(value, list):
+        _reject("stream must be a list")
+    values: list[tuple[int, str]] = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 2:
+            _reject("a stream entry must be [offset, value]")
+        offset = _int({"offset": item[0]}, "offset", 0, MAX_SEQ)
+        if values and offset != values[-1][0] + 1:
+            _reject("a stream's offsets must follow one another")
+        values.append((offset, _json_text(item[1], "a stream value")))
+    return tuple(values)
 
 
 def history(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:

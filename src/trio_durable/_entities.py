@@ -25,7 +25,7 @@ from . import _serde
 from ._admission import StartControls, creation_ops
 from ._children import child_value, record_child
 from ._entity_defs import Entity, Handler, run_handler
-from ._exceptions import UnknownEntityError, UsageError
+from ._exceptions import UnknownEntityError
 from ._failures import error_info, step_failure
 from ._records import DEFAULT_NAMESPACE, Checkpoint, CheckpointKind, Run
 from ._replay import Replay, Suspend
@@ -138,20 +138,23 @@ def workflow_entity(
     entity, key_text = find_entity(replay.runtime.app, name, key)
 
     async def call(handler: Handler, args: tuple[Any, ...]) -> Any:
-        if replay.decider is not None:
-            raise UsageError(
-                "entities are called from workflows whose body runs in the engine,"
-                " not from remote workflows"
-            )
         input_json = call_input(key, handler, entity, args)
+        shared = handler.kind == "shared"
+        name = f"{entity.workflow.name}.{handler.name}" if shared else entity.workflow.name
+        kind: CheckpointKind = "local" if shared else "child"
         if before is not None:
-            shared = handler.kind == "shared"
-            before(
-                f"{entity.workflow.name}.{handler.name}" if shared else entity.workflow.name,
-                "local" if shared else "child",
-                lambda cp: input_json,
+            before(name, kind, lambda cp: input_json)
+        if replay.decider is not None:
+            # A remote workflow's body: the engine makes the call (the
+            # entity is registered there too), and this replays its outcome.
+            replay.decider.reach(
+                replay,
+                name,
+                kind,
+                1,
+                lambda: {"op": "entity", "entity": entity.name, "input": input_json},
             )
-        if handler.kind == "shared":
+        if shared:
             return await _shared_in_workflow(replay, entity, key_text, handler, input_json)
         return await _exclusive_in_workflow(replay, entity, key_text, handler, input_json)
 
@@ -216,6 +219,23 @@ async def _exclusive_in_workflow(
         # Watched: the call may end while this turn holds the lease.
         raise Suspend("entity", watch=(seq, seq))
     return handler.returned(child_value(replay.runtime.app, wf, cp))
+
+
+async def carry_out_call(replay: Replay, name: str, input_json: str) -> Any:
+    """An entity call a remote workflow's decision names (``input_json``
+    holds its key, handler and arguments, see `call_input`), made as a
+    local body's call is.
+
+    Raises:
+      UnknownEntityError: This engine's app has no entity ``name``.
+    """
+    entity = replay.runtime.app.get_entity(name)
+    key, handler_name, _ = json.loads(input_json)
+    key_text = entity.check_key(key)
+    handler = entity.handler(handler_name)
+    if handler.kind == "shared":
+        return await _shared_in_workflow(replay, entity, key_text, handler, input_json)
+    return await _exclusive_in_workflow(replay, entity, key_text, handler, input_json)
 
 
 # -- from an engine or a client -------------------------------------------------

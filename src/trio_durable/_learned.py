@@ -1,11 +1,13 @@
-"""What an engine learned of steps and queues from remote workflows' decisions.
+"""What an engine learned of steps, queues and search attributes from remote
+workflows' decisions.
 
 A remote workflow's steps and flow-control queues are registered on the
 workers, not here. A decision names each step it calls with its
 registration (group, requirements, retry, timeout, queue), so the engine
 builds the `Step` and `FlowQueue` it dispatches with and keeps them, by
 name, for what follows: the broker queue a step's tasks travel on, and the
-queue slots its results give back.
+queue slots its results give back. A decision that sets search attributes
+names each one's type as the workers declare it.
 """
 
 from __future__ import annotations
@@ -13,15 +15,24 @@ from __future__ import annotations
 from typing import Any, final
 
 from ._app import App, FlowQueue, Step
+from ._search_values import SearchAttributeType
 
 
 @final
 class Learned:
-    """Steps and flow-control queues known from decisions, by name."""
+    """Steps, flow-control queues and search attributes known from
+    decisions, by name."""
 
     def __init__(self) -> None:
         self.steps: dict[str, Step[Any, Any]] = {}
         self.queues: dict[str, FlowQueue] = {}
+        self.search_attributes: dict[str, SearchAttributeType] = {}
+
+
+def search_types(app: App, learned: Learned) -> dict[str, SearchAttributeType]:
+    """The search attributes declared in ``app``, and those learned (the
+    app's own declaration of a name wins)."""
+    return {**learned.search_attributes, **app.search_attributes}
 
 
 def step_of(app: App, learned: Learned, name: str) -> Step[Any, Any] | None:

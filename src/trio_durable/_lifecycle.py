@@ -47,10 +47,6 @@ generation's id (past every seq a body reaches, next to `CONTINUED_SEQ`)."""
 TIMEOUT_CODE: Final = "timeout"
 """The error code of a run cancelled because its deadline passed."""
 
-REMOTE_UNSUPPORTED: Final = "unsupported_in_remote_workflow"
-"""The `FatalError` code of a run-control operation a remote workflow's body
-reached on a worker, where it is not carried out."""
-
 _CANCEL_WITH_PARENT: Final = "cancel_with_parent"
 
 

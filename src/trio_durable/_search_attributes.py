@@ -91,6 +91,25 @@ async def register(store: Store, app: App, now: float) -> None:
         _disagreement(declared, await stored_types(store))
 
 
+async def learned_records(
+    store: Store, learned: Mapping[str, SearchAttributeType], now: float
+) -> list[PutValue]:
+    """The writes that record the types of search attributes a remote
+    workflow's decision named (as its workers declare them), for those the
+    store does not know yet.
+
+    Raises:
+      SearchAttributeError: The store records another type for one.
+    """
+    if not learned:
+        return []
+    stored = await stored_types(store)
+    _disagreement(learned, stored)
+    return [
+        _record(name, kind, now) for name, kind in sorted(learned.items()) if name not in stored
+    ]
+
+
 async def start_attributes(
     store: Store, app: App | None, attributes: object, now: float
 ) -> tuple[dict[str, SearchValue], list[PutValue]]:

@@ -27,7 +27,15 @@ from ._brokers._base import RESULTS, is_broker_safe
 from ._exceptions import TrioDurableError
 from ._serde import MAX_NESTING, nesting_exceeds
 
-WIRE_VERSION: Final = 1
+WIRE_VERSION: Final = 2
+"""The newest envelope version this code reads. It writes version 1, which
+every engine and worker reads, except a result that needs version 2: a
+decision that only this version's engines carry out (see
+`Decision.wire_version`). An older engine refuses such a result, naming both
+versions, before it touches any state (docs/remote-workflows.md)."""
+
+READS: Final = frozenset({1, 2})
+"""The envelope versions this code reads."""
 
 MessageKind = Literal["step", "decision"]
 
@@ -116,7 +124,7 @@ class Task:
 
     def encode(self) -> bytes:
         head = {
-            "v": WIRE_VERSION,
+            "v": 1,
             "run_id": self.run_id,
             "seq": self.seq,
             "attempt": self.attempt,
@@ -225,6 +233,8 @@ class Result:
         carried it (None for a task without one, or from a worker older
         than execution ids): it settles the step only if the step's
         checkpoint holds it (docs/failure-handling.md).
+      version: The envelope version it is written in: 1, or 2 for a
+        decision only engines of this version carry out.
     """
 
     run_id: str
@@ -248,10 +258,11 @@ class Result:
     kind: MessageKind = "step"
     output_blob: bool | None = None
     execution: str | None = None
+    version: int = 1
 
     def encode(self) -> bytes:
         head = {
-            "v": WIRE_VERSION,
+            "v": self.version,
             "run_id": self.run_id,
             "seq": self.seq,
             "attempt": self.attempt,
@@ -327,6 +338,7 @@ class Result:
                 kind=_message_kind(data),
                 output_blob=output_blob,
                 execution=_execution(data),
+                version=data["v"],
             )
         except WireError as exc:
             raise WireError(f"not a result: {exc}") from None
@@ -391,7 +403,7 @@ def _object(body: bytes, role: Literal["task", "result"]) -> dict[str, Any]:
     if not isinstance(data, dict):
         _reject(f"not a JSON object but {_kind(data)}")
     version = data.get("v")
-    if version != WIRE_VERSION or isinstance(version, bool):
+    if version not in READS or not isinstance(version, int) or isinstance(version, bool):
         if isinstance(version, int) and WIRE_VERSION < version <= MAX_ATTEMPT:
             # A newer engine or worker shares the broker: both versions
             # named, so whoever reads the log knows which side to upgrade.

@@ -472,7 +472,11 @@ class Worker:
                 traceback=info.traceback,
             )
         self._stats.completed += 1
-        return result("completed", output=json.dumps(decision.encode()))
+        return result(
+            "completed",
+            output=json.dumps(decision.encode()),
+            version=decision.wire_version,
+        )
 
     def _span_attributes(self, task: Task) -> dict[str, str | int]:
         return attributes(
