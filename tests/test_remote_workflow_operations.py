@@ -128,6 +128,20 @@ async def tallier(ctx: td.Context, key: str) -> list[object]:
     return [first, second, items, refused]
 
 
+@workers.workflow(group="deciders")
+async def answering(ctx: td.Context) -> int:
+    seen: list[int] = []
+
+    @ctx.query("seen")
+    def count() -> int:
+        return len(seen)
+
+    while True:
+        seen.append(await ctx.wait_signal("n", type=int))
+        if seen[-1] == 0:
+            return sum(seen)
+
+
 # -- the engine's app: the bodies are only declared, and one local receiver -----------
 
 service = td.App("remote-ops-service")
@@ -140,6 +154,7 @@ for name in (
     "deduplicated",
     "tagged",
     "tallier",
+    "answering",
 ):
     service.remote_workflow(name, group="deciders")
 service.entity("tally")(Tally)
@@ -288,6 +303,54 @@ async def test_a_remote_body_calls_an_entity(
         assert await engine.result("e") == [1, 2, ["a", "b"], "refused"]
         # The engine's own calls see what the remote body's did.
         assert await engine.entity("tally", "k").items() == ["a", "b"]
+
+
+async def test_a_remote_run_is_queried_where_the_app_holds_its_body(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = td.MemoryBroker()
+    store = td.MemoryStore()
+    async with (
+        td.open_engine(
+            service, store=store, broker=broker, seed=0, wall_clock=fixed_wall
+        ) as engine,
+        td.open_worker(workers, broker=broker, groups=["deciders", "steps"]),
+        td.open_client(store, app=workers, wall_clock=fixed_wall) as client,
+    ):
+        await engine.start("answering", run_id="q")
+        for n in (4, 5):
+            await engine.signal("q", "n", n)
+            await trio.sleep(1)
+        # The workers' app holds the body: a client opened with it replays
+        # the run's history here and answers.
+        assert await client.query("q", "seen") == 2
+        # The engine's app only declares it: a worker replays and answers.
+        assert await engine.query("q", "seen") == 2
+        with pytest.raises(td.UnknownHandlerError, match="no query handler 'unseen'"):
+            await engine.query("q", "unseen")
+        with pytest.raises(td.InvalidArgumentsError):
+            await engine.query("q", "seen", "extra")
+        with pytest.raises(td.UsageError, match="decided on workers"):
+            await client.update("q", "anything")
+        await engine.signal("q", "n", 0)
+        assert await engine.result("q") == 9
+        assert await client.query("q", "seen") == 3
+
+
+async def test_a_query_no_worker_answers_fails_after_a_while(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = td.MemoryBroker()
+    async with td.open_engine(service, broker=broker, seed=0, wall_clock=fixed_wall) as engine:
+        async with td.open_worker(workers, broker=broker, groups=["deciders", "steps"]):
+            await engine.start("answering", run_id="q")
+            await trio.sleep(1)
+        # The workers are gone: the query waits for an answer, then fails.
+        start = trio.current_time()
+        with pytest.raises(td.QueryFailed) as failed:
+            await engine.query("q", "seen")
+        assert failed.value.code == "no_answer"
+        assert trio.current_time() - start == pytest.approx(30.0)
 
 
 async def test_only_decisions_that_need_it_go_out_in_envelope_version_2(

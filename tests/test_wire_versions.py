@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 
+import attrs
 import pytest
 import trio.testing
 
@@ -58,7 +59,12 @@ def test_this_engine_reads_wire_versions_one_and_two_and_writes_one() -> None:
     assert json.loads(task.encode())["v"] == 1
     assert json.loads(result.encode())["v"] == 1
     assert Result.decode(_with_version(result.encode(), 2)).version == 2
-    assert Task.decode(_with_version(task.encode(), 2)) == task
+    assert Task.decode(_with_version(task.encode(), 2)).version == 2
+    # A query travels in version 2 only.
+    query = attrs.evolve(task, kind="query", version=2)
+    assert Task.decode(query.encode()) == query
+    with pytest.raises(WireError, match="a query travels in envelope version 2"):
+        Task.decode(_with_version(query.encode(), 1))
 
 
 @pytest.mark.parametrize("cls", [Task, Result])

@@ -21,6 +21,7 @@ from ._front_end import FrontEnd
 from ._front_events import engine_front
 from ._handle import RunHandle
 from ._observe import DEFAULT_EVENT_BUFFER, Event, Metrics
+from ._remote_queries import engine_asker
 from ._runs import start_run, start_runs
 from ._runtime import EngineStatistics, Runtime
 from ._scheduler import drain
@@ -75,6 +76,7 @@ class Engine(FrontEnd):
             broker=runtime.broker,
             check_open=runtime.scheduler.check_open,
             traceback_limit=runtime.options.traceback_limit,
+            ask_query=engine_asker(runtime),
         )
 
     # What is the engine's own: how it starts runs (leased to itself, its

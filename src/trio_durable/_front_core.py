@@ -4,7 +4,7 @@ methods they share (`_front_end`, the `_front_*` families) see it."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
@@ -45,6 +45,9 @@ class FrontCore:
       check_open: Raises once the front end is closed (`EngineClosedError`;
         a client's `trio.ClosedResourceError`).
       traceback_limit: How much of a handler's traceback an error keeps.
+      ask_query: Has the workers of a remote workflow whose body the app
+        lacks answer a query of its run (an engine's, see
+        `_remote_queries`; None for a client).
     """
 
     store: Store
@@ -60,6 +63,7 @@ class FrontCore:
     broker: Broker | None
     check_open: Callable[[], None]
     traceback_limit: int = DEFAULT_TRACEBACK_LIMIT
+    ask_query: Callable[[Run, str, list[Any]], Awaitable[str]] | None = None
 
 
 class FrontPart:

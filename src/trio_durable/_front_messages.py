@@ -32,6 +32,7 @@ class QueriesAndUpdates(FrontPart):
             wake_ops=lambda runs: announce(core.store, core.origin, "wake", runs),
             woke=core.waker.woke,
             traceback_limit=core.traceback_limit,
+            ask=core.ask_query,
         )
 
     async def query(

@@ -145,6 +145,9 @@ class Front:
       wake_ops: The writes that wake a run wherever it is served.
       woke: Called with the run once those writes committed.
       traceback_limit: How much of a handler's traceback an error keeps.
+      ask: Has a remote workflow's workers answer a query of its run (its
+        name and plain arguments), where the app lacks the body: the
+        answer as JSON text (an engine's; None for a client).
     """
 
     store: Store
@@ -157,6 +160,7 @@ class Front:
     wake_ops: Callable[[Sequence[Run]], Sequence[Op]]
     woke: Callable[[Run], None]
     traceback_limit: int = 8192
+    ask: Callable[[Run, str, list[Any]], Awaitable[str]] | None = None
 
 
 async def current_run(front: Front, run_id: str, namespace: str | None) -> Run:

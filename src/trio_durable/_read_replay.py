@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast, final
 import attrs
 
 from . import _serde
-from ._app import Workflow
+from ._app import Workflow, remote_body
 from ._context import Context
 from ._exceptions import QueryFailed, UnknownHandlerError, UsageError
 from ._failures import error_info
@@ -25,12 +25,14 @@ from ._handlers import check_arguments, plain_args
 from ._learned import Learned
 from ._lifecycle import ContinueAsNew
 from ._published import Front, current_run
-from ._records import Run
+from ._records import Checkpoint, Run
 from ._replay import Replay, Suspend, TurnState
 from ._tracing import DISABLED, Tracing
 from ._webhooks import WebhookKeys
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ._app import App
     from ._clock import Clock
     from ._observe import Event
@@ -76,8 +78,10 @@ class _ReadRuntime:
     learned: Learned = attrs.field(factory=Learned)
 
 
-def body_of(app: App | None, run: Run) -> Workflow[..., Any]:
-    """The workflow whose body ``run`` executes, from ``app``.
+def body_of(app: App | None, run: Run, *, remote: bool = False) -> Workflow[..., Any]:
+    """The workflow whose body ``run`` executes, from ``app``; with
+    ``remote``, also a remote workflow's, if the app holds its body (as the
+    workers' app does).
 
     Raises:
       UsageError: There is no app, or its body is not in it (a remote
@@ -92,29 +96,49 @@ def body_of(app: App | None, run: Run) -> Workflow[..., Any]:
     wf = app.find_workflow(run.workflow, run.version)
     if wf is None and not any(w.remote for w in app.workflows if w.name == run.workflow):
         wf = app.get_workflow(run.workflow, run.version)  # raises UnknownWorkflowError
+    if wf is not None and remote and wf.remote and wf.fn is not remote_body:
+        return wf
     if wf is None or wf.remote:
         raise UsageError(
-            f"workflow {run.workflow!r} is decided on workers: its runs take no queries or updates"
+            f"workflow {run.workflow!r} is decided on workers: its runs take no updates, and"
+            " queries only where the app holds its body"
         )
     return wf
 
 
-async def replay_now(front: Front, run: Run, store: Store | None = None) -> Replay:
+async def replay_now(
+    front: Front, run: Run, store: Store | None = None, *, remote: bool = False
+) -> Replay:
     """Replay ``run``'s body up to where its history stands; return the
-    replay, whose handlers answer.
+    replay, whose handlers answer. With ``remote``, a remote workflow's run
+    too, where the app holds its body (a query).
 
     Raises:
       NonDeterminismError: The history does not match the body.
     """
-    wf = body_of(front.app, run)
+    wf = body_of(front.app, run, remote=remote)
     assert front.app is not None
     checkpoints = await (store or front.store).get_checkpoints(run.id)
+    return await replay_history(front.app, front.clock, front.traceback_limit, wf, run, checkpoints)
+
+
+async def replay_history(
+    app: App,
+    clock: Clock,
+    traceback_limit: int,
+    wf: Workflow[..., Any],
+    run: Run,
+    checkpoints: Iterable[Checkpoint],
+) -> Replay:
+    """Replay ``run``'s body ``wf`` read-only against ``checkpoints`` (what
+    `replay_now` read, or what a query task carried to a worker); return
+    the replay, whose handlers answer.
+
+    Raises:
+      NonDeterminismError: The history does not match the body.
+    """
     state = TurnState(run=run, checkpoints={cp.seq: cp for cp in checkpoints})
-    runtime = _ReadRuntime(
-        app=front.app,
-        clock=front.clock,
-        options=_Options(front.traceback_limit),
-    )
+    runtime = _ReadRuntime(app=app, clock=clock, options=_Options(traceback_limit))
     replay = Replay(cast("Runtime", runtime), state, read_only=True)
     try:
         args = _serde.load_args(run.input, wf.fn, skip=1)
@@ -144,7 +168,30 @@ async def query_run(
         raise UsageError(f"a query's name must be a non-empty string, not {name!r}")
     _, values = plain_args(args)
     run = await current_run(front, run_id, namespace)
-    replay = await replay_now(front, run)
+    if front.ask is not None and not holds_body(front.app, run):
+        # A remote workflow whose body only its workers hold: they answer.
+        return _serde.loads(await front.ask(run, name, values), type_)
+    replay = await replay_now(front, run, remote=True)
+    return _serde.loads(answer(replay, run, name, values), type_)
+
+
+def holds_body(app: App | None, run: Run) -> bool:
+    """Whether ``app`` holds the body of ``run``'s workflow."""
+    if app is None:
+        return False
+    wf = app.find_workflow(run.workflow, run.version)
+    return wf is not None and wf.fn is not remote_body
+
+
+def answer(replay: Replay, run: Run, name: str, values: list[Any]) -> str:
+    """The answer, as JSON text, of the query handler ``name`` the replayed
+    body registered, called with ``values``.
+
+    Raises:
+      UnknownHandlerError: The body registered no such query by then.
+      InvalidArgumentsError: ``values`` do not fit the handler.
+      QueryFailed: The handler raised.
+    """
     handler = replay.handlers.queries.get(name)
     if handler is None:
         raise UnknownHandlerError(
@@ -157,4 +204,4 @@ async def query_run(
     except Exception as exc:
         info = error_info(exc)
         raise QueryFailed(run.id, name, info.message, info.code, info.details) from exc
-    return _serde.loads(_serde.dumps(value), type_)
+    return _serde.dumps(value)

@@ -37,6 +37,7 @@ from ._open_worker import open_worker
 from ._passed_on import PassedOn
 from ._poller import poll_due, reconcile_stalled
 from ._records import QueueDepth, Run
+from ._remote_queries import QueryAnswers
 from ._retention import prune_forever
 from ._runs import Endings
 from ._schedule_ticker import ScheduleTicker, tick_schedules
@@ -169,6 +170,7 @@ class Runtime:
       starts: Writes the runs of starts that arrive together in one batch.
       passed_on: The runs it passed on because its app lacks their
         workflow, which its poller leaves alone for a backoff.
+      query_answers: The queries it sent to workers, waiting for answers.
     """
 
     app: App
@@ -198,6 +200,7 @@ class Runtime:
     leases: LeaseKeeper = attrs.field(init=False)
     starts: StartBatcher = attrs.field(init=False)
     passed_on: PassedOn = attrs.field(factory=PassedOn)
+    query_answers: QueryAnswers = attrs.field(factory=QueryAnswers)
 
 
 @asynccontextmanager

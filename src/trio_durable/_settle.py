@@ -188,6 +188,22 @@ def _error_of(rt: Runtime, result: Result) -> ErrorInfo:
     )
 
 
+async def _hand_over_answers(
+    rt: Runtime, consumer: Consumer, readable: list[tuple[Delivery, Result]]
+) -> list[tuple[Delivery, Result]]:
+    """Hand the answers to queries (see `_remote_queries`) to their callers
+    and ack them: they settle nothing. The other results, to settle."""
+    answers = [delivery for delivery, result in readable if result.kind == "query"]
+    for _, result in readable:
+        if result.kind == "query" and not rt.query_answers.answer(result):
+            logger.info("an answer to query %s came after its caller gave up", result.execution)
+    try:
+        await consumer.ack(answers)
+    except (BrokerError, trio.ClosedResourceError) as exc:
+        logger.warning("could not ack answers to queries: %s", exc)
+    return [(d, r) for d, r in readable if r.kind != "query"]
+
+
 async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Delivery]) -> int:
     """Settle one batch of result deliveries, ack them, wake their runs.
 
@@ -222,6 +238,10 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
         return 0
     if any(output_in_blob(r) for _, r in readable):
         readable = [(d, await resolve_result(rt.blobs, r)) for d, r in readable]
+    if any(r.kind == "query" for _, r in readable):
+        readable = await _hand_over_answers(rt, consumer, readable)
+        if not readable:
+            return 0
     ops = [_op_for(rt, result) for _, result in readable]
     # Queue slots are given back in the same write that settles their steps
     # (and only if it did, or the run ended: the store checks).

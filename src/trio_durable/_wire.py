@@ -37,7 +37,7 @@ versions, before it touches any state (docs/remote-workflows.md)."""
 READS: Final = frozenset({1, 2})
 """The envelope versions this code reads."""
 
-MessageKind = Literal["step", "decision"]
+MessageKind = Literal["step", "decision", "query"]
 
 MAX_SEQ: Final = 2**63 - 1
 """The largest seq a message may carry: what a signed 64-bit column holds."""
@@ -97,12 +97,16 @@ class Task:
         step.
       tracestate: The W3C ``tracestate`` that goes with it, if any.
       kind: ``step`` for a remote step's attempt; ``decision`` for a
-        remote workflow's decision task (docs/remote-workflows.md): then
+        remote workflow's decision task (docs/remote-workflows.md), or
+        ``query`` for a query of such a run: then
         ``step`` names the workflow, ``seq`` is `DECISION_SEQ` and
         ``input`` holds the run's history (see `_decision_wire`).
       execution: The execution id of this dispatch (32 lower-case hex
         digits, unique in the engine's store), which its result carries
         back; None from an engine older than execution ids.
+      version: The envelope version it is written in: 1, or 2 for a
+        query (kind ``query``: a remote workflow's run asked by an engine
+        that lacks its body, see `_remote_queries`).
     """
 
     run_id: str
@@ -121,10 +125,11 @@ class Task:
     tracestate: str | None = None
     kind: MessageKind = "step"
     execution: str | None = None
+    version: int = 1
 
     def encode(self) -> bytes:
         head = {
-            "v": 1,
+            "v": self.version,
             "run_id": self.run_id,
             "seq": self.seq,
             "attempt": self.attempt,
@@ -187,6 +192,7 @@ class Task:
                 tracestate=tracestate,
                 kind=_message_kind(data),
                 execution=_execution(data),
+                version=data["v"],
             )
         except WireError as exc:
             raise WireError(f"not a task: {exc}") from None
@@ -519,11 +525,14 @@ def _trace_context(data: dict[str, Any]) -> tuple[str | None, str | None]:
 
 def _message_kind(data: dict[str, Any]) -> MessageKind:
     """What a task or result is for: a step (the default, so every message
-    from before decisions existed reads as one) or a decision."""
+    from before decisions existed reads as one), a decision, or a query of
+    a remote workflow's run (envelope version 2 only)."""
     value = data.get("kind", "step")
-    if value == "step" or value == "decision":
+    if value == "query" and data.get("v") == 1:
+        _reject("a query travels in envelope version 2")
+    if value in ("step", "decision", "query"):
         return value  # type: ignore[no-any-return]
-    _reject(f"kind must be 'step' or 'decision', not {_kind(value)}")
+    _reject(f"kind must be 'step', 'decision' or 'query', not {_kind(value)}")
 
 
 def _execution(data: dict[str, Any]) -> str | None:

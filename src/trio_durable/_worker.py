@@ -48,6 +48,7 @@ from ._observe import Metrics
 from ._options import DEFAULT_MAX_DELIVERIES
 from ._payload import lowered, result_message
 from ._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
+from ._remote_queries import answer_query, query_failure_code
 from ._signing import SignatureRejected, count_rejection, open_signed
 from ._tracing import DISABLED, Tracing, attributes
 from ._wire import Result, Task, WireError
@@ -379,6 +380,8 @@ class Worker:
 
         if task.kind == "decision":
             return await self._decide(task, result)
+        if task.kind == "query":
+            return await self._answer_query(task, result)
         if step is None or not step.remote:
             self._stats.failed += 1
             return result(
@@ -477,6 +480,29 @@ class Worker:
             output=json.dumps(decision.encode()),
             version=decision.wire_version,
         )
+
+    async def _answer_query(self, task: Task, result: Callable[..., Result]) -> Result:
+        """Answer a query of a remote workflow's run (see `_remote_queries`):
+        the body replayed read-only on the task's history, then the handler."""
+        try:
+            value = await answer_query(
+                self.app,
+                attrs.evolve(task, input=await resolve_task_input(self.blobs, task.input)),
+                clock=self._clock,
+                traceback_limit=self._traceback_limit,
+            )
+        except Exception as exc:
+            info = error_info(exc, traceback_limit=self._traceback_limit)
+            return result(
+                "failed",
+                error=info.message,
+                code=query_failure_code(exc),
+                details=info.details,
+                retryable=False,
+                error_type=info.type,
+                version=2,
+            )
+        return result("completed", output=value, version=2)
 
     def _span_attributes(self, task: Task) -> dict[str, str | int]:
         return attributes(

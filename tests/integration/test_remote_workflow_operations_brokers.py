@@ -3,6 +3,7 @@
 one body signals a run, publishes an event, emits, sets search attributes,
 starts a child cancelled with it, calls an entity, sends a step with a
 dedup key and continues as new; its decisions travel in envelope version 2.
+A child of it, whose body only the worker holds, answers a query there.
 Each run is in a namespace of its own on the shared server."""
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ workers.entity("tally")(Tally)
 
 @workers.workflow(group="deciders")
 async def idle(ctx: td.Context) -> None:
+    @ctx.query("me")
+    def me() -> str:
+        return f"{ctx.workflow} {ctx.run_id}"
+
     await ctx.wait_signal("never")
 
 
@@ -103,3 +108,6 @@ async def test_every_operation_in_a_remote_body_over_a_real_broker(
             if r.workflow == "idle"
         }
         assert kids == {f"{ns}.e.child.4": "suspended", f"{ns}.e.gen.2.child.4": "suspended"}
+        # The engine's app lacks the body: a worker answers its queries.
+        with trio.fail_after(PATIENCE):
+            assert await engine.query(f"{ns}.e.child.4", "me") == f"idle {ns}.e.child.4"

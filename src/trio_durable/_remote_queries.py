@@ -1,0 +1,225 @@
+"""Queries of remote workflows' runs, answered by their workers.
+
+An engine whose app holds a workflow's body answers a query by replaying the
+run itself (`_read_replay`). For a remote workflow whose body only the
+workers hold, the engine sends a task of kind ``query`` on the route its
+decision tasks take (`decision_route`), carrying the run, its history and
+the query (envelope version 2: a worker of the release before refuses it,
+naming both versions). A worker replays the body read-only, as the caller
+would, calls the handler and answers with a result of kind ``query`` on the
+engine's results queue; the result consumer hands it to the caller waiting
+for that execution id (`QueryAnswers`) and writes nothing. A query is read
+only: lost, it is asked again by the caller, never by the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, final
+
+import trio
+
+from ._decide import pick_workflow
+from ._decision_turn import decision_route
+from ._decision_wire import history, read_request, request_input
+from ._exceptions import (
+    InvalidArgumentsError,
+    NonDeterminismError,
+    QueryFailed,
+    UnknownHandlerError,
+    UnknownWorkflowError,
+    UsageError,
+)
+from ._executions import new_execution
+from ._payload import task_message
+from ._read_replay import answer, replay_history
+from ._records import DECISION_SEQ, Run
+from ._wire import Result, Task, WireError
+
+if TYPE_CHECKING:
+    from ._app import App
+    from ._clock import Clock
+    from ._runtime import Runtime
+
+QUERY_PATIENCE: Final = 30.0
+"""Seconds an engine waits for a worker's answer to a query before it
+raises `QueryFailed` of code ``no_answer``."""
+
+NO_ANSWER: Final = "no_answer"
+"""The code of a query no worker answered in time."""
+
+
+@final
+class QueryAnswers:
+    """The queries this engine sent to workers, by execution id, and their
+    answers once they came."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, tuple[trio.Event, list[Result]]] = {}
+
+    def expect(self, execution: str) -> tuple[trio.Event, list[Result]]:
+        """Register ``execution``: its answer sets the event and lands in
+        the list."""
+        entry = self._waiting[execution] = (trio.Event(), [])
+        return entry
+
+    def forget(self, execution: str) -> None:
+        self._waiting.pop(execution, None)
+
+    def answer(self, result: Result) -> bool:
+        """Hand ``result`` to the caller waiting for it; False if none does
+        (it gave up, or the answer is a duplicate)."""
+        entry = self._waiting.pop(result.execution or "", None)
+        if entry is None:
+            return False
+        event, answers = entry
+        answers.append(result)
+        event.set()
+        return True
+
+
+def query_input(run: Run, checkpoints: list[Any], name: str, args: list[Any]) -> str:
+    """A query task's input: the run and its history as a decision task
+    carries them (`request_input`), and the query's name and arguments."""
+    [request] = json.loads(request_input(run, history(checkpoints), {}))
+    request["query"] = {"name": name, "args": args}
+    return json.dumps([request], separators=(",", ":"), allow_nan=False)
+
+
+async def ask_workers(
+    rt: Runtime, run: Run, route: str, name: str, args: list[Any], patience: float = QUERY_PATIENCE
+) -> str:
+    """Have a worker of ``route`` answer the query ``name`` of ``run``; its
+    answer as JSON text.
+
+    Raises:
+      UnknownHandlerError: The body registered no such query where the run
+        stands.
+      InvalidArgumentsError: ``args`` do not fit the handler.
+      NonDeterminismError: The history does not match the workers' body.
+      QueryFailed: The handler raised, or no worker answered within
+        ``patience`` seconds (code ``no_answer``).
+    """
+    checkpoints = await rt.store.get_checkpoints(run.id)
+    execution = new_execution(rt.rng)
+    task = Task(
+        run_id=run.id,
+        seq=DECISION_SEQ,
+        attempt=1,
+        step=run.workflow,
+        workflow=run.workflow,
+        route=route,
+        input=query_input(run, checkpoints, name, args),
+        reply_to=rt.results_queue,
+        kind="query",
+        execution=execution,
+        version=2,
+    )
+    message = task_message(task, route, rt.broker.max_payload, rt.clock.now(), rt.options.signing)
+    event, answers = rt.query_answers.expect(execution)
+    try:
+        if message is not None:
+            await rt.broker.dispatch([message])
+        with trio.move_on_after(patience if math.isfinite(patience) else math.inf):
+            await event.wait()
+    finally:
+        rt.query_answers.forget(execution)
+    if not answers:
+        raise QueryFailed(
+            run.id,
+            name,
+            f"no worker of {route!r} answered the query within {patience:g} s",
+            NO_ANSWER,
+            None,
+        )
+    [answer] = answers
+    if answer.status == "completed":
+        return answer.output or "null"
+    message_text = answer.error or "the query failed"
+    if answer.code == "unknown_handler":
+        raise UnknownHandlerError(message_text)
+    if answer.code == "invalid_arguments":
+        raise InvalidArgumentsError(message_text, target=f"query {name!r}")
+    if answer.code == "non_determinism":
+        raise NonDeterminismError(message_text)
+    raise QueryFailed(run.id, name, message_text, answer.code, answer.details)
+
+
+def engine_asker(rt: Runtime) -> Callable[[Run, str, list[Any]], Awaitable[str]]:
+    """What an engine's queries call for a run whose body only workers
+    hold: the workers of the route its decisions take answer."""
+
+    async def ask(run: Run, name: str, args: list[Any]) -> str:
+        route = await decision_route(rt, run)
+        if route is None:
+            raise UsageError(
+                f"workflow {run.workflow!r} is not registered here and no live worker"
+                " announces it: nothing can answer the query"
+            )
+        return await ask_workers(rt, run, route, name, args)
+
+    return ask
+
+
+async def answer_query(app: App, task: Task, *, clock: Clock, traceback_limit: int) -> str:
+    """On a worker: the answer (JSON text) to the query ``task`` carries,
+    from the body replayed read-only on the run's history.
+
+    Raises:
+      WireError: The task's input is not a valid query.
+      UnknownWorkflowError: This worker lacks the workflow (or version).
+      UnknownHandlerError, InvalidArgumentsError, QueryFailed,
+      NonDeterminismError: As for a query answered in the caller.
+    """
+    request = read_request(task.run_id, task.input)
+    name, args = _query_of(task.input)
+    wf = pick_workflow(app, task.step, request.version)
+    run = Run(
+        id=task.run_id,
+        workflow=wf.name,
+        version=wf.version,
+        namespace=request.namespace,
+        input=request.input,
+        tags=request.tags,
+        created_at=request.created_at,
+    )
+    replay = await replay_history(
+        app, clock, traceback_limit, wf, run, request.checkpoints.values()
+    )
+    return answer(replay, run, name, args)
+
+
+def _query_of(input_json: str) -> tuple[str, list[Any]]:
+    """The query's name and arguments in a query task's input.
+
+    Raises:
+      WireError: It holds none.
+    """
+    try:
+        query = json.loads(input_json)[0]["query"]
+        name, args = query["name"], query["args"]
+    except (ValueError, LookupError, TypeError):
+        raise WireError("not a query task: its input holds no query") from None
+    if not isinstance(name, str) or not name or not isinstance(args, list):
+        raise WireError("not a query task: a query is a name and a list of arguments")
+    return name, args
+
+
+def query_failure_code(exc: Exception) -> str | None:
+    """The code a worker's failed answer carries, which the engine raises
+    again as the same exception (see `ask_workers`)."""
+    if isinstance(exc, UnknownHandlerError):
+        return "unknown_handler"
+    if isinstance(exc, InvalidArgumentsError):
+        return "invalid_arguments"
+    if isinstance(exc, NonDeterminismError):
+        return "non_determinism"
+    if isinstance(exc, QueryFailed):
+        return exc.code
+    if isinstance(exc, UnknownWorkflowError):
+        return "unknown_workflow"
+    if isinstance(exc, WireError):
+        return "bad_task"
+    return getattr(exc, "code", None)
