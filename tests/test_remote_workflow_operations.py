@@ -15,11 +15,13 @@ from collections.abc import Sequence
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 import trio_durable as td
 from conftest import fixed_wall
 from trio_durable._brokers._base import Outgoing
+from trio_durable._decision_wire import Command, Decision
 from trio_durable._wire import Result, WireError
 
 # -- the workers' app: bodies and the steps they call ----------------------------------
@@ -142,6 +144,29 @@ async def answering(ctx: td.Context) -> int:
             return sum(seen)
 
 
+@workers.workflow(group="deciders")
+async def account(ctx: td.Context) -> int:
+    balance = 0
+
+    def positive(amount: int) -> None:
+        if amount <= 0:
+            raise td.FatalError("deposits are positive", code="not_positive")
+
+    @ctx.update("deposit", validator=positive)
+    def deposit(amount: int) -> int:
+        nonlocal balance
+        balance += amount
+        return balance
+
+    @ctx.query("balance")
+    def current() -> int:
+        return balance
+
+    await ctx.wait_signal("close")
+    await ctx.sleep(5)
+    return balance
+
+
 # -- the engine's app: the bodies are only declared, and one local receiver -----------
 
 service = td.App("remote-ops-service")
@@ -155,6 +180,7 @@ for name in (
     "tagged",
     "tallier",
     "answering",
+    "account",
 ):
     service.remote_workflow(name, group="deciders")
 service.entity("tally")(Tally)
@@ -353,6 +379,37 @@ async def test_a_query_no_worker_answers_fails_after_a_while(
         assert trio.current_time() - start == pytest.approx(30.0)
 
 
+async def test_a_remote_run_takes_updates_applied_by_its_workers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = td.MemoryBroker()
+    async with (
+        td.open_engine(service, broker=broker, seed=0, wall_clock=fixed_wall) as engine,
+        td.open_worker(workers, broker=broker, groups=["deciders", "steps"]),
+    ):
+        await engine.start("account", run_id="a")
+        await trio.sleep(1)
+        # A worker validates each, the run's next decision applies it.
+        assert await engine.update("a", "deposit", 5) == 5
+        assert await engine.update("a", "deposit", 7) == 12
+        assert await engine.query("a", "balance") == 12
+        with pytest.raises(td.UpdateRejected) as rejected:
+            await engine.update("a", "deposit", -1)
+        assert rejected.value.code == "not_positive"
+        with pytest.raises(td.UnknownHandlerError):
+            await engine.update("a", "withdraw", 1)
+        # The same id again: the outcome it had, applied once.
+        assert await engine.update("a", "deposit", 100, update_id="once") == 112
+        assert await engine.update("a", "deposit", 100, update_id="once") == 112
+        # Sent together with the signal the body waits for: applied before
+        # the wait returns, so the run ends with it.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(engine.update, "a", "deposit", 8)
+            await trio.lowlevel.checkpoint()
+            nursery.start_soon(engine.signal, "a", "close")
+        assert await engine.result("a") == 120
+
+
 async def test_only_decisions_that_need_it_go_out_in_envelope_version_2(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -382,3 +439,24 @@ async def test_only_decisions_that_need_it_go_out_in_envelope_version_2(
         await engine.result("new")
         await trio.sleep(10)
     assert versions == {"plain": {1}, "new": {1, 2}}
+
+
+def test_a_decision_that_applied_updates_is_of_version_2_and_decodes_back() -> None:
+    outcome = json.dumps({"name": "deposit", "args": "[1]", "status": "completed", "result": "1"})
+    wait = Command(op="signal", seq=1, args={"name": "close", "timeout": None})
+    decision = Decision(
+        version="1",
+        next=wait,
+        updates=(("u1", outcome),),
+        update_log='[{"id":"u1","name":"deposit","args":"[1]","at":1,"ok":true}]',
+        update_handlers=("deposit",),
+    )
+    assert decision.wire_version == 2
+    assert Decision.decode(decision.encode(), "r") == decision
+    # Naming the handlers alone is no change an older engine would drop.
+    assert Decision(version="1", next=wait, update_handlers=("deposit",)).wire_version == 1
+    unsettled = json.dumps({"name": "deposit", "args": "[1]", "status": "accepted"})
+    with pytest.raises(WireError, match="completed, failed or rejected"):
+        Decision.decode(
+            Decision(version="1", next=wait, updates=(("u1", unsettled),)).encode(), "r"
+        )

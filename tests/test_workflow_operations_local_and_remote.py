@@ -2,7 +2,7 @@
 the body decided in the engine and on a worker: ``ctx.signal`` to another
 run, ``start_child(cancel_with_parent=True)``, ``ctx.set_event``,
 ``ctx.emit``, ``ctx.continue_as_new``, ``ctx.upsert_search_attributes``,
-entity calls and a remote step's ``dedup_key``.
+entity calls, a remote step's ``dedup_key``, queries and updates.
 
 Each scenario is written once and asserts the same outcome in both modes
 (tests/local_and_remote.py sets them up). The features a body uses
@@ -84,7 +84,29 @@ async def deduplicated(ctx: td.Context, text: str) -> str:
     return await ctx.step(kit().steps.shout, text, queue="dedup", dedup_key=f"k-{text}")
 
 
+async def account(ctx: td.Context) -> int:
+    balance = 0
+
+    def positive(amount: int) -> None:
+        if amount <= 0:
+            raise td.FatalError("deposits are positive", code="not_positive")
+
+    @ctx.update("deposit", validator=positive)
+    def deposit(amount: int) -> int:
+        nonlocal balance
+        balance += amount
+        return balance
+
+    @ctx.query("balance")
+    def current() -> int:
+        return balance
+
+    await ctx.wait_signal("close")
+    return balance
+
+
 BODIES = (
+    account,
     receiver,
     sender,
     napper,
@@ -173,7 +195,26 @@ async def remote_step_with_a_dedup_key(h: Harness) -> None:
     assert (entry.kind, entry.status) == ("remote", "completed")
 
 
+async def queries_and_updates(h: Harness) -> None:
+    await h.start("account", run_id="acct")
+    await trio.sleep(1)
+    assert await h.engine.update("acct", "deposit", 5) == 5
+    assert await h.engine.query("acct", "balance") == 5
+    with pytest.raises(td.UpdateRejected) as rejected:
+        await h.engine.update("acct", "deposit", 0)
+    assert rejected.value.code == "not_positive"
+    with pytest.raises(td.UnknownHandlerError):
+        await h.engine.query("acct", "owner")
+    assert await h.engine.update("acct", "deposit", 2, update_id="twice") == 7
+    assert await h.engine.update("acct", "deposit", 2, update_id="twice") == 7
+    await h.engine.signal("acct", "close")
+    assert await h.engine.result("acct") == 7
+    # An ended run answers from where it ended.
+    assert await h.engine.query("acct", "balance") == 7
+
+
 SCENARIOS: tuple[Scenario, ...] = (
+    queries_and_updates,
     signal_from_a_body,
     child_cancelled_with_parent,
     events_set_by_a_body,

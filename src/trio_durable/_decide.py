@@ -41,6 +41,7 @@ from ._cancellation import CancelDelivery, recorded_delivery
 from ._clock import Clock
 from ._context import Context
 from ._decider import Decider
+from ._decision_updates import WorkerUpdates
 from ._decision_wire import Command, Decision, read_request
 from ._exceptions import Cancelled, NonDeterminismError, UnknownWorkflowError, UsageError
 from ._failures import error_info
@@ -111,6 +112,8 @@ class _DecisionRuntime:
     emitted: list[tuple[int, str]] = attrs.field(factory=list)
     """What the body emitted (the decider's list): it goes back in the
     decision."""
+    updates: WorkerUpdates | None = None
+    """The updates the task carried, as the body applies them."""
 
 
 def pick_workflow(app: App, name: str, version: str) -> Workflow[..., Any]:
@@ -181,6 +184,8 @@ async def decide(
             error=ErrorInfo(message="cancelled", code="cancelled"),
             cancelled=True,
         )
+    updates = WorkerUpdates(replay, list(request.updates), request.stood_due, traceback_limit)
+    runtime.updates = updates
     try:
         args = _serde.load_args(request.input, wf.fn, skip=1)
         value = await wf.fn(Context(replay), *args)
@@ -192,6 +197,7 @@ async def decide(
             return _failed(wf, runtime, state, replay, state.nondeterminism)
         if decider.next is None:
             raise UsageError("the body suspended without reaching a durable operation") from None
+        updates.where_it_waits(completed=False)
         return _decision(wf, runtime, state, next=decider.next)
     except ContinueAsNew as cont:
         if state.nondeterminism is not None:
@@ -202,6 +208,7 @@ async def decide(
         if not isinstance(failure, NonDeterminismError):
             await compensate(replay)
         return _failed(wf, runtime, state, replay, failure)
+    updates.where_it_waits(completed=True)
     return _decision(wf, runtime, state, output=output)
 
 
@@ -262,4 +269,7 @@ def _decision(
         cancelled=cancelled,
         continued=continued,
         stream=tuple(runtime.emitted),
+        updates=() if runtime.updates is None else tuple(runtime.updates.outcomes),
+        update_log=None if runtime.updates is None else runtime.updates.log,
+        update_handlers=() if runtime.updates is None else runtime.updates.handlers,
     )

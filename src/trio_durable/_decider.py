@@ -72,6 +72,10 @@ class Decider:
         args = command()
         op = args.pop("op")
         self.next = Command(op=op, seq=first, args=args)
+        # The body waits here, as an engine's turn's body waits at the seq
+        # its operation took: the updates the run applied up to here are
+        # applied again, and those waiting are applied here.
+        replay.handlers.reached(first)
         raise Suspend("decision")
 
     def webhook(self, replay: Replay, name: str) -> str:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -48,6 +48,7 @@ from ._cancellation import cancel_marker, in_cleanup
 from ._carrier import sent_now
 from ._context import Context
 from ._context_streams import write_emitted
+from ._decision_updates import Inbox, arrived_meanwhile, waiting_updates, write_decided
 from ._decision_wire import Command, Decision, history, request_input
 from ._entities import carry_out_call
 from ._exceptions import StoreError, UnknownWorkflowError
@@ -121,6 +122,9 @@ async def decision_route(rt: Runtime, run: Run) -> str | None:
 async def remote_turn(turn: Turn, route: str, now: float) -> None:
     """Take a remote workflow's run on from where its decision stands."""
     rt, state = turn.runtime, turn.state
+    # Made due: an update may have been accepted while it waited (see
+    # `_decision_updates`).
+    made_due = state.run.wake_at is not None and state.run.wake_at <= now
     marker = state.checkpoints.get(DECISION_SEQ)
     if marker is not None and marker.status == "pending":
         due = _due(rt, marker, now)
@@ -140,7 +144,9 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
                 )
                 await turn.end("failed", error=error)
                 return
-        await _dispatch(turn, route, marker, now, due if isinstance(due, ErrorInfo) else None)
+        inbox = await waiting_updates(rt, state.run.id)
+        lost = due if isinstance(due, ErrorInfo) else None
+        await _dispatch(turn, route, marker, now, lost, updates=inbox, stood_due=made_due)
         return
     if marker is not None and marker.status == "failed":
         error = marker.error or ErrorInfo(message="no worker could decide the run's turn")
@@ -157,7 +163,16 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
         kind, value = await _apply(turn, decision)
         if kind == "suspended":
             assert decision.next is not None
-            state.put(attrs.evolve(applied, input=_waits(state.checkpoints, decision.next)))
+            waits = _waits(state.checkpoints, decision.next, decision.update_handlers)
+            applied = attrs.evolve(applied, input=waits)
+            state.put(applied)
+            if decision.update_handlers:
+                inbox = await waiting_updates(rt, state.run.id)
+                if arrived_meanwhile(inbox, decision):
+                    # Accepted while the task was out: the body applies
+                    # them where it waits, in the next decision.
+                    await _dispatch(turn, route, applied, now, None, updates=inbox)
+                    return
             await turn.suspend(value)
             return
         if kind == "completed":
@@ -171,13 +186,24 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
             return
     elif marker is not None and marker.input is not None:
         wake_at = _unchanged(rt, state.checkpoints, marker.input, now)
-        if wake_at is not False:
-            # Woken, but nothing the body waits on moved: asking a worker
-            # again would bring back the same command.
+        inbox = await waiting_updates(rt, state.run.id) if made_due else []
+        if wake_at is not False and not inbox:
+            # Woken, but nothing the body waits on moved (and no update
+            # came): asking a worker again would bring back the same command.
             first, last = json.loads(marker.input)["waits"]
             await turn.suspend(Suspend("unchanged", wake_at, watch=(first, last)))
             return
-    await _dispatch(turn, route, marker, now, None)
+        await _dispatch(turn, route, marker, now, None, updates=inbox, stood_due=made_due)
+        return
+    handlers = marker is not None and marker.input is not None and _handles_updates(marker)
+    inbox = await waiting_updates(rt, state.run.id) if made_due or handlers else []
+    await _dispatch(turn, route, marker, now, None, updates=inbox, stood_due=made_due)
+
+
+def _handles_updates(marker: Checkpoint) -> bool:
+    """Whether the body had update handlers registered where its last
+    applied decision left it."""
+    return bool(json.loads(marker.input or "{}").get("handlers"))
 
 
 def _due(rt: Runtime, marker: Checkpoint, now: float) -> ErrorInfo | float | bool | None:
@@ -197,14 +223,20 @@ def _command_seqs(command: Command) -> range:
     return range(command.seq, command.seq + count)
 
 
-def _waits(checkpoints: dict[int, Checkpoint], command: Command) -> str:
+def _waits(
+    checkpoints: dict[int, Checkpoint], command: Command, handlers: Sequence[str] = ()
+) -> str:
     """What an applied decision's body waits on, kept on the decision
-    checkpoint: the command's seqs and how many of them were settled."""
+    checkpoint: the command's seqs and how many of them were settled (and
+    the update handlers the body had registered, if any)."""
     seqs = _command_seqs(command)
     settled = sum(
         1 for seq in seqs if (cp := checkpoints.get(seq)) is not None and cp.status in _SETTLED
     )
-    return json.dumps({"waits": [seqs[0], seqs[-1]], "settled": settled})
+    waits: dict[str, Any] = {"waits": [seqs[0], seqs[-1]], "settled": settled}
+    if handlers:
+        waits["handlers"] = list(handlers)
+    return json.dumps(waits)
 
 
 def _unchanged(
@@ -343,6 +375,8 @@ async def _dispatch(
     *,
     compensate: bool = False,
     cleanup: bool = False,
+    updates: Inbox | None = None,
+    stood_due: bool = False,
 ) -> None:
     """Send the run's next decision task (once this turn's writes commit)
     and suspend the run until its decision comes back; with ``compensate``
@@ -402,6 +436,8 @@ async def _dispatch(
             tokens,
             compensate=compensate,
             cleanup=cleanup,
+            updates=updates,
+            stood_due=stood_due,
         ),
         dispatched_at=now,
         kind="decision",
@@ -433,6 +469,7 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
         return "failed", ErrorInfo(message=message, code="bad_decision")
     _keep_local(state.checkpoints, decision, state.put)
     write_emitted(Replay(rt, state), decision.stream)
+    write_decided(Replay(rt, state), decision)
     if decision.output is not None:
         return "completed", decision.output
     if decision.error is not None:
@@ -442,6 +479,7 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
     assert decision.next is not None
     command = decision.next
     replay = Replay(rt, state)
+    replay.handlers.skip_log()
     replay.seek(command.seq)
     failure: Exception | None = None
     try:

@@ -217,6 +217,12 @@ class DecisionRequest:
       created_at: When the run was created (what ``ctx.now()`` answers
         before the first operation, and part of ``ctx.random()``'s seed);
         0.0 from an engine that did not send it.
+      updates: The updates waiting in the run's inbox, in the order they
+        were accepted: ``(id, {"name", "args", "at"})``, for the body to
+        apply where it waits (see `_decision_updates`).
+      stood_due: Whether they were accepted while the run waited (it was
+        made due): then the body applies them where it stood, before the
+        operation it waited in returns, as in an engine's turn.
     """
 
     version: str
@@ -228,6 +234,8 @@ class DecisionRequest:
     compensate: bool = False
     cleanup: bool = False
     created_at: float = 0.0
+    updates: tuple[tuple[str, dict[str, Any]], ...] = ()
+    stood_due: bool = False
 
 
 def request_input(
@@ -237,8 +245,11 @@ def request_input(
     *,
     compensate: bool = False,
     cleanup: bool = False,
+    updates: list[tuple[str, dict[str, Any]]] | None = None,
+    stood_due: bool = False,
 ) -> str:
-    """A decision task's ``input``: ``run`` and its ``history``."""
+    """A decision task's ``input``: ``run`` and its ``history`` (and the
+    updates waiting in its inbox, if any)."""
     entries = [
         checkpoint_text(cp, **({"token": tokens[cp.seq]} if cp.seq in tokens else {}))
         for cp in history
@@ -254,6 +265,9 @@ def request_input(
     }
     if cleanup:
         body["cleanup"] = True
+    if updates:
+        body["updates"] = [[update_id, entry] for update_id, entry in updates]
+        body["stood_due"] = stood_due
     return json.dumps([body], separators=(",", ":"), allow_nan=False)
 
 
@@ -294,11 +308,31 @@ def read_request(run_id: str, input_json: str) -> DecisionRequest:
             compensate=data.get("compensate") is True,
             cleanup=data.get("cleanup") is True,
             created_at=_created_at(data.get("created_at", 0.0)),
+            updates=_inbox(data.get("updates", [])),
+            stood_due=data.get("stood_due") is True,
         )
     except WireError as exc:
         raise WireError(f"not a decision task: {exc}") from None
     except Exception as exc:
         raise WireError(f"not a decision task: {type(exc).__name__}: {exc}") from exc
+
+
+def _inbox(value: object) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The updates a request carries: ``[[id, {"name", "args", "at"}], ...]``."""
+    if not isinstance(value, list):
+        _reject("updates must be a list")
+    found: list[tuple[str, dict[str, Any]]] = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], dict):
+            _reject("an update must be [id, entry]")
+        update_id, entry = item
+        if not isinstance(update_id, str) or not update_id:
+            _reject("an update's id must be a non-empty string")
+        _str(entry, "name")
+        _json_text(entry.get("args"), "an update's args", array=True)
+        _number(entry, "at", optional=False)
+        found.append((update_id, entry))
+    return tuple(found)
 
 
 def _created_at(value: object) -> float:
@@ -501,6 +535,12 @@ class Decision:
         if the body called `Context.continue_as_new`.
       stream: The values the body emitted (`Context.emit`) past the
         stream's head the task carried: ``(offset, value as JSON text)``.
+      updates: The outcomes of the updates of the request it applied:
+        ``(id, outcome as JSON text)``, in order.
+      update_log: The run's update log after them (its JSON text), if a
+        handler ran.
+      update_handlers: The names of the update handlers the body had
+        registered where the decision ended.
     """
 
     version: str
@@ -511,15 +551,19 @@ class Decision:
     cancelled: bool = False
     continued: str | None = None
     stream: tuple[tuple[int, str], ...] = ()
+    updates: tuple[tuple[str, str], ...] = ()
+    update_log: str | None = None
+    update_handlers: tuple[str, ...] = ()
 
     @property
     def wire_version(self) -> int:
         """The envelope version of the result that carries it: 2 if it
-        continues the run as new, carries emitted values or its command is
-        newer (`Command.newer`), else 1, which engines of either version
-        read."""
+        continues the run as new, carries emitted values or applied
+        updates, or its command is newer (`Command.newer`), else 1, which
+        engines of either version read."""
         newer = self.next is not None and self.next.newer
-        return 2 if newer or self.continued is not None or self.stream else 1
+        applied = bool(self.updates) or self.update_log is not None
+        return 2 if newer or self.continued is not None or self.stream or applied else 1
 
     def encode(self) -> str:
         """As the JSON text of a `Result`'s output."""
@@ -537,6 +581,12 @@ class Decision:
             data["continued"] = self.continued
         if self.stream:
             data["stream"] = [[offset, value] for offset, value in self.stream]
+        if self.updates:
+            data["updates"] = [[update_id, outcome] for update_id, outcome in self.updates]
+        if self.update_log is not None:
+            data["update_log"] = self.update_log
+        if self.update_handlers:
+            data["update_handlers"] = list(self.update_handlers)
         if self.cancelled:
             data["cancelled"] = True
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
@@ -589,6 +639,13 @@ class Decision:
                     else _json_text(data["continued"], "continued", array=True)
                 ),
                 stream=_stream(data.get("stream", [])),
+                updates=_outcomes(data.get("updates", [])),
+                update_log=(
+                    None
+                    if data.get("update_log") is None
+                    else _json_text(data["update_log"], "update_log", array=True)
+                ),
+                update_handlers=_names(data.get("update_handlers", [])),
             )
         except WireError as exc:
             raise WireError(f"not a decision: {exc}") from None
@@ -610,6 +667,34 @@ def _stream(value: Any) -> tuple[tuple[int, str], ...]:
             _reject("a stream's offsets must follow one another")
         values.append((offset, _json_text(item[1], "a stream value")))
     return tuple(values)
+
+
+def _outcomes(value: Any) -> tuple[tuple[str, str], ...]:
+    """A decision's applied updates: ``[[id, outcome as JSON text], ...]``."""
+    if not isinstance(value, list):
+        _reject("updates must be a list")
+    found: list[tuple[str, str]] = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 2:
+            _reject("an applied update must be [id, outcome]")
+        update_id, outcome = item
+        if not isinstance(update_id, str) or not update_id:
+            _reject("an update's id must be a non-empty string")
+        parsed = _json(_json_text(outcome, "an update's outcome"), "an update's outcome")
+        if not isinstance(parsed, dict) or parsed.get("status") not in (
+            "completed",
+            "failed",
+            "rejected",
+        ):
+            _reject("an update's outcome must say completed, failed or rejected")
+        found.append((update_id, outcome))
+    return tuple(found)
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+        _reject("update_handlers must be a list of names")
+    return tuple(value)
 
 
 def history(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ._app import App
     from ._brokers._base import Broker
     from ._clock import Clock
+    from ._published import AskKind
     from ._records import Run
     from ._runs import Endings
     from ._stores._base import Store
@@ -46,8 +47,8 @@ class FrontCore:
         a client's `trio.ClosedResourceError`).
       traceback_limit: How much of a handler's traceback an error keeps.
       ask_query: Has the workers of a remote workflow whose body the app
-        lacks answer a query of its run (an engine's, see
-        `_remote_queries`; None for a client).
+        lacks answer a query of its run or validate an update (an
+        engine's, see `_remote_queries`; None for a client).
     """
 
     store: Store
@@ -63,7 +64,7 @@ class FrontCore:
     broker: Broker | None
     check_open: Callable[[], None]
     traceback_limit: int = DEFAULT_TRACEBACK_LIMIT
-    ask_query: Callable[[Run, str, list[Any]], Awaitable[str]] | None = None
+    ask_query: Callable[[Run, str, list[Any], AskKind], Awaitable[str]] | None = None
 
 
 class FrontPart:

@@ -43,7 +43,9 @@ class QueriesAndUpdates(FrontPart):
         The caller replays the run in its own process, up to where its
         history stands, writing nothing and running no step, and calls the
         handler the body registered by then. So any engine or client with
-        the app answers, whichever engine holds the run. A run that
+        the app answers, whichever engine holds the run. A remote
+        workflow's run whose body the app lacks is replayed by one of its
+        workers, which an engine asks (docs/remote-workflows.md). A run that
         continued as new is queried at its latest generation; an ended run
         answers from where it ended.
 
@@ -60,10 +62,11 @@ class QueriesAndUpdates(FrontPart):
           UnknownHandlerError: The body registered no query ``name`` by
             where the run stands.
           InvalidArgumentsError: ``args`` do not fit the handler.
-          QueryFailed: The handler raised.
+          QueryFailed: The handler raised, or no worker answered (code
+            ``no_answer``).
           NonDeterminismError: The run's history does not match the body.
-          UsageError: A client opened without the app, or the workflow's
-            body runs on workers (a remote workflow).
+          UsageError: A client whose app lacks the workflow's body (opened
+            without an app, or a remote workflow's run).
         """
         return await query_run(self._message_front(), run_id, name, args, namespace, type)
 
@@ -80,7 +83,8 @@ class QueriesAndUpdates(FrontPart):
         return its result.
 
         The caller replays the run where it stands and runs the update's
-        validator: a rejection raises and writes nothing. Accepted, the
+        validator (for a remote workflow's run whose body the app lacks, a
+        worker does): a rejection raises and writes nothing. Accepted, the
         update is stored and the run woken (made due in the store, so an
         engine that opens later takes it too); its next turn, on whichever
         engine takes it, applies it where the body waits, before the
@@ -111,8 +115,9 @@ class QueriesAndUpdates(FrontPart):
             or, if the run's state changed before its turn, it is recorded
             as rejected).
           UpdateFailed: The handler raised in the run's turn.
-          UsageError: ``update_id`` is malformed, a client was opened
-            without the app, or the workflow's body runs on workers.
+          UsageError: ``update_id`` is malformed, or a client's app lacks
+            the workflow's body (opened without an app, or a remote
+            workflow's run).
           EngineClosedError: The engine closed while the call waited (a
             client's: `trio.ClosedResourceError`); send it again with the
             same ``update_id`` elsewhere for its outcome.

@@ -162,6 +162,12 @@ class Handlers:
         if self._waiting is not None and seq >= self._waiting[0]:
             self._waiting[1](seq)
 
+    def skip_log(self) -> None:
+        """Apply none of the logged updates again: the replay carries out a
+        remote workflow's command on the engine, which holds no body (its
+        worker applied them)."""
+        self._applied = len(self.log)
+
     def apply_waiting(self, stood: int, apply: Callable[[int], None]) -> None:
         """Have ``apply`` called with each seq the body takes from ``stood``
         on (the operation where the run stood when its turn began), before

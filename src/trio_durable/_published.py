@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import attrs
 import trio
@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from ._replay import Replay, TurnState
     from ._runs import Ending, Endings
     from ._stores._base import Store
+
+AskKind = Literal["query", "update"]
+"""What a front end asks a remote workflow's workers: to answer a query, or
+to validate an update."""
 
 EVENT_SCOPE: Final = "run-event:"
 """The scope of a run's published values is this followed by its id."""
@@ -146,8 +150,9 @@ class Front:
       woke: Called with the run once those writes committed.
       traceback_limit: How much of a handler's traceback an error keeps.
       ask: Has a remote workflow's workers answer a query of its run (its
-        name and plain arguments), where the app lacks the body: the
-        answer as JSON text (an engine's; None for a client).
+        name and plain arguments), or validate an update, where the app
+        lacks the body: the answer as JSON text (an engine's; None for a
+        client).
     """
 
     store: Store
@@ -160,7 +165,7 @@ class Front:
     wake_ops: Callable[[Sequence[Run]], Sequence[Op]]
     woke: Callable[[Run], None]
     traceback_limit: int = 8192
-    ask: Callable[[Run, str, list[Any]], Awaitable[str]] | None = None
+    ask: Callable[[Run, str, list[Any], AskKind], Awaitable[str]] | None = None
 
 
 async def current_run(front: Front, run_id: str, namespace: str | None) -> Run:

@@ -100,8 +100,8 @@ def body_of(app: App | None, run: Run, *, remote: bool = False) -> Workflow[...,
         return wf
     if wf is None or wf.remote:
         raise UsageError(
-            f"workflow {run.workflow!r} is decided on workers: its runs take no updates, and"
-            " queries only where the app holds its body"
+            f"workflow {run.workflow!r} is decided on workers: an engine asks them its"
+            " runs' queries and updates, a client only where its app holds the body"
         )
     return wf
 
@@ -170,7 +170,7 @@ async def query_run(
     run = await current_run(front, run_id, namespace)
     if front.ask is not None and not holds_body(front.app, run):
         # A remote workflow whose body only its workers hold: they answer.
-        return _serde.loads(await front.ask(run, name, values), type_)
+        return _serde.loads(await front.ask(run, name, values, "query"), type_)
     replay = await replay_now(front, run, remote=True)
     return _serde.loads(answer(replay, run, name, values), type_)
 

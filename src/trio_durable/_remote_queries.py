@@ -30,12 +30,15 @@ from ._exceptions import (
     QueryFailed,
     UnknownHandlerError,
     UnknownWorkflowError,
+    UpdateRejected,
     UsageError,
 )
 from ._executions import new_execution
 from ._payload import task_message
+from ._published import AskKind
 from ._read_replay import answer, replay_history
 from ._records import DECISION_SEQ, Run
+from ._updates import validate_update
 from ._wire import Result, Task, WireError
 
 if TYPE_CHECKING:
@@ -80,27 +83,40 @@ class QueryAnswers:
         return True
 
 
-def query_input(run: Run, checkpoints: list[Any], name: str, args: list[Any]) -> str:
+def query_input(
+    run: Run, checkpoints: list[Any], name: str, args: list[Any], kind: AskKind = "query"
+) -> str:
     """A query task's input: the run and its history as a decision task
-    carries them (`request_input`), and the query's name and arguments."""
+    carries them (`request_input`), and the query's (or the update's to
+    validate) name and arguments."""
     [request] = json.loads(request_input(run, history(checkpoints), {}))
     request["query"] = {"name": name, "args": args}
+    if kind == "update":
+        request["query"]["update"] = True
     return json.dumps([request], separators=(",", ":"), allow_nan=False)
 
 
 async def ask_workers(
-    rt: Runtime, run: Run, route: str, name: str, args: list[Any], patience: float = QUERY_PATIENCE
+    rt: Runtime,
+    run: Run,
+    route: str,
+    name: str,
+    args: list[Any],
+    kind: AskKind = "query",
+    patience: float = QUERY_PATIENCE,
 ) -> str:
-    """Have a worker of ``route`` answer the query ``name`` of ``run``; its
-    answer as JSON text.
+    """Have a worker of ``route`` answer the query ``name`` of ``run``, or
+    validate its update ``name`` (the answer is then null); its answer as
+    JSON text.
 
     Raises:
-      UnknownHandlerError: The body registered no such query where the run
-        stands.
+      UnknownHandlerError: The body registered no such handler where the
+        run stands.
       InvalidArgumentsError: ``args`` do not fit the handler.
+      UpdateRejected: The update's validator refused it.
       NonDeterminismError: The history does not match the workers' body.
-      QueryFailed: The handler raised, or no worker answered within
-        ``patience`` seconds (code ``no_answer``).
+      QueryFailed: The query's handler raised, or no worker answered
+        within ``patience`` seconds (code ``no_answer``).
     """
     checkpoints = await rt.store.get_checkpoints(run.id)
     execution = new_execution(rt.rng)
@@ -111,7 +127,7 @@ async def ask_workers(
         step=run.workflow,
         workflow=run.workflow,
         route=route,
-        input=query_input(run, checkpoints, name, args),
+        input=query_input(run, checkpoints, name, args, kind),
         reply_to=rt.results_queue,
         kind="query",
         execution=execution,
@@ -138,6 +154,10 @@ async def ask_workers(
     if answer.status == "completed":
         return answer.output or "null"
     message_text = answer.error or "the query failed"
+    if answer.error_type == "UpdateRejected":
+        raise UpdateRejected(run.id, name, message_text, answer.code, answer.details)
+    if answer.error_type == "QueryFailed":
+        raise QueryFailed(run.id, name, message_text, answer.code, answer.details)
     if answer.code == "unknown_handler":
         raise UnknownHandlerError(message_text)
     if answer.code == "invalid_arguments":
@@ -147,18 +167,18 @@ async def ask_workers(
     raise QueryFailed(run.id, name, message_text, answer.code, answer.details)
 
 
-def engine_asker(rt: Runtime) -> Callable[[Run, str, list[Any]], Awaitable[str]]:
+def engine_asker(rt: Runtime) -> Callable[[Run, str, list[Any], AskKind], Awaitable[str]]:
     """What an engine's queries call for a run whose body only workers
     hold: the workers of the route its decisions take answer."""
 
-    async def ask(run: Run, name: str, args: list[Any]) -> str:
+    async def ask(run: Run, name: str, args: list[Any], kind: AskKind) -> str:
         route = await decision_route(rt, run)
         if route is None:
             raise UsageError(
                 f"workflow {run.workflow!r} is not registered here and no live worker"
-                " announces it: nothing can answer the query"
+                f" announces it: nothing can answer the {kind}"
             )
-        return await ask_workers(rt, run, route, name, args)
+        return await ask_workers(rt, run, route, name, args, kind)
 
     return ask
 
@@ -174,7 +194,7 @@ async def answer_query(app: App, task: Task, *, clock: Clock, traceback_limit: i
       NonDeterminismError: As for a query answered in the caller.
     """
     request = read_request(task.run_id, task.input)
-    name, args = _query_of(task.input)
+    name, args, update = _query_of(task.input)
     wf = pick_workflow(app, task.step, request.version)
     run = Run(
         id=task.run_id,
@@ -188,11 +208,15 @@ async def answer_query(app: App, task: Task, *, clock: Clock, traceback_limit: i
     replay = await replay_history(
         app, clock, traceback_limit, wf, run, request.checkpoints.values()
     )
+    if update:
+        validate_update(replay, run, name, args)
+        return "null"
     return answer(replay, run, name, args)
 
 
-def _query_of(input_json: str) -> tuple[str, list[Any]]:
-    """The query's name and arguments in a query task's input.
+def _query_of(input_json: str) -> tuple[str, list[Any], bool]:
+    """The query's name and arguments in a query task's input, and whether
+    it asks to validate an update of that name instead.
 
     Raises:
       WireError: It holds none.
@@ -204,7 +228,7 @@ def _query_of(input_json: str) -> tuple[str, list[Any]]:
         raise WireError("not a query task: its input holds no query") from None
     if not isinstance(name, str) or not name or not isinstance(args, list):
         raise WireError("not a query task: a query is a name and a list of arguments")
-    return name, args
+    return name, args, query.get("update") is True
 
 
 def query_failure_code(exc: Exception) -> str | None:
@@ -216,7 +240,7 @@ def query_failure_code(exc: Exception) -> str | None:
         return "invalid_arguments"
     if isinstance(exc, NonDeterminismError):
         return "non_determinism"
-    if isinstance(exc, QueryFailed):
+    if isinstance(exc, QueryFailed | UpdateRejected):
         return exc.code
     if isinstance(exc, UnknownWorkflowError):
         return "unknown_workflow"

@@ -20,7 +20,7 @@ announces writes (see `_published`).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _serde
@@ -37,7 +37,7 @@ from ._index_text import refuse_nul
 from ._markers import BODY_SEQ_LIMIT, is_patch_marker
 from ._options import check_id
 from ._published import Front, current_run, notify_values, wait_until
-from ._read_replay import replay_now
+from ._read_replay import holds_body, replay_now
 from ._records import TERMINAL_STATUSES
 from ._stores._base import WriteConflict
 from ._stores._ops import Op, PutValue, UpdateRun
@@ -81,15 +81,35 @@ async def take_waiting_updates(turn: Turn, replay: Replay, now: float) -> set[st
     nothing more. Nor does the turn of a run that never took an operation,
     which stood nowhere yet: its updates are applied where its body first
     waits."""
-    applied: set[str] = set()
-    run, handlers = turn.state.run, replay.handlers
+    run = turn.state.run
     if run.wake_at is None or run.wake_at > now:
-        return applied
-    stood = _stood_at(turn.state.checkpoints, handlers)
-    if stood == 0:
-        return applied
-    inbox = await _read_inbox(turn.runtime.store, update_scope(turn.state.run.id))
-    if not inbox:
+        return set()
+    if _stood_at(turn.state.checkpoints, replay.handlers) == 0:
+        return set()
+    inbox = await read_inbox(turn.runtime.store, update_scope(turn.state.run.id))
+    return apply_on_the_way(
+        replay,
+        inbox,
+        lambda handler, update_id, entry, seq: _apply_one(
+            turn, replay, handler, update_id, entry, seq
+        ),
+    )
+
+
+Apply = Callable[[UpdateHandler, str, dict[str, Any], int], None]
+"""Applies one update of the inbox (its handler, id and entry) at a seq."""
+
+
+def apply_on_the_way(
+    replay: Replay, inbox: list[tuple[str, dict[str, Any]]], apply_one: Apply
+) -> set[str]:
+    """Have the body apply ``inbox``'s updates whose handlers it registered
+    where the run stood (see `take_waiting_updates`), each by ``apply_one``;
+    the ids of those it applies, filled in as the body goes."""
+    applied: set[str] = set()
+    handlers = replay.handlers
+    stood = _stood_at(replay.turn.checkpoints, handlers)
+    if stood == 0 or not inbox:
         return applied
 
     def apply(seq: int) -> None:
@@ -99,7 +119,7 @@ async def take_waiting_updates(turn: Turn, replay: Replay, now: float) -> set[st
             handler = handlers.updates.get(entry["name"])
             if handler is not None:
                 applied.add(update_id)
-                _apply_one(turn, replay, handler, update_id, entry, seq)
+                apply_one(handler, update_id, entry, seq)
 
     handlers.apply_waiting(stood, apply)
     return applied
@@ -129,10 +149,32 @@ async def apply_updates(
     registered, where it suspended (or after it completed), adding their
     writes to the turn's; but ``applied``, which the body applied on its
     way (`take_waiting_updates`)."""
-    handlers = replay.handlers
-    if not handlers.updates:
+    if not replay.handlers.updates:
         return
-    inbox = await _read_inbox(turn.runtime.store, update_scope(turn.state.run.id))
+    inbox = await read_inbox(turn.runtime.store, update_scope(turn.state.run.id))
+    apply_where_it_waits(
+        replay,
+        inbox,
+        lambda handler, update_id, entry, seq: _apply_one(
+            turn, replay, handler, update_id, entry, seq
+        ),
+        completed=completed,
+        applied=applied,
+    )
+
+
+def apply_where_it_waits(
+    replay: Replay,
+    inbox: list[tuple[str, dict[str, Any]]],
+    apply_one: Apply,
+    *,
+    completed: bool,
+    applied: Collection[str] = (),
+) -> None:
+    """Apply ``inbox``'s updates whose handlers the body registered, where
+    it suspended (or after it completed), each by ``apply_one``; but
+    ``applied``, which the body applied on its way."""
+    handlers = replay.handlers
     position = replay.peek() if completed else handlers.position
     for update_id, entry in inbox:
         handler = handlers.updates.get(entry["name"])
@@ -140,7 +182,7 @@ async def apply_updates(
             continue  # The body applied it on its way; its removal is not written yet.
         if handler is None:
             continue  # Not registered here yet: it waits in the inbox.
-        _apply_one(turn, replay, handler, update_id, entry, position)
+        apply_one(handler, update_id, entry, position)
 
 
 def _apply_one(
@@ -153,19 +195,43 @@ def _apply_one(
 ) -> None:
     """Apply an update of the inbox at ``position``, adding its writes (its
     log entry, its outcome, its inbox entry's removal) to the turn's."""
-    rt, state, handlers = turn.runtime, turn.state, replay.handlers
-    run = state.run
-    scope = update_scope(run.id)
-    now = rt.clock.now()
-    outcome, ran = _apply(handlers, handler, entry, rt.options.traceback_limit)
+    limit = turn.runtime.options.traceback_limit
+    outcome = apply_update(replay, handler, update_id, entry, position, limit)
+    write_outcome(replay, update_id, outcome)
+
+
+def apply_update(
+    replay: Replay,
+    handler: UpdateHandler,
+    update_id: str,
+    entry: dict[str, Any],
+    position: int,
+    traceback_limit: int,
+) -> dict[str, Any]:
+    """Validate and run an update at ``position``, logging it in the run's
+    update log (the log's checkpoint put in the replay's turn) if its
+    handler ran; its outcome."""
+    handlers = replay.handlers
+    outcome, ran = _apply(handlers, handler, entry, traceback_limit)
     if ran is not None:
-        state.put(
+        replay.turn.put(
             handlers.append(
                 LoggedUpdate(
                     id=update_id, name=entry["name"], args=entry["args"], at=position, ok=ran
                 )
             )
         )
+    return outcome
+
+
+def write_outcome(replay: Replay, update_id: str, outcome: dict[str, Any]) -> None:
+    """Add the writes of an applied update's outcome to the turn: its
+    record, and its inbox entry's removal; the callers waiting are told
+    once the turn commits."""
+    rt, state = replay.runtime, replay.turn
+    run = state.run
+    scope = update_scope(run.id)
+    now = rt.clock.now()
     state.ops.append(PutValue(scope, f"{INBOX}{update_id}", None, now))
     state.ops.append(
         PutValue(
@@ -202,7 +268,7 @@ def _error(exc: BaseException, traceback_limit: int) -> dict[str, Any]:
     return {"message": info.message, "code": info.code, "details": info.details}
 
 
-async def _read_inbox(store: Store, scope: str) -> list[tuple[str, dict[str, Any]]]:
+async def read_inbox(store: Store, scope: str) -> list[tuple[str, dict[str, Any]]]:
     """The updates waiting in an inbox, in the order they were accepted."""
     found: list[tuple[str, dict[str, Any]]] = []
     after: str | None = None
@@ -250,20 +316,12 @@ async def update_run(
         return await _outcome(front, run.id, update_id, type_)
     if run.status in TERMINAL_STATUSES:
         raise InvalidRunStateError(f"run {run.id!r} is {run.status}; it takes no updates")
-    replay = await replay_now(front, run)
-    handler = replay.handlers.updates.get(name)
-    if handler is None:
-        raise UnknownHandlerError(
-            f"run {run.id!r} has no update handler {name!r} where it stands"
-            f" (it has: {', '.join(sorted(replay.handlers.updates)) or 'none'})"
-        )
-    check_arguments(handler.fn, values, f"update {name!r}")
-    if handler.validator is not None:
-        try:
-            replay.handlers.call(handler.validator, values)
-        except Exception as exc:
-            info = error_info(exc)
-            raise UpdateRejected(run.id, name, info.message, info.code, info.details) from exc
+    if front.ask is not None and not holds_body(front.app, run):
+        # A remote workflow whose body only its workers hold: one of them
+        # replays the run and validates the update.
+        await front.ask(run, name, values, "update")
+    else:
+        validate_update(await replay_now(front, run), run, name, values)
     if update_id is None:
         update_id = front.new_id()
     now = front.clock.now()
@@ -294,6 +352,30 @@ async def update_run(
     else:
         front.woke(run)
     return await _outcome(front, run.id, update_id, type_)
+
+
+def validate_update(replay: Replay, run: Run, name: str, values: list[Any]) -> None:
+    """Check an update against the run replayed where it stands: its
+    handler is registered, ``values`` fit it, its validator accepts them.
+
+    Raises:
+      UnknownHandlerError: The body registered no update handler ``name``.
+      InvalidArgumentsError: ``values`` do not fit the handler.
+      UpdateRejected: The validator raised.
+    """
+    handler = replay.handlers.updates.get(name)
+    if handler is None:
+        raise UnknownHandlerError(
+            f"run {run.id!r} has no update handler {name!r} where it stands"
+            f" (it has: {', '.join(sorted(replay.handlers.updates)) or 'none'})"
+        )
+    check_arguments(handler.fn, values, f"update {name!r}")
+    if handler.validator is not None:
+        try:
+            replay.handlers.call(handler.validator, values)
+        except Exception as exc:
+            info = error_info(exc)
+            raise UpdateRejected(run.id, name, info.message, info.code, info.details) from exc
 
 
 def _wake_ops(front: Front, run: Run) -> list[Op]:

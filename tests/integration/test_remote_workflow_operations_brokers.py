@@ -3,7 +3,8 @@
 one body signals a run, publishes an event, emits, sets search attributes,
 starts a child cancelled with it, calls an entity, sends a step with a
 dedup key and continues as new; its decisions travel in envelope version 2.
-A child of it, whose body only the worker holds, answers a query there.
+A child of it, whose body only the worker holds, answers queries and takes
+an update there.
 Each run is in a namespace of its own on the shared server."""
 
 from __future__ import annotations
@@ -44,9 +45,16 @@ workers.entity("tally")(Tally)
 
 @workers.workflow(group="deciders")
 async def idle(ctx: td.Context) -> None:
+    notes: list[str] = []
+
     @ctx.query("me")
     def me() -> str:
-        return f"{ctx.workflow} {ctx.run_id}"
+        return f"{ctx.workflow} {ctx.run_id} {notes}"
+
+    @ctx.update("note")
+    def note(text: str) -> int:
+        notes.append(text)
+        return len(notes)
 
     await ctx.wait_signal("never")
 
@@ -110,4 +118,8 @@ async def test_every_operation_in_a_remote_body_over_a_real_broker(
         assert kids == {f"{ns}.e.child.4": "suspended", f"{ns}.e.gen.2.child.4": "suspended"}
         # The engine's app lacks the body: a worker answers its queries.
         with trio.fail_after(PATIENCE):
-            assert await engine.query(f"{ns}.e.child.4", "me") == f"idle {ns}.e.child.4"
+            kid = f"{ns}.e.child.4"
+            assert await engine.query(kid, "me") == f"idle {kid} []"
+            # And takes updates, which a worker validates and applies.
+            assert await engine.update(kid, "note", "hi") == 1
+            assert await engine.query(kid, "me") == f"idle {kid} ['hi']"
