@@ -41,8 +41,9 @@ from ._cancellation import CancelDelivery, recorded_delivery
 from ._clock import Clock
 from ._context import Context
 from ._decider import Decider
+from ._decision_commands import Command
 from ._decision_updates import WorkerUpdates
-from ._decision_wire import Command, Decision, read_request
+from ._decision_wire import Decision, read_request
 from ._exceptions import Cancelled, NonDeterminismError, UnknownWorkflowError, UsageError
 from ._failures import error_info
 from ._learned import Learned

@@ -16,7 +16,8 @@ import attrs
 
 from . import _serde
 from ._app import App, Step, Workflow
-from ._decision_wire import Command, DecisionRequest
+from ._decision_commands import Command
+from ._decision_wire import DecisionRequest
 from ._exceptions import Cancelled, NonDeterminismError
 from ._records import LATEST_VERSION, CheckpointKind
 from ._replay import Replay, Suspend
