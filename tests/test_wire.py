@@ -46,6 +46,7 @@ from hostile import (
 from prometheus_samples import sample
 from trio_durable import _serde
 from trio_durable._brokers._base import RESULTS, Outgoing, is_broker_safe
+from trio_durable._nesting import MAX_NESTING
 from trio_durable._stores import open_store
 from trio_durable._stores._ops import SettleCheckpoint
 from trio_durable._wire import (
@@ -272,7 +273,7 @@ def test_a_message_nested_a_thousand_levels_in_two_kilobytes_is_rejected() -> No
 
 
 def test_payloads_nest_up_to_the_limit() -> None:
-    limit = _serde.MAX_NESTING
+    limit = MAX_NESTING
     at_limit = with_raw(valid_result(), output=nested(limit), details=nested(limit))
     assert Result.decode(at_limit).output == nested(limit)
     over = with_raw(valid_result(), output=nested(limit + 1))

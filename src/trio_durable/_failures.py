@@ -12,8 +12,8 @@ import json
 import traceback as _traceback
 from typing import Any
 
-from . import _serde
 from ._exceptions import FatalError, RemoteStepError, RunFailed, StepFailed
+from ._nesting import nesting_exceeds
 from ._records import Checkpoint, ErrorInfo, bound_traceback
 
 
@@ -45,7 +45,7 @@ def json_details(details: Any) -> Any:
     finite numbers only, not nested too deeply), else its ``repr``."""
     try:
         text = json.dumps(details, allow_nan=False)
-        if not _serde.nesting_exceeds(details, text):
+        if not nesting_exceeds(details, text):
             return details
     except (TypeError, ValueError, RecursionError):
         pass

@@ -20,6 +20,7 @@ import attrs
 import cattrs
 
 from ._exceptions import InvalidArgumentsError, SerializationError
+from ._nesting import MAX_NESTING, nesting_exceeds
 
 if TYPE_CHECKING:
     from ._app import Step, Workflow
@@ -86,45 +87,6 @@ _ACCEPTS: Final[dict[Any, Callable[[Any], bool]]] = {
     float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
 }
 """What ``checker`` accepts for a parameter of these types (see `checker`)."""
-
-MAX_NESTING: Final = 200
-"""How deeply lists and objects may nest in a payload.
-
-Far deeper than real payloads go, and far below the depth at which Python's
-own `json` runs out of stack: a payload that was accepted once can always be
-parsed and written again, on any thread, at any depth of the call stack. The
-wire decoders (`trio_durable._wire`) hold received messages to the same
-limit, so what an engine or worker sends is always what the other accepts.
-"""
-
-
-def nesting_exceeds(plain: Any, text: str | bytes, limit: int = MAX_NESTING) -> bool:
-    """Whether the parsed JSON value ``plain`` (whose JSON text is ``text``)
-    nests lists and objects more than ``limit`` levels deep."""
-    # Fewer brackets than the limit in all of the text: no walk needed,
-    # which is the case for nearly every payload.
-    if isinstance(text, str):
-        brackets = text.count("[") + text.count("{")
-    else:
-        brackets = text.count(b"[") + text.count(b"{")
-    if brackets <= limit:
-        return False
-    # Iterative, so that a deep value cannot exhaust the stack here either.
-    stack: list[tuple[Any, int]] = [(plain, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict):
-            children: Any = value.values()
-        elif isinstance(value, list | tuple):
-            children = value
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend(
-            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
-        )
-    return False
 
 
 def dumps(value: Any) -> str:

@@ -25,7 +25,7 @@ import attrs
 from ._blobs import is_reference_value
 from ._brokers._base import RESULTS, is_broker_safe
 from ._exceptions import TrioDurableError
-from ._serde import MAX_NESTING, nesting_exceeds
+from ._nesting import MAX_NESTING, nesting_exceeds
 
 WIRE_VERSION: Final = 2
 """The newest envelope version this code reads. It writes version 1, which
