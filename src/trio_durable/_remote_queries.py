@@ -8,19 +8,20 @@ the query (envelope version 2: a worker of the release before refuses it,
 naming both versions). A worker replays the body read-only, as the caller
 would, calls the handler and answers with a result of kind ``query`` on the
 engine's results queue; the result consumer hands it to the caller waiting
-for that execution id (`QueryAnswers`) and writes nothing. A query is read
-only: lost, it is asked again by the caller, never by the engine.
+for that execution id (`QueryAnswers`) and writes nothing. A query is
+never sent again: one lost (or refused by the broker) fails, and the caller
+may ask again.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
 
+from ._brokers._base import BrokerError
 from ._decide import pick_workflow
 from ._decision_turn import decision_route
 from ._decision_wire import history, read_request, request_input
@@ -52,6 +53,9 @@ raises `QueryFailed` of code ``no_answer``."""
 
 NO_ANSWER: Final = "no_answer"
 """The code of a query no worker answered in time."""
+
+BROKER_REFUSED: Final = "broker_unavailable"
+"""The code of a query whose task the broker refused."""
 
 
 @final
@@ -115,8 +119,9 @@ async def ask_workers(
       InvalidArgumentsError: ``args`` do not fit the handler.
       UpdateRejected: The update's validator refused it.
       NonDeterminismError: The history does not match the workers' body.
-      QueryFailed: The query's handler raised, or no worker answered
-        within ``patience`` seconds (code ``no_answer``).
+      QueryFailed: The query's handler raised, no worker answered within
+        ``patience`` seconds (code ``no_answer``), or the broker refused
+        the task (code ``broker_unavailable``).
     """
     checkpoints = await rt.store.get_checkpoints(run.id)
     execution = new_execution(rt.rng)
@@ -137,8 +142,13 @@ async def ask_workers(
     event, answers = rt.query_answers.expect(execution)
     try:
         if message is not None:
-            await rt.broker.dispatch([message])
-        with trio.move_on_after(patience if math.isfinite(patience) else math.inf):
+            try:
+                await rt.broker.dispatch([message])
+            except BrokerError as exc:
+                raise QueryFailed(
+                    run.id, name, f"the broker refused the {kind}: {exc}", BROKER_REFUSED, None
+                ) from exc
+        with trio.move_on_after(patience):
             await event.wait()
     finally:
         rt.query_answers.forget(execution)
