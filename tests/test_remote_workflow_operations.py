@@ -411,6 +411,30 @@ async def test_a_remote_run_takes_updates_applied_by_its_workers(
         assert await engine.result("a") == 120
 
 
+async def test_a_query_the_broker_refuses_fails_with_a_clear_code(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broker = td.MemoryBroker()
+    async with (
+        td.open_engine(service, broker=broker, seed=0, wall_clock=fixed_wall) as engine,
+        td.open_worker(workers, broker=broker, groups=["deciders", "steps"]),
+    ):
+        await engine.start("answering", run_id="q")
+        await trio.sleep(1)
+        dispatch = broker.dispatch
+
+        async def refuse(messages: Sequence[Outgoing]) -> None:
+            raise td.BrokerError("the broker is away")
+
+        broker.dispatch = refuse  # type: ignore[method-assign]
+        with pytest.raises(td.QueryFailed) as failed:
+            await engine.query("q", "seen")
+        assert failed.value.code == "broker_unavailable"
+        assert "the broker is away" in failed.value.message
+        broker.dispatch = dispatch  # type: ignore[method-assign]
+        assert await engine.query("q", "seen") == 0
+
+
 async def test_only_decisions_that_need_it_go_out_in_envelope_version_2(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
