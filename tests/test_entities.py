@@ -519,6 +519,7 @@ async def thousand_calls(
     engine ended."""
     returned: list[int] = []
     ended: dict[str, int] = {}
+    all_ended = trio.Event()
     async with (
         open_test_engine(app, store=stores[0], engine_id="a", seed=1, **options) as a,
         open_test_engine(app, store=stores[1], engine_id="b", seed=2, **options) as b,
@@ -530,6 +531,8 @@ async def thousand_calls(
                 async for event in events:
                     if event.kind == "run.completed" and event.workflow == "entity:counter":
                         ended[engine.engine_id] = ended.get(engine.engine_id, 0) + 1
+                        if sum(ended.values()) == calls:
+                            all_ended.set()
 
         async def call(engine: td.Engine) -> None:
             returned.append(await engine.entity("counter", "k").add(1))
@@ -540,6 +543,11 @@ async def thousand_calls(
             async with trio.open_nursery() as nursery:
                 for n in range(calls):
                     nursery.start_soon(call, a if n % 2 == 0 else b)
+            # A caller may learn of its call's end (through the store) before
+            # the engine that ended the run has emitted its event: wait for
+            # every event rather than stop listening at the last return.
+            with trio.move_on_after(60):
+                await all_ended.wait()
             watchers.cancel_scope.cancel()
         assert await a.entity("counter", "k").get() == calls
         assert await b.entity("counter", "k").get() == calls

@@ -415,8 +415,11 @@ async def _connect(options: NatsOptions) -> tuple[NatsClient, JetStreamContext]:
 
     async def error_cb(exc: Exception) -> None:
         # Each failed attempt while reconnecting reports here too: one line
-        # per reconnect_wait is noise once the outage was logged.
-        level = logging.DEBUG if nc.is_reconnecting else logging.WARNING
+        # per reconnect_wait is noise once the outage was logged. A failed
+        # first connect raises `BrokerUnavailable` saying the same (this
+        # callback may run after it was reported, as the last line printed).
+        quiet = nc.is_reconnecting or not nc.is_connected
+        level = logging.DEBUG if quiet else logging.WARNING
         logger.log(
             level,
             "NATS connection error: %s",
