@@ -127,7 +127,10 @@ def assert_nothing_refused(driver: WebDriver) -> None:
 
 
 def text_waiter(driver: WebDriver) -> Callable[[str, str], None]:
-    """Waits until an element matching a CSS selector shows a text."""
+    """Waits until an element matching a CSS selector shows a text. The page
+    refreshes itself, so an element found may be replaced before its text is
+    read: such a look is taken again."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -135,7 +138,8 @@ def text_waiter(driver: WebDriver) -> Callable[[str, str], None]:
         def shown(d: WebDriver) -> bool:
             return any(text in e.text for e in d.find_elements(By.CSS_SELECTOR, css))
 
-        WebDriverWait(driver, WAIT).until(shown, f"{css!r} never showed {text!r}")
+        wait = WebDriverWait(driver, WAIT, ignored_exceptions=(StaleElementReferenceException,))
+        wait.until(shown, f"{css!r} never showed {text!r}")
 
     return wait_for_text
 
