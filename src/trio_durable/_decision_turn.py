@@ -113,9 +113,12 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
     """Take a remote workflow's run on from where its decision stands."""
     rt, state = turn.runtime, turn.state
     # Made due: an update may have been accepted while it waited (see
-    # `_decision_updates`).
+    # `_decision_updates`). Only a body with update handlers registered
+    # where it waits can have one (the caller's validation replayed it
+    # there), so only its inbox is read.
     made_due = state.run.wake_at is not None and state.run.wake_at <= now
     marker = state.checkpoints.get(DECISION_SEQ)
+    handlers = marker is None or _handles_updates(marker)
     if marker is not None and marker.status == "pending":
         due = _due(rt, marker, now)
         if not isinstance(due, ErrorInfo) and due is not True:
@@ -151,6 +154,7 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
             await turn.end("failed", error=ErrorInfo(message=str(exc), code="bad_decision"))
             return
         kind, value = await _apply(turn, decision)
+        handlers = bool(decision.update_handlers)
         if kind == "suspended":
             assert decision.next is not None
             waits = _waits(state.checkpoints, decision.next, decision.update_handlers)
@@ -176,7 +180,7 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
             return
     elif marker is not None and marker.input is not None:
         wake_at = _unchanged(rt, state.checkpoints, marker.input, now)
-        inbox = await waiting_updates(rt, state.run.id) if made_due else []
+        inbox = await waiting_updates(rt, state.run.id) if made_due and handlers else []
         if wake_at is not False and not inbox:
             # Woken, but nothing the body waits on moved (and no update
             # came): asking a worker again would bring back the same command.
@@ -185,15 +189,17 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
             return
         await _dispatch(turn, route, marker, now, None, updates=inbox, stood_due=made_due)
         return
-    handlers = marker is not None and marker.input is not None and _handles_updates(marker)
-    inbox = await waiting_updates(rt, state.run.id) if made_due or handlers else []
+    inbox = await waiting_updates(rt, state.run.id) if made_due and handlers else []
     await _dispatch(turn, route, marker, now, None, updates=inbox, stood_due=made_due)
 
 
 def _handles_updates(marker: Checkpoint) -> bool:
     """Whether the body had update handlers registered where its last
-    applied decision left it."""
-    return bool(json.loads(marker.input or "{}").get("handlers"))
+    applied decision left it (it says so in the input an applied decision
+    leaves on the checkpoint)."""
+    if marker.status != "completed" or marker.input is None:
+        return False
+    return bool(json.loads(marker.input).get("handlers"))
 
 
 def _due(rt: Runtime, marker: Checkpoint, now: float) -> ErrorInfo | float | bool | None:
