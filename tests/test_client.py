@@ -65,6 +65,23 @@ async def test_client_starts_by_name_without_app(autojump_clock: trio.abc.Clock)
         assert (await client.get("v")).version == "2"
 
 
+async def test_a_run_cancelled_before_it_ran_ends_as_the_version_it_would_have_run(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = td.MemoryStore()
+    async with td.open_client(store, wall_clock=fixed_wall) as client:
+        # Started by name and cancelled while no engine runs: pending, with
+        # no version yet.
+        await client.start("versioned", run_id="early")
+        await client.cancel("early")
+        assert (await client.get("early")).version == ""
+    async with td.open_engine(app, store=store, seed=1, wall_clock=fixed_wall) as engine:
+        with pytest.raises(td.RunCancelled):
+            await engine.result("early")
+        ended = await engine.get("early")
+        assert (ended.status, ended.version) == ("cancelled", "2")
+
+
 async def test_client_with_app_checks_and_types(autojump_clock: trio.abc.Clock) -> None:
     store = td.MemoryStore()
     async with (

@@ -110,6 +110,9 @@ class Turn:
             run = state.run = attrs.evolve(run, status="cancelling")
         run = lifecycle.check_deadline(self, now)
         if run.status == "cancelling":
+            # Cancelled before it ever ran here, it still ends as the version
+            # it would have run (its history and views name it).
+            run = self._pin_version(run)
             if await deliver_cancel(self, slot, self._renew_lease):
                 return
             route = await decision_route(rt, run)
@@ -123,15 +126,7 @@ class Turn:
             return
         if not await admit(self, now):
             return
-        if run.version == LATEST_VERSION and any(
-            wf.name == run.workflow for wf in rt.app.workflows
-        ):
-            # Started by name where no app told the version: it runs the one
-            # registered last here, written with this turn's writes so that
-            # every later turn, here or elsewhere, replays the same one.
-            version = rt.app.get_workflow(run.workflow).version
-            run = state.run = attrs.evolve(run, version=version)
-            state.ops.append(UpdateRun(run.id, {"version": version}, expect_owner=rt.engine_id))
+        run = self._pin_version(run)
         route = await decision_route(rt, run)
         if route is not None:
             await remote_turn(self, route, now)
@@ -207,6 +202,20 @@ class Turn:
             await lifecycle.continue_run(self, value)
         else:
             await self._fail(replay, value, wf)
+
+    def _pin_version(self, run: Run) -> Run:
+        """A run started by name where no app told the version runs the one
+        registered last here, written with this turn's writes so that every
+        later turn, here or elsewhere, replays the same one."""
+        rt, state = self.runtime, self.state
+        if run.version != LATEST_VERSION or not any(
+            wf.name == run.workflow for wf in rt.app.workflows
+        ):
+            return run
+        version = rt.app.get_workflow(run.workflow).version
+        state.run = attrs.evolve(run, version=version)
+        state.ops.append(UpdateRun(run.id, {"version": version}, expect_owner=rt.engine_id))
+        return state.run
 
     async def _run_body(self, wf: Workflow[..., Any], ctx: Context) -> tuple[str, Any]:
         state = self.state
