@@ -43,12 +43,12 @@ from ._context import Context
 from ._decider import Decider
 from ._decision_commands import Command
 from ._decision_updates import WorkerUpdates
-from ._decision_wire import Decision, read_request
+from ._decision_wire import Decision, read_request, request_run
 from ._exceptions import Cancelled, NonDeterminismError, UnknownWorkflowError, UsageError
 from ._failures import error_info
 from ._learned import Learned
 from ._lifecycle import ContinueAsNew
-from ._records import LATEST_VERSION, Checkpoint, ErrorInfo, Run
+from ._records import LATEST_VERSION, Checkpoint, ErrorInfo
 from ._replay import Replay, Suspend, TurnState
 from ._saga import compensate
 from ._stores._ops import Op, PutCheckpoint
@@ -148,15 +148,7 @@ async def decide(
     """
     request = read_request(task.run_id, task.input)
     wf = pick_workflow(app, task.step, request.version)
-    run = Run(
-        id=task.run_id,
-        workflow=wf.name,
-        version=wf.version,
-        namespace=request.namespace,
-        input=request.input,
-        tags=request.tags,
-        created_at=request.created_at,
-    )
+    run = request_run(task.run_id, request, wf.name, wf.version)
     runtime = _DecisionRuntime(
         app=app,
         clock=clock,

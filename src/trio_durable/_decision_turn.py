@@ -309,7 +309,8 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
         if decision is not None and decision.cancelled:
             if decision.next is None:
                 _keep_local(state.checkpoints, decision, state.put)
-                write_emitted(Replay(rt, state), decision.stream)
+                if decision.stream:
+                    write_emitted(Replay(rt, state), decision.stream)
                 return False  # the cleanup and the undos are over
             kind, value = await _apply(turn, decision)
             if kind == "suspended":
@@ -324,7 +325,8 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
             # A turn of the body that was out when the cancel came: what
             # the worker ran did run, so it is recorded (undos cover it).
             _keep_local(state.checkpoints, decision, state.put)
-            write_emitted(Replay(rt, state), decision.stream)
+            if decision.stream:
+                write_emitted(Replay(rt, state), decision.stream)
     if not cleanup and not _undos_left(state.checkpoints, run.compensate):
         return False
     await _dispatch(turn, route, marker, now, None, compensate=run.compensate, cleanup=cleanup)
@@ -464,8 +466,10 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
         message = f"a decision of version {decision.version!r} for a run of {run.version!r}"
         return "failed", ErrorInfo(message=message, code="bad_decision")
     _keep_local(state.checkpoints, decision, state.put)
-    write_emitted(Replay(rt, state), decision.stream)
-    write_decided(Replay(rt, state), decision)
+    if decision.stream or decision.updates or decision.update_log is not None:
+        writes = Replay(rt, state)
+        write_emitted(writes, decision.stream)
+        write_decided(writes, decision)
     if decision.output is not None:
         return "completed", decision.output
     if decision.error is not None:

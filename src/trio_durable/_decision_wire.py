@@ -157,6 +157,20 @@ class DecisionRequest:
     stood_due: bool = False
 
 
+def request_run(run_id: str, request: DecisionRequest, workflow: str, version: str) -> Run:
+    """The run a decision (or query) task carries, as the worker replays it:
+    of ``workflow`` at ``version``, the one the worker picked."""
+    return Run(
+        id=run_id,
+        workflow=workflow,
+        version=version,
+        namespace=request.namespace,
+        input=request.input,
+        tags=request.tags,
+        created_at=request.created_at,
+    )
+
+
 def request_input(
     run: Run,
     history: Iterable[Checkpoint],

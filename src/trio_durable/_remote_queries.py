@@ -24,7 +24,7 @@ import trio
 from ._brokers._base import BrokerError
 from ._decide import pick_workflow
 from ._decision_turn import decision_route
-from ._decision_wire import history, read_request, request_input
+from ._decision_wire import history, read_request, request_input, request_run
 from ._exceptions import (
     InvalidArgumentsError,
     NonDeterminismError,
@@ -206,15 +206,7 @@ async def answer_query(app: App, task: Task, *, clock: Clock, traceback_limit: i
     request = read_request(task.run_id, task.input)
     name, args, update = _query_of(task.input)
     wf = pick_workflow(app, task.step, request.version)
-    run = Run(
-        id=task.run_id,
-        workflow=wf.name,
-        version=wf.version,
-        namespace=request.namespace,
-        input=request.input,
-        tags=request.tags,
-        created_at=request.created_at,
-    )
+    run = request_run(task.run_id, request, wf.name, wf.version)
     replay = await replay_history(
         app, clock, traceback_limit, wf, run, request.checkpoints.values()
     )
