@@ -13,7 +13,7 @@ import bisect
 import heapq
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, final
 
@@ -23,19 +23,15 @@ import trio
 from .._exceptions import InvalidURLError
 from .._records import (
     TERMINAL_STATUSES,
-    Breakpoint,
     Checkpoint,
-    CheckpointStatus,
-    PausedStep,
     Run,
-    RunStatus,
-    Webhook,
 )
 from .._urls import mask_url
-from ._base import STALL_IGNORED_PREFIX, StoreStatistics, TurnState, run_due_at
+from ._base import StoreStatistics, TurnState, run_due_at
 from ._helpers import StoreHelpers
 from ._memory_hooks import MemoryHooks, put_undoable
 from ._memory_queries import MemoryQueries
+from ._memory_reads import MemoryReads
 from ._memory_values import MemoryValues
 from ._ops import (
     AdmitToQueue,
@@ -64,7 +60,7 @@ _instances = itertools.count(1)
 
 
 @final
-class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
+class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
     """A `Store` that keeps its rows in this process's memory.
 
     One instance may be shared by several engines in one Trio run (that is how
@@ -474,143 +470,6 @@ class MemoryStore(MemoryQueries, MemoryValues, StoreHelpers):
         self._stats.run_rows_read += 1
         self._stats.checkpoint_rows_read += len(checkpoints)
         return TurnState(run=locked, checkpoints=checkpoints)
-
-    # -- reads ----------------------------------------------------------------
-
-    async def get_run(self, run_id: str) -> Run | None:
-        await self._enter()
-        run = self._runs.get(run_id)
-        if run is not None:
-            self._stats.run_rows_read += 1
-        return run
-
-    async def list_runs(
-        self,
-        *,
-        statuses: Collection[RunStatus] | None = None,
-        workflow: str | None = None,
-        parent_id: str | None = None,
-        limit: int = 1000,
-    ) -> list[Run]:
-        await self._enter()
-        found: list[Run] = []
-        for run in sorted(self._runs.values(), key=lambda r: (r.created_at, r.id)):
-            if len(found) >= limit:  # before appending, so that limit=0 returns nothing
-                break
-            if statuses is not None and run.status not in statuses:
-                continue
-            if workflow is not None and run.workflow != workflow:
-                continue
-            if parent_id is not None and run.parent_id != parent_id:
-                continue
-            found.append(run)
-        self._stats.run_rows_read += len(found)
-        return found
-
-    async def get_checkpoints(
-        self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
-    ) -> list[Checkpoint]:
-        await self._enter()
-        table = self._checkpoints.get(run_id, {})
-        if from_seq is not None and to_seq is not None and to_seq - from_seq < len(table):
-            # A narrow range (a fan's next members) is looked up, not sorted
-            # out of the whole run.
-            found = [table[seq] for seq in range(from_seq, to_seq + 1) if seq in table]
-        else:
-            found = [
-                table[seq]
-                for seq in sorted(table)
-                if (from_seq is None or seq >= from_seq) and (to_seq is None or seq <= to_seq)
-            ]
-        self._stats.checkpoint_rows_read += len(found)
-        return found
-
-    async def count_checkpoints(
-        self,
-        run_id: str,
-        from_seq: int,
-        to_seq: int,
-        statuses: Collection[CheckpointStatus],
-        limit: int | None = None,
-    ) -> int:
-        await self._enter()
-        index = self._by_status.get(run_id, {})
-        total = 0
-        for status in dict.fromkeys(statuses):  # a status named twice counts once
-            seqs = index.get(status, [])
-            total += bisect.bisect_right(seqs, to_seq) - bisect.bisect_left(seqs, from_seq)
-        return total if limit is None else min(total, limit)
-
-    async def list_due_runs(self, now: float, limit: int) -> list[str]:
-        await self._enter()
-        found: list[str] = []
-        kept: list[tuple[float, str]] = []
-        seen: set[str] = set()
-        while self._due_heap and len(found) < limit:
-            due, run_id = self._due_heap[0]
-            if due > now:
-                break
-            heapq.heappop(self._due_heap)
-            if self._due.get(run_id) != due or run_id in seen:
-                continue  # a stale heap entry: the run's due time moved
-            seen.add(run_id)
-            found.append(run_id)
-            kept.append((due, run_id))
-        for entry in kept:
-            heapq.heappush(self._due_heap, entry)
-        return found
-
-    async def next_due_time(self) -> float | None:
-        await self._enter()
-        while self._due_heap:
-            due, run_id = self._due_heap[0]
-            if self._due.get(run_id) == due:
-                return due
-            heapq.heappop(self._due_heap)
-        return None
-
-    async def list_stalled_runs(self, limit: int) -> list[str]:
-        await self._enter()
-        stalled: list[str] = []
-        # A scan of the suspended runs without a wake time, once per
-        # reconcile interval at most.
-        candidates = sorted(
-            (self._runs[run_id] for run_id in self._unwoken), key=lambda r: (r.created_at, r.id)
-        )
-        for run in candidates:
-            if len(stalled) >= limit:
-                break
-            if not any(
-                cp.status in ("pending", "running") and not cp.name.startswith(STALL_IGNORED_PREFIX)
-                for cp in self._checkpoints.get(run.id, {}).values()
-            ):
-                stalled.append(run.id)
-        return stalled
-
-    async def buffered_signals(self, token: str) -> list[str]:
-        await self._enter()
-        return list(self._buffered.get(token, []))
-
-    async def get_webhook(self, token_hash: str) -> Webhook | None:
-        await self._enter()
-        return self._hooks.webhooks.get(token_hash)
-
-    async def list_breakpoints(self) -> list[Breakpoint]:
-        await self._enter()
-        return self._hooks.list_breakpoints()
-
-    async def paused_steps(self, run_id: str | None = None) -> list[PausedStep]:
-        await self._enter()
-        return [
-            paused
-            for paused in self._hooks.paused_steps(run_id)
-            if (run := self._runs.get(paused.run_id)) is not None
-            and run.status not in TERMINAL_STATUSES
-        ]
-
-    async def signal_waiter(self, token: str) -> tuple[str, int] | None:
-        await self._enter()
-        return self._waiters.get(token)
 
 
 @asynccontextmanager
