@@ -18,26 +18,23 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 import trio
 
-from ._blob_wire import offload_tasks
 from ._brokers._base import Broker, BrokerError, Outgoing, PayloadTooLarge, WorkerDescriptor
 from ._exceptions import StoreError
 from ._learned import Learned, step_of
 from ._payload import lowered, task_message
-from ._records import DEFAULT_NAMESPACE, Checkpoint, RunStatus
+from ._records import Checkpoint, RunStatus
 from ._stores._ops import ClaimCheckpoint, Op, UpdateRun
-from ._tracing import DISABLED, Tracing
 
 if TYPE_CHECKING:
     import random
 
     from ._app import App, Step
-    from ._blobs import Blobs
     from ._carrier import Carrier
     from ._clock import Clock
-    from ._keyring import Keyring
     from ._sent import SentTasks
     from ._stores._base import Store
     from ._wire import Task
+    from ._wire_layers import WireLayers
 
 logger = logging.getLogger("trio_durable")
 
@@ -125,10 +122,9 @@ class Dispatcher:
       results_queue: Where results (and stand-in failures) come back.
       blocked_recheck: Seconds between checks of a parked step; worker
         announcements are read again at least twice as often.
-      tracing: Opens a dispatch span per task sent, whose trace context
-        the task carries (see `_tracing`).
-      signing: Signs every task sent, and the failure that stands in for
-        one too large (see `_signing`).
+      layers: What tasks pass through before they are sent (tracing,
+        large payloads), and the seal of the messages that carry them and
+        of the failure that stands in for one too large (see `_wire_layers`).
       store: Where the sends the broker refused are made retries.
       carrier: How the checkpoints of the tasks sent name the broker.
     """
@@ -142,8 +138,7 @@ class Dispatcher:
         sent: SentTasks,
         results_queue: str,
         blocked_recheck: float,
-        tracing: Tracing = DISABLED,
-        signing: Keyring | None = None,
+        layers: WireLayers,
         *,
         store: Store,
         carrier: Carrier,
@@ -163,16 +158,13 @@ class Dispatcher:
         self._sent = sent
         self._results_queue = results_queue
         self._blocked_recheck = blocked_recheck
-        self._tracing = tracing
-        self._signing = signing
+        self._layers = layers
         self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
         # The broker queues the embedded worker consumes: tasks sent there
         # are this engine's own to wait for (see `_sent`).
         self.own_queues: frozenset[str] = frozenset()
         # The steps remote workflows' decisions named (the runtime's).
         self.learned = Learned()
-        # Where inputs over the threshold go (docs/large-payloads.md).
-        self.blobs: Blobs | None = None
 
     async def send(self, tasks: list[Task]) -> None:
         """Send tasks whose pending checkpoints just committed. A task over
@@ -184,23 +176,8 @@ class Dispatcher:
         up: the tasks' checkpoints become retries of that send, due after a
         backoff (see `defer`), and their runs' next turns send them again.
         """
-        if self._tracing.enabled:
-            tasks = [
-                self._tracing.dispatched(
-                    task, split_group_route(task.route)[1] or DEFAULT_NAMESPACE
-                )
-                for task in tasks
-            ]
-        refused: list[Task] = []
-        reason = ""
+        tasks, refused, reason = await self._layers.outgoing(tasks)
         away = False
-        if self.blobs is not None:
-            offloaded = await offload_tasks(self.blobs, tasks)
-            if len(offloaded) < len(tasks):
-                kept = {(t.run_id, t.seq, t.attempt) for t in offloaded}
-                refused = [t for t in tasks if (t.run_id, t.seq, t.attempt) not in kept]
-                reason = "the input could not be written to the blob store"
-            tasks = offloaded
         for start in range(0, len(tasks), DISPATCH_CHUNK):
             chunk = tasks[start : start + DISPATCH_CHUNK]
             if away:
@@ -318,7 +295,7 @@ class Dispatcher:
                 ),
                 limit,
                 now,
-                self._signing,
+                self._layers.signing,
             )
             if message is None:
                 continue

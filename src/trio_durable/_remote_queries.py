@@ -138,7 +138,7 @@ async def ask_workers(
         execution=execution,
         version=2,
     )
-    message = task_message(task, route, rt.broker.max_payload, rt.clock.now(), rt.options.signing)
+    message = task_message(task, route, rt.broker.max_payload, rt.clock.now(), rt.layers.signing)
     event, answers = rt.query_answers.expect(execution)
     try:
         if message is not None:

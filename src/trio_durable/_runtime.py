@@ -53,6 +53,7 @@ from ._tracing import DISABLED, Tracing, make_tracing
 from ._turns import Turns
 from ._wakes import engine_delivery, keep_watching
 from ._webhooks import WebhookKeys
+from ._wire_layers import WireLayers, engine_layers
 from ._worker import Worker
 
 if TYPE_CHECKING:
@@ -150,6 +151,9 @@ class Runtime:
       telemetry: Its events, metrics and counters.
       endings: The callers of `Engine.result` waiting on runs.
       dispatcher: Sends tasks and judges whether a worker can run them.
+      layers: What its tasks pass through on their way out and its results
+        on their way in (tracing, large payloads, signing; see
+        `_wire_layers`).
       tracing: Its OpenTelemetry spans (see `_tracing`); off by default.
       scheduler: Runs turns, set once the turns can be made.
       worker: The embedded worker (``serve=``), once started.
@@ -185,6 +189,7 @@ class Runtime:
     telemetry: Telemetry
     endings: Endings
     dispatcher: Dispatcher
+    layers: WireLayers
     tracing: Tracing = DISABLED
     scheduler: Scheduler = attrs.field(init=False)
     worker: Worker | None = None
@@ -364,6 +369,8 @@ def _assemble(
     results_queue = RESULTS if not isinstance(scope, str) else f"{RESULTS}.{scope}"
     sent = SentTasks(results_queue)
     telemetry = Telemetry(clock)
+    blobs = blobs_of(store)
+    layers = engine_layers(tracing, blobs, options.signing)
     rt = Runtime(
         app=app,
         store=store,
@@ -384,16 +391,15 @@ def _assemble(
             sent,
             results_queue,
             options.blocked_recheck,
-            tracing,
-            options.signing,
+            layers,
             store=store,
             carrier=Carrier.of(broker, broker_url),
         ),
+        layers=layers,
         tracing=tracing,
         webhook_keys=WebhookKeys(options.webhook_secret),
-        blobs=blobs_of(store),
+        blobs=blobs,
     )
-    rt.dispatcher.blobs = rt.blobs
     # The scheduler drives turns, and turns reach the scheduler (to wake
     # runs): the runtime is complete once both exist.
     rt.dispatcher.learned = rt.learned

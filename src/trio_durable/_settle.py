@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from ._barrier import join_barrier
-from ._blob_wire import output_in_blob, resolve_result
 from ._brokers._base import BrokerError, Consumer, Delivery
 from ._dispatch import read_seqs
 from ._exceptions import StoreError
@@ -37,9 +36,9 @@ from ._learned import queue_of, step_of
 from ._observe import Event, EventKind
 from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, RunStatus, bound_traceback
 from ._remote import LOST
-from ._signing import SignatureRejected, count_rejection, open_signed
 from ._stores._ops import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
-from ._wire import Result, WireError
+from ._wire import Result
+from ._wire_layers import UNREADABLE
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -215,17 +214,17 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
     unreadable: list[Delivery] = []
     for delivery in deliveries:
         try:
-            # Checked before decoding: a forged result settles nothing.
-            body = open_signed(rt.options.signing, "result", delivery.body)
-            readable.append((delivery, Result.decode(body)))
-        except (WireError, SignatureRejected) as exc:
+            # Its seal is checked before decoding: a forged result settles
+            # nothing.
+            readable.append((delivery, rt.layers.open_result(delivery.body)))
+        except UNREADABLE as exc:
             logger.error(
                 "rejected a message of %d bytes on %s that is no valid result: %s",
                 len(delivery.body),
                 rt.results_queue,
                 exc,
             )
-            count_rejection(rt.telemetry.stats, rt.telemetry.metrics, "result", exc)
+            rt.layers.count_unreadable(rt.telemetry.stats, rt.telemetry.metrics, exc)
             unreadable.append(delivery)
     if unreadable:
         # Never requeued (it would come back forever): dropped, or
@@ -236,8 +235,8 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
             logger.warning("could not reject results: %s", exc)
     if not readable:
         return 0
-    if any(output_in_blob(r) for _, r in readable):
-        readable = [(d, await resolve_result(rt.blobs, r)) for d, r in readable]
+    results = await rt.layers.incoming([result for _, result in readable])
+    readable = [(delivery, result) for (delivery, _), result in zip(readable, results, strict=True)]
     if any(r.kind == "query" for _, r in readable):
         readable = await _hand_over_answers(rt, consumer, readable)
         if not readable:
@@ -322,7 +321,7 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
     for delivery, result in readable:
         if id(delivery) not in failed_ids | foreign_ids:
             rt.sent.result_handled(result.run_id, result.seq, result.attempt)
-            rt.tracing.settled(result)
+            rt.layers.settled(result)
     return len(failed)
 
 
