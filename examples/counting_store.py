@@ -20,6 +20,7 @@ from trio_durable.stores import (
     Op,
     QueueDepth,
     RunFilter,
+    RunRecord,
     RunStamp,
     RunStatus,
     StoredValue,
@@ -72,6 +73,9 @@ class CountingStore(StoreHelpers):
         self, run_id: str, from_seq: int | None = None, to_seq: int | None = None
     ) -> list[td.Checkpoint]:
         return await self.inner.get_checkpoints(run_id, from_seq, to_seq)
+
+    async def get_records(self, run_id: str) -> list[RunRecord]:
+        return await self.inner.get_records(run_id)
 
     async def count_checkpoints(
         self,

@@ -136,7 +136,7 @@ def test_migrate_upgrades_a_version_3_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert (document["before"], document["after"]) == (3, SCHEMA_VERSION)
-    assert SCHEMA_VERSION == 9
+    assert SCHEMA_VERSION == 10
     listed = invoke(["breakpoints", "list", "--store", store, "--json"])
     assert json.loads(listed.stdout) == {"breakpoints": [], "paused": []}
 
@@ -166,8 +166,8 @@ def test_migrate_upgrades_a_version_4_file(tmp_path: Path) -> None:
 
 def test_migrate_upgrades_a_file_the_release_before_wrote(tmp_path: Path) -> None:
     """`trio-durable migrate --check` sees the version 8 file of
-    tests/data/values_before_runs/ needs version 9, and `migrate` applies
-    it: every value stays, those of a run's own scopes going with it."""
+    tests/data/values_before_runs/ needs the newest version, and `migrate` applies
+    version 9 and after: every value stays, those of a run's own scopes going with it."""
     path = restore_values_store(tmp_path)
     store = f"sqlite:///{path}"
     checked = invoke(["migrate", "--store", store, "--check", "--json"])
@@ -177,7 +177,11 @@ def test_migrate_upgrades_a_file_the_release_before_wrote(tmp_path: Path) -> Non
     result = invoke(["migrate", "--store", store, "--json"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert (document["action"], document["before"], document["after"]) == ("upgraded", 8, 9)
+    assert (document["action"], document["before"], document["after"]) == (
+        "upgraded",
+        8,
+        SCHEMA_VERSION,
+    )
 
     async def stored() -> list[StoredValue]:
         async with td.open_store(store) as opened:

@@ -19,6 +19,7 @@ from ._records import RunStamp as RunStamp
 from ._records import RunStatus as RunStatus
 from ._records import StoredValue as StoredValue
 from ._records import Webhook as Webhook
+from ._run_records import RunRecord as RunRecord
 from ._stores._base import STALL_IGNORED_PREFIX as STALL_IGNORED_PREFIX
 from ._stores._base import ChangeFeed as ChangeFeed
 from ._stores._base import RunWatch as RunWatch
@@ -54,8 +55,17 @@ from ._stores._ops import RescheduleCheckpoint as RescheduleCheckpoint
 from ._stores._ops import SettleCheckpoint as SettleCheckpoint
 from ._stores._ops import UpdateRun as UpdateRun
 from ._stores._ops import WaitSignal as WaitSignal
+from ._stores._record_ops import ClaimRecord as ClaimRecord
+from ._stores._record_ops import DeleteRecords as DeleteRecords
+from ._stores._record_ops import PutRecord as PutRecord
+from ._stores._record_ops import SettleRecord as SettleRecord
 
 __all__ = [
+    "ClaimRecord",
+    "DeleteRecords",
+    "PutRecord",
+    "RunRecord",
+    "SettleRecord",
     "Webhook",
     "UseWebhook",
     "ResumeStep",

@@ -40,7 +40,7 @@ from trio_durable._stores._ops import (
     UpdateRun,
 )
 from trio_durable._stores._postgres import PostgresStore, open_postgres_store
-from trio_durable._stores._postgres_ops import (
+from trio_durable._stores._postgres_reads import (
     LIST_DUE_RUNS,
     LIST_STALLED,
     NEXT_DUE_TIME,

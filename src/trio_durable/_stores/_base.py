@@ -32,6 +32,7 @@ from .._records import (
     StoredValue,
     Webhook,
 )
+from .._run_records import RunRecord
 from ._ops import Announce, Op
 
 
@@ -44,10 +45,12 @@ class WriteConflict(StoreError):
 @final
 @attrs.define(frozen=True, kw_only=True)
 class TurnState:
-    """What `Store.begin_turn` returns: the leased run and its checkpoints."""
+    """What `Store.begin_turn` returns: the leased run, its checkpoints and
+    its own records (see `RunRecord`)."""
 
     run: Run
     checkpoints: tuple[Checkpoint, ...]
+    records: tuple[RunRecord, ...] = ()
 
 
 @final
@@ -114,13 +117,18 @@ class Store(Protocol):
     async def begin_turn(
         self, run_id: str, owner: str, expiry: float, now: float
     ) -> TurnState | None:
-        """Lease a run for a turn and read it with all its checkpoints.
+        """Lease a run for a turn and read it with all its checkpoints and
+        its records, in one read.
 
         Takes the lease as `LockRun` does and, if the run is ``pending`` or
         ``suspended``, marks it ``running``. Returns None (and writes nothing)
         if the run does not exist, is terminal, or another owner holds a live
         lease.
         """
+        ...
+
+    async def get_records(self, run_id: str) -> list[RunRecord]:
+        """A run's own records (see `RunRecord`), ordered by kind."""
         ...
 
     async def get_run(self, run_id: str) -> Run | None:

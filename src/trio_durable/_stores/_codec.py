@@ -44,6 +44,7 @@ from .._records import (
     RunStatus,
     StoredValue,
 )
+from .._run_records import RunRecord
 from .._stored_payloads import codec_text, encoded, is_marked
 from ._base import Store, TurnState
 from ._hook_ops import KeepSetting
@@ -59,10 +60,12 @@ from ._ops import (
     UpdateRun,
     WaitSignal,
 )
+from ._record_ops import ClaimRecord, PutRecord, SettleRecord
 from ._wrapping import StoreWrapper, wrapped
 
 _COMPACT = (",", ":")
 T = TypeVar("T")
+Row = TypeVar("Row", Checkpoint, RunRecord)
 
 
 CACHE_BYTES: Final = 16 * 1024 * 1024
@@ -195,7 +198,8 @@ class PayloadCoder:
                 error=_or_stored(self.error_out, run.error),
             )
 
-    def checkpoint_in(self, cp: Checkpoint) -> Checkpoint:
+    def checkpoint_in(self, cp: Row) -> Row:
+        """A checkpoint's (or a run record's) payloads encoded."""
         return attrs.evolve(
             cp,
             input=self.text_in(cp.input),
@@ -204,7 +208,8 @@ class PayloadCoder:
             errors=self.errors_in(cp.errors),
         )
 
-    def checkpoint_out(self, cp: Checkpoint) -> Checkpoint:
+    def checkpoint_out(self, cp: Row) -> Row:
+        """A checkpoint's (or a run record's) payloads decoded."""
         coded_input, output = self.text_out(cp.input), self.text_out(cp.output)
         error, errors = self.error_out(cp.error), self.errors_out(cp.errors)
         if coded_input is cp.input and output is cp.output and error is cp.error and not errors:
@@ -228,6 +233,14 @@ class PayloadCoder:
             case ClaimCheckpoint(cp):
                 return attrs.evolve(op, checkpoint=self.checkpoint_in(cp))
             case SettleCheckpoint():
+                return attrs.evolve(
+                    op, output=self.text_in(op.output), error=self.error_in(op.error)
+                )
+            case PutRecord(record):
+                return PutRecord(self.checkpoint_in(record))
+            case ClaimRecord(record):
+                return attrs.evolve(op, record=self.checkpoint_in(record))
+            case SettleRecord():
                 return attrs.evolve(
                     op, output=self.text_in(op.output), error=self.error_in(op.error)
                 )
@@ -257,6 +270,8 @@ class PayloadCoder:
         if isinstance(op, WaitSignal | KeepSetting) and isinstance(result, str):
             return self.decode(result)
         if isinstance(result, Checkpoint):
+            return self.checkpoint_out(result)
+        if isinstance(result, RunRecord):
             return self.checkpoint_out(result)
         if isinstance(op, CreateRun) and isinstance(result, tuple):
             run, created = result
@@ -330,6 +345,7 @@ class CodecStore(StoreWrapper):
         return TurnState(
             run=coder.run_out(state.run),
             checkpoints=tuple(coder.checkpoint_out(cp) for cp in state.checkpoints),
+            records=tuple(coder.checkpoint_out(record) for record in state.records),
         )
 
     # -- reads that return payloads -----------------------------------------
@@ -358,6 +374,9 @@ class CodecStore(StoreWrapper):
         # codec cannot decode is listed with them as stored.
         runs = await self.inner.find_runs(where, before=before, limit=limit)
         return [self._coder.run_listed(run) for run in runs]
+
+    async def get_records(self, run_id: str) -> list[RunRecord]:
+        return [self._coder.checkpoint_out(r) for r in await self.inner.get_records(run_id)]
 
     async def get_checkpoints(
         self, run_id: str, from_seq: int | None = None, to_seq: int | None = None

@@ -32,6 +32,7 @@ from ._helpers import StoreHelpers
 from ._memory_hooks import MemoryHooks, put_undoable
 from ._memory_queries import MemoryQueries
 from ._memory_reads import MemoryReads
+from ._memory_records import MemoryRecords
 from ._memory_values import MemoryValues
 from ._ops import (
     AdmitToQueue,
@@ -52,6 +53,7 @@ from ._ops import (
     UpdateRun,
     WaitSignal,
 )
+from ._record_ops import ClaimRecord, DeleteRecords, PutRecord, SettleRecord
 from ._rules import expectation_failure, op_applies, rescheduled, take_lease
 from ._watch import LocalWatches
 
@@ -98,6 +100,7 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
         self._watches = LocalWatches()
         self.watch = self._watches.watch
         self._hooks = MemoryHooks()
+        self._records = MemoryRecords()
         self._values, self._value_keys, self._values_of_run = {}, {}, {}
 
     # -- change feed ----------------------------------------------------------
@@ -412,6 +415,9 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
                 return None  # published by `apply` once the batch held
             case PutValue():
                 return self._put_value(op, journal)
+            case PutRecord() | ClaimRecord() | SettleRecord() | DeleteRecords():
+                run_id = op.record.run_id if isinstance(op, PutRecord | ClaimRecord) else op.run_id
+                return self._records.apply(op, self._run_status(run_id), journal)
             case LockRun(run_id, owner, expiry, now):
                 return self._lock(run_id, owner, expiry, now, journal) is not None
             case ReleaseRun(run_id, owner):
@@ -469,7 +475,7 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
         self._stats.transactions += 1
         self._stats.run_rows_read += 1
         self._stats.checkpoint_rows_read += len(checkpoints)
-        return TurnState(run=locked, checkpoints=checkpoints)
+        return TurnState(run=locked, checkpoints=checkpoints, records=self._records.of(run_id))
 
 
 @asynccontextmanager

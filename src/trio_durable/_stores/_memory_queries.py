@@ -29,6 +29,7 @@ from ._base import StoreStatistics
 
 if TYPE_CHECKING:
     from ._memory_hooks import MemoryHooks
+    from ._memory_records import MemoryRecords
 
 
 class MemoryQueries:
@@ -41,6 +42,7 @@ class MemoryQueries:
     _waiters: dict[str, tuple[str, int]]
     _buffered: dict[str, list[str]]
     _hooks: MemoryHooks
+    _records: MemoryRecords
     _holders: dict[str, frozenset[tuple[str, int]]]
     _waiting: dict[str, tuple[tuple[int, float, int, str, int], ...]]
     _end_events: dict[str, trio.Event]
@@ -195,6 +197,7 @@ class MemoryQueries:
         for queue, line in list(self._waiting.items()):
             _keep(self._waiting, queue, tuple(w for w in line if w[3] != run_id))
         self._hooks.forget(run_id)
+        self._records.forget(run_id)
         self._forget_values(run_id)
 
 

@@ -26,7 +26,9 @@ from .._records import (
 from ._base import STALL_IGNORED_PREFIX, StoreStatistics
 
 if TYPE_CHECKING:
+    from .._run_records import RunRecord
     from ._memory_hooks import MemoryHooks
+    from ._memory_records import MemoryRecords
 
 
 class MemoryReads:
@@ -41,6 +43,7 @@ class MemoryReads:
     _waiters: dict[str, tuple[str, int]]
     _buffered: dict[str, list[str]]
     _hooks: MemoryHooks
+    _records: MemoryRecords
     _stats: StoreStatistics
 
     async def _enter(self) -> None:
@@ -75,6 +78,10 @@ class MemoryReads:
             found.append(run)
         self._stats.run_rows_read += len(found)
         return found
+
+    async def get_records(self, run_id: str) -> list[RunRecord]:
+        await self._enter()
+        return list(self._records.of(run_id))
 
     async def get_checkpoints(
         self, run_id: str, from_seq: int | None = None, to_seq: int | None = None

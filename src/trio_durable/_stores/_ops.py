@@ -12,6 +12,7 @@ import attrs
 
 from .._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
 from ._hook_ops import HookOp
+from ._record_ops import RecordOp
 
 
 @final
@@ -354,5 +355,6 @@ Op = (
     | ReleaseRun
     | Announce
     | HookOp
+    | RecordOp
     | PutValue
 )

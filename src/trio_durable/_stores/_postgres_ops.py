@@ -12,19 +12,29 @@ take a transaction-scoped advisory lock on their token or queue.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import psycopg
 
 from .._exceptions import LeaseLostError, StoreError
-from .._records import TERMINAL_STATUSES, Checkpoint, CheckpointStatus, Run, dump_error
+from .._records import TERMINAL_STATUSES, Checkpoint, Run, dump_error
 from . import _ops
 from ._base import TurnState, WriteConflict
 from ._group_commit import Counts
 from ._hook_sql import RUN_TABLES, hook_ops
 from ._ops import Op
+from ._postgres_reads import (
+    LIST_DUE_RUNS,
+    LIST_STALLED,
+    NEXT_DUE_TIME,
+    count_checkpoints_query,
+    status_in,
+)
 from ._postgres_watch import write_announcement
+from ._record_ops import ClaimRecord, PutRecord
+from ._record_sql import RUN_TABLE as RECORDS_TABLE
+from ._record_sql import load_record, record_ops, select_records
 
 # The row codecs are shared with the SQLite store: both keep the same columns.
 from ._rows import (
@@ -132,14 +142,6 @@ _BEGIN_TURN: Final = (
     f" RETURNING {RUN_COLUMNS}"
 )
 LOCK_RUNS: Final = "SELECT FROM runs WHERE id = ANY(%s::text[]) ORDER BY id FOR NO KEY UPDATE"
-LIST_STALLED: Final = (
-    "SELECT r.id FROM runs r WHERE r.status = 'suspended' AND r.wake_at IS NULL"
-    " AND NOT EXISTS (SELECT FROM checkpoints c WHERE c.run_id = r.id"
-    " AND c.status IN ('pending', 'running') AND c.name NOT LIKE %s)"
-    " ORDER BY r.created_at, r.id LIMIT %s"
-)
-
-
 # -- writes -------------------------------------------------------------------------
 
 
@@ -438,6 +440,7 @@ _OPS: Final[dict[type[Any], Callable[[psycopg.Cursor[Any], Any], Any]]] = {
     _ops.ReleaseRun: _release_run,
     _ops.Announce: write_announcement,
     **hook_ops("%s"),
+    **record_ops("%s"),
     **value_ops("%s"),
 }
 
@@ -491,6 +494,8 @@ def runs_written(ops: Sequence[Op]) -> tuple[str, ...]:
             runs.append(op.run.id)
         elif isinstance(op, _ops.PutCheckpoint | _ops.ClaimCheckpoint):
             runs.append(op.checkpoint.run_id)
+        elif isinstance(op, PutRecord | ClaimRecord):
+            runs.append(op.record.run_id)
         elif isinstance(op, _ops.Announce):
             # Writes no row: a NOTIFY.
             continue
@@ -522,6 +527,9 @@ def apply_ops(cur: psycopg.Cursor[Any], ops: Sequence[Op]) -> list[Any]:
     return results
 
 
+_SELECT_RECORDS: Final = select_records("%s")
+
+
 def begin_turn(
     cur: psycopg.Cursor[Any], run_id: str, owner: str, expiry: float, now: float
 ) -> tuple[TurnState | None, Counts | None]:
@@ -537,43 +545,9 @@ def begin_turn(
     # of the run, while the update's own snapshot predates that wait.
     rows = cur.execute(SELECT_CHECKPOINTS, (run_id, INT64_MIN, INT64_MAX)).fetchall()
     checkpoints = tuple(map(load_checkpoint, rows))
-    return TurnState(run=run, checkpoints=checkpoints), (1, 0, 1, len(checkpoints))
-
-
-# -- reads --------------------------------------------------------------------------
-
-
-LIST_DUE_RUNS: Final = "SELECT id FROM runs WHERE due_at <= %s ORDER BY due_at, id LIMIT %s"
-"""The due listing; the partial index ``runs_due`` answers it (see the tests)."""
-
-NEXT_DUE_TIME: Final = "SELECT min(due_at) FROM runs WHERE due_at IS NOT NULL"
-
-
-def _status_in(statuses: list[str]) -> tuple[str, list[Any]]:
-    # One parameter, however many statuses: one prepared statement.
-    return "r.status = ANY(%s::text[])", [statuses]
-
-
-def count_checkpoints_query(
-    run_id: str,
-    from_seq: int,
-    to_seq: int,
-    statuses: Collection[CheckpointStatus],
-    limit: int | None = None,
-) -> tuple[str, list[Any]]:
-    """The statement and parameters of `Store.count_checkpoints` (the tests
-    show its plan); the index ``checkpoints_status`` answers it."""
-    matching = (
-        "FROM checkpoints WHERE run_id = %s AND status = ANY(%s::text[])"
-        " AND seq >= %s AND seq <= %s"
-    )
-    params: list[Any] = [run_id, sorted(set(statuses)), from_seq, to_seq]
-    if limit is None:
-        return f"SELECT count(*) {matching}", params
-    # The barrier only needs to know whether a threshold is reached: stop
-    # reading the index there.
-    params.append(max(limit, 0))
-    return f"SELECT count(*) FROM (SELECT 1 {matching} LIMIT %s) AS reached", params
+    records = tuple(map(load_record, cur.execute(_SELECT_RECORDS, (run_id,)).fetchall()))
+    state = TurnState(run=run, checkpoints=checkpoints, records=records)
+    return state, (1, 0, 1, len(checkpoints))
 
 
 DIALECT: Final = Dialect[psycopg.Cursor[Any]](
@@ -586,12 +560,12 @@ DIALECT: Final = Dialect[psycopg.Cursor[Any]](
     list_stalled_runs=LIST_STALLED,
     buffered_signals="SELECT payload FROM buffered_signals WHERE token = %s ORDER BY id",
     signal_waiter="SELECT run_id, seq FROM signal_waiters WHERE token = %s",
-    status_in=_status_in,
+    status_in=status_in,
     count_checkpoints_query=count_checkpoints_query,
     apply_ops=apply_ops,
     begin_turn=begin_turn,
     runs_written=runs_written,
-    run_tables=RUN_TABLES,
+    run_tables=(*RUN_TABLES, RECORDS_TABLE),
     run_columns=", ".join(f"r.{field}" for field in RUN_FIELDS),
     # Tokens compare as bytes whatever the database's collation.
     bytewise=' COLLATE "C"',

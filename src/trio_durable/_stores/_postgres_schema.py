@@ -23,13 +23,14 @@ from .._exceptions import InvalidURLError, StoreError
 from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 from ._hook_sql import TABLES as HOOK_TABLES
 from ._payload_marks_sql import POSTGRES_MIGRATION as PAYLOAD_MARKS_MIGRATION
+from ._record_sql import TABLE as RECORDS_TABLE
 from ._search_sql import POSTGRES_MIGRATION as SEARCH_MIGRATION
 from ._values_sql import INDEXES as VALUE_INDEXES
 from ._values_sql import POSTGRES_RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import POSTGRES_TABLE as VALUES_TABLE
 from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -240,6 +241,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # (see `._values_sql`); the values already there go with no run, but
     # those of a scope named after a run.
     (VALUE_RUN_COLUMN, *VALUE_RUN_OF_SCOPE, *VALUE_INDEXES),
+    # 9: runs' own records (see `._record_sql`), none yet.
+    (RECORDS_TABLE,),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

@@ -24,6 +24,7 @@ from ._group_commit import Counts, GroupCommit
 from ._helpers import StoreHelpers
 from ._hook_sql import SQLHooks
 from ._ops import Op
+from ._record_sql import SQLRecords
 from ._rows import INT64_MAX, INT64_MIN, load_checkpoint, load_run
 from ._sql_queries import SQLQueries
 from ._values_sql import SQLValues
@@ -86,7 +87,7 @@ class Dialect(Generic[C]):
     lock_skipping: str = ""
 
 
-class SQLStore(SQLQueries, SQLHooks, SQLValues, StoreHelpers, Generic[C]):
+class SQLStore(SQLQueries, SQLHooks, SQLRecords, SQLValues, StoreHelpers, Generic[C]):
     """A `Store` whose calls are SQL statements run in group commit.
 
     Subclasses create the `GroupCommit` (their trips) and the `Dialect`.

@@ -29,6 +29,8 @@ from ._base import TurnState, run_due_at
 from ._group_commit import Counts
 from ._hook_sql import RUN_TABLES, hook_ops
 from ._ops import Op
+from ._record_sql import RUN_TABLE as RECORDS_TABLE
+from ._record_sql import load_record, record_ops, select_records
 from ._rows import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_FIELDS,
@@ -396,6 +398,7 @@ _OPS: Final[dict[type[Any], Callable[[sqlite3.Cursor, Any], Any]]] = {
     _ops.ReleaseRun: _release_run,
     _ops.Announce: write_announcement,
     **hook_ops("?"),
+    **record_ops("?"),
     **value_ops("?"),
 }
 
@@ -423,6 +426,9 @@ def apply_ops(cur: sqlite3.Cursor, ops: Sequence[Op]) -> list[Any]:
     return results
 
 
+_SELECT_RECORDS: Final = select_records("?")
+
+
 def begin_turn(
     cur: sqlite3.Cursor, run_id: str, owner: str, expiry: float, now: float
 ) -> tuple[TurnState | None, Counts | None]:
@@ -436,7 +442,9 @@ def begin_turn(
     _update_run(cur, locked, _TURN_FIELDS)
     rows = cur.execute(_SELECT_CHECKPOINTS, (run_id, INT64_MIN, INT64_MAX)).fetchall()
     checkpoints = tuple(map(load_checkpoint, rows))
-    return TurnState(run=locked, checkpoints=checkpoints), (1, 0, 1, len(checkpoints))
+    records = tuple(map(load_record, cur.execute(_SELECT_RECORDS, (run_id,)).fetchall()))
+    state = TurnState(run=locked, checkpoints=checkpoints, records=records)
+    return state, (1, 0, 1, len(checkpoints))
 
 
 # -- reads --------------------------------------------------------------------------
@@ -493,6 +501,6 @@ DIALECT: Final = Dialect[sqlite3.Cursor](
     begin_turn=begin_turn,
     run_columns=_RUN_SELECT,
     run_from=_RUNS,
-    run_tables=("run_inputs", *RUN_TABLES),
+    run_tables=("run_inputs", *RUN_TABLES, RECORDS_TABLE),
 )
 """The SQLite store's statements, for `SQLStore`."""

@@ -19,6 +19,7 @@ from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
 from ._payload_marks_sql import SQLITE_MIGRATION as PAYLOAD_MARKS_MIGRATION
+from ._record_sql import TABLE as RECORDS_TABLE
 from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
 from ._search_sql import SQLITE_TABLES as SEARCH_TABLES
 from ._values_sql import INDEXES as VALUE_INDEXES
@@ -26,7 +27,7 @@ from ._values_sql import RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
@@ -39,7 +40,8 @@ version 7 marked the payloads kept in band before (see
 `._payload_marks_sql`); version 8 added checkpoints' execution ids
 (``checkpoints.executions`` and ``checkpoints.rerun``); version 9 added the
 run a keyed value goes with (``durable_values.run_id``, deleted with it by
-retention) and the indexes of retention's walks. An older file is migrated
+retention) and the indexes of retention's walks; version 10 added runs' own
+records (``run_records``, see `._record_sql`). An older file is migrated
 when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
@@ -245,6 +247,7 @@ _SCHEMA: Final = (
     )
     """,
     *HOOK_TABLES,
+    RECORDS_TABLE,
     VALUES_TABLE,
     *SEARCH_TABLES,
 )
@@ -283,6 +286,8 @@ _MIGRATIONS: Final = {
     # already there, but those of a scope named after a run); its indexes
     # `_INDEXED_LAST` creates.
     8: (VALUE_RUN_COLUMN, *VALUE_RUN_OF_SCOPE),
+    # From version 9: ``run_records``, a new table, the schema creates.
+    9: (),
 }
 
 _INDEXED_LAST: Final = VALUE_INDEXES

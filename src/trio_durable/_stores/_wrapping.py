@@ -32,6 +32,7 @@ from .._records import (
     StoredValue,
     Webhook,
 )
+from .._run_records import RunRecord
 from ._base import ChangeFeed, RunWatch, Store, StoreStatistics, TurnState
 from ._helpers import StoreHelpers
 from ._ops import Announce, Op
@@ -61,6 +62,9 @@ class StoreWrapper(StoreHelpers):
 
     async def get_run(self, run_id: str) -> Run | None:
         return await self.inner.get_run(run_id)
+
+    async def get_records(self, run_id: str) -> list[RunRecord]:
+        return await self.inner.get_records(run_id)
 
     async def list_runs(
         self,

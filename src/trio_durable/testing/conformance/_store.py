@@ -28,6 +28,7 @@ from ._store_executions import EXECUTIONS_CHECKS
 from ._store_hooks import HOOKS_CHECKS
 from ._store_queries import QUERIES_CHECKS
 from ._store_queues import QUEUES_CHECKS
+from ._store_records import RECORDS_CHECKS
 from ._store_runs import RUNS_CHECKS
 from ._store_search import SEARCH_CHECKS
 from ._store_signals import SIGNALS_CHECKS
@@ -201,6 +202,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     *RUNS_CHECKS,
     *CHECKPOINTS_CHECKS,
     *EXECUTIONS_CHECKS,
+    *RECORDS_CHECKS,
     *QUEUES_CHECKS,
     *SIGNALS_CHECKS,
     *HOOKS_CHECKS,
