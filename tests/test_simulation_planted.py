@@ -39,6 +39,7 @@ from trio_durable._handlers import check_arguments, plain_args
 from trio_durable._published import Front, current_run
 from trio_durable._read_replay import replay_now
 from trio_durable._records import TERMINAL_STATUSES, Run
+from trio_durable._result_publisher import Outcome
 from trio_durable._signing import TAG, open_signed
 from trio_durable._stores._base import run_due_at
 from trio_durable._stores._memory import MemoryStore
@@ -46,7 +47,7 @@ from trio_durable._stores._ops import Op, PutValue, SettleCheckpoint
 from trio_durable._stores._rules import is_of
 from trio_durable._updates import INBOX, RECORD, _outcome, update_scope
 from trio_durable._wire import Result, Task, WireError
-from trio_durable._worker import Worker, _Outcome
+from trio_durable._worker import Worker
 from trio_durable.testing import Faults, SimulationReport
 from trio_durable.testing._workloads import simulate_builtin
 
@@ -189,8 +190,8 @@ def _worker_that_trusts_fifo(monkeypatch: pytest.MonkeyPatch) -> None:
                                 worker=self.instance_id,
                                 queue=task.queue,
                             )
-                            outcome = _Outcome(consumer, delivery, stale, task.reply_to, True)
-                            self._send_result.send_nowait(outcome)
+                            outcome = Outcome(consumer, delivery, stale, task.reply_to, True)
+                            self._results.send_nowait(outcome)
                             continue
                         newest[task.run_id] = max(newest.get(task.run_id, 0), task.seq)
                     nursery.start_soon(self._run_task, consumer, delivery)

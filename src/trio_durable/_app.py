@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import (
     TYPE_CHECKING,
@@ -13,8 +12,7 @@ from typing import (
     overload,
 )
 
-from ._brokers._base import is_broker_safe
-from ._controls import Collect, RateLimit, RunControls, run_controls
+from ._controls import Collect, RateLimit, run_controls
 from ._definitions import A1 as A1
 from ._definitions import A2 as A2
 from ._definitions import A3 as A3
@@ -25,7 +23,6 @@ from ._definitions import P as P
 from ._definitions import R as R
 from ._definitions import Step as Step
 from ._definitions import Workflow as Workflow
-from ._definitions import check_name, check_parameters
 from ._definitions import remote_body as remote_body
 from ._definitions import remote_step_body as remote_step_body
 from ._definitions import shadow_workflow as shadow_workflow
@@ -33,17 +30,26 @@ from ._entity_defs import Entity, define_entity
 from ._exceptions import (
     RegistrationError,
     ScheduleError,
-    SearchAttributeError,
     UnknownEntityError,
     UnknownWorkflowError,
 )
-from ._index_text import refuse_nul
 from ._on_error import OnError, check_on_error_routes
 from ._policies import NO_RETRY as NO_RETRY
 from ._policies import FlowQueue as FlowQueue
 from ._policies import Retry as Retry
-from ._policies import finite
 from ._records import LATEST_VERSION
+from ._registration_checks import (
+    check_body,
+    check_entity_key,
+    check_group,
+    check_name,
+    check_queue_options,
+    check_search_attribute,
+    check_step_options,
+    check_subscriber,
+    check_unregistered,
+    check_workflow_options,
+)
 from ._registration_hash import registration_hash
 from ._schedule_spec import (
     DEFAULT_CATCHUP_WINDOW,
@@ -52,9 +58,7 @@ from ._schedule_spec import (
     ScheduleSpec,
     make_spec,
 )
-from ._search_values import SearchAttributeType, declared_type
-from ._search_values import check_name as check_attribute_name
-from ._subscribers import check_subscriber
+from ._search_values import SearchAttributeType
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -106,16 +110,8 @@ class App:
             out of range.
         """
         check_name("queue", name)
-        if name in self._queues:
-            raise RegistrationError(f"queue {name!r} is already registered in app {self.name!r}")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise RegistrationError(
-                f"queue concurrency must be a positive integer, not {concurrency!r}"
-            )
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise RegistrationError(f"queue priority must be an integer, not {priority!r}")
-        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
-            raise RegistrationError(f"queue rate_limit must be a td.RateLimit, not {rate_limit!r}")
+        check_unregistered("queue", name, self._queues, self.name)
+        check_queue_options(concurrency, priority, rate_limit)
         flow = FlowQueue(
             name=name, concurrency=concurrency, priority=priority, rate_limit=rate_limit
         )
@@ -289,39 +285,25 @@ class App:
             subscribes to events but cannot take a payload (the list of
             them, with ``debounce_collect="all"``) as its one input.
         """
-        if not isinstance(version, str) or not version:
-            raise RegistrationError(f"workflow version must be a non-empty string, not {version!r}")
-        refuse_nul("a workflow's version", version, RegistrationError)
-        if group is not None and not is_broker_safe(group):
-            raise RegistrationError(
-                f"workflow group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
-                " (at most 100, not starting with '.' or '-')"
-            )
-        if not isinstance(check_arguments, bool):
-            raise RegistrationError(f"check_arguments must be a bool, not {check_arguments!r}")
+        check_workflow_options(version, group, check_arguments)
 
-        def controls(wf_name: str) -> RunControls:
-            return run_controls(
-                wf_name,
-                timeout=timeout,
-                concurrency_key=concurrency_key,
-                max_concurrent=max_concurrent,
-                singleton=singleton,
-                dedup_key=dedup_key,
-                rate_limit=rate_limit,
-                events=events,
-                debounce=debounce,
-                debounce_collect=debounce_collect,
-            )
-
-        # Options are checked before anything else, under the name given.
-        controls(name or "?")
+        # Options are checked before anything else, under the name given
+        # (none of them depends on the name).
+        wf_controls = run_controls(
+            name or "?",
+            timeout=timeout,
+            concurrency_key=concurrency_key,
+            max_concurrent=max_concurrent,
+            singleton=singleton,
+            dedup_key=dedup_key,
+            rate_limit=rate_limit,
+            events=events,
+            debounce=debounce,
+            debounce_collect=debounce_collect,
+        )
 
         def register(fn: Callable[..., Awaitable[Any]]) -> Workflow[Any, Any]:
-            if not inspect.iscoroutinefunction(fn):
-                raise RegistrationError(f"workflow {fn!r} must be an async def")
-            wf_name = check_name("workflow", fn.__name__ if name is None else name)
-            check_parameters(f"workflow {wf_name!r}", fn, context=True)
+            wf_name = check_body("workflow", fn, name, context=True)
             key = (wf_name, version)
             if (wf_name, LATEST_VERSION) in self._workflows:
                 raise RegistrationError(
@@ -333,14 +315,7 @@ class App:
                     f"workflow {wf_name!r} version {version!r} is already registered in app {self.name!r}"
                 )
             routes = check_on_error_routes(wf_name, on_error)
-            wf_controls = controls(wf_name)
-            if wf_controls.events:
-                check_subscriber(
-                    f"workflow {wf_name!r}",
-                    fn,
-                    wf_controls.debounce_collect,
-                    wf_controls.debounce is not None,
-                )
+            check_subscriber(f"workflow {wf_name!r}", fn, wf_controls)
             wf: Workflow[Any, Any] = Workflow(
                 fn,
                 name=wf_name,
@@ -376,13 +351,8 @@ class App:
             not broker-safe.
         """
         check_name("workflow", name)
-        if group is not None and not is_broker_safe(group):
-            raise RegistrationError(
-                f"workflow group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
-                " (at most 100, not starting with '.' or '-')"
-            )
-        if name in self._latest:
-            raise RegistrationError(f"workflow {name!r} is already registered in app {self.name!r}")
+        check_group("workflow", group)
+        check_unregistered("workflow", name, self._latest, self.name)
         wf = shadow_workflow(name, LATEST_VERSION, group)
         self._workflows[(name, LATEST_VERSION)] = wf
         self._latest[name] = wf
@@ -440,35 +410,13 @@ class App:
             of range, the function is not an ``async def``, or it has a
             required keyword-only parameter.
         """
-        if retry is not None and not isinstance(retry, Retry):
-            raise RegistrationError(f"retry must be a td.Retry, not {retry!r}")
-        if group is not None and not is_broker_safe(group):
-            raise RegistrationError(
-                f"step group {group!r} is not broker-safe: use letters, digits, '_', '.', '-'"
-                " (at most 100, not starting with '.' or '-')"
-            )
-        if isinstance(requires, str) or not all(isinstance(r, str) and r for r in requires):
-            raise RegistrationError(
-                f"requires must be a list of capability names, not {requires!r}"
-            )
-        if requires and group is None:
-            raise RegistrationError("requires= only applies to remote steps (give a group=)")
-        if queue is not None and group is None:
-            raise RegistrationError("queue= only applies to remote steps (give a group=)")
-        if timeout is not None:
-            finite("step timeout", timeout)
-            if timeout <= 0:
-                raise RegistrationError(f"step timeout must be positive, not {timeout!r}")
+        check_step_options(
+            group=group, requires=requires, queue=queue, retry=retry, timeout=timeout
+        )
 
         def register(fn: Callable[..., Awaitable[Any]]) -> Step[Any, Any]:
-            if not inspect.iscoroutinefunction(fn):
-                raise RegistrationError(f"step {fn!r} must be an async def")
-            step_name = check_name("step", fn.__name__ if name is None else name)
-            check_parameters(f"step {step_name!r}", fn, context=False)
-            if step_name in self._steps:
-                raise RegistrationError(
-                    f"step {step_name!r} is already registered in app {self.name!r}"
-                )
+            step_name = check_body("step", fn, name, context=False)
+            check_unregistered("step", step_name, self._steps, self.name)
             step: Step[Any, Any] = Step(
                 fn,
                 name=step_name,
@@ -508,14 +456,10 @@ class App:
             is not marked).
         """
         check_name("entity", name)
-        if key is not str and key is not int:
-            raise RegistrationError(f"entity {name!r}: key must be str or int, not {key!r}")
+        check_entity_key(name, key)
 
         def register(cls: type[T]) -> type[T]:
-            if name in self._entities:
-                raise RegistrationError(
-                    f"entity {name!r} is already registered in app {self.name!r}"
-                )
+            check_unregistered("entity", name, self._entities, self.name)
             entity = define_entity(name, cls, key)
             wf = entity.workflow
             self._entities[name] = entity
@@ -614,12 +558,7 @@ class App:
           SearchAttributeError: The name or type is invalid, or the name is
             declared with another type.
         """
-        kind = declared_type(type)
-        if self._search_attributes.get(check_attribute_name(name), kind) != kind:
-            raise SearchAttributeError(
-                f"search attribute {name!r} is declared as {self._search_attributes[name]}"
-                f" in app {self.name!r}, not {kind}"
-            )
+        kind = check_search_attribute(self._search_attributes, name, type, self.name)
         self._search_attributes[name] = kind
 
     @property

@@ -1,17 +1,14 @@
-"""What registration makes: `Step` and `Workflow`, the checks their
-names and signatures pass, and the bodies of workflows and steps that live
-on workers only."""
+"""What registration makes: `Step` and `Workflow`, and the bodies of
+workflows and steps that live on workers only (the checks a registration
+passes are `_registration_checks`')."""
 
 from __future__ import annotations
 
-import inspect
-import re
-import typing
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Concatenate, Final, Generic, ParamSpec, TypeVar, final
 
 from ._controls import NO_CONTROLS, RunControls
-from ._exceptions import FatalError, RegistrationError
+from ._exceptions import FatalError
 from ._on_error import OnError
 from ._policies import Retry
 
@@ -30,73 +27,7 @@ A3 = TypeVar("A3")
 A4 = TypeVar("A4")
 A5 = TypeVar("A5")
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,199}$")
 DEFAULT_VERSION: Final = "1"
-
-
-def check_name(kind: str, name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise RegistrationError(
-            f"{kind} name {name!r} is invalid: use letters, digits, '_', '.', '-' "
-            "(starting with a letter or '_', at most 200 characters)"
-        )
-    return name
-
-
-def check_parameters(target: str, fn: Callable[..., Any], *, context: bool) -> None:
-    """Refuse what no call could fill: inputs are passed positionally, after
-    the context for a workflow."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError) as exc:
-        raise RegistrationError(f"{target}: cannot read its signature ({exc})") from exc
-    if context:
-        first = params[0] if params else None
-        if first is None or first.kind not in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
-            raise RegistrationError(
-                f"{target} must take the context first:"
-                f" async def {fn.__name__}(ctx: td.Context, ...)"
-            )
-        if first.annotation is not first.empty and not _is_context(fn, first):
-            raise RegistrationError(
-                f"{target} must take the context first, but its first parameter"
-                f" {first.name!r} is annotated {_annotation_text(first.annotation)},"
-                " not td.Context"
-            )
-    for param in params:
-        if param.kind == param.KEYWORD_ONLY and param.default is param.empty:
-            raise RegistrationError(
-                f"{target} has the required keyword-only parameter {param.name!r}:"
-                " inputs are passed positionally"
-            )
-
-
-def _annotation_text(annotation: object) -> str:
-    if isinstance(annotation, str):
-        return annotation
-    return getattr(annotation, "__qualname__", None) or repr(annotation)
-
-
-def _is_context(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
-    """Whether ``param`` is annotated `Context` (or `typing.Any`, which
-    claims nothing, or something that cannot be resolved at run time).
-
-    `Context` is recognised by where it is defined: ``_context`` imports this
-    module, so this one cannot import it back.
-    """
-    hint = param.annotation
-    if isinstance(hint, str):
-        try:
-            hint = typing.get_type_hints(fn)[param.name]
-        except Exception:
-            # An annotation names something only a type checker sees (an
-            # import under TYPE_CHECKING, perhaps of Context by another
-            # name): what cannot be resolved cannot be judged.
-            return True
-    return hint is Any or (
-        getattr(hint, "__module__", None) == "trio_durable._context"
-        and getattr(hint, "__qualname__", None) == "Context"
-    )
 
 
 @final

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, final
 import attrs
 
 from . import _serde
-from ._definitions import Workflow, check_name
+from ._definitions import Workflow
 from ._exceptions import EntityKeyError, RegistrationError, UnknownEntityError
 from ._index_text import refuse_nul
+from ._registration_checks import check_name
 from ._stores._ops import PutValue
 
 if TYPE_CHECKING:

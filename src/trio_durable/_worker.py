@@ -5,10 +5,9 @@ For each group route it consumes tasks with a prefetch of ``concurrency``
 only workers offering them consume: see `broker_queue`),
 runs each task's step once (retries are the engine's: it dispatches a new
 attempt when a result says the step may be retried), and hands the result to
-a publisher. The publisher sends results in batches and acks each task only
-after its result was published, so a worker that dies mid-step leaves its
-tasks to be delivered again. A heartbeat re-announces the worker's
-descriptor well within its time to live.
+its `ResultPublisher`, which acks each task only after its result was
+published. A heartbeat re-announces the worker's descriptor well within its
+time to live.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import logging
 import math
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, final
 
 import attrs
 import trio
@@ -32,7 +31,6 @@ from ._brokers._base import (
     BrokerError,
     Consumer,
     Delivery,
-    PayloadTooLarge,
     WorkerDescriptor,
     needs_heartbeat,
 )
@@ -46,9 +44,9 @@ from ._failures import error_info
 from ._keyring import Keyring
 from ._observe import Metrics
 from ._options import DEFAULT_MAX_DELIVERIES
-from ._payload import lowered, result_message
 from ._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
 from ._remote_queries import answer_query, query_failure_code
+from ._result_publisher import Outcome, ResultPublisher
 from ._signing import SignatureRejected, count_rejection, open_signed
 from ._tracing import DISABLED, Tracing, attributes
 from ._wire import Result, Task, WireError
@@ -57,19 +55,6 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 logger = logging.getLogger("trio_durable")
-
-RESULT_BATCH: Final = 256
-
-
-@attrs.frozen
-class _Outcome:
-    """A task's result, waiting to be published and its delivery settled."""
-
-    consumer: Consumer
-    delivery: Delivery
-    result: Result
-    reply_to: str
-    dead_letter: bool
 
 
 @final
@@ -156,7 +141,13 @@ class Worker:
         # Where outputs over the threshold go (set by `open_worker`).
         self.blobs: Blobs | None = None
         self._stats = WorkerStatistics()
-        self._send_result, self._results = trio.open_memory_channel[_Outcome](math.inf)
+        self._results = ResultPublisher(
+            broker,
+            signing=signing,
+            rng=rng,
+            worker_id=instance_id,
+            settled=lambda n: self._track(-n),
+        )
         self._idle = trio.Event()
         self._idle.set()
         self._crashed = False
@@ -349,11 +340,11 @@ class Worker:
                 queue=task.queue,
                 execution=task.execution,
             )
-            self._send_result.send_nowait(_Outcome(consumer, delivery, result, task.reply_to, True))
+            self._results.send_nowait(Outcome(consumer, delivery, result, task.reply_to, True))
             return
         async with self._limiter:
             result = await offload_result(self.blobs, await self._execute(task))
-        self._send_result.send_nowait(_Outcome(consumer, delivery, result, task.reply_to, False))
+        self._results.send_nowait(Outcome(consumer, delivery, result, task.reply_to, False))
 
     async def _execute(self, task: Task) -> Result:
         started_at = self._clock.now()
@@ -536,61 +527,8 @@ class Worker:
         raise TimeoutError(f"step {step.name!r} timed out after {timeout} s")
 
     async def _publish_forever(self) -> None:
-        """Publish results in batches; ack their tasks once published.
-
-        A result over the broker's ``max_payload`` is not sent: a failure of
-        code ``payload_too_large`` goes in its place (see `_payload`), so one
-        oversized result never holds back the batch.
-        """
-        while True:
-            batch = [await self._results.receive()]
-            while len(batch) < RESULT_BATCH:
-                try:
-                    batch.append(self._results.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            limit = self.broker.max_payload
-            messages = [result_message(o.result, o.reply_to, limit, self._signing) for o in batch]
-            delay = 0.05
-            while True:
-                try:
-                    await self.broker.dispatch([m for m in messages if m is not None])
-                    break
-                except PayloadTooLarge as exc:
-                    # The broker's limit fell below what it said (it reconnected
-                    # to another server): fit the batch to it and send again.
-                    # Each refusal lowers the limit, so this ends.
-                    limit = lowered(limit, exc)
-                    messages = [
-                        result_message(o.result, o.reply_to, limit, self._signing) for o in batch
-                    ]
-                except BrokerError as exc:
-                    logger.warning("worker %s could not publish results: %s", self.instance_id, exc)
-                    await trio.sleep(delay * self._rng.uniform(0.5, 1.5))
-                    delay = min(delay * 2, 5.0)
-            # Keyed by position of first appearance, not id(): the order of
-            # acks must not depend on memory addresses.
-            by_consumer: dict[tuple[int, bool], tuple[Consumer, list[Delivery]]] = {}
-            consumers: list[Consumer] = []
-            for outcome, message in zip(batch, messages, strict=True):
-                if outcome.consumer not in consumers:
-                    consumers.append(outcome.consumer)
-                # A task whose result could not be sent at all (not even as a
-                # payload_too_large failure) is dead-lettered, not run again.
-                dead_letter = outcome.dead_letter or message is None
-                key = (consumers.index(outcome.consumer), dead_letter)
-                by_consumer.setdefault(key, (outcome.consumer, []))[1].append(outcome.delivery)
-            for (_, dead_letter), (consumer, deliveries) in by_consumer.items():
-                try:
-                    if dead_letter:
-                        await consumer.reject(deliveries, requeue=False)
-                    else:
-                        await consumer.ack(deliveries)
-                except (BrokerError, trio.ClosedResourceError) as exc:
-                    # The tasks come back; their results are duplicates the
-                    # engine's claim write ignores.
-                    logger.warning("worker %s could not ack tasks: %s", self.instance_id, exc)
-            self._track(-len(batch))
+        """Publish results and settle their tasks (see `ResultPublisher`)."""
+        await self._results.publish_forever()
 
 
 def _trace_context(task: Task) -> dict[str, str] | None:
