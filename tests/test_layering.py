@@ -1,5 +1,6 @@
 """Ratchets on the engine's layering, while the kernel is pulled apart from
-its features (issue 31): two numbers that may only fall.
+its features (issue 31): two numbers that may only fall, and one that
+stays at zero.
 
 - The modules in the largest import cycle, counting the imports under
   ``if TYPE_CHECKING:`` (which `tests/test_import_graph.py` leaves out,
@@ -10,6 +11,12 @@ its features (issue 31): two numbers that may only fall.
   checkpoint rows at magic seqs rather than in records of its own. The
   store migration modules, which must name the seqs of rows written
   before to move them, do not count.
+
+- The casts to the runtime type (``cast("Runtime", ...)``): none. A body
+  replays on a `ReplayHost` (an engine's `Runtime`, or a worker's or a
+  reader's stand-in, checked against it), and engine-only code takes the
+  `Runtime` from `Replay.engine`, so nothing needs to switch the type
+  checker off.
 
 Each number is pinned at its measured value. A change that raises one
 fails here; a change that lowers one fails too, with a message saying to
@@ -112,6 +119,23 @@ def _components(graph: dict[str, set[str]]) -> Iterator[list[str]]:
             yield from visit(module)
 
 
+def _runtime_casts(tree: ast.Module) -> int:
+    """The calls ``cast("Runtime", ...)`` (or ``cast(Runtime, ...)``)."""
+    return sum(
+        isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id == "cast")
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == "cast")
+        )
+        and bool(node.args)
+        and (
+            (isinstance(node.args[0], ast.Constant) and node.args[0].value == "Runtime")
+            or (isinstance(node.args[0], ast.Name) and node.args[0].id == "Runtime")
+        )
+        for node in ast.walk(tree)
+    )
+
+
 def _is_migration(path: Path) -> bool:
     relative = path.relative_to(ROOT)
     return any(relative.match(pattern) for pattern in MIGRATION_MODULES)
@@ -166,6 +190,11 @@ def test_reserved_seq_literals_outside_store_migrations_do_not_grow() -> None:
     )
 
 
+def test_nothing_is_cast_to_the_runtime_type() -> None:
+    casts = {module: _runtime_casts(tree) for module, tree in _trees().items()}
+    assert not {m: n for m, n in casts.items() if n}
+
+
 def test_the_readers_see_what_they_count() -> None:
     # A reader that missed type-only imports or literals would keep both
     # ratchets green while counting nothing.
@@ -176,12 +205,15 @@ def test_the_readers_see_what_they_count() -> None:
         "from . import _records\n"
         "SEQ = 999_999_990\n"
         "NOT = (999_998_999, 1_000_000_000, True, '999999999')\n"
+        "rt = cast('Runtime', host)\n"
+        "other = typing.cast(Runtime, host), cast('Run', host)\n"
     )
     assert _imports("trio_durable._turn", tree) == {
         "trio_durable._runtime",
         "trio_durable._records",
     }
     assert _reserved_seq_literals(tree) == 1
+    assert _runtime_casts(tree) == 2
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert sorted(map(len, _components(graph))) == [1, 3]
     assert _is_migration(ROOT / "_stores" / "_sqlite_schema.py")

@@ -117,8 +117,13 @@ async def pause_before(
     compensation: str | None,
 ) -> None:
     """Pause the run before the new step at ``seq`` if a breakpoint is on
-    it (raising `Suspend`); return if none is."""
-    rt, run = replay.runtime, replay.run
+    it (raising `Suspend`); return if none is.
+
+    Breakpoints are an engine's: a worker deciding a remote workflow's
+    turn runs its local steps through them."""
+    if replay.decider is not None:
+        return
+    rt, run = replay.engine, replay.run
     found = await rt.breakpoints.match(rt.store, run.workflow, step.name)
     if found is None:
         return

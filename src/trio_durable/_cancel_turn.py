@@ -47,7 +47,7 @@ async def deliver_cancel(
         # already failed and was handed to an on-error handler: there is
         # nothing to clean up, and its body must not run now.
         return False
-    replay = Replay(rt, state)
+    replay = Replay.on_engine(rt, state)
     replay.cancellation = CancelDelivery(recorded_delivery(state.checkpoints))
     ctx = Context(replay)
     failure: StoreError | None = None

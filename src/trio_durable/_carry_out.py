@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 async def carry_out(replay: Replay, command: Command) -> None:
     """Carry out ``command`` as a local body's turn would."""
-    rt = replay.runtime
+    rt = replay.engine
     args = command.args
     if command.op == "step":
         step = learn_step(rt, args)
@@ -98,7 +98,7 @@ async def _learn_attributes(replay: Replay, text: str) -> dict[str, SearchValue]
     and recorded in the store with the turn's writes where it records none
     (a type the app or the store holds for a name wins: a value not of it
     fails the operation with `SearchAttributeError`)."""
-    rt = replay.runtime
+    rt = replay.engine
     attributes = load_attributes(text)
     learned = {
         name: type_of(value)

@@ -123,7 +123,7 @@ def write_emitted(replay: Replay, values: Sequence[tuple[int, str]]) -> None:
     fresh = [(offset, value) for offset, value in values if offset >= stored]
     if not fresh:
         return
-    rt = replay.runtime
+    rt = replay.engine
     run, now = turn.run, rt.clock.now()
     turn.ops.extend(value_write(run.id, offset, value, now) for offset, value in fresh)
     turn.put(

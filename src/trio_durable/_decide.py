@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING, Any, cast, final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
@@ -53,11 +54,11 @@ from ._replay import Replay, Suspend, TurnState
 from ._saga import compensate
 from ._stores._ops import Op, PutCheckpoint
 from ._tracing import DISABLED, Tracing
+from ._webhooks import WebhookKeys
 from ._wire import Task
 
 if TYPE_CHECKING:
     from ._observe import Event
-    from ._runtime import Runtime
 
 logger = logging.getLogger("trio_durable")
 
@@ -72,7 +73,7 @@ class _Writes:
     def __init__(self) -> None:
         self.checkpoints: dict[int, Checkpoint] = {}
 
-    async def apply(self, ops: list[Op]) -> list[Any]:
+    async def apply(self, ops: Sequence[Op]) -> list[Any]:
         for op in ops:
             if isinstance(op, PutCheckpoint):
                 self.checkpoints[op.checkpoint.seq] = op.checkpoint
@@ -85,12 +86,6 @@ class _Events:
         pass
 
 
-@final
-class _NoBreakpoints:
-    async def match(self, store: object, workflow: str, step: str) -> None:
-        return None
-
-
 @attrs.define
 class _Options:
     traceback_limit: int
@@ -98,7 +93,8 @@ class _Options:
 
 @attrs.define
 class _DecisionRuntime:
-    """What `Replay`, local steps and the saga use of an engine's runtime."""
+    """The `ReplayHost` of a decision: what `Replay`, local steps and the
+    saga use of an engine's runtime."""
 
     app: App
     clock: Clock
@@ -108,8 +104,10 @@ class _DecisionRuntime:
     engine_id: str
     store: _Writes = attrs.field(factory=_Writes)
     telemetry: _Events = attrs.field(factory=_Events)
-    breakpoints: _NoBreakpoints = attrs.field(factory=_NoBreakpoints)
     learned: Learned = attrs.field(factory=Learned)
+    # Never read: a body here takes a webhook's token from the history
+    # (`Decider.webhook`), which the engine derived from its secret.
+    webhook_keys: WebhookKeys = attrs.field(factory=lambda: WebhookKeys(b"decision"))
     emitted: list[tuple[int, str]] = attrs.field(factory=list)
     """What the body emitted (the decider's list): it goes back in the
     decision."""
@@ -160,13 +158,13 @@ async def decide(
     state = TurnState(run=run, checkpoints=dict(request.checkpoints))
     decider = Decider(request)
     runtime.emitted = decider.emitted
-    replay = Replay(cast("Runtime", runtime), state, decider)
+    replay = Replay(runtime, state, decider)
     if request.cleanup:
         replay.cancellation = CancelDelivery(recorded_delivery(state.checkpoints))
         waits = await _clean_up(wf, replay, request.input)
         if waits is not None:
             return _decision(wf, runtime, state, next=waits, cancelled=True)
-        replay = Replay(cast("Runtime", runtime), state, decider)
+        replay = Replay(runtime, state, decider)
     if request.compensate:
         await compensate(replay)
     if request.cleanup or request.compensate:

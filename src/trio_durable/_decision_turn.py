@@ -310,7 +310,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
             if decision.next is None:
                 _keep_local(state.checkpoints, decision, state.put)
                 if decision.stream:
-                    write_emitted(Replay(rt, state), decision.stream)
+                    write_emitted(Replay.on_engine(rt, state), decision.stream)
                 return False  # the cleanup and the undos are over
             kind, value = await _apply(turn, decision)
             if kind == "suspended":
@@ -326,7 +326,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
             # the worker ran did run, so it is recorded (undos cover it).
             _keep_local(state.checkpoints, decision, state.put)
             if decision.stream:
-                write_emitted(Replay(rt, state), decision.stream)
+                write_emitted(Replay.on_engine(rt, state), decision.stream)
     if not cleanup and not _undos_left(state.checkpoints, run.compensate):
         return False
     await _dispatch(turn, route, marker, now, None, compensate=run.compensate, cleanup=cleanup)
@@ -467,7 +467,7 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
         return "failed", ErrorInfo(message=message, code="bad_decision")
     _keep_local(state.checkpoints, decision, state.put)
     if decision.stream or decision.updates or decision.update_log is not None:
-        writes = Replay(rt, state)
+        writes = Replay.on_engine(rt, state)
         write_emitted(writes, decision.stream)
         write_decided(writes, decision)
     if decision.output is not None:
@@ -478,7 +478,7 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
         return "continued", ContinueAsNew(decision.continued)
     assert decision.next is not None
     command = decision.next
-    replay = Replay(rt, state)
+    replay = Replay.on_engine(rt, state)
     replay.handlers.skip_log()
     replay.seek(command.seq)
     failure: Exception | None = None

@@ -173,7 +173,7 @@ async def _shared_in_workflow(
         return handler.returned(json.loads(cp.output or "null"))
     if cp is not None and cp.status == "failed":
         raise step_failure(cp)
-    rt = replay.runtime
+    rt = replay.engine
     now = rt.clock.now()
     recorded = Checkpoint(
         run_id=replay.run.id,

@@ -311,7 +311,7 @@ def _call_body(entity: Entity) -> Callable[..., Awaitable[Any]]:
         # The body does no durable operation: each turn runs the handler
         # afresh on the state as stored, and the run's end commits both.
         replay: Replay = ctx._replay
-        rt = replay.runtime
+        rt = replay.engine
         result, put = await run_handler(
             rt.store, rt.clock.now(), entity, entity.check_key(key), entity.handler(handler), args
         )

@@ -338,7 +338,7 @@ class _FanPlan:
         so a start on its way elsewhere and these cannot both win."""
         if not self.windowed:
             return []
-        rt, members, run = self.replay.runtime, self.members, self.replay.run
+        rt, members, run = self.replay.engine, self.members, self.replay.run
         stored = await rt.store.get_value(WINDOW_SCOPE, self.key)
         window = read_window(stored)
         if window is None:
@@ -506,15 +506,18 @@ async def _freeze(
             ops.append(PutValue(WINDOW_SCOPE, window_key(replay.run.id, first), None, now))
         # Each pending member wrote a settle, and a child a cancel request.
         stride = 2 if kind == "child" else 1
-        results = await rt.store.apply(ops)
+        # Only an engine's turn finds a member pending: elsewhere the
+        # history settled every member, or the body stopped before.
+        engine = replay.engine
+        results = await engine.store.apply(ops)
         for n, i in enumerate(pending):
             settled = results[stride * n]
             if settled is None:
                 # The member settled on its own just before: keep its result.
-                [settled] = await rt.store.get_checkpoints(replay.run.id, first + i, first + i)
+                [settled] = await engine.store.get_checkpoints(replay.run.id, first + i, first + i)
             turn.checkpoints[first + i] = settled
             child_id = members[i].child_id  # type: ignore[union-attr]
             if kind == "child" and results[stride * n + 1] and child_id is not None:
-                rt.scheduler.interrupt(child_id)
-                rt.scheduler.wake(child_id)
+                engine.scheduler.interrupt(child_id)
+                engine.scheduler.wake(child_id)
     return [turn.checkpoints.get(first + i) for i in range(len(members))]

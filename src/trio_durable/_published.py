@@ -107,7 +107,7 @@ def notify_values(replay: Replay) -> None:
     """Have this turn wake the callers waiting on what the run writes, once
     its writes committed: here directly, elsewhere by an announcement
     written with them (once per turn)."""
-    rt, turn = replay.runtime, replay.turn
+    rt, turn = replay.engine, replay.turn
     if turn.run.id in _notified(turn):
         return
     run = turn.run

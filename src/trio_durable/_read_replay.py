@@ -12,7 +12,7 @@ a turn. The handlers registered by then answer.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any, cast, final
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from ._app import App
     from ._clock import Clock
     from ._observe import Event
-    from ._runtime import Runtime
     from ._stores._base import Store
 
 
@@ -61,8 +60,8 @@ class _Options:
 
 @attrs.define
 class _ReadRuntime:
-    """What `Replay` and the settled paths of the durable operations use of
-    an engine's runtime."""
+    """The `ReplayHost` of a read-only replay: what `Replay` and the settled
+    paths of the durable operations use of an engine's runtime."""
 
     app: App
     clock: Clock
@@ -139,7 +138,7 @@ async def replay_history(
     """
     state = TurnState(run=run, checkpoints={cp.seq: cp for cp in checkpoints})
     runtime = _ReadRuntime(app=app, clock=clock, options=_Options(traceback_limit))
-    replay = Replay(cast("Runtime", runtime), state, read_only=True)
+    replay = Replay(runtime, state, read_only=True)
     try:
         args = _serde.load_args(run.input, wf.fn, skip=1)
         await wf.fn(Context(replay), *args)

@@ -128,12 +128,19 @@ class StepPlanner:
     ) -> None:
         self.replay = replay
         self.step = step
-        self.rt = replay.runtime
         self.group_route = group_route(step, replay.run.namespace)
         self.flow = flow
         self.priority = priority
         self.dedup_key = dedup_key
         self._gap: str | bool | None = False
+
+    @property
+    def rt(self) -> Runtime:
+        """The engine's parts: a planner is made wherever a body replays a
+        remote step, but sends, parks and queues only in an engine's turn
+        (elsewhere the step is settled in the history, or the body stopped
+        before)."""
+        return self.replay.engine
 
     async def gap(self) -> str | None:
         if self._gap is False:

@@ -8,17 +8,37 @@ kind there means the workflow changed under the run (non-determinism). If
 it is missing, the operation runs, and what it records is collected as a
 write of the turn. The body ends the turn at a durable wait by raising
 `Suspend`; the turn then writes everything it collected in one batch.
+
+A body replays in three places: an engine's turn, a worker deciding a
+remote workflow's turn (`_decide`), and a reader answering a query
+(`_read_replay`). What a replay reaches of the process it runs in
+(`Replay.runtime`) is a `ReplayHost`: the engine's `Runtime` is one, and so
+are the worker's and the reader's stand-ins, which the type checker checks
+against it. The host holds only what the paths outside an engine use.
+
+What only an engine's turn does (send or park a remote step, wake a run,
+read the store or write to it outside the replay's writes) takes the
+whole `Runtime` from `Replay.engine`, which a replay made by
+`Replay.on_engine` holds. Outside an engine, every durable operation is
+settled in the history or stops the body before that code (the
+`Decider`; ``read_only``), so it is never reached there, and
+`Replay.engine` raises if it is. An accessor rather than a parameter:
+that code is reached through the same `Context` methods as the settled
+paths (a step, a signal, a fan), and the `Context` holds only its
+`Replay`, so a `Runtime` passed down would run through every operation's
+signature; and a host with the engine's every part would have the
+stand-ins fake a dispatcher, a scheduler and a store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 import attrs
 
 from . import _serde
-from ._app import Step, Workflow, remote_body, shadow_workflow, workflow_of
+from ._app import App, Step, Workflow, remote_body, shadow_workflow, workflow_of
 from ._exceptions import NonDeterminismError, UnknownWorkflowError, UsageError
 from ._handlers import Handlers
 from ._markers import is_patch_marker
@@ -27,9 +47,15 @@ from ._records import LATEST_VERSION, Checkpoint, CheckpointKind, Run
 from ._stores._ops import Op, PutCheckpoint
 
 if TYPE_CHECKING:
+    import random
+
     from ._cancellation import CancelDelivery
+    from ._clock import Clock
     from ._decider import Decider
+    from ._learned import Learned
     from ._runtime import Runtime
+    from ._tracing import Tracing
+    from ._webhooks import WebhookKeys
     from ._wire import Task
 
 
@@ -91,6 +117,69 @@ class TurnState:
         self.ops.append(PutCheckpoint(checkpoint))
 
 
+class ReplayStore(Protocol):
+    """What a replay writes at once, apart from its turn's batch (a
+    webhook's nonce, an undo's outcome): an engine's store; on a worker,
+    the decision's local checkpoints; on a reader, nothing (it refuses)."""
+
+    async def apply(self, ops: Sequence[Op]) -> list[Any]: ...
+
+
+class EventSink(Protocol):
+    """Where a replay's events go: an engine's `Telemetry`, or nowhere."""
+
+    def emit(self, event: Event) -> None: ...
+
+
+class ReplayOptions(Protocol):
+    """The settings a replay reads."""
+
+    @property
+    def traceback_limit(self) -> int: ...
+
+
+class ReplayHost(Protocol):
+    """What a replay reaches of the process it runs in, wherever the body
+    runs: an engine's `Runtime`, a worker's stand-in (`_decide`), a
+    reader's (`_read_replay`). Only what the paths outside an engine use
+    is here; engine-only code takes `Replay.engine`."""
+
+    @property
+    def app(self) -> App: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    # A local step's retry jitter.
+    @property
+    def rng(self) -> random.Random: ...
+
+    # The owner a write at once is fenced by, and an announcement's origin.
+    @property
+    def engine_id(self) -> str: ...
+
+    @property
+    def options(self) -> ReplayOptions: ...
+
+    # A local step's span.
+    @property
+    def tracing(self) -> Tracing: ...
+
+    @property
+    def store(self) -> ReplayStore: ...
+
+    @property
+    def telemetry(self) -> EventSink: ...
+
+    # The steps and queues remote workflows' decisions named, on an engine.
+    @property
+    def learned(self) -> Learned: ...
+
+    # What a webhook's token derives from: a reader replays a recorded one.
+    @property
+    def webhook_keys(self) -> WebhookKeys: ...
+
+
 def recorded_value(step: Step[..., Any], cp: Checkpoint) -> Any:
     """What a completed step's checkpoint returns: its output, structured
     as the step's return annotation."""
@@ -103,13 +192,13 @@ class Replay:
     """A body's position in one turn's replay, and what it reaches.
 
     Attributes:
-      runtime: The engine's parts.
+      runtime: What it reaches of the process it runs in.
       turn: What the turn read and is about to write.
     """
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: ReplayHost,
         turn: TurnState,
         decider: Decider | None = None,
         *,
@@ -117,6 +206,8 @@ class Replay:
     ) -> None:
         self.runtime = runtime
         self.turn = turn
+        # The engine whose turn this is (`on_engine`), for `engine`.
+        self._engine: Runtime | None = None
         self._seq = 0
         # Set on a worker replaying a remote workflow for a decision task
         # (see `_decide`): durable operations not settled in the history
@@ -131,6 +222,29 @@ class Replay:
         # deliver its cancellation (see `_cancellation`): consulted at every
         # seq an operation takes.
         self.cancellation: CancelDelivery | None = None
+
+    @classmethod
+    def on_engine(cls, runtime: Runtime, turn: TurnState) -> Replay:
+        """A replay in a turn of the engine ``runtime``, whose engine-only
+        code reaches all of its parts (`engine`)."""
+        replay = cls(runtime, turn)
+        replay._engine = runtime
+        return replay
+
+    @property
+    def engine(self) -> Runtime:
+        """The parts of the engine whose turn this is, for what only an
+        engine's turn does.
+
+        Raises:
+          AssertionError: This replay runs outside an engine's turn (a
+            worker deciding, a reader), where every operation the body
+            reaches is settled in the history or stops the body before it
+            gets here.
+        """
+        if self._engine is None:
+            raise AssertionError(f"run {self.run.id!r}: engine-only code reached outside an engine")
+        return self._engine
 
     def peek(self) -> int:
         """The seq the next durable operation takes."""

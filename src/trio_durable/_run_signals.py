@@ -57,7 +57,7 @@ async def send_signal(
         return  # Sent (or found a duplicate) before: never again.
     payload_json = _serde.dumps(payload)
     key = key if key is not None else f"{run.id}:{seq}"
-    rt = replay.runtime
+    rt = replay.engine
     store = rt.store
     now = rt.clock.now()
 

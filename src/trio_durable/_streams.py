@@ -145,7 +145,7 @@ class StreamWaiters:
         self.recheck()
 
 
-def stream_announce(store: Store, origin: str, run: Run) -> list[Op]:
+def stream_announce(store: object, origin: str, run: Run) -> list[Op]:
     """What a turn that emitted writes to tell readers in other processes
     (nothing on a store that is no `RunWatch`)."""
     return announce(store, origin, "stream", [run])

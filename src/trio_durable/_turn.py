@@ -163,7 +163,7 @@ class Turn:
             )
             return
         wf = rt.app.get_workflow(run.workflow, run.version)
-        replay = Replay(rt, state)
+        replay = Replay.on_engine(rt, state)
         ctx = Context(replay)
         waiting = await take_waiting_updates(self, replay, now)
         outcome: tuple[str, Any] = ("interrupted", None)
@@ -507,7 +507,7 @@ class Turn:
         rt, turn = self.runtime, self.state
         run = turn.run
         if run.compensate and not compensated:
-            await self._compensate(Replay(rt, turn))
+            await self._compensate(Replay.on_engine(rt, turn))
         now = rt.clock.now()
         error = lifecycle.cancel_error(turn.checkpoints)
         for cp in sorted(turn.checkpoints.values(), key=lambda cp: cp.seq):

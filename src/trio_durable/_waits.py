@@ -88,7 +88,7 @@ async def signal(
         raise Suspend("signal", cp.wake_at)
     # The timeout is due. It settles the checkpoint by a claim, so that a
     # signal delivered at the same moment either wins or loses whole.
-    store = replay.runtime.store
+    store = replay.engine.store
     settled, _ = await store.apply(
         [
             SettleCheckpoint(

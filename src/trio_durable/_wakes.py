@@ -44,9 +44,10 @@ _RESTART_DELAY: Final = 1.0
 Deliver = Callable[[Sequence[Announce] | None], None]
 
 
-def announce(store: Store, origin: str, kind: AnnounceKind, runs: Sequence[Run]) -> list[Op]:
+def announce(store: object, origin: str, kind: AnnounceKind, runs: Sequence[Run]) -> list[Op]:
     """The operations that announce ``runs`` to the store's watchers (none
-    for a store that is not a `RunWatch`)."""
+    for a store that is not a `RunWatch`, such as what a replay outside an
+    engine writes through: see `ReplayStore`)."""
     if not offers(store, RunWatch):
         return []
     return [

@@ -40,7 +40,7 @@ from ._stores._hook_ops import CreateWebhook, KeepSetting, UseWebhook
 from ._stores._ops import DeliverSignal, Op, PutCheckpoint, UpdateRun
 
 if TYPE_CHECKING:
-    from ._replay import Replay
+    from ._replay import Replay, ReplayStore
     from ._stores._base import Store
 
 SECRET_SETTING: Final = "webhook_secret"
@@ -56,7 +56,7 @@ class WebhookKeys:
     def __init__(self, configured: bytes | None = None) -> None:
         self._secret = configured
 
-    async def secret(self, store: Store) -> bytes:
+    async def secret(self, store: ReplayStore) -> bytes:
         """The secret, read (or made and kept) in the store the first time
         if none was configured."""
         if self._secret is None:
