@@ -50,8 +50,8 @@ from trio_durable import _fork, _handlers, _lifecycle, _markers, _records, _stre
 from trio_durable._on_error import HANDOFF_BASE
 from trio_durable._stores import _postgres_schema, _sqlite_schema
 
-SQLITE_VERSION: Final = 9
-POSTGRES_VERSION: Final = 8
+SQLITE_VERSION: Final[int] = 9
+POSTGRES_VERSION: Final[int] = 8
 
 Wall = Callable[[], float]
 
