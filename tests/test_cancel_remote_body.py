@@ -211,10 +211,11 @@ async def test_a_body_that_does_not_catch_it_ends_with_its_undos(
             for cp in await engine.store.get_checkpoints("c")
             if cp.seq > 999_999_000
         ]
+        kinds = [(record.kind, record.output) for record in await engine.store.get_records("c")]
     assert done == ["reserve 2", "unreserve 2"]
     # The record that kept it cancelling while a worker answered; the body
     # never cleaned up, so no delivery seq was recorded.
-    assert (999_999_982, "cancel_sent", None) in records
+    assert ("cancel_sent", None) in kinds
     assert not any(name == "cancelled_at" for _, name, _ in records)
 
 
@@ -248,3 +249,25 @@ async def test_another_engine_finishes_the_cleanup_after_the_first_closed(
         "release 4",
         "notify 4",
     ]
+
+
+async def test_a_retry_of_a_remote_run_that_was_cancelled_runs_it_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Retrying a remote workflow's run that ended cancelled (its cancel sent
+    to a worker) from a seq runs its body again to its end: the record that
+    kept it cancelling goes with the retry, or the retried run would be
+    cancelled again at its first turn."""
+    async with fleet() as engine:
+        await engine.start(careless, 3, run_id="again")
+        await engine.drain()
+        await engine.cancel("again", compensate=True)
+        with pytest.raises(td.RunCancelled):
+            await engine.result("again")
+        assert ("cancel_sent", None) in [
+            (record.kind, record.output) for record in await engine.store.get_records("again")
+        ]
+        await engine.retry("again", from_seq=1)
+        assert await engine.result("again") == "slept"
+        assert await engine.store.get_records("again") == []
+    assert done == ["reserve 3", "unreserve 3", "reserve 3"]

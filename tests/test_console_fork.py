@@ -85,11 +85,13 @@ async def test_the_run_page_has_the_fork_and_retry_from_forms(
         assert 'placeholder="s.fork.N"' in text
         script = (await http.get("/static/console.js")).text
         assert "`${run}/fork`" in script
-        # The fork's page shows where it came from in its timeline.
+        # The fork's page shows where it came from in its lineage.
         fork = await engine.fork("s", from_seq=2)
         await fork.result()
         page = (await http.get(f"/runs/{fork.id}")).text
-        assert "forked_from" in page
+        assert 'Forked from: <a class="forked_from" href="/runs/s">s</a> at seq 2' in page
+        assert (await engine.run_detail(fork.id)).forked_from == ("s", 2)
+        assert (await engine.run_detail("s")).forked_from is None
 
 
 async def test_the_api_forks_and_retries_from_a_seq(

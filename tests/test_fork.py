@@ -19,7 +19,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory, fixed_wall
-from trio_durable._fork import FORKED_FROM_SEQ, forked_from_of
+from trio_durable._fork import FORKED_FROM, forked_from_of
 from trio_durable._markers import CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
 from trio_durable._stores._ops import DeleteCheckpoints, PutValue
 
@@ -141,7 +141,9 @@ async def test_a_fork_reuses_the_results_before_the_seq_and_runs_the_rest(
             (2, "sleep", "completed"),
             (3, "transform", "completed"),
             (4, "publish", "completed"),
-            (FORKED_FROM_SEQ, "forked_from", "completed"),
+        ]
+        assert [(r.kind, r.status) for r in await engine.store.get_records("p.fork.1")] == [
+            (FORKED_FROM, "completed")
         ]
         # The copies are the original's records, under the fork's id.
         original = {cp.seq: cp for cp in before[1]}
@@ -359,8 +361,9 @@ async def test_engines_fork_each_others_runs_on_one_sqlite_file(
         fork = await two.fork("p", from_seq=3)
         assert await one.result(fork.id) == "published DATA OF C"
         assert calls == ["transform", "publish"]
-        provenance = await one.store.get_checkpoints(fork.id, FORKED_FROM_SEQ, FORKED_FROM_SEQ)
-        assert json.loads(provenance[0].input or "") == {"run_id": "p", "from_seq": 3}
+        [provenance] = await one.store.get_records(fork.id)
+        assert provenance.kind == FORKED_FROM
+        assert json.loads(provenance.input or "") == {"run_id": "p", "from_seq": 3}
 
 
 @app.workflow(concurrency_key=lambda account: account, max_concurrent=1)
@@ -586,7 +589,7 @@ async def test_reserved_records_a_fork_copies_and_a_retry_keeps(
         fork = await engine.fork("g", from_seq=2, new_run_id="g2")
         await engine.drain()
         seqs = [cp.seq for cp in await engine.store.get_checkpoints("g2")]
-        assert seqs == [1, 2, FORKED_FROM_SEQ, CHECKED_FROM_SEQ]
+        assert seqs == [1, 2, CHECKED_FROM_SEQ]
         await engine.signal("g2", "answer", "yes")
         assert await fork.result() == "data of guarded"
         # In place: the delivery point goes with the cleanup after it.

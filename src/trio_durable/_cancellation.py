@@ -32,13 +32,18 @@ import json
 from typing import Final, final
 
 from ._exceptions import Cancelled
-from ._markers import CANCEL_SENT_SEQ, CANCELLED_AT_SEQ, record
+from ._markers import CANCELLED_AT_SEQ, record
 from ._records import Checkpoint
 from ._replay import Replay
+from ._run_records import RunRecord, value_record
 from ._stores._ops import UpdateRun
 
 CANCELLED_AT_NAME: Final = "cancelled_at"
-CANCEL_SENT_NAME: Final = "cancel_sent"
+CANCEL_SENT: Final = "cancel_sent"
+"""The kind of a remote workflow's run's record of a cancel sent to a
+worker: written with the first decision task of its cancellation, it keeps
+the run being cancelled while it waits ``suspended`` for the worker (see
+`in_cleanup`)."""
 _SETTLED: Final = frozenset({"completed", "failed"})
 
 
@@ -95,12 +100,12 @@ class CancelDelivery:
         )
 
 
-def in_cleanup(checkpoints: dict[int, Checkpoint]) -> bool:
+def in_cleanup(checkpoints: dict[int, Checkpoint], records: dict[str, RunRecord]) -> bool:
     """Whether a run that is not terminal is being cancelled while
     ``suspended`` (then ``running``): its cleanup waits, or its remote
     workflow's cancel is out to a worker (with the record but no delivery
     see `cancel_marker`)."""
-    return CANCELLED_AT_SEQ in checkpoints or CANCEL_SENT_SEQ in checkpoints
+    return CANCELLED_AT_SEQ in checkpoints or CANCEL_SENT in records
 
 
 def recorded_delivery(checkpoints: dict[int, Checkpoint]) -> int | None:
@@ -110,11 +115,11 @@ def recorded_delivery(checkpoints: dict[int, Checkpoint]) -> int | None:
     return None if marker is None or marker.output is None else int(json.loads(marker.output))
 
 
-def cancel_marker(run_id: str, now: float) -> Checkpoint:
+def cancel_marker(run_id: str, now: float) -> RunRecord:
     """The ``cancel_sent`` record of a remote workflow's run whose cancel
     is sent to a worker: it keeps the run being cancelled while it waits
     as ``suspended``."""
-    return record(run_id, CANCEL_SENT_SEQ, CANCEL_SENT_NAME, None, now)
+    return value_record(run_id, CANCEL_SENT, None, now)
 
 
 async def write_cleanup(replay: Replay) -> None:

@@ -359,8 +359,8 @@ async def _wait_cancelling(turn: Turn, wake_at: float | None) -> None:
     """Suspend a remote workflow's cancelling run until its worker answers,
     with the record that keeps it being cancelled (see `in_cleanup`)."""
     state = turn.state
-    if not in_cleanup(state.checkpoints):
-        state.put(cancel_marker(state.run.id, turn.runtime.clock.now()))
+    if not in_cleanup(state.checkpoints, state.records):
+        state.put_record(cancel_marker(state.run.id, turn.runtime.clock.now()))
     await turn.suspend(Suspend("decision", wake_at, watch=_WATCH), cleanup=True)
 
 

@@ -22,8 +22,8 @@ be the latest attempt's, as before.
 A result without an execution id (from a worker older than them, during a
 rolling upgrade) settles only a checkpoint at its attempt that is not
 `Checkpoint.rerun`: a retry that deleted a remote step's checkpoint leaves
-the record `RERUN_SEQ` (the highest such seq), and every remote step the
-run records again at or below it is marked ``rerun``.
+the run's record of kind `RERUN` (the highest such seq), and every remote
+step the run records again at or below it is marked ``rerun``.
 """
 
 from __future__ import annotations
@@ -32,21 +32,19 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ._markers import record
 from ._records import Checkpoint
-from ._stores._ops import PutCheckpoint
+from ._run_records import RunRecord, value_record
+from ._stores._record_ops import PutRecord
 
 if TYPE_CHECKING:
     import random
 
     from ._wire import Result
 
-RERUN_SEQ: Final = 999_999_983
-"""The seq of a run's ``rerun`` record: a completed ``local`` checkpoint
-whose output is the highest seq (compensations by their absolute value)
-at which a retry of the run deleted a remote step's checkpoint."""
-
-RERUN_NAME: Final = "rerun"
+RERUN: Final = "rerun"
+"""The kind of a run's ``rerun`` record: its output is the highest seq
+(compensations by their absolute value) at which a retry of the run
+deleted a remote step's checkpoint."""
 
 
 def new_execution(rng: random.Random) -> str:
@@ -54,39 +52,42 @@ def new_execution(rng: random.Random) -> str:
     return f"{rng.getrandbits(128):032x}"
 
 
-def rerun_through(checkpoints: Mapping[int, Checkpoint]) -> int:
+def rerun_through(records: Mapping[str, RunRecord]) -> int:
     """The highest seq a retry of the run deleted (0 if none did), as its
-    ``rerun`` record among ``checkpoints`` says."""
-    cp = checkpoints.get(RERUN_SEQ)
-    if cp is None or cp.output is None:
+    ``rerun`` record among ``records`` says."""
+    found = records.get(RERUN)
+    if found is None or found.output is None:
         return 0
-    return int(json.loads(cp.output))
+    return int(json.loads(found.output))
 
 
-def is_rerun(checkpoints: Mapping[int, Checkpoint], seq: int) -> bool:
+def is_rerun(records: Mapping[str, RunRecord], seq: int) -> bool:
     """Whether a checkpoint the run records at ``seq`` now runs what a retry
     deleted there."""
-    return abs(seq) <= rerun_through(checkpoints)
+    return abs(seq) <= rerun_through(records)
 
 
 def rerun_record(
-    run_id: str, checkpoints: Iterable[Checkpoint], deleted: Iterable[int], now: float
-) -> list[PutCheckpoint]:
+    run_id: str,
+    records: Iterable[RunRecord],
+    checkpoints: Iterable[Checkpoint],
+    deleted: Iterable[int],
+    now: float,
+) -> list[PutRecord]:
     """The write that a retry deleting the checkpoints at ``deleted`` adds,
-    given the run's ``checkpoints`` as read: its ``rerun`` record raised to
-    the highest seq of a remote step among them (the only checkpoints a
-    result settles, the run's decision checkpoint aside, which a retry
-    keeps); none if no remote step is deleted, or the record is high
-    enough already."""
-    by_seq = {cp.seq: cp for cp in checkpoints}
+    given the run's ``records`` and ``checkpoints`` as read: its ``rerun``
+    record raised to the highest seq of a remote step among them (the only
+    checkpoints a result settles, the run's decision checkpoint aside,
+    which a retry keeps); none if no remote step is deleted, or the record
+    is high enough already."""
     gone = set(deleted)
     highest = max(
-        (abs(cp.seq) for cp in by_seq.values() if cp.seq in gone and cp.kind == "remote"),
+        (abs(cp.seq) for cp in checkpoints if cp.seq in gone and cp.kind == "remote"),
         default=0,
     )
-    if highest <= rerun_through(by_seq):
+    if highest <= rerun_through({record.kind: record for record in records}):
         return []
-    return [PutCheckpoint(record(run_id, RERUN_SEQ, RERUN_NAME, json.dumps(highest), now))]
+    return [PutRecord(value_record(run_id, RERUN, json.dumps(highest), now))]
 
 
 def result_conditions(result: Result) -> dict[str, Any]:

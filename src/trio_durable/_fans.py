@@ -326,7 +326,7 @@ class _FanPlan:
             parallel_size=self.total,
             parallel_mode=self.mode,
             enqueued_at=now,
-            rerun=is_rerun(self.replay.turn.checkpoints, self.first + i),
+            rerun=is_rerun(self.replay.turn.records, self.first + i),
         )
 
     async def rescue(self) -> list[int]:

@@ -11,20 +11,21 @@ to ``pending``; what is before stays.
 
 Both check the seq first and write nothing when it is refused (see
 `ForkPointError`). The fork's row, its copied history and its provenance (a
-completed ``forked_from`` checkpoint at `FORKED_FROM_SEQ`) go in one batch,
+``forked_from`` record, `FORKED_FROM`) go in one batch,
 fenced so that an id another run took meanwhile rolls it all back.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final
 
 import attrs
 
 from ._admission import creation_ops, start_controls
 from ._bounds import shown
+from ._cancellation import CANCEL_SENT
 from ._control import Also, read_run
 from ._exceptions import (
     ForkPointError,
@@ -35,7 +36,7 @@ from ._exceptions import (
 from ._executions import rerun_record
 from ._handlers import UPDATES_SEQ, read_log
 from ._lifecycle import continued_to, deadline_ops, started_output, workflow_timeout
-from ._markers import CANCEL_SENT_SEQ, CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
+from ._markers import BODY_SEQ_LIMIT, CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
 from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
 from ._options import check_id
 from ._published import event_scope
@@ -47,6 +48,7 @@ from ._records import (
     StoredValue,
     signal_token,
 )
+from ._run_records import RunRecord, value_record
 from ._stores._base import WriteConflict
 from ._stores._ops import (
     CreateRun,
@@ -57,23 +59,20 @@ from ._stores._ops import (
     RemoveSignalWaiter,
     UpdateRun,
 )
+from ._stores._record_ops import DeleteRecords, PutRecord
 from ._streams import PAGE, STREAM_SEQ, stream_scope
 
 if TYPE_CHECKING:
     from ._app import App
     from ._stores._base import Store
 
-FORKED_FROM_SEQ: Final = 999_999_950
-"""The seq of a fork's provenance: a completed ``local`` checkpoint named
-``forked_from``, its input ``{"run_id", "from_seq"}`` (past every seq a body
-reaches; the fork's reserved seqs are 999_999_950 to 999_999_959)."""
-
-BODY_SEQ_END: Final = FORKED_FROM_SEQ
-"""Body seqs are below this; the seqs from here on are reserved."""
+FORKED_FROM: Final = "forked_from"
+"""The kind of a fork's record of where it came from: its input
+``{"run_id", "from_seq"}``, its output the original's id."""
 
 
 def _body(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
-    return [cp for cp in checkpoints if 0 < cp.seq < BODY_SEQ_END]
+    return [cp for cp in checkpoints if 0 < cp.seq < BODY_SEQ_LIMIT]
 
 
 def check_from_seq(run: Run, checkpoints: Sequence[Checkpoint], from_seq: object) -> int:
@@ -172,7 +171,12 @@ def _carried(
 
 
 async def _reset_records(
-    store: Store, run: Run, checkpoints: Sequence[Checkpoint], from_seq: int, now: float
+    store: Store,
+    run: Run,
+    checkpoints: Sequence[Checkpoint],
+    records: Sequence[RunRecord],
+    from_seq: int,
+    now: float,
 ) -> tuple[list[int], list[Op]]:
     """What a retry in place from ``from_seq`` deletes of the run's reserved
     records and rewrites of its keyed values, so that they say what its
@@ -189,11 +193,13 @@ async def _reset_records(
                 ops.append(PutCheckpoint(attrs.evolve(cp, output=log)))
         elif cp.seq == CHECKED_FROM_SEQ and checked is not None and checked >= from_seq:
             deletes.append(cp.seq)
-        elif cp.seq in (CANCELLED_AT_SEQ, CANCEL_SENT_SEQ, STREAM_SEQ):
-            # The delivery point of a cancellation the run may get again
-            # (and a remote workflow's record of its cancel sent); the
-            # stream, which the replay writes again from offset 0.
+        elif cp.seq in (CANCELLED_AT_SEQ, STREAM_SEQ):
+            # The delivery point of a cancellation the run may get again;
+            # the stream, which the replay writes again from offset 0.
             deletes.append(cp.seq)
+    if any(record.kind == CANCEL_SENT for record in records):
+        # A remote workflow's record of its cancel sent.
+        ops.append(DeleteRecords(run.id, (CANCEL_SENT,)))
     published = _published(checkpoints, from_seq)
     scope = event_scope(run.id)
     for stored in await _all_values(store, scope):
@@ -289,7 +295,7 @@ async def fork_run(
             UpdateRun(
                 fork_id, {"lease_owner": None, "lease_expiry": None}, expect_owner=fence, now=now
             ),
-            PutCheckpoint(_provenance(fork_id, original.id, from_seq, now)),
+            PutRecord(_provenance(fork_id, original.id, from_seq, now)),
             *(PutCheckpoint(_copied(cp, fork_id)) for cp in kept),
             *_carried(checkpoints, fork_id, from_seq, now),
             *deadline_ops(fork, timeout),
@@ -316,19 +322,9 @@ def _copied(cp: Checkpoint, fork_id: str) -> Checkpoint:
     return copy
 
 
-def _provenance(fork_id: str, original: str, from_seq: int, now: float) -> Checkpoint:
-    return Checkpoint(
-        run_id=fork_id,
-        seq=FORKED_FROM_SEQ,
-        name="forked_from",
-        kind="local",
-        status="completed",
-        input=json.dumps({"run_id": original, "from_seq": from_seq}),
-        output=json.dumps(original),
-        enqueued_at=now,
-        started_at=now,
-        finished_at=now,
-    )
+def _provenance(fork_id: str, original: str, from_seq: int, now: float) -> RunRecord:
+    where = json.dumps({"run_id": original, "from_seq": from_seq})
+    return value_record(fork_id, FORKED_FROM, json.dumps(original), now, input=where)
 
 
 def _timeout(app: App | None, run: Run, checkpoints: Sequence[Checkpoint]) -> float | None:
@@ -344,11 +340,17 @@ def _timeout(app: App | None, run: Run, checkpoints: Sequence[Checkpoint]) -> fl
 
 async def forked_from_of(store: Store, run_id: str) -> tuple[str, int] | None:
     """The run and seq ``run_id`` was forked from, or None."""
-    found = await store.get_checkpoints(run_id, FORKED_FROM_SEQ, FORKED_FROM_SEQ)
-    if not found or not found[0].input:
-        return None
-    data = json.loads(found[0].input)
-    return str(data["run_id"]), int(data["from_seq"])
+    return fork_origin(await store.get_records(run_id))
+
+
+def fork_origin(records: Iterable[RunRecord]) -> tuple[str, int] | None:
+    """The run and seq a run was forked from, as its ``records`` say; None
+    if it is no fork."""
+    for record in records:
+        if record.kind == FORKED_FROM and record.input:
+            data = json.loads(record.input)
+            return str(data["run_id"]), int(data["from_seq"])
+    return None
 
 
 # -- retry from a seq -------------------------------------------------------------------
@@ -382,6 +384,7 @@ async def retry_from(
             f"run {run_id!r} continued as new; retry its latest generation, or fork it"
         )
     checkpoints = await store.get_checkpoints(run.id)
+    records = await store.get_records(run.id)
     check_from_seq(run, checkpoints, from_seq)
     children = [cp for cp in _body(checkpoints) if cp.seq >= from_seq and cp.child_id is not None]
     if children:
@@ -395,7 +398,7 @@ async def retry_from(
     deletes: list[int] = []
     ops: list[Op] = []
     for cp in checkpoints:
-        if cp.seq < 0 or (0 < cp.seq < BODY_SEQ_END and (cp.seq >= from_seq or cp.seq in undone)):
+        if cp.seq < 0 or (0 < cp.seq < BODY_SEQ_LIMIT and (cp.seq >= from_seq or cp.seq in undone)):
             deletes.append(cp.seq)
             if cp.kind == "signal" and cp.status == "pending" and cp.seq > 0:
                 token = signal_token(run.id, cp.name)
@@ -414,7 +417,7 @@ async def retry_from(
             ops.append(PutCheckpoint(attrs.evolve(cp, name=f"{RETIRED_PREFIX}{cp.child_id}")))
             if cp.child_id is not None:
                 ops.append(UpdateRun(cp.child_id, {"parent_seq": None}, strict=False))
-    reserved, rewrites = await _reset_records(store, run, checkpoints, from_seq, now)
+    reserved, rewrites = await _reset_records(store, run, checkpoints, records, from_seq, now)
     deletes.extend(reserved)
     ops.extend(rewrites)
     if deletes:
@@ -422,7 +425,7 @@ async def retry_from(
         # What the run records at these seqs again is marked `rerun`: a
         # result without an execution id cannot tell it from what was
         # deleted (one with an id never settles it).
-        ops.extend(rerun_record(run.id, checkpoints, deletes, now))
+        ops.extend(rerun_record(run.id, records, checkpoints, deletes, now))
     changes: dict[str, object] = {
         "status": "pending",
         "error": None,

@@ -3,12 +3,12 @@ whole-run deadline, and the started children it takes down with it.
 
 Continue-as-new ends a run ``completed`` (output None) and creates its
 next generation, ``<root>.gen.<n>``, in the one write that ends it. The
-ending run keeps a forward link (a completed ``child`` checkpoint at
-`CONTINUED_SEQ` whose ``child_id`` is the next generation); the new one a
-backward link (a completed ``local`` checkpoint named ``continued_from`` at
-`CONTINUED_FROM_SEQ`, its output the previous generation's id, its input the
-chain's root and the generation's number). Callers of ``result``, and
-``signal`` and ``cancel`` from outside, follow the forward links.
+ending run keeps a forward link (its record of kind `CONTINUED`, its output
+the next generation's id, its input the inputs it continued with); the new
+one a backward link (its record of kind `CONTINUED_FROM`, its output the
+previous generation's id, its input the chain's root and the generation's
+number). Callers of ``result``, and ``signal`` and ``cancel`` from outside,
+follow the forward links.
 
 A run's deadline is a pending ``timer`` checkpoint named ``deadline`` at
 `DEADLINE_SEQ`, written with the run (or, for a run whose creator did not
@@ -31,18 +31,21 @@ import trio
 from ._bounds import is_finite
 from ._children import cancel_request
 from ._exceptions import UsageError
-from ._records import CONTINUED_SEQ, DEADLINE_SEQ, Checkpoint, ErrorInfo, Run
+from ._records import DEADLINE_SEQ, Checkpoint, ErrorInfo, Run
+from ._run_records import RunRecord, value_record
 from ._stores._ops import CreateRun, Op, PutCheckpoint, UpdateRun
+from ._stores._record_ops import PutRecord
 
 if TYPE_CHECKING:
     from ._app import App
     from ._stores._base import Store
     from ._turn import Turn
 
-CONTINUED_FROM_SEQ: Final = 999_999_993
-"""The seq of a continued generation's backward link: a completed ``local``
-checkpoint named ``continued_from`` whose output is the previous
-generation's id (past every seq a body reaches, next to `CONTINUED_SEQ`)."""
+CONTINUED: Final = "continued"
+"""The kind of a run's forward link to the generation it continued as."""
+
+CONTINUED_FROM: Final = "continued_from"
+"""The kind of a generation's backward link to the one it continues."""
 
 TIMEOUT_CODE: Final = "timeout"
 """The error code of a run cancelled because its deadline passed."""
@@ -67,10 +70,10 @@ class ContinueAsNew(BaseException):
 # -- continue-as-new ------------------------------------------------------------------
 
 
-def generation(checkpoints: dict[int, Checkpoint], run_id: str) -> tuple[str, int]:
+def generation(records: dict[str, RunRecord], run_id: str) -> tuple[str, int]:
     """The chain's root id and this run's generation number (1 for a run
     that continues no other)."""
-    link = checkpoints.get(CONTINUED_FROM_SEQ)
+    link = records.get(CONTINUED_FROM)
     if link is None or link.input is None:
         return run_id, 1
     data = json.loads(link.input)
@@ -82,7 +85,7 @@ async def continue_run(turn: Turn, cont: ContinueAsNew) -> None:
     ``cont``'s inputs, in one write."""
     rt, state = turn.runtime, turn.state
     run = state.run
-    root, number = generation(state.checkpoints, run.id)
+    root, number = generation(state.records, run.id)
     next_id = f"{root}.gen.{number + 1}"
     if await rt.store.get_run(next_id) is not None:
         error = ErrorInfo(
@@ -109,34 +112,15 @@ async def continue_run(turn: Turn, cont: ContinueAsNew) -> None:
         search_attributes=run.search_attributes,
     )
     links: list[Op] = [
-        PutCheckpoint(
-            Checkpoint(
-                run_id=run.id,
-                seq=CONTINUED_SEQ,
-                name=run.workflow,
-                kind="child",
-                status="completed",
-                input=cont.input_json,
-                output=json.dumps(next_id),
-                child_id=next_id,
-                enqueued_at=now,
-                started_at=now,
-                finished_at=now,
-            )
-        ),
+        PutRecord(value_record(run.id, CONTINUED, json.dumps(next_id), now, input=cont.input_json)),
         CreateRun(following),
-        PutCheckpoint(
-            Checkpoint(
-                run_id=next_id,
-                seq=CONTINUED_FROM_SEQ,
-                name="continued_from",
-                kind="local",
-                status="completed",
+        PutRecord(
+            value_record(
+                next_id,
+                CONTINUED_FROM,
+                json.dumps(run.id),
+                now,
                 input=json.dumps({"root": root, "generation": number + 1}),
-                output=json.dumps(run.id),
-                enqueued_at=now,
-                started_at=now,
-                finished_at=now,
             )
         ),
     ]
@@ -161,8 +145,11 @@ async def continued_to(store: Store, run: Run) -> str | None:
     if run.status != "completed" or run.output is not None:
         # A run that returned None has the output "null".
         return None
-    found = await store.get_checkpoints(run.id, CONTINUED_SEQ, CONTINUED_SEQ)
-    return found[0].child_id if found else None
+    for record in await store.get_records(run.id):
+        if record.kind == CONTINUED and record.output is not None:
+            following: str = json.loads(record.output)
+            return following
+    return None
 
 
 async def latest_generation(store: Store, run: Run) -> Run:

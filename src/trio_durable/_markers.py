@@ -45,12 +45,6 @@ CANCELLED_AT_SEQ: Final = 999_999_981
 checkpoint whose output is the seq where `Cancelled` was delivered to its
 body, written with the first cleanup operation (see `_cancellation`)."""
 
-CANCEL_SENT_SEQ: Final = 999_999_982
-"""The seq of a remote workflow's run's ``cancel_sent`` record: a completed
-``local`` checkpoint with no output, written with the first decision task
-of its cancellation, which keeps the run being cancelled while it waits
-``suspended`` for a worker (see `_cancellation.in_cleanup`)."""
-
 
 def body_seqs(checkpoints: dict[int, Checkpoint]) -> list[int]:
     """The seqs of ``checkpoints`` that body operations took."""

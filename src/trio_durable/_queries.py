@@ -21,10 +21,13 @@ import attrs
 
 from ._bounds import MAX_INTEGER, check_integer, check_name, is_finite, shown
 from ._exceptions import RunNotFoundError, UsageError
+from ._fork import fork_origin
 from ._index_text import refuse_nul
+from ._lifecycle import CONTINUED
 from ._on_error import HANDOFF_BASE
 from ._options import check_id
 from ._records import Checkpoint, CheckpointStatus, Run, RunFilter, RunStatus
+from ._run_records import RunRecord
 from ._search_attributes import filter_conditions
 from ._stores._base import Store
 from ._views import (
@@ -218,13 +221,20 @@ async def list_runs(
 # -- a run's history and detail -----------------------------------------------------
 
 
-def _links(checkpoints: Iterable[Checkpoint]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The child runs and the on-error handlers among ``checkpoints``."""
+def _links(
+    checkpoints: Iterable[Checkpoint], records: Iterable[RunRecord]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The child runs and the on-error handlers among ``checkpoints``, the
+    generation the run continued as (its record among ``records``, if it
+    continued) listed last of its children."""
     children: list[str] = []
     handlers: list[str] = []
     for cp in checkpoints:
         if cp.kind == "child" and cp.child_id is not None:
             (handlers if cp.seq >= HANDOFF_BASE else children).append(cp.child_id)
+    for record in records:
+        if record.kind == CONTINUED and record.output is not None:
+            children.append(json.loads(record.output))
     return tuple(children), tuple(handlers)
 
 
@@ -237,7 +247,7 @@ async def history(store: Store, run_id: str, *, namespace: str | None = None) ->
     """
     run = await find_run(store, run_id, namespace)
     checkpoints = await store.get_checkpoints(run.id)
-    children, handlers = _links(checkpoints)
+    children, handlers = _links(checkpoints, await store.get_records(run.id))
     return RunHistory(
         run=run,
         entries=tuple(HistoryEntry.of(cp) for cp in checkpoints),
@@ -315,7 +325,8 @@ async def run_detail(store: Store, run_id: str, *, namespace: str | None = None)
     found = await store.get_checkpoints(run.id, start)
     checkpoints.extend(found)
     timeline.extend(HistoryEntry.of(cp) for cp in found)
-    children, handlers = _links(checkpoints)
+    records = await store.get_records(run.id)
+    children, handlers = _links(checkpoints, records)
     return RunDetail(
         run=run,
         timeline=tuple(timeline),
@@ -323,6 +334,7 @@ async def run_detail(store: Store, run_id: str, *, namespace: str | None = None)
         children=children,
         handlers=handlers,
         parent_id=run.parent_id,
+        forked_from=fork_origin(records),
     )
 
 

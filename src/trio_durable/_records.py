@@ -53,11 +53,6 @@ DEADLINE_SEQ: Final = 999_999_991
 """The seq of a run's whole-run deadline: a pending "timer" checkpoint named
 "deadline"."""
 
-CONTINUED_SEQ: Final = 999_999_992
-"""The seq of the completed "child" checkpoint a run that continued as new
-keeps, whose ``child_id`` is the next generation's run id."""
-
-
 DEFAULT_TRACEBACK_LIMIT: Final = 8192
 """How many characters of a traceback an error keeps by default."""
 

@@ -206,7 +206,7 @@ class StepPlanner:
             enqueued_at=now,
             # A result without an execution id cannot tell this step from
             # what a retry deleted at its seq.
-            rerun=is_rerun(self.replay.turn.checkpoints, seq),
+            rerun=is_rerun(self.replay.turn.records, seq),
         )
         if sent:
             cp = self.out(cp, now)

@@ -44,7 +44,9 @@ from ._handlers import Handlers
 from ._markers import is_patch_marker
 from ._observe import Event, EventKind
 from ._records import LATEST_VERSION, Checkpoint, CheckpointKind, Run
+from ._run_records import RunRecord
 from ._stores._ops import Op, PutCheckpoint
+from ._stores._record_ops import PutRecord
 
 if TYPE_CHECKING:
     import random
@@ -112,9 +114,16 @@ class TurnState:
     # waiting on what the run wrote, see `_published`).
     committed: list[Callable[[], None]] = attrs.field(factory=list)
 
+    # The run's own records, by kind (see `_run_records`).
+    records: dict[str, RunRecord] = attrs.field(factory=dict)
+
     def put(self, checkpoint: Checkpoint) -> None:
         self.checkpoints[checkpoint.seq] = checkpoint
         self.ops.append(PutCheckpoint(checkpoint))
+
+    def put_record(self, record: RunRecord) -> None:
+        self.records[record.kind] = record
+        self.ops.append(PutRecord(record))
 
 
 class ReplayStore(Protocol):

@@ -63,3 +63,18 @@ class RunRecord:
     started_at: float | None = None
     finished_at: float | None = None
     executions: tuple[str, ...] = ()
+
+
+def value_record(
+    run_id: str, kind: str, output: str | None, now: float, *, input: str | None = None
+) -> RunRecord:
+    """A completed record that holds a value (``output``, JSON text)."""
+    return RunRecord(
+        run_id=run_id,
+        kind=kind,
+        input=input,
+        output=output,
+        enqueued_at=now,
+        started_at=now,
+        finished_at=now,
+    )

@@ -23,6 +23,7 @@ import attrs
 
 from . import _serde
 from ._app import App
+from ._cancellation import CANCEL_SENT
 from ._children import completion
 from ._exceptions import StepFailed
 from ._executions import rerun_record
@@ -40,6 +41,7 @@ from ._stores._ops import (
     UpdateRun,
     WaitSignal,
 )
+from ._stores._record_ops import DeleteRecords
 
 if TYPE_CHECKING:
     from ._replay import Replay
@@ -106,6 +108,7 @@ async def plan_retry(
     ``expect``) at durable time ``now``, and the failed children it retries
     too; add to ``wakes`` the runs to wake once they committed."""
     checkpoints = await store.get_checkpoints(run.id)
+    records = await store.get_records(run.id)
     undone = {-cp.seq for cp in checkpoints if cp.seq < 0}
     deletes: list[int] = []
     for cp in checkpoints:
@@ -158,7 +161,11 @@ async def plan_retry(
         # What the retried body records at these seqs again is marked
         # `rerun`: a result without an execution id cannot tell it from
         # what was deleted.
-        ops.extend(rerun_record(run.id, checkpoints, deletes, now))
+        ops.extend(rerun_record(run.id, records, checkpoints, deletes, now))
+    if any(record.kind == CANCEL_SENT for record in records):
+        # A remote workflow's record of a cancel sent: the retried run is
+        # not being cancelled.
+        ops.append(DeleteRecords(run.id, (CANCEL_SENT,)))
     changes: dict[str, Any] = {
         "status": "pending",
         "error": None,

@@ -39,7 +39,11 @@ class Turns:
             rt.scheduler.signals.progress.set()
             if began is None:
                 return
-            state = TurnState(run=began.run, checkpoints={cp.seq: cp for cp in began.checkpoints})
+            state = TurnState(
+                run=began.run,
+                checkpoints={cp.seq: cp for cp in began.checkpoints},
+                records={record.kind: record for record in began.records},
+            )
             # Read under the lease: settled elsewhere means no result is
             # waited for here (it went to another engine, or got lost).
             rt.sent.observed(run_id, began.checkpoints)

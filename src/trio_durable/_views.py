@@ -214,6 +214,8 @@ class RunDetail:
         folded fans are on their fan pages).
       handlers: The on-error handlers it was handed to.
       parent_id: The run that started it, if any.
+      forked_from: The run it was forked from and the seq it was forked
+        at (see `Engine.fork`), if it is a fork.
     """
 
     run: Run
@@ -222,6 +224,7 @@ class RunDetail:
     children: tuple[str, ...]
     handlers: tuple[str, ...]
     parent_id: str | None
+    forked_from: tuple[str, int] | None = None
 
 
 @final

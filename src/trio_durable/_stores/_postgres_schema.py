@@ -22,6 +22,7 @@ from psycopg import sql
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 from ._hook_sql import TABLES as HOOK_TABLES
+from ._migrations_records import MOVE_TO_RECORDS
 from ._payload_marks_sql import POSTGRES_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._record_sql import TABLE as RECORDS_TABLE
 from ._search_sql import POSTGRES_MIGRATION as SEARCH_MIGRATION
@@ -241,8 +242,9 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # (see `._values_sql`); the values already there go with no run, but
     # those of a scope named after a run.
     (VALUE_RUN_COLUMN, *VALUE_RUN_OF_SCOPE, *VALUE_INDEXES),
-    # 9: runs' own records (see `._record_sql`), none yet.
-    (RECORDS_TABLE,),
+    # 9: runs' own records (see `._record_sql`), those kept at reserved
+    # seqs before moved there (see `._migrations_records`).
+    (RECORDS_TABLE, *MOVE_TO_RECORDS),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

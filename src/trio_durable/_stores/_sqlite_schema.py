@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
+from ._migrations_records import MOVE_TO_RECORDS
 from ._payload_marks_sql import SQLITE_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._record_sql import TABLE as RECORDS_TABLE
 from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
@@ -41,7 +42,8 @@ version 7 marked the payloads kept in band before (see
 (``checkpoints.executions`` and ``checkpoints.rerun``); version 9 added the
 run a keyed value goes with (``durable_values.run_id``, deleted with it by
 retention) and the indexes of retention's walks; version 10 added runs' own
-records (``run_records``, see `._record_sql`). An older file is migrated
+records (``run_records``, see `._record_sql`), moving there those kept at
+reserved seqs before (`._migrations_records`). An older file is migrated
 when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
@@ -286,8 +288,9 @@ _MIGRATIONS: Final = {
     # already there, but those of a scope named after a run); its indexes
     # `_INDEXED_LAST` creates.
     8: (VALUE_RUN_COLUMN, *VALUE_RUN_OF_SCOPE),
-    # From version 9: ``run_records``, a new table, the schema creates.
-    9: (),
+    # From version 9: ``run_records``, a new table the schema creates, and
+    # the records kept at reserved seqs before moved into it.
+    9: MOVE_TO_RECORDS,
 }
 
 _INDEXED_LAST: Final = VALUE_INDEXES

@@ -42,7 +42,7 @@ import trio
 from .._app import Retry
 from .._current import current_step
 from .._exceptions import BreakpointNotFoundError, Cancelled, InvalidRunStateError
-from .._fork import FORKED_FROM_SEQ
+from .._fork import FORKED_FROM
 from .._markers import CANCELLED_AT_SEQ
 from .._stores._base import Store
 from .._streams import stream_scope
@@ -128,7 +128,7 @@ async def fork_violations(
         mine = copied.get(seq)
         if mine is None or (mine.name, mine.status, mine.output) != (cp.name, cp.status, cp.output):
             violations.append(f"{where}: seq {seq} is not the original's")
-    marks = await store.get_checkpoints(fork, FORKED_FROM_SEQ, FORKED_FROM_SEQ)
+    marks = [r for r in await store.get_records(fork) if r.kind == FORKED_FROM]
     if not marks or json.loads(marks[0].input or "null") != {
         "run_id": original,
         "from_seq": from_seq,
