@@ -29,7 +29,7 @@ import trio
 import trio_durable._entity_defs as entity_defs
 import trio_durable._front_messages as run_messages
 import trio_durable._schedule_ticker as schedule_ticker
-import trio_durable._settle as settle_module
+import trio_durable._wire_layers as wire_layers
 import trio_durable._stores._memory as memory_module
 from trio_durable import _serde
 from trio_durable._blob_wire import resolve_task_input
@@ -387,7 +387,7 @@ def _unsigned_results_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
             return message
         return real(signing, role, message)
 
-    monkeypatch.setattr(settle_module, "open_signed", lenient)
+    monkeypatch.setattr(wire_layers, "open_signed", lenient)
 
 
 def test_forgeries_catch_unsigned_results_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
