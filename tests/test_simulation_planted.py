@@ -29,8 +29,8 @@ import trio
 import trio_durable._entity_defs as entity_defs
 import trio_durable._front_messages as run_messages
 import trio_durable._schedule_ticker as schedule_ticker
-import trio_durable._wire_layers as wire_layers
 import trio_durable._stores._memory as memory_module
+import trio_durable._wire_layers as wire_layers
 from trio_durable import _serde
 from trio_durable._blob_wire import resolve_task_input
 from trio_durable._current import call_step
