@@ -1,7 +1,7 @@
 """Whole-run timeouts: ``@app.workflow(timeout=)`` and ``start(timeout=)``.
 
-A run's deadline is a pending ``timer`` checkpoint at `DEADLINE_SEQ`,
-written with the run; when it passes the run is cancelled with
+A run's deadline is a pending record of kind ``deadline``, written with
+the run; when it passes the run is cancelled with
 compensation (code ``timeout``), the children it awaits with it.
 """
 
@@ -19,9 +19,10 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, fixed_wall, shared_store
-from trio_durable._records import DEADLINE_SEQ
+from trio_durable._lifecycle import DEADLINE
 from trio_durable._stores._ops import CreateRun, Op
 from trio_durable._stores._wrapping import StoreWrapper
+from trio_durable.stores import RunRecord
 
 app = td.App("deadlines")
 
@@ -90,9 +91,9 @@ async def looping(ctx: td.Context, i: int) -> int:
     ctx.continue_as_new(i + 1)
 
 
-async def _deadline(store: td.Store, run_id: str) -> td.Checkpoint:
-    [cp] = await store.get_checkpoints(run_id, DEADLINE_SEQ, DEADLINE_SEQ)
-    return cp
+async def _deadline(store: td.Store, run_id: str) -> RunRecord:
+    [found] = [r for r in await store.get_records(run_id) if r.kind == DEADLINE]
+    return found
 
 
 async def test_the_workflows_timeout_cancels_the_run_with_compensation(
@@ -111,7 +112,7 @@ async def test_the_workflows_timeout_cancels_the_run_with_compensation(
         assert run.error is not None
         assert run.error.details == {"timeout": 60.0}
         cp = await _deadline(store, "t")
-        assert (cp.name, cp.kind, cp.status) == ("deadline", "timer", "completed")
+        assert (cp.kind, cp.status) == ("deadline", "completed")
         assert cp.wake_at == WALL_START + 60.0
 
 

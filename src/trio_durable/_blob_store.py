@@ -266,6 +266,7 @@ class BlobbingStore(StoreWrapper):
                     output=await batch.offload(run.id, run.output),
                 ),
                 tuple([await self._offload_checkpoint(cp, batch) for cp in op.checkpoints]),
+                op.records,
             )
         if isinstance(op, UpdateRun):
             changes = dict(op.changes)

@@ -35,13 +35,12 @@ from ._exceptions import (
 )
 from ._executions import rerun_record
 from ._handlers import UPDATES_SEQ, read_log
-from ._lifecycle import continued_to, deadline_ops, started_output, workflow_timeout
+from ._lifecycle import DEADLINE, continued_to, deadline_ops, started_output, workflow_timeout
 from ._markers import BODY_SEQ_LIMIT, CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
 from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
 from ._options import check_id
 from ._published import event_scope
 from ._records import (
-    DEADLINE_SEQ,
     TERMINAL_STATUSES,
     Checkpoint,
     Run,
@@ -258,7 +257,7 @@ async def fork_run(
     check_from_seq(original, checkpoints, from_seq)
     undone = _undone(checkpoints)
     kept = [cp for cp in _body(checkpoints) if cp.seq < from_seq and cp.seq not in undone]
-    timeout = _timeout(app, original, checkpoints)
+    timeout = _timeout(app, original, await store.get_records(original.id))
     controls = None
     wf = None if app is None else app.find_workflow(original.workflow, original.version)
     if wf is not None:
@@ -327,12 +326,12 @@ def _provenance(fork_id: str, original: str, from_seq: int, now: float) -> RunRe
     return value_record(fork_id, FORKED_FROM, json.dumps(original), now, input=where)
 
 
-def _timeout(app: App | None, run: Run, checkpoints: Sequence[Checkpoint]) -> float | None:
+def _timeout(app: App | None, run: Run, records: Sequence[RunRecord]) -> float | None:
     """The fork's whole-run timeout: the original's (counted again from the
     fork's creation), else its workflow's."""
-    for cp in checkpoints:
-        if cp.seq == DEADLINE_SEQ and cp.input:
-            timeout = json.loads(cp.input).get("timeout")
+    for record in records:
+        if record.kind == DEADLINE and record.input:
+            timeout = json.loads(record.input).get("timeout")
             if isinstance(timeout, int | float):
                 return float(timeout)
     return workflow_timeout(app, run.workflow, run.version)

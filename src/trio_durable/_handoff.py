@@ -99,7 +99,7 @@ async def hand_off(turn: Turn, on_error: OnError, error: ErrorInfo) -> None:
     # Handed off, the run gives its admission back as if it ended. It waits
     # for its handler, and for its deadline: that still cancels it (and the
     # handler it awaits) at its time.
-    wake_at = wake_by_deadline(state.checkpoints, None)
+    wake_at = wake_by_deadline(state.records, None)
     final = [
         *release_ops(state, now),
         turn.fence(
@@ -139,7 +139,7 @@ async def follow_handoff(turn: Turn, handoff: Checkpoint) -> None:
         )
         state.ops.append(CreateRun(handler))
         state.wake_after.append(handler.id)
-        wake_at = wake_by_deadline(state.checkpoints, None)
+        wake_at = wake_by_deadline(state.records, None)
         results = await turn.write(
             turn.fence({"status": "suspended", "wake_at": wake_at}, frozenset({"running"}))
         )

@@ -10,8 +10,8 @@ previous generation's id, its input the chain's root and the generation's
 number). Callers of ``result``, and ``signal`` and ``cancel`` from outside,
 follow the forward links.
 
-A run's deadline is a pending ``timer`` checkpoint named ``deadline`` at
-`DEADLINE_SEQ`, written with the run (or, for a run whose creator did not
+A run's deadline is a pending record of kind `DEADLINE` (its input the
+timeout, its ``wake_at`` when it fires), written with the run (or, for a run whose creator did not
 know its workflow's timeout, by its first turn, from its ``created_at``).
 Every suspend wakes the run by it at the latest, and a body's turn is cut
 short at it; the turn that finds it passed settles it and makes the run
@@ -31,15 +31,18 @@ import trio
 from ._bounds import is_finite
 from ._children import cancel_request
 from ._exceptions import UsageError
-from ._records import DEADLINE_SEQ, Checkpoint, ErrorInfo, Run
+from ._records import Checkpoint, ErrorInfo, Run
 from ._run_records import RunRecord, value_record
-from ._stores._ops import CreateRun, Op, PutCheckpoint, UpdateRun
+from ._stores._ops import CreateRun, Op, UpdateRun
 from ._stores._record_ops import PutRecord
 
 if TYPE_CHECKING:
     from ._app import App
     from ._stores._base import Store
     from ._turn import Turn
+
+DEADLINE: Final = "deadline"
+"""The kind of a run's whole-run deadline."""
 
 CONTINUED: Final = "continued"
 """The kind of a run's forward link to the generation it continued as."""
@@ -124,10 +127,10 @@ async def continue_run(turn: Turn, cont: ContinueAsNew) -> None:
             )
         ),
     ]
-    deadline = state.checkpoints.get(DEADLINE_SEQ)
+    deadline = state.records.get(DEADLINE)
     if deadline is not None and deadline.status == "pending":
         # A whole-run timeout bounds the whole chain.
-        links.append(PutCheckpoint(attrs.evolve(deadline, run_id=next_id)))
+        links.append(PutRecord(attrs.evolve(deadline, run_id=next_id)))
     # This generation settles no parent: its last generation does.
     state.run = attrs.evolve(run, parent_id=None, parent_seq=None)
     # Written with the end only: a cancel that landed during the turn
@@ -192,13 +195,12 @@ def workflow_timeout(app: App | None, workflow: str, version: str) -> float | No
     return None if wf is None else wf.controls.timeout
 
 
-def deadline_checkpoint(run: Run, timeout: float) -> Checkpoint:
-    """The deadline of ``run``, ``timeout`` seconds after its creation."""
-    return Checkpoint(
+def deadline_record(run: Run, timeout: float) -> RunRecord:
+    """``run``'s deadline, ``timeout`` seconds after its creation."""
+    return RunRecord(
         run_id=run.id,
-        seq=DEADLINE_SEQ,
-        name="deadline",
-        kind="timer",
+        kind=DEADLINE,
+        status="pending",
         input=json.dumps({"timeout": timeout}),
         wake_at=run.created_at + timeout,
         enqueued_at=run.created_at,
@@ -208,21 +210,19 @@ def deadline_checkpoint(run: Run, timeout: float) -> Checkpoint:
 def deadline_ops(run: Run, timeout: float | None) -> list[Op]:
     """What a start writes with ``run`` for its deadline (nothing without
     a timeout)."""
-    return [PutCheckpoint(cp) for cp in deadlines(run, timeout)]
+    return [PutRecord(record) for record in deadlines(run, timeout)]
 
 
-def deadlines(run: Run, timeout: float | None) -> tuple[Checkpoint, ...]:
-    """The deadline a start creates ``run`` with (none without a timeout):
-    carried by its `CreateRun`, so that a start that finds the id taken
-    leaves the deadline of the run that holds it as it is."""
-    return () if timeout is None else (deadline_checkpoint(run, timeout),)
+def deadlines(run: Run, timeout: float | None) -> tuple[RunRecord, ...]:
+    """``run``'s deadline record, if it has a ``timeout``."""
+    return () if timeout is None else (deadline_record(run, timeout),)
 
 
-def _pending_deadline(checkpoints: dict[int, Checkpoint]) -> float | None:
-    cp = checkpoints.get(DEADLINE_SEQ)
-    if cp is None or cp.status != "pending" or cp.wake_at is None:
+def _pending_deadline(records: dict[str, RunRecord]) -> float | None:
+    found = records.get(DEADLINE)
+    if found is None or found.status != "pending" or found.wake_at is None:
         return None
-    return cp.wake_at
+    return found.wake_at
 
 
 def check_deadline(turn: Turn, now: float) -> Run:
@@ -234,16 +234,16 @@ def check_deadline(turn: Turn, now: float) -> Run:
     run = state.run
     if run.status == "cancelling":
         return run
-    if DEADLINE_SEQ not in state.checkpoints:
+    if DEADLINE not in state.records:
         timeout = workflow_timeout(rt.app, run.workflow, run.version)
         if timeout is None:
             return run
-        state.put(deadline_checkpoint(run, timeout))
-    deadline = _pending_deadline(state.checkpoints)
+        state.put_record(deadline_record(run, timeout))
+    deadline = _pending_deadline(state.records)
     if deadline is None or deadline > now:
         return run
-    fired = state.checkpoints[DEADLINE_SEQ]
-    state.put(attrs.evolve(fired, status="completed", finished_at=now))
+    fired = state.records[DEADLINE]
+    state.put_record(attrs.evolve(fired, status="completed", finished_at=now))
     state.ops.append(
         UpdateRun(
             run.id,
@@ -255,30 +255,30 @@ def check_deadline(turn: Turn, now: float) -> Run:
     return state.run
 
 
-def wake_by_deadline(checkpoints: dict[int, Checkpoint], wake_at: float | None) -> float | None:
+def wake_by_deadline(records: dict[str, RunRecord], wake_at: float | None) -> float | None:
     """When a suspending run is due: at ``wake_at``, or its pending
     deadline if that comes first."""
-    deadline = _pending_deadline(checkpoints)
+    deadline = _pending_deadline(records)
     if deadline is None:
         return wake_at
     return deadline if wake_at is None else min(wake_at, deadline)
 
 
-def body_deadline(checkpoints: dict[int, Checkpoint], now: float) -> float:
+def body_deadline(records: dict[str, RunRecord], now: float) -> float:
     """The Trio deadline that cuts a body's turn short at the run's
     deadline (inf without one)."""
-    deadline = _pending_deadline(checkpoints)
+    deadline = _pending_deadline(records)
     if deadline is None:
         return math.inf
     return trio.current_time() + max(0.0, deadline - now)
 
 
-def cancel_error(checkpoints: dict[int, Checkpoint]) -> ErrorInfo:
+def cancel_error(records: dict[str, RunRecord]) -> ErrorInfo:
     """The error a cancelled run ends with: ``timeout`` if its deadline
     fired, else ``cancelled``."""
-    cp = checkpoints.get(DEADLINE_SEQ)
-    if cp is not None and cp.status == "completed":
-        timeout = json.loads(cp.input or "{}").get("timeout")
+    found = records.get(DEADLINE)
+    if found is not None and found.status == "completed":
+        timeout = json.loads(found.input or "{}").get("timeout")
         return ErrorInfo(
             message=f"the run's deadline passed ({timeout} s after it started)",
             code=TIMEOUT_CODE,

@@ -49,10 +49,6 @@ ADMISSION_SEQ: Final = 999_999_990
 """The seq of a run's admission checkpoint (a concurrency key, a rate limit or
 an entity's exclusivity): pending until the run is let in."""
 
-DEADLINE_SEQ: Final = 999_999_991
-"""The seq of a run's whole-run deadline: a pending "timer" checkpoint named
-"deadline"."""
-
 DEFAULT_TRACEBACK_LIMIT: Final = 8192
 """How many characters of a traceback an error keeps by default."""
 

@@ -33,9 +33,10 @@ from ._exceptions import (
 )
 from ._handoff import output_source
 from ._index_text import refuse_nul
-from ._lifecycle import check_timeout, deadline_checkpoint, deadlines, workflow_timeout
-from ._records import DEADLINE_SEQ, LATEST_VERSION, TERMINAL_STATUSES, Checkpoint, ErrorInfo, Run
+from ._lifecycle import check_timeout, deadlines, workflow_timeout
+from ._records import LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo, Run
 from ._replay import TurnState
+from ._run_records import RunRecord
 from ._search_attributes import start_attributes
 from ._start_batch import StartBatcher, create_batched, derive_id, prepare_run
 from ._start_controls import create_controlled
@@ -193,10 +194,8 @@ async def start_runs(
         # A run created with its admission reads it in its first turn.
         initial = None
         if new.controls is None:
-            checkpoints = (
-                {} if timeout is None else {DEADLINE_SEQ: deadline_checkpoint(stored, timeout)}
-            )
-            initial = TurnState(run=stored, checkpoints=checkpoints)
+            records = {record.kind: record for record in deadlines(stored, timeout)}
+            initial = TurnState(run=stored, checkpoints={}, records=records)
         rt.scheduler.wake(stored.id, initial=initial)
     return [stored for stored, _ in results]
 
@@ -211,7 +210,7 @@ async def create_runs(
     owner: str | None = None,
     lease_ttl: float = 0.0,
     also: Callable[[Run], Sequence[Op]] = lambda run: (),
-    own: Callable[[Run], Sequence[Checkpoint]] = lambda run: (),
+    own: Callable[[Run], Sequence[RunRecord]] = lambda run: (),
 ) -> list[tuple[Run, bool]]:
     """`create_run` for each of ``news``, in order: in one batch of
     ``batcher`` (or one `Store.apply` without one), unless the workflow
@@ -387,7 +386,7 @@ async def create_run(
     owner: str | None = None,
     lease_ttl: float = 0.0,
     also: Callable[[Run], Sequence[Op]] = lambda run: (),
-    own: Callable[[Run], Sequence[Checkpoint]] = lambda run: (),
+    own: Callable[[Run], Sequence[RunRecord]] = lambda run: (),
 ) -> tuple[Run, bool]:
     """Create ``new`` unless a run with its id exists; return the run as
     stored and whether it was created (`Engine.start` and `Client.start`).
@@ -395,7 +394,7 @@ async def create_run(
     With ``owner``, the run is created ``running``, leased to it for
     ``lease_ttl`` seconds; without, ``pending`` and unleased, due at once for
     any engine. ``also`` gives the operations to write with the run, in the
-    same batch; ``own`` the checkpoints written only if the run is created
+    same batch; ``own`` the records written only if the run is created
     (its deadline: a start that finds the id taken leaves it as it is).
 
     Raises:
@@ -414,11 +413,11 @@ async def create_run(
     if existing is not None:
         return _same_workflow(existing, new.workflow, new.namespace), False
     with_run = [*also(run), *new.search_records]
-    checkpoints = tuple(own(run))
+    records = tuple(own(run))
     if new.controls is not None:
-        stored, created = await create_controlled(store, run, new.controls, with_run, checkpoints)
+        stored, created = await create_controlled(store, run, new.controls, with_run, records)
     else:
-        [(stored, created), *_] = await store.apply([CreateRun(run, checkpoints), *with_run])
+        [(stored, created), *_] = await store.apply([CreateRun(run, records=records), *with_run])
     if not created:
         return _same_workflow(stored, new.workflow, new.namespace), False
     return stored, True

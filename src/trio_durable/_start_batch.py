@@ -33,10 +33,11 @@ from ._bounds import MAX_NAME_LENGTH, check_name
 from ._exceptions import StoreError, UsageError
 from ._index_text import refuse_nul_in
 from ._options import check_id
-from ._records import Checkpoint, Run
+from ._records import Run
 from ._stores._ops import CreateRun, Op
 
 if TYPE_CHECKING:
+    from ._run_records import RunRecord
     from ._runs import NewRun
     from ._stores._base import Store
 
@@ -218,7 +219,7 @@ async def create_batched(
     pairs: Sequence[tuple[NewRun, Run]],
     also: Callable[[Run], Sequence[Op]],
     *,
-    own: Callable[[Run], Sequence[Checkpoint]] = lambda run: (),
+    own: Callable[[Run], Sequence[RunRecord]] = lambda run: (),
     read_first: bool,
     check: Callable[[NewRun, Run], object],
 ) -> list[tuple[Run, bool]]:
@@ -226,7 +227,7 @@ async def create_batched(
     of ``batcher`` (without one, in one `Store.apply`); return each as stored and whether it was created, in
     order. A run whose id was derived and is taken gets another.
 
-    ``own(run)`` gives the checkpoints written with a run only if its
+    ``own(run)`` gives the records written with a run only if its
     create inserts it (its deadline): a start that finds its id taken,
     however close it raced the one that took it, writes none of them.
     The writes ``also`` gives go in whatever the create found (they are
@@ -260,7 +261,7 @@ async def create_batched(
             if not todo:
                 break
         entries = [
-            (CreateRun(run, tuple(own(run))), [*also(run), *new.search_records])
+            (CreateRun(run, records=tuple(own(run))), [*also(run), *new.search_records])
             for _, new, run in todo
         ]
         if batcher is not None:

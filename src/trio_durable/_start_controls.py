@@ -17,7 +17,8 @@ from ._stores._base import WriteConflict
 from ._stores._ops import CreateRun, Op, PutValue, UpdateRun
 
 if TYPE_CHECKING:
-    from ._records import Checkpoint, Run
+    from ._records import Run
+    from ._run_records import RunRecord
     from ._stores._base import Store
 
 SINGLETON_SCOPE: Final = "singleton:"
@@ -33,10 +34,10 @@ async def create_controlled(
     run: Run,
     controls: StartControls,
     also: Sequence[Op],
-    own: Sequence[Checkpoint] = (),
+    own: Sequence[RunRecord] = (),
 ) -> tuple[Run, bool]:
     """Create ``run`` under ``controls`` with the writes ``also`` and its
-    checkpoints ``own`` (written only if the run is created: its deadline),
+    records ``own`` (written only if the run is created: its deadline),
     unless a run with its id exists, or, for a singleton or a dedup key, a
     run with its key is open (queued); return the run as stored (or that
     run) and whether it was created (`create_run`).
@@ -83,7 +84,7 @@ async def create_controlled(
         admission = creation_ops(run.id, controls, run.created_at)
         try:
             results = await store.apply(
-                [*ops, CreateRun(run, tuple(own)), guard, *admission, *also]
+                [*ops, CreateRun(run, records=tuple(own)), guard, *admission, *also]
             )
         except WriteConflict:
             existing = await store.get_run(run.id)

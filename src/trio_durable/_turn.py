@@ -169,9 +169,7 @@ class Turn:
         outcome: tuple[str, Any] = ("interrupted", None)
         held = rt.leases.hold(run.id, slot)
         try:
-            with trio.CancelScope(
-                deadline=lifecycle.body_deadline(state.checkpoints, now)
-            ) as scope:
+            with trio.CancelScope(deadline=lifecycle.body_deadline(state.records, now)) as scope:
                 slot.body_scope = scope
                 outcome = await self._run_body(wf, ctx)
             slot.body_scope = None
@@ -357,7 +355,7 @@ class Turn:
         if cleanup:
             wake_at, expect = suspend.wake_at, _CANCELLING
         else:
-            wake_at = lifecycle.wake_by_deadline(turn.checkpoints, suspend.wake_at)
+            wake_at = lifecycle.wake_by_deadline(turn.records, suspend.wake_at)
             expect = _RUNNING
         results = await self.write(self.fence({"status": "suspended", "wake_at": wake_at}, expect))
         if results is None:
@@ -509,7 +507,7 @@ class Turn:
         if run.compensate and not compensated:
             await self._compensate(Replay.on_engine(rt, turn))
         now = rt.clock.now()
-        error = lifecycle.cancel_error(turn.checkpoints)
+        error = lifecycle.cancel_error(turn.records)
         for cp in sorted(turn.checkpoints.values(), key=lambda cp: cp.seq):
             if cp.status != "pending" or cp.name.startswith(RETIRED_PREFIX):
                 # A retired handoff's handler is no longer the run's to wait

@@ -225,7 +225,11 @@ class PayloadCoder:
         """``op`` with its payloads encoded (an operation without any as it is)."""
         match op:
             case CreateRun(run):
-                return CreateRun(self.run_in(run), tuple(map(self.checkpoint_in, op.checkpoints)))
+                return CreateRun(
+                    self.run_in(run),
+                    tuple(map(self.checkpoint_in, op.checkpoints)),
+                    tuple(map(self.checkpoint_in, op.records)),
+                )
             case UpdateRun():
                 return attrs.evolve(op, changes=self._changes_in(op.changes))
             case PutCheckpoint(cp):

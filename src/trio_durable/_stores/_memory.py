@@ -287,6 +287,8 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
                 self._set_run(run, journal)
                 for cp in op.checkpoints:
                     self._set_checkpoint(cp, (cp.run_id, cp.seq), journal)
+                for record in op.records:
+                    self._records.apply(PutRecord(record), run.status, journal)
                 return (run, True)
             case UpdateRun():
                 current = self._runs.get(op.run_id)

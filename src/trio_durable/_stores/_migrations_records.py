@@ -15,6 +15,7 @@ MOVED_TO_RECORDS: Final = {
     999_999_950: "forked_from",
     999_999_982: "cancel_sent",
     999_999_983: "rerun",
+    999_999_991: "deadline",
     999_999_992: "continued",
     999_999_993: "continued_from",
 }

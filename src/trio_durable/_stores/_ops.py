@@ -11,6 +11,7 @@ from typing import Any, Literal, final
 import attrs
 
 from .._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
+from .._run_records import RunRecord
 from ._hook_ops import HookOp
 from ._record_ops import RecordOp
 
@@ -19,16 +20,17 @@ from ._record_ops import RecordOp
 @attrs.define(frozen=True)
 class CreateRun:
     """Insert ``run`` unless a run with its id exists, with ``checkpoints``
-    (the run's own, such as its deadline), written only if the run is
-    inserted: a create that finds the id taken changes nothing, so of two
-    starts racing for one id, the loser cannot replace what the winner
-    wrote with its run.
+    and ``records`` (the run's own, such as its deadline), written only if
+    the run is inserted: a create that finds the id taken changes nothing,
+    so of two starts racing for one id, the loser cannot replace what the
+    winner wrote with its run.
 
     Result: ``(stored run, created)``.
     """
 
     run: Run
     checkpoints: tuple[Checkpoint, ...] = ()
+    records: tuple[RunRecord, ...] = ()
 
 
 @final

@@ -34,7 +34,7 @@ from ._postgres_reads import (
 from ._postgres_watch import write_announcement
 from ._record_ops import ClaimRecord, PutRecord
 from ._record_sql import RUN_TABLE as RECORDS_TABLE
-from ._record_sql import load_record, record_ops, select_records
+from ._record_sql import load_record, record_ops, record_values, select_records, upsert_record
 
 # The row codecs are shared with the SQLite store: both keep the same columns.
 from ._rows import (
@@ -153,11 +153,16 @@ def select_run(cur: psycopg.Cursor[Any], run_id: str) -> Run | None:
     return None if row is None else load_run(row)
 
 
+_UPSERT_RECORD: Final = upsert_record("%s")
+
+
 def _create_run(cur: psycopg.Cursor[Any], op: _ops.CreateRun) -> Any:
     cur.execute(_INSERT_RUN, run_row(op.run)[:-1])
     if cur.rowcount == 1:
         if op.checkpoints:
             cur.executemany(_UPSERT_CHECKPOINT, [_checkpoint_row(cp) for cp in op.checkpoints])
+        if op.records:
+            cur.executemany(_UPSERT_RECORD, [record_values(r) for r in op.records])
         return (op.run, True)
     return (select_run(cur, op.run.id), False)
 

@@ -55,7 +55,7 @@ _FIELDS: Final = (
 COLUMNS: Final = ", ".join(_FIELDS)
 
 
-def _values(record: RunRecord) -> tuple[Any, ...]:
+def record_values(record: RunRecord) -> tuple[Any, ...]:
     return (
         record.run_id, record.kind, record.status, record.input, record.output,
         dump_error(record.error), dump_errors(record.errors) if record.errors else None,
@@ -89,14 +89,20 @@ def select_records(p: str) -> str:
     return f"SELECT {COLUMNS} FROM run_records WHERE run_id = {p} ORDER BY kind"
 
 
-def record_ops(p: str) -> dict[type[Any], Callable[[Any, Any], Any]]:
-    """The handlers of `RecordOp`, for a dialect whose placeholder is ``p``."""
+def upsert_record(p: str) -> str:
+    """The statement that inserts or replaces a record (parameters:
+    `record_values`), for a dialect whose placeholder is ``p``."""
     marks = ", ".join([p] * len(_FIELDS))
     updates = ", ".join(f"{f} = excluded.{f}" for f in _FIELDS[2:])
-    upsert = (
+    return (
         f"INSERT INTO run_records ({COLUMNS}) VALUES ({marks})"
         f" ON CONFLICT (run_id, kind) DO UPDATE SET {updates}"
     )
+
+
+def record_ops(p: str) -> dict[type[Any], Callable[[Any, Any], Any]]:
+    """The handlers of `RecordOp`, for a dialect whose placeholder is ``p``."""
+    upsert = upsert_record(p)
     select_one = f"SELECT {COLUMNS} FROM run_records WHERE run_id = {p} AND kind = {p}"
 
     def stored(cur: Any, run_id: str, kind: str) -> RunRecord | None:
@@ -104,7 +110,7 @@ def record_ops(p: str) -> dict[type[Any], Callable[[Any, Any], Any]]:
         return None if row is None else load_record(row)
 
     def put_record(cur: Any, op: PutRecord) -> None:
-        cur.execute(upsert, _values(op.record))
+        cur.execute(upsert, record_values(op.record))
 
     def claim_record(cur: Any, op: ClaimRecord) -> bool:
         record = op.record
@@ -113,7 +119,7 @@ def record_ops(p: str) -> dict[type[Any], Callable[[Any, Any], Any]]:
             return False
         if op.attempt is not None and found.attempts != op.attempt:
             return False
-        cur.execute(upsert, _values(record))
+        cur.execute(upsert, record_values(record))
         return True
 
     def settle_record(cur: Any, op: SettleRecord) -> RunRecord | None:
@@ -125,7 +131,7 @@ def record_ops(p: str) -> dict[type[Any], Callable[[Any, Any], Any]]:
             if row is not None and row[0] in op.unless_run_status:
                 return None
         done = settled(found, op)
-        cur.execute(upsert, _values(done))
+        cur.execute(upsert, record_values(done))
         return done
 
     def delete_records(cur: Any, op: DeleteRecords) -> None:

@@ -30,7 +30,7 @@ from ._group_commit import Counts
 from ._hook_sql import RUN_TABLES, hook_ops
 from ._ops import Op
 from ._record_sql import RUN_TABLE as RECORDS_TABLE
-from ._record_sql import load_record, record_ops, select_records
+from ._record_sql import load_record, record_ops, record_values, select_records, upsert_record
 from ._rows import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_FIELDS,
@@ -131,6 +131,9 @@ _TURN_FIELDS: Final = ("lease_owner", "lease_expiry", "recoveries", "status")
 # -- operations (run in a trip) ----------------------------------------------------
 
 
+_UPSERT_RECORD: Final = upsert_record("?")
+
+
 def _create_run(cur: sqlite3.Cursor, op: _ops.CreateRun) -> Any:
     row = run_row(op.run)
     cur.execute(_INSERT_RUN, row[:_INPUT_INDEX] + row[_INPUT_INDEX + 1 :])
@@ -141,6 +144,8 @@ def _create_run(cur: sqlite3.Cursor, op: _ops.CreateRun) -> Any:
                 _UPSERT_CHECKPOINT,
                 [(cp.run_id, cp.seq, *checkpoint_values(cp)) for cp in op.checkpoints],
             )
+        if op.records:
+            cur.executemany(_UPSERT_RECORD, [record_values(r) for r in op.records])
         return (op.run, True)
     return (_select_run(cur, op.run.id), False)
 

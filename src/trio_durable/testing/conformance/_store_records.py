@@ -8,7 +8,7 @@ import attrs
 from ..._records import ErrorInfo
 from ..._run_records import RunRecord
 from ..._stores._base import WriteConflict
-from ..._stores._ops import UpdateRun
+from ..._stores._ops import CreateRun, UpdateRun
 from ..._stores._record_ops import ClaimRecord, DeleteRecords, PutRecord, SettleRecord
 from ._store_support import OpenStore, StoreFactory, fresh_store, make_run, raises
 
@@ -174,7 +174,24 @@ async def check_records_are_pruned_with_their_run(factory: StoreFactory | OpenSt
         assert len(await store.get_records("old1")) == 1
 
 
+async def check_a_create_writes_its_records_only_if_it_inserts_the_run(
+    factory: StoreFactory | OpenStore,
+) -> None:
+    """`CreateRun`'s ``records`` are written with the run it inserts, and
+    not at all by a create that finds the id taken."""
+    async with fresh_store(factory) as store:
+        deadline = RunRecord(run_id="r1", kind="deadline", status="pending", wake_at=60.0)
+        [(_, created)] = await store.apply([CreateRun(make_run(), records=(deadline,))])
+        assert created
+        assert await store.get_records("r1") == [deadline]
+        later = attrs.evolve(deadline, wake_at=90.0)
+        [(_, created)] = await store.apply([CreateRun(make_run(), records=(later,))])
+        assert not created
+        assert await store.get_records("r1") == [deadline]
+
+
 RECORDS_CHECKS = (
+    check_a_create_writes_its_records_only_if_it_inserts_the_run,
     check_records_are_kept_by_run_and_kind,
     check_a_claim_writes_a_record_only_while_it_is_pending,
     check_a_settle_ends_a_pending_record_under_its_conditions,
