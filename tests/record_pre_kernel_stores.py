@@ -46,12 +46,29 @@ import trio.testing
 import pre_kernel_app as pk
 import trio_durable as td
 from servers.postgres import scratch_schema
-from trio_durable import _fork, _handlers, _lifecycle, _markers, _records, _streams
 from trio_durable._on_error import HANDOFF_BASE
 from trio_durable._stores import _postgres_schema, _sqlite_schema
 
 SQLITE_VERSION: Final[int] = 9
 POSTGRES_VERSION: Final[int] = 8
+
+RESERVED_SEQS: Final = {
+    "forked_from": 999_999_950,
+    "stream": 999_999_960,
+    "updates": 999_999_970,
+    "checked_from": 999_999_980,
+    "cancelled_at": 999_999_981,
+    "cancel_sent": 999_999_982,
+    "admission": 999_999_990,
+    "deadline": 999_999_991,
+    "continued": 999_999_992,
+    "continued_from": 999_999_993,
+    "decision": 999_999_999,
+}
+"""The reserved seqs of the release that records (written out here: later
+releases keep none of them, see `check_release`)."""
+
+CANCEL_SENT_SEQ: Final = RESERVED_SEQS["cancel_sent"]
 
 Wall = Callable[[], float]
 
@@ -127,11 +144,11 @@ async def _drive(engine: td.Engine, stop_workers: Callable[[], None]) -> None:
     await engine.start(pk.gate, "k", run_id="adm-hold")
     assert await engine.get_event("adm-hold", "admitted") is True
     await engine.start(pk.gate, "k", run_id="adm-wait")
-    await reach(engine, "adm-wait", _records.ADMISSION_SEQ, pending_with("queued"))
+    await reach(engine, "adm-wait", RESERVED_SEQS["admission"], pending_with("queued"))
     await engine.start(pk.limited, 1, run_id="rate-first")
     assert await engine.result("rate-first") == 1
     await engine.start(pk.limited, 2, run_id="rate-wait")
-    await reach(engine, "rate-wait", _records.ADMISSION_SEQ, pending_with("rate_limited"))
+    await reach(engine, "rate-wait", RESERVED_SEQS["admission"], pending_with("rate_limited"))
     # Runs that end, for the history views (first: the time they take
     # passes before the states below that time would change).
     await engine.start(pk.remote_quick, 1, run_id="remote-done")
@@ -146,17 +163,17 @@ async def _drive(engine: td.Engine, stop_workers: Callable[[], None]) -> None:
     await engine.start(pk.sleeper, pk.FOREVER, run_id="deadline-fire", timeout=pk.SHORT_TIMEOUT)
     for run_id in ("deadline", "deadline-fire"):
         assert await engine.get_event(run_id, "sleeping") is True
-        await reach(engine, run_id, _records.DEADLINE_SEQ, lambda cp: cp.status == "pending")
+        await reach(engine, run_id, RESERVED_SEQS["deadline"], lambda cp: cp.status == "pending")
     await engine.start(pk.chain, 0, run_id="chain")
     await reach(engine, "chain.gen.3", None, lambda cp: cp.kind == "timer")
     await engine.start(pk.checked, 1, run_id="checked")
     assert await engine.get_event("checked", "stepped") == 3
-    await reach(engine, "checked", _markers.CHECKED_FROM_SEQ, lambda cp: True)
+    await reach(engine, "checked", RESERVED_SEQS["checked_from"], lambda cp: True)
     await engine.start(pk.cleanup, run_id="cleanup")
     await reach(engine, "cleanup", None, lambda cp: cp.kind == "signal")
     await engine.cancel("cleanup")
     assert await engine.get_event("cleanup", "cleaning") is True
-    await reach(engine, "cleanup", _markers.CANCELLED_AT_SEQ, lambda cp: True)
+    await reach(engine, "cleanup", RESERVED_SEQS["cancelled_at"], lambda cp: True)
     # Remote workflows.
     await engine.start(pk.remote_later, 1, run_id="remote-out")
     await reach(engine, "remote-out", td.DECISION_SEQ, pending_with("out"))
@@ -170,7 +187,7 @@ async def _drive(engine: td.Engine, stop_workers: Callable[[], None]) -> None:
     await reach(engine, "remote-cancel", td.DECISION_SEQ, lambda cp: cp.status == "completed")
     stop_workers()
     await engine.cancel("remote-cancel")
-    await reach(engine, "remote-cancel", _markers.CANCEL_SENT_SEQ, lambda cp: True)
+    await reach(engine, "remote-cancel", CANCEL_SENT_SEQ, lambda cp: True)
     await reach(engine, "remote-cancel", td.DECISION_SEQ, pending_with("out"))
     # Updates, streams, forks, handoffs.
     await engine.start(pk.updated, run_id="updated")
@@ -285,7 +302,7 @@ MARKS: Final = (
 
 
 def reserved(seq: int) -> bool:
-    return seq >= _markers.BODY_SEQ_LIMIT
+    return seq >= 999_999_000
 
 
 async def recorded(store: td.Store) -> dict[str, Any]:
@@ -313,21 +330,7 @@ async def read_recorded(url: str) -> dict[str, Any]:
 def check_coverage(runs: dict[str, Any]) -> None:
     """Every reserved seq and every mark is in the store at least once."""
     seqs = {seq for run in runs.values() for seq, *_ in run["reserved"]}
-    expected_seqs = {
-        _fork.FORKED_FROM_SEQ,
-        _streams.STREAM_SEQ,
-        _handlers.UPDATES_SEQ,
-        _markers.CHECKED_FROM_SEQ,
-        _markers.CANCELLED_AT_SEQ,
-        _markers.CANCEL_SENT_SEQ,
-        _records.ADMISSION_SEQ,
-        _records.DEADLINE_SEQ,
-        _records.CONTINUED_SEQ,
-        _lifecycle.CONTINUED_FROM_SEQ,
-        td.DECISION_SEQ,
-        HANDOFF_BASE,
-        HANDOFF_BASE + 1,
-    }
+    expected_seqs = {*RESERVED_SEQS.values(), HANDOFF_BASE, HANDOFF_BASE + 1}
     assert expected_seqs <= seqs, expected_seqs - seqs
     marks = {mark for run in runs.values() for _, mark in run["marks"]}
     assert set(MARKS) <= marks, set(MARKS) - marks
