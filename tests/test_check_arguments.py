@@ -106,9 +106,8 @@ async def test_the_same_arguments_replay(
     async with shared_store(kind, tmp_path) as store:
         await _record(open_test_engine, store, _app(check=True))
         assert await _finish(open_test_engine, store, _app(check=True)) == 3
-        cps = {cp.seq: cp for cp in await store.get_checkpoints("r")}
-    assert cps[999_999_980].name == "check_arguments"
-    assert cps[999_999_980].output == "1"
+        records = {r.kind: r for r in await store.get_records("r")}
+    assert records["checked_from"].output == "1"
 
 
 async def test_without_the_check_a_changed_argument_is_not_noticed(
@@ -119,7 +118,7 @@ async def test_without_the_check_a_changed_argument_is_not_noticed(
     # The recorded results are returned, as ever: bump(1) -> 2, leaf(1) -> 1
     # (bump(2) and leaf(2) would make 5).
     assert await _finish(open_test_engine, store, _app(check=False, delta=1)) == 3
-    assert 999_999_980 not in {cp.seq for cp in await store.get_checkpoints("r")}
+    assert "checked_from" not in {r.kind for r in await store.get_records("r")}
 
 
 async def test_checkpoints_recorded_before_the_check_was_on_are_accepted(
@@ -131,8 +130,8 @@ async def test_checkpoints_recorded_before_the_check_was_on_are_accepted(
         # run in flight recorded its seqs 1 to 4 without digests; it
         # finishes, and the check covers what is recorded from seq 5 on.
         assert await _finish(open_test_engine, store, _app(check=True, delta=1)) == 3
-        cps = {cp.seq: cp for cp in await store.get_checkpoints("r")}
-    assert cps[999_999_980].output == "5"
+        records = {r.kind: r for r in await store.get_records("r")}
+    assert records["checked_from"].output == "5"
 
 
 # -- fans, started children, entities, signals sent, events, search attributes --
@@ -230,7 +229,8 @@ async def test_every_recorded_operation_replays_with_the_same_arguments(
         await _record_ops(open_test_engine, store, _ops_app(check=True))
         assert await _finish(open_test_engine, store, _ops_app(check=True)) == 1
         cps = {cp.seq: cp for cp in await store.get_checkpoints("r")}
-    assert cps[999_999_980].output == "1"
+        records = {r.kind: r for r in await store.get_records("r")}
+    assert records["checked_from"].output == "1"
     assert [cps[seq].status for seq in range(1, 11)] == ["completed"] * 10
 
 
@@ -265,8 +265,8 @@ async def test_a_fork_of_a_checked_run_replays_its_copied_history(
             await engine.drain()
             await engine.signal(fork.id, "go")
             assert await engine.result(fork.id) == 1
-        cps = {cp.seq: cp for cp in await store.get_checkpoints("f")}
-    assert cps[999_999_980].output == "1"
+        records = {r.kind: r for r in await store.get_records("f")}
+    assert records["checked_from"].output == "1"
 
 
 def test_a_signal_sent_with_the_default_key_matches_under_another_run_id() -> None:

@@ -11,7 +11,8 @@ checkpoint recorded (docs/determinism.md lists them). A mismatch fails the run t
 a changed name (`NonDeterminismError`, code ``non_determinism``).
 
 The check only covers what was recorded while it was on: the first turn that
-checks writes the first seq it recorded under the check (`CHECKED_FROM_SEQ`),
+checks writes the first seq it recorded under the check (its record of kind
+`CHECKED_FROM`),
 and checkpoints before it, recorded by a deploy without the check, are
 accepted as they are. Turning the check on for a workflow with runs in flight
 therefore breaks none of them.
@@ -26,11 +27,13 @@ from collections.abc import Callable
 from typing import Final
 
 from ._exceptions import NonDeterminismError
-from ._markers import CHECKED_FROM_SEQ, body_seqs, record
+from ._markers import body_seqs
 from ._records import Checkpoint, CheckpointKind
 from ._replay import Replay
+from ._run_records import value_record
 
-CHECK_NAME: Final = "check_arguments"
+CHECKED_FROM: Final = "checked_from"
+"""The kind of a run's record of the first seq it recorded under the check."""
 
 Arguments = Callable[[Checkpoint], str]
 """What an operation was called with, as text to digest, given the
@@ -47,12 +50,12 @@ def checked_from(replay: Replay) -> int:
     """The first seq recorded under the check, recording it if this is the
     run's first turn under it."""
     turn = replay.turn
-    cp = turn.checkpoints.get(CHECKED_FROM_SEQ)
-    if cp is not None and cp.output is not None:
-        return int(json.loads(cp.output))
+    found = turn.records.get(CHECKED_FROM)
+    if found is not None and found.output is not None:
+        return int(json.loads(found.output))
     first = max(body_seqs(turn.checkpoints), default=0) + 1
     now = replay.runtime.clock.now()
-    turn.put(record(turn.run.id, CHECKED_FROM_SEQ, CHECK_NAME, json.dumps(first), now))
+    turn.put_record(value_record(turn.run.id, CHECKED_FROM, json.dumps(first), now))
     return first
 
 

@@ -48,7 +48,7 @@ async def deliver_cancel(
         # nothing to clean up, and its body must not run now.
         return False
     replay = Replay.on_engine(rt, state)
-    replay.cancellation = CancelDelivery(recorded_delivery(state.checkpoints))
+    replay.cancellation = CancelDelivery(recorded_delivery(state.records))
     ctx = Context(replay)
     failure: StoreError | None = None
     waits: Suspend | None = None

@@ -11,7 +11,7 @@ ctx.shield():``, which run: the body's cleanup. Whatever the body does next
 (re-raise, return, fail), the turn then ends the run as a cancel always did
 (compensation if asked for, children cancelled, ``cancelled``).
 
-The delivery point is written (`CANCELLED_AT_SEQ`) with the first cleanup
+The delivery point is written (a record of kind `CANCELLED_AT`) with the first cleanup
 operation, and each cleanup step's outcome is written as soon as it ends,
 as the saga's undos are: a turn that dies halfway through the cleanup is
 replayed by the next one (here or on another engine), which delivers
@@ -32,13 +32,13 @@ import json
 from typing import Final, final
 
 from ._exceptions import Cancelled
-from ._markers import CANCELLED_AT_SEQ, record
-from ._records import Checkpoint
 from ._replay import Replay
 from ._run_records import RunRecord, value_record
 from ._stores._ops import UpdateRun
 
-CANCELLED_AT_NAME: Final = "cancelled_at"
+CANCELLED_AT: Final = "cancelled_at"
+"""The kind of a run's record of the seq its body got `Cancelled` at,
+written with the first cleanup operation."""
 CANCEL_SENT: Final = "cancel_sent"
 """The kind of a remote workflow's run's record of a cancel sent to a
 worker: written with the first decision task of its cancellation, it keeps
@@ -90,28 +90,24 @@ class CancelDelivery:
 
     def _record(self, replay: Replay) -> None:
         turn = replay.turn
-        if CANCELLED_AT_SEQ in turn.checkpoints:
+        if CANCELLED_AT in turn.records:
             return
         now = replay.runtime.clock.now()
-        turn.put(
-            record(
-                turn.run.id, CANCELLED_AT_SEQ, CANCELLED_AT_NAME, json.dumps(self.delivered), now
-            )
-        )
+        turn.put_record(value_record(turn.run.id, CANCELLED_AT, json.dumps(self.delivered), now))
 
 
-def in_cleanup(checkpoints: dict[int, Checkpoint], records: dict[str, RunRecord]) -> bool:
+def in_cleanup(records: dict[str, RunRecord]) -> bool:
     """Whether a run that is not terminal is being cancelled while
     ``suspended`` (then ``running``): its cleanup waits, or its remote
     workflow's cancel is out to a worker (with the record but no delivery
     see `cancel_marker`)."""
-    return CANCELLED_AT_SEQ in checkpoints or CANCEL_SENT in records
+    return CANCELLED_AT in records or CANCEL_SENT in records
 
 
-def recorded_delivery(checkpoints: dict[int, Checkpoint]) -> int | None:
+def recorded_delivery(records: dict[str, RunRecord]) -> int | None:
     """The seq a run's body got `Cancelled` at, as recorded; None if it did
     not yet."""
-    marker = checkpoints.get(CANCELLED_AT_SEQ)
+    marker = records.get(CANCELLED_AT)
     return None if marker is None or marker.output is None else int(json.loads(marker.output))
 
 

@@ -53,9 +53,11 @@ from ._records import LATEST_VERSION, Checkpoint, ErrorInfo
 from ._replay import Replay, Suspend, TurnState
 from ._saga import compensate
 from ._stores._ops import Op, PutCheckpoint
+from ._stores._record_ops import PutRecord
 from ._tracing import DISABLED, Tracing
 from ._webhooks import WebhookKeys
 from ._wire import Task
+from ._wire_records import records_on_wire
 
 if TYPE_CHECKING:
     from ._observe import Event
@@ -77,6 +79,11 @@ class _Writes:
         for op in ops:
             if isinstance(op, PutCheckpoint):
                 self.checkpoints[op.checkpoint.seq] = op.checkpoint
+            elif isinstance(op, PutRecord):
+                # A record the decision carries (the seq of a cleanup's
+                # delivery), as the decision carries it.
+                for cp in records_on_wire([op.record]):
+                    self.checkpoints[cp.seq] = cp
         return [None] * len(ops)
 
 
@@ -155,12 +162,12 @@ async def decide(
         tracing=tracing,
         engine_id=worker_id,
     )
-    state = TurnState(run=run, checkpoints=dict(request.checkpoints))
+    state = TurnState(run=run, checkpoints=dict(request.checkpoints), records=dict(request.records))
     decider = Decider(request)
     runtime.emitted = decider.emitted
     replay = Replay(runtime, state, decider)
     if request.cleanup:
-        replay.cancellation = CancelDelivery(recorded_delivery(state.checkpoints))
+        replay.cancellation = CancelDelivery(recorded_delivery(state.records))
         waits = await _clean_up(wf, replay, request.input)
         if waits is not None:
             return _decision(wf, runtime, state, next=waits, cancelled=True)
@@ -251,6 +258,9 @@ def _decision(
     for op in state.ops:
         if isinstance(op, PutCheckpoint) and op.checkpoint.kind == "local":
             local[op.checkpoint.seq] = op.checkpoint
+        elif isinstance(op, PutRecord):
+            for cp in records_on_wire([op.record]):
+                local[cp.seq] = cp
     return Decision(
         version=wf.version,
         local=tuple(local[seq] for seq in sorted(local)),

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -61,10 +61,11 @@ from ._records import (
     Run,
 )
 from ._remote import REDISPATCHED, RESEND, out_verdict
-from ._replay import Replay, Suspend
+from ._replay import Replay, Suspend, TurnState
 from ._stores._ops import ClaimCheckpoint, SettleCheckpoint, UpdateRun
 from ._webhooks import derive_token
 from ._wire import Task, WireError
+from ._wire_records import is_record_on_wire, record_off_wire
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -308,7 +309,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
             decision = None
         if decision is not None and decision.cancelled:
             if decision.next is None:
-                _keep_local(state.checkpoints, decision, state.put)
+                _keep_local(state, decision)
                 if decision.stream:
                     write_emitted(Replay.on_engine(rt, state), decision.stream)
                 return False  # the cleanup and the undos are over
@@ -324,7 +325,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
         elif decision is not None:
             # A turn of the body that was out when the cancel came: what
             # the worker ran did run, so it is recorded (undos cover it).
-            _keep_local(state.checkpoints, decision, state.put)
+            _keep_local(state, decision)
             if decision.stream:
                 write_emitted(Replay.on_engine(rt, state), decision.stream)
     if not cleanup and not _undos_left(state.checkpoints, run.compensate):
@@ -333,15 +334,19 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
     return True
 
 
-def _keep_local(
-    checkpoints: dict[int, Checkpoint], decision: Decision, put: Callable[[Checkpoint], None]
-) -> None:
-    """Record the local steps a worker ran (and the seq a cancelled body
-    got `Cancelled` at)."""
+def _keep_local(state: TurnState, decision: Decision) -> None:
+    """Record the local steps a worker ran (and the records its body wrote:
+    the seq a cancelled body got `Cancelled` at, where its argument check
+    began)."""
     for cp in decision.local:
-        existing = checkpoints.get(cp.seq)
+        if is_record_on_wire(cp):
+            record = record_off_wire(cp)
+            if record.kind not in state.records:
+                state.put_record(record)
+            continue
+        existing = state.checkpoints.get(cp.seq)
         if existing is None or existing.status not in _SETTLED:
-            put(cp)
+            state.put(cp)
 
 
 def _undos_left(checkpoints: dict[int, Checkpoint], compensate: bool) -> bool:
@@ -359,7 +364,7 @@ async def _wait_cancelling(turn: Turn, wake_at: float | None) -> None:
     """Suspend a remote workflow's cancelling run until its worker answers,
     with the record that keeps it being cancelled (see `in_cleanup`)."""
     state = turn.state
-    if not in_cleanup(state.checkpoints, state.records):
+    if not in_cleanup(state.records):
         state.put_record(cancel_marker(state.run.id, turn.runtime.clock.now()))
     await turn.suspend(Suspend("decision", wake_at, watch=_WATCH), cleanup=True)
 
@@ -430,7 +435,7 @@ async def _dispatch(
         route=route,
         input=request_input(
             run,
-            history(list(state.checkpoints.values())),
+            history(state.checkpoints.values(), state.records.values()),
             tokens,
             compensate=compensate,
             cleanup=cleanup,
@@ -465,7 +470,7 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
     elif decision.version != run.version:
         message = f"a decision of version {decision.version!r} for a run of {run.version!r}"
         return "failed", ErrorInfo(message=message, code="bad_decision")
-    _keep_local(state.checkpoints, decision, state.put)
+    _keep_local(state, decision)
     if decision.stream or decision.updates or decision.update_log is not None:
         writes = Replay.on_engine(rt, state)
         write_emitted(writes, decision.stream)

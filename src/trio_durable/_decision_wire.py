@@ -19,7 +19,7 @@ raises `WireError` and nothing else.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, Final, final
 
 import attrs
@@ -36,7 +36,9 @@ from ._decision_checks import (
 )
 from ._decision_commands import Command, command_from_json
 from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, Run
+from ._run_records import RunRecord
 from ._wire import MAX_ATTEMPT, MAX_SEQ, WireError
+from ._wire_records import is_record_on_wire, record_off_wire, records_on_wire
 
 _KINDS: Final = frozenset({"local", "remote", "timer", "signal", "child", "webhook"})
 _STATUSES: Final = frozenset({"pending", "running", "completed", "failed"})
@@ -124,6 +126,7 @@ class DecisionRequest:
       tags: The run's tags.
       input: The run's arguments as JSON text.
       checkpoints: Its history, by seq.
+      records: The run's records it carries (see `_wire_records`), by kind.
       tokens: The tokens of its webhooks, by seq (a worker cannot derive
         them: the secret is the engines').
       compensate: Whether the run is being cancelled with compensation:
@@ -149,6 +152,7 @@ class DecisionRequest:
     tags: tuple[str, ...]
     input: str
     checkpoints: dict[int, Checkpoint]
+    records: dict[str, RunRecord] = attrs.field(factory=dict)
     tokens: dict[int, str] = attrs.field(factory=dict)
     compensate: bool = False
     cleanup: bool = False
@@ -225,9 +229,14 @@ def read_request(run_id: str, input_json: str) -> DecisionRequest:
         if not isinstance(history, list):
             reject("history must be a list")
         checkpoints: dict[int, Checkpoint] = {}
+        records: dict[str, RunRecord] = {}
         tokens: dict[int, str] = {}
         for text in history:
             cp, entry = checkpoint_from_text(text, run_id)
+            if is_record_on_wire(cp):
+                record = record_off_wire(cp)
+                records[record.kind] = record
+                continue
             checkpoints[cp.seq] = cp
             if isinstance(entry.get("token"), str):
                 tokens[cp.seq] = entry["token"]
@@ -237,6 +246,7 @@ def read_request(run_id: str, input_json: str) -> DecisionRequest:
             tags=tuple(tags),
             input=json_text(data.get("input"), "input", array=True),
             checkpoints=checkpoints,
+            records=records,
             tokens=tokens,
             compensate=data.get("compensate") is True,
             cleanup=data.get("cleanup") is True,
@@ -457,10 +467,16 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def history(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
+def history(
+    checkpoints: Iterable[Checkpoint], records: Iterable[RunRecord] = ()
+) -> list[Checkpoint]:
     """What of a run's checkpoints a decision task carries: everything but
-    on-error handoffs and the decision checkpoint, in seq order."""
+    on-error handoffs and the decision checkpoint, and the run's records a
+    worker reads (see `_wire_records`), in seq order."""
     return sorted(
-        (cp for cp in checkpoints if cp.seq < DECISION_SEQ and cp.kind != "decision"),
+        [
+            *(cp for cp in checkpoints if cp.seq < DECISION_SEQ and cp.kind != "decision"),
+            *records_on_wire(records),
+        ],
         key=lambda cp: cp.seq,
     )

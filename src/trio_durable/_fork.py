@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from ._admission import creation_ops, start_controls
+from ._argument_check import CHECKED_FROM
 from ._bounds import shown
-from ._cancellation import CANCEL_SENT
+from ._cancellation import CANCEL_SENT, CANCELLED_AT
 from ._control import Also, read_run
 from ._exceptions import (
     ForkPointError,
@@ -36,7 +37,7 @@ from ._exceptions import (
 from ._executions import rerun_record
 from ._handlers import UPDATES_SEQ, read_log
 from ._lifecycle import DEADLINE, continued_to, deadline_ops, started_output, workflow_timeout
-from ._markers import BODY_SEQ_LIMIT, CANCELLED_AT_SEQ, CHECKED_FROM_SEQ
+from ._markers import BODY_SEQ_LIMIT
 from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
 from ._options import check_id
 from ._published import event_scope
@@ -74,7 +75,9 @@ def _body(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
     return [cp for cp in checkpoints if 0 < cp.seq < BODY_SEQ_LIMIT]
 
 
-def check_from_seq(run: Run, checkpoints: Sequence[Checkpoint], from_seq: object) -> int:
+def check_from_seq(
+    run: Run, checkpoints: Sequence[Checkpoint], records: Sequence[RunRecord], from_seq: object
+) -> int:
     """``from_seq`` checked against the run's history; returns it.
 
     Raises:
@@ -100,7 +103,7 @@ def check_from_seq(run: Run, checkpoints: Sequence[Checkpoint], from_seq: object
                 f" {first} to {first + size - 1} of run {run.id!r}:"
                 f" run from {first} (the whole fan) or from {first + size}"
             )
-    delivered = _recorded_seq(checkpoints, CANCELLED_AT_SEQ)
+    delivered = _recorded_seq(records, CANCELLED_AT)
     if delivered is not None and from_seq > delivered:
         # Past it are the body's cleanup steps, which only a body that gets
         # `Cancelled` there replays.
@@ -117,11 +120,11 @@ def check_from_seq(run: Run, checkpoints: Sequence[Checkpoint], from_seq: object
     return from_seq
 
 
-def _recorded_seq(checkpoints: Sequence[Checkpoint], seq: int) -> int | None:
-    """The seq a reserved record at ``seq`` holds as its output, or None."""
-    for cp in checkpoints:
-        if cp.seq == seq and cp.output is not None:
-            return int(json.loads(cp.output))
+def _recorded_seq(records: Sequence[RunRecord], kind: str) -> int | None:
+    """The seq the run's record of ``kind`` holds as its output, or None."""
+    for record in records:
+        if record.kind == kind and record.output is not None:
+            return int(json.loads(record.output))
     return None
 
 
@@ -149,7 +152,11 @@ def _published(checkpoints: Sequence[Checkpoint], from_seq: int) -> dict[str, st
 
 
 def _carried(
-    checkpoints: Sequence[Checkpoint], fork_id: str, from_seq: int, now: float
+    checkpoints: Sequence[Checkpoint],
+    records: Sequence[RunRecord],
+    fork_id: str,
+    from_seq: int,
+    now: float,
 ) -> list[Op]:
     """The writes that give a fork the original's records of what came
     before ``from_seq`` other than its body checkpoints: the updates applied
@@ -157,12 +164,13 @@ def _carried(
     start of the argument check if it began before."""
     ops: list[Op] = []
     log, _ = _update_log(checkpoints, from_seq)
-    checked = _recorded_seq(checkpoints, CHECKED_FROM_SEQ)
     for cp in checkpoints:
         if cp.seq == UPDATES_SEQ and log is not None:
             ops.append(PutCheckpoint(attrs.evolve(cp, run_id=fork_id, output=log)))
-        elif cp.seq == CHECKED_FROM_SEQ and checked is not None and checked < from_seq:
-            ops.append(PutCheckpoint(attrs.evolve(cp, run_id=fork_id)))
+    checked = _recorded_seq(records, CHECKED_FROM)
+    for record in records:
+        if record.kind == CHECKED_FROM and checked is not None and checked < from_seq:
+            ops.append(PutRecord(attrs.evolve(record, run_id=fork_id)))
     scope = event_scope(fork_id)
     for key, value in _published(checkpoints, from_seq).items():
         ops.append(PutValue(scope, key, value, now, run_id=fork_id))
@@ -183,22 +191,25 @@ async def _reset_records(
     deletes: list[int] = []
     ops: list[Op] = []
     log, dropped = _update_log(checkpoints, from_seq)
-    checked = _recorded_seq(checkpoints, CHECKED_FROM_SEQ)
     for cp in checkpoints:
         if cp.seq == UPDATES_SEQ and dropped:
             if log is None:
                 deletes.append(cp.seq)
             else:
                 ops.append(PutCheckpoint(attrs.evolve(cp, output=log)))
-        elif cp.seq == CHECKED_FROM_SEQ and checked is not None and checked >= from_seq:
+        elif cp.seq == STREAM_SEQ:
+            # The stream, which the replay writes again from offset 0.
             deletes.append(cp.seq)
-        elif cp.seq in (CANCELLED_AT_SEQ, STREAM_SEQ):
-            # The delivery point of a cancellation the run may get again;
-            # the stream, which the replay writes again from offset 0.
-            deletes.append(cp.seq)
-    if any(record.kind == CANCEL_SENT for record in records):
-        # A remote workflow's record of its cancel sent.
-        ops.append(DeleteRecords(run.id, (CANCEL_SENT,)))
+    checked = _recorded_seq(records, CHECKED_FROM)
+    kinds = {record.kind for record in records}
+    # The delivery point of a cancellation the run may get again, and a
+    # remote workflow's record of its cancel sent; the start of the
+    # argument check if it began at or after from_seq.
+    gone: list[str] = [kind for kind in (CANCELLED_AT, CANCEL_SENT) if kind in kinds]
+    if checked is not None and checked >= from_seq:
+        gone.append(CHECKED_FROM)
+    if gone:
+        ops.append(DeleteRecords(run.id, tuple(gone)))
     published = _published(checkpoints, from_seq)
     scope = event_scope(run.id)
     for stored in await _all_values(store, scope):
@@ -254,10 +265,11 @@ async def fork_run(
         check_id("new_run_id", new_run_id)
     original = await read_run(store, run_id, namespace)
     checkpoints = await store.get_checkpoints(original.id)
-    check_from_seq(original, checkpoints, from_seq)
+    records = await store.get_records(original.id)
+    check_from_seq(original, checkpoints, records, from_seq)
     undone = _undone(checkpoints)
     kept = [cp for cp in _body(checkpoints) if cp.seq < from_seq and cp.seq not in undone]
-    timeout = _timeout(app, original, await store.get_records(original.id))
+    timeout = _timeout(app, original, records)
     controls = None
     wf = None if app is None else app.find_workflow(original.workflow, original.version)
     if wf is not None:
@@ -296,7 +308,7 @@ async def fork_run(
             ),
             PutRecord(_provenance(fork_id, original.id, from_seq, now)),
             *(PutCheckpoint(_copied(cp, fork_id)) for cp in kept),
-            *_carried(checkpoints, fork_id, from_seq, now),
+            *_carried(checkpoints, records, fork_id, from_seq, now),
             *deadline_ops(fork, timeout),
             *([] if controls is None else creation_ops(fork_id, controls, now)),
             *also([fork]),
@@ -384,7 +396,7 @@ async def retry_from(
         )
     checkpoints = await store.get_checkpoints(run.id)
     records = await store.get_records(run.id)
-    check_from_seq(run, checkpoints, from_seq)
+    check_from_seq(run, checkpoints, records, from_seq)
     children = [cp for cp in _body(checkpoints) if cp.seq >= from_seq and cp.child_id is not None]
     if children:
         first = children[0]

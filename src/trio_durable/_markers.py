@@ -35,16 +35,6 @@ BODY_SEQ_LIMIT: Final = 999_999_000
 the reserved seqs of a run's own records (admission, deadline, decisions,
 the replay records below, ...)."""
 
-CHECKED_FROM_SEQ: Final = 999_999_980
-"""The seq of a run's ``check_arguments`` record: a completed ``local``
-checkpoint whose output is the first seq recorded while the run's workflow
-compared arguments (`App.workflow` ``check_arguments=True``)."""
-
-CANCELLED_AT_SEQ: Final = 999_999_981
-"""The seq of a run's ``cancelled_at`` record: a completed ``local``
-checkpoint whose output is the seq where `Cancelled` was delivered to its
-body, written with the first cleanup operation (see `_cancellation`)."""
-
 
 def body_seqs(checkpoints: dict[int, Checkpoint]) -> list[int]:
     """The seqs of ``checkpoints`` that body operations took."""

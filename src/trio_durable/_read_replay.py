@@ -27,6 +27,7 @@ from ._lifecycle import ContinueAsNew
 from ._published import Front, current_run
 from ._records import Checkpoint, Run
 from ._replay import Replay, Suspend, TurnState
+from ._run_records import RunRecord
 from ._tracing import DISABLED, Tracing
 from ._webhooks import WebhookKeys
 
@@ -117,8 +118,12 @@ async def replay_now(
     """
     wf = body_of(front.app, run, remote=remote)
     assert front.app is not None
-    checkpoints = await (store or front.store).get_checkpoints(run.id)
-    return await replay_history(front.app, front.clock, front.traceback_limit, wf, run, checkpoints)
+    reading = store or front.store
+    checkpoints = await reading.get_checkpoints(run.id)
+    records = await reading.get_records(run.id)
+    return await replay_history(
+        front.app, front.clock, front.traceback_limit, wf, run, checkpoints, records
+    )
 
 
 async def replay_history(
@@ -128,6 +133,7 @@ async def replay_history(
     wf: Workflow[..., Any],
     run: Run,
     checkpoints: Iterable[Checkpoint],
+    records: Iterable[RunRecord] = (),
 ) -> Replay:
     """Replay ``run``'s body ``wf`` read-only against ``checkpoints`` (what
     `replay_now` read, or what a query task carried to a worker); return
@@ -136,7 +142,11 @@ async def replay_history(
     Raises:
       NonDeterminismError: The history does not match the body.
     """
-    state = TurnState(run=run, checkpoints={cp.seq: cp for cp in checkpoints})
+    state = TurnState(
+        run=run,
+        checkpoints={cp.seq: cp for cp in checkpoints},
+        records={record.kind: record for record in records},
+    )
     runtime = _ReadRuntime(app=app, clock=clock, options=_Options(traceback_limit))
     replay = Replay(runtime, state, read_only=True)
     try:

@@ -39,6 +39,7 @@ from ._payload import task_message
 from ._published import AskKind
 from ._read_replay import answer, replay_history
 from ._records import DECISION_SEQ, Run
+from ._run_records import RunRecord
 from ._updates import validate_update
 from ._wire import Result, Task, WireError
 
@@ -88,12 +89,17 @@ class QueryAnswers:
 
 
 def query_input(
-    run: Run, checkpoints: list[Any], name: str, args: list[Any], kind: AskKind = "query"
+    run: Run,
+    checkpoints: list[Any],
+    records: list[RunRecord],
+    name: str,
+    args: list[Any],
+    kind: AskKind = "query",
 ) -> str:
     """A query task's input: the run and its history as a decision task
     carries them (`request_input`), and the query's (or the update's to
     validate) name and arguments."""
-    [request] = json.loads(request_input(run, history(checkpoints), {}))
+    [request] = json.loads(request_input(run, history(checkpoints, records), {}))
     request["query"] = {"name": name, "args": args}
     if kind == "update":
         request["query"]["update"] = True
@@ -124,6 +130,7 @@ async def ask_workers(
         the task (code ``broker_unavailable``).
     """
     checkpoints = await rt.store.get_checkpoints(run.id)
+    records = await rt.store.get_records(run.id)
     execution = new_execution(rt.rng)
     task = Task(
         run_id=run.id,
@@ -132,7 +139,7 @@ async def ask_workers(
         step=run.workflow,
         workflow=run.workflow,
         route=route,
-        input=query_input(run, checkpoints, name, args, kind),
+        input=query_input(run, checkpoints, records, name, args, kind),
         reply_to=rt.results_queue,
         kind="query",
         execution=execution,
@@ -208,7 +215,7 @@ async def answer_query(app: App, task: Task, *, clock: Clock, traceback_limit: i
     wf = pick_workflow(app, task.step, request.version)
     run = request_run(task.run_id, request, wf.name, wf.version)
     replay = await replay_history(
-        app, clock, traceback_limit, wf, run, request.checkpoints.values()
+        app, clock, traceback_limit, wf, run, request.checkpoints.values(), request.records.values()
     )
     if update:
         validate_update(replay, run, name, args)

@@ -23,13 +23,12 @@ import attrs
 
 from . import _serde
 from ._app import App
-from ._cancellation import CANCEL_SENT
+from ._cancellation import CANCEL_SENT, CANCELLED_AT
 from ._children import completion
 from ._exceptions import StepFailed
 from ._executions import rerun_record
 from ._handoff import output_source
 from ._local import execute
-from ._markers import CANCELLED_AT_SEQ
 from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus, signal_token
 from ._remote import RESEND
@@ -130,11 +129,7 @@ async def plan_retry(
                 if cp.child_id is not None:
                     ops.append(UpdateRun(cp.child_id, {"parent_seq": None}, strict=False))
             continue
-        if cp.seq == CANCELLED_AT_SEQ:
-            # A cancel's delivery point: a later cancel of the retried run
-            # is delivered afresh.
-            deletes.append(cp.seq)
-        elif cp.seq < 0 or cp.seq in undone:
+        if cp.seq < 0 or cp.seq in undone:
             # A compensation record, or a step whose effect was undone: the
             # retried body must run it again.
             deletes.append(cp.seq)
@@ -162,10 +157,12 @@ async def plan_retry(
         # `rerun`: a result without an execution id cannot tell it from
         # what was deleted.
         ops.extend(rerun_record(run.id, records, checkpoints, deletes, now))
-    if any(record.kind == CANCEL_SENT for record in records):
-        # A remote workflow's record of a cancel sent: the retried run is
-        # not being cancelled.
-        ops.append(DeleteRecords(run.id, (CANCEL_SENT,)))
+    # A cancel's delivery point (a later cancel of the retried run is
+    # delivered afresh), and a remote workflow's record of a cancel sent:
+    # the retried run is not being cancelled.
+    gone = tuple(r.kind for r in records if r.kind in (CANCELLED_AT, CANCEL_SENT))
+    if gone:
+        ops.append(DeleteRecords(run.id, gone))
     changes: dict[str, Any] = {
         "status": "pending",
         "error": None,

@@ -104,7 +104,7 @@ class Turn:
             )
             await self.end("dead", error=error)
             return
-        if run.status != "cancelling" and in_cleanup(state.checkpoints, state.records):
+        if run.status != "cancelling" and in_cleanup(state.records):
             # Its cleanup waited, suspended: it is being cancelled again.
             state.ops.append(UpdateRun(run.id, {"status": "cancelling"}, expect_owner=rt.engine_id))
             run = state.run = attrs.evolve(run, status="cancelling")

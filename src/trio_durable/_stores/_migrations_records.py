@@ -14,6 +14,8 @@ from typing import Final
 MOVED_TO_RECORDS: Final = {
     999_999_950: "forked_from",
     999_999_982: "cancel_sent",
+    999_999_980: "checked_from",
+    999_999_981: "cancelled_at",
     999_999_983: "rerun",
     999_999_991: "deadline",
     999_999_992: "continued",

@@ -40,10 +40,10 @@ from typing import Any
 import trio
 
 from .._app import Retry
+from .._cancellation import CANCELLED_AT
 from .._current import current_step
 from .._exceptions import BreakpointNotFoundError, Cancelled, InvalidRunStateError
 from .._fork import FORKED_FROM
-from .._markers import CANCELLED_AT_SEQ
 from .._stores._base import Store
 from .._streams import stream_scope
 from ._simulation import Simulation
@@ -372,7 +372,7 @@ async def cleanup_violations(store: Store, *, notes: Notes) -> list[str]:
                 violations.append(f"{run_id}: cleaned up a body that recorded nothing: {log}")
             continue
         where = f"{run_id}: its cleanup"
-        if not any(cp.seq == CANCELLED_AT_SEQ for cp in checkpoints):
+        if not any(r.kind == CANCELLED_AT for r in await store.get_records(run_id)):
             violations.append(f"{where}: td.Cancelled was never delivered to its body")
         after = log[log.index("cancel") :] if "cancel" in log else []
         if "clean" not in after or "refund" not in after:
