@@ -132,6 +132,7 @@ async def test_opening_creates_the_schema_once_and_records_its_version(url: str)
         "paused_steps",
         "queue_slots",
         "queue_waiters",
+        "run_records",
         "run_search",
         "run_tags",
         "runs",

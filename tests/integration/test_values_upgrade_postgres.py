@@ -66,6 +66,7 @@ async def test_a_store_of_schema_7_migrates_whole_and_its_runs_values_go_with_th
         run = _runner(url)
         await record(url)
         await run("ALTER TABLE durable_values DROP COLUMN run_id")
+        await run("DROP TABLE run_records")
         await run("DELETE FROM schema_version WHERE version >= 8")
         before = await _rows(run)
         # The recording's runs, their checkpoints and keyed values are there

@@ -48,6 +48,7 @@ from ._group_commit import Counts, Job
 from ._ops import Op
 from ._postgres_ops import apply_ops, begin_turn, run_group
 from ._postgres_watch import CHANNEL, announcement_payload
+from ._record_sql import record_values, upsert_record
 from ._rows import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_FIELDS,
@@ -323,6 +324,7 @@ _PUT_CHECKPOINTS: Final = (
     " ON CONFLICT (run_id, seq) DO UPDATE SET "
     + ", ".join(f"{column} = excluded.{column}" for column in CHECKPOINT_FIELDS[2:])
 )
+_UPSERT_RECORD: Final = upsert_record("%s")
 _NOTIFY_ALL: Final = (
     f"SELECT pg_notify(c.channel, p.payload) FROM ({CHANNEL} AS channel) AS c,"
     " json_array_elements_text(%s::json) WITH ORDINALITY AS p(payload, n) ORDER BY p.n"
@@ -381,6 +383,10 @@ def _create_runs(
     rows = [(cp.run_id, cp.seq, *checkpoint_values(cp)) for _, op in items for cp in op.checkpoints]
     if rows:
         cur.execute(_PUT_CHECKPOINTS, (_rows_param(rows, _CHECKPOINT_COLUMN_TYPES),))
+    # And their own records (a deadline), few: one statement each.
+    records = [record_values(record) for _, op in items for record in op.records]
+    if records:
+        cur.executemany(_UPSERT_RECORD, records)
 
 
 def _put_checkpoints(
