@@ -46,8 +46,6 @@ MARKS: Final = frozenset(
 
 NOT_MOVED_YET: Final = frozenset(
     {
-        999_999_960,
-        999_999_970,
         999_999_990,
         999_999_999,
         *MARKS,

@@ -18,18 +18,28 @@ def test_a_history_carries_the_records_a_worker_reads_at_their_earlier_seqs() ->
     step = Checkpoint(run_id="r", seq=1, name="s", kind="local", status="completed", output="1")
     delivered = value_record("r", "cancelled_at", "2", 5.0)
     checked = value_record("r", "checked_from", "1", 4.0)
+    head = value_record("r", "stream", "3", 6.0)
+    log = RunRecord(run_id="r", kind="updates", output="[]")
     # A record no worker reads stays out of the history.
     deadline = RunRecord(run_id="r", kind="deadline", status="pending", wake_at=9.0)
-    carried = history([step], [delivered, deadline, checked])
+    carried = history([step], [delivered, deadline, checked, head, log])
+    # Each as the release before wrote it: its seq, name and kind.
     assert [(cp.seq, cp.name, cp.kind, cp.status, cp.output) for cp in carried] == [
         (1, "s", "local", "completed", "1"),
-        (999_999_980, "checked_from", "local", "completed", "1"),
+        (999_999_960, "stream", "local", "completed", "3"),
+        (999_999_970, "updates", "signal", "completed", "[]"),
+        (999_999_980, "check_arguments", "local", "completed", "1"),
         (999_999_981, "cancelled_at", "local", "completed", "2"),
     ]
     # A worker reads them back as records, apart from the body's checkpoints.
     request = read_request("r", request_input(RUN, carried, {}))
     assert list(request.checkpoints) == [1]
-    assert request.records == {"checked_from": checked, "cancelled_at": delivered}
+    assert request.records == {
+        "stream": head,
+        "updates": log,
+        "checked_from": checked,
+        "cancelled_at": delivered,
+    }
 
 
 def test_an_entry_of_the_releases_before_reads_as_a_record() -> None:

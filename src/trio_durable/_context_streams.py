@@ -15,10 +15,11 @@ from typing import Any
 from . import _serde
 from ._current import current_step
 from ._exceptions import UsageError
-from ._records import Checkpoint
 from ._replay import Replay
-from ._stores._ops import Op, PutCheckpoint
-from ._streams import STREAM_HEAD, STREAM_SEQ, stream_announce, value_write
+from ._run_records import value_record
+from ._stores._ops import Op
+from ._stores._record_ops import PutRecord
+from ._streams import STREAM_HEAD, stream_announce, value_write
 
 
 class StreamOperations:
@@ -68,7 +69,7 @@ class StreamOperations:
         offset = self._stream_next
         self._stream_next += 1
         if self._stream_stored is None:
-            head = turn.checkpoints.get(STREAM_SEQ)
+            head = turn.records.get(STREAM_HEAD)
             self._stream_stored = 0 if head is None else int(json.loads(head.output or "0"))
         if offset < self._stream_stored:
             return  # replayed: stored by an earlier turn
@@ -80,19 +81,7 @@ class StreamOperations:
         rt = replay.runtime
         run, now = turn.run, rt.clock.now()
         put = value_write(run.id, offset, value_json, now)
-        head_op = PutCheckpoint(
-            Checkpoint(
-                run_id=run.id,
-                seq=STREAM_SEQ,
-                name=STREAM_HEAD,
-                kind="local",
-                status="completed",
-                output=str(offset + 1),
-                enqueued_at=now,
-                started_at=now,
-                finished_at=now,
-            )
-        )
+        head_op = PutRecord(value_record(run.id, STREAM_HEAD, str(offset + 1), now))
         # The head and the announcement stay after every value of the turn,
         # written once: a write in chunks must not store a head before its
         # values, nor announce before the last of them. So this value takes
@@ -118,7 +107,7 @@ def write_emitted(replay: Replay, values: Sequence[tuple[int, str]]) -> None:
     local body's: those past the stream's stored head, then the head and the
     announcement, with the turn's other writes."""
     turn = replay.turn
-    head = turn.checkpoints.get(STREAM_SEQ)
+    head = turn.records.get(STREAM_HEAD)
     stored = 0 if head is None else int(json.loads(head.output or "0"))
     fresh = [(offset, value) for offset, value in values if offset >= stored]
     if not fresh:
@@ -126,17 +115,7 @@ def write_emitted(replay: Replay, values: Sequence[tuple[int, str]]) -> None:
     rt = replay.engine
     run, now = turn.run, rt.clock.now()
     turn.ops.extend(value_write(run.id, offset, value, now) for offset, value in fresh)
-    turn.put(
-        Checkpoint(
-            run_id=run.id,
-            seq=STREAM_SEQ,
-            name=STREAM_HEAD,
-            kind="local",
-            status="completed",
-            output=str(max(offset for offset, _ in fresh) + 1),
-            enqueued_at=now,
-            started_at=now,
-            finished_at=now,
-        )
+    turn.put_record(
+        value_record(run.id, STREAM_HEAD, str(max(offset for offset, _ in fresh) + 1), now)
     )
     turn.ops.extend(stream_announce(rt.store, rt.engine_id, run))

@@ -57,7 +57,7 @@ from ._stores._record_ops import PutRecord
 from ._tracing import DISABLED, Tracing
 from ._webhooks import WebhookKeys
 from ._wire import Task
-from ._wire_records import records_on_wire
+from ._wire_records import DECIDED, records_on_wire
 
 if TYPE_CHECKING:
     from ._observe import Event
@@ -82,7 +82,7 @@ class _Writes:
             elif isinstance(op, PutRecord):
                 # A record the decision carries (the seq of a cleanup's
                 # delivery), as the decision carries it.
-                for cp in records_on_wire([op.record]):
+                for cp in records_on_wire([op.record], DECIDED):
                     self.checkpoints[cp.seq] = cp
         return [None] * len(ops)
 
@@ -259,7 +259,7 @@ def _decision(
         if isinstance(op, PutCheckpoint) and op.checkpoint.kind == "local":
             local[op.checkpoint.seq] = op.checkpoint
         elif isinstance(op, PutRecord):
-            for cp in records_on_wire([op.record]):
+            for cp in records_on_wire([op.record], DECIDED):
                 local[cp.seq] = cp
     return Decision(
         version=wf.version,

@@ -25,10 +25,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, final
 
-import attrs
-
-from ._handlers import UPDATES_NAME, UPDATES_SEQ, UpdateHandler
-from ._records import Checkpoint
+from ._handlers import UPDATES_NAME, UpdateHandler, log_with
 from ._updates import (
     apply_on_the_way,
     apply_update,
@@ -87,8 +84,8 @@ class WorkerUpdates:
         """The update log's JSON text, if a handler ran in this decision."""
         if not self._logged:
             return None
-        cp = self._replay.turn.checkpoints.get(UPDATES_SEQ)
-        return None if cp is None else cp.output
+        found = self._replay.turn.records.get(UPDATES_NAME)
+        return None if found is None else found.output
 
     @property
     def handlers(self) -> tuple[str, ...]:
@@ -106,19 +103,7 @@ def write_decided(replay: Replay, decision: Decision) -> None:
         write_outcome(replay, update_id, json.loads(outcome))
     if decision.update_log is not None:
         turn = replay.turn
-        previous = turn.checkpoints.get(UPDATES_SEQ)
-        turn.put(
-            Checkpoint(
-                run_id=turn.run.id,
-                seq=UPDATES_SEQ,
-                name=UPDATES_NAME,
-                kind="signal",
-                status="completed",
-                output=decision.update_log,
-            )
-            if previous is None
-            else attrs.evolve(previous, output=decision.update_log)
-        )
+        turn.put_record(log_with(turn, decision.update_log))
 
 
 async def waiting_updates(rt: Runtime, run_id: str) -> Inbox:

@@ -35,7 +35,7 @@ from ._exceptions import (
     RunConflictError,
 )
 from ._executions import rerun_record
-from ._handlers import UPDATES_SEQ, read_log
+from ._handlers import UPDATES_NAME, read_log
 from ._lifecycle import DEADLINE, continued_to, deadline_ops, started_output, workflow_timeout
 from ._markers import BODY_SEQ_LIMIT
 from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
@@ -60,7 +60,7 @@ from ._stores._ops import (
     UpdateRun,
 )
 from ._stores._record_ops import DeleteRecords, PutRecord
-from ._streams import PAGE, STREAM_SEQ, stream_scope
+from ._streams import PAGE, STREAM_HEAD, stream_scope
 
 if TYPE_CHECKING:
     from ._app import App
@@ -128,12 +128,12 @@ def _recorded_seq(records: Sequence[RunRecord], kind: str) -> int | None:
     return None
 
 
-def _update_log(checkpoints: Sequence[Checkpoint], from_seq: int) -> tuple[str | None, bool]:
+def _update_log(records: Sequence[RunRecord], from_seq: int) -> tuple[str | None, bool]:
     """The run's update log with only the updates applied before
     ``from_seq`` (None: none), and whether it dropped any."""
-    for cp in checkpoints:
-        if cp.seq == UPDATES_SEQ:
-            log = read_log(cp)
+    for record in records:
+        if record.kind == UPDATES_NAME:
+            log = read_log(record)
             kept = [attrs.asdict(item) for item in log if item.at < from_seq]
             text = json.dumps(kept, separators=(",", ":")) if kept else None
             return text, len(kept) < len(log)
@@ -163,13 +163,12 @@ def _carried(
     then (replayed at the same points), the values published then, and the
     start of the argument check if it began before."""
     ops: list[Op] = []
-    log, _ = _update_log(checkpoints, from_seq)
-    for cp in checkpoints:
-        if cp.seq == UPDATES_SEQ and log is not None:
-            ops.append(PutCheckpoint(attrs.evolve(cp, run_id=fork_id, output=log)))
+    log, _ = _update_log(records, from_seq)
     checked = _recorded_seq(records, CHECKED_FROM)
     for record in records:
-        if record.kind == CHECKED_FROM and checked is not None and checked < from_seq:
+        if record.kind == UPDATES_NAME and log is not None:
+            ops.append(PutRecord(attrs.evolve(record, run_id=fork_id, output=log)))
+        elif record.kind == CHECKED_FROM and checked is not None and checked < from_seq:
             ops.append(PutRecord(attrs.evolve(record, run_id=fork_id)))
     scope = event_scope(fork_id)
     for key, value in _published(checkpoints, from_seq).items():
@@ -190,24 +189,23 @@ async def _reset_records(
     history before ``from_seq`` says: the seqs to delete, and the writes."""
     deletes: list[int] = []
     ops: list[Op] = []
-    log, dropped = _update_log(checkpoints, from_seq)
-    for cp in checkpoints:
-        if cp.seq == UPDATES_SEQ and dropped:
-            if log is None:
-                deletes.append(cp.seq)
-            else:
-                ops.append(PutCheckpoint(attrs.evolve(cp, output=log)))
-        elif cp.seq == STREAM_SEQ:
-            # The stream, which the replay writes again from offset 0.
-            deletes.append(cp.seq)
+    log, dropped = _update_log(records, from_seq)
     checked = _recorded_seq(records, CHECKED_FROM)
     kinds = {record.kind for record in records}
-    # The delivery point of a cancellation the run may get again, and a
-    # remote workflow's record of its cancel sent; the start of the
-    # argument check if it began at or after from_seq.
-    gone: list[str] = [kind for kind in (CANCELLED_AT, CANCEL_SENT) if kind in kinds]
+    # The delivery point of a cancellation the run may get again, a remote
+    # workflow's record of its cancel sent, and the stream's head (the
+    # replay writes the stream again from offset 0); the start of the
+    # argument check if it began at or after from_seq, and the update log
+    # if it drops every update.
+    gone: list[str] = [kind for kind in (CANCELLED_AT, CANCEL_SENT, STREAM_HEAD) if kind in kinds]
     if checked is not None and checked >= from_seq:
         gone.append(CHECKED_FROM)
+    for record in records:
+        if record.kind == UPDATES_NAME and dropped:
+            if log is None:
+                gone.append(UPDATES_NAME)
+            else:
+                ops.append(PutRecord(attrs.evolve(record, output=log)))
     if gone:
         ops.append(DeleteRecords(run.id, tuple(gone)))
     published = _published(checkpoints, from_seq)

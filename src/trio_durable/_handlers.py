@@ -7,7 +7,7 @@ An update is applied where the body waits: the turn that finds it in the
 run's inbox runs its handler when the body takes seq ``S`` (its
 *position*) for the operation the run waited in, before that operation
 returns, or after the body suspended at the operation taking ``S``; and
-records it in the run's update log (one checkpoint at `UPDATES_SEQ`,
+records it in the run's update log (the run's record of kind `UPDATES_NAME`,
 written with the turn). Every later replay runs the handler again when
 the body takes seq ``S``, before that operation: the body then sees the
 same state as the run did when the operation returned (see
@@ -26,16 +26,14 @@ import attrs
 
 from . import _serde
 from ._exceptions import InvalidArgumentsError, NonDeterminismError, UsageError
-from ._records import Checkpoint
+from ._run_records import RunRecord
 
 if TYPE_CHECKING:
     from ._replay import TurnState
 
-UPDATES_SEQ: Final = 999_999_970
-"""The seq of a run's update log: a completed "signal" checkpoint named
-``updates`` whose output lists the updates applied, in order."""
-
 UPDATES_NAME: Final = "updates"
+"""The kind of a run's update log: its output lists the updates applied, in
+order."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -138,8 +136,8 @@ class Handlers:
     def log(self) -> list[LoggedUpdate]:
         """The updates the run's history applied, in order."""
         if self._log is None:
-            cp = self._turn.checkpoints.get(UPDATES_SEQ)
-            self._log = [] if cp is None else read_log(cp)
+            found = self._turn.records.get(UPDATES_NAME)
+            self._log = [] if found is None else read_log(found)
         return self._log
 
     def reached(self, seq: int) -> None:
@@ -154,7 +152,7 @@ class Handlers:
                 "a query or update handler (or validator) cannot run durable operations"
             )
         self.position = seq
-        if self._turn.checkpoints.get(UPDATES_SEQ) is not None or self._log is not None:
+        if UPDATES_NAME in self._turn.records or self._log is not None:
             log = self.log
             while self._applied < len(log) and log[self._applied].at <= seq:
                 self._reapply(log[self._applied])
@@ -199,34 +197,32 @@ class Handlers:
         with contextlib.suppress(Exception):
             self.call(handler.fn, json.loads(logged.args))
 
-    def append(self, logged: LoggedUpdate) -> Checkpoint:
-        """Add an update applied now to the log; return the log's
-        checkpoint to write."""
+    def append(self, logged: LoggedUpdate) -> RunRecord:
+        """Add an update applied now to the log; return the log's record to
+        write."""
         self.finish()
         self.log.append(logged)
         self._applied = len(self.log)
-        return log_checkpoint(self._turn, self.log)
+        return log_record(self._turn, self.log)
 
 
-def read_log(cp: Checkpoint) -> list[LoggedUpdate]:
-    """The updates a run's log checkpoint lists."""
-    return [LoggedUpdate(**item) for item in json.loads(cp.output or "[]")]
+def read_log(record: RunRecord) -> list[LoggedUpdate]:
+    """The updates a run's log record lists."""
+    return [LoggedUpdate(**item) for item in json.loads(record.output or "[]")]
 
 
-def log_checkpoint(turn: TurnState, log: list[LoggedUpdate]) -> Checkpoint:
-    """The log checkpoint that lists ``log``."""
-    previous = turn.checkpoints.get(UPDATES_SEQ)
+def log_record(turn: TurnState, log: list[LoggedUpdate]) -> RunRecord:
+    """The log record that lists ``log``."""
     output = json.dumps([attrs.asdict(item) for item in log], separators=(",", ":"))
+    return log_with(turn, output)
+
+
+def log_with(turn: TurnState, output: str) -> RunRecord:
+    """The run's log record, its output ``output``."""
+    previous = turn.records.get(UPDATES_NAME)
     if previous is not None:
         return attrs.evolve(previous, output=output)
-    return Checkpoint(
-        run_id=turn.run.id,
-        seq=UPDATES_SEQ,
-        name=UPDATES_NAME,
-        kind="signal",
-        status="completed",
-        output=output,
-    )
+    return RunRecord(run_id=turn.run.id, kind=UPDATES_NAME, output=output)
 
 
 def plain_args(args: tuple[Any, ...] | list[Any]) -> tuple[str, list[Any]]:

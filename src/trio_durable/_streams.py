@@ -4,9 +4,9 @@ order, and read by `Engine.stream` and `Client.stream` until the run ends.
 A run's stream lives in the store's keyed values, scope ``stream:<run id>``,
 one row per value, keyed by its offset zero-padded (so the store's order of
 keys is the order of offsets). A turn writes the values it emitted in the
-same batch as its checkpoints, followed by the stream's head: a completed
-checkpoint at `STREAM_SEQ` whose output is the number of values emitted so
-far. A replay re-emits nothing below the head, so each offset is written by
+same batch as its checkpoints, followed by the stream's head: the run's
+record of kind `STREAM_HEAD`, whose output is the number of values emitted
+so far. A replay re-emits nothing below the head, so each offset is written by
 one turn only; a value already stored is never replaced (its write expects
 no row), so even a turn cut short between two chunks of its write, which
 left values without their head, writes nothing twice.
@@ -45,13 +45,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("trio_durable")
 
-STREAM_SEQ: Final = 999_999_960
-"""The seq of a run's stream head: a completed ``local`` checkpoint named
-``stream`` whose output is how many values the run emitted (the next
-offset). Past every seq a body reaches."""
-
 STREAM_HEAD: Final = "stream"
-"""The name of the stream head's checkpoint."""
+"""The kind of a run's record of its stream's head: its output is how many
+values the run emitted (the next offset)."""
 
 OFFSET_DIGITS: Final = 12
 """The width of an offset in a value's key: keys compare as offsets do."""

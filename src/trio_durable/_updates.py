@@ -209,12 +209,12 @@ def apply_update(
     traceback_limit: int,
 ) -> dict[str, Any]:
     """Validate and run an update at ``position``, logging it in the run's
-    update log (the log's checkpoint put in the replay's turn) if its
-    handler ran; its outcome."""
+    update log (the log's record put in the replay's turn) if its handler
+    ran; its outcome."""
     handlers = replay.handlers
     outcome, ran = _apply(handlers, handler, entry, traceback_limit)
     if ran is not None:
-        replay.turn.put(
+        replay.turn.put_record(
             handlers.append(
                 LoggedUpdate(
                     id=update_id, name=entry["name"], args=entry["args"], at=position, ok=ran

@@ -1,13 +1,17 @@
 """How a run's records that a worker reads or writes travel in a decision
 (or query) task and in its decision.
 
-A worker replaying a body needs two of the run's records: where its body
-got `Cancelled` (``cancelled_at``, to deliver it at the same seq again) and
-where its argument check began (``checked_from``); a worker's decision
-carries either back when the body wrote it. The releases before kept them
-in checkpoints at reserved seqs and carried them so, in the history and in
-the decision's local checkpoints; they still travel so, as completed
-``local`` entries at those seqs, so that engines and workers of either
+A worker replaying a body needs four of the run's records: where its body
+got `Cancelled` (``cancelled_at``, to deliver it at the same seq again),
+where its argument check began (``checked_from``), how many values its
+stream holds (``stream``, so that it sends only those past it) and the
+updates it applied (``updates``, applied again where they were); a
+worker's decision carries the first two back when the body wrote them (the
+emitted values and the update log travel in fields of their own). The
+releases before kept them in checkpoints at reserved seqs and carried them
+so, in the history and in the decision's local checkpoints; they still
+travel so, as completed entries at those seqs (of the checkpoint kind and
+name those releases gave them), so that engines and workers of either
 release read each other (docs/remote-workflows.md, rolling upgrades). This
 module is the only one that knows those seqs.
 """
@@ -17,24 +21,37 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from ._records import Checkpoint
+from ._records import Checkpoint, CheckpointKind
 from ._run_records import RunRecord
 
-WIRE_SEQS: Final = {"checked_from": 999_999_980, "cancelled_at": 999_999_981}
-"""The records that travel, and the seq each travels at."""
+WIRE_SEQS: Final[dict[str, tuple[int, str, CheckpointKind]]] = {
+    "stream": (999_999_960, "stream", "local"),
+    "updates": (999_999_970, "updates", "signal"),
+    "checked_from": (999_999_980, "check_arguments", "local"),
+    "cancelled_at": (999_999_981, "cancelled_at", "local"),
+}
+"""The records that travel: the seq each travels at, and the name and kind
+of checkpoint it travels as."""
 
-_KINDS: Final = {seq: kind for kind, seq in WIRE_SEQS.items()}
+_KINDS: Final = {seq: kind for kind, (seq, _, _) in WIRE_SEQS.items()}
+
+DECIDED: Final = frozenset({"checked_from", "cancelled_at"})
+"""The records a decision carries back among its local checkpoints (the
+stream's values and the update log travel in fields of their own)."""
 
 
-def records_on_wire(records: Iterable[RunRecord]) -> list[Checkpoint]:
-    """The entries of a history (or of a decision's local checkpoints)
-    that carry those of ``records`` a worker reads or writes."""
+def records_on_wire(
+    records: Iterable[RunRecord], kinds: Iterable[str] = WIRE_SEQS
+) -> list[Checkpoint]:
+    """The entries of a history that carry those of ``records`` a worker
+    reads (of a decision's local checkpoints, with ``kinds`` `DECIDED`)."""
+    wanted = frozenset(kinds)
     return [
         Checkpoint(
             run_id=record.run_id,
-            seq=WIRE_SEQS[record.kind],
-            name=record.kind,
-            kind="local",
+            seq=WIRE_SEQS[record.kind][0],
+            name=WIRE_SEQS[record.kind][1],
+            kind=WIRE_SEQS[record.kind][2],
             status=record.status,
             output=record.output,
             enqueued_at=record.enqueued_at,
@@ -42,7 +59,7 @@ def records_on_wire(records: Iterable[RunRecord]) -> list[Checkpoint]:
             finished_at=record.finished_at,
         )
         for record in records
-        if record.kind in WIRE_SEQS
+        if record.kind in wanted
     ]
 
 

@@ -28,7 +28,7 @@ from .._on_error import lineage
 from .._records import RunStatus
 from .._search_attributes import stored_types
 from .._search_values import parse_where
-from .._streams import STREAM_SEQ, offset_key, stream_scope
+from .._streams import STREAM_HEAD, offset_key, stream_scope
 from .._views import FOLD_WIDTH, FanPage, FanStats, HistoryEntry
 from ._render import FAN_PAGE, error_response, page_response
 
@@ -207,7 +207,7 @@ async def _stream_tail(source: ConsoleSource, run_id: str) -> dict[str, Any] | N
     (offset, value as JSON text); None if it emitted none. The page's live
     refresh follows it: each emit changes the run's stamp."""
     store = source.store
-    head = await store.get_checkpoints(run_id, STREAM_SEQ, STREAM_SEQ)
+    head = [r for r in await store.get_records(run_id) if r.kind == STREAM_HEAD]
     if not head or head[0].output is None:
         return None
     count = int(head[0].output)

@@ -13,6 +13,8 @@ from typing import Final
 
 MOVED_TO_RECORDS: Final = {
     999_999_950: "forked_from",
+    999_999_960: "stream",
+    999_999_970: "updates",
     999_999_982: "cancel_sent",
     999_999_980: "checked_from",
     999_999_981: "cancelled_at",

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import Any, Final, final
+from typing import Any, final
 
 import attrs
 import trio
 
 from .._exceptions import StoreError
 from .._fans import FAN_CANCELLED
-from .._handlers import UPDATES_SEQ
 from .._records import (
     Checkpoint,
 )
@@ -29,11 +28,6 @@ from .._stores._base import ChangeFeed, TurnState
 from .._stores._memory import MemoryStore
 from .._stores._ops import DeleteCheckpoints, Op
 from .._stores._wrapping import StoreWrapper
-from .._streams import STREAM_SEQ
-
-REWRITTEN: Final = frozenset({STREAM_SEQ, UPDATES_SEQ})
-"""Seqs of a run's records that its turns write again by design (a stream's
-head, the update log), which no result settles: not counted."""
 
 
 @final
@@ -197,8 +191,6 @@ class FaultyStore(StoreWrapper, ChangeFeed):
         self, before: dict[tuple[str, int], tuple[str | None, Checkpoint | None]], ops: Sequence[Op]
     ) -> None:
         for key, (old, old_row) in before.items():
-            if key[1] in REWRITTEN:
-                continue
             new = self._status(key)
             new_row = self._row(key)
             settled = ("completed", "failed")
