@@ -98,7 +98,7 @@ def drive(url: str, engine: td.Engine) -> None:
         # The browser goes to the fork's page, which shows it complete.
         wait_for_text("h1", "s-fixed")
         wait_for_text("#run-status", "completed")
-        wait_for_text("section.timeline", "forked_from")
+        wait_for_text("section.lineage", "Forked from: s at seq 2")
         # The token is kept for the session.
         driver.get(f"{url}/runs/s")
         wait_for_text("#run-status", "failed")
