@@ -5,14 +5,17 @@ each run: tests/test_values_store_upgrade.py on PostgreSQL.
 The store is written by the workload of tests/record_values_store.py (runs
 that ended and runs in flight, a keyed value of every family), then taken
 back to version 7: ``durable_values`` without ``run_id`` (its indexes go
-with it) and the version row of 8 deleted, which leaves the tables,
-columns, indexes and triggers a release of version 7 creates.
+with it), the runs' records back in checkpoints at the seqs (names and
+kinds) that release kept them at, ``run_records`` dropped, and the version
+rows of 8 and 9 deleted, which leaves the tables, columns, indexes and
+triggers a release of version 7 creates.
 """
 
 from __future__ import annotations
 
+from ast import literal_eval
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 import trio
@@ -23,7 +26,34 @@ from conftest import EngineFactory
 from record_values_store import app, record
 from servers.postgres import scratch_schema
 from test_values_store_upgrade import Sql, check_migrated, finish_and_prune, owners
+from trio_durable._stores._migrations_records import MOVED_TO_RECORDS
 from trio_durable._stores._postgres_schema import SCHEMA_VERSION
+
+EARLIER: Final = {
+    "checked_from": ("'check_arguments'", "'local'"),
+    "updates": ("'updates'", "'signal'"),
+    "deadline": ("'deadline'", "'timer'"),
+    "continued": ("(SELECT workflow FROM runs WHERE id = r.run_id)", "'child'"),
+}
+"""The name and kind of checkpoint a record was before schema 9, where it
+was not its own kind and ``local``."""
+
+BACK_TO_CHECKPOINTS: Final = (
+    "INSERT INTO checkpoints (run_id, seq, name, kind, status, input, output, error, errors,"
+    " attempts, worker_group, child_id, wake_at, enqueued_at, started_at, finished_at,"
+    " executions)"
+    " SELECT run_id, "
+    + "CASE kind "
+    + " ".join(f"WHEN '{kind}' THEN {seq}" for seq, kind in MOVED_TO_RECORDS.items())
+    + " END, CASE kind "
+    + " ".join(f"WHEN '{kind}' THEN {name}" for kind, (name, _) in EARLIER.items())
+    + " ELSE kind END, CASE kind "
+    + " ".join(f"WHEN '{kind}' THEN {ckind}" for kind, (_, ckind) in EARLIER.items())
+    + " ELSE 'local' END, status, input, output, error, errors, attempts, worker_group,"
+    " CASE kind WHEN 'continued' THEN output::json #>> '{}' END,"
+    " wake_at, enqueued_at, started_at, finished_at, executions FROM run_records r"
+)
+"""Puts every record back where a release of schema 7 kept it."""
 
 
 def _runner(url: str) -> Sql:
@@ -66,6 +96,7 @@ async def test_a_store_of_schema_7_migrates_whole_and_its_runs_values_go_with_th
         run = _runner(url)
         await record(url)
         await run("ALTER TABLE durable_values DROP COLUMN run_id")
+        await run(BACK_TO_CHECKPOINTS)
         await run("DROP TABLE run_records")
         await run("DELETE FROM schema_version WHERE version >= 8")
         before = await _rows(run)
@@ -75,16 +106,21 @@ async def test_a_store_of_schema_7_migrates_whole_and_its_runs_values_go_with_th
         assert before["checkpoints"]
         assert before["durable_values"]
 
-        # Opening the store migrates it, and changes no row of any table.
+        # Opening the store migrates it, and changes no row of any table but
+        # the checkpoints at reserved seqs, which become the runs' records.
         async with td.open_store(url):
             pass
         versions = await run("SELECT version FROM schema_version ORDER BY version")
         assert versions == [(version,) for version in range(1, SCHEMA_VERSION + 1)]
         assert SCHEMA_VERSION == 9
         after = await _rows(run)
-        assert {table: rows for table, rows in after.items() if table in before} == before
-        # The tables later schemas added start empty.
-        assert {t: rows for t, rows in after.items() if t not in before} == {"run_records": []}
+        moved = [
+            row for row in before["checkpoints"] if int(literal_eval(row)[1]) in MOVED_TO_RECORDS
+        ]
+        assert moved  # the recording's runs have streams, update logs, ...
+        kept = dict(before, checkpoints=[row for row in before["checkpoints"] if row not in moved])
+        assert {table: rows for table, rows in after.items() if table in before} == kept
+        assert len(after["run_records"]) == len(moved)
         claims = check_migrated(await owners(run))
         async with open_test_engine(app, store=url) as engine:
             await finish_and_prune(engine, run, claims, settle=0.01)
