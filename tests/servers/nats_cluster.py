@@ -99,10 +99,16 @@ class NatsCluster:
             )
 
     def wait_healthy(self, names: list[str] | None = None) -> None:
+        """Wait until each of ``names`` (every live node by default) is
+        healthy and knows the JetStream meta leader, with every live peer
+        current: a node answers its health check before the meta group has
+        elected a leader, and a stream created before then (an engine
+        opening on the cluster) waits for an answer that does not come."""
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        for name in names or [n for n in self.names if n in self._processes]:
+        live = [n for n in self.names if n in self._processes]
+        for name in names or live:
             port = self.monitor_ports[self.names.index(name)]
-            while not _healthy(port):
+            while not (_healthy(port) and _meta_current(port, len(live))):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"NATS node {name} did not become healthy")
                 time.sleep(0.1)
@@ -147,6 +153,24 @@ class NatsCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=nats_server.COMMAND_TIMEOUT)
+
+
+def _meta_current(monitor_port: int, live: int) -> bool:
+    """Whether the node knows the JetStream meta leader, and, if it is the
+    leader, sees ``live - 1`` peers current."""
+    url = f"http://127.0.0.1:{monitor_port}/jsz"
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            meta = json.load(response).get("meta_cluster") or {}
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+    leader = meta.get("leader")
+    if not leader:
+        return False
+    replicas = meta.get("replicas") or []
+    if any(r.get("name") == leader for r in replicas):
+        return True  # a follower: it knows the leader, which tracks the peers
+    return sum(1 for r in replicas if r.get("current")) >= live - 1
 
 
 def _healthy(monitor_port: int) -> bool:
