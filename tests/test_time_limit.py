@@ -13,6 +13,7 @@ from pathlib import Path
 from cli_processes import TESTS, WITHIN
 
 PROBE = """
+import threading
 import time
 
 import pytest
@@ -35,6 +36,16 @@ async def test_a_trio_test_after_them() -> None:
 
 def test_a_plain_test_after_them() -> None:
     pass
+
+
+@pytest.mark.timeout(60)
+def test_a_test_within_its_limit() -> None:
+    pass
+
+
+def test_no_earlier_test_leaves_its_time_limit_running() -> None:
+    names = [t.name for t in threading.enumerate()]
+    assert [n for n in names if n.startswith(("time limit of", "grace of"))] == []
 """
 
 
@@ -59,6 +70,11 @@ def test_a_test_past_its_limit_fails_alone(tmp_path: Path) -> None:
             f"FAILED test_probe.py::test_{test} - Failed: Timeout: ran past its limit of 1 s" in out
         )
         assert f"+++ test_probe.py::test_{test} ran past its limit of 1 s" in out
-    for test in ("a_trio_test_after_them", "a_plain_test_after_them"):
+    for test in (
+        "a_trio_test_after_them",
+        "a_plain_test_after_them",
+        "a_test_within_its_limit",
+        "no_earlier_test_leaves_its_time_limit_running",
+    ):
         assert f"PASSED test_probe.py::test_{test}" in out
-    assert "2 failed, 2 passed" in out
+    assert "2 failed, 4 passed" in out

@@ -48,6 +48,7 @@ class Watchdog:
         self._timer.name = f"time limit of {nodeid}"
         self._timer.daemon = True
         self._last = threading.Timer(GRACE, self._give_up)
+        self._last.name = f"grace of {nodeid}"
         self._last.daemon = True
 
     def start(self) -> None:
@@ -79,10 +80,18 @@ class Watchdog:
         os._exit(1)
 
     def cancel(self) -> None:
+        """Stops the watchdog and waits for its threads to end, so that the
+        next test starts with none of this one's threads alive (a test that
+        counts the threads around a call would otherwise see it end)."""
         with self._lock:
             self._cancelled = True
+        # Once `_cancelled` is set under the lock, `_fire` starts nothing
+        # more: whether `_last` was started is settled.
         self._timer.cancel()
         self._last.cancel()
+        self._timer.join()
+        if self._last.is_alive():
+            self._last.join()
 
 
 @pytest.hookimpl
