@@ -3,6 +3,7 @@ for a workflow's runs and a flow-control queue's steps (see `_rate_limits`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,6 @@ import trio.testing
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
 from trio_durable._rate_limits import next_admission
-from trio_durable._records import ADMISSION_SEQ
 
 app = td.App("rates")
 app.queue("api", concurrency=10, rate_limit=td.RateLimit(2, 5.0))
@@ -80,9 +80,10 @@ async def test_a_workflow_admits_at_most_starts_per_period(
         waiting = await engine.get(handles[4].id)
         assert waiting.status == "suspended"
         assert waiting.wake_at == WALL_START + 20.0
-        [cp] = await store.get_checkpoints(handles[4].id, ADMISSION_SEQ, ADMISSION_SEQ)
-        assert cp.error is not None
-        assert cp.error.code == "rate_limited"
+        [record] = await store.get_records(handles[4].id)
+        assert record.kind == "admission"
+        assert record.status == "pending"
+        assert json.loads(record.output or "{}") == {"rate_at": WALL_START + 20.0}
         assert [await h.result() for h in handles] == list(range(5))
     assert began["report"] == [0.0, 0.0, 10.0, 10.0, 20.0]
 

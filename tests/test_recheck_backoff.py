@@ -55,10 +55,10 @@ def test_looks_double_from_blocked_recheck_up_to_the_cap() -> None:
     cp = Checkpoint(run_id="r", seq=1, name="s", kind="remote", enqueued_at=100.0)
     looks = [100.0]
     while looks[-1] < 400.0:
-        looks.append(next_look(cp, looks[-1], 5.0))
+        looks.append(next_look(cp.enqueued_at, looks[-1], 5.0))
     assert [t - 100.0 for t in looks] == [0, 5, 10, 20, 40, 80, 140, 200, 260, 320]
     # A blocked_recheck longer than the cap is the interval.
-    assert next_look(cp, 1000.0, 100.0) == 1100.0
+    assert next_look(cp.enqueued_at, 1000.0, 100.0) == 1100.0
     assert RECHECK_CAP == 60.0
 
 
@@ -77,7 +77,7 @@ def _bound(start: float, end: float, per_look: int) -> int:
     t, looks = 5.0, 0
     while t <= end:
         looks += t >= start
-        t = next_look(cp, t, 5.0)
+        t = next_look(cp.enqueued_at, t, 5.0)
     return WAITERS * per_look * (looks + 1) + int((end - start) / 10.0) + 1
 
 

@@ -46,7 +46,6 @@ MARKS: Final = frozenset(
 
 NOT_MOVED_YET: Final = frozenset(
     {
-        999_999_990,
         999_999_999,
         *MARKS,
     }
@@ -141,6 +140,10 @@ async def test_every_run_of_the_pre_kernel_sqlite_store_finishes_as_recorded(
         if version(path) > RECORDED_VERSION:
             left = state_left_in_seqs_or_codes(path)
             assert [row for row in left if not NOT_MOVED_YET & {row[1], row[2]}] == []
+            # Runs hold and wait for their queues' slots at seq 0 now.
+            for table in ("queue_slots", "queue_waiters"):
+                seqs = {seq for (seq,) in _rows(path, f"SELECT DISTINCT seq FROM {table}")}
+                assert max(seqs, default=0) < RESERVED_FROM, table
         for run_id, run in want["recorded"].items():
             found = await store.get_run(run_id)
             assert found is not None, run_id

@@ -27,7 +27,8 @@ import trio_durable as td
 from conftest import EngineFactory
 from record_values_store import app, deduped, sender, single, target
 from trio_durable._stores import _sqlite_schema
-from trio_durable._stores._migrations_records import MOVED_TO_RECORDS
+from trio_durable._stores._migrations_records import ADMISSION_SEQ, MOVED_TO_RECORDS
+from trio_durable.stores import QUEUE_SLOT, WHOLE_RUN
 
 FIXTURE: Final = Path(__file__).parent / "data" / "values_before_runs" / "store.sql"
 
@@ -212,14 +213,24 @@ async def test_a_store_of_schema_8_migrates_whole_and_its_runs_values_go_with_th
     # the checkpoints at reserved seqs, which become the runs' records.
     async with td.open_store(url):
         pass
-    assert _version(path) == _sqlite_schema.SCHEMA_VERSION == 10
+    assert _version(path) == _sqlite_schema.SCHEMA_VERSION == 11
     after = _rows(path)
-    moved = [row for row in before["checkpoints"] if row[1] in MOVED_TO_RECORDS]
-    assert moved  # the fixture's runs have streams, update logs, ...
+    kinds = {**MOVED_TO_RECORDS, ADMISSION_SEQ: "admission"}
+    moved = [row for row in before["checkpoints"] if row[1] in kinds]
+    # The fixture's runs have streams, update logs, admissions, ...
+    assert {kinds[row[1]] for row in moved} >= {"stream", "updates", "admission"}
     kept = dict(before, checkpoints=[r for r in before["checkpoints"] if r not in moved])
+    # The slots runs hold and wait for are theirs as whole runs now.
+    for table in ("queue_slots", "queue_waiters"):
+        kept[table] = sorted(
+            tuple(WHOLE_RUN if v == ADMISSION_SEQ else v for v in row) for row in kept[table]
+        )
+    assert kept["queue_slots"]
     assert {table: rows for table, rows in after.items() if table in before} == kept
     records = {(row[0], row[1], row[4]) for row in after["run_records"]}
-    assert records == {(row[0], MOVED_TO_RECORDS[row[1]], row[6]) for row in moved}
+    assert records == {(row[0], kinds[row[1]], row[6]) for row in moved} | {
+        (run_id, QUEUE_SLOT, None) for _, run_id, _ in kept["queue_slots"]
+    }
     claims = check_migrated(await owners(sql))
     async with open_test_engine(app, store=url) as engine:
         # Past the end of every run: the fixture's clock, which began where

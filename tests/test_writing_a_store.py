@@ -123,6 +123,7 @@ def test_the_store_sdk_is_pinned() -> None:
         "PutCheckpoint",
         "PutRecord",
         "PutValue",
+        "QUEUE_SLOT",
         "QueueDepth",
         "ReleaseQueueSlot",
         "ReleaseRun",
@@ -145,9 +146,11 @@ def test_the_store_sdk_is_pinned() -> None:
         "TurnState",
         "UpdateRun",
         "UseWebhook",
+        "WHOLE_RUN",
         "WaitSignal",
         "Webhook",
         "WriteConflict",
+        "queue_slot_record",
         "run_due_at",
     ]
     for name in stores.__all__:

@@ -2,22 +2,24 @@
 concurrency key, an entity's exclusivity) or for its rate limit before its
 body runs.
 
-Such a run is created with a pending ``admission`` checkpoint at
-`ADMISSION_SEQ` in the same batch as its row (`admission_checkpoint`); its
-input names the queue, the limit and the rate. While the checkpoint carries
-the ``queued`` mark the run waits in the queue's line, ordered by the run's
-creation time; a slot taken clears the mark (the store does, in the write
-that admits it). The checkpoint stays pending while the run holds its slot,
-and the write that ends the run settles it and gives the slot back, letting
-the next waiters in (`release_ops`); the engine that wrote it wakes them
-(`let_in`).
+Such a run is created with a pending ``admission`` record (`ADMISSION`,
+see `_run_records`) in the same batch as its row (`admission_record`): its
+input names the queue, the limit and the rate; its output, once its rate
+limit reserved it a time, that time (`rate_at`). The run itself holds or
+waits for its slot (under the seq `WHOLE_RUN`), in line by its creation
+time; while it holds one, the store keeps a `QUEUE_SLOT` record for it,
+read with the run's other records. The admission record stays pending
+while the run holds its slot, and the write that ends the run settles it
+and gives the slot back, letting the next waiters in (`release_ops`); the
+engine that wrote it wakes them (`let_in`).
 
-The turn's first act (`admit`, before any body runs) reads the checkpoint:
-a run in line suspends until the release that lets it in wakes it, or, in
-case that wake was lost (its write applied though its caller was told it
-failed, or the run's lease was held elsewhere then), until its next look
-(`next_look`), when it asks again. A run whose checkpoint was
-settled at an earlier end and that runs again (it was retried) asks afresh.
+The turn's first act (`admit`, before any body runs) reads the records: a
+run in line suspends until the release that lets it in wakes it, or, in
+case that wake was lost (another engine's release while this run's lease
+was held here), until its next look (`next_look`), when it asks again; the
+records are read once more as the suspend commits (`_let_in_meanwhile`).
+A run whose record was settled at an earlier end and that runs again (it
+was retried) asks afresh.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -33,29 +36,33 @@ from . import _serde
 from ._controls import key_of
 from ._exceptions import InvalidArgumentsError, LeaseLostError
 from ._failures import error_info
-from ._rate_limits import RATE_LIMITED, reserve
-from ._records import ADMISSION_SEQ, Checkpoint, ErrorInfo
+from ._markers import BODY_SEQ_LIMIT
+from ._rate_limits import reserve
+from ._records import ErrorInfo
 from ._replay import Suspend
+from ._run_records import RunRecord
 from ._stores._ops import (
+    QUEUE_SLOT,
+    WHOLE_RUN,
     AdmitToQueue,
-    ClaimCheckpoint,
     Op,
-    PutCheckpoint,
     ReleaseQueueSlot,
-    SettleCheckpoint,
     UpdateRun,
+    queue_slot_record,
 )
+from ._stores._record_ops import ClaimRecord, PutRecord, SettleRecord
 
 if TYPE_CHECKING:
     from ._definitions import Workflow
     from ._replay import TurnState
     from ._runtime import Runtime
+    from ._stores._base import Store
     from ._turn import Turn
 
 logger = logging.getLogger("trio_durable")
 
 ADMISSION: Final = "admission"
-QUEUED: Final = "queued"
+"""The kind of a run's admission record, and the reason of its suspends."""
 FIRST_LOOK: Final = 5.0
 """Seconds after its creation that a run which found no slot then looks at
 its line again, unless a release lets it in first (an engine's later looks
@@ -65,19 +72,19 @@ RECHECK_CAP: Final = 60.0
 between looks, unless ``blocked_recheck`` is longer."""
 
 
-def next_look(cp: Checkpoint, now: float, every: float) -> float:
+def next_look(enqueued_at: float | None, now: float, every: float) -> float:
     """When a waiter in a flow-control queue's line (a run waiting for
-    admission or a step, ``cp`` its checkpoint) looks at the line again
-    after a look at ``now``.
+    admission or a step, in line since ``enqueued_at``) looks at the line
+    again after a look at ``now``.
 
     A release wakes whoever it lets in; a look only rescues a waiter whose
-    wake was lost, so a waiter looks again after as long as it has waited
-    (since ``cp.enqueued_at``): its looks back off, doubling, from
-    ``every`` (``blocked_recheck``) to `RECHECK_CAP` (or ``every``, if that
-    is longer). A thousand waiters in one line cost a few looks each, not
-    one per ``every`` seconds. The interval is derived from the checkpoint
-    alone, so it carries over turns and engines."""
-    waited = 0.0 if cp.enqueued_at is None else now - cp.enqueued_at
+    wake was lost, so a waiter looks again after as long as it has waited:
+    its looks back off, doubling, from ``every`` (``blocked_recheck``) to
+    `RECHECK_CAP` (or ``every``, if that is longer). A thousand waiters in
+    one line cost a few looks each, not one per ``every`` seconds. The
+    interval is derived from the stored wait alone, so it carries over
+    turns and engines."""
+    waited = 0.0 if enqueued_at is None else now - enqueued_at
     return now + max(every, min(waited, RECHECK_CAP))
 
 
@@ -154,7 +161,7 @@ def start_controls(wf: Workflow[..., Any], input_json: str) -> StartControls | N
 @final
 @attrs.define(frozen=True, kw_only=True)
 class Gate:
-    """What a run's admission checkpoint says it waits for.
+    """What a run's admission record says it waits for (its input).
 
     Attributes:
       queue: The flow-control queue it takes a slot of, or None.
@@ -167,9 +174,9 @@ class Gate:
     rate: tuple[int, float] | None
 
     @classmethod
-    def of(cls, cp: Checkpoint) -> Gate:
-        """The gate recorded in an admission checkpoint's input."""
-        data = json.loads(cp.input or "{}")
+    def of(cls, record: RunRecord) -> Gate:
+        """The gate recorded in an admission record's input."""
+        data = json.loads(record.input or "{}")
         rate = data.get("rate")
         return cls(
             queue=data.get("queue"),
@@ -177,61 +184,69 @@ class Gate:
             rate=None if rate is None else (int(rate[0]), float(rate[1])),
         )
 
+    def dump(self) -> str:
+        rate = None if self.rate is None else list(self.rate)
+        return json.dumps(
+            {"queue": self.queue, "limit": self.limit, "rate": rate}, separators=(",", ":")
+        )
 
-def admission_checkpoint(
+
+def rate_at(record: RunRecord) -> float | None:
+    """The time an admission record's rate limit reserved for its run (it
+    runs from then), or None: none reserved yet, or no rate limit."""
+    at = json.loads(record.output).get("rate_at") if record.output else None
+    return None if at is None else float(at)
+
+
+def admission_record(
     run_id: str,
     queue: str | None,
     limit: int,
     rate: tuple[int, float] | None,
     now: float,
-) -> Checkpoint:
-    """The pending admission checkpoint a run is created with, in the same
+) -> RunRecord:
+    """The pending admission record a run is created with, in the same
     batch as its `CreateRun`: the run waits for a slot of ``queue`` (at most
     ``limit`` holders; None: no queue) and for its rate limit ``rate``
     (``(starts, per)``, or None) before its body runs."""
-    what = f"a slot of queue {queue!r}" if queue is not None else "its rate limit"
-    return Checkpoint(
+    return RunRecord(
         run_id=run_id,
-        seq=ADMISSION_SEQ,
-        name=ADMISSION,
-        kind="local",
+        kind=ADMISSION,
         status="pending",
-        input=json.dumps(
-            {"queue": queue, "limit": limit, "rate": None if rate is None else list(rate)},
-            separators=(",", ":"),
-        ),
-        error=ErrorInfo(message=f"waiting for {what}", code=QUEUED),
+        input=Gate(queue=queue, limit=limit, rate=rate).dump(),
         enqueued_at=now,
     )
 
 
 def creation_ops(run_id: str, controls: StartControls, at: float) -> list[Op]:
     """The admission writes of a run created at ``at`` under ``controls``,
-    to go in the batch that creates it: its checkpoint, and its place in
-    the queue's line (taken now, so that runs created at one instant stand
-    in line in the order of their creation)."""
+    to go in the batch that creates it: its record, and its place in the
+    queue's line (taken now, so that runs created at one instant stand in
+    line in the order of their creation)."""
     if not controls.admitted:
         return []
-    cp = admission_checkpoint(run_id, controls.queue, controls.limit, controls.rate, at)
+    record = admission_record(run_id, controls.queue, controls.limit, controls.rate, at)
     if controls.queue is None:
-        return [PutCheckpoint(cp)]
+        return [PutRecord(record)]
     return [
-        PutCheckpoint(attrs.evolve(cp, wake_at=at + FIRST_LOOK)),
-        AdmitToQueue(controls.queue, run_id, ADMISSION_SEQ, 0, controls.limit, at),
+        PutRecord(attrs.evolve(record, wake_at=at + FIRST_LOOK)),
+        AdmitToQueue(controls.queue, run_id, WHOLE_RUN, 0, controls.limit, at),
     ]
 
 
-def in_line(cp: Checkpoint) -> bool:
-    """Whether an admission checkpoint still waits for a queue slot."""
-    return cp.status == "pending" and cp.error is not None and cp.error.code == QUEUED
-
-
-def waits(cp: Checkpoint) -> bool:
-    """Whether an admission checkpoint's run has not been admitted yet: it
-    waits for a queue slot or for its rate limit."""
-    return (
-        cp.status == "pending" and cp.error is not None and cp.error.code in (QUEUED, RATE_LIMITED)
-    )
+def waits(record: RunRecord, held: bool, now: float) -> bool:
+    """Whether an admission record's run has not been admitted at ``now``:
+    it waits for a queue slot (``held``: whether it holds one) or for the
+    time its rate limit gives it."""
+    if record.status != "pending":
+        return False
+    gate = Gate.of(record)
+    if gate.queue is not None and not held:
+        return True
+    if gate.rate is None:
+        return False
+    at = rate_at(record)
+    return at is None or at > now
 
 
 async def admit(turn: Turn, now: float) -> bool:
@@ -240,79 +255,71 @@ async def admit(turn: Turn, now: float) -> bool:
     that failed on the run's inputs) and the turn is over."""
     rt, state = turn.runtime, turn.state
     run = state.run
-    cp = state.checkpoints.get(ADMISSION_SEQ)
+    record = state.records.get(ADMISSION)
     fresh = retried = False
-    if cp is None:
+    if record is None:
         try:
-            cp = _late_checkpoint(rt, state, now)
+            record = _late_record(rt, state, now)
         except InvalidArgumentsError as exc:
             await turn.end("failed", error=error_info(exc))
             return False
-        if cp is None:
+        if record is None:
             return True
         fresh = True
-    elif cp.status != "pending":
+    elif record.status != "pending":
         # Settled when the run ended; it runs again (retried): in line
         # again, behind those waiting now.
-        gate = Gate.of(cp)
-        cp = admission_checkpoint(run.id, gate.queue, gate.limit, gate.rate, now)
+        gate = Gate.of(record)
+        record = admission_record(run.id, gate.queue, gate.limit, gate.rate, now)
         fresh = retried = True
-    gate = Gate.of(cp)
-    if gate.queue is not None and (fresh or in_line(cp)):
-        if fresh or cp.wake_at is None or cp.wake_at <= now:
+    gate = Gate.of(record)
+    if gate.queue is not None and QUEUE_SLOT not in state.records:
+        if fresh or record.wake_at is None or record.wake_at <= now:
             # In line by creation time (start order), a retried run behind
             # those waiting now.
             at = now if retried else run.created_at
-            asked = await _ask(turn, cp, gate, now, at, fresh=fresh)
+            asked = await _ask(turn, record, gate, now, at, fresh=fresh)
             if asked is None:
                 return False
-            cp = asked
+            record = asked
             fresh = False
-        if in_line(cp):
-            await turn.suspend(Suspend(ADMISSION, cp.wake_at, admission=ADMISSION_SEQ))
+        if QUEUE_SLOT not in state.records:
+            recheck = partial(_let_in_meanwhile, run.id)
+            await turn.suspend(Suspend(ADMISSION, record.wake_at, recheck=recheck))
             return False
     if gate.rate is not None:
-        return await _rate_gate(turn, cp, gate.rate, now, stored=not fresh)
+        return await _rate_gate(turn, record, gate.rate, now, stored=not fresh)
     return True
 
 
 async def _rate_gate(
-    turn: Turn, cp: Checkpoint, rate: tuple[int, float], now: float, *, stored: bool
+    turn: Turn, record: RunRecord, rate: tuple[int, float], now: float, *, stored: bool
 ) -> bool:
     """Past its queue (if any), a run under a rate limit reserves its time
-    once (see `_rate_limits`), recorded on its checkpoint with the turn's
+    once (see `_rate_limits`), recorded on its record with the turn's
     writes, and waits until then: whether it may run now."""
     state = turn.state
-    at = (json.loads(cp.output) if cp.output else {}).get("rate_at")
+    at = rate_at(record)
     if at is None:
         name = rate_name(state.run.workflow)
         at = await reserve(turn.runtime.store, name, rate[0], rate[1], now)
-        error = None
-        if at > now:
-            error = ErrorInfo(message=f"waiting for the rate limit of {name!r}", code=RATE_LIMITED)
-        cp = attrs.evolve(
-            cp,
-            output=json.dumps({"rate_at": at}),
-            error=error,
-            wake_at=None if error is None else at,
+        record = attrs.evolve(
+            record, output=json.dumps({"rate_at": at}), wake_at=at if at > now else None
         )
-        _record(state, cp, stored=stored)
-    elif at <= now and cp.error is not None:
-        # Its time came: the mark is cleared with the turn's writes.
-        _record(state, attrs.evolve(cp, error=None, wake_at=None), stored=stored)
+        _record(state, record, stored=stored)
     if at > now:
         await turn.suspend(Suspend(ADMISSION, at))
         return False
     return True
 
 
-def _record(state: TurnState, cp: Checkpoint, *, stored: bool) -> None:
-    state.checkpoints[ADMISSION_SEQ] = cp
-    state.ops.append(ClaimCheckpoint(cp) if stored else PutCheckpoint(cp))
+def _record(state: TurnState, record: RunRecord, *, stored: bool) -> None:
+    state.records[ADMISSION] = record
+    state.ops.append(ClaimRecord(record) if stored else PutRecord(record))
 
 
-def _late_checkpoint(rt: Runtime, state: TurnState, now: float) -> Checkpoint | None:
-    """The admission checkpoint of a run created without one that needs one:
+def _late_record(rt: Runtime, state: TurnState, now: float) -> RunRecord | None:
+    """The admission record of a run created without one that needs one:
     started by a client by name (no app to compute its key), handed a
     failure as an on-error handler, or retried after it ended in line. A
     run with a body history already (started before its workflow had
@@ -321,33 +328,32 @@ def _late_checkpoint(rt: Runtime, state: TurnState, now: float) -> Checkpoint | 
     wf = rt.app.find_workflow(run.workflow, run.version)
     if wf is None or not wf.controls.admitted:
         return None
-    if any(seq < ADMISSION_SEQ for seq in state.checkpoints):
-        # Reserved seqs (a deadline, a continued generation's backward
-        # link) are no body history.
+    if any(seq < BODY_SEQ_LIMIT for seq in state.checkpoints):
         return None
     controls = start_controls(wf, run.input)
     if controls is None or not controls.admitted:
         return None
-    return admission_checkpoint(run.id, controls.queue, controls.limit, controls.rate, now)
+    return admission_record(run.id, controls.queue, controls.limit, controls.rate, now)
 
 
 async def _ask(
-    turn: Turn, cp: Checkpoint, gate: Gate, now: float, at: float, *, fresh: bool
-) -> Checkpoint | None:
-    """Ask the queue for a slot in one write with the checkpoint's next look,
+    turn: Turn, record: RunRecord, gate: Gate, now: float, at: float, *, fresh: bool
+) -> RunRecord | None:
+    """Ask the queue for a slot in one write with the record's next look,
     fenced by the lease. A waiter asking again keeps its place; a slot
-    given to it meanwhile is found (and a concurrent admission is never
-    undone by this stale copy: asking again as a holder clears the mark).
-    None if the lease was lost."""
+    given to it meanwhile is found (the store's `QUEUE_SLOT` record would
+    have been read with the turn's records). None if the lease was lost."""
     rt, state = turn.runtime, turn.state
     assert gate.queue is not None
     run = state.run
-    waiting = attrs.evolve(cp, wake_at=next_look(cp, now, rt.options.blocked_recheck))
+    waiting = attrs.evolve(
+        record, wake_at=next_look(record.enqueued_at, now, rt.options.blocked_recheck)
+    )
     try:
         written, admitted, _ = await rt.store.apply(
             [
-                PutCheckpoint(waiting) if fresh else ClaimCheckpoint(waiting),
-                AdmitToQueue(gate.queue, run.id, ADMISSION_SEQ, 0, gate.limit, at),
+                PutRecord(waiting) if fresh else ClaimRecord(waiting),
+                AdmitToQueue(gate.queue, run.id, WHOLE_RUN, 0, gate.limit, at),
                 UpdateRun(run.id, {}, expect_owner=rt.engine_id, now=now),
             ]
         )
@@ -356,32 +362,43 @@ async def _ask(
         return None
     if written is False:
         # Settled meanwhile: read what is there.
-        found = await rt.store.get_checkpoints(run.id, ADMISSION_SEQ, ADMISSION_SEQ)
-        waiting = found[0] if found else waiting
-    elif admitted:
-        waiting = attrs.evolve(waiting, error=None, wake_at=None)
-    state.checkpoints[ADMISSION_SEQ] = waiting
+        found = {r.kind: r for r in await rt.store.get_records(run.id)}
+        waiting = found.get(ADMISSION, waiting)
+    if admitted:
+        # As the store wrote it in the same write.
+        state.records[QUEUE_SLOT] = queue_slot_record(run.id, gate.queue)
+    state.records[ADMISSION] = waiting
     return waiting
+
+
+async def _let_in_meanwhile(run_id: str, store: Store) -> bool:
+    """Whether a run that suspended in line holds a slot now, or its
+    admission was settled: a release on another engine while this one held
+    the run's lease let it in but could not wake it."""
+    records = {record.kind: record for record in await store.get_records(run_id)}
+    admission = records.get(ADMISSION)
+    return QUEUE_SLOT in records or admission is None or admission.status != "pending"
 
 
 def release_ops(state: TurnState, now: float) -> list[Op]:
     """The writes that give back a run's admission as it ends (or hands
-    off), to go in the same batch: its checkpoint settled, and the slot it
+    off), to go in the same batch: its record settled, and the slot it
     holds released, which lets the next waiters in. A run that ends in line
     frees nothing (the store gives back only a slot that is held)."""
-    cp = state.checkpoints.get(ADMISSION_SEQ)
-    if cp is None or cp.status != "pending":
+    record = state.records.get(ADMISSION)
+    if record is None or record.status != "pending":
         return []
-    gate = Gate.of(cp)
-    if waits(cp):
+    gate = Gate.of(record)
+    run_id = state.run.id
+    if waits(record, QUEUE_SLOT in state.records, now):
         error = ErrorInfo(message="the run ended before it was admitted", code="not_admitted")
-        ops: list[Op] = [SettleCheckpoint(state.run.id, ADMISSION_SEQ, "failed", None, error, now)]
+        ops: list[Op] = [SettleRecord(run_id, ADMISSION, "failed", None, error, now)]
     else:
-        ops = [SettleCheckpoint(state.run.id, ADMISSION_SEQ, "completed", None, None, now)]
+        ops = [SettleRecord(run_id, ADMISSION, "completed", None, None, now)]
     if gate.queue is not None:
         # Given even by a run that read itself in line: a release may have
         # let it in since, and the store frees only a slot that is held.
-        ops.append(ReleaseQueueSlot(gate.queue, state.run.id, ADMISSION_SEQ, gate.limit))
+        ops.append(ReleaseQueueSlot(gate.queue, run_id, WHOLE_RUN, gate.limit))
     return ops
 
 

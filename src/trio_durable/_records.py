@@ -45,10 +45,6 @@ versions (a `Client` without one): the engine that first runs it runs the
 version registered last there, and writes it on the run. No workflow can be
 registered under it (a version is never empty)."""
 
-ADMISSION_SEQ: Final = 999_999_990
-"""The seq of a run's admission checkpoint (a concurrency key, a rate limit or
-an entity's exclusivity): pending until the run is let in."""
-
 DEFAULT_TRACEBACK_LIMIT: Final = 8192
 """How many characters of a traceback an error keeps by default."""
 

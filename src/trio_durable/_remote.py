@@ -27,6 +27,7 @@ settles it meanwhile always wins; a task whose claim lost is never sent.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -234,7 +235,7 @@ class StepPlanner:
             error=ErrorInfo(
                 message=f"waiting for a slot of queue {self.flow.name!r}", code="queued"
             ),
-            wake_at=next_look(cp, now, self.rt.options.blocked_recheck),
+            wake_at=next_look(cp.enqueued_at, now, self.rt.options.blocked_recheck),
         )
         ops: list[Op] = [
             PutCheckpoint(queued),
@@ -301,7 +302,9 @@ class StepPlanner:
         wake may be lost) is found, and a concurrent admission is never
         undone by a stale copy."""
         assert self.flow is not None
-        waiting = attrs.evolve(cp, wake_at=next_look(cp, now, self.rt.options.blocked_recheck))
+        waiting = attrs.evolve(
+            cp, wake_at=next_look(cp.enqueued_at, now, self.rt.options.blocked_recheck)
+        )
         claimed, admitted = await self.rt.store.apply(
             [
                 ClaimCheckpoint(waiting),
@@ -491,7 +494,8 @@ async def remote_step(
         return recorded_value(step, cp)
     if cp.status == "failed":
         raise step_failure(cp)
-    raise Suspend("remote", cp.wake_at, watch=watch, admission=seq if _in_line(cp) else None)
+    recheck = partial(let_in_meanwhile, run_id=cp.run_id, seq=seq) if _in_line(cp) else None
+    raise Suspend("remote", cp.wake_at, watch=watch, recheck=recheck)
 
 
 def resend_on_retry(cp: Checkpoint) -> Checkpoint | None:

@@ -32,7 +32,7 @@ stand-ins fake a dispatcher, a scheduler and a store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, final
 
 import attrs
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from ._decider import Decider
     from ._learned import Learned
     from ._runtime import Runtime
+    from ._stores._base import Store
     from ._tracing import Tracing
     from ._webhooks import WebhookKeys
     from ._wire import Task
@@ -74,7 +75,7 @@ class Suspend(BaseException):
         reason: str,
         wake_at: float | None = None,
         watch: tuple[int, int] | None = None,
-        admission: int | None = None,
+        recheck: Callable[[Store], Awaitable[bool]] | None = None,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
@@ -83,9 +84,11 @@ class Suspend(BaseException):
         # waits on, rechecked after the suspend commits (see
         # `Turn.suspend`).
         self.watch = watch
-        # The seq of a remote step waiting in a flow-control queue, rechecked
-        # after the suspend commits: a release may have let it in meanwhile.
-        self.admission = admission
+        # For a wait in a flow-control queue's line (the run's admission, a
+        # remote step's slot): asked once the suspend commits whether a
+        # release let it in meanwhile (its wake was lost while this turn
+        # held the lease); True: look again at once.
+        self.recheck = recheck
 
 
 @attrs.define(kw_only=True, eq=False)

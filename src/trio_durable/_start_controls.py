@@ -11,10 +11,10 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from ._admission import StartControls, creation_ops, waits
-from ._records import ADMISSION_SEQ, TERMINAL_STATUSES
+from ._admission import ADMISSION, StartControls, creation_ops, waits
+from ._records import TERMINAL_STATUSES
 from ._stores._base import WriteConflict
-from ._stores._ops import CreateRun, Op, PutValue, UpdateRun
+from ._stores._ops import QUEUE_SLOT, CreateRun, Op, PutValue, UpdateRun
 
 if TYPE_CHECKING:
     from ._records import Run
@@ -67,7 +67,7 @@ async def create_controlled(
             stored = await store.get_value(scope, name)
             if stored is not None:
                 holder = await store.get_run(json.loads(stored.value)["run_id"])
-                if holder is not None and await holds(store, holder):
+                if holder is not None and await holds(store, holder, run.created_at):
                     return holder, False
             ops.append(
                 PutValue(
@@ -96,16 +96,17 @@ async def create_controlled(
     raise WriteConflict(f"could not claim the keys of a run of workflow {controls.workflow!r}")
 
 
-async def _open(store: Store, run: Run) -> bool:
+async def _open(store: Store, run: Run, now: float) -> bool:
     return run.status not in TERMINAL_STATUSES
 
 
-async def _queued(store: Store, run: Run) -> bool:
-    """Whether ``run`` has not started its body yet: no engine took it, or
-    it waits for admission."""
+async def _queued(store: Store, run: Run, now: float) -> bool:
+    """Whether ``run`` has not started its body yet at ``now``: no engine
+    took it, or it waits for admission."""
     if run.status in TERMINAL_STATUSES:
         return False
     if run.status == "pending":
         return True
-    found = await store.get_checkpoints(run.id, ADMISSION_SEQ, ADMISSION_SEQ)
-    return bool(found) and waits(found[0])
+    records = {record.kind: record for record in await store.get_records(run.id)}
+    admission = records.get(ADMISSION)
+    return admission is not None and waits(admission, QUEUE_SLOT in records, now)

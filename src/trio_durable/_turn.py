@@ -41,7 +41,6 @@ from ._records import (
     RunStatus,
     signal_token,
 )
-from ._remote import let_in_meanwhile
 from ._replay import Replay, Suspend, TurnState
 from ._saga import compensate
 from ._stores._base import WriteConflict
@@ -379,9 +378,7 @@ class Turn:
             pending = await rt.store.count_checkpoints(run.id, first, last, _PENDING, limit=1)
             if not pending:
                 self._slot.again = True
-        if suspend.admission is not None and await let_in_meanwhile(
-            rt.store, run.id, suspend.admission
-        ):
+        if suspend.recheck is not None and await suspend.recheck(rt.store):
             self._slot.again = True
 
     async def _fail(self, replay: Replay, exc: BaseException, wf: Workflow[..., Any]) -> None:

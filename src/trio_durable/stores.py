@@ -37,6 +37,8 @@ from ._stores._hook_ops import PauseStep as PauseStep
 from ._stores._hook_ops import PutBreakpoint as PutBreakpoint
 from ._stores._hook_ops import ResumeStep as ResumeStep
 from ._stores._hook_ops import UseWebhook as UseWebhook
+from ._stores._ops import QUEUE_SLOT as QUEUE_SLOT
+from ._stores._ops import WHOLE_RUN as WHOLE_RUN
 from ._stores._ops import AdmitToQueue as AdmitToQueue
 from ._stores._ops import Announce as Announce
 from ._stores._ops import AnnounceKind as AnnounceKind
@@ -55,6 +57,7 @@ from ._stores._ops import RescheduleCheckpoint as RescheduleCheckpoint
 from ._stores._ops import SettleCheckpoint as SettleCheckpoint
 from ._stores._ops import UpdateRun as UpdateRun
 from ._stores._ops import WaitSignal as WaitSignal
+from ._stores._ops import queue_slot_record as queue_slot_record
 from ._stores._record_ops import ClaimRecord as ClaimRecord
 from ._stores._record_ops import DeleteRecords as DeleteRecords
 from ._stores._record_ops import PutRecord as PutRecord
@@ -76,6 +79,9 @@ __all__ = [
     "CreateWebhook",
     "STALL_IGNORED_PREFIX",
     "TERMINAL_STATUSES",
+    "WHOLE_RUN",
+    "QUEUE_SLOT",
+    "queue_slot_record",
     "AdmitToQueue",
     "Announce",
     "AnnounceKind",

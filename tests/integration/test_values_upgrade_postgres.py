@@ -26,8 +26,9 @@ from conftest import EngineFactory
 from record_values_store import app, record
 from servers.postgres import scratch_schema
 from test_values_store_upgrade import Sql, check_migrated, finish_and_prune, owners
-from trio_durable._stores._migrations_records import MOVED_TO_RECORDS
+from trio_durable._stores._migrations_records import ADMISSION_SEQ, MOVED_TO_RECORDS
 from trio_durable._stores._postgres_schema import SCHEMA_VERSION
+from trio_durable.stores import QUEUE_SLOT, WHOLE_RUN
 
 EARLIER: Final = {
     "checked_from": ("'check_arguments'", "'local'"),
@@ -38,20 +39,31 @@ EARLIER: Final = {
 """The name and kind of checkpoint a record was before schema 9, where it
 was not its own kind and ``local``."""
 
+KINDS: Final = {**MOVED_TO_RECORDS, ADMISSION_SEQ: "admission"}
+"""The seq each kind of record was kept at before schemas 9 and 10."""
+
 BACK_TO_CHECKPOINTS: Final = (
     "INSERT INTO checkpoints (run_id, seq, name, kind, status, input, output, error, errors,"
     " attempts, worker_group, child_id, wake_at, enqueued_at, started_at, finished_at,"
     " executions)"
     " SELECT run_id, "
     + "CASE kind "
-    + " ".join(f"WHEN '{kind}' THEN {seq}" for seq, kind in MOVED_TO_RECORDS.items())
+    + " ".join(f"WHEN '{kind}' THEN {seq}" for seq, kind in KINDS.items())
     + " END, CASE kind "
     + " ".join(f"WHEN '{kind}' THEN {name}" for kind, (name, _) in EARLIER.items())
     + " ELSE kind END, CASE kind "
     + " ".join(f"WHEN '{kind}' THEN {ckind}" for kind, (_, ckind) in EARLIER.items())
-    + " ELSE 'local' END, status, input, output, error, errors, attempts, worker_group,"
+    + " ELSE 'local' END, status, input, output,"
+    # A run waiting in line: the error code marked it.
+    " CASE WHEN kind = 'admission' AND status = 'pending' AND output IS NULL AND NOT EXISTS"
+    f" (SELECT 1 FROM run_records s WHERE s.run_id = r.run_id AND s.kind = '{QUEUE_SLOT}')"
+    """ THEN '{"message":"waiting for a slot","code":"queued"}' ELSE error END,"""
+    " errors, attempts, worker_group,"
     " CASE kind WHEN 'continued' THEN output::json #>> '{}' END,"
     " wake_at, enqueued_at, started_at, finished_at, executions FROM run_records r"
+    f" WHERE kind <> '{QUEUE_SLOT}'",
+    f"UPDATE queue_slots SET seq = {ADMISSION_SEQ} WHERE seq = {WHOLE_RUN}",
+    f"UPDATE queue_waiters SET seq = {ADMISSION_SEQ} WHERE seq = {WHOLE_RUN}",
 )
 """Puts every record back where a release of schema 7 kept it."""
 
@@ -96,7 +108,8 @@ async def test_a_store_of_schema_7_migrates_whole_and_its_runs_values_go_with_th
         run = _runner(url)
         await record(url)
         await run("ALTER TABLE durable_values DROP COLUMN run_id")
-        await run(BACK_TO_CHECKPOINTS)
+        for statement in BACK_TO_CHECKPOINTS:
+            await run(statement)
         await run("DROP TABLE run_records")
         await run("DELETE FROM schema_version WHERE version >= 8")
         before = await _rows(run)
@@ -112,15 +125,19 @@ async def test_a_store_of_schema_7_migrates_whole_and_its_runs_values_go_with_th
             pass
         versions = await run("SELECT version FROM schema_version ORDER BY version")
         assert versions == [(version,) for version in range(1, SCHEMA_VERSION + 1)]
-        assert SCHEMA_VERSION == 9
+        assert SCHEMA_VERSION == 10
         after = await _rows(run)
-        moved = [
-            row for row in before["checkpoints"] if int(literal_eval(row)[1]) in MOVED_TO_RECORDS
-        ]
-        assert moved  # the recording's runs have streams, update logs, ...
+        moved = [row for row in before["checkpoints"] if int(literal_eval(row)[1]) in KINDS]
+        # The recording's runs have streams, update logs, admissions, ...
+        assert {KINDS[int(literal_eval(row)[1])] for row in moved} >= {"stream", "admission"}
         kept = dict(before, checkpoints=[row for row in before["checkpoints"] if row not in moved])
+        # The slots runs hold and wait for are theirs as whole runs now.
+        for table in ("queue_slots", "queue_waiters"):
+            kept[table] = sorted(
+                row.replace(f"'{ADMISSION_SEQ}'", f"'{WHOLE_RUN}'") for row in kept[table]
+            )
         assert {table: rows for table, rows in after.items() if table in before} == kept
-        assert len(after["run_records"]) == len(moved)
+        assert len(after["run_records"]) == len(moved) + len(kept["queue_slots"])
         claims = check_migrated(await owners(run))
         async with open_test_engine(app, store=url) as engine:
             await finish_and_prune(engine, run, claims, settle=0.01)

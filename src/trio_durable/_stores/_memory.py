@@ -35,6 +35,8 @@ from ._memory_reads import MemoryReads
 from ._memory_records import MemoryRecords
 from ._memory_values import MemoryValues
 from ._ops import (
+    QUEUE_SLOT,
+    WHOLE_RUN,
     AdmitToQueue,
     Announce,
     ClaimCheckpoint,
@@ -52,6 +54,7 @@ from ._ops import (
     SettleCheckpoint,
     UpdateRun,
     WaitSignal,
+    queue_slot_record,
 )
 from ._record_ops import ClaimRecord, DeleteRecords, PutRecord, SettleRecord
 from ._rules import expectation_failure, op_applies, rescheduled, take_lease
@@ -347,6 +350,8 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
                 if key in holders:
                     self._unmark(run_id, seq, journal)
                     return True
+                if seq == WHOLE_RUN and self._slot_done(run_id, seq):
+                    return False  # its run ended: it needs no slot
                 waiting = self._waiting.get(qname, ())
                 mine = [w for w in waiting if (w[3], w[4]) == key]
                 ahead = [w for w in waiting if (w[3], w[4]) != key and -w[0] > priority]
@@ -356,6 +361,8 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
                         rest = tuple(w for w in waiting if (w[3], w[4]) != key)
                         put_undoable(self._waiting, qname, rest or None, journal)
                     self._unmark(run_id, seq, journal)
+                    if seq == WHOLE_RUN:
+                        self._hold_slot(run_id, qname, journal)
                     return True
                 if not mine:
                     self._arrivals += 1
@@ -365,9 +372,11 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
             case ReleaseQueueSlot(qname, run_id, seq, limit):
                 key = (run_id, seq)
                 holders = self._holders.get(qname, frozenset())
-                if key not in holders or not self._slot_done(run_id, seq):
+                if key not in holders or (seq != WHOLE_RUN and not self._slot_done(run_id, seq)):
                     return []
                 holders = holders - {key}
+                if seq == WHOLE_RUN:
+                    self._records.apply(DeleteRecords(run_id, (QUEUE_SLOT,)), None, journal)
                 line = list(self._waiting.get(qname, ()))
                 admitted: list[tuple[str, int]] = []
                 while line and len(holders) < limit:
@@ -377,6 +386,8 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
                         continue  # it ended while waiting: it needs no slot
                     holders = holders | {candidate}
                     self._unmark(*candidate, journal)
+                    if candidate[1] == WHOLE_RUN:
+                        self._hold_slot(candidate[0], qname, journal)
                     admitted.append(candidate)
                 put_undoable(self._holders, qname, holders or None, journal)
                 put_undoable(self._waiting, qname, tuple(line) or None, journal)
@@ -432,10 +443,15 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
         return self._hooks.apply(op, journal)
 
     def _slot_done(self, run_id: str, seq: int) -> bool:
-        """Whether a step no longer needs a queue slot: its checkpoint is
-        settled (or gone), or its run ended."""
+        """Whether a step (or, at `WHOLE_RUN`, a run) no longer needs a queue
+        slot: its checkpoint is settled (or gone), or its run ended."""
+        if seq == WHOLE_RUN:
+            return self._run_status(run_id) in (None, *TERMINAL_STATUSES)
         cp = self._checkpoints.get(run_id, {}).get(seq)
         return cp is None or cp.status != "pending" or self._run_status(run_id) in TERMINAL_STATUSES
+
+    def _hold_slot(self, run_id: str, queue: str, journal: list[_Undo]) -> None:
+        self._records.apply(PutRecord(queue_slot_record(run_id, queue)), None, journal)
 
     def _unmark(self, run_id: str, seq: int, journal: list[_Undo]) -> None:
         cp = self._checkpoints.get(run_id, {}).get(seq)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ._ops import QUEUE_SLOT, WHOLE_RUN
+
 MOVED_TO_RECORDS: Final = {
     999_999_950: "forked_from",
     999_999_960: "stream",
@@ -42,3 +44,37 @@ MOVE_TO_RECORDS: Final = (
     f"DELETE FROM checkpoints WHERE seq IN ({_SEQS})",
 )
 """The statements of the move, in order."""
+
+
+ADMISSION_SEQ: Final = 999_999_990
+"""The seq of a run's admission checkpoint in the releases before SQLite
+schema 11 and PostgreSQL schema 10; the run held or waited for its queue
+slot under it too."""
+
+
+def move_admission(error_code: str, quoted_queue: str) -> tuple[str, ...]:
+    """The statements that move runs' admission checkpoints into records of
+    kind ``admission`` (SQLite schema 11, PostgreSQL schema 10), in order,
+    given the dialect's expressions of the code of the ``error`` column and
+    of ``queue`` as JSON text.
+
+    The checkpoint marked its run's wait in its error's code: ``queued``
+    (in line) or ``rate_limited`` (a time reserved ahead, which its output
+    holds). The record keeps no mark: the run holds or waits for its slot
+    under `._ops.WHOLE_RUN`, and holds one while it has a `._ops.QUEUE_SLOT`
+    record; a time reserved ahead is waited for while it is ahead.
+    """
+    seq = ADMISSION_SEQ
+    return (
+        "UPDATE checkpoints SET error = NULL"
+        f" WHERE seq = {seq} AND status = 'pending'"
+        f" AND {error_code} IN ('queued', 'rate_limited')",
+        f"INSERT INTO run_records (run_id, kind, {_COLUMNS})"
+        f" SELECT run_id, 'admission', {_COLUMNS} FROM checkpoints WHERE seq = {seq}",
+        f"DELETE FROM checkpoints WHERE seq = {seq}",
+        f"UPDATE queue_slots SET seq = {WHOLE_RUN} WHERE seq = {seq}",
+        f"UPDATE queue_waiters SET seq = {WHOLE_RUN} WHERE seq = {seq}",
+        "INSERT INTO run_records (run_id, kind, status, input, attempts)"
+        f" SELECT run_id, '{QUEUE_SLOT}', 'completed', {quoted_queue}, 0"
+        f" FROM queue_slots WHERE seq = {WHOLE_RUN}",
+    )

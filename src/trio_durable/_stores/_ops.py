@@ -6,7 +6,8 @@ each keeps). `Op` is their union, the webhook and breakpoint operations of
 
 from __future__ import annotations
 
-from typing import Any, Literal, final
+import json
+from typing import Any, Final, Literal, final
 
 import attrs
 
@@ -150,10 +151,37 @@ class RescheduleCheckpoint:
     unless_rerun: bool = False
 
 
+WHOLE_RUN: Final = 0
+"""The seq under which a run itself, not one of its steps, holds or waits
+for a slot of a flow-control queue (it waits for admission before its body
+runs; no step has seq 0). A run waits in one such queue at most.
+
+Such a holder has no checkpoint: while it holds its slot, the store keeps a
+record of kind `QUEUE_SLOT` for its run (`queue_slot_record`), written by
+the write that gives it the slot (an `AdmitToQueue`, or a
+`ReleaseQueueSlot` that lets it in) and deleted by the one that frees it,
+so the run reads whether it holds one with its other records. It no
+longer needs a slot once its run has ended (or is gone): a release passes
+it by, and asking for it takes nothing. Its run gives its slot back
+itself, in the write that ends it (under its lease), so `ReleaseQueueSlot`
+frees it whatever the run's status."""
+
+QUEUE_SLOT: Final = "queue_slot"
+"""The kind of the record a store keeps for a run that holds a slot as a
+whole run (see `WHOLE_RUN`)."""
+
+
+def queue_slot_record(run_id: str, queue: str) -> RunRecord:
+    """The record a store keeps for ``run_id`` while it holds a slot of
+    ``queue`` as a whole run: its input is the queue's name (JSON)."""
+    return RunRecord(run_id=run_id, kind=QUEUE_SLOT, input=json.dumps(queue))
+
+
 @final
 @attrs.define(frozen=True)
 class AdmitToQueue:
-    """Ask a flow-control queue for a slot for the step at ``(run_id, seq)``.
+    """Ask a flow-control queue for a slot for the step at ``(run_id, seq)``
+    (or for the run itself, at `WHOLE_RUN`).
 
     The step's pending checkpoint must exist and carry the ``queued`` mark
     (error code ``"queued"``). If fewer than ``limit`` steps hold a slot of
@@ -176,8 +204,9 @@ class AdmitToQueue:
 @attrs.define(frozen=True)
 class ReleaseQueueSlot:
     """Give back the slot of ``queue`` that ``(run_id, seq)`` holds, if its
-    checkpoint is no longer pending or its run has ended, then let waiters in
-    while fewer than ``limit`` hold slots.
+    checkpoint is no longer pending or its run has ended (at `WHOLE_RUN`:
+    whenever it is held), then let waiters in while fewer than ``limit``
+    hold slots.
 
     The slot row is deleted once, so of several deliveries settling one step
     exactly one releases it. A waiter whose checkpoint is no longer pending,

@@ -34,7 +34,15 @@ from ._postgres_reads import (
 from ._postgres_watch import write_announcement
 from ._record_ops import ClaimRecord, PutRecord
 from ._record_sql import RUN_TABLE as RECORDS_TABLE
-from ._record_sql import load_record, record_ops, record_values, select_records, upsert_record
+from ._record_sql import (
+    free_slot,
+    hold_slot,
+    load_record,
+    record_ops,
+    record_values,
+    select_records,
+    upsert_record,
+)
 
 # The row codecs are shared with the SQLite store: both keep the same columns.
 from ._rows import (
@@ -273,8 +281,11 @@ def _lock(cur: psycopg.Cursor[Any], key: str, seed: int) -> None:
 
 
 def _slot_done(cur: psycopg.Cursor[Any], run_id: str, seq: int) -> bool:
-    """Whether a step no longer needs a queue slot: its checkpoint is settled
-    (or gone), or its run ended."""
+    """Whether a step (or, at `WHOLE_RUN`, a run) no longer needs a queue
+    slot: its checkpoint is settled (or gone), or its run ended."""
+    if seq == _ops.WHOLE_RUN:
+        found = cur.execute("SELECT status FROM runs WHERE id = %s", (run_id,)).fetchone()
+        return found is None or found[0] in TERMINAL_STATUSES
     row = cur.execute(
         "SELECT c.status, r.status FROM checkpoints c LEFT JOIN runs r ON r.id = c.run_id"
         " WHERE c.run_id = %s AND c.seq = %s",
@@ -309,6 +320,8 @@ def _admit(cur: psycopg.Cursor[Any], op: _ops.AdmitToQueue) -> Any:
     if held is not None:
         _unmark(cur, op.run_id, op.seq)
         return True
+    if op.seq == _ops.WHOLE_RUN and _slot_done(cur, op.run_id, op.seq):
+        return False  # its run ended: it needs no slot
     holders = _holders(cur, op.queue)
     ahead = cur.execute(
         "SELECT 1 FROM queue_waiters WHERE queue = %s AND priority > %s"
@@ -319,6 +332,8 @@ def _admit(cur: psycopg.Cursor[Any], op: _ops.AdmitToQueue) -> Any:
         cur.execute("INSERT INTO queue_slots (queue, run_id, seq) VALUES (%s, %s, %s)", key)
         cur.execute("DELETE FROM queue_waiters WHERE queue = %s AND run_id = %s AND seq = %s", key)
         _unmark(cur, op.run_id, op.seq)
+        if op.seq == _ops.WHOLE_RUN:
+            hold_slot(cur, "%s", op.run_id, op.queue)
         return True
     cur.execute(
         "INSERT INTO queue_waiters (queue, run_id, seq, priority, at)"
@@ -329,7 +344,7 @@ def _admit(cur: psycopg.Cursor[Any], op: _ops.AdmitToQueue) -> Any:
 
 
 def _release_slot(cur: psycopg.Cursor[Any], op: _ops.ReleaseQueueSlot) -> Any:
-    if not _slot_done(cur, op.run_id, op.seq):
+    if op.seq != _ops.WHOLE_RUN and not _slot_done(cur, op.run_id, op.seq):
         return []
     _lock(cur, op.queue, _QUEUE_LOCK_SEED)
     cur.execute(
@@ -338,6 +353,8 @@ def _release_slot(cur: psycopg.Cursor[Any], op: _ops.ReleaseQueueSlot) -> Any:
     )
     if cur.rowcount != 1:
         return []
+    if op.seq == _ops.WHOLE_RUN:
+        free_slot(cur, "%s", op.run_id)
     holders = _holders(cur, op.queue)
     admitted: list[tuple[str, int]] = []
     while holders < op.limit:
@@ -356,6 +373,8 @@ def _release_slot(cur: psycopg.Cursor[Any], op: _ops.ReleaseQueueSlot) -> Any:
             (op.queue, run_id, seq),
         )
         _unmark(cur, run_id, seq)
+        if seq == _ops.WHOLE_RUN:
+            hold_slot(cur, "%s", run_id, op.queue)
         admitted.append((run_id, seq))
         holders += 1
     return admitted

@@ -22,7 +22,7 @@ from psycopg import sql
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 from ._hook_sql import TABLES as HOOK_TABLES
-from ._migrations_records import MOVE_TO_RECORDS
+from ._migrations_records import MOVE_TO_RECORDS, move_admission
 from ._payload_marks_sql import POSTGRES_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._record_sql import TABLE as RECORDS_TABLE
 from ._search_sql import POSTGRES_MIGRATION as SEARCH_MIGRATION
@@ -31,7 +31,7 @@ from ._values_sql import POSTGRES_RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import POSTGRES_TABLE as VALUES_TABLE
 from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -245,6 +245,11 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # 9: runs' own records (see `._record_sql`), those kept at reserved
     # seqs before moved there (see `._migrations_records`).
     (RECORDS_TABLE, *MOVE_TO_RECORDS),
+    # 10: runs' admission checkpoints become records, and the queue slots
+    # runs hold move to seq 0 (see `._migrations_records`).
+    move_admission(
+        "replace(error, '\\u0000', '\\u0020')::jsonb ->> 'code'", "to_json(queue)::text"
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

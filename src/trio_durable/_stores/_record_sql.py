@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._records import dump_error, dump_errors, load_error, load_errors
 from .._run_records import RunRecord
+from ._ops import QUEUE_SLOT, queue_slot_record
 from ._record_ops import (
     ClaimRecord,
     DeleteRecords,
@@ -98,6 +99,17 @@ def upsert_record(p: str) -> str:
         f"INSERT INTO run_records ({COLUMNS}) VALUES ({marks})"
         f" ON CONFLICT (run_id, kind) DO UPDATE SET {updates}"
     )
+
+
+def hold_slot(cur: Any, p: str, run_id: str, queue: str) -> None:
+    """Keep the record of ``run_id`` holding a slot of ``queue`` as a whole
+    run (see `._ops.WHOLE_RUN`)."""
+    cur.execute(upsert_record(p), record_values(queue_slot_record(run_id, queue)))
+
+
+def free_slot(cur: Any, p: str, run_id: str) -> None:
+    """Delete the record of ``run_id`` holding a slot as a whole run."""
+    cur.execute(f"DELETE FROM run_records WHERE run_id = {p} AND kind = {p}", (run_id, QUEUE_SLOT))
 
 
 def record_ops(p: str) -> dict[type[Any], Callable[[Any, Any], Any]]:

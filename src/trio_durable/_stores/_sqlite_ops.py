@@ -30,7 +30,15 @@ from ._group_commit import Counts
 from ._hook_sql import RUN_TABLES, hook_ops
 from ._ops import Op
 from ._record_sql import RUN_TABLE as RECORDS_TABLE
-from ._record_sql import load_record, record_ops, record_values, select_records, upsert_record
+from ._record_sql import (
+    free_slot,
+    hold_slot,
+    load_record,
+    record_ops,
+    record_values,
+    select_records,
+    upsert_record,
+)
 from ._rows import (
     CHECKPOINT_COLUMNS,
     CHECKPOINT_FIELDS,
@@ -231,8 +239,11 @@ def _reschedule(cur: sqlite3.Cursor, op: _ops.RescheduleCheckpoint) -> Any:
 
 
 def _slot_done(cur: sqlite3.Cursor, run_id: str, seq: int) -> bool:
-    """Whether a step no longer needs a queue slot: its checkpoint is settled
-    (or gone), or its run ended."""
+    """Whether a step (or, at `WHOLE_RUN`, a run) no longer needs a queue
+    slot: its checkpoint is settled (or gone), or its run ended."""
+    if seq == _ops.WHOLE_RUN:
+        found = cur.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return found is None or found[0] in TERMINAL_STATUSES
     row = cur.execute(
         "SELECT c.status, r.status FROM checkpoints c LEFT JOIN runs r ON r.id = c.run_id"
         " WHERE c.run_id = ? AND c.seq = ?",
@@ -258,6 +269,8 @@ def _admit(cur: sqlite3.Cursor, op: _ops.AdmitToQueue) -> Any:
     if held is not None:
         _unmark(cur, op.run_id, op.seq)
         return True
+    if op.seq == _ops.WHOLE_RUN and _slot_done(cur, op.run_id, op.seq):
+        return False  # its run ended: it needs no slot
     (holders,) = cur.execute(
         "SELECT COUNT(*) FROM queue_slots WHERE queue = ?", (op.queue,)
     ).fetchone()
@@ -276,6 +289,8 @@ def _admit(cur: sqlite3.Cursor, op: _ops.AdmitToQueue) -> Any:
             (op.queue, op.run_id, op.seq),
         )
         _unmark(cur, op.run_id, op.seq)
+        if op.seq == _ops.WHOLE_RUN:
+            hold_slot(cur, "?", op.run_id, op.queue)
         return True
     cur.execute(
         "INSERT INTO queue_waiters (queue, run_id, seq, priority, at) VALUES (?, ?, ?, ?, ?)"
@@ -286,7 +301,7 @@ def _admit(cur: sqlite3.Cursor, op: _ops.AdmitToQueue) -> Any:
 
 
 def _release_slot(cur: sqlite3.Cursor, op: _ops.ReleaseQueueSlot) -> Any:
-    if not _slot_done(cur, op.run_id, op.seq):
+    if op.seq != _ops.WHOLE_RUN and not _slot_done(cur, op.run_id, op.seq):
         return []
     cur.execute(
         "DELETE FROM queue_slots WHERE queue = ? AND run_id = ? AND seq = ?",
@@ -294,6 +309,8 @@ def _release_slot(cur: sqlite3.Cursor, op: _ops.ReleaseQueueSlot) -> Any:
     )
     if cur.rowcount != 1:
         return []
+    if op.seq == _ops.WHOLE_RUN:
+        free_slot(cur, "?", op.run_id)
     (holders,) = cur.execute(
         "SELECT COUNT(*) FROM queue_slots WHERE queue = ?", (op.queue,)
     ).fetchone()
@@ -314,6 +331,8 @@ def _release_slot(cur: sqlite3.Cursor, op: _ops.ReleaseQueueSlot) -> Any:
             "INSERT INTO queue_slots (queue, run_id, seq) VALUES (?, ?, ?)", (op.queue, run_id, seq)
         )
         _unmark(cur, run_id, seq)
+        if seq == _ops.WHOLE_RUN:
+            hold_slot(cur, "?", run_id, op.queue)
         admitted.append((run_id, seq))
         holders += 1
     return admitted

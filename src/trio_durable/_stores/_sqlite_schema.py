@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
-from ._migrations_records import MOVE_TO_RECORDS
+from ._migrations_records import MOVE_TO_RECORDS, move_admission
 from ._payload_marks_sql import SQLITE_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._record_sql import TABLE as RECORDS_TABLE
 from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
@@ -28,7 +28,7 @@ from ._values_sql import RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
@@ -43,7 +43,9 @@ version 7 marked the payloads kept in band before (see
 run a keyed value goes with (``durable_values.run_id``, deleted with it by
 retention) and the indexes of retention's walks; version 10 added runs' own
 records (``run_records``, see `._record_sql`), moving there those kept at
-reserved seqs before (`._migrations_records`). An older file is migrated
+reserved seqs before (`._migrations_records`); version 11 moved runs'
+admission there too, and the queue slots runs hold to seq 0. An older file
+is migrated
 when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
@@ -291,6 +293,8 @@ _MIGRATIONS: Final = {
     # From version 9: ``run_records``, a new table the schema creates, and
     # the records kept at reserved seqs before moved into it.
     9: MOVE_TO_RECORDS,
+    # From version 10: runs' admission checkpoints become records.
+    10: move_admission("json_extract(error, '$.code')", "json_quote(queue)"),
 }
 
 _INDEXED_LAST: Final = VALUE_INDEXES

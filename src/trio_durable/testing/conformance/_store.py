@@ -45,6 +45,7 @@ from ._store_support import (
     two_handles,
 )
 from ._store_values import VALUES_CHECKS
+from ._store_whole_runs import WHOLE_RUN_CHECKS
 
 
 async def check_statistics_are_a_live_store_statistics(factory: StoreFactory | OpenStore) -> None:
@@ -204,6 +205,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     *EXECUTIONS_CHECKS,
     *RECORDS_CHECKS,
     *QUEUES_CHECKS,
+    *WHOLE_RUN_CHECKS,
     *SIGNALS_CHECKS,
     *HOOKS_CHECKS,
     *QUERIES_CHECKS,
