@@ -135,7 +135,6 @@ def test_the_store_sdk_is_pinned() -> None:
         "RunStamp",
         "RunStatus",
         "RunWatch",
-        "STALL_IGNORED_PREFIX",
         "SettleCheckpoint",
         "SettleRecord",
         "Store",

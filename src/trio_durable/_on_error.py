@@ -27,7 +27,6 @@ import attrs
 from ._exceptions import RegistrationError
 from ._index_text import refuse_nul
 from ._records import Checkpoint, ErrorInfo, Run
-from ._stores._base import STALL_IGNORED_PREFIX
 
 HANDOFF_BASE: Final = 1_000_000_000
 """Handoffs sit at seqs from here on: past every seq a body can reach."""
@@ -35,7 +34,10 @@ HANDOFF_BASE: Final = 1_000_000_000
 NEVER_ROUTED: Final = frozenset({"non_determinism", "nested_workflow_call"})
 """Codes that mark a broken deploy or program, never handed to a handler."""
 
-RETIRED_PREFIX: Final = STALL_IGNORED_PREFIX
+RETIRED_PREFIX: Final = "onError:retried:"
+"""The name a retired handoff takes (followed by its handler's id). Its
+handler, detached from the run, settles nothing: a handoff still pending
+then stays so, which `Store.list_stalled_runs` looks past."""
 TAG_PREFIX: Final = "onError:"
 
 

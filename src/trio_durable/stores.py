@@ -20,7 +20,6 @@ from ._records import RunStatus as RunStatus
 from ._records import StoredValue as StoredValue
 from ._records import Webhook as Webhook
 from ._run_records import RunRecord as RunRecord
-from ._stores._base import STALL_IGNORED_PREFIX as STALL_IGNORED_PREFIX
 from ._stores._base import ChangeFeed as ChangeFeed
 from ._stores._base import RunWatch as RunWatch
 from ._stores._base import Store as Store
@@ -77,7 +76,6 @@ __all__ = [
     "KeepSetting",
     "DeleteBreakpoint",
     "CreateWebhook",
-    "STALL_IGNORED_PREFIX",
     "TERMINAL_STATUSES",
     "WHOLE_RUN",
     "QUEUE_SLOT",

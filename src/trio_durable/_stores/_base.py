@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Final, Protocol, final, runtime_checkable
+from typing import Any, Protocol, final, runtime_checkable
 
 import attrs
 import trio
@@ -72,11 +72,6 @@ class StoreStatistics:
     batches: int = 0
     ops: int = 0
     transactions: int = 0
-
-
-STALL_IGNORED_PREFIX: Final = "onError:retried:"
-"""Checkpoints named so (retired on-error handoffs) may stay pending for
-good; `Store.list_stalled_runs` looks past them."""
 
 
 def run_due_at(run: Run) -> float | None:
@@ -176,8 +171,10 @@ class Store(Protocol):
         """Ids of runs whose wake was lost, oldest first, at most ``limit``.
 
         A run is stalled when it is ``suspended`` with no wake time and none
-        of its checkpoints is ``pending`` or ``running`` (retired handoffs,
-        named with `STALL_IGNORED_PREFIX`, aside): nothing it waits for is still
+        of its checkpoints is ``pending`` or ``running`` (but a ``child``
+        checkpoint whose child run was detached from it, its ``parent_seq``
+        no longer that checkpoint's seq: that child settles nothing, as a
+        retired on-error handoff's handler): nothing it waits for is still
         to come, so only a lost wake-up (an engine that died between settling
         what the run waited for and waking it) can have left it there.
         """

@@ -23,7 +23,7 @@ from .._records import (
     RunStatus,
     Webhook,
 )
-from ._base import STALL_IGNORED_PREFIX, StoreStatistics
+from ._base import StoreStatistics
 
 if TYPE_CHECKING:
     from .._run_records import RunRecord
@@ -157,11 +157,19 @@ class MemoryReads:
             if len(stalled) >= limit:
                 break
             if not any(
-                cp.status in ("pending", "running") and not cp.name.startswith(STALL_IGNORED_PREFIX)
+                cp.status in ("pending", "running") and not self._detached(cp)
                 for cp in self._checkpoints.get(run.id, {}).values()
             ):
                 stalled.append(run.id)
         return stalled
+
+    def _detached(self, cp: Checkpoint) -> bool:
+        """Whether ``cp`` is a child checkpoint whose child run no longer
+        reports to it (it will settle nothing)."""
+        if cp.kind != "child" or cp.child_id is None:
+            return False
+        child = self._runs.get(cp.child_id)
+        return child is not None and child.parent_seq != cp.seq
 
     async def buffered_signals(self, token: str) -> list[str]:
         await self._enter()

@@ -11,9 +11,13 @@ from .._records import CheckpointStatus
 LIST_STALLED: Final = (
     "SELECT r.id FROM runs r WHERE r.status = 'suspended' AND r.wake_at IS NULL"
     " AND NOT EXISTS (SELECT FROM checkpoints c WHERE c.run_id = r.id"
-    " AND c.status IN ('pending', 'running') AND c.name NOT LIKE %s)"
+    " AND c.status IN ('pending', 'running') AND NOT (c.kind = 'child' AND EXISTS"
+    " (SELECT FROM runs k WHERE k.id = c.child_id"
+    " AND (k.parent_seq IS NULL OR k.parent_seq <> c.seq))))"
     " ORDER BY r.created_at, r.id LIMIT %s"
 )
+"""The stalled runs (see `Store.list_stalled_runs`); a pending child
+checkpoint whose child was detached from it waits for nothing."""
 
 
 LIST_DUE_RUNS: Final = "SELECT id FROM runs WHERE due_at <= %s ORDER BY due_at, id LIMIT %s"

@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar, final
 import attrs
 
 from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
-from ._base import STALL_IGNORED_PREFIX, StoreStatistics, TurnState
+from ._base import StoreStatistics, TurnState
 from ._group_commit import Counts, GroupCommit
 from ._helpers import StoreHelpers
 from ._hook_sql import SQLHooks
@@ -212,8 +212,7 @@ class SQLStore(SQLQueries, SQLHooks, SQLRecords, SQLValues, StoreHelpers, Generi
         """Ids of suspended runs whose wake was lost, oldest first, at most
         ``limit`` (see `Store.list_stalled_runs`). The partial index
         ``runs_waiting`` holds the candidates."""
-        params = (STALL_IGNORED_PREFIX + "%", max(limit, 0))
-        return await self._ids(self._dialect.list_stalled_runs, params)
+        return await self._ids(self._dialect.list_stalled_runs, (max(limit, 0),))
 
     async def buffered_signals(self, token: str) -> list[str]:
         return await self._ids(self._dialect.buffered_signals, (token,))

@@ -511,9 +511,12 @@ DIALECT: Final = Dialect[sqlite3.Cursor](
     list_stalled_runs="""
         SELECT id FROM runs
         WHERE status = 'suspended' AND wake_at IS NULL AND NOT EXISTS (
-            SELECT 1 FROM checkpoints
-            WHERE run_id = runs.id AND status IN ('pending', 'running')
-            AND name NOT LIKE ?
+            SELECT 1 FROM checkpoints c
+            WHERE c.run_id = runs.id AND c.status IN ('pending', 'running')
+            AND NOT (c.kind = 'child' AND EXISTS (
+                SELECT 1 FROM runs k WHERE k.id = c.child_id
+                AND (k.parent_seq IS NULL OR k.parent_seq <> c.seq)
+            ))
         )
         ORDER BY created_at, id LIMIT ?
         """,

@@ -483,11 +483,19 @@ async def check_list_stalled_runs(factory: StoreFactory | OpenStore) -> None:
             await store.create_run(run)
         await store.save_checkpoint(make_checkpoint("lost", 1, kind="child", status="completed"))
         await store.save_checkpoint(make_checkpoint("lost", 2, kind="remote", status="failed"))
-        # A retired handoff may stay pending for good: it does not count.
+        # A child checkpoint whose child was detached from it (a retired
+        # on-error handoff's) may stay pending for good: it does not count.
+        await store.create_run(make_run("retired.h", status="running", parent_id="retired"))
         await store.save_checkpoint(
-            make_checkpoint("retired", 1_000_000_001, kind="child", name="onError:retried:x")
+            make_checkpoint("retired", 1_000_000_001, kind="child", child_id="retired.h")
         )
-        await store.save_checkpoint(make_checkpoint("child-waits", 1, kind="child"))
+        # One whose child reports to it does.
+        await store.create_run(
+            make_run("child-waits.c", status="running", parent_id="child-waits", parent_seq=1)
+        )
+        await store.save_checkpoint(
+            make_checkpoint("child-waits", 1, kind="child", child_id="child-waits.c")
+        )
         await store.save_checkpoint(
             make_checkpoint("remote-runs", 1, kind="remote", status="running")
         )
