@@ -77,7 +77,7 @@ def check_release() -> None:
     """Refuse to record with code other than the release before the kernel."""
     assert _sqlite_schema.SCHEMA_VERSION == SQLITE_VERSION, _sqlite_schema.SCHEMA_VERSION
     assert _postgres_schema.SCHEMA_VERSION == POSTGRES_VERSION, _postgres_schema.SCHEMA_VERSION
-    assert td.DECISION_SEQ == 999_999_999
+    assert getattr(td, "DECISION_SEQ", None) == RESERVED_SEQS["decision"]
 
 
 async def checkpoints(engine: td.Engine, run_id: str) -> dict[int, td.Checkpoint]:
@@ -176,19 +176,23 @@ async def _drive(engine: td.Engine, stop_workers: Callable[[], None]) -> None:
     await reach(engine, "cleanup", RESERVED_SEQS["cancelled_at"], lambda cp: True)
     # Remote workflows.
     await engine.start(pk.remote_later, 1, run_id="remote-out")
-    await reach(engine, "remote-out", td.DECISION_SEQ, pending_with("out"))
+    await reach(engine, "remote-out", RESERVED_SEQS["decision"], pending_with("out"))
     await engine.start(pk.remote_sleeper, 1, run_id="remote-waits")
     await reach(
         engine, "remote-waits", None, lambda cp: cp.kind == "timer" and cp.seq < 999_999_000
     )
-    await reach(engine, "remote-waits", td.DECISION_SEQ, lambda cp: cp.status == "completed")
+    await reach(
+        engine, "remote-waits", RESERVED_SEQS["decision"], lambda cp: cp.status == "completed"
+    )
     await engine.start(pk.remote_cleanup, run_id="remote-cancel")
     await reach(engine, "remote-cancel", None, lambda cp: cp.kind == "signal")
-    await reach(engine, "remote-cancel", td.DECISION_SEQ, lambda cp: cp.status == "completed")
+    await reach(
+        engine, "remote-cancel", RESERVED_SEQS["decision"], lambda cp: cp.status == "completed"
+    )
     stop_workers()
     await engine.cancel("remote-cancel")
     await reach(engine, "remote-cancel", CANCEL_SENT_SEQ, lambda cp: True)
-    await reach(engine, "remote-cancel", td.DECISION_SEQ, pending_with("out"))
+    await reach(engine, "remote-cancel", RESERVED_SEQS["decision"], pending_with("out"))
     # Updates, streams, forks, handoffs.
     await engine.start(pk.updated, run_id="updated")
     assert await engine.get_event("updated", "ready") is True

@@ -35,7 +35,6 @@ def test_public_api_is_pinned() -> None:
         "ConsoleOptions",
         "Context",
         "ContinueAsNewError",
-        "DECISION_SEQ",
         "Disagreement",
         "Engine",
         "EngineClosedError",

@@ -16,6 +16,7 @@ import trio.testing
 import trio_durable as td
 from trio_durable._brokers._base import RESULTS, Outgoing
 from trio_durable._decision_wire import Decision
+from trio_durable._records import DECISION_SEQ
 from trio_durable._wire import Result
 from trio_durable._worker import crash
 
@@ -152,7 +153,7 @@ async def test_a_remote_workflow_runs_on_a_worker_and_the_engine_holds_no_body(
             (1, "local", "reserve", "completed"),
             (2, "remote", "charge", "completed"),
             (3, "timer", "sleep", "completed"),
-            (td.DECISION_SEQ, "decision", "checkout", "completed"),
+            (DECISION_SEQ, "decision", "checkout", "completed"),
         ]
         # One decision per turn: start, after the step, after the timer.
         assert checkpoints[-1].attempts == 3
@@ -172,7 +173,7 @@ async def test_result_keeps_waiting_while_a_decision_is_awaited(
         with trio.move_on_after(60):
             await handle.result()
             pytest.fail("a run waiting for its decision is not settled")
-        [marker] = await store.get_checkpoints(handle.id, td.DECISION_SEQ)
+        [marker] = await store.get_checkpoints(handle.id, DECISION_SEQ)
         assert (marker.kind, marker.status, marker.attempts) == ("decision", "pending", 1)
         async with td.open_worker(shop, broker=broker, groups=GROUPS):
             assert await handle.result() == {
@@ -199,7 +200,7 @@ async def test_a_duplicate_or_stale_decision_changes_nothing(
         forged = Decision(version="1", output=json.dumps("forged"))
         stale = Result(
             run_id=handle.id,
-            seq=td.DECISION_SEQ,
+            seq=DECISION_SEQ,
             attempt=1,
             step="checkout",
             workflow="checkout",
@@ -428,7 +429,7 @@ async def test_a_worker_killed_mid_decision_leaves_its_task_to_another(
             (1, "slow_label", "completed", 1),
             (2, "charge", "completed", 1),
             # Two decision tasks: the one redelivered kept its attempt.
-            (td.DECISION_SEQ, "labelled", "completed", 2),
+            (DECISION_SEQ, "labelled", "completed", 2),
         ]
     # The local step ran again on the second worker (at least once); the
     # run completed once, with one result per checkpoint.

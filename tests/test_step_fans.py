@@ -29,7 +29,7 @@ from conftest import WALL_START, EngineFactory
 from trio_durable._brokers._base import RESULTS, Delivery, Outgoing
 from trio_durable._brokers._memory import MemoryBroker, MemoryConsumer
 from trio_durable._exceptions import RemoteStepError
-from trio_durable._replay import TurnState
+from trio_durable._replay import TurnDraft
 from trio_durable._stores._ops import CreateRun, Op, PutCheckpoint, SettleCheckpoint, UpdateRun
 from trio_durable._wire import Result, Task
 
@@ -349,7 +349,7 @@ def record_wakes(engine: td.Engine, log: list[Entry], monkeypatch: pytest.Monkey
     scheduler = engine._rt.scheduler
     original = scheduler.wake
 
-    def wake(run_id: str, *, initial: TurnState | None = None) -> None:
+    def wake(run_id: str, *, initial: TurnDraft | None = None) -> None:
         log.append(Woke(run_id))
         original(run_id, initial=initial)
 

@@ -96,7 +96,6 @@ from ._on_error import parent_of as parent_of
 from ._open_engine import open_engine as open_engine
 from ._open_worker import open_worker as open_worker
 from ._options import ConsoleOptions as ConsoleOptions
-from ._records import DECISION_SEQ as DECISION_SEQ
 from ._records import Breakpoint as Breakpoint
 from ._records import Checkpoint as Checkpoint
 from ._records import ErrorInfo as ErrorInfo
@@ -143,7 +142,6 @@ __all__ = [
     "Context",
     "ContinueAsNewError",
     "current_step",
-    "DECISION_SEQ",
     "Disagreement",
     "Engine",
     "EngineClosedError",

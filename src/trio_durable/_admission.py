@@ -54,7 +54,7 @@ from ._stores._record_ops import ClaimRecord, PutRecord, SettleRecord
 
 if TYPE_CHECKING:
     from ._definitions import Workflow
-    from ._replay import TurnState
+    from ._replay import TurnDraft
     from ._runtime import Runtime
     from ._stores._base import Store
     from ._turn import Turn
@@ -313,12 +313,12 @@ async def _rate_gate(
     return True
 
 
-def _record(state: TurnState, record: RunRecord, *, stored: bool) -> None:
+def _record(state: TurnDraft, record: RunRecord, *, stored: bool) -> None:
     state.records[ADMISSION] = record
     state.ops.append(ClaimRecord(record) if stored else PutRecord(record))
 
 
-def _late_record(rt: Runtime, state: TurnState, now: float) -> RunRecord | None:
+def _late_record(rt: Runtime, state: TurnDraft, now: float) -> RunRecord | None:
     """The admission record of a run created without one that needs one:
     started by a client by name (no app to compute its key), handed a
     failure as an on-error handler, or retried after it ended in line. A
@@ -380,7 +380,7 @@ async def _let_in_meanwhile(run_id: str, store: Store) -> bool:
     return QUEUE_SLOT in records or admission is None or admission.status != "pending"
 
 
-def release_ops(state: TurnState, now: float) -> list[Op]:
+def release_ops(state: TurnDraft, now: float) -> list[Op]:
     """The writes that give back a run's admission as it ends (or hands
     off), to go in the same batch: its record settled, and the slot it
     holds released, which lets the next waiters in. A run that ends in line

@@ -32,7 +32,7 @@ from ._stores._ops import CreateRun, UpdateRun
 
 if TYPE_CHECKING:
     from ._app import App
-    from ._replay import TurnState
+    from ._replay import TurnDraft
     from ._runtime import Runtime
     from ._stores._base import Store
 
@@ -134,7 +134,7 @@ def child_value(app: App, wf: Workflow[..., Any], cp: Checkpoint) -> Any:
 
 
 def record_child(
-    turn: TurnState,
+    turn: TurnDraft,
     workflow: tuple[str, str] | Workflow[..., Any],
     seq: int,
     child_id: str,
@@ -221,7 +221,7 @@ def record_child(
     turn.wake_after.append(child_id)
 
 
-def leased_child(turn: TurnState, run_id: str, owner: str) -> Run | None:
+def leased_child(turn: TurnDraft, run_id: str, owner: str) -> Run | None:
     """The run of a child ``turn`` started leased to ``owner`` (see
     `record_child`), as created: what its first turn reads, as a turn that
     took the lease would (a new child has no checkpoints). None for any

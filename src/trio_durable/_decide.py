@@ -50,7 +50,7 @@ from ._failures import error_info
 from ._learned import Learned
 from ._lifecycle import ContinueAsNew
 from ._records import LATEST_VERSION, Checkpoint, ErrorInfo
-from ._replay import Replay, Suspend, TurnState
+from ._replay import Replay, Suspend, TurnDraft
 from ._saga import compensate
 from ._stores._ops import Op, PutCheckpoint
 from ._stores._record_ops import PutRecord
@@ -162,7 +162,7 @@ async def decide(
         tracing=tracing,
         engine_id=worker_id,
     )
-    state = TurnState(run=run, checkpoints=dict(request.checkpoints), records=dict(request.records))
+    state = TurnDraft(run=run, checkpoints=dict(request.checkpoints), records=dict(request.records))
     decider = Decider(request)
     runtime.emitted = decider.emitted
     replay = Replay(runtime, state, decider)
@@ -233,7 +233,7 @@ async def _clean_up(wf: Workflow[..., Any], replay: Replay, input: str) -> Comma
 def _failed(
     wf: Workflow[..., Any],
     runtime: _DecisionRuntime,
-    state: TurnState,
+    state: TurnDraft,
     replay: Replay,
     exc: BaseException,
 ) -> Decision:
@@ -244,7 +244,7 @@ def _failed(
 def _decision(
     wf: Workflow[..., Any],
     runtime: _DecisionRuntime,
-    state: TurnState,
+    state: TurnDraft,
     *,
     next: Command | None = None,
     output: str | None = None,

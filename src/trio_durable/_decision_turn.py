@@ -61,7 +61,7 @@ from ._records import (
     Run,
 )
 from ._remote import REDISPATCHED, RESEND, out_verdict
-from ._replay import Replay, Suspend, TurnState
+from ._replay import Replay, Suspend, TurnDraft
 from ._stores._ops import ClaimCheckpoint, SettleCheckpoint, UpdateRun
 from ._webhooks import derive_token
 from ._wire import Task, WireError
@@ -334,7 +334,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
     return True
 
 
-def _keep_local(state: TurnState, decision: Decision) -> None:
+def _keep_local(state: TurnDraft, decision: Decision) -> None:
     """Record the local steps a worker ran (and the records its body wrote:
     the seq a cancelled body got `Cancelled` at, where its argument check
     began)."""

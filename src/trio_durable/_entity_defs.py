@@ -7,7 +7,7 @@ value (scope ``entity:<name>``, key ``str(key)``). An exclusive call is a
 run of the entity's internal workflow ``entity:<name>``, admitted through
 the queue ``entity:<name>:<key>`` with a limit of 1: its turn reads the
 state, runs the handler, and hands the new state to the write that ends the
-run with the handler's result (`TurnState.end_ops`), expecting the version
+run with the handler's result (`TurnDraft.end_ops`), expecting the version
 it read. A crash before that write leaves the old state, and the next turn
 runs the handler again on it: the effect on state happens exactly once.
 """

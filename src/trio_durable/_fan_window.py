@@ -49,7 +49,7 @@ from ._executions import new_execution
 from ._learned import step_of
 from ._observe import Event
 from ._records import Checkpoint, ErrorInfo, Run, RunStatus, StoredValue
-from ._replay import TurnState
+from ._replay import TurnDraft
 from ._stores._base import Store, WriteConflict
 from ._stores._ops import ClaimCheckpoint, Op, PutValue, UpdateRun
 from ._wire import Task
@@ -243,7 +243,7 @@ class _Starts:
         self.now = rt.clock.now()
         # Children are recorded as the parent's turn records them.
         parent = Run(id=run_id, workflow=window.workflow, namespace=window.namespace)
-        self.turn = TurnState(run=parent, checkpoints={})
+        self.turn = TurnDraft(run=parent, checkpoints={})
         self.tasks: list[tuple[int, Task]] = []
         # Routes whose live workers lack what the steps require.
         self.gaps: set[str] = set()

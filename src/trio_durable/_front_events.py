@@ -12,7 +12,7 @@ from ._exceptions import UsageError
 from ._front_core import FrontPart
 from ._index_text import refuse_nul
 from ._records import Run
-from ._replay import TurnState
+from ._replay import TurnDraft
 from ._stores._ops import Op
 from ._wakes import announce
 
@@ -112,7 +112,7 @@ def engine_front(rt: Runtime, pass_on: Callable[[Sequence[Run]], Sequence[Op]]) 
     def started(runs: Sequence[Run], windows: Sequence[Run]) -> None:
         for run in runs:
             rt.telemetry.emit_run("run.started", run)
-            rt.scheduler.wake(run.id, initial=TurnState(run=run, checkpoints={}))
+            rt.scheduler.wake(run.id, initial=TurnDraft(run=run, checkpoints={}))
         for run in windows:
             if run.wake_at is not None:
                 rt.scheduler.signals.wake_at(run.wake_at)

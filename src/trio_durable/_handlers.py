@@ -29,7 +29,7 @@ from ._exceptions import InvalidArgumentsError, NonDeterminismError, UsageError
 from ._run_records import RunRecord
 
 if TYPE_CHECKING:
-    from ._replay import TurnState
+    from ._replay import TurnDraft
 
 UPDATES_NAME: Final = "updates"
 """The kind of a run's update log: its output lists the updates applied, in
@@ -93,7 +93,7 @@ class Handlers:
     """The handlers a body registered so far in one replay, and the updates
     of the run's log it re-applied."""
 
-    def __init__(self, turn: TurnState) -> None:
+    def __init__(self, turn: TurnDraft) -> None:
         self._turn = turn
         self.queries: dict[str, Callable[..., Any]] = {}
         self.updates: dict[str, UpdateHandler] = {}
@@ -211,13 +211,13 @@ def read_log(record: RunRecord) -> list[LoggedUpdate]:
     return [LoggedUpdate(**item) for item in json.loads(record.output or "[]")]
 
 
-def log_record(turn: TurnState, log: list[LoggedUpdate]) -> RunRecord:
+def log_record(turn: TurnDraft, log: list[LoggedUpdate]) -> RunRecord:
     """The log record that lists ``log``."""
     output = json.dumps([attrs.asdict(item) for item in log], separators=(",", ":"))
     return log_with(turn, output)
 
 
-def log_with(turn: TurnState, output: str) -> RunRecord:
+def log_with(turn: TurnDraft, output: str) -> RunRecord:
     """The run's log record, its output ``output``."""
     previous = turn.records.get(UPDATES_NAME)
     if previous is not None:

@@ -38,7 +38,7 @@ from ._wakes import announce
 if TYPE_CHECKING:
     from ._app import App
     from ._clock import Clock
-    from ._replay import Replay, TurnState
+    from ._replay import Replay, TurnDraft
     from ._runs import Ending, Endings
     from ._stores._base import Store
 
@@ -115,7 +115,7 @@ def notify_values(replay: Replay) -> None:
     turn.committed.append(_Notice(rt.endings, run.id))
 
 
-def _notified(turn: TurnState) -> set[str]:
+def _notified(turn: TurnDraft) -> set[str]:
     return {callback.run_id for callback in turn.committed if isinstance(callback, _Notice)}
 
 

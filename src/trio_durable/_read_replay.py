@@ -26,7 +26,7 @@ from ._learned import Learned
 from ._lifecycle import ContinueAsNew
 from ._published import Front, current_run
 from ._records import Checkpoint, Run
-from ._replay import Replay, Suspend, TurnState
+from ._replay import Replay, Suspend, TurnDraft
 from ._run_records import RunRecord
 from ._tracing import DISABLED, Tracing
 from ._webhooks import WebhookKeys
@@ -142,7 +142,7 @@ async def replay_history(
     Raises:
       NonDeterminismError: The history does not match the body.
     """
-    state = TurnState(
+    state = TurnDraft(
         run=run,
         checkpoints={cp.seq: cp for cp in checkpoints},
         records={record.kind: record for record in records},

@@ -1,6 +1,6 @@
 """Replay: a body's way through one turn of its run.
 
-A turn reads the run and its checkpoints (`TurnState`) and replays the body
+A turn reads the run and its checkpoints (`TurnDraft`) and replays the body
 against them. Every durable operation takes the next seq (`Replay`). If the
 run's checkpoint at that seq is settled, the operation returns (or raises)
 what was recorded, without running again; a checkpoint of another name or
@@ -92,8 +92,10 @@ class Suspend(BaseException):
 
 
 @attrs.define(kw_only=True, eq=False)
-class TurnState:
-    """What one turn of a run has read and is about to write."""
+class TurnDraft:
+    """What one turn of a run has read and is about to write: its draft,
+    built from what the store read for it (`.._stores._base.TurnState`) and
+    committed in one batch at the turn's end."""
 
     run: Run
     checkpoints: dict[int, Checkpoint]
@@ -211,7 +213,7 @@ class Replay:
     def __init__(
         self,
         runtime: ReplayHost,
-        turn: TurnState,
+        turn: TurnDraft,
         decider: Decider | None = None,
         *,
         read_only: bool = False,
@@ -236,7 +238,7 @@ class Replay:
         self.cancellation: CancelDelivery | None = None
 
     @classmethod
-    def on_engine(cls, runtime: Runtime, turn: TurnState) -> Replay:
+    def on_engine(cls, runtime: Runtime, turn: TurnDraft) -> Replay:
         """A replay in a turn of the engine ``runtime``, whose engine-only
         code reaches all of its parts (`engine`)."""
         replay = cls(runtime, turn)

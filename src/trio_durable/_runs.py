@@ -35,7 +35,7 @@ from ._handoff import output_source
 from ._index_text import refuse_nul
 from ._lifecycle import check_timeout, deadlines, workflow_timeout
 from ._records import LATEST_VERSION, TERMINAL_STATUSES, ErrorInfo, Run
-from ._replay import TurnState
+from ._replay import TurnDraft
 from ._run_records import RunRecord
 from ._search_attributes import start_attributes
 from ._start_batch import StartBatcher, create_batched, derive_id, prepare_run
@@ -195,7 +195,7 @@ async def start_runs(
         initial = None
         if new.controls is None:
             records = {record.kind: record for record in deadlines(stored, timeout)}
-            initial = TurnState(run=stored, checkpoints={}, records=records)
+            initial = TurnDraft(run=stored, checkpoints={}, records=records)
         rt.scheduler.wake(stored.id, initial=initial)
     return [stored for stored, _ in results]
 

@@ -32,7 +32,7 @@ from ._admission import creation_ops, start_controls
 from ._control import read_run
 from ._exceptions import InvalidArgumentsError, RunNotFoundError, ScheduleError, StoreError
 from ._records import Run, StoredValue
-from ._replay import TurnState
+from ._replay import TurnDraft
 from ._runs import await_end
 from ._schedule_spec import STATE_SCOPE, ScheduleSpec, ScheduleState, tick_run_id
 from ._schedules import put_spec, read_schedules, run_version, schedule_run
@@ -346,5 +346,5 @@ def _started(rt: Runtime, run: Run, admitted: bool) -> None:
     rt.telemetry.emit_run("run.started", run)
     if run.lease_owner == rt.engine_id:
         # A run created with its admission reads it in its first turn.
-        initial = None if admitted else TurnState(run=run, checkpoints={})
+        initial = None if admitted else TurnDraft(run=run, checkpoints={})
         rt.scheduler.wake(run.id, initial=initial)

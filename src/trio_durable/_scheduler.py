@@ -27,7 +27,7 @@ from ._exceptions import EngineClosedError, StoreError
 
 if TYPE_CHECKING:
     from ._records import Run
-    from ._replay import TurnState
+    from ._replay import TurnDraft
     from ._runtime import EngineStatistics, Runtime
 
 logger = logging.getLogger("trio_durable")
@@ -44,7 +44,7 @@ class Slot:
     body_scope: trio.CancelScope | None = None
     # The first turn of a run this engine just created (and leased) starts
     # from what it wrote, instead of reading it back.
-    initial: TurnState | None = None
+    initial: TurnDraft | None = None
     # Whether a turn began reading the run: a wake before that needs no
     # turn of its own, since the turn about to begin reads what woke it.
     began: bool = False
@@ -168,7 +168,7 @@ class Scheduler:
         """Whether a batch of results is being settled."""
         return self._settling > 0
 
-    def wake(self, run_id: str, *, initial: TurnState | None = None) -> None:
+    def wake(self, run_id: str, *, initial: TurnDraft | None = None) -> None:
         """Run a turn of ``run_id`` (once more after the one in flight)."""
         if self.closed:
             return

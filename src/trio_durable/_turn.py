@@ -41,7 +41,7 @@ from ._records import (
     RunStatus,
     signal_token,
 )
-from ._replay import Replay, Suspend, TurnState
+from ._replay import Replay, Suspend, TurnDraft
 from ._saga import compensate
 from ._stores._base import WriteConflict
 from ._stores._ops import Op, RemoveSignalWaiter, SettleCheckpoint, UpdateRun, WaitSignal
@@ -83,9 +83,9 @@ class Turn:
     def __init__(
         self,
         runtime: Runtime,
-        state: TurnState,
+        state: TurnDraft,
         slot: Slot,
-        failed_writes: dict[str, TurnState],
+        failed_writes: dict[str, TurnDraft],
     ) -> None:
         self.runtime = runtime
         self.state = state
@@ -335,7 +335,7 @@ class Turn:
             rt.scheduler.interrupt(run_id)
         for run_id in turn.wake_after:
             leased = leased_child(turn, run_id, rt.engine_id)
-            initial = None if leased is None else TurnState(run=leased, checkpoints={})
+            initial = None if leased is None else TurnDraft(run=leased, checkpoints={})
             rt.scheduler.wake(run_id, initial=initial)
         # What the turn itself decided (a lost step, a fail_fast fan that
         # froze its members, an attempt sent again) waits for no result.
@@ -429,7 +429,7 @@ class Turn:
     ) -> None:
         """End the run as ``status``, settling its parent's checkpoint in the
         same write and waking the parent through the join barrier. A run that
-        completes writes the turn's `TurnState.end_ops` with its end, and
+        completes writes the turn's `TurnDraft.end_ops` with its end, and
         only with it (not if a cancel landed)."""
         rt, turn = self.runtime, self.state
         run = turn.run

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, final
 
 from ._barrier import join_barrier
 from ._fan_window import advance_windows
-from ._replay import TurnState
+from ._replay import TurnDraft
 from ._tracing import attributes
 from ._turn import Turn
 
@@ -26,7 +26,7 @@ class Turns:
         self._rt = runtime
         # The turn whose last write raised StoreError, by run: it may have been
         # applied, and `repair` redoes what its effects would have done.
-        self._failed_writes: dict[str, TurnState] = {}
+        self._failed_writes: dict[str, TurnDraft] = {}
 
     async def run(self, run_id: str, slot: Slot) -> None:
         """Run one turn of ``run_id`` in ``slot``."""
@@ -39,7 +39,7 @@ class Turns:
             rt.scheduler.signals.progress.set()
             if began is None:
                 return
-            state = TurnState(
+            state = TurnDraft(
                 run=began.run,
                 checkpoints={cp.seq: cp for cp in began.checkpoints},
                 records={record.kind: record for record in began.records},

@@ -29,6 +29,7 @@ import trio
 import trio_durable as td
 
 from ..._brokers._base import RESULTS
+from ..._records import DECISION_SEQ
 from . import _broker_engine as mix
 from ._broker_engine import (
     QUEUE_CONCURRENCY,
@@ -346,7 +347,7 @@ async def _mix(factory: BrokerFactory) -> None:
         assert settled == Counter(dict.fromkeys(remote, 1))
         # Every run of a remote workflow was decided on the workers.
         for run in runs:
-            decision = checkpoints.get((run.id, td.DECISION_SEQ))
+            decision = checkpoints.get((run.id, DECISION_SEQ))
             if run.workflow == "engine_local":
                 assert decision is None
             else:
