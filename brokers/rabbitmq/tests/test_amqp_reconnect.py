@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import trio
+import trio.testing
 
 from trio_durable.brokers import Delivery, Outgoing, open_broker
 
@@ -46,7 +47,12 @@ class Proxy:
                 nursery.start_soon(_pipe, stream, upstream, nursery.cancel_scope)
                 nursery.start_soon(_pipe, upstream, stream, nursery.cancel_scope)
 
-    def cut(self) -> None:
+    async def cut(self) -> None:
+        # What the client wrote before the cut reaches the server first (an
+        # ack it was told is written, which the server would otherwise
+        # never see, and deliver the message again): the pipes forward all
+        # they can read before the links drop.
+        await trio.testing.wait_all_tasks_blocked()
         self.silent = True
         for scope in self._links:
             scope.cancel()
@@ -86,7 +92,7 @@ async def test_a_reconnection_the_server_never_answers_is_given_up_and_tried_aga
             before = await consumer.receive(10)
             assert [d.body for d in before] == [b"before"]
             await consumer.ack(before)
-            proxy.cut()
+            await proxy.cut()
             # The client tries again, and the proxy holds that attempt
             # unanswered; only then does the network heal.
             with trio.fail_after(PATIENCE):
