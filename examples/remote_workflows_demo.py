@@ -63,16 +63,14 @@ async def main(path: str) -> int:
                 result = await handle.result()
             print(f"o-1 -> {result}")
             checkpoints = await engine.store.get_checkpoints("o-1")
-            shown = [f"{cp.seq} {cp.kind} {cp.name}" for cp in checkpoints if cp.kind != "decision"]
+            shown = [f"{cp.seq} {cp.kind} {cp.name}" for cp in checkpoints]
             print(f"o-1's checkpoints: {', '.join(shown)}")
-            # The run's decision checkpoint counts the decision tasks it took.
-            [decision] = [cp for cp in checkpoints if cp.kind == "decision"]
+            # The run's decision record counts the decision tasks it took.
+            [decision] = [r for r in await engine.store.get_records("o-1") if r.kind == "decision"]
             print(f"o-1 took {decision.attempts} decision tasks, sent to {decision.group!r}")
             [child] = [cp.child_id for cp in checkpoints if cp.kind == "child"]
             assert child is not None
-            [decided] = [
-                cp for cp in await engine.store.get_checkpoints(child) if cp.kind == "decision"
-            ]
+            [decided] = [r for r in await engine.store.get_records(child) if r.kind == "decision"]
             print(f"its child {child!r} (ship, declared nowhere) was decided on {decided.group!r}")
             run = await engine.get("o-1")
         workers.cancel_scope.cancel()

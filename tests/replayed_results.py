@@ -351,20 +351,33 @@ async def decisions_replayed_into_a_new_run_under_a_pruned_id(
             await engine.start(decided_by_name, 5, run_id=run_id, namespace=namespace)
             with trio.fail_after(PATIENCE):
                 assert await engine.result(run_id) == 60
-        [(first, decision)] = tap.captured(run_id, kind="decision", attempt=1)
+        [(first, _)] = tap.captured(run_id, kind="decision", attempt=1)
         await trio.sleep(0.01)
         assert await engine.prune(td.Retention(completed=0)) == 1
         await engine.start(decided_by_name, 6, run_id=run_id, namespace=namespace)
         # No worker decides yet: the run waits for its first decision.
-        await wait_until_pending(engine, run_id, decision.seq)
+        await wait_until_deciding(engine, run_id)
         await replay(tap, engine, [first])
-        marker = await step_of(engine, run_id, decision.seq)
-        assert (marker.status, marker.attempts) == ("pending", 1)
+        [marker] = await engine.store.get_records(run_id)
+        assert (marker.kind, marker.status, marker.attempts) == ("decision", "pending", 1)
         added = len(ADDED)
         async with td.open_worker(app, broker=tap, groups=groups, signing=signing):
             with trio.fail_after(PATIENCE):
                 assert await engine.result(run_id) == 70
         assert ADDED[added:] == [6]
+
+
+async def wait_until_deciding(engine: td.Engine, run_id: str) -> None:
+    """Wait until ``run_id``'s decision task is out (its decision record
+    pending, the task sent)."""
+
+    async def out() -> bool:
+        found = [r for r in await engine.store.get_records(run_id) if r.kind == "decision"]
+        return bool(found) and found[0].status == "pending" and found[0].started_at is not None
+
+    with trio.fail_after(PATIENCE):
+        while not await out():  # noqa: ASYNC110 -- another task's turn writes it
+            await trio.sleep(0.05)
 
 
 async def wait_until_pending(engine: td.Engine, run_id: str, seq: int) -> None:

@@ -40,7 +40,7 @@ ROOT: Final = Path(trio_durable.__file__).parent
 LARGEST_CYCLE_PIN: Final = 67
 """Modules in the largest import cycle counting ``TYPE_CHECKING`` imports."""
 
-RESERVED_SEQ_LITERALS_PIN: Final = 3
+RESERVED_SEQ_LITERALS_PIN: Final = 0
 """Integer literals from 999,999,000 to 999,999,999 outside migrations."""
 
 RESERVED_SEQS: Final = range(999_999_000, 1_000_000_000)

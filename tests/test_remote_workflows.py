@@ -16,8 +16,8 @@ import trio.testing
 import trio_durable as td
 from trio_durable._brokers._base import RESULTS, Outgoing
 from trio_durable._decision_wire import Decision
-from trio_durable._records import DECISION_SEQ
 from trio_durable._wire import Result
+from trio_durable._wire_records import DECISION_ON_WIRE
 from trio_durable._worker import crash
 
 calls: Counter[str] = Counter()
@@ -153,10 +153,16 @@ async def test_a_remote_workflow_runs_on_a_worker_and_the_engine_holds_no_body(
             (1, "local", "reserve", "completed"),
             (2, "remote", "charge", "completed"),
             (3, "timer", "sleep", "completed"),
-            (DECISION_SEQ, "decision", "checkout", "completed"),
         ]
+        # The run's decision is its own record, not an operation of its body.
+        [decision] = await store.get_records(handle.id)
+        assert (decision.kind, decision.status, decision.group) == (
+            "decision",
+            "completed",
+            "orders",
+        )
         # One decision per turn: start, after the step, after the timer.
-        assert checkpoints[-1].attempts == 3
+        assert decision.attempts == 3
         run = await store.get_run(handle.id)
         assert run is not None
         assert run.version == "1"
@@ -173,7 +179,8 @@ async def test_result_keeps_waiting_while_a_decision_is_awaited(
         with trio.move_on_after(60):
             await handle.result()
             pytest.fail("a run waiting for its decision is not settled")
-        [marker] = await store.get_checkpoints(handle.id, DECISION_SEQ)
+        assert await store.get_checkpoints(handle.id) == []
+        [marker] = await store.get_records(handle.id)
         assert (marker.kind, marker.status, marker.attempts) == ("decision", "pending", 1)
         async with td.open_worker(shop, broker=broker, groups=GROUPS):
             assert await handle.result() == {
@@ -195,12 +202,12 @@ async def test_a_duplicate_or_stale_decision_changes_nothing(
         assert await handle.result() == {"reserved": "reserved:o-3", "charged": "charged:o-3"}
         await engine.drain()
         await worker.wait_idle()
-        before = await store.get_checkpoints(handle.id)
+        before = (await store.get_checkpoints(handle.id), await store.get_records(handle.id))
         # A forged decision for the first task: stale, it changes nothing.
         forged = Decision(version="1", output=json.dumps("forged"))
         stale = Result(
             run_id=handle.id,
-            seq=DECISION_SEQ,
+            seq=DECISION_ON_WIRE,
             attempt=1,
             step="checkout",
             workflow="checkout",
@@ -211,12 +218,15 @@ async def test_a_duplicate_or_stale_decision_changes_nothing(
         await broker.dispatch([Outgoing(queue=RESULTS, body=stale.encode())])
         await trio.sleep(10)
         await engine.drain()
-        assert await store.get_checkpoints(handle.id) == before
+        assert (
+            await store.get_checkpoints(handle.id),
+            await store.get_records(handle.id),
+        ) == before
         assert await handle.result() == {"reserved": "reserved:o-3", "charged": "charged:o-3"}
     # Every task was delivered twice: the local step ran again in the
     # duplicate decisions, but only the first decision was applied.
     assert calls["reserve"] >= 1
-    local = [cp for cp in before if cp.kind == "local"]
+    local = [cp for cp in before[0] if cp.kind == "local"]
     assert [(cp.seq, cp.attempts) for cp in local] == [(1, 1)]
 
 
@@ -294,7 +304,7 @@ async def test_a_lost_decision_task_is_dispatched_again_and_the_run_completes_on
                     "charged": "charged:o-5",
                 }
                 after = await store.get_checkpoints(handle.id)
-                [marker] = [cp for cp in after if cp.kind == "decision"]
+                [marker] = await store.get_records(handle.id)
                 # The lost task, its redispatch, and the two turns after.
                 assert marker.attempts == 4
         # Closing the consumer hands the lost task back: its decision is
@@ -428,9 +438,10 @@ async def test_a_worker_killed_mid_decision_leaves_its_task_to_another(
         assert [(cp.seq, cp.name, cp.status, cp.attempts) for cp in checkpoints] == [
             (1, "slow_label", "completed", 1),
             (2, "charge", "completed", 1),
-            # Two decision tasks: the one redelivered kept its attempt.
-            (DECISION_SEQ, "labelled", "completed", 2),
         ]
+        # Two decision tasks: the one redelivered kept its attempt.
+        [decision] = await store.get_records(handle.id)
+        assert (decision.kind, decision.status, decision.attempts) == ("decision", "completed", 2)
     # The local step ran again on the second worker (at least once); the
     # run completed once, with one result per checkpoint.
     assert calls["slow_label"] == 2

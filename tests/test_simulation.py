@@ -280,7 +280,7 @@ def test_a_settle_racing_another_write_is_counted_once() -> None:
     # A result's settle and a turn's redispatch (a claim of the still-pending
     # checkpoint) go into the store at the same instant. Whatever order they
     # land in, the checkpoint settled once.
-    async def race(rng_seed: int) -> dict[tuple[str, int], int]:
+    async def race(rng_seed: int) -> dict[tuple[str, int | str], int]:
         store = FaultyStore(MemoryStore(), random.Random(rng_seed), Faults.none())
         run = Run(
             id="r",

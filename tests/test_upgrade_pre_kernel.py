@@ -44,12 +44,7 @@ MARKS: Final = frozenset(
 )
 """The error codes that held a pending checkpoint's state when recorded."""
 
-NOT_MOVED_YET: Final = frozenset(
-    {
-        999_999_999,
-        *MARKS,
-    }
-)
+NOT_MOVED_YET: Final = frozenset(MARKS)
 """The reserved seqs and error codes whose state no migration has moved
 into a run's records yet: a store migrated past the recorded schema keeps
 state in these only. Each change that moves one takes it out; once this is

@@ -1,8 +1,9 @@
 """Where a remote step's attempt is out: the broker that carries an engine's
 tasks, and the marks a pending checkpoint carries about it.
 
-A remote step's checkpoint (and a remote workflow's decision checkpoint) is
-``pending`` from the turn that records it until its result settles it. While
+A remote step's checkpoint (and a remote workflow's decision record: both
+are an `Attempt`) is ``pending`` from the turn that records it until its
+result settles it. While
 its attempt is out (``started_at`` set), its ``error`` is the mark `OUT`,
 whose details name the broker it went out on (its URL without a password),
 whether that broker is durable (`Broker.durable`) and, for one that is not,
@@ -35,16 +36,44 @@ import weakref
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, final
 
 import attrs
 import trio
 
-from ._records import Checkpoint, ErrorInfo
+from ._records import Checkpoint, CheckpointStatus, ErrorInfo
+from ._run_records import RunRecord
 from ._urls import mask_url
 
 if TYPE_CHECKING:
     from ._brokers._base import Broker
+
+
+class Attempt(Protocol):
+    """What is sent as attempts, each a task to a worker, and waits for
+    their result: a remote step's checkpoint, or a remote workflow's
+    decision record."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def status(self) -> CheckpointStatus: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def error(self) -> ErrorInfo | None: ...
+    @property
+    def errors(self) -> tuple[ErrorInfo, ...]: ...
+    @property
+    def started_at(self) -> float | None: ...
+    @property
+    def wake_at(self) -> float | None: ...
+    @property
+    def executions(self) -> tuple[str, ...]: ...
+
+
+AttemptT = TypeVar("AttemptT", Checkpoint, RunRecord)
+"""An `Attempt` of either kind, kept as what it is."""
 
 OUT: Final = "out"
 """The mark (error code) of a pending remote step whose attempt is out."""
@@ -198,7 +227,7 @@ class Carrier:
             _used.add(self.holder)
         return self._mark
 
-    def holds(self, cp: Checkpoint) -> bool:
+    def holds(self, cp: Attempt) -> bool:
         """Whether ``cp``'s attempt is out on this very broker object (of
         this process), as its mark says."""
         out = out_on(cp)
@@ -214,7 +243,7 @@ class Carrier:
             details={"broker": self.broker, "durable": False, "closed": self.holder},
         )
 
-    def lost(self, cp: Checkpoint) -> bool:
+    def lost(self, cp: Attempt) -> bool:
         """Whether ``cp``'s attempt is out on a broker that is not durable,
         not this engine's own, and gone (see `holder_alive`): it went with
         that broker's process, or the last engine of that process that
@@ -274,7 +303,7 @@ class Holding:
         return True
 
 
-def out_on(cp: Checkpoint) -> dict[str, Any] | None:
+def out_on(cp: Attempt) -> dict[str, Any] | None:
     """The details of ``cp``'s mark `OUT` (``broker``, ``durable``,
     ``holder``) if its attempt is out and marked so, else None (a step
     sent by an engine that did not mark it: its broker is not known)."""
@@ -286,12 +315,12 @@ def out_on(cp: Checkpoint) -> dict[str, Any] | None:
 
 
 def sent_now(
-    cp: Checkpoint,
+    cp: AttemptT,
     now: float,
     carrier: Carrier,
     redispatch: tuple[float, int] | None,
     execution: str,
-) -> Checkpoint:
+) -> AttemptT:
     """``cp`` with its attempt out from ``now`` on ``carrier`` as the
     dispatch ``execution`` (a new execution id, see `_executions`), added
     to its ``executions``: marked `OUT`, due (with ``remote_redispatch``)

@@ -17,6 +17,7 @@ import attrs
 from . import _serde
 from ._bounds import check_name
 from ._children import cancel_request
+from ._decision_record import decision_of
 from ._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
 from ._index_text import refuse_nul
 from ._lifecycle import latest_generation
@@ -26,6 +27,7 @@ from ._remote import resend_on_retry
 from ._saga import plan_retry
 from ._stores._base import WriteConflict
 from ._stores._ops import ClaimCheckpoint, DeliverSignal, Op, UpdateRun
+from ._stores._record_ops import ClaimRecord
 from ._wire import MAX_SEQ
 
 if TYPE_CHECKING:
@@ -189,6 +191,10 @@ async def _resend_pending(store: Store, now: float, run: Run, also: Also) -> lis
         if len(page) < _PAGE:
             break
         offset += _PAGE
+    decision = decision_of({record.kind: record for record in await store.get_records(run.id)})
+    again_decision = None if decision is None else resend_on_retry(decision)
+    if decision is not None and again_decision is not None:
+        ops.append(ClaimRecord(again_decision, attempt=decision.attempts))
     if not ops:
         raise InvalidRunStateError(
             f"run {run.id!r} is suspended and waits on no remote step; it cannot be retried"

@@ -14,9 +14,9 @@ import attrs
 from ._brokers._base import is_broker_safe
 from ._decision_checks import FAN_MODES, int_field, json_text, number_field, reject, text_field
 from ._exceptions import SearchAttributeError
-from ._records import DECISION_SEQ
 from ._search_values import load_attributes
 from ._wire import MAX_ATTEMPT
+from ._wire_records import BODY_SEQ_LIMIT
 
 CommandOp = Literal[
     "step",
@@ -137,7 +137,7 @@ def command_from_json(data: Any) -> Command:
     op = data.get("op")
     if op not in _OPS:
         reject(f"next's op must be one of {sorted(_OPS)}")
-    seq = int_field(data, "seq", 1, DECISION_SEQ - 1)
+    seq = int_field(data, "seq", 1, BODY_SEQ_LIMIT - 1)
     args: dict[str, Any]
     if op == "step":
         args = {

@@ -1,10 +1,10 @@
 """A remote workflow's turn on the engine: send a decision task, apply the
 decision (docs/remote-workflows.md).
 
-The run's decision checkpoint, at `DECISION_SEQ`, says where the run stands:
+The run's decision record (`_decision_record`) says where the run stands:
 
 - missing, or ``completed`` without output: no decision is out. The turn
-  fires the timers that are due, records the checkpoint ``pending`` (its
+  fires the timers that are due, records it ``pending`` (its
   ``attempts`` numbers the decision tasks), and sends the task once that
   write committed, carrying the run's history;
 - ``pending``: a task is out. The run waits, unless the task is lost (it
@@ -13,7 +13,7 @@ The run's decision checkpoint, at `DECISION_SEQ`, says where the run stands:
   and its retry is due, or the run was retried: then it is sent again as a
   new attempt;
 - ``completed`` with output: a decision came back. Whichever engine's
-  result consumer got it settled the checkpoint by a claim that needs it
+  result consumer got it settled the record by a claim that needs it
   pending at the task's attempt, so a duplicate or stale decision changed
   nothing. The turn applies it: the local steps' checkpoints, then the
   body's end, or the one durable operation it waits on, carried out by the
@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -43,6 +44,7 @@ from ._carrier import sent_now
 from ._carry_out import carry_out
 from ._context_streams import write_emitted
 from ._decision_commands import Command
+from ._decision_record import DECISION, decided, decision_of
 from ._decision_updates import Inbox, arrived_meanwhile, waiting_updates, write_decided
 from ._decision_wire import Decision, history, request_input
 from ._exceptions import StoreError, UnknownWorkflowError
@@ -53,7 +55,6 @@ from ._lifecycle import ContinueAsNew, continue_run
 from ._markers import body_seqs
 from ._on_error import NEVER_ROUTED, OnError, active_handoff, pick_on_error_route
 from ._records import (
-    DECISION_SEQ,
     DEFAULT_NAMESPACE,
     LATEST_VERSION,
     Checkpoint,
@@ -62,10 +63,12 @@ from ._records import (
 )
 from ._remote import REDISPATCHED, RESEND, out_verdict
 from ._replay import Replay, Suspend, TurnDraft
-from ._stores._ops import ClaimCheckpoint, SettleCheckpoint, UpdateRun
+from ._run_records import RunRecord
+from ._stores._ops import UpdateRun
+from ._stores._record_ops import ClaimRecord, SettleRecord
 from ._webhooks import derive_token
 from ._wire import Task, WireError
-from ._wire_records import is_record_on_wire, record_off_wire
+from ._wire_records import DECISION_ON_WIRE, is_record_on_wire, record_off_wire
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -74,7 +77,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 _SETTLED: Final = frozenset({"completed", "failed"})
-_WATCH: Final = (DECISION_SEQ, DECISION_SEQ)
 
 
 async def decision_route(rt: Runtime, run: Run) -> str | None:
@@ -118,12 +120,12 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
     # where it waits can have one (the caller's validation replayed it
     # there), so only its inbox is read.
     made_due = state.run.wake_at is not None and state.run.wake_at <= now
-    marker = state.checkpoints.get(DECISION_SEQ)
+    marker = decision_of(state.records)
     handlers = marker is None or _handles_updates(marker)
     if marker is not None and marker.status == "pending":
         due = _due(rt, marker, now)
         if not isinstance(due, ErrorInfo) and due is not True:
-            await turn.suspend(Suspend("decision", due, watch=_WATCH))
+            await turn.suspend(_waiting(state.run, due))
             return
         policy = rt.options.remote_redispatch
         redispatches = sum(1 for e in marker.errors if e.code == REDISPATCHED)
@@ -133,9 +135,7 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
                 error = ErrorInfo(
                     message=f"no decision after {redispatches + 1} decision tasks", code="lost"
                 )
-                state.ops.append(
-                    SettleCheckpoint(state.run.id, DECISION_SEQ, "failed", None, error, now)
-                )
+                state.ops.append(SettleRecord(state.run.id, DECISION, "failed", None, error, now))
                 await turn.end("failed", error=error)
                 return
         inbox = await waiting_updates(rt, state.run.id)
@@ -148,7 +148,7 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
         return
     if marker is not None and marker.output is not None:
         applied = attrs.evolve(marker, output=None, input=None)
-        state.put(applied)
+        state.put_record(applied)
         try:
             decision = Decision.decode(marker.output, state.run.id)
         except WireError as exc:
@@ -160,7 +160,7 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
             assert decision.next is not None
             waits = _waits(state.checkpoints, decision.next, decision.update_handlers)
             applied = attrs.evolve(applied, input=waits)
-            state.put(applied)
+            state.put_record(applied)
             if decision.update_handlers:
                 inbox = await waiting_updates(rt, state.run.id)
                 if arrived_meanwhile(inbox, decision):
@@ -194,17 +194,23 @@ async def remote_turn(turn: Turn, route: str, now: float) -> None:
     await _dispatch(turn, route, marker, now, None, updates=inbox, stood_due=made_due)
 
 
-def _handles_updates(marker: Checkpoint) -> bool:
+def _waiting(run: Run, wake_at: float | None) -> Suspend:
+    """The suspend of ``run`` until its decision task's answer (or
+    ``wake_at``)."""
+    return Suspend("decision", wake_at, recheck=partial(decided, run_id=run.id))
+
+
+def _handles_updates(marker: RunRecord) -> bool:
     """Whether the body had update handlers registered where its last
     applied decision left it (it says so in the input an applied decision
-    leaves on the checkpoint)."""
+    leaves on the record)."""
     if marker.status != "completed" or marker.input is None:
         return False
     return bool(json.loads(marker.input).get("handlers"))
 
 
-def _due(rt: Runtime, marker: Checkpoint, now: float) -> ErrorInfo | float | bool | None:
-    """What a pending decision checkpoint waits for: True if its task is
+def _due(rt: Runtime, marker: RunRecord, now: float) -> ErrorInfo | float | bool | None:
+    """What a pending decision record waits for: True if its task is
     to be sent again now (a send the broker refused, or a retry); the
     reason to send it again if its attempt that is out was lost (see
     `out_verdict`); else when to look again (None: only its answer)."""
@@ -224,7 +230,7 @@ def _waits(
     checkpoints: dict[int, Checkpoint], command: Command, handlers: Sequence[str] = ()
 ) -> str:
     """What an applied decision's body waits on, kept on the decision
-    checkpoint: the command's seqs and how many of them were settled (and
+    record: the command's seqs and how many of them were settled (and
     the update handlers the body had registered, if any)."""
     seqs = _command_seqs(command)
     settled = sum(
@@ -289,7 +295,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
     rt, state = turn.runtime, turn.state
     run = state.run
     cleanup = bool(body_seqs(state.checkpoints)) and active_handoff(state.checkpoints) is None
-    marker = state.checkpoints.get(DECISION_SEQ)
+    marker = decision_of(state.records)
     if marker is not None and marker.status == "pending":
         if not cleanup and not _undos_left(state.checkpoints, run.compensate):
             return False
@@ -302,7 +308,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
         return True
     if marker is not None and marker.status == "completed" and marker.output is not None:
         applied = attrs.evolve(marker, output=None, input=None)
-        state.put(applied)
+        state.put_record(applied)
         try:
             decision = Decision.decode(marker.output, run.id)
         except WireError:
@@ -315,7 +321,9 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
                 return False  # the cleanup and the undos are over
             kind, value = await _apply(turn, decision)
             if kind == "suspended":
-                state.put(attrs.evolve(applied, input=_waits(state.checkpoints, decision.next)))
+                state.put_record(
+                    attrs.evolve(applied, input=_waits(state.checkpoints, decision.next))
+                )
                 await turn.suspend(value, cleanup=True)
                 return True
             if kind == "failed":
@@ -366,13 +374,13 @@ async def _wait_cancelling(turn: Turn, wake_at: float | None) -> None:
     state = turn.state
     if not in_cleanup(state.records):
         state.put_record(cancel_marker(state.run.id, turn.runtime.clock.now()))
-    await turn.suspend(Suspend("decision", wake_at, watch=_WATCH), cleanup=True)
+    await turn.suspend(_waiting(state.run, wake_at), cleanup=True)
 
 
 async def _dispatch(
     turn: Turn,
     route: str,
-    marker: Checkpoint | None,
+    marker: RunRecord | None,
     now: float,
     lost: ErrorInfo | None,
     *,
@@ -385,7 +393,7 @@ async def _dispatch(
     and suspend the run until its decision comes back; with ``compensate``
     or ``cleanup``, the task of a cancelled run (see `cancel_remote`).
     With a ``marker`` still pending (a task lost, or one whose send the
-    broker refused), the new task's checkpoint is a claim, and keeps the
+    broker refused), the new task's record is a claim, and keeps the
     attempts' errors (``lost``, if given, added)."""
     rt, state = turn.runtime, turn.state
     run = state.run
@@ -403,11 +411,10 @@ async def _dispatch(
     errors = () if marker is None or not again else marker.errors
     attempt = (0 if marker is None else marker.attempts) + 1
     new = sent_now(
-        Checkpoint(
+        RunRecord(
             run_id=run.id,
-            seq=DECISION_SEQ,
-            name=run.workflow,
-            kind="decision",
+            kind=DECISION,
+            status="pending",
             attempts=attempt,
             group=route,
             errors=errors if lost is None else (*errors, lost),
@@ -420,15 +427,15 @@ async def _dispatch(
     )
     wake_at = new.wake_at
     if again:
-        # A claim: a decision that settled the checkpoint meanwhile wins,
-        # and then the task is not sent again.
-        state.checkpoints[DECISION_SEQ] = new
-        state.ops.append(ClaimCheckpoint(new))
+        # A claim: a decision that settled the record meanwhile wins, and
+        # then the task is not sent again.
+        state.records[DECISION] = new
+        state.ops.append(ClaimRecord(new))
     else:
-        state.put(new)
+        state.put_record(new)
     task = Task(
         run_id=run.id,
-        seq=DECISION_SEQ,
+        seq=DECISION_ON_WIRE,
         attempt=attempt,
         step=run.workflow,
         workflow=run.workflow,
@@ -450,7 +457,7 @@ async def _dispatch(
     if compensate or cleanup:
         await _wait_cancelling(turn, wake_at)
     else:
-        await turn.suspend(Suspend("decision", wake_at, watch=_WATCH))
+        await turn.suspend(_waiting(run, wake_at))
 
 
 async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:

@@ -35,10 +35,10 @@ from ._decision_checks import (
     text_field,
 )
 from ._decision_commands import Command, command_from_json
-from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, Run
+from ._records import Checkpoint, ErrorInfo, Run
 from ._run_records import RunRecord
 from ._wire import MAX_ATTEMPT, MAX_SEQ, WireError
-from ._wire_records import is_record_on_wire, record_off_wire, records_on_wire
+from ._wire_records import BODY_SEQ_LIMIT, is_record_on_wire, record_off_wire, records_on_wire
 
 _KINDS: Final = frozenset({"local", "remote", "timer", "signal", "child", "webhook"})
 _STATUSES: Final = frozenset({"pending", "running", "completed", "failed"})
@@ -471,11 +471,11 @@ def history(
     checkpoints: Iterable[Checkpoint], records: Iterable[RunRecord] = ()
 ) -> list[Checkpoint]:
     """What of a run's checkpoints a decision task carries: everything but
-    on-error handoffs and the decision checkpoint, and the run's records a
-    worker reads (see `_wire_records`), in seq order."""
+    on-error handoffs, and the run's records a worker reads (see
+    `_wire_records`), in seq order."""
     return sorted(
         [
-            *(cp for cp in checkpoints if cp.seq < DECISION_SEQ and cp.kind != "decision"),
+            *(cp for cp in checkpoints if cp.seq < BODY_SEQ_LIMIT),
             *records_on_wire(records),
         ],
         key=lambda cp: cp.seq,

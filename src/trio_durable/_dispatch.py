@@ -19,11 +19,15 @@ import attrs
 import trio
 
 from ._brokers._base import Broker, BrokerError, Outgoing, PayloadTooLarge, WorkerDescriptor
+from ._decision_record import DECISION, decision_of
 from ._exceptions import StoreError
 from ._learned import Learned, step_of
 from ._payload import lowered, task_message
-from ._records import Checkpoint, RunStatus
+from ._records import Checkpoint, ErrorInfo, RunStatus
+from ._run_records import RunRecord
+from ._sent import Key, sent_key
 from ._stores._ops import ClaimCheckpoint, Op, UpdateRun
+from ._stores._record_ops import ClaimRecord
 
 if TYPE_CHECKING:
     import random
@@ -245,22 +249,12 @@ class Dispatcher:
             reason,
             due - now,
         )
-        by_run: dict[str, dict[int, int]] = {}
+        by_run: dict[str, dict[Key, int]] = {}
         for task in tasks:
-            by_run.setdefault(task.run_id, {})[task.seq] = task.attempt
+            by_run.setdefault(task.run_id, {})[sent_key(task)] = task.attempt
         for run_id, attempts in by_run.items():
             try:
-                found = await read_seqs(self._store, run_id, sorted(attempts))
-                ops: list[Op] = [
-                    ClaimCheckpoint(
-                        attrs.evolve(cp, started_at=None, wake_at=due, error=mark),
-                        attempt=cp.attempts,
-                    )
-                    for cp in found
-                    if cp.status == "pending"
-                    and cp.started_at is not None
-                    and attempts.get(cp.seq) == cp.attempts
-                ]
+                ops = await self._deferrals(run_id, attempts, due, mark)
                 if ops:
                     ops.append(
                         UpdateRun(run_id, {"wake_at": now}, expect_status=_SUSPENDED, strict=False)
@@ -272,6 +266,33 @@ class Dispatcher:
                 # a turn of their run now meets the store's outage first.
                 logger.error("could not defer the sends of run %r: %s", run_id, exc)
                 self.wake(run_id)
+
+    async def _deferrals(
+        self, run_id: str, attempts: dict[Key, int], due: float, mark: ErrorInfo
+    ) -> list[Op]:
+        """The claims that defer the sends of ``run_id``'s attempts (by
+        key): those of its steps, or of its decision task, still out at
+        the attempt sent."""
+        seqs = sorted(key for key in attempts if isinstance(key, int))
+        found: list[Checkpoint | RunRecord] = []
+        if seqs:
+            found.extend(await read_seqs(self._store, run_id, seqs))
+        if DECISION in attempts:
+            records = {record.kind: record for record in await self._store.get_records(run_id)}
+            decision = decision_of(records)
+            if decision is not None:
+                found.append(decision)
+        ops: list[Op] = []
+        for cp in found:
+            key = cp.seq if isinstance(cp, Checkpoint) else DECISION
+            if cp.status != "pending" or cp.started_at is None or attempts.get(key) != cp.attempts:
+                continue
+            deferred = attrs.evolve(cp, started_at=None, wake_at=due, error=mark)
+            if isinstance(deferred, Checkpoint):
+                ops.append(ClaimCheckpoint(deferred, attempt=cp.attempts))
+            else:
+                ops.append(ClaimRecord(deferred, attempt=cp.attempts))
+        return ops
 
     def _messages(
         self, tasks: Sequence[Task], limit: int | None
@@ -301,14 +322,14 @@ class Dispatcher:
                 continue
             messages.append(message)
             if message.queue in self.own_queues or message.queue == self._results_queue:
-                self._sent.add(task.run_id, task.seq, task.attempt)
+                self._sent.add(task.run_id, sent_key(task), task.attempt)
                 own.append(task)
         return messages, own
 
     def _unsend(self, tasks: list[Task]) -> None:
         """Stop counting tasks whose send did not happen."""
         for task in tasks:
-            self._sent.unsent(task.run_id, task.seq, task.attempt)
+            self._sent.unsent(task.run_id, sent_key(task), task.attempt)
 
     def _requires(self, step_name: str) -> tuple[str, ...]:
         step = step_of(self._app, self.learned, step_name)

@@ -103,14 +103,16 @@ def result_conditions(result: Result) -> dict[str, Any]:
     return {"execution": result.execution, "attempt": result.attempt}
 
 
-def awaited(cp: Checkpoint, result: Result) -> bool:
-    """Whether pending ``cp`` still waits for ``result``: a result that
-    settled nothing then did so because its run ended (it is dropped);
-    otherwise it is stale (see `_settle`)."""
+def awaited(cp: Checkpoint | RunRecord, result: Result) -> bool:
+    """Whether pending ``cp`` (a step's checkpoint, or a decision record)
+    still waits for ``result``: a result that settled nothing then did so
+    because its run ended (it is dropped); otherwise it is stale (see
+    `_settle`)."""
     if cp.status != "pending":
         return False
     if result.execution is None:
-        return cp.attempts == result.attempt and not cp.rerun
+        rerun = isinstance(cp, Checkpoint) and cp.rerun
+        return cp.attempts == result.attempt and not rerun
     if result.status == "completed" and result.kind == "step":
         return result.execution in cp.executions
     return result.execution in cp.executions and cp.attempts == result.attempt

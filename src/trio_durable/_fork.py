@@ -28,6 +28,7 @@ from ._argument_check import CHECKED_FROM
 from ._bounds import shown
 from ._cancellation import CANCEL_SENT, CANCELLED_AT
 from ._control import Also, read_run
+from ._decision_record import ask_afresh
 from ._exceptions import (
     ForkPointError,
     InvalidRunStateError,
@@ -413,19 +414,14 @@ async def retry_from(
                 token = signal_token(run.id, cp.name)
                 if await store.signal_waiter(token) == (run.id, cp.seq):
                     ops.append(RemoveSignalWaiter(token))
-        elif cp.kind == "decision":
-            # A remote workflow's run asks a worker afresh (as `plan_retry`).
-            ops.append(
-                PutCheckpoint(
-                    attrs.evolve(cp, status="completed", error=None, input=None, output=None)
-                )
-            )
         elif cp.seq >= HANDOFF_BASE and not cp.name.startswith(RETIRED_PREFIX):
             # Retired as `plan_retry` does: kept in the timeline, never
             # followed again.
             ops.append(PutCheckpoint(attrs.evolve(cp, name=f"{RETIRED_PREFIX}{cp.child_id}")))
             if cp.child_id is not None:
                 ops.append(UpdateRun(cp.child_id, {"parent_seq": None}, strict=False))
+    # A remote workflow's run asks a worker afresh (as `plan_retry`).
+    ops.extend(ask_afresh(records))
     reserved, rewrites = await _reset_records(store, run, checkpoints, records, from_seq, now)
     deletes.extend(reserved)
     ops.extend(rewrites)

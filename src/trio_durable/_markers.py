@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from ._records import Checkpoint
+from ._wire_records import BODY_SEQ_LIMIT as BODY_SEQ_LIMIT
 
 PATCH_PREFIX: Final = "patch:"
 
@@ -28,12 +29,6 @@ def is_patch_marker(cp: Checkpoint) -> bool:
 def marker_change_id(cp: Checkpoint) -> str:
     """The change id a marker records."""
     return cp.name[len(PATCH_PREFIX) :]
-
-
-BODY_SEQ_LIMIT: Final = 999_999_000
-"""Body operations take seqs from 1 up to (not including) this; past it are
-the reserved seqs of a run's own records (admission, deadline, decisions,
-the replay records below, ...)."""
 
 
 def body_seqs(checkpoints: dict[int, Checkpoint]) -> list[int]:

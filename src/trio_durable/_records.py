@@ -37,9 +37,6 @@ DEFAULT_NAMESPACE: Final = "default"
 
 LATEST_VERSION: Final = ""
 
-DECISION_SEQ: Final = 999_999_999
-"""The seq of a remote workflow run's decision checkpoint: past every seq a
-body reaches, below the on-error handoffs (docs/remote-workflows.md)."""
 """The version of a run started by workflow name where no app tells the
 versions (a `Client` without one): the engine that first runs it runs the
 version registered last there, and writes it on the run. No workflow can be
@@ -219,9 +216,10 @@ class Checkpoint:
         they undo.
       name: The step, workflow or signal name, or ``"sleep"`` for a timer.
       kind: ``local``, ``remote``, ``timer``, ``signal``, ``child``,
-        ``webhook`` (its output holds the nonce its token derives from) or
-        ``decision`` (a remote workflow's decision task and the decision
-        that answered it, at `DECISION_SEQ`).
+        ``webhook`` (its output holds the nonce its token derives from);
+        ``decision`` is no longer written (the releases before kept a
+        remote workflow's decision in a checkpoint; it is a run record
+        now, and the store's migration moves it there).
       status: ``pending``, ``running``, ``completed`` or ``failed``.
       input: The operation's input as JSON text, if any.
       output: Its result as JSON text, once completed. For a child this is the

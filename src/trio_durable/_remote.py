@@ -36,7 +36,7 @@ from . import _serde
 from ._admission import next_look
 from ._app import FlowQueue, Step
 from ._breakpoints import CONTINUED, marked, pause_before, suspend_if_paused
-from ._carrier import BROKER_WAIT, LOST_WITH_BROKER, out_on, sent_now
+from ._carrier import BROKER_WAIT, LOST_WITH_BROKER, Attempt, AttemptT, out_on, sent_now
 from ._dispatch import group_route
 from ._exceptions import UsageError
 from ._executions import is_rerun, new_execution
@@ -71,7 +71,7 @@ REDISPATCHED: Final = "redispatched"
 because it counted as lost (``remote_redispatch``)."""
 
 
-def out_verdict(rt: Runtime, cp: Checkpoint, now: float) -> ErrorInfo | float | None:
+def out_verdict(rt: Runtime, cp: Attempt, now: float) -> ErrorInfo | float | None:
     """What becomes of an attempt that is out (a step's, or a remote
     workflow's decision task): why to send it again now, as the error its
     ``errors`` records, or else when it counts as lost (None: never).
@@ -498,14 +498,15 @@ async def remote_step(
     raise Suspend("remote", cp.wake_at, watch=watch, recheck=recheck)
 
 
-def resend_on_retry(cp: Checkpoint) -> Checkpoint | None:
+def resend_on_retry(cp: AttemptT) -> AttemptT | None:
     """What `Engine.retry` of a suspended run writes, by claim, for one of
-    its pending checkpoints: a remote step (or decision task) whose attempt
-    is out becomes a new attempt to send at once (a late failure of the old
-    one then changes nothing; a late success still settles it), marked
-    `RESEND`; one whose send the broker refused is due at once; anything
-    else is left alone (None)."""
-    if cp.status != "pending" or cp.kind not in ("remote", "decision"):
+    its pending checkpoints (a remote step's) or its decision record: an
+    attempt that is out becomes a new attempt to send at once (a late
+    failure of the old one then changes nothing; a late success still
+    settles it), marked `RESEND`; one whose send the broker refused is due
+    at once; anything else is left alone (None)."""
+    step = isinstance(cp, Checkpoint)
+    if cp.status != "pending" or (step and cp.kind != "remote"):
         return None
     if cp.started_at is None:
         if cp.error is not None and cp.error.code == BROKER_WAIT:
@@ -519,7 +520,7 @@ def resend_on_retry(cp: Checkpoint) -> Checkpoint | None:
     return attrs.evolve(
         cp,
         # A decision task's next attempt is numbered as it is sent.
-        attempts=cp.attempts + (1 if cp.kind == "remote" else 0),
+        attempts=cp.attempts + (1 if step else 0),
         errors=(*cp.errors, retried),
         error=resend,
         started_at=None,

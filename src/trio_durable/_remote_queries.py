@@ -38,10 +38,11 @@ from ._executions import new_execution
 from ._payload import task_message
 from ._published import AskKind
 from ._read_replay import answer, replay_history
-from ._records import DECISION_SEQ, Run
+from ._records import Run
 from ._run_records import RunRecord
 from ._updates import validate_update
 from ._wire import Result, Task, WireError
+from ._wire_records import DECISION_ON_WIRE
 
 if TYPE_CHECKING:
     from ._app import App
@@ -134,7 +135,7 @@ async def ask_workers(
     execution = new_execution(rt.rng)
     task = Task(
         run_id=run.id,
-        seq=DECISION_SEQ,
+        seq=DECISION_ON_WIRE,
         attempt=1,
         step=run.workflow,
         workflow=run.workflow,

@@ -25,6 +25,7 @@ from . import _serde
 from ._app import App
 from ._cancellation import CANCEL_SENT, CANCELLED_AT
 from ._children import completion
+from ._decision_record import ask_afresh
 from ._exceptions import StepFailed
 from ._executions import rerun_record
 from ._handoff import output_source
@@ -110,17 +111,9 @@ async def plan_retry(
     records = await store.get_records(run.id)
     undone = {-cp.seq for cp in checkpoints if cp.seq < 0}
     deletes: list[int] = []
+    # A remote workflow's run: the retried run asks a worker afresh.
+    ops.extend(ask_afresh(records))
     for cp in checkpoints:
-        if cp.kind == "decision":
-            # A remote workflow's run: the retried run asks a worker afresh
-            # (the attempts count on, so a late answer to an old task is
-            # stale).
-            ops.append(
-                PutCheckpoint(
-                    attrs.evolve(cp, status="completed", error=None, input=None, output=None)
-                )
-            )
-            continue
         if cp.seq >= HANDOFF_BASE:
             if not cp.name.startswith(RETIRED_PREFIX):
                 # Retire the handoff: kept in the timeline, never followed

@@ -13,9 +13,10 @@ left to come:
 - a result for it (or for a later attempt of the same step) was settled,
   rescheduled or dropped by an engine of this process that shares the
   results queue (a duplicate finds nothing left to release);
-- a turn found its checkpoint no longer waiting for it: settled (by a
-  result another engine took, a lost-step deadline, a ``fail_fast`` fan
-  that froze it), re-armed as a later attempt, or gone;
+- a turn found its checkpoint (or the run's decision record, for a
+  decision task) no longer waiting for it: settled (by a result another
+  engine took, a lost-step deadline, a ``fail_fast`` fan that froze it),
+  re-armed as a later attempt, or gone;
 - its run ended;
 - the send failed for good (the checkpoint stays pending; nothing comes).
 
@@ -33,10 +34,23 @@ from typing import TYPE_CHECKING, Final, final
 
 import trio
 
+from ._decision_record import DECISION, decision_of
 from ._records import TERMINAL_STATUSES, Checkpoint
+from ._run_records import RunRecord
 
 if TYPE_CHECKING:
     from ._stores._base import Store
+    from ._wire import Result, Task
+
+Key = int | str
+"""What an attempt is counted under in its run: its step's seq, or
+`DECISION` for a decision task."""
+
+
+def sent_key(message: Task | Result) -> Key:
+    """What ``message``'s attempt is counted under."""
+    return DECISION if message.kind == "decision" else message.seq
+
 
 _groups: Final[dict[tuple[str, trio.lowlevel.TrioToken], list[SentTasks]]] = {}
 """The engines of this process, by the results queue they share (and by
@@ -56,8 +70,8 @@ class SentTasks:
 
     def __init__(self, results_queue: str) -> None:
         self._group = (results_queue, trio.lowlevel.current_trio_token())
-        # run id -> seq -> the attempt sent last (a later one replaces it).
-        self._attempts: dict[str, dict[int, int]] = {}
+        # run id -> key -> the attempt sent last (a later one replaces it).
+        self._attempts: dict[str, dict[Key, int]] = {}
         self._count = 0
         self._none = trio.Event()
         self._none.set()
@@ -91,7 +105,7 @@ class SentTasks:
         self._attempts.clear()
         self._set_count(0)
 
-    def add(self, run_id: str, seq: int, attempt: int) -> None:
+    def add(self, run_id: str, seq: Key, attempt: int) -> None:
         """Count an attempt about to be sent (before the send: its result
         may be settled before the send returns)."""
         seqs = self._attempts.setdefault(run_id, {})
@@ -99,11 +113,11 @@ class SentTasks:
             self._set_count(self._count + 1)
         seqs[seq] = max(attempt, seqs.get(seq, attempt))
 
-    def unsent(self, run_id: str, seq: int, attempt: int) -> None:
+    def unsent(self, run_id: str, seq: Key, attempt: int) -> None:
         """The send of an attempt failed for good: no result will come."""
         self._release(run_id, seq, attempt)
 
-    def result_handled(self, run_id: str, seq: int, attempt: int) -> None:
+    def result_handled(self, run_id: str, seq: Key, attempt: int) -> None:
         """A result of this attempt was settled, rescheduled or dropped:
         no earlier attempt of the step is waited for either."""
         for peer in self._peers():
@@ -114,21 +128,23 @@ class SentTasks:
         for peer in self._peers():
             peer._drop_run(run_id)
 
-    def attempts_of(self, run_id: str) -> dict[int, int]:
-        """The attempts of ``run_id`` counted now, by seq (a copy)."""
+    def attempts_of(self, run_id: str) -> dict[Key, int]:
+        """The attempts of ``run_id`` counted now, by key (a copy)."""
         return dict(self._attempts.get(run_id, {}))
 
     def observed(
         self,
         run_id: str,
         checkpoints: Iterable[Checkpoint],
+        records: Iterable[RunRecord] | None,
         seqs: range | None = None,
         *,
-        as_of: dict[int, int] | None = None,
+        as_of: dict[Key, int] | None = None,
     ) -> None:
         """What this engine read of ``run_id``'s checkpoints (those at
-        ``seqs``, or all of them): release every attempt whose checkpoint no
-        longer waits for it (absent from ``checkpoints`` means gone).
+        ``seqs``, or all of them) and, unless None, its records: release
+        every attempt whose checkpoint (or decision record) no longer waits
+        for it (absent means gone).
 
         Args:
           as_of: The attempts counted when the read began (`attempts_of`);
@@ -136,16 +152,20 @@ class SentTasks:
             stays. Without it, the caller guarantees that no attempt of the
             run was counted since (it held the run's lease meanwhile).
         """
-        found = {cp.seq: cp for cp in checkpoints}
-        self._observe(run_id, found, seqs, as_of)
+        found: dict[Key, Checkpoint | RunRecord] = {cp.seq: cp for cp in checkpoints}
+        if records is not None:
+            decision = decision_of({record.kind: record for record in records})
+            if decision is not None:
+                found[DECISION] = decision
+        self._observe(run_id, found, seqs, records is not None, as_of)
         # The other engines learn only what cannot go stale: a settled
         # checkpoint waits for no attempt up to its own. (What this read
         # saw pending may have moved on since, under another engine.)
         for peer in self._peers():
             if peer is not self:
-                for cp in found.values():
+                for key, cp in found.items():
                     if cp.status != "pending":
-                        peer._release(run_id, cp.seq, cp.attempts)
+                        peer._release(run_id, key, cp.attempts)
 
     async def recheck(self, store: Store) -> None:
         """Read the store for the attempts still counted: an engine in
@@ -160,9 +180,11 @@ class SentTasks:
                 if self.attempts_of(run_id) == as_of:
                     self.run_ended(run_id)
                 continue
-            first, last = min(as_of), max(as_of)
-            found = await store.get_checkpoints(run_id, first, last)
-            self.observed(run_id, found, range(first, last + 1), as_of=as_of)
+            seqs = [key for key in as_of if isinstance(key, int)]
+            found = await store.get_checkpoints(run_id, min(seqs), max(seqs)) if seqs else []
+            records = await store.get_records(run_id) if DECISION in as_of else None
+            read = range(min(seqs), max(seqs) + 1) if seqs else range(0)
+            self.observed(run_id, found, records, read, as_of=as_of)
 
     # -- internals ------------------------------------------------------------
 
@@ -175,15 +197,17 @@ class SentTasks:
     def _observe(
         self,
         run_id: str,
-        found: dict[int, Checkpoint],
+        found: dict[Key, Checkpoint | RunRecord],
         seqs: range | None,
-        as_of: dict[int, int] | None,
+        records: bool,
+        as_of: dict[Key, int] | None,
     ) -> None:
         for seq, attempt in list(self._attempts.get(run_id, {}).items()):
             if as_of is not None and as_of.get(seq) != attempt:
                 continue
             cp = found.get(seq)
-            if (seqs is None or seq in seqs) and (
+            read = records if isinstance(seq, str) else seqs is None or seq in seqs
+            if read and (
                 cp is None
                 or cp.status != "pending"
                 or cp.attempts != attempt
@@ -191,7 +215,7 @@ class SentTasks:
             ):
                 self._release(run_id, seq, attempt)
 
-    def _release(self, run_id: str, seq: int, up_to: int) -> None:
+    def _release(self, run_id: str, seq: Key, up_to: int) -> None:
         seqs = self._attempts.get(run_id)
         if seqs is None or seqs.get(seq, up_to + 1) > up_to:
             return

@@ -27,6 +27,7 @@ import trio
 
 from ._barrier import join_barrier
 from ._brokers._base import BrokerError, Consumer, Delivery
+from ._decision_record import decision_of, settle_decision
 from ._dispatch import read_seqs
 from ._exceptions import StoreError
 from ._executions import awaited, result_conditions
@@ -34,8 +35,10 @@ from ._fan_window import advance_windows
 from ._fans import FAN_CANCELLED
 from ._learned import queue_of, step_of
 from ._observe import Event, EventKind
-from ._records import DECISION_SEQ, Checkpoint, ErrorInfo, RunStatus, bound_traceback
+from ._records import Checkpoint, ErrorInfo, RunStatus, bound_traceback
 from ._remote import LOST
+from ._run_records import RunRecord
+from ._sent import sent_key
 from ._stores._ops import Op, ReleaseQueueSlot, RescheduleCheckpoint, SettleCheckpoint
 from ._wire import Result
 from ._wire_layers import UNREADABLE
@@ -120,18 +123,15 @@ def _op_for(rt: Runtime, result: Result) -> Op:
     now = rt.clock.now()
     if result.kind == "decision":
         # Applied by the run's next turn; the claim needs the decision
-        # checkpoint pending at this very attempt and execution, so a
+        # record pending at this very attempt and execution, so a
         # duplicate or a decision of a superseded task changes nothing.
-        return SettleCheckpoint(
-            result.run_id,
-            DECISION_SEQ,
+        return settle_decision(
+            result,
             result.status,
             result.output if result.status == "completed" else None,
             None if result.status == "completed" else _error_of(rt, result),
             now,
-            unless_run_status=_DROP_FOR,
-            kind="decision",
-            **result_conditions(result),
+            _DROP_FOR,
         )
     if result.status == "completed":
         return _success(result, now)
@@ -306,6 +306,9 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
     # Members that ended start their successors in fans with a window.
     await advance_windows(rt, changed)
     wakes = dict.fromkeys(await join_barrier(rt.store, changed, wake_if_uncounted=True))
+    for outcome in outcomes:
+        if isinstance(outcome, RunRecord):
+            wakes[outcome.run_id] = None  # a decision, to apply
     for run_id, _ in admitted:
         wakes[run_id] = None
     if uncertain:
@@ -320,7 +323,7 @@ async def settle_batch(rt: Runtime, consumer: Consumer, deliveries: Sequence[Del
     # from 1 again).
     for delivery, result in readable:
         if id(delivery) not in failed_ids | foreign_ids:
-            rt.sent.result_handled(result.run_id, result.seq, result.attempt)
+            rt.sent.result_handled(result.run_id, sent_key(result), result.attempt)
             rt.layers.settled(result)
     return len(failed)
 
@@ -405,19 +408,27 @@ async def _reject_stale(
     if not unchanged:
         return set(), set()
     wanted: dict[str, set[int]] = {}
+    deciding: dict[str, int] = {}
     for _, result in unchanged:
-        wanted.setdefault(result.run_id, set()).add(result.seq)
-    found: dict[tuple[str, int], Checkpoint] = {}
+        if result.kind == "decision":
+            deciding[result.run_id] = result.seq
+        else:
+            wanted.setdefault(result.run_id, set()).add(result.seq)
+    found: dict[tuple[str, int], Checkpoint | RunRecord] = {}
     try:
         for run_id, seqs in wanted.items():
             for read in await read_seqs(rt.store, run_id, sorted(seqs)):
                 found[(read.run_id, read.seq)] = read
+        for run_id, seq in deciding.items():
+            record = decision_of({r.kind: r for r in await rt.store.get_records(run_id)})
+            if record is not None:
+                found[(run_id, seq)] = record
     except StoreError as exc:
         # Unknown: acked as before there were stale results, since they
         # changed nothing either way.
         logger.warning("could not tell stale results apart: %s", exc)
         return set(), set()
-    stale: list[tuple[Delivery, Result, Checkpoint | None]] = []
+    stale: list[tuple[Delivery, Result, Checkpoint | RunRecord | None]] = []
     for delivery, result in unchanged:
         cp = found.get((result.run_id, result.seq))
         if cp is None or not awaited(cp, result):

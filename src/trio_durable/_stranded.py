@@ -18,9 +18,9 @@ give them:
 
 An engine whose broker is not durable, or that has ``remote_redispatch``,
 reads the suspended and cancelling runs once as it opens, a page at a time
-(`PAGE` runs, and a page of each one's pending checkpoints), and wakes
-these; engines with a durable broker and no ``remote_redispatch`` skip
-it. `Engine.drain` waits for the pass.
+(`PAGE` runs, and a page of each one's pending checkpoints, and its
+decision record), and wakes these; engines with a durable broker and no
+``remote_redispatch`` skip it. `Engine.drain` waits for the pass.
 
 An engine that closes cleanly as the last of its process on a broker that
 keeps nothing (the memory broker), once some attempt went out on it,
@@ -43,14 +43,17 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
+from ._decision_record import decision_of
 from ._exceptions import StoreError
 from ._records import Checkpoint, CheckpointStatus, Run, RunFilter
+from ._run_records import RunRecord
 from ._stores._ops import ClaimCheckpoint, Op
+from ._stores._record_ops import ClaimRecord
 from ._wakes import announce
 from ._wire import MAX_SEQ
 
 if TYPE_CHECKING:
-    from ._carrier import Holding
+    from ._carrier import Attempt, Holding
     from ._runtime import Runtime
 
 logger = logging.getLogger("trio_durable")
@@ -67,11 +70,13 @@ _STORE_TRIES: Final = 6
 _PENDING: Final[tuple[CheckpointStatus, ...]] = ("pending",)
 
 
-def needs_turn(rt: Runtime, cp: Checkpoint) -> bool:
-    """Whether a pending checkpoint's attempt that is out needs a turn of
-    its run now: lost with its broker, or judged by another lost deadline
-    than this engine's ``remote_redispatch`` gives."""
-    if cp.kind not in ("remote", "decision") or cp.started_at is None:
+def needs_turn(rt: Runtime, cp: Attempt) -> bool:
+    """Whether a pending remote step's (or decision task's) attempt that
+    is out needs a turn of its run now: lost with its broker, or judged by
+    another lost deadline than this engine's ``remote_redispatch`` gives."""
+    if isinstance(cp, Checkpoint) and cp.kind != "remote":
+        return False
+    if cp.status != "pending" or cp.started_at is None:
         return False
     if rt.dispatcher.carrier.lost(cp):
         return True
@@ -115,7 +120,14 @@ async def wake_stranded(rt: Runtime, task_status: trio.TaskStatus[None]) -> None
 
 
 async def _stranded(rt: Runtime, run_id: str) -> bool:
+    decision = await _decision(rt, run_id)
+    if decision is not None and needs_turn(rt, decision):
+        return True
     return bool(await _pending(rt, run_id, lambda cp: needs_turn(rt, cp), first=True))
+
+
+async def _decision(rt: Runtime, run_id: str) -> RunRecord | None:
+    return decision_of({record.kind: record for record in await rt.store.get_records(run_id)})
 
 
 async def _pending(
@@ -191,6 +203,10 @@ async def _mark_closed(rt: Runtime, run: Run) -> int:
         ClaimCheckpoint(attrs.evolve(cp, error=carrier.closed_mark()), attempt=cp.attempts)
         for cp in await _pending(rt, run.id, carrier.holds)
     ]
+    decision = await _decision(rt, run.id)
+    if decision is not None and carrier.holds(decision):
+        closed = attrs.evolve(decision, error=carrier.closed_mark())
+        ops.append(ClaimRecord(closed, attempt=decision.attempts))
     if not ops:
         return 0
     found = len(ops)

@@ -26,6 +26,7 @@ from ._cancel_turn import deliver_cancel
 from ._cancellation import in_cleanup
 from ._children import cancel_request, completion, leased_child, member_ended
 from ._context import Context
+from ._decision_record import DECISION, decision_of
 from ._decision_turn import cancel_remote, decision_route, remote_turn
 from ._exceptions import LeaseLostError, NonDeterminismError, StoreError
 from ._failures import error_info
@@ -45,6 +46,7 @@ from ._replay import Replay, Suspend, TurnDraft
 from ._saga import compensate
 from ._stores._base import WriteConflict
 from ._stores._ops import Op, RemoveSignalWaiter, SettleCheckpoint, UpdateRun, WaitSignal
+from ._stores._record_ops import SettleRecord
 from ._updates import apply_updates, take_waiting_updates
 from ._wakes import announce, announces_ends
 
@@ -339,7 +341,7 @@ class Turn:
             rt.scheduler.wake(run_id, initial=initial)
         # What the turn itself decided (a lost step, a fail_fast fan that
         # froze its members, an attempt sent again) waits for no result.
-        rt.sent.observed(turn.run.id, turn.checkpoints.values())
+        rt.sent.observed(turn.run.id, turn.checkpoints.values(), turn.records.values())
         for callback in turn.committed:
             callback()
         # Readers of the run's stream here read what the write committed.
@@ -521,9 +523,10 @@ class Turn:
                 turn.cancelled_children.append(cp.child_id)
             elif cp.kind == "signal":
                 turn.ops.append(RemoveSignalWaiter(signal_token(run.id, cp.name)))
-            elif cp.kind == "decision":
-                # A decision that comes back now changes nothing.
-                turn.ops.append(SettleCheckpoint(run.id, cp.seq, "failed", None, error, now))
+        decision = decision_of(turn.records)
+        if decision is not None and decision.status == "pending":
+            # A decision that comes back now changes nothing.
+            turn.ops.append(SettleRecord(run.id, DECISION, "failed", None, error, now))
         await lifecycle.cancel_linked(self)
         await self.end("cancelled", error=error)
 

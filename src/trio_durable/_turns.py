@@ -46,7 +46,7 @@ class Turns:
             )
             # Read under the lease: settled elsewhere means no result is
             # waited for here (it went to another engine, or got lost).
-            rt.sent.observed(run_id, began.checkpoints)
+            rt.sent.observed(run_id, began.checkpoints, began.records)
         # The turn holds the run's lease until its last write gives it back
         # (or it is lost, or lapses): that is what the leases gauge counts.
         run = state.run

@@ -99,7 +99,8 @@ class Task:
       kind: ``step`` for a remote step's attempt; ``decision`` for a
         remote workflow's decision task (docs/remote-workflows.md), or
         ``query`` for a query of such a run: then
-        ``step`` names the workflow, ``seq`` is `DECISION_SEQ` and
+        ``step`` names the workflow, ``seq`` is 999,999,999 (the seq
+        where the releases before kept the decision) and
         ``input`` holds the run's history (see `_decision_wire`).
       execution: The execution id of this dispatch (32 lower-case hex
         digits, unique in the engine's store), which its result carries

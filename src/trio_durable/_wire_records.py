@@ -14,6 +14,11 @@ travel so, as completed entries at those seqs (of the checkpoint kind and
 name those releases gave them), so that engines and workers of either
 release read each other (docs/remote-workflows.md, rolling upgrades). This
 module is the only one that knows those seqs.
+
+A decision task (and a query's task) and its result carry the seq at which
+those releases kept the run's decision checkpoint, `DECISION_ON_WIRE`: the
+engine keeps the decision in a record now, and settles it by its kind
+whatever seq the result carries.
 """
 
 from __future__ import annotations
@@ -32,6 +37,14 @@ WIRE_SEQS: Final[dict[str, tuple[int, str, CheckpointKind]]] = {
 }
 """The records that travel: the seq each travels at, and the name and kind
 of checkpoint it travels as."""
+
+BODY_SEQ_LIMIT: Final = 999_999_000
+"""Body operations take seqs from 1 up to (not including) this; past it
+are the seqs at which a run's records travel (and at which the releases
+before kept them)."""
+
+DECISION_ON_WIRE: Final = 999_999_999
+"""The seq of a decision or query task, and of its result, on the wire."""
 
 _KINDS: Final = {seq: kind for kind, (seq, _, _) in WIRE_SEQS.items()}
 

@@ -1,7 +1,7 @@
-"""The migration that moves a run's own records out of the reserved seqs of
+"""The migrations that move a run's own records out of the reserved seqs of
 its checkpoints, where the releases before kept them, into ``run_records``
-(see `._record_sql`): SQLite schema 10, PostgreSQL schema 9. The same
-statements serve both stores.
+(see `._record_sql`): SQLite schemas 10 to 12, PostgreSQL schemas 9 to 11.
+The same statements serve both stores.
 
 Only this module knows the seqs those releases used; each row keeps every
 field (its seq becomes its kind), and leaves the checkpoints.
@@ -78,3 +78,18 @@ def move_admission(error_code: str, quoted_queue: str) -> tuple[str, ...]:
         f" SELECT run_id, '{QUEUE_SLOT}', 'completed', {quoted_queue}, 0"
         f" FROM queue_slots WHERE seq = {WHOLE_RUN}",
     )
+
+
+DECISION_SEQ: Final = 999_999_999
+"""The seq of a remote workflow's decision checkpoint in the releases before
+SQLite schema 12 and PostgreSQL schema 11."""
+
+MOVE_DECISIONS: Final = (
+    f"INSERT INTO run_records (run_id, kind, {_COLUMNS})"
+    f" SELECT run_id, 'decision', {_COLUMNS} FROM checkpoints WHERE seq = {DECISION_SEQ}",
+    f"DELETE FROM checkpoints WHERE seq = {DECISION_SEQ}",
+)
+"""The statements that move remote workflows' decision checkpoints into
+records of kind ``decision`` (SQLite schema 12, PostgreSQL schema 11), in
+order: every field is kept (a decision task out stays out, and its answer
+settles the record)."""

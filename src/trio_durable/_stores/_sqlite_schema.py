@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
-from ._migrations_records import MOVE_TO_RECORDS, move_admission
+from ._migrations_records import MOVE_DECISIONS, MOVE_TO_RECORDS, move_admission
 from ._payload_marks_sql import SQLITE_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._record_sql import TABLE as RECORDS_TABLE
 from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
@@ -28,7 +28,7 @@ from ._values_sql import RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 11
+SCHEMA_VERSION: Final = 12
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
@@ -295,6 +295,8 @@ _MIGRATIONS: Final = {
     9: MOVE_TO_RECORDS,
     # From version 10: runs' admission checkpoints become records.
     10: move_admission("json_extract(error, '$.code')", "json_quote(queue)"),
+    # From version 11: remote workflows' decision checkpoints become records.
+    11: MOVE_DECISIONS,
 }
 
 _INDEXED_LAST: Final = VALUE_INDEXES

@@ -5,8 +5,9 @@ applied (nothing changed) or *after* (everything changed, yet the caller is
 told it failed: the case of a timeout on a commit that went through). Both
 raise `StoreError`, which the engine must survive without losing or
 duplicating work. Every choice comes from the simulation's seeded random
-source. The wrapper also records every checkpoint that a write moves from
-pending to settled, so the harness can check that each one settles once.
+source. The wrapper also records every checkpoint (and remote workflow's decision
+record) that a write moves from pending to settled, so the harness can
+check that each one settles once.
 """
 
 from __future__ import annotations
@@ -18,16 +19,23 @@ from typing import Any, final
 import attrs
 import trio
 
+from .._decision_record import DECISION
 from .._exceptions import StoreError
 from .._fans import FAN_CANCELLED
 from .._records import (
     Checkpoint,
 )
 from .._remote import LOST
+from .._run_records import RunRecord
 from .._stores._base import ChangeFeed, TurnState
 from .._stores._memory import MemoryStore
 from .._stores._ops import DeleteCheckpoints, Op
+from .._stores._record_ops import ClaimRecord, DeleteRecords, PutRecord, SettleRecord
 from .._stores._wrapping import StoreWrapper
+
+Key = tuple[str, int | str]
+"""A checkpoint, by run and seq; a decision record, by run and kind."""
+Row = Checkpoint | RunRecord
 
 
 @final
@@ -87,7 +95,7 @@ class Faults:
         )
 
 
-def _kept_late(old: Checkpoint, new: Checkpoint) -> bool:
+def _kept_late(old: Row, new: Row) -> bool:
     """A late success kept on a step settled failed before its result came
     (a cancelled fan member, a lost step): no second settle."""
     return (
@@ -131,10 +139,11 @@ class FaultyStore(StoreWrapper, ChangeFeed):
         self._faults = faults
         self.armed = True
         self.injected: list[str] = []
-        # (run id, seq) -> how many times a write settled it, and how many
-        # times a retry reset it (after which it may settle again).
-        self.settles: dict[tuple[str, int], int] = {}
-        self.resets: dict[tuple[str, int], int] = {}
+        # (run id, seq or record kind) -> how many times a write settled
+        # it, and how many times a retry reset it (after which it may
+        # settle again).
+        self.settles: dict[Key, int] = {}
+        self.resets: dict[Key, int] = {}
 
     def _fault(self, kind: str, probability: float) -> bool:
         if not self.armed or probability <= 0 or self._rng.random() >= probability:
@@ -162,12 +171,19 @@ class FaultyStore(StoreWrapper, ChangeFeed):
             raise StoreError("injected: the write was applied, then reported as failed")
         return results
 
-    def _pending_states(
-        self, ops: Sequence[Op]
-    ) -> dict[tuple[str, int], tuple[str | None, Checkpoint | None]]:
-        keys: set[tuple[str, int]] = set()
+    def _pending_states(self, ops: Sequence[Op]) -> dict[Key, tuple[str | None, Row | None]]:
+        keys: set[Key] = set()
         for op in ops:
-            if isinstance(op, DeleteCheckpoints):
+            if isinstance(op, PutRecord | ClaimRecord):
+                if op.record.kind == DECISION:
+                    keys.add((op.record.run_id, DECISION))
+            elif isinstance(op, SettleRecord):
+                if op.kind == DECISION:
+                    keys.add((op.run_id, DECISION))
+            elif isinstance(op, DeleteRecords):
+                if DECISION in op.kinds:
+                    keys.add((op.run_id, DECISION))
+            elif isinstance(op, DeleteCheckpoints):
                 keys.update((op.run_id, seq) for seq in op.seqs)
             else:
                 checkpoint = getattr(op, "checkpoint", None)
@@ -180,22 +196,23 @@ class FaultyStore(StoreWrapper, ChangeFeed):
                 keys.add(self.inner._waiters[token])
         return {key: (self._status(key), self._row(key)) for key in keys}
 
-    def _row(self, key: tuple[str, int]) -> Checkpoint | None:
-        return self.inner._checkpoints.get(key[0], {}).get(key[1])
+    def _row(self, key: Key) -> Row | None:
+        run_id, where = key
+        if isinstance(where, str):
+            return self.inner._records.rows.get(run_id, {}).get(where)
+        return self.inner._checkpoints.get(run_id, {}).get(where)
 
-    def _status(self, key: tuple[str, int]) -> str | None:
+    def _status(self, key: Key) -> str | None:
         cp = self._row(key)
         return None if cp is None else cp.status
 
-    def _record(
-        self, before: dict[tuple[str, int], tuple[str | None, Checkpoint | None]], ops: Sequence[Op]
-    ) -> None:
+    def _record(self, before: dict[Key, tuple[str | None, Row | None]], ops: Sequence[Op]) -> None:
         for key, (old, old_row) in before.items():
             new = self._status(key)
             new_row = self._row(key)
             settled = ("completed", "failed")
             if _decision_applied(old_row, new_row):
-                # A remote workflow's decision checkpoint, its decision
+                # A remote workflow's decision record, its decision
                 # applied: the next decision task's answer settles it again.
                 self.resets[key] = self.resets.get(key, 0) + 1
             elif old in settled and new in settled and new_row != old_row:
@@ -206,7 +223,7 @@ class FaultyStore(StoreWrapper, ChangeFeed):
                 if (
                     new_row is not None
                     and old_row is not None
-                    and new_row.name == old_row.name
+                    and getattr(new_row, "name", None) == getattr(old_row, "name", None)
                     and not _kept_late(old_row, new_row)
                 ):
                     self.settles[key] = self.settles.get(key, 0) + 1
@@ -243,11 +260,11 @@ class FaultyStore(StoreWrapper, ChangeFeed):
         return self.inner.unwoken_event()
 
 
-def _decision_applied(old: Checkpoint | None, new: Checkpoint | None) -> bool:
+def _decision_applied(old: Row | None, new: Row | None) -> bool:
     return (
-        old is not None
+        isinstance(old, RunRecord)
         and new is not None
-        and old.kind == "decision"
+        and old.kind == DECISION
         and old.status == "completed"
         and old.output is not None
         and new.status == "completed"

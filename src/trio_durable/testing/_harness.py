@@ -469,7 +469,7 @@ async def _simulation(
             violations.extend(await check(view))
     violations.extend(await fleet.at_rest())
     store = fleet.store
-    for (run_id, seq), settles in sorted(store.settles.items()):
+    for (run_id, seq), settles in sorted(store.settles.items(), key=lambda kv: str(kv[0])):
         if settles > 1 + store.resets.get((run_id, seq), 0):
             violations.append(f"checkpoint {run_id}@{seq} settled {settles} times")
     if reference is not None:

@@ -29,7 +29,6 @@ import trio
 import trio_durable as td
 
 from ..._brokers._base import RESULTS
-from ..._records import DECISION_SEQ
 from . import _broker_engine as mix
 from ._broker_engine import (
     QUEUE_CONCURRENCY,
@@ -347,7 +346,8 @@ async def _mix(factory: BrokerFactory) -> None:
         assert settled == Counter(dict.fromkeys(remote, 1))
         # Every run of a remote workflow was decided on the workers.
         for run in runs:
-            decision = checkpoints.get((run.id, DECISION_SEQ))
+            records = {record.kind: record for record in await store.get_records(run.id)}
+            decision = records.get("decision")
             if run.workflow == "engine_local":
                 assert decision is None
             else:

@@ -58,10 +58,10 @@ async def check_create_run_writes_its_checkpoints_only_with_the_run(
 ) -> None:
     """`CreateRun`'s checkpoints are written with a run it inserts, and not
     at all when the id is taken: a start that lost a race for an id leaves
-    the winner's checkpoints (its deadline) as they are."""
+    the winner's checkpoints (its first timer) as they are."""
     async with fresh_store(factory) as store:
         first = make_run()
-        deadline = make_checkpoint(seq=999_999_991, name="deadline", kind="timer", wake_at=60.0)
+        deadline = make_checkpoint(seq=2, name="sleep", kind="timer", wake_at=60.0)
         moved = attrs.evolve(deadline, wake_at=30.0)
         step = make_checkpoint(seq=1, status="completed", output='"kept"')
         results = await store.apply([CreateRun(first, (deadline, step))])
