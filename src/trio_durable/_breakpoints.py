@@ -92,6 +92,12 @@ class Breakpoints:
             self._by_step = {(bp.workflow, bp.step): bp for bp in found}
             self._read_at = trio.current_time()
 
+    async def steps_of(self, store: Store, workflow: str) -> frozenset[str]:
+        """The steps of ``workflow`` that have a breakpoint (read as
+        `match` reads them)."""
+        await self.match(store, workflow, "")
+        return frozenset(step for wf, step in self._by_step if wf == workflow)
+
     async def match(self, store: Store, workflow: str, step: str) -> Breakpoint | None:
         """The breakpoint on ``step`` of ``workflow``, if any: from memory,
         unless they changed since they were read."""

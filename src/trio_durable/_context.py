@@ -241,6 +241,14 @@ class Context(
         if step.remote:
             decider = self._replay.decider
             if decider is not None:
+                await decider.step(
+                    self._replay,
+                    step,
+                    args,
+                    compensate.name if compensate else None,
+                    queue,
+                    dedup_key,
+                )
                 decider.reach(
                     self._replay,
                     step.name,

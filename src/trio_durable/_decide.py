@@ -41,7 +41,7 @@ from ._app import App, Workflow, remote_body
 from ._cancellation import CancelDelivery, recorded_delivery
 from ._clock import Clock
 from ._context import Context
-from ._decider import Decider
+from ._decider import Decider, EagerSteps
 from ._decision_commands import Command
 from ._decision_updates import WorkerUpdates
 from ._decision_wire import Decision, read_request, request_run
@@ -144,8 +144,11 @@ async def decide(
     worker_id: str,
     traceback_limit: int,
     tracing: Tracing = DISABLED,
+    eager: EagerSteps | None = None,
 ) -> Decision:
-    """Replay the run ``task`` carries and decide its turn.
+    """Replay the run ``task`` carries and decide its turn (running the
+    remote steps it reaches with ``eager``, where the task lets it: see
+    `_decider`).
 
     Raises:
       WireError: The task's input is not a valid decision request.
@@ -163,7 +166,8 @@ async def decide(
         engine_id=worker_id,
     )
     state = TurnDraft(run=run, checkpoints=dict(request.checkpoints), records=dict(request.records))
-    decider = Decider(request)
+    cleaning = request.cleanup or request.compensate
+    decider = Decider(request, None if cleaning else eager, task.dispatched_at)
     runtime.emitted = decider.emitted
     replay = Replay(runtime, state, decider)
     if request.cleanup:
@@ -253,10 +257,10 @@ def _decision(
     continued: str | None = None,
 ) -> Decision:
     """The decision, with every local checkpoint the body (or its undos)
-    recorded."""
+    recorded, and the remote steps it ran at once."""
     local = dict(runtime.store.checkpoints)
     for op in state.ops:
-        if isinstance(op, PutCheckpoint) and op.checkpoint.kind == "local":
+        if isinstance(op, PutCheckpoint) and op.checkpoint.kind in ("local", "remote"):
             local[op.checkpoint.seq] = op.checkpoint
         elif isinstance(op, PutRecord):
             for cp in records_on_wire([op.record], DECIDED):
@@ -273,4 +277,6 @@ def _decision(
         updates=() if runtime.updates is None else tuple(runtime.updates.outcomes),
         update_log=None if runtime.updates is None else runtime.updates.log,
         update_handlers=() if runtime.updates is None else runtime.updates.handlers,
+        # The worker that ran remote steps at once, for their events.
+        worker=runtime.engine_id if any(cp.kind == "remote" for cp in local.values()) else None,
     )

@@ -43,16 +43,18 @@ from ._cancellation import cancel_marker, in_cleanup
 from ._carrier import sent_now
 from ._carry_out import carry_out
 from ._context_streams import write_emitted
+from ._decider import eager_events
 from ._decision_commands import Command
 from ._decision_record import DECISION, decided, decision_of
 from ._decision_updates import Inbox, arrived_meanwhile, waiting_updates, write_decided
-from ._decision_wire import Decision, history, request_input
+from ._decision_wire import Decision, Eager, history, request_input
 from ._exceptions import StoreError, UnknownWorkflowError
 from ._executions import new_execution
 from ._failures import error_info
 from ._handoff import hand_off
 from ._lifecycle import ContinueAsNew, continue_run
 from ._markers import body_seqs
+from ._observe import Event
 from ._on_error import NEVER_ROUTED, OnError, active_handoff, pick_on_error_route
 from ._records import (
     DEFAULT_NAMESPACE,
@@ -315,7 +317,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
             decision = None
         if decision is not None and decision.cancelled:
             if decision.next is None:
-                _keep_local(state, decision)
+                _keep_local(rt, state, decision)
                 if decision.stream:
                     write_emitted(Replay.on_engine(rt, state), decision.stream)
                 return False  # the cleanup and the undos are over
@@ -333,7 +335,7 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
         elif decision is not None:
             # A turn of the body that was out when the cancel came: what
             # the worker ran did run, so it is recorded (undos cover it).
-            _keep_local(state, decision)
+            _keep_local(rt, state, decision)
             if decision.stream:
                 write_emitted(Replay.on_engine(rt, state), decision.stream)
     if not cleanup and not _undos_left(state.checkpoints, run.compensate):
@@ -342,9 +344,10 @@ async def cancel_remote(turn: Turn, route: str, now: float) -> bool:
     return True
 
 
-def _keep_local(state: TurnDraft, decision: Decision) -> None:
-    """Record the local steps a worker ran (and the records its body wrote:
-    the seq a cancelled body got `Cancelled` at, where its argument check
+def _keep_local(rt: Runtime, state: TurnDraft, decision: Decision) -> None:
+    """Record the local steps a worker ran, and the remote steps it ran at
+    once (emitting their events), and the records its body wrote (the seq
+    a cancelled body got `Cancelled` at, where its argument check
     began)."""
     for cp in decision.local:
         if is_record_on_wire(cp):
@@ -355,6 +358,20 @@ def _keep_local(state: TurnDraft, decision: Decision) -> None:
         existing = state.checkpoints.get(cp.seq)
         if existing is None or existing.status not in _SETTLED:
             state.put(cp)
+            if cp.kind == "remote" and existing is None:
+                run = state.run
+                for kind, data in eager_events(cp, decision.worker):
+                    rt.telemetry.emit(
+                        Event(
+                            kind=kind,
+                            run_id=run.id,
+                            workflow=run.workflow,
+                            at=rt.clock.now(),
+                            seq=cp.seq,
+                            name=cp.name,
+                            data=data,
+                        )
+                    )
 
 
 def _undos_left(checkpoints: dict[int, Checkpoint], compensate: bool) -> bool:
@@ -448,6 +465,7 @@ async def _dispatch(
             cleanup=cleanup,
             updates=updates,
             stood_due=stood_due,
+            eager=None if compensate or cleanup else await _eager(rt, run),
         ),
         dispatched_at=now,
         kind="decision",
@@ -458,6 +476,17 @@ async def _dispatch(
         await _wait_cancelling(turn, wake_at)
     else:
         await turn.suspend(_waiting(run, wake_at))
+
+
+async def _eager(rt: Runtime, run: Run) -> Eager:
+    """What the worker deciding ``run``'s turn may run at once (see
+    `_decider`): with ``remote_redispatch``, steps that end within half the
+    lost deadline of the decision task; none a breakpoint stops."""
+    policy = rt.options.remote_redispatch
+    return Eager(
+        budget=None if policy is None else policy[0] / 2,
+        paused=await rt.breakpoints.steps_of(rt.store, run.workflow),
+    )
 
 
 async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
@@ -477,7 +506,7 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
     elif decision.version != run.version:
         message = f"a decision of version {decision.version!r} for a run of {run.version!r}"
         return "failed", ErrorInfo(message=message, code="bad_decision")
-    _keep_local(state, decision)
+    _keep_local(rt, state, decision)
     if decision.stream or decision.updates or decision.update_log is not None:
         writes = Replay.on_engine(rt, state)
         write_emitted(writes, decision.stream)

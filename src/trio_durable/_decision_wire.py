@@ -108,8 +108,16 @@ def checkpoint_from_text(text: Any, run_id: str) -> tuple[Checkpoint, dict[str, 
         enqueued_at=number_field(data, "enqueued_at"),
         started_at=number_field(data, "started_at"),
         finished_at=number_field(data, "finished_at"),
+        executions=_executions(data.get("executions", [])),
     )
     return cp, data
+
+
+def _executions(value: object) -> tuple[str, ...]:
+    """A checkpoint's execution ids, as its entry lists them."""
+    if not isinstance(value, list) or not all(isinstance(e, str) and e for e in value):
+        reject("a checkpoint's executions must be a list of ids")
+    return tuple(value)
 
 
 # -- the request ----------------------------------------------------------------------
@@ -145,6 +153,8 @@ class DecisionRequest:
       stood_due: Whether they were accepted while the run waited (it was
         made due): then the body applies them where it stood, before the
         operation it waited in returns, as in an engine's turn.
+      eager: What the worker may run at once, if anything (see `_decider`):
+        None from an engine that takes no step run so.
     """
 
     version: str
@@ -159,6 +169,43 @@ class DecisionRequest:
     created_at: float = 0.0
     updates: tuple[tuple[str, dict[str, Any]], ...] = ()
     stood_due: bool = False
+    eager: Eager | None = None
+
+
+@final
+@attrs.frozen
+class Eager:
+    """What an engine lets the worker that decides a turn run at once: a
+    remote step the body reaches, of a group that worker serves, instead of
+    stopping the body there (see `_decider`).
+
+    Attributes:
+      budget: Seconds from the task's dispatch within which such a step
+        must end, its timeout counted (the engine counts its decision task
+        lost after twice that, with ``remote_redispatch``); None: no bound.
+      paused: The steps a breakpoint stops the run's workflow before: never
+        run so (the engine pauses the run there).
+    """
+
+    budget: float | None
+    paused: frozenset[str] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"budget": self.budget, "paused": sorted(self.paused)}
+
+
+def _eager(value: object) -> Eager | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        reject("eager must be an object")
+    paused = value.get("paused", [])
+    if not isinstance(paused, list) or not all(isinstance(n, str) for n in paused):
+        reject("eager's paused must be a list of names")
+    budget = number_field(value, "budget", optional=True)
+    if budget is not None and budget <= 0:
+        reject("eager's budget must be positive")
+    return Eager(budget=budget, paused=frozenset(paused))
 
 
 def request_run(run_id: str, request: DecisionRequest, workflow: str, version: str) -> Run:
@@ -184,9 +231,11 @@ def request_input(
     cleanup: bool = False,
     updates: list[tuple[str, dict[str, Any]]] | None = None,
     stood_due: bool = False,
+    eager: Eager | None = None,
 ) -> str:
     """A decision task's ``input``: ``run`` and its ``history`` (and the
-    updates waiting in its inbox, if any)."""
+    updates waiting in its inbox, and what its worker may run at once, if
+    anything)."""
     entries = [
         checkpoint_text(cp, **({"token": tokens[cp.seq]} if cp.seq in tokens else {}))
         for cp in history
@@ -205,6 +254,8 @@ def request_input(
     if updates:
         body["updates"] = [[update_id, entry] for update_id, entry in updates]
         body["stood_due"] = stood_due
+    if eager is not None:
+        body["eager"] = eager.to_json()
     return json.dumps([body], separators=(",", ":"), allow_nan=False)
 
 
@@ -253,6 +304,7 @@ def read_request(run_id: str, input_json: str) -> DecisionRequest:
             created_at=_created_at(data.get("created_at", 0.0)),
             updates=_inbox(data.get("updates", [])),
             stood_due=data.get("stood_due") is True,
+            eager=_eager(data.get("eager")),
         )
     except WireError as exc:
         raise WireError(f"not a decision task: {exc}") from None
@@ -294,7 +346,9 @@ class Decision:
 
     Attributes:
       version: The workflow version the worker replayed.
-      local: The checkpoints of the local steps (and undos) it ran.
+      local: The checkpoints of the local steps (and undos) it ran, and of
+        the remote steps it ran at once (see `_decider`): settled, or
+        pending with their next attempt due (a retryable failure).
       next: The durable operation the body waits on, if it does.
       output: The body's return value as JSON text, if it completed.
       error: Its failure, if it failed.
@@ -311,6 +365,8 @@ class Decision:
         handler ran.
       update_handlers: The names of the update handlers the body had
         registered where the decision ended.
+      worker: The instance id of the worker that decided it, if it ran a
+        remote step at once (for that step's events on the engine).
     """
 
     version: str
@@ -324,16 +380,18 @@ class Decision:
     updates: tuple[tuple[str, str], ...] = ()
     update_log: str | None = None
     update_handlers: tuple[str, ...] = ()
+    worker: str | None = None
 
     @property
     def wire_version(self) -> int:
         """The envelope version of the result that carries it: 2 if it
-        continues the run as new, carries emitted values or applied
-        updates, or its command is newer (`Command.newer`), else 1, which
-        engines of either version read."""
+        continues the run as new, carries emitted values, applied updates
+        or remote steps run at once, or its command is newer
+        (`Command.newer`), else 1, which engines of either version read."""
         newer = self.next is not None and self.next.newer
         applied = bool(self.updates) or self.update_log is not None
-        return 2 if newer or self.continued is not None or self.stream or applied else 1
+        eager = any(cp.kind == "remote" for cp in self.local)
+        return 2 if newer or self.continued is not None or self.stream or applied or eager else 1
 
     def encode(self) -> str:
         """As the JSON text of a `Result`'s output."""
@@ -357,6 +415,8 @@ class Decision:
             data["update_log"] = self.update_log
         if self.update_handlers:
             data["update_handlers"] = list(self.update_handlers)
+        if self.worker is not None:
+            data["worker"] = self.worker
         if self.cancelled:
             data["cancelled"] = True
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
@@ -384,8 +444,8 @@ class Decision:
                 reject("local must be a list")
             checkpoints = tuple(checkpoint_from_text(text, run_id)[0] for text in local)
             for cp in checkpoints:
-                if cp.kind != "local" or cp.status not in ("completed", "failed"):
-                    reject("local holds only settled local steps")
+                if not _ran_here(cp):
+                    reject("local holds only settled local steps and remote steps run at once")
             ends = [
                 key for key in ("next", "output", "error", "continued") if data.get(key) is not None
             ]
@@ -416,11 +476,27 @@ class Decision:
                     else json_text(data["update_log"], "update_log", array=True)
                 ),
                 update_handlers=_names(data.get("update_handlers", [])),
+                worker=None if data.get("worker") is None else text_field(data, "worker"),
             )
         except WireError as exc:
             raise WireError(f"not a decision: {exc}") from None
         except Exception as exc:
             raise WireError(f"not a decision: {type(exc).__name__}: {exc}") from exc
+
+
+def _ran_here(cp: Checkpoint) -> bool:
+    """Whether ``cp`` is what a worker records as it decides: a settled
+    local step, or a remote step it ran at once (settled, or pending with
+    its next attempt due and not sent)."""
+    if cp.status in ("completed", "failed"):
+        return cp.kind in ("local", "remote")
+    return (
+        cp.kind == "remote"
+        and cp.status == "pending"
+        and cp.started_at is None
+        and cp.wake_at is not None
+        and cp.attempts >= 2
+    )
 
 
 def _stream(value: Any) -> tuple[tuple[int, str], ...]:

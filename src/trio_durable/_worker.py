@@ -37,6 +37,7 @@ from ._brokers._base import (
 from ._clock import Clock
 from ._current import StepInfo, call_step
 from ._decide import decide
+from ._decider import EagerSteps
 from ._descriptor import describe
 from ._dispatch import served_broker_queues, split_group_route
 from ._exceptions import FatalError, SerializationError, UnknownWorkflowError
@@ -438,6 +439,11 @@ class Worker:
                     worker_id=self.instance_id,
                     traceback_limit=self._traceback_limit,
                     tracing=self._tracing,
+                    eager=EagerSteps(
+                        routes=frozenset(self.routes),
+                        capabilities=frozenset(self._capabilities),
+                        execute=self._execute,
+                    ),
                 )
         except WireError as exc:
             self._stats.failed += 1
