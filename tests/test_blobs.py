@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -77,11 +77,18 @@ async def decided_remotely(ctx: td.Context, text: str) -> str:
 
 @asynccontextmanager
 async def fleet(
-    store: str | td.Store, blobs: td.BlobStore | None, worker_blobs: td.BlobStore | None = None
+    store: str | td.Store,
+    blobs: td.BlobStore | None,
+    worker_blobs: td.BlobStore | None = None,
+    *,
+    deciders_apart: bool = False,
 ) -> AsyncIterator[tuple[td.Engine, SizedBroker]]:
-    """An engine and a worker (of group ``big``) sharing a memory broker
-    that records message sizes, and ``blobs``."""
+    """An engine and a worker (of groups ``big`` and ``deciders``) sharing a
+    memory broker that records message sizes, and ``blobs``; with
+    ``deciders_apart``, a worker of each group (so that a remote workflow's
+    steps travel as tasks, not run at once in its decisions)."""
     broker = SizedBroker(td.MemoryBroker())
+    groups = [["big"], ["deciders"]] if deciders_apart else [["big", "deciders"]]
     async with (
         td.open_engine(
             app,
@@ -92,15 +99,19 @@ async def fleet(
             blobs=blobs,
             blob_grace=0,
         ) as engine,
-        td.open_worker(
-            app,
-            broker=broker,
-            groups=["big", "deciders"],
-            seed=1,
-            wall_clock=fixed_wall,
-            blobs=blobs if worker_blobs is None else worker_blobs,
-        ),
+        AsyncExitStack() as workers,
     ):
+        for seed, served in enumerate(groups, 1):
+            await workers.enter_async_context(
+                td.open_worker(
+                    app,
+                    broker=broker,
+                    groups=served,
+                    seed=seed,
+                    wall_clock=fixed_wall,
+                    blobs=blobs if worker_blobs is None else worker_blobs,
+                )
+            )
         yield engine, broker
 
 
@@ -295,12 +306,27 @@ async def test_the_blob_options_are_checked(tmp_path: Path) -> None:
 async def test_a_remote_workflow_decides_on_large_payloads(tmp_path: Path) -> None:
     blobs = td.LocalBlobStore(tmp_path / "blobs")
     text = "r" * 2_000_000
-    async with fleet("memory://", blobs) as (engine, broker):
+    async with fleet("memory://", blobs, deciders_apart=True) as (engine, broker):
         run = await engine.start(decided_remotely, text)
         assert await engine.result(run.id) == "R" * 2_000_000 + "!"
         # Decision tasks carry the history, and decisions the output, as
         # references too.
         assert {queue for queue, _ in broker.sizes} >= {"deciders", "big"}
+        assert broker.largest() < SMALL, broker.sizes
+
+
+async def test_a_step_run_at_once_in_a_decision_sends_its_payloads_as_references(
+    tmp_path: Path,
+) -> None:
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    text = "r" * 2_000_000
+    async with fleet("memory://", blobs) as (engine, broker):
+        run = await engine.start(decided_remotely, text)
+        assert await engine.result(run.id) == "R" * 2_000_000 + "!"
+        # The worker deciding serves ``big``: the step ran in the decision,
+        # which carried its output back as a reference.
+        assert {queue for queue, _ in broker.sizes} >= {"deciders"}
+        assert "big" not in {queue for queue, _ in broker.sizes}
         assert broker.largest() < SMALL, broker.sizes
 
 
