@@ -63,6 +63,7 @@ def test_public_api_is_pinned() -> None:
         "KeyringError",
         "LeaseLostError",
         "LocalBlobStore",
+        "Mark",
         "MemoryBroker",
         "MemoryStore",
         "NonDeterminismError",

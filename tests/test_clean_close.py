@@ -154,9 +154,9 @@ async def test_an_engine_opened_later_sends_again_what_a_clean_close_left_out(
     for x in range(1, RUNS, 2):
         [cp] = await store.get_checkpoints(f"a-{x}")
         assert cp.status == "pending"
-        assert cp.error is not None
-        assert cp.error.code == OUT
-        assert cp.error.details == {"broker": "memory://", "durable": False, "closed": holder}
+        assert cp.mark is not None
+        assert cp.mark.code == OUT
+        assert cp.mark.details == {"broker": "memory://", "durable": False, "closed": holder}
         assert (await store.get_run(f"a-{x}")).status == "suspended"  # type: ignore[union-attr]
     hold.clear()
     await trio.sleep(100)
@@ -183,8 +183,8 @@ async def test_only_the_last_engine_on_a_broker_marks_what_is_out_on_it(
         found = []
         for x in range(1, RUNS, 2):
             [cp] = await store.get_checkpoints(f"a-{x}")
-            assert cp.error is not None
-            found.append(cp.error.details)
+            assert cp.mark is not None
+            found.append(cp.mark.details)
         return found
 
     async with open_test_engine(app, store=store, broker=a_broker, engine_id="a2", seed=3) as other:

@@ -276,7 +276,7 @@ async def test_a_crash_mid_window_leaves_the_fan_to_another_engine(
             crash.cancel()
     monkeypatch.setattr(_fan_window, "_advance", advance)
     cps = await store.get_checkpoints("p")
-    assert any(cp.error is not None and cp.error.code == WINDOW_WAIT for cp in cps)
+    assert any(cp.mark is not None and cp.mark.code == WINDOW_WAIT for cp in cps)
     # A member that ended is still counted in flight: no start followed it.
     window = read_window(await store.get_value(WINDOW_SCOPE, window_key("p", 1)))
     assert window is not None

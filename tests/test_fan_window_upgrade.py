@@ -79,6 +79,6 @@ async def test_fans_recorded_in_waves_go_on_in_waves(
         for run_id in ("steps-new", "children-new"):
             cps = await store.get_checkpoints(run_id)
             assert len(cps) == 5  # every member recorded at once
-            assert [cp.error.code if cp.error else None for cp in cps[2:]] == [WINDOW_WAIT] * 3
+            assert [cp.mark.code if cp.mark else None for cp in cps[2:]] == [WINDOW_WAIT] * 3
         assert await engine.result("steps-new") == [0, 10, 20, 30, 40]
         assert await engine.result("children-new") == [0, 10, 20, 30, 40]

@@ -706,10 +706,10 @@ async def test_step_parks_until_a_capable_worker_announces(
                 assert cp.started_at is None
                 assert cp.enqueued_at == WALL_START
                 assert cp.wake_at == WALL_START + recheck_at
-                assert cp.error is not None
-                assert cp.error.code == "blocked"
-                assert "gpu" in cp.error.message
-                assert "'render'" in cp.error.message
+                assert cp.mark is not None
+                assert cp.mark.code == "blocked"
+                assert "gpu" in cp.mark.message
+                assert "'render'" in cp.mark.message
                 assert cp.errors == ()
                 assert broker.depth("render") == 0
                 assert broker.depth(broker_queue("render", ["gpu"])) == 0
@@ -758,8 +758,8 @@ async def test_step_without_requires_waits_on_the_queue_for_a_worker(
         assert (run.status, run.wake_at) == ("suspended", None)
         [cp] = await engine.store.get_checkpoints("count-1")
         # Out (marked with the broker it went out on), not parked.
-        assert cp.error is not None
-        assert (cp.status, cp.error.code, cp.started_at) == ("pending", "out", WALL_START)
+        assert cp.mark is not None
+        assert (cp.status, cp.mark.code, cp.started_at) == ("pending", "out", WALL_START)
         assert broker.depth("plain") == 1
         await trio.sleep_until(100.0)
         assert broker.depth("plain") == 1
@@ -858,7 +858,7 @@ async def test_a_fan_parks_every_member_and_sends_them_at_the_recheck(
             (2, "pending", None),
             (3, "pending", None),
         ]
-        codes = [cp.error.code if cp.error else None for cp in cps]
+        codes = [cp.mark.code if cp.mark else None for cp in cps]
         assert codes == ["blocked", "blocked", "fan_window"]
         assert (await engine.get("reel-1")).wake_at == WALL_START + RECHECK
         assert broker.dispatched == 0
@@ -901,8 +901,8 @@ async def test_a_crashed_capable_worker_counts_until_its_ttl_runs_out(
         await engine.start(film, "early", run_id="film-early")
         await engine.drain()
         [cp] = await engine.store.get_checkpoints("film-early")
-        assert cp.error is not None
-        assert (cp.status, cp.started_at, cp.error.code) == ("pending", WALL_START + 1.0, "out")
+        assert cp.mark is not None
+        assert (cp.status, cp.started_at, cp.mark.code) == ("pending", WALL_START + 1.0, "out")
         assert broker.depth(broker_queue("render", ["gpu"])) == 1
         # Once it is forgotten, new steps park.
         await trio.sleep_until(TTL)
@@ -910,8 +910,8 @@ async def test_a_crashed_capable_worker_counts_until_its_ttl_runs_out(
         await engine.drain()
         [cp] = await engine.store.get_checkpoints("film-late")
         assert cp.started_at is None
-        assert cp.error is not None
-        assert cp.error.code == "blocked"
+        assert cp.mark is not None
+        assert cp.mark.code == "blocked"
         assert cp.wake_at == WALL_START + TTL + RECHECK
 
         await trio.sleep_until(TTL + 2.0)

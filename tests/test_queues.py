@@ -109,8 +109,8 @@ async def test_higher_priority_is_admitted_first(autojump_clock: trio.testing.Mo
         for x in (1, 2, 3, 4):
             [cp] = await engine.store.get_checkpoints(f"p-{x}")
             assert cp.status == "pending"
-            assert cp.error is not None
-            assert cp.error.code == "queued"
+            assert cp.mark is not None
+            assert cp.mark.code == "queued"
             assert cp.started_at is None
         for x in (1, 2, 3, 4):
             await engine.result(f"p-{x}")

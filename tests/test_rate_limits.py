@@ -145,7 +145,7 @@ async def test_a_queue_rate_limits_its_steps(
         marks = []
         for handle in handles:
             [cp] = await engine.store.get_checkpoints(handle.id, 1, 1)
-            marks.append((cp.started_at is None, cp.error and cp.error.code, cp.wake_at))
+            marks.append((cp.started_at is None, cp.mark and cp.mark.code, cp.wake_at))
         assert sorted(marks, key=str) == sorted(
             [(False, None, None)] * 2
             + [(True, "rate_limited", WALL_START + 5.0)] * 2

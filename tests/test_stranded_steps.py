@@ -158,10 +158,10 @@ async def test_a_step_out_on_a_memory_broker_that_went_away_is_sent_again_at_onc
     # No worker took it: it went with the broker.
     cp = await step_cp(store, "r")
     assert (cp.status, cp.attempts, cp.started_at) == ("pending", 1, WALL_START)
-    assert cp.error is not None
-    assert cp.error.code == OUT
-    assert cp.error.details["broker"] == url
-    assert cp.error.details["durable"] is False
+    assert cp.mark is not None
+    assert cp.mark.code == OUT
+    assert cp.mark.details["broker"] == url
+    assert cp.mark.details["durable"] is False
     await trio.sleep(100)
     async with open_test_engine(app, store=store, broker=url, serve=["g"]) as engine:
         with trio.fail_after(1):
@@ -367,8 +367,8 @@ async def test_remote_redispatch_set_later_applies_to_steps_already_out(
         await e.drain()
     cp = await step_cp(store, "r")
     assert cp.wake_at == (None if before is None else WALL_START + 60)
-    assert cp.error is not None
-    assert cp.error.details == {"broker": "DurableView", "durable": True}
+    assert cp.mark is not None
+    assert cp.mark.details == {"broker": "DurableView", "durable": True}
     # The server lost it: nothing would ever send it again.
     assert await broker.purge("g") == 1
     async with open_test_engine(
@@ -413,9 +413,9 @@ async def test_a_refused_send_becomes_a_claimed_retry_that_backs_off_to_a_ceilin
         cp = await step_cp(store, "r")
         # Waiting for the broker, by claim: not out, due again soon.
         assert (cp.status, cp.started_at, cp.attempts) == ("pending", None, 1)
-        assert cp.error is not None
-        assert cp.error.code == BROKER_WAIT
-        assert "connection refused" in cp.error.message
+        assert cp.mark is not None
+        assert cp.mark.code == BROKER_WAIT
+        assert "connection refused" in cp.mark.message
         # Due a second (less jitter) after the last quick try of the send.
         assert cp.wake_at is not None
         assert len(broker.refused_at) == QUICK_TRIES
@@ -466,7 +466,7 @@ async def test_a_window_fans_refused_starts_wait_for_the_broker_too(
         waiting = [
             cp.seq
             for cp in await store.get_checkpoints("f")
-            if cp.error is not None and cp.error.code == BROKER_WAIT
+            if cp.mark is not None and cp.mark.code == BROKER_WAIT
         ]
         assert waiting == [4, 5, 6]
         await trio.sleep(60)

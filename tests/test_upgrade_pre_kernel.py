@@ -44,11 +44,19 @@ MARKS: Final = frozenset(
 )
 """The error codes that held a pending checkpoint's state when recorded."""
 
-NOT_MOVED_YET: Final = frozenset(MARKS)
-"""The reserved seqs and error codes whose state no migration has moved
-into a run's records yet: a store migrated past the recorded schema keeps
-state in these only. Each change that moves one takes it out; once this is
-empty, a migrated store keeps none (`state_left_in_seqs_or_codes`)."""
+
+async def assert_marks_moved(store: td.stores.Store, recorded: dict[str, Any]) -> None:
+    """Each mark the recorded runs' pending steps held in their error is
+    their `td.Mark` now (which their error shows, as before)."""
+    for run_id, run in recorded.items():
+        for seq, code in run["marks"]:
+            if seq >= RESERVED_FROM:
+                continue  # a run's own record now, which keeps no mark
+            [cp] = await store.get_checkpoints(run_id, seq, seq)
+            assert cp.status == "pending", (run_id, seq)
+            assert cp.mark is not None, (run_id, seq)
+            assert cp.error is not None, (run_id, seq)
+            assert (cp.mark.code, cp.error.code) == (code, code), (run_id, seq)
 
 
 def expected() -> dict[str, Any]:
@@ -90,13 +98,14 @@ def version(path: Path) -> int:
 
 def state_left_in_seqs_or_codes(path: Path) -> list[tuple[Any, ...]]:
     """Checkpoints that still keep run state in a reserved seq (below the
-    handoffs) or in an error code."""
+    handoffs) or only in an error code (with no mark of their own)."""
     placeholders = ", ".join(f"'{mark}'" for mark in sorted(MARKS))
     return _rows(
         path,
         "SELECT run_id, seq, json_extract(error, '$.code') FROM checkpoints"
         f" WHERE (seq >= {RESERVED_FROM} AND seq < {HANDOFF_BASE})"
-        f" OR (status = 'pending' AND json_extract(error, '$.code') IN ({placeholders}))",
+        f" OR (status = 'pending' AND mark IS NULL"
+        f" AND json_extract(error, '$.code') IN ({placeholders}))",
     )
 
 
@@ -133,8 +142,8 @@ async def test_every_run_of_the_pre_kernel_sqlite_store_finishes_as_recorded(
         # no run state is left in a reserved seq or an error code that a
         # migration moved.
         if version(path) > RECORDED_VERSION:
-            left = state_left_in_seqs_or_codes(path)
-            assert [row for row in left if not NOT_MOVED_YET & {row[1], row[2]}] == []
+            assert state_left_in_seqs_or_codes(path) == []
+            await assert_marks_moved(store, want["recorded"])
             # Runs hold and wait for their queues' slots at seq 0 now.
             for table in ("queue_slots", "queue_waiters"):
                 seqs = {seq for (seq,) in _rows(path, f"SELECT DISTINCT seq FROM {table}")}

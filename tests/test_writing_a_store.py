@@ -123,6 +123,7 @@ def test_the_store_sdk_is_pinned() -> None:
         "PutCheckpoint",
         "PutRecord",
         "PutValue",
+        "QUEUED",
         "QUEUE_SLOT",
         "QueueDepth",
         "ReleaseQueueSlot",

@@ -99,6 +99,7 @@ from ._options import ConsoleOptions as ConsoleOptions
 from ._records import Breakpoint as Breakpoint
 from ._records import Checkpoint as Checkpoint
 from ._records import ErrorInfo as ErrorInfo
+from ._records import Mark as Mark
 from ._records import PausedStep as PausedStep
 from ._records import Run as Run
 from ._runtime import EngineStatistics as EngineStatistics
@@ -172,6 +173,7 @@ __all__ = [
     "LeaseLostError",
     "lineage",
     "LocalBlobStore",
+    "Mark",
     "MemoryBroker",
     "MemoryStore",
     "NonDeterminismError",

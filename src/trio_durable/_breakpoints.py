@@ -30,7 +30,7 @@ from ._records import (
     Breakpoint,
     Checkpoint,
     CheckpointKind,
-    ErrorInfo,
+    Mark,
     PausedStep,
     Run,
 )
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ._stores._base import Store
 
 PAUSED: Final = "paused"
-"""The mark (error code) of a pending step a breakpoint paused its run before."""
+"""The mark (its code) of a pending step a breakpoint paused its run before."""
 
 CONTINUED: Final = "continued"
 """The mark of a paused step told to run (`continue_step`)."""
@@ -58,7 +58,7 @@ announces nothing (not a `RunWatch`) before reading them again."""
 def marked(cp: Checkpoint | None, mark: str) -> bool:
     """Whether ``cp`` is a pending step with ``mark``."""
     return (
-        cp is not None and cp.status == "pending" and cp.error is not None and cp.error.code == mark
+        cp is not None and cp.status == "pending" and cp.mark is not None and cp.mark.code == mark
     )
 
 
@@ -142,7 +142,7 @@ async def pause_before(
             kind=kind,
             input=input_json,
             compensation=compensation,
-            error=ErrorInfo(message=f"paused at breakpoint {found.id}", code=PAUSED),
+            mark=Mark(code=PAUSED, message=f"paused at breakpoint {found.id}"),
             enqueued_at=now,
         )
     )
@@ -229,10 +229,8 @@ async def resume(
         op = SettleCheckpoint(run.id, paused.seq, "completed", output_json, None, now)
     else:
         [cp] = await store.get_checkpoints(run.id, paused.seq, paused.seq)
-        mark = ErrorInfo(
-            message=f"continued past breakpoint {paused.breakpoint_id}", code=CONTINUED
-        )
-        op = ClaimCheckpoint(attrs.evolve(cp, error=mark))
+        mark = Mark(code=CONTINUED, message=f"continued past breakpoint {paused.breakpoint_id}")
+        op = ClaimCheckpoint(attrs.evolve(cp, mark=mark))
     # Due now: an engine that starts later (or missed the announcement)
     # finds the run by its due time; its checkpoint, still pending when
     # continued, keeps the reconcile pass from seeing it as stalled.

@@ -4,7 +4,7 @@ tasks, and the marks a pending checkpoint carries about it.
 A remote step's checkpoint (and a remote workflow's decision record: both
 are an `Attempt`) is ``pending`` from the turn that records it until its
 result settles it. While
-its attempt is out (``started_at`` set), its ``error`` is the mark `OUT`,
+its attempt is out (``started_at`` set), its ``mark`` is `OUT`,
 whose details name the broker it went out on (its URL without a password),
 whether that broker is durable (`Broker.durable`) and, for one that is not,
 which broker object of which process holds it (``holder``). A broker that
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, final
 import attrs
 import trio
 
-from ._records import Checkpoint, CheckpointStatus, ErrorInfo
+from ._records import Checkpoint, CheckpointStatus, ErrorInfo, Mark
 from ._run_records import RunRecord
 from ._urls import mask_url
 
@@ -65,6 +65,8 @@ class Attempt(Protocol):
     @property
     def errors(self) -> tuple[ErrorInfo, ...]: ...
     @property
+    def mark(self) -> Mark | None: ...
+    @property
     def started_at(self) -> float | None: ...
     @property
     def wake_at(self) -> float | None: ...
@@ -76,10 +78,10 @@ AttemptT = TypeVar("AttemptT", Checkpoint, RunRecord)
 """An `Attempt` of either kind, kept as what it is."""
 
 OUT: Final = "out"
-"""The mark (error code) of a pending remote step whose attempt is out."""
+"""The mark (its code) of a pending remote step whose attempt is out."""
 
 BROKER_WAIT: Final = "broker_unavailable"
-"""The mark (error code) of a pending remote step whose send the broker
+"""The mark (its code) of a pending remote step whose send the broker
 refused: it is sent again when its ``wake_at`` comes."""
 
 LOST_WITH_BROKER: Final = "lost_with_broker"
@@ -187,14 +189,14 @@ class Carrier:
     # Whether other holders were alive, when last asked (Trio time).
     _seen: dict[str, tuple[float, bool]] = attrs.field(factory=dict, init=False, eq=False)
     # The mark of every attempt sent on it: one object, not one per step.
-    _mark: ErrorInfo = attrs.field(init=False, eq=False)
+    _mark: Mark = attrs.field(init=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         details: dict[str, Any] = {"broker": self.broker, "durable": self.durable}
         if self.holder is not None:
             details["holder"] = self.holder
         object.__setattr__(
-            self, "_mark", ErrorInfo(message=f"out on {self.broker}", code=OUT, details=details)
+            self, "_mark", Mark(code=OUT, message=f"out on {self.broker}", details=details)
         )
 
     @classmethod
@@ -220,7 +222,7 @@ class Carrier:
         finally:
             holding.release()
 
-    def mark(self) -> ErrorInfo:
+    def mark(self) -> Mark:
         """The mark of an attempt this engine sends now (shared: never
         change its details)."""
         if self.holder is not None:
@@ -233,11 +235,11 @@ class Carrier:
         out = out_on(cp)
         return self.holder is not None and out is not None and out.get("holder") == self.holder
 
-    def closed_mark(self) -> ErrorInfo:
+    def closed_mark(self) -> Mark:
         """The mark of an attempt out on this broker once the last engine
         of this process that sent on it closed: without ``holder``, so
         every engine counts it gone (see `lost`); ``closed`` names it."""
-        return ErrorInfo(
+        return Mark(
             message=f"out on {self.broker}, closed since",
             code=OUT,
             details={"broker": self.broker, "durable": False, "closed": self.holder},
@@ -266,9 +268,9 @@ class Carrier:
             seen = self._seen[holder] = (now, holder_alive(holder))
         return not seen[1]
 
-    def waiting(self, reason: str) -> ErrorInfo:
+    def waiting(self, reason: str) -> Mark:
         """The mark of a send this broker refused, for ``reason``."""
-        return ErrorInfo(
+        return Mark(
             message=f"waiting for the broker ({self.broker}): {reason}",
             code=BROKER_WAIT,
             details={"broker": self.broker},
@@ -307,11 +309,11 @@ def out_on(cp: Attempt) -> dict[str, Any] | None:
     """The details of ``cp``'s mark `OUT` (``broker``, ``durable``,
     ``holder``) if its attempt is out and marked so, else None (a step
     sent by an engine that did not mark it: its broker is not known)."""
-    if cp.status != "pending" or cp.started_at is None or cp.error is None:
+    if cp.status != "pending" or cp.started_at is None or cp.mark is None:
         return None
-    if cp.error.code != OUT or not isinstance(cp.error.details, dict):
+    if cp.mark.code != OUT or not isinstance(cp.mark.details, dict):
         return None
-    return cp.error.details
+    return cp.mark.details
 
 
 def sent_now(
@@ -329,6 +331,6 @@ def sent_now(
         cp,
         started_at=now,
         wake_at=None if redispatch is None else now + redispatch[0],
-        error=carrier.mark(),
+        mark=carrier.mark(),
         executions=(*cp.executions, execution),
     )

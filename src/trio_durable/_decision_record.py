@@ -64,7 +64,9 @@ def ask_afresh(records: Iterable[RunRecord]) -> list[PutRecord]:
     worker afresh: its decision record, if any, waits on nothing (its
     attempts count on, so a late answer to an old task is stale)."""
     return [
-        PutRecord(attrs.evolve(record, status="completed", error=None, input=None, output=None))
+        PutRecord(
+            attrs.evolve(record, status="completed", error=None, mark=None, input=None, output=None)
+        )
         for record in records
         if record.kind == DECISION
     ]

@@ -66,7 +66,7 @@ from ._records import (
 from ._remote import REDISPATCHED, RESEND, out_verdict
 from ._replay import Replay, Suspend, TurnDraft
 from ._run_records import RunRecord
-from ._stores._ops import UpdateRun
+from ._stores._ops import QUEUED, UpdateRun
 from ._stores._record_ops import ClaimRecord, SettleRecord
 from ._webhooks import derive_token
 from ._wire import Task, WireError
@@ -264,7 +264,7 @@ def _unchanged(
         if cp.status in _SETTLED:
             settled += 1
             continue
-        if cp.error is not None and cp.error.code in (CONTINUED, "queued", RESEND):
+        if cp.mark is not None and cp.mark.code in (CONTINUED, QUEUED, RESEND):
             return False
         if cp.kind == "remote" and cp.started_at is not None:
             verdict = out_verdict(rt, cp, now)

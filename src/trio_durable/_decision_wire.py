@@ -35,7 +35,7 @@ from ._decision_checks import (
     text_field,
 )
 from ._decision_commands import Command, command_from_json
-from ._records import Checkpoint, ErrorInfo, Run
+from ._records import Checkpoint, ErrorInfo, Mark, Run
 from ._run_records import RunRecord
 from ._wire import MAX_ATTEMPT, MAX_SEQ, WireError
 from ._wire_records import BODY_SEQ_LIMIT, is_record_on_wire, record_off_wire, records_on_wire
@@ -53,6 +53,7 @@ def checkpoint_text(cp: Checkpoint, **extra: Any) -> str:
     del data["run_id"]
     data["error"] = None if cp.error is None else cp.error.to_json()
     data["errors"] = [e.to_json() for e in cp.errors]
+    data["mark"] = None if cp.mark is None else cp.mark.to_json()
     data.update(extra)
     return json.dumps(
         {k: v for k, v in data.items() if v is not None and v != []},
@@ -109,8 +110,19 @@ def checkpoint_from_text(text: Any, run_id: str) -> tuple[Checkpoint, dict[str, 
         started_at=number_field(data, "started_at"),
         finished_at=number_field(data, "finished_at"),
         executions=_executions(data.get("executions", [])),
+        mark=_mark(data.get("mark")),
     )
     return cp, data
+
+
+def _mark(value: object) -> Mark | None:
+    """A checkpoint's mark, as its entry holds it (None from an engine that
+    kept marks in ``error``)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("code"), str):
+        reject("a checkpoint's mark must be an object with a code")
+    return Mark.from_json(value)
 
 
 def _executions(value: object) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from ._decision_record import DECISION, decision_of
 from ._exceptions import StoreError
 from ._learned import Learned, step_of
 from ._payload import lowered, task_message
-from ._records import Checkpoint, ErrorInfo, RunStatus
+from ._records import Checkpoint, Mark, RunStatus
 from ._run_records import RunRecord
 from ._sent import Key, sent_key
 from ._stores._ops import ClaimCheckpoint, Op, UpdateRun
@@ -268,7 +268,7 @@ class Dispatcher:
                 self.wake(run_id)
 
     async def _deferrals(
-        self, run_id: str, attempts: dict[Key, int], due: float, mark: ErrorInfo
+        self, run_id: str, attempts: dict[Key, int], due: float, mark: Mark
     ) -> list[Op]:
         """The claims that defer the sends of ``run_id``'s attempts (by
         key): those of its steps, or of its decision task, still out at
@@ -287,7 +287,7 @@ class Dispatcher:
             key = cp.seq if isinstance(cp, Checkpoint) else DECISION
             if cp.status != "pending" or cp.started_at is None or attempts.get(key) != cp.attempts:
                 continue
-            deferred = attrs.evolve(cp, started_at=None, wake_at=due, error=mark)
+            deferred = attrs.evolve(cp, started_at=None, wake_at=due, mark=mark)
             if isinstance(deferred, Checkpoint):
                 ops.append(ClaimCheckpoint(deferred, attempt=cp.attempts))
             else:

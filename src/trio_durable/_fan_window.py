@@ -48,7 +48,7 @@ from ._exceptions import StoreError
 from ._executions import new_execution
 from ._learned import step_of
 from ._observe import Event
-from ._records import Checkpoint, ErrorInfo, Run, RunStatus, StoredValue
+from ._records import Checkpoint, Mark, Run, RunStatus, StoredValue
 from ._replay import TurnDraft
 from ._stores._base import Store, WriteConflict
 from ._stores._ops import ClaimCheckpoint, Op, PutValue, UpdateRun
@@ -147,15 +147,15 @@ def waiting(cp: Checkpoint | None) -> bool:
         cp is not None
         and cp.status == "pending"
         and cp.started_at is None
-        and cp.error is not None
-        and cp.error.code == WINDOW_WAIT
+        and cp.mark is not None
+        and cp.mark.code == WINDOW_WAIT
     )
 
 
-def waiting_error(concurrency: int) -> ErrorInfo:
+def waiting_mark(concurrency: int) -> Mark:
     """The mark of a waiting member."""
-    return ErrorInfo(
-        message=f"waiting for its place in its fan's window of {concurrency}", code=WINDOW_WAIT
+    return Mark(
+        code=WINDOW_WAIT, message=f"waiting for its place in its fan's window of {concurrency}"
     )
 
 

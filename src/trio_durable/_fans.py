@@ -42,11 +42,11 @@ from ._fan_window import (
     lets_successor_start,
     read_window,
     waiting,
-    waiting_error,
+    waiting_mark,
     window_key,
 )
-from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode
-from ._remote import StepPlanner
+from ._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode, Mark
+from ._remote import BLOCKED, StepPlanner
 from ._replay import Replay, Suspend, recorded_value
 from ._stores._ops import ClaimCheckpoint, Op, PutValue, SettleCheckpoint
 
@@ -321,7 +321,7 @@ class _FanPlan:
             name=name,
             kind=kind,
             input=input_json,
-            error=waiting_error(self.width),
+            mark=waiting_mark(self.width),
             parallel_group=self.first,
             parallel_size=self.total,
             parallel_mode=self.mode,
@@ -410,7 +410,7 @@ async def _send_waiting(planner: StepPlanner, cp: Checkpoint) -> Checkpoint:
         cp = attrs.evolve(
             cp,
             wake_at=now + rt.options.blocked_recheck,
-            error=ErrorInfo(message=gap, code="blocked"),
+            mark=Mark(code=BLOCKED, message=gap),
         )
     else:
         cp = planner.out(cp, now)

@@ -108,6 +108,47 @@ class ErrorInfo:
         )
 
 
+@final
+@attrs.define(frozen=True)
+class Mark:
+    """What a pending checkpoint (or a run's record of a task out) waits for,
+    as the feature that waits names it: its attempt is out on a broker
+    (``out``, whose details name the broker), its send waits for the broker
+    (``broker_unavailable``), it waits in a flow-control queue's line
+    (``queued``), for the queue's rate limit (``rate_limited``), for a worker
+    that offers what it requires (``blocked``), for a fan's window
+    (``fan_window``), to be sent again (``resend``), at a breakpoint
+    (``paused``), or was told to go on past one (``continued``).
+
+    Attributes:
+      code: Which wait it is.
+      message: The wait, for people.
+      details: JSON details, or None.
+    """
+
+    code: str
+    message: str = ""
+    details: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            data["details"] = self.details
+        return data
+
+    def as_error(self) -> ErrorInfo:
+        """The mark as a pending checkpoint's ``error`` shows it."""
+        return ErrorInfo(message=self.message, code=self.code, details=self.details)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Mark:
+        return cls(
+            code=str(data["code"]),
+            message=str(data.get("message", "")),
+            details=data.get("details"),
+        )
+
+
 def bound_traceback(text: str | None, limit: int) -> str | None:
     """``text`` cut to at most ``limit`` characters (None if ``limit`` is 0).
 
@@ -133,6 +174,14 @@ def dump_error(error: ErrorInfo | None) -> str | None:
 
 def load_error(text: str | None) -> ErrorInfo | None:
     return None if text is None else ErrorInfo.from_json(json.loads(text))
+
+
+def dump_mark(mark: Mark | None) -> str | None:
+    return None if mark is None else json.dumps(mark.to_json(), separators=(",", ":"))
+
+
+def load_mark(text: str | None) -> Mark | None:
+    return None if text is None else Mark.from_json(json.loads(text))
 
 
 def dump_errors(errors: tuple[ErrorInfo, ...]) -> str:
@@ -225,8 +274,14 @@ class Checkpoint:
       output: Its result as JSON text, once completed. For a child this is the
         completion ``{"ok": true, "value": ...}`` or
         ``{"ok": false, "error": ..., "code": ..., "details": ...}``.
-      error: The final error, once failed.
+      error: The final error, once failed (an on-error handoff's failure,
+        while it is pending). While the operation has a `mark`, the mark as
+        an error (its code and message: ``blocked``, ``queued``, ...), as
+        the releases before showed it: made from the mark, never set apart
+        from it.
       errors: Each failed attempt's error, in order.
+      mark: What a pending operation waits for (a `Mark`), if it waits for
+        more than its result or its due time; None once settled.
       attempts: How many attempts ran.
       group: The worker group of a remote step.
       child_id: The run id of a child operation.
@@ -273,6 +328,14 @@ class Checkpoint:
     finished_at: float | None = None
     executions: tuple[str, ...] = ()
     rerun: bool = False
+    mark: Mark | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.mark is not None and (self.error is None or self.error.sealed is None):
+            # A marked operation shows its mark as its error (but one a codec
+            # sealed in a release before, which the codec store reads the
+            # mark from).
+            object.__setattr__(self, "error", self.mark.as_error())
 
 
 def signal_token(run_id: str, name: str) -> str:

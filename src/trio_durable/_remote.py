@@ -43,11 +43,12 @@ from ._executions import is_rerun, new_execution
 from ._failures import step_failure
 from ._learned import queue_of
 from ._rate_limits import RATE_LIMITED, reserve
-from ._records import Checkpoint, ErrorInfo, FanMode
+from ._records import Checkpoint, ErrorInfo, FanMode, Mark
 from ._replay import Replay, Suspend, recorded_value
 from ._step_dedup import CLAIM_ATTEMPTS, DEDUPLICATED, check_dedup_key, claim
 from ._stores._base import Store, WriteConflict
 from ._stores._ops import (
+    QUEUED,
     AdmitToQueue,
     ClaimCheckpoint,
     Op,
@@ -65,6 +66,10 @@ RESEND: Final = "resend"
 """The mark of a step to send again as a new attempt: its run was cancelled
 while an attempt was out (its result was dropped), then retried, or it was
 retried while suspended (see `resend_on_retry`)."""
+
+BLOCKED: Final = "blocked"
+"""The mark of a step no live worker of its group can take (none offers
+what it requires): it is looked at again after ``blocked_recheck``."""
 
 REDISPATCHED: Final = "redispatched"
 """The error code, among a step's ``errors``, of an attempt sent again
@@ -232,9 +237,7 @@ class StepPlanner:
         # told it failed).
         queued = attrs.evolve(
             cp,
-            error=ErrorInfo(
-                message=f"waiting for a slot of queue {self.flow.name!r}", code="queued"
-            ),
+            mark=Mark(code=QUEUED, message=f"waiting for a slot of queue {self.flow.name!r}"),
             wake_at=next_look(cp.enqueued_at, now, self.rt.options.blocked_recheck),
         )
         ops: list[Op] = [
@@ -267,7 +270,7 @@ class StepPlanner:
         self.replay.turn.checkpoints[cp.seq] = queued
         if not admitted:
             return queued
-        return await self._let_through(attrs.evolve(queued, error=None), now)
+        return await self._let_through(attrs.evolve(queued, mark=None, error=None), now)
 
     async def _refuse(self, cp: Checkpoint, holder: tuple[str, int], now: float) -> Checkpoint:
         """Record a step refused for the dedup key that ``holder`` (a step
@@ -321,7 +324,7 @@ class StepPlanner:
         self.replay.turn.checkpoints[cp.seq] = waiting
         if not admitted:
             return waiting
-        return await self._let_through(attrs.evolve(waiting, error=None), now)
+        return await self._let_through(attrs.evolve(waiting, mark=None, error=None), now)
 
     async def _let_through(self, cp: Checkpoint, now: float) -> Checkpoint:
         """Send a step that may go (holding its queue's slot, if any), unless
@@ -338,9 +341,9 @@ class StepPlanner:
             cp,
             started_at=None,
             wake_at=at,
-            error=ErrorInfo(
-                message=f"waiting for the rate limit of queue {self.flow.name!r}",
+            mark=Mark(
                 code=RATE_LIMITED,
+                message=f"waiting for the rate limit of queue {self.flow.name!r}",
             ),
         )
         self._claim(limited)
@@ -358,7 +361,7 @@ class StepPlanner:
             cp,
             started_at=None,
             wake_at=now + self.rt.options.blocked_recheck,
-            error=ErrorInfo(message=gap, code="blocked"),
+            mark=Mark(code=BLOCKED, message=gap),
         )
 
     async def drive(self, cp: Checkpoint) -> Checkpoint:
@@ -370,14 +373,14 @@ class StepPlanner:
             return await self._out(cp, now)
         if cp.wake_at is not None and cp.wake_at > now:
             return cp
-        if cp.error is not None and cp.error.code == "queued":
+        if _in_line(cp):
             return await self._recheck_admission(cp, now)
         gap = await self.gap()
         if gap is not None:
             parked = self._parked(cp, gap, now)
             self._claim(parked)
             return parked
-        if self.flow is not None and cp.error is not None and cp.error.code in ("blocked", RESEND):
+        if self.flow is not None and cp.mark is not None and cp.mark.code in (BLOCKED, RESEND):
             return await self._admit(cp, now)
         return await self._let_through(cp, now)
 
@@ -509,20 +512,20 @@ def resend_on_retry(cp: AttemptT) -> AttemptT | None:
     if cp.status != "pending" or (step and cp.kind != "remote"):
         return None
     if cp.started_at is None:
-        if cp.error is not None and cp.error.code == BROKER_WAIT:
+        if cp.mark is not None and cp.mark.code == BROKER_WAIT:
             return attrs.evolve(cp, wake_at=None)
         return None
     retried = ErrorInfo(
         message=f"attempt {cp.attempts} was out when its run was retried; sent again",
         code="retried",
     )
-    resend = ErrorInfo(message="to be sent again: its run was retried", code=RESEND)
+    resend = Mark(code=RESEND, message="to be sent again: its run was retried")
     return attrs.evolve(
         cp,
         # A decision task's next attempt is numbered as it is sent.
         attempts=cp.attempts + (1 if step else 0),
         errors=(*cp.errors, retried),
-        error=resend,
+        mark=resend,
         started_at=None,
         wake_at=None,
     )
@@ -531,11 +534,11 @@ def resend_on_retry(cp: AttemptT) -> AttemptT | None:
 def _reserved(cp: Checkpoint) -> bool:
     """Whether a step holds a reservation of its queue's rate limit (due
     once its ``wake_at`` passed)."""
-    return cp.error is not None and cp.error.code == RATE_LIMITED
+    return cp.mark is not None and cp.mark.code == RATE_LIMITED
 
 
 def _in_line(cp: Checkpoint) -> bool:
-    return cp.error is not None and cp.error.code == "queued"
+    return cp.mark is not None and cp.mark.code == QUEUED
 
 
 async def let_in_meanwhile(store: Store, run_id: str, seq: int) -> bool:

@@ -16,7 +16,7 @@ from typing import final
 
 import attrs
 
-from ._records import CheckpointStatus, ErrorInfo
+from ._records import CheckpointStatus, ErrorInfo, Mark
 
 
 @final
@@ -37,7 +37,10 @@ class RunRecord:
         else ``completed`` or ``failed``.
       input: What it waits with, as JSON text, if anything.
       output: Its value, as JSON text, if any.
-      error: Why it failed, or the mark of what it waits for.
+      error: Why it failed; while it has a `mark`, the mark as an error.
+      mark: What it waits for besides its answer (a `Mark`: its task is
+        out on a broker, its send waits for the broker, it is to be sent
+        again), while pending.
       errors: The errors of the attempts that came before, in order.
       attempts: How many attempts of its task were sent.
       group: Where its task goes (a worker group route).
@@ -63,6 +66,14 @@ class RunRecord:
     started_at: float | None = None
     finished_at: float | None = None
     executions: tuple[str, ...] = ()
+    mark: Mark | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.mark is not None and (self.error is None or self.error.sealed is None):
+            # A marked record shows its mark as its error (but one a codec
+            # sealed in a release before, which the codec store reads the
+            # mark from).
+            object.__setattr__(self, "error", self.mark.as_error())
 
 
 def value_record(

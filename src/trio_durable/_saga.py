@@ -31,9 +31,10 @@ from ._executions import rerun_record
 from ._handoff import output_source
 from ._local import execute
 from ._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
-from ._records import Checkpoint, ErrorInfo, Run, RunStatus, signal_token
+from ._records import Checkpoint, ErrorInfo, Mark, Run, RunStatus, signal_token
 from ._remote import RESEND
 from ._stores._ops import (
+    QUEUED,
     ClaimCheckpoint,
     DeleteCheckpoints,
     Op,
@@ -192,20 +193,20 @@ def _rearm(now: float, run: Run, cp: Checkpoint) -> list[Op]:
             " its result was dropped",
             code="cancelled",
         )
-        resend = ErrorInfo(message="to be sent again: its run was retried", code=RESEND)
+        resend = Mark(code=RESEND, message="to be sent again: its run was retried")
         return [
             ClaimCheckpoint(
                 attrs.evolve(
                     cp,
                     attempts=cp.attempts + 1,
                     errors=(*cp.errors, dropped),
-                    error=resend,
+                    mark=resend,
                     started_at=None,
                     wake_at=None,
                 )
             )
         ]
-    if cp.error is not None and cp.error.code == "queued":
+    if cp.mark is not None and cp.mark.code == QUEUED:
         # Its place in line may be gone (a release skips the waiters of
         # ended runs): ask again at once rather than at its next look.
         return [ClaimCheckpoint(attrs.evolve(cp, wake_at=None))]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 from ._exceptions import UsageError
 from ._index_text import refuse_nul
 from ._rate_limits import RATE_LIMITED
-from ._stores._ops import PutValue
+from ._stores._ops import QUEUED, PutValue
 
 if TYPE_CHECKING:
     from ._records import Checkpoint
@@ -59,8 +59,8 @@ def waits_in_line(cp: Checkpoint) -> bool:
     return (
         cp.status == "pending"
         and cp.started_at is None
-        and cp.error is not None
-        and cp.error.code in ("queued", RATE_LIMITED)
+        and cp.mark is not None
+        and cp.mark.code in (QUEUED, RATE_LIMITED)
     )
 
 

@@ -200,12 +200,12 @@ async def _mark_closed(rt: Runtime, run: Run) -> int:
     that closed; how many it found."""
     carrier = rt.dispatcher.carrier
     ops: list[Op] = [
-        ClaimCheckpoint(attrs.evolve(cp, error=carrier.closed_mark()), attempt=cp.attempts)
+        ClaimCheckpoint(attrs.evolve(cp, mark=carrier.closed_mark()), attempt=cp.attempts)
         for cp in await _pending(rt, run.id, carrier.holds)
     ]
     decision = await _decision(rt, run.id)
     if decision is not None and carrier.holds(decision):
-        closed = attrs.evolve(decision, error=carrier.closed_mark())
+        closed = attrs.evolve(decision, mark=carrier.closed_mark())
         ops.append(ClaimRecord(closed, attempt=decision.attempts))
     if not ops:
         return 0

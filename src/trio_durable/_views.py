@@ -106,15 +106,13 @@ class HistoryEntry:
     @classmethod
     def of(cls, cp: Checkpoint) -> HistoryEntry:
         """The entry of a stored checkpoint (its payloads left out)."""
-        # A pending checkpoint's error may be a mark (a step waiting for a
-        # flow-control slot), not a failure: only a failed one has an error.
         failed = cp.status == "failed" and cp.error is not None
         errors = cp.errors
         # A local step records its final error among its attempts' errors;
         # a remote step or a child only as the error.
         if failed and cp.error is not None and (not errors or len(errors) < cp.attempts):
             errors = (*errors, cp.error)
-        mark = cp.error if cp.status == "pending" else None
+        mark = cp.mark if cp.status == "pending" else None
         # The marks `_carrier.OUT` and `_breakpoints.PAUSED` (this module
         # imports no engine part).
         out = mark is not None and mark.code == "out" and cp.started_at is not None

@@ -37,6 +37,7 @@ from ._stores._hook_ops import PutBreakpoint as PutBreakpoint
 from ._stores._hook_ops import ResumeStep as ResumeStep
 from ._stores._hook_ops import UseWebhook as UseWebhook
 from ._stores._ops import QUEUE_SLOT as QUEUE_SLOT
+from ._stores._ops import QUEUED as QUEUED
 from ._stores._ops import WHOLE_RUN as WHOLE_RUN
 from ._stores._ops import AdmitToQueue as AdmitToQueue
 from ._stores._ops import Announce as Announce
@@ -79,6 +80,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "WHOLE_RUN",
     "QUEUE_SLOT",
+    "QUEUED",
     "queue_slot_record",
     "AdmitToQueue",
     "Announce",

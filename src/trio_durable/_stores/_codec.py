@@ -39,6 +39,7 @@ from .._records import (
     Checkpoint,
     CheckpointStatus,
     ErrorInfo,
+    Mark,
     Run,
     RunFilter,
     RunStatus,
@@ -199,12 +200,13 @@ class PayloadCoder:
             )
 
     def checkpoint_in(self, cp: Row) -> Row:
-        """A checkpoint's (or a run record's) payloads encoded."""
+        """A checkpoint's (or a run record's) payloads encoded (an error
+        that only shows the row's mark holds none)."""
         return attrs.evolve(
             cp,
             input=self.text_in(cp.input),
             output=self.text_in(cp.output),
-            error=self.error_in(cp.error),
+            error=cp.error if _shows_mark(cp) else self.error_in(cp.error),
             errors=self.errors_in(cp.errors),
         )
 
@@ -212,6 +214,12 @@ class PayloadCoder:
         """A checkpoint's (or a run record's) payloads decoded."""
         coded_input, output = self.text_out(cp.input), self.text_out(cp.output)
         error, errors = self.error_out(cp.error), self.errors_out(cp.errors)
+        if cp.mark is not None and error is not cp.error and error is not None:
+            # A mark a release before sealed as the pending row's error (the
+            # migration copied it into the mark as it was): its details are
+            # in the sealed text.
+            mark = Mark(code=error.code or "", message=error.message, details=error.details)
+            return attrs.evolve(cp, input=coded_input, output=output, errors=errors, mark=mark)
         if coded_input is cp.input and output is cp.output and error is cp.error and not errors:
             return cp  # nothing was encoded (a timer, a row older than the codec)
         return attrs.evolve(cp, input=coded_input, output=output, error=error, errors=errors)
@@ -288,6 +296,11 @@ def _or_stored(decode: Callable[[T], T], value: T) -> T:
         return decode(value)
     except CodecError:
         return value
+
+
+def _shows_mark(row: Checkpoint | RunRecord) -> bool:
+    """Whether ``row``'s error only shows its mark (what it waits for)."""
+    return row.mark is not None and row.error == row.mark.as_error()
 
 
 class CodecStore(StoreWrapper):

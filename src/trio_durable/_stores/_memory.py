@@ -36,6 +36,7 @@ from ._memory_records import MemoryRecords
 from ._memory_values import MemoryValues
 from ._ops import (
     QUEUE_SLOT,
+    QUEUED,
     WHOLE_RUN,
     AdmitToQueue,
     Announce,
@@ -332,6 +333,7 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
                     error=error,
                     errors=errors,
                     finished_at=finished_at,
+                    mark=None,
                 )
                 self._set_checkpoint(settled, (run_id, seq), journal)
                 return settled
@@ -455,9 +457,16 @@ class MemoryStore(MemoryReads, MemoryQueries, MemoryValues, StoreHelpers):
 
     def _unmark(self, run_id: str, seq: int, journal: list[_Undo]) -> None:
         cp = self._checkpoints.get(run_id, {}).get(seq)
-        if cp is not None and cp.error is not None and cp.error.code == "queued":
+        if (
+            cp is not None
+            and cp.status == "pending"
+            and cp.mark is not None
+            and cp.mark.code == QUEUED
+        ):
             # Due at once: its run's next turn sends it, not its next look.
-            self._set_checkpoint(attrs.evolve(cp, error=None, wake_at=None), (run_id, seq), journal)
+            self._set_checkpoint(
+                attrs.evolve(cp, mark=None, error=None, wake_at=None), (run_id, seq), journal
+            )
 
     def _run_status(self, run_id: str) -> str | None:
         run = self._runs.get(run_id)

@@ -1,7 +1,10 @@
 """The migrations that move a run's own records out of the reserved seqs of
 its checkpoints, where the releases before kept them, into ``run_records``
-(see `._record_sql`): SQLite schemas 10 to 12, PostgreSQL schemas 9 to 11.
-The same statements serve both stores.
+(see `._record_sql`): SQLite schemas 10 to 12, PostgreSQL schemas 9 to 11;
+and the one that gives the marks of what pending checkpoints and records
+wait for, kept in their ``error`` before, a column of their own
+(``mark``): SQLite schema 13, PostgreSQL schema 12. The same statements
+serve both stores.
 
 Only this module knows the seqs those releases used; each row keeps every
 field (its seq becomes its kind), and leaves the checkpoints.
@@ -93,3 +96,31 @@ MOVE_DECISIONS: Final = (
 records of kind ``decision`` (SQLite schema 12, PostgreSQL schema 11), in
 order: every field is kept (a decision task out stays out, and its answer
 settles the record)."""
+
+
+MARKS: Final = (
+    "out",
+    "broker_unavailable",
+    "queued",
+    "rate_limited",
+    "blocked",
+    "fan_window",
+    "resend",
+    "paused",
+    "continued",
+)
+"""The codes of the marks that the releases before SQLite schema 13 and
+PostgreSQL schema 12 kept in a pending checkpoint's (or record's) error."""
+
+
+def move_marks(error_code: str) -> tuple[str, ...]:
+    """The statements that copy the marks of pending checkpoints and records
+    from ``error`` into ``mark`` (a column the migration adds before), given
+    the dialect's expression of the code of the ``error`` column. A mark's
+    JSON (code, message, details) is the error's as it was written; the
+    error stays, as a pending row's error shows its mark."""
+    codes = ", ".join(f"'{code}'" for code in MARKS)
+    return tuple(
+        f"UPDATE {table} SET mark = error WHERE status = 'pending' AND {error_code} IN ({codes})"
+        for table in ("checkpoints", "run_records")
+    )

@@ -166,6 +166,11 @@ it by, and asking for it takes nothing. Its run gives its slot back
 itself, in the write that ends it (under its lease), so `ReleaseQueueSlot`
 frees it whatever the run's status."""
 
+QUEUED: Final = "queued"
+"""The code of the `Mark` of a step waiting in a flow-control queue's line:
+the store clears the mark (and the step's ``wake_at``, its next look at the
+line) when it lets the step in, so that its run's next turn sends it."""
+
 QUEUE_SLOT: Final = "queue_slot"
 """The kind of the record a store keeps for a run that holds a slot as a
 whole run (see `WHOLE_RUN`)."""
@@ -183,8 +188,8 @@ class AdmitToQueue:
     """Ask a flow-control queue for a slot for the step at ``(run_id, seq)``
     (or for the run itself, at `WHOLE_RUN`).
 
-    The step's pending checkpoint must exist and carry the ``queued`` mark
-    (error code ``"queued"``). If fewer than ``limit`` steps hold a slot of
+    The step's pending checkpoint must exist and carry the `QUEUED` mark
+    (its ``mark``'s code). If fewer than ``limit`` steps hold a slot of
     ``queue`` and no waiter of higher priority is ahead, the step takes a
     slot and the mark is cleared, with the checkpoint's ``wake_at`` (its next
     look at the line): it may be sent at once. Otherwise it waits in
@@ -211,7 +216,7 @@ class ReleaseQueueSlot:
     The slot row is deleted once, so of several deliveries settling one step
     exactly one releases it. A waiter whose checkpoint is no longer pending,
     or whose run ended, is dropped instead of let in. Each waiter let in has
-    its ``queued`` mark and its ``wake_at`` cleared, so it is due at once.
+    its `QUEUED` mark and its ``wake_at`` cleared, so it is due at once.
     Result: the ``(run_id, seq)`` of the steps let in (their runs need a turn
     to send them).
     """

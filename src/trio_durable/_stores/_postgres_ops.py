@@ -118,6 +118,7 @@ _ERRORS_APPENDED: Final = (
 )
 _SETTLE_CHECKPOINT: Final = (
     "UPDATE checkpoints SET status = %(status)s, output = %(output)s, error = %(error)s,"
+    " mark = NULL,"
     f" errors = CASE WHEN %(append_error)s THEN {_ERRORS_APPENDED} ELSE errors END,"
     f" finished_at = %(finished_at)s::double precision{_CONDITIONS}"
     f" RETURNING {CHECKPOINT_COLUMNS}"
@@ -128,8 +129,8 @@ _RESCHEDULE_CHECKPOINT: Final = (
     f" RETURNING {CHECKPOINT_COLUMNS}"
 )
 _SETTLE_SIGNAL: Final = (
-    "UPDATE checkpoints SET status = 'completed', output = %s, error = NULL, finished_at = %s"
-    " WHERE run_id = %s AND seq = %s AND status = 'pending'"
+    "UPDATE checkpoints SET status = 'completed', output = %s, error = NULL, finished_at = %s,"
+    " mark = NULL WHERE run_id = %s AND seq = %s AND status = 'pending'"
 )
 # The rules of `LockRun` in one statement: taken when free, lapsed or ours,
 # and a takeover from another owner counts a recovery.
@@ -297,9 +298,10 @@ def _slot_done(cur: psycopg.Cursor[Any], run_id: str, seq: int) -> bool:
 def _unmark(cur: psycopg.Cursor[Any], run_id: str, seq: int) -> None:
     # Due at once: its run's next turn sends it, not its next look.
     cur.execute(
-        "UPDATE checkpoints SET error = NULL, wake_at = NULL WHERE run_id = %s AND seq = %s"
-        f" AND status = 'pending' AND {_ERROR_CODE} = 'queued'",
-        (run_id, seq),
+        "UPDATE checkpoints SET mark = NULL, error = NULL, wake_at = NULL"
+        " WHERE run_id = %s AND seq = %s"
+        " AND status = 'pending' AND mark::jsonb ->> 'code' = %s",
+        (run_id, seq, _ops.QUEUED),
     )
 
 

@@ -22,7 +22,7 @@ from psycopg import sql
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 from ._hook_sql import TABLES as HOOK_TABLES
-from ._migrations_records import MOVE_DECISIONS, MOVE_TO_RECORDS, move_admission
+from ._migrations_records import MOVE_DECISIONS, MOVE_TO_RECORDS, move_admission, move_marks
 from ._payload_marks_sql import POSTGRES_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._record_sql import TABLE as RECORDS_TABLE
 from ._search_sql import POSTGRES_MIGRATION as SEARCH_MIGRATION
@@ -31,7 +31,7 @@ from ._values_sql import POSTGRES_RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import POSTGRES_TABLE as VALUES_TABLE
 from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 
-SCHEMA_VERSION: Final = 11
+SCHEMA_VERSION: Final = 12
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -252,6 +252,13 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
     # 11: remote workflows' decision checkpoints become records.
     MOVE_DECISIONS,
+    # 12: what pending checkpoints and records wait for, in a column of its
+    # own rather than in their error.
+    (
+        "ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS mark text",
+        "ALTER TABLE run_records ADD COLUMN IF NOT EXISTS mark text",
+        *move_marks("replace(error, '\\u0000', '\\u0020')::jsonb ->> 'code'"),
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 

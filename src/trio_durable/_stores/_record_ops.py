@@ -86,5 +86,10 @@ def settle_applies(record: RunRecord, op: SettleRecord) -> bool:
 def settled(record: RunRecord, op: SettleRecord) -> RunRecord:
     """``record`` as ``op`` settles it."""
     return attrs.evolve(
-        record, status=op.status, output=op.output, error=op.error, finished_at=op.finished_at
+        record,
+        status=op.status,
+        output=op.output,
+        error=op.error,
+        finished_at=op.finished_at,
+        mark=None,
     )

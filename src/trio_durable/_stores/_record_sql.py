@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from .._records import dump_error, dump_errors, load_error, load_errors
+from .._records import dump_error, dump_errors, dump_mark, load_error, load_errors, load_mark
 from .._run_records import RunRecord
 from ._ops import QUEUE_SLOT, queue_slot_record
 from ._record_ops import (
@@ -42,6 +42,7 @@ TABLE: Final = """
         started_at DOUBLE PRECISION,
         finished_at DOUBLE PRECISION,
         executions TEXT,
+        mark TEXT,
         PRIMARY KEY (run_id, kind)
     )
     """
@@ -51,7 +52,7 @@ RUN_TABLE: Final = "run_records"
 
 _FIELDS: Final = (
     "run_id", "kind", "status", "input", "output", "error", "errors", "attempts",
-    "worker_group", "wake_at", "enqueued_at", "started_at", "finished_at", "executions",
+    "worker_group", "wake_at", "enqueued_at", "started_at", "finished_at", "executions", "mark",
 )  # fmt: skip
 COLUMNS: Final = ", ".join(_FIELDS)
 
@@ -61,7 +62,7 @@ def record_values(record: RunRecord) -> tuple[Any, ...]:
         record.run_id, record.kind, record.status, record.input, record.output,
         dump_error(record.error), dump_errors(record.errors) if record.errors else None,
         record.attempts, record.group, record.wake_at, record.enqueued_at, record.started_at,
-        record.finished_at, dump_executions(record.executions),
+        record.finished_at, dump_executions(record.executions), dump_mark(record.mark),
     )  # fmt: skip
 
 
@@ -82,6 +83,7 @@ def load_record(row: Any) -> RunRecord:
         started_at=row[11],
         finished_at=row[12],
         executions=load_executions(row[13]),
+        mark=load_mark(row[14]),
     )
 
 

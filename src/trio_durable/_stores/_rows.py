@@ -12,8 +12,10 @@ from .._records import (
     Run,
     dump_error,
     dump_errors,
+    dump_mark,
     load_error,
     load_errors,
+    load_mark,
 )
 from .._search_values import dump_attributes, load_attributes
 from ._base import run_due_at
@@ -28,7 +30,7 @@ CHECKPOINT_FIELDS: Final = (
     "run_id", "seq", "name", "kind", "status", "input", "output", "error", "errors", "attempts",
     "worker_group", "child_id", "compensation", "parallel_group", "parallel_size",
     "parallel_mode", "wake_at", "enqueued_at", "started_at", "finished_at", "executions",
-    "rerun",
+    "rerun", "mark",
 )  # fmt: skip
 CHECKPOINT_COLUMNS: Final = ", ".join(CHECKPOINT_FIELDS)
 
@@ -89,7 +91,7 @@ def checkpoint_values(cp: Checkpoint) -> tuple[Any, ...]:
         dump_errors(cp.errors) if cp.errors else None,
         cp.attempts, cp.group, cp.child_id, cp.compensation, cp.parallel_group,
         cp.parallel_size, cp.parallel_mode, cp.wake_at, cp.enqueued_at, cp.started_at,
-        cp.finished_at, dump_executions(cp.executions), cp.rerun,
+        cp.finished_at, dump_executions(cp.executions), cp.rerun, dump_mark(cp.mark),
     )  # fmt: skip
 
 
@@ -118,6 +120,7 @@ def load_checkpoint(row: Any) -> Checkpoint:
         executions=load_executions(row[20]),
         # PostgreSQL keeps a boolean, SQLite an integer.
         rerun=bool(row[21]),
+        mark=load_mark(row[22]),
     )
 
 

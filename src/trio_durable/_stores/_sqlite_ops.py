@@ -91,19 +91,19 @@ _CLAIM_CHECKPOINT: Final = (
     + " WHERE run_id = ? AND seq = ? AND status = 'pending' AND (? IS NULL OR attempts = ?)"
 )
 _SETTLE_CHECKPOINT: Final = (
-    "UPDATE checkpoints SET status = ?, output = ?, error = ?, finished_at = ?"
+    "UPDATE checkpoints SET status = ?, output = ?, error = ?, finished_at = ?, mark = NULL"
     f" WHERE run_id = ? AND seq = ? AND status = 'pending' RETURNING {CHECKPOINT_COLUMNS}"
 )
 # A settle whose conditions `_conditions_hold` checked in the same
 # transaction (it may settle a checkpoint that is not pending).
 _SETTLE_CHECKED: Final = (
-    "UPDATE checkpoints SET status = ?, output = ?, error = ?, finished_at = ?"
+    "UPDATE checkpoints SET status = ?, output = ?, error = ?, finished_at = ?, mark = NULL"
     f" WHERE run_id = ? AND seq = ? RETURNING {CHECKPOINT_COLUMNS}"
 )
 _SET_ERRORS: Final = "UPDATE checkpoints SET errors = ? WHERE run_id = ? AND seq = ?"
 _SETTLE_SIGNAL: Final = (
-    "UPDATE checkpoints SET status = 'completed', output = ?, error = NULL, finished_at = ?"
-    " WHERE run_id = ? AND seq = ? AND status = 'pending'"
+    "UPDATE checkpoints SET status = 'completed', output = ?, error = NULL, finished_at = ?,"
+    " mark = NULL WHERE run_id = ? AND seq = ? AND status = 'pending'"
 )
 
 _update_run_sql: dict[tuple[str, ...], str] = {}
@@ -255,9 +255,10 @@ def _slot_done(cur: sqlite3.Cursor, run_id: str, seq: int) -> bool:
 def _unmark(cur: sqlite3.Cursor, run_id: str, seq: int) -> None:
     # Due at once: its run's next turn sends it, not its next look.
     cur.execute(
-        "UPDATE checkpoints SET error = NULL, wake_at = NULL WHERE run_id = ? AND seq = ?"
-        " AND status = 'pending' AND json_extract(error, '$.code') = 'queued'",
-        (run_id, seq),
+        "UPDATE checkpoints SET mark = NULL, error = NULL, wake_at = NULL"
+        " WHERE run_id = ? AND seq = ?"
+        " AND status = 'pending' AND json_extract(mark, '$.code') = ?",
+        (run_id, seq, _ops.QUEUED),
     )
 
 

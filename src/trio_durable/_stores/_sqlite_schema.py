@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .._exceptions import InvalidURLError, StoreError
 from .._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
-from ._migrations_records import MOVE_DECISIONS, MOVE_TO_RECORDS, move_admission
+from ._migrations_records import MOVE_DECISIONS, MOVE_TO_RECORDS, move_admission, move_marks
 from ._payload_marks_sql import SQLITE_MIGRATION as PAYLOAD_MARKS_MIGRATION
 from ._record_sql import TABLE as RECORDS_TABLE
 from ._search_sql import SQLITE_COLUMN as SEARCH_COLUMN
@@ -28,7 +28,7 @@ from ._values_sql import RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
-SCHEMA_VERSION: Final = 12
+SCHEMA_VERSION: Final = 13
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
@@ -44,9 +44,10 @@ run a keyed value goes with (``durable_values.run_id``, deleted with it by
 retention) and the indexes of retention's walks; version 10 added runs' own
 records (``run_records``, see `._record_sql`), moving there those kept at
 reserved seqs before (`._migrations_records`); version 11 moved runs'
-admission there too, and the queue slots runs hold to seq 0. An older file
-is migrated
-when it is opened."""
+admission there too, and the queue slots runs hold to seq 0; version 12
+moved remote workflows' decisions there; version 13 added the ``mark`` of
+pending checkpoints and records (what they wait for), kept in their
+``error`` before. An older file is migrated when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
 """Seconds between two looks of a store's watch for commits of other
@@ -77,6 +78,8 @@ CHECKPOINTS_STATUS: Final = (
 
 EXECUTIONS_COLUMN: Final = "ALTER TABLE checkpoints ADD COLUMN executions TEXT"
 RERUN_COLUMN: Final = "ALTER TABLE checkpoints ADD COLUMN rerun INTEGER NOT NULL DEFAULT 0"
+MARK_COLUMN: Final = "ALTER TABLE checkpoints ADD COLUMN mark TEXT"
+RECORD_MARK_COLUMN: Final = "ALTER TABLE run_records ADD COLUMN mark TEXT"
 
 _SCHEMA: Final = (
     """
@@ -193,6 +196,7 @@ _SCHEMA: Final = (
         finished_at REAL,
         executions TEXT,
         rerun INTEGER NOT NULL DEFAULT 0,
+        mark TEXT,
         PRIMARY KEY (run_id, seq)
     )
     """,
@@ -297,6 +301,9 @@ _MIGRATIONS: Final = {
     10: move_admission("json_extract(error, '$.code')", "json_quote(queue)"),
     # From version 11: remote workflows' decision checkpoints become records.
     11: MOVE_DECISIONS,
+    # From version 12: what pending checkpoints and records wait for, in a
+    # column of its own rather than in their error.
+    12: (MARK_COLUMN, RECORD_MARK_COLUMN, *move_marks("json_extract(error, '$.code')")),
 }
 
 _INDEXED_LAST: Final = VALUE_INDEXES
@@ -308,6 +315,8 @@ _ADDED_COLUMNS: Final = {
     SEARCH_COLUMN: ("runs", "search_attributes"),
     EXECUTIONS_COLUMN: ("checkpoints", "executions"),
     RERUN_COLUMN: ("checkpoints", "rerun"),
+    MARK_COLUMN: ("checkpoints", "mark"),
+    RECORD_MARK_COLUMN: ("run_records", "mark"),
     VALUE_RUN_COLUMN: ("durable_values", "run_id"),
 }
 """Migrations that add a column, with the column: skipped where it exists

@@ -25,7 +25,8 @@ import attrs
 from .._blob_store import SCOPE as BLOB_SCOPE
 from .._codec import PayloadCodec
 from .._exceptions import BlobNotFound
-from .._records import ErrorInfo
+from .._records import Checkpoint, ErrorInfo
+from .._run_records import RunRecord
 from .._stored_payloads import codec_text, parse_blob_mark
 from .._stores._ops import Op, PutValue
 from ._memory_blobs import MemoryBlobStore
@@ -40,6 +41,16 @@ _PLAIN: Final = (bool, int, float, frozenset)
 """Values that hold no payload."""
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _shows_its_mark(row: Any) -> bool:
+    """Whether ``row`` is a checkpoint (or run record) whose error only
+    shows its mark (what the engine says it waits for)."""
+    return (
+        isinstance(row, Checkpoint | RunRecord)
+        and row.mark is not None
+        and row.error == row.mark.as_error()
+    )
 
 
 def _fields(cls: type) -> tuple[str, ...]:
@@ -101,6 +112,8 @@ class SealedWrites:
         for name, item in items:
             if item is None or isinstance(item, _PLAIN):
                 continue
+            if name == "error" and _shows_its_mark(value):
+                continue  # its error is its mark: no payload
             if isinstance(item, str):
                 if name in PAYLOAD_FIELDS:
                     self._payload((*path, str(name)), item)

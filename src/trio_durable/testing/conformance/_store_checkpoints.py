@@ -8,7 +8,7 @@ import attrs
 import trio
 
 from ..._exceptions import StoreError
-from ..._records import Checkpoint, ErrorInfo, RunStatus
+from ..._records import Checkpoint, ErrorInfo, Mark, RunStatus
 from ..._stores._base import WriteConflict
 from ..._stores._ops import (
     ClaimCheckpoint,
@@ -62,6 +62,35 @@ async def check_put_checkpoint_inserts_or_replaces(factory: StoreFactory | OpenS
         replaced = attrs.evolve(full, status="completed", error=None, errors=(), output='"ok"')
         await store.save_checkpoint(replaced)
         assert await store.get_checkpoints("r1") == [replaced]
+
+
+async def check_a_mark_is_kept_while_pending_and_cleared_by_a_settle(
+    factory: StoreFactory | OpenStore,
+) -> None:
+    """A pending checkpoint's `Mark` (what it waits for) is kept, details and
+    all, apart from its error; a settle clears it, a reschedule keeps it."""
+    async with fresh_store(factory) as store:
+        await store.create_run(make_run(status="suspended"))
+        mark = Mark(code="out", message="out on amqp://h", details={"broker": "amqp://h"})
+        marked = make_checkpoint(seq=1, kind="remote", attempts=1, started_at=2.0, mark=mark)
+        other = make_checkpoint(seq=2, kind="remote", attempts=1, started_at=2.0, mark=mark)
+        await store.apply([PutCheckpoint(marked), PutCheckpoint(other)])
+        assert await store.get_checkpoints("r1") == [marked, other]
+        [first, second] = await store.apply(
+            [
+                SettleCheckpoint("r1", 1, "completed", '"ok"', None, 3.0),
+                RescheduleCheckpoint("r1", 2, 1, ErrorInfo(message="no"), 9.0),
+            ]
+        )
+        assert first == attrs.evolve(
+            marked, status="completed", output='"ok"', finished_at=3.0, mark=None, error=None
+        )
+        assert second is not None
+        assert second.mark == mark
+        assert await store.get_checkpoints("r1") == [first, second]
+        # While pending, its error shows its mark (as the releases before
+        # kept it there).
+        assert second.error == ErrorInfo(message=mark.message, code="out", details=mark.details)
 
 
 async def check_operations_see_earlier_operations_of_their_batch(
@@ -541,6 +570,7 @@ async def check_settle_or_failed_with_reads_the_code_of_an_error_holding_nul(
 
 CHECKPOINTS_CHECKS = (
     check_put_checkpoint_inserts_or_replaces,
+    check_a_mark_is_kept_while_pending_and_cleared_by_a_settle,
     check_operations_see_earlier_operations_of_their_batch,
     check_claim_writes_only_a_pending_checkpoint,
     check_claim_has_exactly_one_winner_among_racers,

@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from ..._records import ErrorInfo, RunFilter, signal_token
+from ..._records import ErrorInfo, Mark, RunFilter, signal_token
 from ..._stores._base import Store
 from ..._stores._ops import AdmitToQueue, UpdateRun
 from ._store_support import (
@@ -253,7 +253,7 @@ async def check_find_checkpoints_pages_by_seq_and_status(
         assert counters(store)[4] == before + 2
 
 
-QUEUED = ErrorInfo(message="waiting for a slot of queue 'q'", code="queued")
+QUEUED = Mark(code="queued", message="waiting for a slot of queue 'q'")
 
 
 async def check_prune_runs_deletes_ended_runs_with_their_rows(
@@ -279,7 +279,7 @@ async def check_prune_runs_deletes_ended_runs_with_their_rows(
             await store.save_checkpoint(make_checkpoint(run_id, 1, kind="signal", name="go"))
             await store.add_signal_waiter(signal_token(run_id, "go"), run_id, 1)
             await store.deliver_signal(signal_token(run_id, "spare"), '"x"')
-        await store.save_checkpoint(make_checkpoint("old", 2, kind="remote", error=QUEUED))
+        await store.save_checkpoint(make_checkpoint("old", 2, kind="remote", mark=QUEUED))
         assert await store.apply([AdmitToQueue("q", "old", 2, 0, 1, 0.0)]) == [True]
 
         cutoffs: dict[Any, float] = {"completed": 20.0, "cancelled": 0.5, "running": 99.0}
@@ -294,7 +294,7 @@ async def check_prune_runs_deletes_ended_runs_with_their_rows(
         assert await store.find_runs(RunFilter(tags=("vip",))) == []
         # The queue slot it held is free again.
         await store.create_run(make_run("c", status="suspended"))
-        await store.save_checkpoint(make_checkpoint("c", 1, kind="remote", error=QUEUED))
+        await store.save_checkpoint(make_checkpoint("c", 1, kind="remote", mark=QUEUED))
         assert await store.apply([AdmitToQueue("q", "c", 1, 0, 1, 0.0)]) == [True]
         # What is not its own is kept: a run whose id starts the same.
         assert await store.signal_waiter(signal_token("old1", "go")) == ("old1", 1)

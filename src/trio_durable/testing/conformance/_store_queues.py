@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._records import ErrorInfo, QueueDepth
+from ..._records import Mark, QueueDepth
 from ..._stores._base import Store, WriteConflict
 from ..._stores._ops import AdmitToQueue, ReleaseQueueSlot, SettleCheckpoint, UpdateRun
 from ._store_support import (
@@ -18,7 +18,7 @@ from ._store_support import (
 
 # -- flow-control queues ------------------------------------------------------------
 
-QUEUED = ErrorInfo(message="waiting for a slot of queue 'q'", code="queued")
+QUEUED = Mark(code="queued", message="waiting for a slot of queue 'q'")
 
 
 async def queued_steps(store: Store, *keys: tuple[str, int]) -> None:
@@ -27,15 +27,15 @@ async def queued_steps(store: Store, *keys: tuple[str, int]) -> None:
     for run_id in dict.fromkeys(run_id for run_id, _ in keys):
         await store.create_run(make_run(run_id, status="suspended"))
     for run_id, seq in keys:
-        await store.save_checkpoint(make_checkpoint(run_id, seq, kind="remote", error=QUEUED))
+        await store.save_checkpoint(make_checkpoint(run_id, seq, kind="remote", mark=QUEUED))
 
 
 async def marks(store: Store, *keys: tuple[str, int]) -> list[str | None]:
-    """The error code of each checkpoint (``"queued"`` while it waits)."""
+    """The code of each checkpoint's mark (``"queued"`` while it waits)."""
     codes: list[str | None] = []
     for run_id, seq in keys:
         [cp] = await store.get_checkpoints(run_id, seq, seq)
-        codes.append(None if cp.error is None else cp.error.code)
+        codes.append(None if cp.mark is None else cp.mark.code)
     return codes
 
 
@@ -98,13 +98,13 @@ async def check_asking_again_while_holding_or_waiting_changes_nothing(
 
 
 async def check_admission_clears_only_the_queued_mark(factory: StoreFactory | OpenStore) -> None:
-    """Admission clears a ``queued`` mark, and no other error."""
+    """Admission clears a ``queued`` mark, and no other mark."""
     async with fresh_store(factory) as store:
         await store.create_run(make_run(status="suspended"))
-        blocked = ErrorInfo(message="no worker offers gpu", code="blocked")
-        await store.save_checkpoint(make_checkpoint(seq=1, kind="remote", error=blocked))
-        await store.save_checkpoint(make_checkpoint(seq=2, kind="remote", error=QUEUED))
-        await store.save_checkpoint(make_checkpoint(seq=3, kind="remote", error=blocked))
+        blocked = Mark(code="blocked", message="no worker offers gpu")
+        await store.save_checkpoint(make_checkpoint(seq=1, kind="remote", mark=blocked))
+        await store.save_checkpoint(make_checkpoint(seq=2, kind="remote", mark=QUEUED))
+        await store.save_checkpoint(make_checkpoint(seq=3, kind="remote", mark=blocked))
 
         assert await store.apply([admit("r1", 1, limit=2), admit("r1", 2, limit=2)]) == [True, True]
         assert await store.apply([admit("r1", 3, limit=2)]) == [False]
@@ -124,7 +124,7 @@ async def check_a_waiter_let_in_is_due_at_once(factory: StoreFactory | OpenStore
         for run_id in ("a", "b", "c"):
             await store.create_run(make_run(run_id, status="suspended", wake_at=50.0))
             await store.save_checkpoint(
-                make_checkpoint(run_id, 1, kind="remote", error=QUEUED, wake_at=50.0)
+                make_checkpoint(run_id, 1, kind="remote", mark=QUEUED, wake_at=50.0)
             )
         assert await store.apply([admit("a"), admit("b", at=1.0), admit("c", at=2.0)]) == [
             True,
@@ -135,8 +135,8 @@ async def check_a_waiter_let_in_is_due_at_once(factory: StoreFactory | OpenStore
         assert await store.apply([release("a")]) == [[("b", 1)]]
         [b] = await store.get_checkpoints("b")
         [c] = await store.get_checkpoints("c")
-        assert (b.error, b.wake_at) == (None, None)
-        assert c.error == QUEUED
+        assert (b.mark, b.wake_at) == (None, None)
+        assert c.mark == QUEUED
         assert c.wake_at == 50.0
 
 
@@ -265,7 +265,7 @@ async def check_release_drops_waiters_that_no_longer_need_a_slot(
         ]
         # The skipped ones left the line for good: even pending again (a retried
         # run), they are not let in ahead of "last".
-        await store.save_checkpoint(make_checkpoint("settled", 1, kind="remote", error=QUEUED))
+        await store.save_checkpoint(make_checkpoint("settled", 1, kind="remote", mark=QUEUED))
         await store.apply([UpdateRun("ended", {"status": "suspended"})])
         await settle(store, "next")
         assert await store.apply([release("next")]) == [[("last", 1)]]

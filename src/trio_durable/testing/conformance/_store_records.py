@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import attrs
 
-from ..._records import ErrorInfo
+from ..._records import ErrorInfo, Mark
 from ..._run_records import RunRecord
 from ..._stores._base import WriteConflict
 from ..._stores._ops import CreateRun, UpdateRun
 from ..._stores._record_ops import ClaimRecord, DeleteRecords, PutRecord, SettleRecord
 from ._store_support import OpenStore, StoreFactory, fresh_store, make_run, raises
 
-OUT = ErrorInfo(message="out on the broker", code="out")
+OUT = Mark(code="out", message="out on the broker", details={"broker": "memory://"})
 
 
 def _decision(run_id: str = "r1", **fields: object) -> RunRecord:
@@ -21,7 +21,7 @@ def _decision(run_id: str = "r1", **fields: object) -> RunRecord:
         "kind": "decision",
         "status": "pending",
         "input": '{"waits":[1,3]}',
-        "error": OUT,
+        "mark": OUT,
         "errors": (ErrorInfo(message="lost", code="lost"),),
         "attempts": 2,
         "group": "deciders@tenant",
@@ -65,7 +65,7 @@ async def check_a_claim_writes_a_record_only_while_it_is_pending(
     async with fresh_store(factory) as store:
         await store.create_run(make_run())
         await store.apply([PutRecord(_decision())])
-        third = _decision(attempts=3, executions=("e1", "e2", "e3"), error=None)
+        third = _decision(attempts=3, executions=("e1", "e2", "e3"), mark=None)
         assert await store.apply([ClaimRecord(third, attempt=1)]) == [False]
         assert await store.apply([ClaimRecord(third, attempt=2)]) == [True]
         assert await store.get_records("r1") == [third]
@@ -107,16 +107,21 @@ async def check_a_settle_ends_a_pending_record_under_its_conditions(
             ]
         ) == [None, None, None, None]
         assert await store.get_records("r1") == [_decision()]
-        expected = _decision(status="completed", output='{"next":1}', error=None, finished_at=9.0)
+        expected = _decision(status="completed", output='{"next":1}', mark=None, finished_at=9.0)
         assert await store.apply([settle(attempt=2, execution="e2")]) == [expected]
         assert await store.get_records("r1") == [expected]
         assert await store.apply([settle()]) == [None]
-        # A failure keeps the record's errors and adds its own.
+        # A failure keeps the record's errors and sets its own; a settle
+        # clears the mark of what the record waited for.
         await store.apply([PutRecord(_decision(kind="admission"))])
         failed = SettleRecord("r1", "admission", "failed", None, ErrorInfo(message="no"), 10.0)
         [settled] = await store.apply([failed])
         assert settled == _decision(
-            kind="admission", status="failed", error=ErrorInfo(message="no"), finished_at=10.0
+            kind="admission",
+            status="failed",
+            error=ErrorInfo(message="no"),
+            finished_at=10.0,
+            mark=None,
         )
 
 
