@@ -221,14 +221,14 @@ def record_child(
     turn.wake_after.append(child_id)
 
 
-def leased_child(turn: TurnDraft, run_id: str, owner: str) -> Run | None:
-    """The run of a child ``turn`` started leased to ``owner`` (see
-    `record_child`), as created: what its first turn reads, as a turn that
-    took the lease would (a new child has no checkpoints). None for any
-    other run."""
-    for child in turn.started_children:
-        if child.id == run_id and child.lease_owner == owner and child.status == "running":
-            return child
+def leased_child(started: Mapping[str, Run], run_id: str, owner: str) -> Run | None:
+    """The run of a child a turn started (``started``: its started
+    children by id) leased to ``owner`` (see `record_child`), as created:
+    what its first turn reads, as a turn that took the lease would (a new
+    child has no checkpoints). None for any other run."""
+    child = started.get(run_id)
+    if child is not None and child.lease_owner == owner and child.status == "running":
+        return child
     return None
 
 

@@ -335,8 +335,10 @@ class Turn:
             rt.telemetry.emit_run("run.started", child)
         for run_id in turn.cancelled_children:
             rt.scheduler.interrupt(run_id)
+        # By id: a turn that starts a fan of thousands wakes each of them.
+        started = {child.id: child for child in turn.started_children}
         for run_id in turn.wake_after:
-            leased = leased_child(turn, run_id, rt.engine_id)
+            leased = leased_child(started, run_id, rt.engine_id)
             initial = None if leased is None else TurnDraft(run=leased, checkpoints={})
             rt.scheduler.wake(run_id, initial=initial)
         # What the turn itself decided (a lost step, a fail_fast fan that

@@ -10,9 +10,11 @@ single-operation forms of it. Every implementation passes the conformance suite,
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Protocol, final, runtime_checkable
+from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 import trio
@@ -404,10 +406,24 @@ def _members(protocol: type) -> tuple[str, ...]:
     return tuple(sorted(name for name in vars(protocol) if not name.startswith("_")))
 
 
+_offered: Final[weakref.WeakKeyDictionary[Any, dict[type, bool]]] = weakref.WeakKeyDictionary()
+"""What each store offers, as `offers` found it (a store's methods do not
+come and go)."""
+
+
 def offers(store: object, protocol: type) -> bool:
     """``isinstance(store, protocol)`` for the optional store protocols
     (`ChangeFeed`, `RunWatch`), whose members are all methods: whether
     ``store`` has each of them, not None. The same answer, without the cost
     of a runtime-checkable protocol's check, which the engine's hot path
-    would pay several times per run."""
-    return all(getattr(store, name, None) is not None for name in _members(protocol))
+    would pay several times per run; found once per store and protocol."""
+    try:
+        known = _offered.get(store)
+    except TypeError:  # a store that takes no weak reference, or no hash
+        known = None
+    if known is not None and protocol in known:
+        return known[protocol]
+    found = all(getattr(store, name, None) is not None for name in _members(protocol))
+    with contextlib.suppress(TypeError):
+        _offered.setdefault(store, {})[protocol] = found
+    return found
