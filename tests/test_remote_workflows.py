@@ -441,10 +441,11 @@ async def test_a_worker_killed_mid_decision_leaves_its_task_to_another(
             (1, "slow_label", "completed", 1),
             (2, "charge", "completed", 1),
         ]
-        # One decision task, redelivered with its attempt: the second worker
-        # ran charge in it at once (it serves payments), and the body ended.
+        # Two decision tasks: the one redelivered kept its attempt, and ran
+        # no step at once (a task delivered again may be stale), so the
+        # engine sent charge, and a second decision ended the body.
         [decision] = await store.get_records(handle.id)
-        assert (decision.kind, decision.status, decision.attempts) == ("decision", "completed", 1)
+        assert (decision.kind, decision.status, decision.attempts) == ("decision", "completed", 2)
     # The local step ran again on the second worker (at least once); the
     # run completed once, with one result per checkpoint.
     assert calls["slow_label"] == 2

@@ -344,10 +344,11 @@ class Worker:
             self._results.send_nowait(Outcome(consumer, delivery, result, task.reply_to, True))
             return
         async with self._limiter:
-            result = await offload_result(self.blobs, await self._execute(task))
+            executed = await self._execute(task, redelivered=delivery.deliveries > 1)
+            result = await offload_result(self.blobs, executed)
         self._results.send_nowait(Outcome(consumer, delivery, result, task.reply_to, False))
 
-    async def _execute(self, task: Task) -> Result:
+    async def _execute(self, task: Task, *, redelivered: bool = False) -> Result:
         started_at = self._clock.now()
         step = self.app.get_step(task.step)
 
@@ -371,7 +372,7 @@ class Worker:
             )
 
         if task.kind == "decision":
-            return await self._decide(task, result)
+            return await self._decide(task, result, redelivered)
         if task.kind == "query":
             return await self._answer_query(task, result)
         if step is None or not step.remote:
@@ -422,8 +423,11 @@ class Worker:
         self._stats.completed += 1
         return result("completed", output=output)
 
-    async def _decide(self, task: Task, result: Callable[..., Result]) -> Result:
-        """Decide a remote workflow's turn (see `_decide`)."""
+    async def _decide(self, task: Task, result: Callable[..., Result], redelivered: bool) -> Result:
+        """Decide a remote workflow's turn (see `_decide`). A task the
+        broker delivers again runs no step at once: its decision may be
+        stale (its run moved on, or ended, while it was out), and the
+        engine sends the step if it is not."""
         try:
             with self._tracing.span(
                 f"decide {task.step}",
@@ -439,7 +443,9 @@ class Worker:
                     worker_id=self.instance_id,
                     traceback_limit=self._traceback_limit,
                     tracing=self._tracing,
-                    eager=EagerSteps(
+                    eager=None
+                    if redelivered
+                    else EagerSteps(
                         routes=frozenset(self.routes),
                         capabilities=frozenset(self._capabilities),
                         execute=self._execute,
