@@ -556,6 +556,13 @@ def _cli() -> Any:
     return importlib.import_module("trio_durable.testing.simulate")
 
 
+def test_the_stopwatch_reads_the_wall_clock_it_is_given() -> None:
+    readings = iter([100.0, 103.5])
+    with _cli().stopwatch(lambda: next(readings)) as elapsed:
+        assert elapsed == []
+    assert elapsed == [3.5]
+
+
 def test_parse_seeds() -> None:
     cli = _cli()
     assert cli.parse_seeds("1..3,7") == [1, 2, 3, 7]
