@@ -52,8 +52,9 @@ from ._decision_wire import DecisionRequest, Eager
 from ._dispatch import group_route
 from ._exceptions import Cancelled, NonDeterminismError
 from ._executions import new_execution
+from ._failures import result_error
 from ._observe import EventKind
-from ._records import LATEST_VERSION, Checkpoint, CheckpointKind, ErrorInfo
+from ._records import LATEST_VERSION, Checkpoint, CheckpointKind
 from ._replay import Replay, Suspend
 from ._search_values import SearchValue, dump_attributes
 from ._wire import Result, Task
@@ -80,7 +81,6 @@ class Decider:
         # (see the module); when the task was dispatched.
         self._eager = eager if request.eager is not None else None
         self._dispatched_at = dispatched_at
-        self.ran_at_once = False
 
     async def step(
         self,
@@ -98,7 +98,6 @@ class Decider:
             return
         if may_run(eager, allowed, replay, step, flow_queue, dedup_key, self._dispatched_at):
             await run_at_once(eager, replay, step, args, compensation)
-            self.ran_at_once = True
 
     def reach(
         self,
@@ -347,14 +346,7 @@ async def run_at_once(
     if result.status == "completed":
         cp = attrs.evolve(cp, status="completed", output=result.output)
     else:
-        error = ErrorInfo(
-            message=result.error or "failed",
-            code=result.code,
-            details=result.details,
-            type=result.error_type,
-            step=step.name,
-            traceback=result.traceback,
-        )
+        error = result_error(result, replay.runtime.options.traceback_limit)
         if result.retryable and step.retry.attempts > 1:
             due = result.finished_at + step.retry.delay(1, replay.runtime.rng)
             cp = attrs.evolve(

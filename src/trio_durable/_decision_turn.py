@@ -54,7 +54,6 @@ from ._failures import error_info
 from ._handoff import hand_off
 from ._lifecycle import ContinueAsNew, continue_run
 from ._markers import body_seqs
-from ._observe import Event
 from ._on_error import NEVER_ROUTED, OnError, active_handoff, pick_on_error_route
 from ._records import (
     DEFAULT_NAMESPACE,
@@ -359,19 +358,9 @@ def _keep_local(rt: Runtime, state: TurnDraft, decision: Decision) -> None:
         if existing is None or existing.status not in _SETTLED:
             state.put(cp)
             if cp.kind == "remote" and existing is None:
-                run = state.run
+                events = Replay.on_engine(rt, state)
                 for kind, data in eager_events(cp, decision.worker):
-                    rt.telemetry.emit(
-                        Event(
-                            kind=kind,
-                            run_id=run.id,
-                            workflow=run.workflow,
-                            at=rt.clock.now(),
-                            seq=cp.seq,
-                            name=cp.name,
-                            data=data,
-                        )
-                    )
+                    events.emit(kind, cp.seq, cp.name, **data)
 
 
 def _undos_left(checkpoints: dict[int, Checkpoint], compensate: bool) -> bool:

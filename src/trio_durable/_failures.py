@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import traceback as _traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._exceptions import FatalError, RemoteStepError, RunFailed, StepFailed
 from ._nesting import nesting_exceeds
 from ._records import Checkpoint, ErrorInfo, bound_traceback
+
+if TYPE_CHECKING:
+    from ._wire import Result
 
 
 def error_info(
@@ -37,6 +40,19 @@ def error_info(
         type=type(exc).__name__,
         step=step,
         traceback=format_traceback(exc, traceback_limit),
+    )
+
+
+def result_error(result: Result, traceback_limit: int) -> ErrorInfo:
+    """The error a failed ``result`` reports, its traceback cut to
+    ``traceback_limit`` (the worker cut it to its own)."""
+    return ErrorInfo(
+        message=result.error or "failed",
+        code=result.code,
+        details=result.details,
+        type=result.error_type,
+        step=result.step if result.kind == "step" else None,
+        traceback=bound_traceback(result.traceback, traceback_limit),
     )
 
 

@@ -31,11 +31,12 @@ from ._decision_record import decision_of, settle_decision
 from ._dispatch import read_seqs
 from ._exceptions import StoreError
 from ._executions import awaited, result_conditions
+from ._failures import result_error
 from ._fan_window import advance_windows
 from ._fans import FAN_CANCELLED
 from ._learned import queue_of, step_of
 from ._observe import Event, EventKind
-from ._records import Checkpoint, ErrorInfo, RunStatus, bound_traceback
+from ._records import Checkpoint, RunStatus
 from ._remote import LOST
 from ._run_records import RunRecord
 from ._sent import sent_key
@@ -129,13 +130,15 @@ def _op_for(rt: Runtime, result: Result) -> Op:
             result,
             result.status,
             result.output if result.status == "completed" else None,
-            None if result.status == "completed" else _error_of(rt, result),
+            None
+            if result.status == "completed"
+            else result_error(result, rt.options.traceback_limit),
             now,
             _DROP_FOR,
         )
     if result.status == "completed":
         return _success(result, now)
-    error = _error_of(rt, result)
+    error = result_error(result, rt.options.traceback_limit)
     step = step_of(rt.app, rt.learned, result.step)
     if step is None:
         # A step of a remote workflow this engine has not met yet: the
@@ -172,18 +175,6 @@ def _op_for(rt: Runtime, result: Result) -> Op:
         name=result.step,
         append_error=True,
         **result_conditions(result),
-    )
-
-
-def _error_of(rt: Runtime, result: Result) -> ErrorInfo:
-    return ErrorInfo(
-        message=result.error or "failed",
-        code=result.code,
-        details=result.details,
-        type=result.error_type,
-        step=result.step if result.kind == "step" else None,
-        # The worker cut it to its own limit; this engine keeps to its own.
-        traceback=bound_traceback(result.traceback, rt.options.traceback_limit),
     )
 
 
