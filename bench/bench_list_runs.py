@@ -1,7 +1,7 @@
 """`list_runs` on a store holding 1,000,000 ended runs: SQLite and PostgreSQL.
 
 Fills each store with ``--runs`` (1,000,000) terminal runs, then times pages
-of 100 through `trio_durable._queries.list_runs` (what `Engine.list_runs`
+of 100 through `trio_durable._front._queries.list_runs` (what `Engine.list_runs`
 and a client call: the store's group commit, its thread, the decoding of
 each run), ``--repeat`` (200) times each, and prints p50 and p99 in
 milliseconds for:
@@ -49,8 +49,8 @@ import trio
 from _figures import add_json_option, figure, use_args
 from psycopg import sql
 
-from trio_durable._queries import encode_cursor, list_runs
-from trio_durable._records import Run
+from trio_durable._base._records import Run
+from trio_durable._front._queries import encode_cursor, list_runs
 from trio_durable._stores import open_store
 from trio_durable._stores._base import Store
 

@@ -3,7 +3,7 @@
 Writes one run into each store: a local step at seq 1, a fan of
 ``--fan`` (100,000) remote steps at seqs 2 and on (every 7th failed, after
 two attempts), a timer after it, and a child fan of 3. Then reads it as
-`Engine.run_detail` and `Engine.fan_page` do (`trio_durable._queries`) and
+`Engine.run_detail` and `Engine.fan_page` do (`trio_durable._front._queries`) and
 prints, per call, the run and checkpoint rows the store returned (its
 `StoreStatistics`) and the time taken; `history`, which lists every
 checkpoint, is shown for contrast.
@@ -32,8 +32,8 @@ import trio
 from _figures import add_json_option, figure, use_args
 from psycopg import sql
 
-from trio_durable._queries import fan_page, history, run_detail
-from trio_durable._records import Checkpoint, ErrorInfo, Run
+from trio_durable._base._records import Checkpoint, ErrorInfo, Run
+from trio_durable._front._queries import fan_page, history, run_detail
 from trio_durable._stores import open_store
 from trio_durable._stores._base import Store
 from trio_durable._stores._ops import PutCheckpoint

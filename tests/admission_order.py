@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import trio_durable as td
 from conftest import fixed_wall
-from trio_durable._records import QueueDepth
+from trio_durable._base._records import QueueDepth
 
 app = td.App("admission-order")
 

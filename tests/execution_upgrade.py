@@ -22,7 +22,7 @@ import trio
 
 import trio_durable as td
 from trio_durable._stores._ops import CreateRun
-from trio_durable._wire import Result, Task
+from trio_durable._wire._messages import Result, Task
 from trio_durable.brokers import Outgoing, open_broker
 
 PATIENCE: Final = 30.0

@@ -6,7 +6,7 @@ RabbitMQ and NATS, through `open_hostile_feed`).
 workers and engines before decoding became total (issue 12, item 1): a body
 nested 1,000 levels deep, a priority of ``1e400``, a time of ``1`` followed
 by 400 zeros, a seq of 2**80, and more of their kind. Each must be rejected
-(`trio_durable._wire.WireError`), never decoded, never let another exception
+(`trio_durable._wire._messages.WireError`), never decoded, never let another exception
 out.
 """
 
@@ -22,7 +22,7 @@ import trio
 
 import trio_durable as td
 from prometheus_samples import sample
-from trio_durable._wire import WIRE_VERSION
+from trio_durable._wire._messages import WIRE_VERSION
 from trio_durable.brokers import Broker, Outgoing
 
 HUGE: Final = "1" + "0" * 400

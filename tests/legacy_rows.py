@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import trio_durable as td
-from trio_durable._blob_store import SCOPE
-from trio_durable._records import Checkpoint, ErrorInfo, Run, signal_token
+from trio_durable._base._records import Checkpoint, ErrorInfo, Run, signal_token
+from trio_durable._stores._blob_store import SCOPE
 from trio_durable._stores._ops import CreateRun, DeliverSignal, PutCheckpoint, PutValue
 
 K1: Final = bytes(range(16))

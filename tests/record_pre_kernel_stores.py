@@ -46,7 +46,7 @@ import trio.testing
 import pre_kernel_app as pk
 import trio_durable as td
 from servers.postgres import scratch_schema
-from trio_durable._on_error import HANDOFF_BASE
+from trio_durable._base._on_error import HANDOFF_BASE
 from trio_durable._stores import _postgres_schema, _sqlite_schema
 
 SQLITE_VERSION: Final[int] = 9

@@ -22,8 +22,8 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from trio_durable import _serde
-from trio_durable._records import Checkpoint, Run
+from trio_durable._base import _serde
+from trio_durable._base._records import Checkpoint, Run
 
 WALL_START = 1_700_000_000.0
 

@@ -25,8 +25,8 @@ import trio
 
 import trio_durable as td
 from prometheus_samples import sample
-from trio_durable._signing import open_signed
-from trio_durable._wire import Result
+from trio_durable._wire._messages import Result
+from trio_durable._wire._signing import open_signed
 from trio_durable.brokers import (
     RESULTS,
     Broker,

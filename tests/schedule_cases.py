@@ -16,7 +16,7 @@ from typing import Final
 import trio
 
 import trio_durable as td
-from trio_durable._schedule_spec import tick_stamp
+from trio_durable._features.schedules._schedule_spec import tick_stamp
 
 executions: Counter[str] = Counter()
 """How often each run's step ran, by run id (once each, or a tick ran twice)."""

@@ -19,7 +19,7 @@ import trio
 import trio_durable as td
 from hostile import valid_result, valid_task
 from prometheus_samples import sample
-from trio_durable._signing import TAG, sign
+from trio_durable._wire._signing import TAG, sign
 from trio_durable.brokers import Broker, Outgoing
 
 PATIENCE: Final = 30.0

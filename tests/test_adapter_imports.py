@@ -40,11 +40,14 @@ def private_imports(source: str) -> list[str]:
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("import trio_durable._serde", ["trio_durable._serde"]),
+        ("import trio_durable._base._serde", ["trio_durable._base._serde"]),
         ("from trio_durable._brokers._base import RESULTS", ["trio_durable._brokers._base"]),
         ("from trio_durable import _serde", ["trio_durable._serde"]),
         ("from trio_durable.brokers import _bridge", ["trio_durable.brokers._bridge"]),
-        ("def f():\n    from trio_durable._wire import Task", ["trio_durable._wire"]),
+        (
+            "def f():\n    from trio_durable._wire._messages import Task",
+            ["trio_durable._wire._messages"],
+        ),
         ("import trio_durable.testing._harness as h", ["trio_durable.testing._harness"]),
         ("import trio_durable, trio_durable.brokers", []),
         ("from trio_durable.brokers import Bridge, open_bridge", []),

@@ -11,8 +11,8 @@ import attrs
 import pytest
 
 import trio_durable as td
-from trio_durable._barrier import join_barrier
-from trio_durable._records import Checkpoint, CheckpointStatus, FanMode, Run
+from trio_durable._base._records import Checkpoint, CheckpointStatus, FanMode, Run
+from trio_durable._kernel._barrier import join_barrier
 from trio_durable._stores._ops import PutCheckpoint
 
 

@@ -18,13 +18,13 @@ import trio.testing
 import trio_durable as td
 from conftest import fixed_wall
 from sized_broker import SizedBroker
-from trio_durable._blob_store import SCOPE
-from trio_durable._blob_wire import offload_result, resolve_result
-from trio_durable._blobs import Blobs
-from trio_durable._clock import Clock
-from trio_durable._stored_payloads import parse_blob_mark
-from trio_durable._undecodable import payload_layers_under
-from trio_durable._wire import Result, WireError
+from trio_durable._base._clock import Clock
+from trio_durable._front._undecodable import payload_layers_under
+from trio_durable._payloads._blobs import Blobs
+from trio_durable._payloads._stored_payloads import parse_blob_mark
+from trio_durable._stores._blob_store import SCOPE
+from trio_durable._wire._blob_wire import offload_result, resolve_result
+from trio_durable._wire._messages import Result, WireError
 
 
 def is_reference(text: str | None) -> bool:

@@ -18,12 +18,12 @@ import trio
 import trio_durable as td
 from conftest import fixed_wall
 from counting_broker import CountingBroker
+from trio_durable._base._serde import check_workflow_args
 from trio_durable._brokers._base import Broker, WorkerDescriptor
-from trio_durable._catalogue import CACHE_SECONDS, FAILED_READ_SECONDS, Catalogue
-from trio_durable._descriptor import check_group_routes
-from trio_durable._open_worker import open_worker
-from trio_durable._serde import check_workflow_args
-from trio_durable._worker import Worker
+from trio_durable._front._descriptor import check_group_routes
+from trio_durable._front._open_worker import open_worker
+from trio_durable._front._worker import Worker
+from trio_durable._kernel._catalogue import CACHE_SECONDS, FAILED_READ_SECONDS, Catalogue
 from trio_durable.brokers import descriptor_from_json, descriptor_to_json
 
 
@@ -154,7 +154,7 @@ async def test_a_remote_declarations_body_refuses_to_run(
     assert check_workflow_args(checkout, ["o-1", {"n": 1}]) == '["o-1",{"n":1}]'
     assert caplog.records == []
     with pytest.raises(td.FatalError, match="'checkout' runs on workers") as caught:
-        await checkout.fn(SimpleNamespace(workflow="checkout"), "o-1")  # type: ignore[arg-type]
+        await checkout.fn(SimpleNamespace(workflow="checkout"), "o-1")
     assert caught.value.code == "remote_workflow"
 
 

@@ -270,8 +270,8 @@ async def test_a_fork_of_a_checked_run_replays_its_copied_history(
 
 
 def test_a_signal_sent_with_the_default_key_matches_under_another_run_id() -> None:
-    from trio_durable._argument_check import sent_signal
-    from trio_durable._records import Checkpoint
+    from trio_durable._base._records import Checkpoint
+    from trio_durable._features.determinism._argument_check import sent_signal
 
     # A copy of the history (a fork) keeps the original's default key.
     cp = Checkpoint(

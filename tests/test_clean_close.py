@@ -22,7 +22,7 @@ import trio.testing
 import trio_durable as td
 from conftest import EngineFactory, shared_store
 from trio_durable import MemoryBroker
-from trio_durable._carrier import LOST_WITH_BROKER, OUT, Carrier
+from trio_durable._kernel._carrier import LOST_WITH_BROKER, OUT, Carrier
 
 app = td.App("clean-close")
 
@@ -64,7 +64,7 @@ def a_broker(monkeypatch: pytest.MonkeyPatch) -> MemoryBroker:
     other than this one would be."""
     broker = MemoryBroker()
     holder = Carrier.of(broker, None).holder
-    from trio_durable import _carrier
+    from trio_durable._kernel import _carrier
 
     real = _carrier.holder_alive
     monkeypatch.setattr(_carrier, "holder_alive", lambda name: name == holder or real(name))

@@ -25,8 +25,8 @@ from cli_processes import ROOT, TESTS, read_terminal
 from trio_durable._cli import cli, main
 from trio_durable._cli._common import command_error, exit_code_of
 from trio_durable._cli._fleet import print_report, report_json
-from trio_durable._fleet_report import fleet_report
-from trio_durable._open_worker import open_worker
+from trio_durable._front._fleet_report import fleet_report
+from trio_durable._front._open_worker import open_worker
 
 SECRET = "s3cret-Pa55"
 

@@ -15,8 +15,8 @@ from test_breakpoints import app as bp_app
 from test_cli import invoke, one_error_line
 from test_webhooks import _handed, quiet
 from test_webhooks import app as hook_app
+from trio_durable._features.hooks._webhooks import token_hash
 from trio_durable._stores._hook_ops import CreateWebhook
-from trio_durable._webhooks import token_hash
 
 
 async def _run_until_paused(url: str, run_id: str, start: bool) -> list[td.PausedStep]:

@@ -1,5 +1,5 @@
 """The ``trio-durable`` command masks only the password of a URL in its
-error line (`trio_durable._urls.scrub`): a password equal to the user name,
+error line (`trio_durable._base._urls.scrub`): a password equal to the user name,
 the scheme, the host or a path segment (``postgres:postgres``,
 ``amqp:amqp``, ``nats:nats``, ``a:a``) leaves the scheme, the extra and
 the rest of the message whole.

@@ -21,7 +21,7 @@ import trio
 
 import trio_durable as td
 from conftest import EngineFactory, fixed_wall
-from trio_durable._stored_payloads import codec_text, said
+from trio_durable._payloads._stored_payloads import codec_text, said
 from trio_durable.stores import CodecStore
 
 K1 = bytes(range(16))

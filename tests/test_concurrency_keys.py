@@ -14,7 +14,8 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
-from trio_durable._records import QueueDepth
+from trio_durable._base._records import QueueDepth
+from trio_durable._features.flow_control import _admission as admission
 from trio_durable._stores._base import Store
 from trio_durable._stores._ops import UpdateRun
 from trio_durable.stores import QUEUE_SLOT, RunRecord
@@ -366,10 +367,9 @@ async def test_a_lost_wake_is_recovered_by_the_next_look(
     open_test_engine: EngineFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import trio_durable._turn
 
     # The release's write applies, but nobody is woken for it.
-    monkeypatch.setattr(trio_durable._turn, "let_in", lambda rt, ops, results: None)
+    monkeypatch.setattr(admission, "let_in", lambda rt, ops, results: None)
     store = td.MemoryStore()
     async with open_test_engine(app, store=store, blocked_recheck=4.0) as engine:
         handles = [await engine.start(limited, "k", i, 12.0) for i in range(3)]

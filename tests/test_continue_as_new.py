@@ -14,7 +14,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import fixed_wall
-from trio_durable._lifecycle import CONTINUED, CONTINUED_FROM
+from trio_durable._features.lifecycle._lifecycle import CONTINUED, CONTINUED_FROM
 
 app = td.App("generations")
 

@@ -16,7 +16,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
-from trio_durable._debounce import debounce_scope, window_key
+from trio_durable._features.events._debounce import debounce_scope, window_key
 
 DEBOUNCE = 5.0
 

@@ -17,12 +17,13 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from trio_durable._clock import Clock
-from trio_durable._decide import decide
-from trio_durable._decider import EagerSteps
-from trio_durable._decision_wire import Decision, Eager, request_input
-from trio_durable._records import Run
-from trio_durable._wire import Result, Task
+from trio_durable._base._clock import Clock
+from trio_durable._base._records import Run
+from trio_durable._front._worker import worker_features
+from trio_durable._kernel._decide import decide
+from trio_durable._kernel._decider import EagerSteps
+from trio_durable._wire._decision_wire import Decision, Eager, request_input
+from trio_durable._wire._messages import Result, Task
 
 calls: Counter[str] = Counter()
 failures: dict[str, int] = {}
@@ -301,6 +302,7 @@ async def _decide(task: Task, executed: list[Task]) -> Decision:
         rng=random.Random(0),
         worker_id="w",
         traceback_limit=10,
+        features=worker_features(),
         eager=EagerSteps(
             routes=frozenset({"deciders", "work"}), capabilities=frozenset(), execute=execute
         ),

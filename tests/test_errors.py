@@ -18,8 +18,8 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory
-from trio_durable._exceptions import RecordedTraceback
-from trio_durable._records import ErrorInfo, bound_traceback, load_error, load_errors
+from trio_durable._base._exceptions import RecordedTraceback
+from trio_durable._base._records import ErrorInfo, bound_traceback, load_error, load_errors
 
 app = td.App("errors")
 

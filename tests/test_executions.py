@@ -1,4 +1,4 @@
-"""Execution ids (`trio_durable._executions`): on the wire, under the
+"""Execution ids (`trio_durable._kernel._executions`): on the wire, under the
 signature, minted from the engine's seeded source, and the rules a result
 settles by (the scenarios of results replayed over brokers are in
 tests/replayed_results.py)."""
@@ -14,9 +14,9 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from trio_durable._executions import RERUN
-from trio_durable._signing import SignatureRejected, open_signed, sign
-from trio_durable._wire import Result, Task, WireError
+from trio_durable._kernel._executions import RERUN
+from trio_durable._wire._messages import Result, Task, WireError
+from trio_durable._wire._signing import SignatureRejected, open_signed, sign
 from trio_durable.brokers import Consumer, MemoryBroker, Outgoing
 
 app = td.App("executions")

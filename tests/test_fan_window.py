@@ -24,14 +24,19 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory
-from trio_durable import _fan_window
 from trio_durable._brokers._base import RESULTS, Outgoing
 from trio_durable._brokers._memory import MemoryBroker
-from trio_durable._fan_window import WINDOW_SCOPE, WINDOW_WAIT, read_window, window_key
-from trio_durable._fans import RESCUE_FIRST
+from trio_durable._features.children import _fan_window
+from trio_durable._features.children._fan_window import (
+    WINDOW_SCOPE,
+    WINDOW_WAIT,
+    read_window,
+    window_key,
+)
+from trio_durable._features.children._fans import RESCUE_FIRST
 from trio_durable._stores._base import Store
 from trio_durable._stores._sqlite import open_sqlite_store
-from trio_durable._wire import Task
+from trio_durable._wire._messages import Task
 
 app = td.App("fan_window")
 

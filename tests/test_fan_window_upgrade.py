@@ -22,9 +22,9 @@ import trio.testing
 import trio_durable as td
 from conftest import EngineFactory
 from record_wave_history import app, child_waves, step_waves
-from trio_durable import _serde
-from trio_durable._fan_window import WINDOW_SCOPE, WINDOW_WAIT, window_key
-from trio_durable._records import Checkpoint, Run
+from trio_durable._base import _serde
+from trio_durable._base._records import Checkpoint, Run
+from trio_durable._features.children._fan_window import WINDOW_SCOPE, WINDOW_WAIT, window_key
 from trio_durable._stores._ops import CreateRun, Op, PutCheckpoint
 
 HISTORY = Path(__file__).parent / "data" / "wave_fans.json"

@@ -25,11 +25,11 @@ from trio_durable._brokers._base import (
     WorkerDescriptor,
 )
 from trio_durable._brokers._memory import MemoryBroker
-from trio_durable._dispatch import broker_queue, served_broker_queues
-from trio_durable._fleet import Disagreement, aggregate
-from trio_durable._open_worker import open_worker
-from trio_durable._worker import Worker
-from trio_durable._worker import crash as crash_worker
+from trio_durable._front._open_worker import open_worker
+from trio_durable._front._worker import Worker
+from trio_durable._front._worker import crash as crash_worker
+from trio_durable._kernel._dispatch import broker_queue, served_broker_queues
+from trio_durable._kernel._fleet import Disagreement, aggregate
 
 HEARTBEAT = 5.0
 TTL = 15.0

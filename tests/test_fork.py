@@ -19,7 +19,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory, fixed_wall
-from trio_durable._fork import FORKED_FROM, forked_from_of
+from trio_durable._features.fork._fork import FORKED_FROM, forked_from_of
 from trio_durable._stores._ops import DeleteCheckpoints, PutValue
 
 app = td.App("forks")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 
 import trio_durable as td
-from trio_durable._front_end import FrontEnd
+from trio_durable._front._front_end import FrontEnd
 
 ENGINE_OWN = {"drain", "subscribe", "metrics", "metrics_registry", "statistics"}
 """The methods only an engine has: it runs runs, a client runs none."""

@@ -159,8 +159,12 @@ _LEAKS: Final = {
         _keep,
         "values:stream",
     ),
-    "event records": ("trio_durable._retention.prune_events", _prune_no_events, "values:event"),
-    "blobs": ("trio_durable._blob_store.collect", _forget_nothing, "blob files"),
+    "event records": (
+        "trio_durable._features.retention._retention.prune_events",
+        _prune_no_events,
+        "values:event",
+    ),
+    "blobs": ("trio_durable._stores._blob_store.collect", _forget_nothing, "blob files"),
     "webhooks and pauses": (
         "trio_durable._stores._memory_hooks.MemoryHooks.forget",
         _keep,

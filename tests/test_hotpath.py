@@ -115,7 +115,7 @@ async def test_a_turn_spawns_no_task_of_its_own(open_test_engine: EngineFactory)
     # engine's one lease keeper.
     assert {name: n for name, n in spawns.names.items() if "_poller" not in name} == {
         "trio_durable": 2,
-        "trio_durable._worker.Worker._run_task": 1,
+        "trio_durable._front._worker.Worker._run_task": 1,
     }
 
 

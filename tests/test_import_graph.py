@@ -116,16 +116,19 @@ def test_the_core_imports_without_cycles_at_run_time() -> None:
 
 
 def test_the_graph_sees_the_imports_that_run() -> None:
-    # The engine's façade imports its parts at the top; the turn imports the
-    # Context; the Context's type-only import of the runtime is left out.
-    assert {"trio_durable._runtime", "trio_durable._scheduler"} <= imports_of(
-        "trio_durable._engine"
+    # The engine's façade imports its parts at the top; the app imports the
+    # Context it makes bodies run with; the Context's type-only import of
+    # the runtime is left out.
+    assert {"trio_durable._kernel._runtime", "trio_durable._kernel._scheduler"} <= imports_of(
+        "trio_durable._front._engine"
     )
-    assert "trio_durable._context" in imports_of("trio_durable._turn")
-    assert "trio_durable._runtime" not in imports_of("trio_durable._fans")
+    assert "trio_durable._front._context" in imports_of("trio_durable._front._app")
+    assert "trio_durable._kernel._runtime" not in imports_of(
+        "trio_durable._features.children._fans"
+    )
     # A store module pulls in its subpackage (`_control` imports only
     # `._stores._base` and `._stores._ops`).
-    assert "trio_durable._stores" in imports_of("trio_durable._control")
+    assert "trio_durable._stores" in imports_of("trio_durable._front._control")
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
-from trio_durable._records import ErrorInfo
+from trio_durable._base._records import ErrorInfo
 from trio_durable._stores._codec import PayloadCoder
 from trio_durable._stores._sqlite_schema import SCHEMA_VERSION
 from trio_durable.stores import CodecStore, PutCheckpoint

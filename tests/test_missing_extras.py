@@ -1,6 +1,6 @@
 """A URL whose package or client library is not installed names what to
 install, and the built-in schemes need no entry-point metadata
-(`trio_durable._schemes`: one rule for stores and brokers)."""
+(`trio_durable._base._schemes`: one rule for stores and brokers)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import trio_durable as td
-from trio_durable import _schemes
+from trio_durable._base import _schemes
 from trio_durable._brokers import BROKERS, broker_opener
 from trio_durable._brokers._memory import open_memory_broker
 from trio_durable._stores import STORES, store_opener

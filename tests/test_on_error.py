@@ -24,8 +24,12 @@ import trio
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
 from prometheus_samples import families, sample, samples
-from trio_durable._catalogue import CACHE_SECONDS
-from trio_durable._on_error import HANDOFF_BASE, NEVER_ROUTED, pick_on_error_route
+from trio_durable._base._on_error import (
+    HANDOFF_BASE,
+    NEVER_ROUTED,
+    pick_on_error_route,
+)
+from trio_durable._kernel._catalogue import CACHE_SECONDS
 from trio_durable._stores._ops import CreateRun, Op, PutCheckpoint, ReleaseRun, UpdateRun
 
 app = td.App("routing")
@@ -298,7 +302,7 @@ def _untraced(error: dict[str, Any]) -> dict[str, Any]:
     assert (
         traceback.rstrip()
         .rsplit("\n", 1)[-1]
-        .startswith(f"trio_durable._exceptions.{error['type']}: ")
+        .startswith(f"trio_durable._base._exceptions.{error['type']}: ")
     ), traceback
     return error
 

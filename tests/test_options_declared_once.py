@@ -7,7 +7,7 @@ from it:
   the same names in the same order, annotations and defaults;
 - `open_engine` passes each option to `EngineOptions`;
 - the table of docs/configuration.md, written by
-  ``python -m trio_durable._options_docs``;
+  ``python -m trio_durable._process._options_docs``;
 - the flags of ``trio-durable engine``, built from the declared ones, which
   reach `open_engine` under the options' names.
 """
@@ -26,17 +26,17 @@ from click.testing import CliRunner
 
 import trio_durable as td
 from cli_processes import TESTS
-from trio_durable import _options_docs
 from trio_durable._cli import _processes, cli
-from trio_durable._engine_options import (
+from trio_durable._kernel._engine_options import (
     ENGINE_RESOURCES,
     Declared,
     EngineOption,
     EngineOptions,
     engine_options,
 )
-from trio_durable._open_engine import open_engine
-from trio_durable._options_docs import (
+from trio_durable._process import _options_docs
+from trio_durable._process._open_engine import open_engine
+from trio_durable._process._options_docs import (
     BEGIN,
     END,
     PAGE,
@@ -151,7 +151,7 @@ def test_open_engine_passes_every_option_to_engine_options() -> None:
 
 def test_the_configuration_page_holds_the_generated_table() -> None:
     page = PAGE.read_text(encoding="utf-8")
-    assert with_table(page) == page, "run: python -m trio_durable._options_docs"
+    assert with_table(page) == page, "run: python -m trio_durable._process._options_docs"
     section = page.split("\n## open_engine\n", 1)[1].split("\n## ", 1)[0]
     assert BEGIN in section
     assert END in section

@@ -26,7 +26,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, fixed_wall, shared_store
-from trio_durable._passed_on import PassedOn
+from trio_durable._kernel._passed_on import PassedOn
 
 app = td.App("has-it")
 lacking_app = td.App("lacks-it")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import trio_durable as td
-from trio_durable._stored_payloads import codec_text
+from trio_durable._payloads._stored_payloads import codec_text
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "payload-codecs.md"

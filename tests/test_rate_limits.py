@@ -12,7 +12,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
-from trio_durable._rate_limits import next_admission
+from trio_durable._features.flow_control._rate_limits import next_admission
 
 app = td.App("rates")
 app.queue("api", concurrency=10, rate_limit=td.RateLimit(2, 5.0))

@@ -13,8 +13,9 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory
-from trio_durable._admission import RECHECK_CAP, next_look
-from trio_durable._records import Checkpoint
+from trio_durable._base._records import Checkpoint
+from trio_durable._features.flow_control import _admission as admission
+from trio_durable._features.flow_control._admission import RECHECK_CAP, next_look
 
 app = td.App("recheck")
 app.queue("one", concurrency=1)
@@ -116,10 +117,9 @@ async def test_a_lost_wake_is_found_within_the_cap(
     open_test_engine: EngineFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import trio_durable._turn
 
     # The release's write applies, but nobody is woken for it.
-    monkeypatch.setattr(trio_durable._turn, "let_in", lambda rt, ops, results: None)
+    monkeypatch.setattr(admission, "let_in", lambda rt, ops, results: None)
     async with open_test_engine(app) as engine:
         holder = await engine.start(keyed, 0, 1000.0)
         await trio.testing.wait_all_tasks_blocked()

@@ -20,9 +20,9 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory
-from trio_durable import _turn
-from trio_durable._records import Checkpoint
-from trio_durable._scheduler import Scheduler
+from trio_durable._base._records import Checkpoint
+from trio_durable._features.children import _children
+from trio_durable._kernel._scheduler import Scheduler
 from trio_durable._stores._base import TurnState
 
 app = td.App("reconcile")
@@ -79,7 +79,7 @@ def lose_barrier_wakes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         lost.extend(cp.run_id for cp in changed)
         return []
 
-    monkeypatch.setattr(_turn, "join_barrier", barrier)
+    monkeypatch.setattr(_children, "join_barrier", barrier)
     return lost
 
 

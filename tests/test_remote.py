@@ -30,7 +30,7 @@ from trio_durable import (
     open_worker,
 )
 from trio_durable._brokers._base import RESULTS, Outgoing
-from trio_durable._wire import Result, Task
+from trio_durable._wire._messages import Result, Task
 
 app = td.App("remote")
 

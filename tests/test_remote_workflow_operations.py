@@ -21,9 +21,9 @@ import trio.testing
 import trio_durable as td
 from conftest import fixed_wall
 from trio_durable._brokers._base import Outgoing
-from trio_durable._decision_commands import Command
-from trio_durable._decision_wire import Decision
-from trio_durable._wire import Result, WireError
+from trio_durable._wire._decision_commands import Command
+from trio_durable._wire._decision_wire import Decision
+from trio_durable._wire._messages import Result, WireError
 
 # -- the workers' app: bodies and the steps they call ----------------------------------
 

@@ -15,10 +15,10 @@ import trio.testing
 
 import trio_durable as td
 from trio_durable._brokers._base import RESULTS, Outgoing
-from trio_durable._decision_wire import Decision
-from trio_durable._wire import Result
-from trio_durable._wire_records import DECISION_ON_WIRE
-from trio_durable._worker import crash
+from trio_durable._front._worker import crash
+from trio_durable._wire._decision_wire import Decision
+from trio_durable._wire._messages import Result
+from trio_durable._wire._wire_records import DECISION_ON_WIRE
 
 calls: Counter[str] = Counter()
 

@@ -10,7 +10,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory
-from trio_durable._records import signal_token
+from trio_durable._base._records import signal_token
 
 app = td.App("retention")
 

@@ -13,7 +13,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory, shared_store
-from trio_durable._views import EVENTS_KEPT
+from trio_durable._kernel._views import EVENTS_KEPT
 
 app = td.App("retention-records")
 

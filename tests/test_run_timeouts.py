@@ -19,7 +19,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, fixed_wall, shared_store
-from trio_durable._lifecycle import DEADLINE
+from trio_durable._features.lifecycle._lifecycle import DEADLINE
 from trio_durable._stores._ops import CreateRun, Op
 from trio_durable._stores._wrapping import StoreWrapper
 from trio_durable.stores import RunRecord

@@ -18,7 +18,12 @@ import trio.testing
 
 import trio_durable as td
 from schedule_cases import Wall, at
-from trio_durable._schedule_spec import SPEC_SCOPE, STATE_SCOPE, ScheduleSpec, tick_stamp
+from trio_durable._features.schedules._schedule_spec import (
+    SPEC_SCOPE,
+    STATE_SCOPE,
+    ScheduleSpec,
+    tick_stamp,
+)
 
 START = at("2026-06-01T00:00:00")
 

@@ -15,7 +15,7 @@ import trio
 
 import trio_durable as td
 from conftest import EngineFactory, fixed_wall
-from trio_durable._search_attributes import SCOPE, stored_types
+from trio_durable._features.search._search_attributes import SCOPE, stored_types
 from trio_durable._stores._ops import Op, PutValue, UpdateRun
 
 DUE = datetime.datetime(2026, 12, 4, 9, 30, tzinfo=datetime.UTC)

@@ -8,8 +8,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from trio_durable._records import RunFilter
-from trio_durable._search_values import SearchRange, conditions
+from trio_durable._base._records import RunFilter
+from trio_durable._base._search_values import SearchRange, conditions
 from trio_durable._stores import _sql_queries, _sqlite_schema
 from trio_durable._stores._ops import PutValue, UpdateRun
 from trio_durable._stores._sqlite import open_sqlite_store

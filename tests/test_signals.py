@@ -13,7 +13,7 @@ import trio
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory
-from trio_durable._records import signal_token
+from trio_durable._base._records import signal_token
 
 app = td.App("signals")
 

@@ -27,9 +27,15 @@ from signed_fleet import (
     unsigned_tasks_never_run,
     use,
 )
-from trio_durable._payload import PAYLOAD_TOO_LARGE, result_message, task_message
-from trio_durable._signing import SIGNATURE_OVERHEAD, TAG, SignatureRejected, open_signed, sign
-from trio_durable._wire import Result, Task
+from trio_durable._wire._messages import Result, Task
+from trio_durable._wire._payload import PAYLOAD_TOO_LARGE, result_message, task_message
+from trio_durable._wire._signing import (
+    SIGNATURE_OVERHEAD,
+    TAG,
+    SignatureRejected,
+    open_signed,
+    sign,
+)
 from trio_durable.brokers import Consumer, Outgoing, WorkerDescriptor
 
 BODY = b'{"v":1,"run_id":"r"}'

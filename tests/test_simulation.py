@@ -34,9 +34,9 @@ import trio
 from trio._core import _run as trio_run
 
 import trio_durable as td
-import trio_durable._turn as turn_module
+import trio_durable._features.flow_control._admission as admission_module
 from cli_processes import WITHIN
-from trio_durable._records import Checkpoint, Run
+from trio_durable._base._records import Checkpoint, Run
 from trio_durable._stores._memory import MemoryStore
 from trio_durable._stores._ops import (
     ClaimCheckpoint,
@@ -335,7 +335,7 @@ def test_planted_unadmitted_runs_are_caught(monkeypatch: pytest.MonkeyPatch) -> 
     async def admit(turn: Any, now: float) -> bool:
         return True
 
-    monkeypatch.setattr(turn_module, "admit", admit)
+    monkeypatch.setattr(admission_module, "admit", admit)
     report = simulate_builtin(1, faults=Faults.none())
     assert "key one:a: 2 runs inside at once (limit 1): ['one:a-0', 'one:a-1']" in (
         report.violations

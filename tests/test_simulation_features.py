@@ -24,13 +24,13 @@ import pytest
 import trio
 
 import trio_durable as td
-import trio_durable._context_determinism as context_determinism
-import trio_durable._streams as streams_module
-from trio_durable._blob_store import SCOPE as BLOB_SCOPE
-from trio_durable._blob_store import blob_listing
-from trio_durable._fork import fork_run as fork_run_of_the_engine
-from trio_durable._fork import retry_from as retry_from_of_the_engine
-from trio_durable._records import Checkpoint, ErrorInfo, Run
+import trio_durable._features.determinism._context_determinism as context_determinism
+import trio_durable._features.messages._streams as streams_module
+from trio_durable._base._records import Checkpoint, ErrorInfo, Run
+from trio_durable._features.fork._fork import fork_run as fork_run_of_the_engine
+from trio_durable._features.fork._fork import retry_from as retry_from_of_the_engine
+from trio_durable._stores._blob_store import SCOPE as BLOB_SCOPE
+from trio_durable._stores._blob_store import blob_listing
 from trio_durable._stores._codec import PayloadCoder
 from trio_durable._stores._hook_ops import UseWebhook
 from trio_durable._stores._memory import MemoryStore
@@ -332,7 +332,7 @@ def test_a_fork_that_copies_nothing_is_caught(monkeypatch: pytest.MonkeyPatch) -
     async def fork_run(store: Any, app_: Any, now: float, run_id: str, _: int, *rest: Any) -> Any:
         return await real(store, app_, now, run_id, 1, *rest)
 
-    monkeypatch.setattr("trio_durable._front_fork.fork_run", fork_run)
+    monkeypatch.setattr("trio_durable._front._front_fork.fork_run", fork_run)
     report = _quiet()
     assert "fork report-fork of report: it ran seq 1 again" in report.violations
     assert "fork report-fork of report: it does not record where it came from" in (
@@ -347,7 +347,7 @@ def test_a_retry_from_a_seq_that_starts_over_is_caught(monkeypatch: pytest.Monke
     async def retry_from(store: Any, now: float, run_id: str, _: int, *rest: Any) -> Any:
         return await real(store, now, run_id, 1, *rest)
 
-    monkeypatch.setattr("trio_durable._front_end.retry_from", retry_from)
+    monkeypatch.setattr("trio_durable._front._front_end.retry_from", retry_from)
     report = _quiet()
     assert report.violations == ("retry of rewound from seq 2: it ran seq 1 again",)
 
@@ -384,7 +384,7 @@ def test_breakpoints_that_pause_nothing_are_caught(monkeypatch: pytest.MonkeyPat
     async def pause_before(*args: Any) -> None:
         await trio.lowlevel.checkpoint()
 
-    monkeypatch.setattr("trio_durable._local.pause_before", pause_before)
+    monkeypatch.setattr("trio_durable._features.steps._local.pause_before", pause_before)
     report = _quiet()
     assert "breakpoint: paused-go ended without pausing" in report.violations
     assert _matching(report, r"^breakpoint: \[.*'go'.*\] ran their step before they were resumed")

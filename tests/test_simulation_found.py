@@ -34,12 +34,12 @@ import pytest
 import trio
 
 import trio_durable as td
-from trio_durable._published import event_scope
+from trio_durable._features.messages._published import event_scope
+from trio_durable._features.messages._updates import INBOX, update_scope
 from trio_durable._stores._hook_ops import DeleteBreakpoint, PutBreakpoint
 from trio_durable._stores._memory import MemoryStore
 from trio_durable._stores._ops import Op, PutValue
 from trio_durable._stores._wrapping import StoreWrapper
-from trio_durable._updates import INBOX, update_scope
 from trio_durable.testing._memory_blobs import MemoryBlobStore
 
 app = td.App("found")

@@ -26,28 +26,28 @@ import attrs
 import pytest
 import trio
 
-import trio_durable._entity_defs as entity_defs
-import trio_durable._front_messages as run_messages
-import trio_durable._schedule_ticker as schedule_ticker
+import trio_durable._features.entities._entity_defs as entity_defs
+import trio_durable._features.schedules._schedule_ticker as schedule_ticker
+import trio_durable._front._front_messages as run_messages
 import trio_durable._stores._memory as memory_module
-import trio_durable._wire_layers as wire_layers
-from trio_durable import _serde
-from trio_durable._blob_wire import resolve_task_input
-from trio_durable._current import call_step
-from trio_durable._exceptions import InvalidRunStateError, UpdateRejected
-from trio_durable._handlers import check_arguments, plain_args
-from trio_durable._published import Front, current_run
-from trio_durable._read_replay import replay_now
-from trio_durable._records import TERMINAL_STATUSES, Run
-from trio_durable._result_publisher import Outcome
-from trio_durable._signing import TAG, open_signed
+import trio_durable._wire._layers as wire_layers
+from trio_durable._base import _serde
+from trio_durable._base._current import call_step
+from trio_durable._base._exceptions import InvalidRunStateError, UpdateRejected
+from trio_durable._base._records import TERMINAL_STATUSES, Run
+from trio_durable._features.messages._published import Front, current_run
+from trio_durable._features.messages._read_replay import replay_now
+from trio_durable._features.messages._updates import INBOX, RECORD, _outcome, update_scope
+from trio_durable._front._result_publisher import Outcome
+from trio_durable._front._worker import Worker
+from trio_durable._kernel._handlers import check_arguments, plain_args
 from trio_durable._stores._base import run_due_at
 from trio_durable._stores._memory import MemoryStore
 from trio_durable._stores._ops import Op, PutValue, SettleCheckpoint
 from trio_durable._stores._rules import is_of
-from trio_durable._updates import INBOX, RECORD, _outcome, update_scope
-from trio_durable._wire import Result, Task, WireError
-from trio_durable._worker import Worker
+from trio_durable._wire._blob_wire import resolve_task_input
+from trio_durable._wire._messages import Result, Task, WireError
+from trio_durable._wire._signing import TAG, open_signed
 from trio_durable.testing import Faults, SimulationReport
 from trio_durable.testing._workloads import simulate_builtin
 

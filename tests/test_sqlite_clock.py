@@ -20,7 +20,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory
-from trio_durable._records import Checkpoint, Run
+from trio_durable._base._records import Checkpoint, Run
 from trio_durable._stores._ops import PutCheckpoint, UpdateRun
 from trio_durable._stores._sqlite import open_sqlite_store
 

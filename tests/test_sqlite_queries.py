@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trio_durable._records import RunFilter
+from trio_durable._base._records import RunFilter
 from trio_durable._stores import _sql_queries, _sqlite_schema
 from trio_durable._stores._sqlite import open_sqlite_store
 from trio_durable._stores._sqlite_ops import DIALECT

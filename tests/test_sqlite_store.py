@@ -12,8 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from trio_durable._exceptions import InvalidURLError, StoreError
-from trio_durable._records import Breakpoint, ErrorInfo, RunFilter, RunStatus
+from trio_durable._base._exceptions import InvalidURLError, StoreError
+from trio_durable._base._records import Breakpoint, ErrorInfo, RunFilter, RunStatus
 from trio_durable._stores import _sqlite_schema
 from trio_durable._stores._base import WriteConflict
 from trio_durable._stores._hook_ops import CreateWebhook, PutBreakpoint

@@ -26,12 +26,12 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory
+from trio_durable._base._exceptions import RemoteStepError
 from trio_durable._brokers._base import RESULTS, Delivery, Outgoing
 from trio_durable._brokers._memory import MemoryBroker, MemoryConsumer
-from trio_durable._exceptions import RemoteStepError
-from trio_durable._replay import TurnDraft
+from trio_durable._kernel._replay import TurnDraft
 from trio_durable._stores._ops import CreateRun, Op, PutCheckpoint, SettleCheckpoint, UpdateRun
-from trio_durable._wire import Result, Task
+from trio_durable._wire._messages import Result, Task
 
 app = td.App("step_fans")
 

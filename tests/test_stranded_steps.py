@@ -33,9 +33,9 @@ import trio_durable as td
 from conftest import WALL_START, EngineFactory
 from trio_durable import MemoryBroker
 from trio_durable._brokers._base import Consumer, Outgoing, WorkerDescriptor
-from trio_durable._carrier import BROKER_WAIT, LOST_WITH_BROKER, OUT, Carrier, holder_alive
-from trio_durable._dispatch import BROKER_RETRY_CAP, QUICK_TRIES
-from trio_durable._wire import Result
+from trio_durable._kernel._carrier import BROKER_WAIT, LOST_WITH_BROKER, OUT, Carrier, holder_alive
+from trio_durable._kernel._dispatch import BROKER_RETRY_CAP, QUICK_TRIES
+from trio_durable._wire._messages import Result
 from trio_durable.brokers import BrokerUnavailable, open_broker
 
 app = td.App("stranded")

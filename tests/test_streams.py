@@ -18,9 +18,9 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory, fixed_wall
-from trio_durable._engine import crash
-from trio_durable._records import StoredValue
-from trio_durable._streams import STREAM_HEAD, stream_scope
+from trio_durable._base._records import StoredValue
+from trio_durable._features.messages._streams import STREAM_HEAD, stream_scope
+from trio_durable._front._engine import crash
 
 app = td.App("streams")
 

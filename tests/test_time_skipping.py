@@ -26,7 +26,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import fixed_wall
-from trio_durable._engine import crash
+from trio_durable._front._engine import crash
 
 app = td.App("time-skipping")
 

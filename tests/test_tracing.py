@@ -17,8 +17,8 @@ import traced
 import trio_durable as td
 from conftest import EngineFactory, fixed_wall
 from traced import Recorder, app, check_order_spans, order
-from trio_durable._engine_options import EngineOptions
-from trio_durable._options import WorkerOptions
+from trio_durable._kernel._engine_options import EngineOptions
+from trio_durable._kernel._options import WorkerOptions
 from trio_durable.brokers import Outgoing
 
 

@@ -1,6 +1,6 @@
 """No password of a store or broker URL reaches an error message, its
 traceback or a log line, for every scheme, whatever characters the password
-holds (`trio_durable._urls`). What needs a server (a refused login, a
+holds (`trio_durable._base._urls`). What needs a server (a refused login, a
 connection that fails) is in ``tests/integration``."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 import trio_durable as td
+from trio_durable._base._urls import mask_url, scrub, userinfo_is_ambiguous
 from trio_durable._brokers import open_broker
 from trio_durable._brokers._memory import open_memory_broker
 from trio_durable._stores import open_store
 from trio_durable._stores._memory import open_memory_store
 from trio_durable._stores._sqlite import open_sqlite_store
-from trio_durable._urls import mask_url, scrub, userinfo_is_ambiguous
 
 SECRET = "s3cr"
 """Every password below holds these two pieces (around a hostile character

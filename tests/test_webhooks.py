@@ -18,10 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trio_durable as td
-import trio_durable._webhooks
+import trio_durable._kernel._webhook_keys
 from conftest import fixed_wall
-from trio_durable._records import signal_token
-from trio_durable._webhooks import SECRET_SETTING, derive_token, new_token, token_hash
+from trio_durable._base._records import signal_token
+from trio_durable._features.hooks._webhooks import (
+    SECRET_SETTING,
+    derive_token,
+    new_token,
+    token_hash,
+)
 
 app = td.App("webhooks")
 
@@ -256,7 +261,7 @@ async def test_a_run_never_gets_a_token_that_begins_with_a_dash(
     # tokens beginning with '-' (as about 1 in 64 random ones do).
     scripted = iter([*dashed_nonces(SECRET, 3), "a plain nonce"])
     monkeypatch.setattr(
-        trio_durable._webhooks,
+        trio_durable._kernel._webhook_keys,
         "secrets",
         types.SimpleNamespace(token_urlsafe=lambda nbytes: next(scripted)),
     )

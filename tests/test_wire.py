@@ -44,12 +44,13 @@ from hostile import (
     with_raw,
 )
 from prometheus_samples import sample
-from trio_durable import _serde
+from trio_durable._base import _serde
+from trio_durable._base._nesting import MAX_NESTING
 from trio_durable._brokers._base import RESULTS, Outgoing, is_broker_safe
-from trio_durable._nesting import MAX_NESTING
+from trio_durable._front._worker import Worker
 from trio_durable._stores import open_store
 from trio_durable._stores._ops import SettleCheckpoint
-from trio_durable._wire import (
+from trio_durable._wire._messages import (
     MAX_ATTEMPT,
     MAX_PRIORITY,
     MAX_SECONDS,
@@ -520,7 +521,7 @@ async def test_a_live_worker_and_engine_reject_and_count_what_does_not_decode(
     broker = td.MemoryBroker()
     async with td.open_engine(app, broker=broker, serve=[ROUTE], seed=0) as engine:
         worker = engine._rt.worker
-        assert worker is not None
+        assert isinstance(worker, Worker)
         await broker.dispatch(
             [Outgoing(queue=ROUTE, body=body) for body in tasks]
             + [Outgoing(queue=engine.results_queue, body=body) for body in results]

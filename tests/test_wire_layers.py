@@ -9,10 +9,10 @@ import attrs
 import pytest
 
 import trio_durable as td
-from trio_durable._signing import SignatureRejected
-from trio_durable._tracing import DISABLED
-from trio_durable._wire import Result, Task, WireError
-from trio_durable._wire_layers import UNREADABLE, WireLayers, engine_layers
+from trio_durable._wire._layers import UNREADABLE, WireLayers, engine_layers
+from trio_durable._wire._messages import Result, Task, WireError
+from trio_durable._wire._signing import SignatureRejected
+from trio_durable._wire._tracing import DISABLED
 
 
 def _task(seq: int) -> Task:

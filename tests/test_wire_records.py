@@ -6,10 +6,10 @@ rolling upgrades)."""
 
 from __future__ import annotations
 
-from trio_durable._decision_wire import history, read_request, request_input
-from trio_durable._records import Checkpoint, Run
-from trio_durable._run_records import RunRecord, value_record
-from trio_durable._wire_records import is_record_on_wire, record_off_wire, records_on_wire
+from trio_durable._base._records import Checkpoint, Run
+from trio_durable._base._run_records import RunRecord, value_record
+from trio_durable._wire._decision_wire import history, read_request, request_input
+from trio_durable._wire._wire_records import is_record_on_wire, record_off_wire, records_on_wire
 
 RUN = Run(id="r", workflow="w", input="[]")
 

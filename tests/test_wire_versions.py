@@ -16,7 +16,7 @@ import trio.testing
 import trio_durable as td
 from prometheus_samples import sample
 from trio_durable._brokers._base import Outgoing
-from trio_durable._wire import WIRE_VERSION, Result, Task, WireError
+from trio_durable._wire._messages import WIRE_VERSION, Result, Task, WireError
 
 ROUTE = "versions"
 

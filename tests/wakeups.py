@@ -17,7 +17,7 @@ import trio.testing
 
 import trio_durable as td
 from cli_processes import WITHIN
-from trio_durable._wakes import announces_ends
+from trio_durable._kernel._wakes import announces_ends
 
 TESTS: Final = Path(__file__).resolve().parent
 

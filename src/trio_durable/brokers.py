@@ -39,6 +39,13 @@ conformance suites of `trio_durable.testing.conformance` against its own
 factory. See ``docs/brokers.md`` and ``docs/writing-a-broker-adapter.md``.
 """
 
+from ._base._clock import Clock as Clock
+from ._base._exceptions import InvalidURLError as InvalidURLError
+from ._base._exceptions import UsageError as UsageError
+from ._base._urls import AMBIGUOUS_HINT as AMBIGUOUS_HINT
+from ._base._urls import mask_url as mask_url
+from ._base._urls import scrub as scrub
+from ._base._urls import userinfo_is_ambiguous as userinfo_is_ambiguous
 from ._brokers import open_broker as open_broker
 from ._brokers._base import RESULTS as RESULTS
 from ._brokers._base import Broker as Broker
@@ -66,13 +73,6 @@ from ._brokers._memory import BrokerFaults as BrokerFaults
 from ._brokers._memory import MemoryBroker as MemoryBroker
 from ._brokers._outbox import Outbox as Outbox
 from ._brokers._outbox import OutboxJob as OutboxJob
-from ._clock import Clock as Clock
-from ._exceptions import InvalidURLError as InvalidURLError
-from ._exceptions import UsageError as UsageError
-from ._urls import AMBIGUOUS_HINT as AMBIGUOUS_HINT
-from ._urls import mask_url as mask_url
-from ._urls import scrub as scrub
-from ._urls import userinfo_is_ambiguous as userinfo_is_ambiguous
 
 __all__ = [
     "AMBIGUOUS_HINT",

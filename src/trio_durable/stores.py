@@ -9,17 +9,17 @@ known under the entry-point group ``trio_durable.stores``. See
 docs/writing-a-store.md.
 """
 
-from ._records import TERMINAL_STATUSES as TERMINAL_STATUSES
-from ._records import CheckpointKind as CheckpointKind
-from ._records import CheckpointStatus as CheckpointStatus
-from ._records import FanCounts as FanCounts
-from ._records import QueueDepth as QueueDepth
-from ._records import RunFilter as RunFilter
-from ._records import RunStamp as RunStamp
-from ._records import RunStatus as RunStatus
-from ._records import StoredValue as StoredValue
-from ._records import Webhook as Webhook
-from ._run_records import RunRecord as RunRecord
+from ._base._records import TERMINAL_STATUSES as TERMINAL_STATUSES
+from ._base._records import CheckpointKind as CheckpointKind
+from ._base._records import CheckpointStatus as CheckpointStatus
+from ._base._records import FanCounts as FanCounts
+from ._base._records import QueueDepth as QueueDepth
+from ._base._records import RunFilter as RunFilter
+from ._base._records import RunStamp as RunStamp
+from ._base._records import RunStatus as RunStatus
+from ._base._records import StoredValue as StoredValue
+from ._base._records import Webhook as Webhook
+from ._base._run_records import RunRecord as RunRecord
 from ._stores._base import ChangeFeed as ChangeFeed
 from ._stores._base import RunWatch as RunWatch
 from ._stores._base import Store as Store

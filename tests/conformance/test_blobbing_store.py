@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import trio_durable as td
-from trio_durable._blob_store import BlobOptions
 from trio_durable._stores._base import Store
+from trio_durable._stores._blob_store import BlobOptions
 from trio_durable._stores._memory import open_memory_store
 from trio_durable._stores._sqlite import open_sqlite_store
 from trio_durable.testing.conformance import STORE_CHECKS, StoreFactory

@@ -19,7 +19,7 @@ import trio_durable as td
 from servers.postgres import scratch_schema
 from sized_broker import SizedBroker
 from test_blobs import is_reference
-from trio_durable._undecodable import payload_layers_under
+from trio_durable._front._undecodable import payload_layers_under
 from trio_durable.brokers import RESULTS
 
 MB: Final = 1024 * 1024

@@ -18,7 +18,7 @@ import trio
 import trio_durable as td
 from servers.postgres import scratch_schema
 from test_codecs import APPROVER, CARD, RING1, RING9, RING21, app, checkout, declined
-from trio_durable._stored_payloads import codec_text
+from trio_durable._payloads._stored_payloads import codec_text
 
 
 @pytest.fixture

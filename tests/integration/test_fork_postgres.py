@@ -11,7 +11,7 @@ import trio
 
 import trio_durable as td
 from servers.postgres import scratch_schema
-from trio_durable._fork import forked_from_of
+from trio_durable._features.fork._fork import forked_from_of
 
 app = td.App("fork_pg")
 

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from servers.postgres import scratch_schema
-from trio_durable._records import RunFilter
+from trio_durable._base._records import RunFilter
 from trio_durable._stores import _sql_queries
 from trio_durable._stores._postgres import open_postgres_store
 from trio_durable._stores._postgres_ops import DIALECT

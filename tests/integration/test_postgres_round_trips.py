@@ -24,8 +24,8 @@ import trio.testing
 
 import trio_durable as td
 from servers.postgres import scratch_schema
-from trio_durable._exceptions import LeaseLostError
-from trio_durable._records import Checkpoint, Run, RunStatus
+from trio_durable._base._exceptions import LeaseLostError
+from trio_durable._base._records import Checkpoint, Run, RunStatus
 from trio_durable._stores._base import WriteConflict
 from trio_durable._stores._ops import Announce, CreateRun, Op, PutCheckpoint, UpdateRun
 from trio_durable._stores._postgres import PostgresStore, open_postgres_store

@@ -14,8 +14,8 @@ import trio
 
 import trio_durable as td
 from servers.postgres import scratch_schema
-from trio_durable._records import RunFilter
-from trio_durable._search_values import SearchRange, conditions
+from trio_durable._base._records import RunFilter
+from trio_durable._base._search_values import SearchRange, conditions
 from trio_durable._stores import _sql_queries
 from trio_durable._stores._ops import PutValue, UpdateRun
 from trio_durable._stores._postgres import open_postgres_store

@@ -27,8 +27,9 @@ import trio_durable as td
 from servers import postgres as postgres_server
 from servers.fixture import installed
 from servers.postgres import scratch_schema
-from trio_durable._exceptions import InvalidURLError, StoreError
-from trio_durable._records import Checkpoint, Run
+from trio_durable._base._exceptions import InvalidURLError, StoreError
+from trio_durable._base._records import Checkpoint, Run
+from trio_durable._base._urls import mask_url
 from trio_durable._stores import open_store
 from trio_durable._stores._base import WriteConflict
 from trio_durable._stores._hook_ops import KeepSetting
@@ -47,7 +48,6 @@ from trio_durable._stores._postgres_reads import (
     count_checkpoints_query,
 )
 from trio_durable._stores._postgres_schema import DEFAULT_POOL_SIZE, SCHEMA_VERSION
-from trio_durable._urls import mask_url
 
 PATIENCE = 30.0
 """Seconds a test waits at most for what it waits for."""

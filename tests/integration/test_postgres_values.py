@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from servers.postgres import scratch_schema
-from trio_durable._records import Run
+from trio_durable._base._records import Run
 from trio_durable._stores._ops import PutValue
 from trio_durable._stores._postgres import open_postgres_store
 from trio_durable._stores._postgres_schema import SCHEMA_VERSION

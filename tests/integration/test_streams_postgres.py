@@ -14,8 +14,8 @@ import trio
 
 import trio_durable as td
 from servers.postgres import scratch_schema
-from trio_durable._engine import crash
-from trio_durable._streams import stream_scope
+from trio_durable._features.messages._streams import stream_scope
+from trio_durable._front._engine import crash
 
 EVENTUALLY: Final = 60.0
 

@@ -3,7 +3,7 @@
 The ``memory`` scheme is built in; adapters for other brokers register an
 opener under the entry-point group ``trio_durable.brokers``, named by URL
 scheme: a callable taking the URL and returning an async context manager
-that yields a `Broker` (see `trio_durable._schemes` for the rule).
+that yields a `Broker` (see `trio_durable._base._schemes` for the rule).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Final
 
-from .._exceptions import InvalidURLError
-from .._schemes import Install, Kind, Opener, find_opener
+from .._base._exceptions import InvalidURLError
+from .._base._schemes import Install, Kind, Opener, find_opener
 from ._base import Broker
 
 _RABBITMQ: Final = Install(what="the trio-durable-rabbitmq package", pip="trio-durable-rabbitmq")

@@ -40,7 +40,7 @@ from typing import Any, Final, Protocol, final
 import attrs
 import trio
 
-from .._exceptions import TrioDurableError
+from .._base._exceptions import TrioDurableError
 
 RESULTS: Final = "trio_durable.results"
 """The name of the queue that carries results back to engines."""

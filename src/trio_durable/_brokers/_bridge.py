@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, urlsplit
 import attrs
 import trio
 
-from .._exceptions import InvalidURLError
+from .._base._exceptions import InvalidURLError
 
 logger = logging.getLogger("trio_durable")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._serde import converter
+from .._base._serde import converter
 from ._base import WorkerDescriptor
 
 

@@ -28,8 +28,8 @@ from urllib.parse import parse_qsl, urlsplit
 import attrs
 import trio
 
-from .._exceptions import InvalidURLError
-from .._urls import mask_url
+from .._base._exceptions import InvalidURLError
+from .._base._urls import mask_url
 from ._base import Delivery, Outgoing, WorkerDescriptor, check_payload_sizes
 
 MAX_PRIORITY: Final = 9

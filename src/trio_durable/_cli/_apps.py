@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from .._app import App
+from .._front._app import App
 from ._common import EXIT_USAGE, CommandError
 
 DEFAULT_ATTRIBUTE = "app"

@@ -11,8 +11,8 @@ from typing import Final
 
 import click
 
-from .._codec import AesGcmCodec
-from .._keyring import Keyring, KeyringError
+from .._base._keyring import Keyring, KeyringError
+from .._payloads._codec import AesGcmCodec
 
 CODEC_KEYS_ENV: Final = "TRIO_DURABLE_CODEC_KEYS"
 

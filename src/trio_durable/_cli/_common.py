@@ -28,8 +28,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from .._brokers._base import BrokerError
-from .._exceptions import (
+from .._base._exceptions import (
     BreakpointNotFoundError,
     InvalidRunStateError,
     RunConflictError,
@@ -40,8 +39,9 @@ from .._exceptions import (
     UsageError,
     WebhookError,
 )
-from .._urls import mask_url, scrub
-from .._views import plain as plain
+from .._base._urls import mask_url, scrub
+from .._brokers._base import BrokerError
+from .._kernel._views import plain as plain
 
 # -- exit codes (the table in docs/operations.md) ----------------------------
 

@@ -16,12 +16,12 @@ from functools import partial
 import click
 import trio
 
-from .._app import App
-from .._blob_store import with_blobs_from_env
-from .._client import open_client
-from .._codec import PayloadCodec
-from .._exceptions import UsageError
-from .._options import MAX_BODY_LIMIT, ConsoleOptions, token_problem
+from .._base._exceptions import UsageError
+from .._front._app import App
+from .._front._client import open_client
+from .._kernel._options import MAX_BODY_LIMIT, ConsoleOptions, token_problem
+from .._payloads._codec import PayloadCodec
+from .._stores._blob_store import with_blobs_from_env
 from ._apps import load_app
 from ._codec import CODEC_KEYS_ENV, codec_of
 from ._common import (

@@ -18,10 +18,10 @@ from typing import Any
 import click
 import trio
 
-from .._app import App
 from .._brokers import open_broker
 from .._brokers._base import WorkerDescriptor
-from .._fleet_report import (
+from .._front._app import App
+from .._front._fleet_report import (
     FleetReport,
     fleet_report,
 )

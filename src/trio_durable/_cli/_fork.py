@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import click
 
-from .._bounds import MAX_INTEGER
-from .._client import Client
-from .._handle import RunHandle
+from .._base._bounds import MAX_INTEGER
+from .._front._client import Client
+from .._front._handle import RunHandle
 from ._common import json_option, print_json, store_option
 from ._run_views import document, run_line
 from ._runs import namespace_option, runs_group, with_client

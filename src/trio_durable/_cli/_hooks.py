@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .._client import Client
+from .._front._client import Client
 from ._common import json_option, plain, print_json, print_tables, store_option, table
 from ._run_views import document, run_line
 from ._runs import runs_group, with_client

@@ -15,7 +15,7 @@ import attrs
 import click
 import trio
 
-from .._exceptions import StoreError
+from .._base._exceptions import StoreError
 from .._stores import open_store
 from .._stores._versions import has_schema_versions, schema_version
 from ._common import (

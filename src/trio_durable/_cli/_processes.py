@@ -26,12 +26,12 @@ import attrs
 import click
 import trio
 
-from .._app import App
-from .._blob_store import with_blobs_from_env
-from .._engine_options import EngineOptions
-from .._open_engine import open_engine
-from .._open_worker import open_worker
-from .._options import DEFAULT_MAX_DELIVERIES
+from .._front._app import App
+from .._front._open_worker import open_worker
+from .._kernel._engine_options import EngineOptions
+from .._kernel._options import DEFAULT_MAX_DELIVERIES
+from .._process._open_engine import open_engine
+from .._stores._blob_store import with_blobs_from_env
 from ._apps import load_app
 from ._codec import env_codec
 from ._common import (

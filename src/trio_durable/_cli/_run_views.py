@@ -16,9 +16,9 @@ from typing import Any, Final
 import attrs
 from rich.console import RenderableType
 
-from .._records import ErrorInfo, Run
-from .._stored_payloads import said, shown_error
-from .._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage, span
+from .._base._records import ErrorInfo, Run
+from .._kernel._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage, span
+from .._payloads._stored_payloads import said, shown_error
 from ._common import table
 from ._values import decoded, when
 

@@ -22,16 +22,16 @@ import click
 import trio
 from rich.console import Console
 
-from .._app import App
-from .._blob_store import with_blobs_from_env
-from .._bounds import MAX_INTEGER
-from .._client import Client, open_client
-from .._exceptions import RunFailed
-from .._records import TERMINAL_STATUSES, Run, RunStatus
-from .._search_attributes import stored_types
-from .._search_values import parse_where
+from .._base._bounds import MAX_INTEGER
+from .._base._exceptions import RunFailed
+from .._base._records import TERMINAL_STATUSES, Run, RunStatus
+from .._base._search_values import parse_where
+from .._features.search._search_attributes import stored_types
+from .._front._app import App
+from .._front._client import Client, open_client
+from .._kernel._views import FanPage, Retention, RunPage
+from .._stores._blob_store import with_blobs_from_env
 from .._stores._versions import has_schema_versions, schema_version
-from .._views import FanPage, Retention, RunPage
 from ._apps import load_app
 from ._codec import env_codec
 from ._common import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from .._keyring import Keyring, KeyringError
+from .._base._keyring import Keyring, KeyringError
 from ._common import EXIT_USAGE, CommandError
 
 SIGNING_KEYS_ENV: Final = "TRIO_DURABLE_SIGNING_KEYS"

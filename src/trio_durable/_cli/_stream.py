@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from .._client import Client
-from .._records import TERMINAL_STATUSES
+from .._base._records import TERMINAL_STATUSES
+from .._front._client import Client
 from ._common import EXIT_FAILED, store_option
 from ._runs import namespace_option, with_client
 from ._values import whole

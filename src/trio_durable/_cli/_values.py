@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import click
 
-from .._bounds import MAX_INTEGER, is_finite, shown
-from .._stored_payloads import payload_for_people
+from .._base._bounds import MAX_INTEGER, is_finite, shown
+from .._payloads._stored_payloads import payload_for_people
 
 _AGE: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)")
 _UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}

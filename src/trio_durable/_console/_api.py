@@ -15,11 +15,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .._bounds import MAX_INTEGER
-from .._exceptions import UsageError
-from .._fleet_report import fleet_report
-from .._search_attributes import stored_types
-from .._search_values import parse_where
+from .._base._bounds import MAX_INTEGER
+from .._base._exceptions import UsageError
+from .._base._search_values import parse_where
+from .._features.search._search_attributes import stored_types
+from .._front._fleet_report import fleet_report
 from . import _params
 from ._app import ApiError, console_of, read_object
 from ._etags import etag, matches, not_modified, read_stamp

@@ -21,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 if TYPE_CHECKING:
-    from .._client import Client
-    from .._engine import Engine
+    from .._front._client import Client
+    from .._front._engine import Engine
 
 ConsoleSource: TypeAlias = "Engine | Client"
 """What the console reads and acts through: an engine, or a client (which

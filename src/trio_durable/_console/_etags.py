@@ -20,8 +20,8 @@ import attrs
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._exceptions import RunNotFoundError
-from .._records import RunStamp
+from .._base._exceptions import RunNotFoundError
+from .._base._records import RunStamp
 from .._stores._base import Store
 
 ETAG_VERSION = "1"

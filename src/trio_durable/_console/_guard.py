@@ -32,7 +32,7 @@ import attrs
 import trio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._options import normal_host
+from .._kernel._options import normal_host
 from ._app import ApiError
 
 SECURITY_HEADERS: Final[tuple[tuple[bytes, bytes], ...]] = (

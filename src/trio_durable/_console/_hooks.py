@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from .._exceptions import WebhookNotFoundError, WebhookUsedError
-from .._webhooks import token_hash
+from .._base._exceptions import WebhookNotFoundError, WebhookUsedError
+from .._features.hooks._webhooks import token_hash
 from ._app import console_of, read_json, read_object
 
 

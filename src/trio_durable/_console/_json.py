@@ -11,13 +11,13 @@ import re
 from typing import Any, Final
 from urllib.parse import quote
 
-from .._fleet_report import FleetReport
-from .._on_error import lineage, parent_of
-from .._records import Run
-from .._search_values import plain_value
-from .._stored_payloads import payload_for_people
-from .._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage
-from .._views import plain as views_plain
+from .._base._on_error import lineage, parent_of
+from .._base._records import Run
+from .._base._search_values import plain_value
+from .._front._fleet_report import FleetReport
+from .._kernel._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage
+from .._kernel._views import plain as views_plain
+from .._payloads._stored_payloads import payload_for_people
 
 _HANDLER_ID: Final = re.compile(r"\.onError\.\d+$")
 """How the id of an on-error handler run ends (see `parent_of`)."""

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
-from .._exceptions import (
+from .._base._exceptions import (
     BreakpointNotFoundError,
     InvalidRunStateError,
     RunConflictError,
@@ -25,7 +25,7 @@ from .._exceptions import (
     WebhookNotFoundError,
     WebhookUsedError,
 )
-from .._options import ConsoleOptions
+from .._kernel._options import ConsoleOptions
 from ._api import api_routes
 from ._app import API_PREFIXES, ApiError, Console, ConsoleSource, error_body
 from ._guard import Guard, Limits
@@ -107,7 +107,7 @@ def console_app(
     """
     # Engine and Client are the RunQueries there are; importing _engine
     # here would make a cycle, since the engine serves the console too.
-    from .._front_queries import RunQueries
+    from .._front._front_queries import RunQueries
 
     if not isinstance(source, RunQueries):
         raise UsageError(f"console_app needs a td.Engine or a td.Client, not {source!r}")

@@ -22,14 +22,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .._bounds import MAX_INTEGER, shown
-from .._exceptions import UsageError
-from .._on_error import lineage
-from .._records import RunStatus
-from .._search_attributes import stored_types
-from .._search_values import parse_where
-from .._streams import STREAM_HEAD, offset_key, stream_scope
-from .._views import FOLD_WIDTH, FanPage, FanStats, HistoryEntry
+from .._base._bounds import MAX_INTEGER, shown
+from .._base._exceptions import UsageError
+from .._base._on_error import lineage
+from .._base._records import RunStatus
+from .._base._search_values import parse_where
+from .._features.messages._streams import STREAM_HEAD, offset_key, stream_scope
+from .._features.search._search_attributes import stored_types
+from .._kernel._views import FOLD_WIDTH, FanPage, FanStats, HistoryEntry
 from ._render import FAN_PAGE, error_response, page_response
 
 if TYPE_CHECKING:

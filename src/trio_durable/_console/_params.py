@@ -14,10 +14,10 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from .._bounds import MAX_INTEGER, shown
-from .._exceptions import UsageError
-from .._options import check_id
-from .._views import MAX_PAGE
+from .._base._bounds import MAX_INTEGER, shown
+from .._base._exceptions import UsageError
+from .._kernel._options import check_id
+from .._kernel._views import MAX_PAGE
 from ._app import ApiError
 
 _TRUE: Final = frozenset({"true", "1", "yes"})

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 import trio
 
-from .._options import ConsoleOptions
+from .._kernel._options import ConsoleOptions
 from ._app import ConsoleSource
 from ._make import console_app, console_options
 

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Final
 
-from .._exceptions import InvalidURLError
-from .._schemes import Install, Kind, Opener, find_opener
+from .._base._exceptions import InvalidURLError
+from .._base._schemes import Install, Kind, Opener, find_opener
 from ._base import Store
 
 _POSTGRES: Final = Install(what="the 'postgres' extra", pip="'trio-durable[postgres]'")
@@ -25,7 +25,7 @@ STORES: Final = Kind(
     install={"postgresql": _POSTGRES, "postgres": _POSTGRES},
     example="sqlite:///app.db",
 )
-"""The store URL schemes built into trio-durable (see `trio_durable._schemes`)."""
+"""The store URL schemes built into trio-durable (see `trio_durable._base._schemes`)."""
 
 
 def store_opener(url: str) -> Opener:

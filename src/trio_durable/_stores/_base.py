@@ -19,8 +19,8 @@ from typing import Any, Final, Protocol, final, runtime_checkable
 import attrs
 import trio
 
-from .._exceptions import StoreError
-from .._records import (
+from .._base._exceptions import StoreError
+from .._base._records import (
     Breakpoint,
     Checkpoint,
     CheckpointStatus,
@@ -34,7 +34,7 @@ from .._records import (
     StoredValue,
     Webhook,
 )
-from .._run_records import RunRecord
+from .._base._run_records import RunRecord
 from ._ops import Announce, Op
 
 

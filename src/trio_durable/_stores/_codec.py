@@ -33,9 +33,8 @@ from typing import Any, Final, TypeVar, cast
 
 import attrs
 
-from .._codec import PayloadCodec
-from .._exceptions import CodecError, UsageError
-from .._records import (
+from .._base._exceptions import CodecError, UsageError
+from .._base._records import (
     Checkpoint,
     CheckpointStatus,
     ErrorInfo,
@@ -45,8 +44,9 @@ from .._records import (
     RunStatus,
     StoredValue,
 )
-from .._run_records import RunRecord
-from .._stored_payloads import codec_text, encoded, is_marked
+from .._base._run_records import RunRecord
+from .._payloads._codec import PayloadCodec
+from .._payloads._stored_payloads import codec_text, encoded, is_marked
 from ._base import Store, TurnState
 from ._hook_ops import KeepSetting
 from ._ops import (

@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar, final
 import attrs
 import trio
 
-from .._exceptions import StoreError
+from .._base._exceptions import StoreError
 from ._base import StoreStatistics
 
 Cur = TypeVar("Cur")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._records import Checkpoint, Run
+from .._base._records import Checkpoint, Run
 from ._ops import (
     ClaimCheckpoint,
     CreateRun,

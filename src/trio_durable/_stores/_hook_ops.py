@@ -13,7 +13,7 @@ from typing import final
 
 import attrs
 
-from .._records import Breakpoint, PausedStep
+from .._base._records import Breakpoint, PausedStep
 
 
 @final

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from .._records import TERMINAL_STATUSES, Breakpoint, PausedStep, Webhook
+from .._base._records import TERMINAL_STATUSES, Breakpoint, PausedStep, Webhook
 from ._base import WriteConflict
 from ._hook_ops import (
     CreateWebhook,

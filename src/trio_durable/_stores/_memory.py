@@ -20,13 +20,13 @@ from typing import Any, final
 import attrs
 import trio
 
-from .._exceptions import InvalidURLError
-from .._records import (
+from .._base._exceptions import InvalidURLError
+from .._base._records import (
     TERMINAL_STATUSES,
     Checkpoint,
     Run,
 )
-from .._urls import mask_url
+from .._base._urls import mask_url
 from ._base import StoreStatistics, TurnState, run_due_at
 from ._helpers import StoreHelpers
 from ._memory_hooks import MemoryHooks, put_undoable

@@ -7,7 +7,7 @@ from typing import Any, final
 
 import attrs
 
-from .._records import Breakpoint, PausedStep, Webhook
+from .._base._records import Breakpoint, PausedStep, Webhook
 from ._base import WriteConflict
 from ._hook_ops import (
     CreateWebhook,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .._records import (
+from .._base._records import (
     TERMINAL_STATUSES,
     Checkpoint,
     CheckpointStatus,

@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from .._records import (
+from .._base._records import (
     TERMINAL_STATUSES,
     Breakpoint,
     Checkpoint,
@@ -26,7 +26,7 @@ from .._records import (
 from ._base import StoreStatistics
 
 if TYPE_CHECKING:
-    from .._run_records import RunRecord
+    from .._base._run_records import RunRecord
     from ._memory_hooks import MemoryHooks
     from ._memory_records import MemoryRecords
 

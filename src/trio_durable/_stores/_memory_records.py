@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, final
 
-from .._run_records import RunRecord
+from .._base._run_records import RunRecord
 from ._record_ops import (
     ClaimRecord,
     DeleteRecords,

@@ -14,7 +14,7 @@ import bisect
 from collections.abc import Callable
 from itertools import islice
 
-from .._records import StoredValue
+from .._base._records import StoredValue
 from ._ops import PutValue
 from ._rules import value_conflict
 

@@ -11,8 +11,8 @@ from typing import Any, Final, Literal, final
 
 import attrs
 
-from .._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
-from .._run_records import RunRecord
+from .._base._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
+from .._base._run_records import RunRecord
 from ._hook_ops import HookOp
 from ._record_ops import RecordOp
 

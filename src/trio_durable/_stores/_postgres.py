@@ -36,9 +36,9 @@ import psycopg
 import psycopg.errors
 import trio
 
-from .._exceptions import InvalidURLError, StoreError
-from .._records import Run
-from .._urls import scrub
+from .._base._exceptions import InvalidURLError, StoreError
+from .._base._records import Run
+from .._base._urls import scrub
 from ._base import TurnState
 from ._group_commit import GroupCommit, Job
 from ._ops import Op

@@ -41,7 +41,7 @@ from typing import Any, Final, final
 import attrs
 import psycopg
 
-from .._records import Run
+from .._base._records import Run
 from . import _ops
 from ._base import TurnState
 from ._group_commit import Counts, Job

@@ -17,8 +17,8 @@ from typing import Any, Final
 
 import psycopg
 
-from .._exceptions import LeaseLostError, StoreError
-from .._records import TERMINAL_STATUSES, Checkpoint, Run, dump_error
+from .._base._exceptions import LeaseLostError, StoreError
+from .._base._records import TERMINAL_STATUSES, Checkpoint, Run, dump_error
 from . import _ops
 from ._base import TurnState, WriteConflict
 from ._group_commit import Counts

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, Final
 
-from .._records import CheckpointStatus
+from .._base._records import CheckpointStatus
 
 LIST_STALLED: Final = (
     "SELECT r.id FROM runs r WHERE r.status = 'suspended' AND r.wake_at IS NULL"

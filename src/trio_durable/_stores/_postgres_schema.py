@@ -19,8 +19,8 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from .._exceptions import InvalidURLError, StoreError
-from .._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
+from .._base._exceptions import InvalidURLError, StoreError
+from .._base._urls import AMBIGUOUS_HINT, mask_url, userinfo_is_ambiguous
 from ._hook_sql import TABLES as HOOK_TABLES
 from ._migrations_records import MOVE_DECISIONS, MOVE_TO_RECORDS, move_admission, move_marks
 from ._payload_marks_sql import POSTGRES_MIGRATION as PAYLOAD_MARKS_MIGRATION

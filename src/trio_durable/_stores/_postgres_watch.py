@@ -26,8 +26,8 @@ import psycopg
 import trio
 from psycopg import sql
 
-from .._exceptions import StoreError
-from .._urls import scrub
+from .._base._exceptions import StoreError
+from .._base._urls import scrub
 from ._ops import Announce
 from ._postgres_schema import connect
 from ._watch import Deliver

@@ -14,8 +14,8 @@ from typing import final
 
 import attrs
 
-from .._records import CheckpointStatus, ErrorInfo, RunStatus
-from .._run_records import RunRecord
+from .._base._records import CheckpointStatus, ErrorInfo, RunStatus
+from .._base._run_records import RunRecord
 
 
 @final

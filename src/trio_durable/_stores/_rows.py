@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Final
 
-from .._records import (
+from .._base._records import (
     Checkpoint,
     Run,
     dump_error,
@@ -17,7 +17,7 @@ from .._records import (
     load_errors,
     load_mark,
 )
-from .._search_values import dump_attributes, load_attributes
+from .._base._search_values import dump_attributes, load_attributes
 from ._base import run_due_at
 
 RUN_FIELDS: Final = (

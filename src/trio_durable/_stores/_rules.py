@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from .._exceptions import LeaseLostError, StoreError
-from .._records import Checkpoint, Run
+from .._base._exceptions import LeaseLostError, StoreError
+from .._base._records import Checkpoint, Run
 from ._base import WriteConflict
 from ._ops import PutValue, RescheduleCheckpoint, SettleCheckpoint, UpdateRun
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .._search_values import SearchCondition
+from .._base._search_values import SearchCondition
 
 _INDEXES: Final = (
     "CREATE INDEX IF NOT EXISTS run_search_text ON run_search"

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, get_args
 
-from .._records import (
+from .._base._records import (
     TERMINAL_STATUSES,
     Checkpoint,
     CheckpointStatus,

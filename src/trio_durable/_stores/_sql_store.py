@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar, final
 
 import attrs
 
-from .._records import Checkpoint, CheckpointStatus, Run, RunStatus
+from .._base._records import Checkpoint, CheckpointStatus, Run, RunStatus
 from ._base import StoreStatistics, TurnState
 from ._group_commit import Counts, GroupCommit
 from ._helpers import StoreHelpers

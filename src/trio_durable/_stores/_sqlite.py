@@ -51,7 +51,7 @@ import trio
 # pinned, and the tests of this module fail if this stops telling them apart.
 from trio._core._run import SystemClock as _SystemClock
 
-from .._exceptions import StoreError
+from .._base._exceptions import StoreError
 from ._group_commit import GroupCommit, Job
 from ._ops import Announce, Op
 from ._sql_store import SQLStore

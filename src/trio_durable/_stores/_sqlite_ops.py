@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import attrs
 
-from .._records import (
+from .._base._records import (
     TERMINAL_STATUSES,
     Checkpoint,
     CheckpointStatus,

@@ -15,8 +15,8 @@ import sqlite3
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .._exceptions import InvalidURLError, StoreError
-from .._urls import mask_url
+from .._base._exceptions import InvalidURLError, StoreError
+from .._base._urls import mask_url
 from ._hook_sql import TABLES as HOOK_TABLES
 from ._migrations_records import MOVE_DECISIONS, MOVE_TO_RECORDS, move_admission, move_marks
 from ._payload_marks_sql import SQLITE_MIGRATION as PAYLOAD_MARKS_MIGRATION

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import trio
 
-from .._exceptions import StoreError
+from .._base._exceptions import StoreError
 from ._ops import Announce
 from ._sqlite_schema import BUSY_TIMEOUT
 from ._watch import Deliver, LocalWatches

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
-from .._records import StoredValue
+from .._base._records import StoredValue
 from ._ops import Op, PutValue
 from ._rules import value_conflict
 

@@ -17,8 +17,8 @@ from urllib.parse import quote
 import attrs
 import trio
 
-from .._exceptions import InvalidURLError, StoreError
-from .._urls import scrub
+from .._base._exceptions import InvalidURLError, StoreError
+from .._base._urls import scrub
 from . import store_opener
 
 

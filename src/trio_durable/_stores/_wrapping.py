@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from .._records import (
+from .._base._records import (
     Breakpoint,
     Checkpoint,
     CheckpointStatus,
@@ -32,7 +32,7 @@ from .._records import (
     StoredValue,
     Webhook,
 )
-from .._run_records import RunRecord
+from .._base._run_records import RunRecord
 from ._base import ChangeFeed, RunWatch, Store, StoreStatistics, TurnState
 from ._helpers import StoreHelpers
 from ._ops import Announce, Op

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .._records import Run
+from .._base._records import Run
 from .._stores._base import Store
 
 

@@ -39,13 +39,13 @@ from typing import Any
 
 import trio
 
-from .._app import Retry
-from .._cancellation import CANCELLED_AT
-from .._current import current_step
-from .._exceptions import BreakpointNotFoundError, Cancelled, InvalidRunStateError
-from .._fork import FORKED_FROM
+from .._base._current import current_step
+from .._base._exceptions import BreakpointNotFoundError, Cancelled, InvalidRunStateError
+from .._features.fork._fork import FORKED_FROM
+from .._features.messages._streams import stream_scope
+from .._front._app import Retry
+from .._kernel._cancellation import CANCELLED_AT
 from .._stores._base import Store
-from .._streams import stream_scope
 from ._simulation import Simulation
 from ._workload_app import app, note, record, stamp, stamped
 

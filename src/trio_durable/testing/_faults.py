@@ -19,14 +19,13 @@ from typing import Any, final
 import attrs
 import trio
 
-from .._decision_record import DECISION
-from .._exceptions import StoreError
-from .._fans import FAN_CANCELLED
-from .._records import (
+from .._base._exceptions import StoreError
+from .._base._failures import FAN_CANCELLED, LOST
+from .._base._records import (
     Checkpoint,
 )
-from .._remote import LOST
-from .._run_records import RunRecord
+from .._base._run_records import RunRecord
+from .._kernel._decision_record import DECISION
 from .._stores._base import ChangeFeed, TurnState
 from .._stores._memory import MemoryStore
 from .._stores._ops import DeleteCheckpoints, Op

@@ -27,12 +27,12 @@ from typing import Final, final
 import attrs
 import trio
 
+from .._base._keyring import Keyring
 from .._brokers._base import Consumer, Outgoing, WorkerDescriptor
 from .._brokers._memory import MemoryBroker
-from .._keyring import Keyring
-from .._signing import MessageRole, open_signed, sign
 from .._stores._base import Store
-from .._wire import Result, Task, WireError
+from .._wire._messages import Result, Task, WireError
+from .._wire._signing import MessageRole, open_signed, sign
 
 FORGED: Final = "forged-by-the-simulation"
 """What a forged result returns (or its error code, for a failure)."""

@@ -27,21 +27,21 @@ import attrs
 import trio
 import trio.testing
 
-from .._app import App
-from .._blob_store import BlobOptions
-from .._blobs import DEFAULT_BLOB_GRACE, DEFAULT_BLOB_THRESHOLD
+from .._base._exceptions import StoreError, UsageError
+from .._base._keyring import Keyring
+from .._base._records import TERMINAL_STATUSES, Run
 from .._brokers._memory import BrokerFaults, MemoryBroker
-from .._codec import PayloadCodec
-from .._engine import Engine, crash
-from .._exceptions import StoreError, UsageError
-from .._keyring import Keyring
-from .._open_engine import open_engine
-from .._open_worker import open_worker
-from .._records import TERMINAL_STATUSES, Run
+from .._front._app import App
+from .._front._engine import Engine, crash
+from .._front._open_worker import open_worker
+from .._front._worker import crash as crash_worker
+from .._payloads._blobs import DEFAULT_BLOB_GRACE, DEFAULT_BLOB_THRESHOLD
+from .._payloads._codec import PayloadCodec
+from .._process._open_engine import open_engine
 from .._stores._base import Store
+from .._stores._blob_store import BlobOptions
 from .._stores._codec import check_codec, with_codec
 from .._stores._memory import MemoryStore
-from .._worker import crash as crash_worker
 from ._faults import Faults, FaultyStore
 from ._forgery import ForgingBroker, forgery_violations
 from ._memory_blobs import MemoryBlobStore, blob_violations

@@ -4,7 +4,7 @@ A `LocalBlobStore` reads and writes files on threads, which would let
 `MockClock`'s autojump move virtual time while one is in flight; a
 simulation keeps its blobs in memory instead, fresh for each execution, and
 checks afterwards that every blob mark a row holds (``~blob:<key>:<size>``,
-see `trio_durable._stored_payloads`) names a blob whose bytes hash to its
+see `trio_durable._payloads._stored_payloads`) names a blob whose bytes hash to its
 key, and one that its run's blob references list (`blob_violations`): a
 mark that the run's references do not list reads as a missing blob.
 """
@@ -15,12 +15,12 @@ from typing import final
 
 import trio
 
-from .._blob_store import SCOPE as BLOB_SCOPE
-from .._blob_store import blob_listing
-from .._blobs import BlobInfo, check_content, content_key
-from .._exceptions import BlobNotFound
-from .._stored_payloads import parse_blob_mark
+from .._base._exceptions import BlobNotFound
+from .._payloads._blobs import BlobInfo, check_content, content_key
+from .._payloads._stored_payloads import parse_blob_mark
 from .._stores._base import Store
+from .._stores._blob_store import SCOPE as BLOB_SCOPE
+from .._stores._blob_store import blob_listing
 
 
 @final

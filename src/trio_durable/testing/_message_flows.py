@@ -33,19 +33,19 @@ from typing import Any, Final
 
 import trio
 
-from .._engine import Engine
-from .._exceptions import (
+from .._base._exceptions import (
     FatalError,
     InvalidRunStateError,
     UpdateRejected,
     WebhookNotFoundError,
     WebhookUsedError,
 )
-from .._records import signal_token
+from .._base._records import signal_token
+from .._features.hooks._webhooks import token_hash
+from .._features.messages._streams import stream_scope
+from .._features.messages._updates import update_scope
+from .._front._engine import Engine
 from .._stores._base import Store
-from .._streams import stream_scope
-from .._updates import update_scope
-from .._webhooks import token_hash
 from ._simulation import Simulation
 from ._workload_app import app, record
 

@@ -4,7 +4,7 @@ to the store is the codec's text.
 `SealedWrites` looks at each batch of operations as it reaches the store
 (under the engines' `CodecStore` and blob store): in every record it
 carries (runs, checkpoints, errors, keyed values, signals, settings), each
-payload is marked as encoded (``~enc:``, see `trio_durable._stored_payloads`)
+payload is marked as encoded (``~enc:``, see `trio_durable._payloads._stored_payloads`)
 and what follows the mark is text the codec made (`PayloadCodec.describe`
 names it), or it is the mark of a blob (``~blob:<key>:<size>``) whose bytes
 are such a payload; an error keeps only its code, type and step readable:
@@ -22,12 +22,12 @@ from typing import Any, Final, final
 
 import attrs
 
-from .._blob_store import SCOPE as BLOB_SCOPE
-from .._codec import PayloadCodec
-from .._exceptions import BlobNotFound
-from .._records import Checkpoint, ErrorInfo
-from .._run_records import RunRecord
-from .._stored_payloads import codec_text, parse_blob_mark
+from .._base._exceptions import BlobNotFound
+from .._base._records import Checkpoint, ErrorInfo
+from .._base._run_records import RunRecord
+from .._payloads._codec import PayloadCodec
+from .._payloads._stored_payloads import codec_text, parse_blob_mark
+from .._stores._blob_store import SCOPE as BLOB_SCOPE
 from .._stores._ops import Op, PutValue
 from ._memory_blobs import MemoryBlobStore
 

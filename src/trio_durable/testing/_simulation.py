@@ -17,16 +17,16 @@ from typing import Any, Final, final
 import attrs
 import trio
 
-from .._app import Workflow
-from .._engine import Engine
-from .._exceptions import (
+from .._base._exceptions import (
     EngineClosedError,
     InvalidRunStateError,
     RunConflictError,
     StoreError,
     TrioDurableError,
 )
-from .._records import TERMINAL_STATUSES, Run
+from .._base._records import TERMINAL_STATUSES, Run
+from .._front._app import Workflow
+from .._front._engine import Engine
 from .._stores._base import Store
 
 WALL_START: Final = 1_700_000_000.0

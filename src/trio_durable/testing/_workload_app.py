@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import trio
 
-from .._app import App
+from .._front._app import App
 from ._simulation import Simulation
 
 app = App("simulation")

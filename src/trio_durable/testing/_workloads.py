@@ -26,13 +26,13 @@ from typing import Any
 
 import trio
 
-from .._app import Retry
-from .._codec import AesGcmCodec
-from .._engine import Engine
-from .._entity_defs import exclusive, shared
-from .._exceptions import FatalError
-from .._keyring import Keyring
-from .._on_error import OnError
+from .._base._exceptions import FatalError
+from .._base._keyring import Keyring
+from .._base._on_error import OnError
+from .._features.entities._entity_defs import exclusive, shared
+from .._front._app import Retry
+from .._front._engine import Engine
+from .._payloads._codec import AesGcmCodec
 from ._checks import (
     entity_violations,
     order_violations,

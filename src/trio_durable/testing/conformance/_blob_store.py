@@ -11,8 +11,8 @@ from typing import Final
 
 import trio
 
-from ..._blobs import BlobStore
-from ..._exceptions import BlobCorrupted, BlobNotFound
+from ..._base._exceptions import BlobCorrupted, BlobNotFound
+from ..._payloads._blobs import BlobStore
 from ._outcomes import CheckResult, run_suite
 
 OpenBlobStore = Callable[[], AbstractAsyncContextManager[BlobStore]]

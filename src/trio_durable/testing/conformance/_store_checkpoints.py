@@ -7,8 +7,8 @@ from typing import Any
 import attrs
 import trio
 
-from ..._exceptions import StoreError
-from ..._records import Checkpoint, ErrorInfo, Mark, RunStatus
+from ..._base._exceptions import StoreError
+from ..._base._records import Checkpoint, ErrorInfo, Mark, RunStatus
 from ..._stores._base import WriteConflict
 from ..._stores._ops import (
     ClaimCheckpoint,

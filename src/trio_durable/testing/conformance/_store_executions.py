@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..._records import Checkpoint, ErrorInfo
+from ..._base._records import Checkpoint, ErrorInfo
 from ..._stores._ops import (
     ClaimCheckpoint,
     CreateRun,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from ..._records import Breakpoint, PausedStep, Webhook
+from ..._base._records import Breakpoint, PausedStep, Webhook
 from ..._stores._base import Store, WriteConflict
 from ..._stores._hook_ops import (
     CreateWebhook,

@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from ..._records import ErrorInfo, Mark, RunFilter, signal_token
+from ..._base._records import ErrorInfo, Mark, RunFilter, signal_token
 from ..._stores._base import Store
 from ..._stores._ops import AdmitToQueue, UpdateRun
 from ._store_support import (

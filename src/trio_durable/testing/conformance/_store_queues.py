@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._records import Mark, QueueDepth
+from ..._base._records import Mark, QueueDepth
 from ..._stores._base import Store, WriteConflict
 from ..._stores._ops import AdmitToQueue, ReleaseQueueSlot, SettleCheckpoint, UpdateRun
 from ._store_support import (

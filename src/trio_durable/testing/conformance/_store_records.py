@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import attrs
 
-from ..._records import ErrorInfo, Mark
-from ..._run_records import RunRecord
+from ..._base._records import ErrorInfo, Mark
+from ..._base._run_records import RunRecord
 from ..._stores._base import WriteConflict
 from ..._stores._ops import CreateRun, UpdateRun
 from ..._stores._record_ops import ClaimRecord, DeleteRecords, PutRecord, SettleRecord

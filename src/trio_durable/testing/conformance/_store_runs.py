@@ -6,8 +6,8 @@ from typing import Any
 
 import attrs
 
-from ..._exceptions import LeaseLostError, StoreError
-from ..._records import ErrorInfo, Run
+from ..._base._exceptions import LeaseLostError, StoreError
+from ..._base._records import ErrorInfo, Run
 from ..._stores._base import WriteConflict
 from ..._stores._ops import (
     CreateRun,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from ..._records import RunFilter
-from ..._search_values import SearchAttributeType, SearchRange, conditions
+from ..._base._records import RunFilter
+from ..._base._search_values import SearchAttributeType, SearchRange, conditions
 from ..._stores._ops import CreateRun, UpdateRun
 from ._store_support import OpenStore, StoreCheck, StoreFactory, fresh_store, make_run
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..._records import ErrorInfo, RunStamp
+from ..._base._records import ErrorInfo, RunStamp
 from ..._stores._base import Store
 from ..._stores._ops import (
     ClaimCheckpoint,

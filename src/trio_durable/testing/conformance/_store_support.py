@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeAlias, TypeVar, final
 
 import attrs
 
-from ..._records import Checkpoint, Run
+from ..._base._records import Checkpoint, Run
 from ..._stores._base import Store
 
 OpenStore: TypeAlias = Callable[[], AbstractAsyncContextManager[Store]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import trio
 
-from ..._records import StoredValue
+from ..._base._records import StoredValue
 from ..._stores._base import Store, WriteConflict
 from ..._stores._ops import CreateRun, PutCheckpoint, PutValue, UpdateRun
 from ._store_support import (

@@ -4,7 +4,7 @@ says a run holds its slot, releases by the run itself, and runs that ended."""
 
 from __future__ import annotations
 
-from ..._records import QueueDepth
+from ..._base._records import QueueDepth
 from ..._stores._base import Store, WriteConflict
 from ..._stores._ops import (
     QUEUE_SLOT,

@@ -1,0 +1,1 @@
+"""The vocabulary every layer shares: records, errors, the clock, the converter, bounds."""

@@ -1,0 +1,1 @@
+"""The features built on the kernel, one package each."""

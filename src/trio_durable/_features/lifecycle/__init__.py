@@ -1,0 +1,1 @@
+"""The lifecycle feature."""

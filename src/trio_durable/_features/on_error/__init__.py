@@ -1,0 +1,1 @@
+"""The on error feature."""

@@ -1,0 +1,1 @@
+"""The front ends and their assembly: `App`, `Engine`, `Client`, workers, options."""

@@ -1,0 +1,280 @@
+"""`FrontEnd`: the methods `Engine` and `Client` share, written once.
+
+A front end is its parts (`FrontCore`: the store, the clock, its id, where
+callers wait) and a `Waker` that says who runs what its writes wake: an
+engine's scheduler, or, for a client, an engine that takes the announced
+run. The method families sit in the `_front_*` modules; `FrontEnd` joins
+them and adds reading, waiting for and controlling runs. `Engine` adds
+what only an engine has (drain, events, metrics); `Client` only its
+opening. Each says how it starts runs, sends events and calls entities,
+which an engine does on runs it leases itself.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from .._base._exceptions import UsageError
+from .._base._records import Run
+from .._features.entities._entities import EntityRef
+from .._features.fork._fork import retry_from
+from .._features.lifecycle._lifecycle import continued_to
+from .._features.on_error._handoff import UnservedRoute
+from .._features.on_error._handoff import unserved_on_error_routes as _unserved
+from .._features.starts._runs import await_end, outcome
+from .._kernel._fleet import Fleet, aggregate
+from .._kernel._run_reads import read_run
+from ._control import cancel_run, retry_run, signal_run
+from ._front_events import SendsEvents
+from ._front_fork import ForksRuns
+from ._front_hooks import HookActions
+from ._front_messages import QueriesAndUpdates
+from ._front_queries import RunQueries
+from ._front_schedules import ManagesSchedules
+from ._front_starts import StartsRuns
+from ._front_streams import ReadsStreams
+
+if TYPE_CHECKING:
+    from .._brokers._base import Broker
+
+__all__ = ["FrontEnd"]
+
+
+class FrontEnd(
+    RunQueries,
+    StartsRuns,
+    HookActions,
+    SendsEvents,
+    ManagesSchedules,
+    QueriesAndUpdates,
+    ForksRuns,
+    ReadsStreams,
+):
+    """What `Engine` and `Client` share: every method of theirs but an
+    engine's own (see `_front_end`)."""
+
+    def _entity(self, name: str, key: Any, call_id: str | None) -> EntityRef:
+        raise NotImplementedError
+
+    async def get(self, run_id: str, *, namespace: str | None = None) -> Run:
+        """The run as stored now.
+
+        Args:
+          run_id: The run's id.
+          namespace: If given, a run of another namespace counts as missing.
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          UsageError: ``namespace`` is malformed.
+        """
+        self._core.check_open()
+        return await read_run(self._core.store, run_id, namespace)
+
+    async def result(self, run_id: str, *, namespace: str | None = None) -> Any:
+        """Wait until the run ends, wherever it runs, and return its output.
+
+        The output is structured as the workflow's return annotation or,
+        for a run handed to an on-error handler, as the handler's (by a
+        client opened without an app, as plain JSON). For a run that
+        continued as new, it is the chain's last generation's.
+
+        Args:
+          run_id: The run's id.
+          namespace: If given, a run of another namespace counts as missing.
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          RunFailed: The run failed or is dead (`RunCancelled` if cancelled);
+            the error's message, code and details are the exception's.
+          EngineClosedError: The engine is closed, or closed while the call
+            waited (on a store other than the memory store, which tells the
+            caller of the end itself); a client's: `trio.ClosedResourceError`.
+        """
+        core = self._core
+        core.check_open()
+        # Told of the run's end by the turn that ends it here, or by the
+        # store's watch if it ends elsewhere: the store is read again only
+        # then (or, on a store that announces nothing, now and then).
+        read = partial(self.get, run_id, namespace=namespace)
+        unended = core.waker.unended(run_id, namespace)
+        run = await await_end(
+            core.store, core.endings, core.poll_interval, run_id, read, unended=unended
+        )
+        while (following := await continued_to(core.store, run)) is not None:
+            # A run that continued as new ends with its chain's last generation.
+            read = partial(self.get, following, namespace=namespace)
+            run = await await_end(core.store, core.endings, core.poll_interval, following, read)
+        return await outcome(core.store, core.types, run)
+
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, *, namespace: str | None = None
+    ) -> None:
+        """Send the signal ``name`` with ``payload`` to a run.
+
+        If the run is waiting for it, the run resumes; otherwise the signal is
+        buffered for its next wait of that name and never lost. A run that
+        continued as new is signalled at its chain's latest generation. A run whose
+        workflow this engine's app lacks is announced instead, for an engine
+        that has it (see docs/client.md); this one takes no turn of it. A
+        client's signal is announced, and the engine serving the run
+        resumes it at once.
+
+        Args:
+          run_id: The run's id.
+          name: The signal's name.
+          payload: Its payload (a JSON-able value or an attrs instance).
+          namespace: If given, a run of another namespace counts as missing
+            (and nothing is buffered for it).
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          InvalidRunStateError: The run already ended.
+          SerializationError: The payload cannot be serialized.
+          UsageError: ``name`` is not a non-empty string.
+        """
+        core = self._core
+        core.check_open()
+        run, waiting = await signal_run(
+            core.store, core.clock.now(), run_id, name, payload, namespace, core.waker.wake_ops
+        )
+        if waiting:
+            core.waker.woke(run)
+
+    async def cancel(
+        self, run_id: str, *, compensate: bool = False, namespace: str | None = None
+    ) -> None:
+        """Cancel a run, and the children it awaits.
+
+        The run's turn in flight, if any, is interrupted; it is then marked
+        ``cancelling`` and ends ``cancelled``. Children it started with
+        ``cancel_with_parent=True`` are cancelled too. A run that continued
+        as new is cancelled at its chain's latest generation.
+
+        Args:
+          run_id: The run's id.
+          compensate: Run the undos of its completed steps first, in reverse
+            order.
+          namespace: If given, a run of another namespace counts as missing
+            (and is left alone).
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          InvalidRunStateError: The run already ended.
+        """
+        core = self._core
+        core.check_open()
+        run = await cancel_run(
+            core.store, core.clock.now(), run_id, compensate, namespace, core.waker.cancel_ops
+        )
+        core.waker.cancelled(run)
+
+    async def retry(
+        self, run_id: str, *, namespace: str | None = None, from_seq: int | None = None
+    ) -> Run:
+        """Run a failed or dead run's body again from its checkpoints.
+
+        Completed steps are not run again (but for steps whose undo already
+        ran, which run again); failed steps, timed-out signal waits and
+        compensations are reset; a failed awaited child (or fan member) is
+        retried under its same id, so the parent picks up its new outcome.
+        A retried child that was cancelled gets back its signal waits, and
+        sends again the remote steps whose results the cancel dropped.
+
+        A ``suspended`` run waiting on remote steps (or on a remote
+        workflow's decision task) stays suspended, and each of them is sent
+        again at once as a new attempt (one whose send the broker refused
+        is tried again at once): the way out when a broker lost them. A
+        late failure of an earlier attempt then changes nothing, and a late
+        success of it still settles the step.
+
+        With ``from_seq``, a run that ended in any way runs again from that
+        seq in place (docs/fork-and-retry.md).
+
+        Args:
+          run_id: The run's id.
+          namespace: If given, a run of another namespace counts as missing
+            (and is left alone).
+          from_seq: The first seq to run again, from 1 to one past the run's
+            last body seq; None retries as described first.
+
+        Returns:
+          The run as the retry wrote it, ``pending`` (``suspended`` and due
+          now, for a suspended run; an engine may have taken it up since).
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          InvalidRunStateError: The run is neither failed nor dead, nor
+            suspended waiting on a remote step (with ``from_seq``: has not
+            ended, or continued as new); nothing changed.
+          ForkPointError: ``from_seq`` is refused; nothing changed.
+        """
+        core = self._core
+        core.check_open()
+        now = core.clock.now()
+        if from_seq is not None:
+            run = await retry_from(
+                core.store, now, run_id, from_seq, namespace, core.waker.wake_ops
+            )
+            core.waker.woke(run)
+            return run
+        wakes = await retry_run(core.store, core.types, now, run_id, namespace, core.waker.wake_ops)
+        for wake in wakes:
+            core.waker.woke(wake)
+        return wakes[-1]
+
+    def _broker(self) -> Broker:
+        broker = self._core.broker
+        if broker is None:
+            raise UsageError("this needs a broker: open the client with broker=URL")
+        return broker
+
+    async def fleet(self) -> Fleet:
+        """What live workers announce, aggregated per workflow, with their
+        disagreements (a rollout in progress, or a misconfigured worker).
+
+        Raises:
+          UsageError: A client opened without a broker.
+        """
+        self._core.check_open()
+        return aggregate(await self._broker().worker_descriptors())
+
+    async def unserved_on_error_routes(self) -> list[UnservedRoute]:
+        """Routes whose handler workflow is neither registered on this engine
+        nor known to any live worker: likely a typo in a handler's name (a
+        client's: routes of its app whose handler no live worker knows; none
+        without an app).
+
+        Raises:
+          UsageError: A client opened without a broker.
+        """
+        self._core.check_open()
+        return await _unserved(self._broker(), self._core.types)
+
+    def entity(self, name: str, key: Any, *, call_id: str | None = None) -> EntityRef:
+        """One key of the entity ``name``: its handlers are the attributes,
+        ``await engine.entity("cart", key).add(item)``.
+
+        An exclusive call is a run of the entity's internal workflow
+        (``entity:<name>``) that waits its turn behind the key's earlier
+        exclusive calls, fleet-wide; the call returns its result. A shared
+        call runs the handler here, on the state as stored now. A client's
+        exclusive call's run is created for an engine sharing the store to
+        take at once.
+
+        Args:
+          name: The entity's name.
+          key: The key, of the entity's key type.
+          call_id: The id of an exclusive call's run: a call repeated with
+            it returns the first one's result and changes nothing.
+
+        Raises:
+          UnknownEntityError: No entity ``name`` (a client with no app has
+            none; or, at the call, no such handler); nothing is written.
+          EntityKeyError: ``key`` is not of the entity's key type; nothing
+            is written.
+          InvalidArgumentsError: At the call, the inputs do not fit the
+            handler; nothing is written.
+          RunFailed: An exclusive handler raised; the state is unchanged.
+        """
+        return self._entity(name, key, call_id)

@@ -1,0 +1,575 @@
+"""The worker: runs remote steps for the groups it serves.
+
+For each group route it consumes tasks with a prefetch of ``concurrency``
+(a step that requires capabilities has a queue of its own per route, which
+only workers offering them consume: see `broker_queue`),
+runs each task's step once (retries are the engine's: it dispatches a new
+attempt when a result says the step may be retried), and hands the result to
+its `ResultPublisher`, which acks each task only after its result was
+published. A heartbeat re-announces the worker's descriptor well within its
+time to live.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, final
+
+import attrs
+import trio
+
+from .._base import _serde
+from .._base._clock import Clock
+from .._base._current import StepInfo, call_step
+from .._base._exceptions import FatalError, SerializationError, UnknownWorkflowError
+from .._base._failures import error_info
+from .._base._keyring import Keyring
+from .._base._observe import Metrics
+from .._base._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
+from .._brokers._base import (
+    Broker,
+    BrokerError,
+    Consumer,
+    Delivery,
+    WorkerDescriptor,
+    needs_heartbeat,
+)
+from .._features.lifecycle._feature import Lifecycle
+from .._features.messages._decision_updates import RemoteUpdates
+from .._features.messages._remote_queries import answer_query, query_failure_code
+from .._kernel._decide import decide
+from .._kernel._decider import EagerSteps
+from .._kernel._dispatch import served_broker_queues, split_group_route
+from .._kernel._features import Features
+from .._kernel._options import DEFAULT_MAX_DELIVERIES
+from .._payloads._blobs import Blobs
+from .._wire._blob_wire import offload_result, resolve_task_input
+from .._wire._messages import Result, Task, WireError
+from .._wire._signing import SignatureRejected, count_rejection, open_signed
+from .._wire._tracing import DISABLED, Tracing, attributes
+from ._app import App, Step
+from ._descriptor import describe
+from ._result_publisher import Outcome, ResultPublisher
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+logger = logging.getLogger("trio_durable")
+
+
+@final
+@attrs.define(kw_only=True)
+class WorkerStatistics:
+    """Counters a worker keeps.
+
+    Attributes:
+      received: Tasks received (redeliveries included).
+      completed: Tasks whose step returned.
+      failed: Tasks whose step raised.
+      rejected: Task messages rejected because they did not decode into a
+        valid, in-range task (see docs/brokers.md); each was dropped, or
+        dead-lettered where the broker keeps a dead-letter queue.
+      poisoned: Tasks delivered more than ``max_deliveries`` times, failed
+        with code ``poison`` without running (see `open_worker`).
+      in_flight: Tasks received and not yet acked.
+      rejected_unsigned, rejected_forged, rejected_unknown_key: With
+        ``signing=``, task messages rejected (never run) because they were
+        unsigned, their signature did not match, or their key id is not in
+        the ring (see docs/message-signing.md).
+    """
+
+    received: int = 0
+    completed: int = 0
+    failed: int = 0
+    rejected: int = 0
+    poisoned: int = 0
+    in_flight: int = 0
+    rejected_unsigned: int = 0
+    rejected_forged: int = 0
+    rejected_unknown_key: int = 0
+
+
+@final
+class Worker:
+    """Runs remote steps; made by `open_worker`.
+
+    Attributes:
+      instance_id: This worker's id, as announced.
+      routes: The group routes it serves.
+      queues: The broker queues it consumes (see `served_broker_queues`).
+      heartbeats: Whether it re-announces itself every ``heartbeat``
+        seconds (the broker's `Broker.needs_heartbeat`), or announced
+        itself until it withdraws.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        broker: Broker,
+        *,
+        instance_id: str,
+        routes: tuple[str, ...],
+        concurrency: int,
+        capabilities: tuple[str, ...],
+        clock: Clock,
+        heartbeat: float,
+        ttl: float,
+        rng: random.Random,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
+        tracing: Tracing = DISABLED,
+        signing: Keyring | None = None,
+    ) -> None:
+        self.app = app
+        self._signing = signing
+        self._tracing = tracing
+        self._traceback_limit = traceback_limit
+        self._metrics = Metrics()
+        self._registry: CollectorRegistry | None = None
+        self._max_deliveries = max_deliveries
+        self._rng = rng
+        self.broker = broker
+        self.instance_id = instance_id
+        self.routes = routes
+        self.queues = served_broker_queues(app, routes, capabilities)
+        self._features = worker_features()
+        self._concurrency = concurrency
+        self._limiter = trio.CapacityLimiter(concurrency)
+        self._capabilities = capabilities
+        self._clock = clock
+        self._heartbeat = heartbeat
+        self._ttl = ttl
+        # Where outputs over the threshold go (set by `open_worker`).
+        self.blobs: Blobs | None = None
+        self._stats = WorkerStatistics()
+        self._results = ResultPublisher(
+            broker,
+            signing=signing,
+            rng=rng,
+            worker_id=instance_id,
+            settled=lambda n: self._track(-n),
+        )
+        self._idle = trio.Event()
+        self._idle.set()
+        self._crashed = False
+        self._stopping = False
+        self._announcing = trio.Lock()
+        # Whether announcements lapse without heartbeats.
+        self.heartbeats = needs_heartbeat(broker)
+        # What it last announced.
+        self._announced: WorkerDescriptor | None = None
+
+    def statistics(self) -> WorkerStatistics:
+        """A snapshot of this worker's counters."""
+        return attrs.evolve(self._stats)
+
+    def metrics(self) -> str:
+        """This worker's metrics in the Prometheus text exposition format
+        (0.0.4), listed in docs/operations.md."""
+        from ._prometheus import render
+
+        return render(self.metrics_registry)
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """This worker's own prometheus-client ``CollectorRegistry`` (never
+        the process-wide default one), to mount in an exporter. Made on
+        first use."""
+        if self._registry is None:
+            from ._prometheus import metrics_registry
+
+            self._registry = metrics_registry(lambda: [self._metrics])
+        return self._registry
+
+    @property
+    def busy(self) -> bool:
+        """Whether a task is received and not yet acked."""
+        return self._stats.in_flight > 0
+
+    async def wait_idle(self) -> None:
+        """Wait until no task is in flight."""
+        await self._idle.wait()
+
+    def _track(self, delta: int) -> None:
+        self._stats.in_flight += delta
+        if self._stats.in_flight == 0:
+            self._idle.set()
+        elif self._idle.is_set():
+            self._idle = trio.Event()
+
+    def descriptor(self) -> WorkerDescriptor:
+        """What this worker announces."""
+        return describe(
+            self.app,
+            self.instance_id,
+            self.routes,
+            self._capabilities,
+            self._clock.now(),
+            held=not self.heartbeats,
+        )
+
+    async def announce(self) -> None:
+        """Announce what this worker serves: with its time to live where
+        the broker needs heartbeats, else until withdrawn.
+
+        Raises:
+          BrokerError: The broker refused it.
+        """
+        descriptor = self.descriptor()
+        await self.broker.announce(descriptor, self._ttl if self.heartbeats else math.inf)
+        self._announced = descriptor
+
+    async def heartbeat(self) -> None:
+        """Announce again every ``heartbeat`` seconds (where the broker
+        needs heartbeats: see `open_worker`)."""
+        while True:
+            await trio.sleep(self._heartbeat)
+            await self._announce_again()
+
+    def _registrations_changed(self) -> bool:
+        """Whether what this worker holds announced (no heartbeat) is of
+        other registrations than its app has now: one made after it
+        opened. Cheap: the app's hash is computed once per set of
+        registrations."""
+        announced = self._announced
+        return (
+            not self.heartbeats
+            and announced is not None
+            and announced.registration_hash != self.app.registration_hash()
+        )
+
+    async def _announce_again(self) -> None:
+        """Announce again, unless this worker is leaving, or its
+        announcement is held and nothing it announces changed."""
+        async with self._announcing:
+            if self._stopping or (not self.heartbeats and not self._registrations_changed()):
+                return
+            try:
+                await self.announce()
+            except BrokerError as exc:
+                logger.warning("worker %s could not announce itself: %s", self.instance_id, exc)
+
+    async def _withdraw(self) -> None:
+        # A heartbeat due at the moment the worker leaves would otherwise
+        # announce it again after the withdraw, leaving a ghost for a whole
+        # ttl: one in flight finishes first, and none starts after.
+        self._stopping = True
+        async with self._announcing:
+            await self.broker.withdraw(self.instance_id)
+
+    async def _lapse(self) -> None:
+        """Leave a crashed worker's announcement to lapse, as a killed
+        process's does: where it was held until withdrawn, it now lapses
+        ``ttl`` seconds from now (the last heartbeat such a process sent)."""
+        self._stopping = True
+        async with self._announcing:
+            if self.heartbeats or self._announced is None:
+                return
+            lapsing = attrs.evolve(self._announced, announced_at=self._clock.now(), held=False)
+            await self.broker.announce(lapsing, self._ttl)
+
+    async def _consume(self, queue: str, task_status: trio.TaskStatus[None]) -> None:
+        async with (
+            self.broker.open_consumer(queue, prefetch=self._concurrency) as consumer,
+            trio.open_nursery() as nursery,
+        ):
+            task_status.started()
+            while True:
+                deliveries = await consumer.receive(self._concurrency)
+                if self._registrations_changed():
+                    # Held with no heartbeat: what the app registered since
+                    # it opened is announced as tasks come, not on a timer.
+                    nursery.start_soon(self._announce_again)
+                self._stats.received += len(deliveries)
+                self._track(len(deliveries))
+                for delivery in deliveries:
+                    nursery.start_soon(self._run_task, consumer, delivery)
+
+    async def _run_task(self, consumer: Consumer, delivery: Delivery) -> None:
+        try:
+            # Checked before decoding: a task not signed by our ring never runs.
+            task = Task.decode(open_signed(self._signing, "task", delivery.body))
+        except (WireError, SignatureRejected) as exc:
+            # A task nobody can read would loop forever if requeued: reject
+            # it for good (dead-lettered where the broker keeps them).
+            logger.error(
+                "worker %s rejected a message of %d bytes that is no valid task: %s",
+                self.instance_id,
+                len(delivery.body),
+                exc,
+            )
+            count_rejection(self._stats, self._metrics, "task", exc)
+            try:
+                await consumer.reject([delivery], requeue=False)
+            except (BrokerError, trio.ClosedResourceError) as reject_exc:
+                # It comes back, and is rejected again.
+                logger.warning("worker %s could not reject it: %s", self.instance_id, reject_exc)
+            finally:
+                self._track(-1)
+            return
+        if delivery.deliveries > self._max_deliveries:
+            # Each delivery so far ended without a result (the worker that
+            # took it died, or its ack never reached the broker): running it
+            # again would likely kill this worker too. Fail the step for good
+            # and dead-letter the message instead of looping forever.
+            self._stats.poisoned += 1
+            logger.error(
+                "task %s/%d (step %r) was delivered %d times; failing it as poison",
+                task.run_id,
+                task.seq,
+                task.step,
+                delivery.deliveries,
+            )
+            now = self._clock.now()
+            result = Result(
+                run_id=task.run_id,
+                seq=task.seq,
+                attempt=task.attempt,
+                step=task.step,
+                workflow=task.workflow,
+                status="failed",
+                error=(
+                    f"the task was delivered {delivery.deliveries} times without a result"
+                    f" (more than max_deliveries={self._max_deliveries}); not run again"
+                ),
+                code="poison",
+                details={"deliveries": delivery.deliveries},
+                retryable=False,
+                started_at=now,
+                finished_at=now,
+                worker=self.instance_id,
+                queue=task.queue,
+                execution=task.execution,
+            )
+            self._results.send_nowait(Outcome(consumer, delivery, result, task.reply_to, True))
+            return
+        async with self._limiter:
+            executed = await self._execute(task, redelivered=delivery.deliveries > 1)
+            result = await offload_result(self.blobs, executed)
+        self._results.send_nowait(Outcome(consumer, delivery, result, task.reply_to, False))
+
+    async def _execute(self, task: Task, *, redelivered: bool = False) -> Result:
+        started_at = self._clock.now()
+        step = self.app.get_step(task.step)
+
+        def result(status: Literal["completed", "failed"], **fields: Any) -> Result:
+            return Result(
+                run_id=task.run_id,
+                seq=task.seq,
+                attempt=task.attempt,
+                step=task.step,
+                workflow=task.workflow,
+                status=status,
+                started_at=started_at,
+                finished_at=self._clock.now(),
+                worker=self.instance_id,
+                queue=task.queue,
+                kind=task.kind,
+                # Echoed: the engine settles the step only with a result
+                # of an execution its checkpoint holds.
+                execution=task.execution,
+                **fields,
+            )
+
+        if task.kind == "decision":
+            return await self._decide(task, result, redelivered)
+        if task.kind == "query":
+            return await self._answer_query(task, result)
+        if step is None or not step.remote:
+            self._stats.failed += 1
+            return result(
+                "failed",
+                error=f"this worker has no remote step {task.step!r}",
+                code="unknown_step",
+                retryable=False,
+            )
+        try:
+            with self._tracing.span(
+                f"execute {step.name}",
+                self._span_attributes(task),
+                parent=_trace_context(task),
+                consumer=True,
+            ):
+                value = await self._call(step, task)
+                output = _serde.dumps(value)
+        except Exception as exc:
+            self._stats.failed += 1
+            info = error_info(exc, step=step.name, traceback_limit=self._traceback_limit)
+            code = info.code
+            if isinstance(exc, TimeoutError) and code is None:
+                code = "timeout"
+            retryable = not isinstance(exc, FatalError | SerializationError) and (
+                getattr(exc, "retryable", True) is not False
+            )
+            logger.warning(
+                "step %r of run %r failed on worker %s (attempt %d%s): %s",
+                step.name,
+                task.run_id,
+                self.instance_id,
+                task.attempt,
+                "" if retryable else ", not retryable",
+                info.message,
+                exc_info=exc,
+            )
+            return result(
+                "failed",
+                error=info.message,
+                code=code,
+                details=info.details,
+                retryable=retryable,
+                error_type=info.type,
+                traceback=info.traceback,
+            )
+        self._stats.completed += 1
+        return result("completed", output=output)
+
+    async def _decide(self, task: Task, result: Callable[..., Result], redelivered: bool) -> Result:
+        """Decide a remote workflow's turn (see `_decide`). A task the
+        broker delivers again runs no step at once: its decision may be
+        stale (its run moved on, or ended, while it was out), and the
+        engine sends the step if it is not."""
+        try:
+            with self._tracing.span(
+                f"decide {task.step}",
+                self._span_attributes(task),
+                parent=_trace_context(task),
+                consumer=True,
+            ):
+                decision = await decide(
+                    self.app,
+                    attrs.evolve(task, input=await resolve_task_input(self.blobs, task.input)),
+                    clock=self._clock,
+                    rng=self._rng,
+                    worker_id=self.instance_id,
+                    traceback_limit=self._traceback_limit,
+                    tracing=self._tracing,
+                    features=self._features,
+                    eager=None
+                    if redelivered
+                    else EagerSteps(
+                        routes=frozenset(self.routes),
+                        capabilities=frozenset(self._capabilities),
+                        execute=self._execute,
+                    ),
+                )
+        except WireError as exc:
+            self._stats.failed += 1
+            return result("failed", error=str(exc), code="bad_task", retryable=False)
+        except UnknownWorkflowError as exc:
+            self._stats.failed += 1
+            return result("failed", error=str(exc), code="unknown_workflow", retryable=False)
+        except Exception as exc:
+            # A fault of this worker (not of the body, whose failure is a
+            # decision): the run fails with it rather than loop on it.
+            self._stats.failed += 1
+            info = error_info(exc, traceback_limit=self._traceback_limit)
+            logger.error(
+                "worker %s could not decide run %r: %s",
+                self.instance_id,
+                task.run_id,
+                info.message,
+                exc_info=exc,
+            )
+            return result(
+                "failed",
+                error=info.message,
+                code=info.code or "decision_failed",
+                retryable=False,
+                error_type=info.type,
+                traceback=info.traceback,
+            )
+        self._stats.completed += 1
+        return result(
+            "completed",
+            output=json.dumps(decision.encode()),
+            version=decision.wire_version,
+        )
+
+    async def _answer_query(self, task: Task, result: Callable[..., Result]) -> Result:
+        """Answer a query of a remote workflow's run (see `_remote_queries`):
+        the body replayed read-only on the task's history, then the handler."""
+        try:
+            value = await answer_query(
+                self.app,
+                attrs.evolve(task, input=await resolve_task_input(self.blobs, task.input)),
+                clock=self._clock,
+                traceback_limit=self._traceback_limit,
+            )
+        except Exception as exc:
+            info = error_info(exc, traceback_limit=self._traceback_limit)
+            return result(
+                "failed",
+                error=info.message,
+                code=query_failure_code(exc),
+                details=info.details,
+                retryable=False,
+                error_type=info.type,
+                version=2,
+            )
+        return result("completed", output=value, version=2)
+
+    def _span_attributes(self, task: Task) -> dict[str, str | int]:
+        return attributes(
+            run_id=task.run_id,
+            workflow=task.workflow,
+            step=task.step,
+            seq=task.seq,
+            attempt=task.attempt,
+            namespace=split_group_route(task.route)[1] or DEFAULT_NAMESPACE,
+            worker=self.instance_id,
+        )
+
+    @staticmethod
+    def _step_info(task: Task) -> StepInfo:
+        return StepInfo(
+            run_id=task.run_id,
+            workflow=task.workflow,
+            namespace=split_group_route(task.route)[1] or DEFAULT_NAMESPACE,
+            step=task.step,
+            seq=task.seq,
+            attempt=task.attempt,
+        )
+
+    async def _call(self, step: Step[..., Any], task: Task) -> Any:
+        args = _serde.load_args(await resolve_task_input(self.blobs, task.input), step.fn)
+        timeout = task.timeout if task.timeout is not None else step.timeout
+        with trio.CancelScope() as scope:
+            if timeout is not None:
+                scope.relative_deadline = timeout
+            return await call_step(self._step_info(task), step.fn, args)
+        raise TimeoutError(f"step {step.name!r} timed out after {timeout} s")
+
+    async def _publish_forever(self) -> None:
+        """Publish results and settle their tasks (see `ResultPublisher`)."""
+        await self._results.publish_forever()
+
+
+def _trace_context(task: Task) -> dict[str, str] | None:
+    """The W3C trace context ``task`` carries, as a propagator reads it."""
+    if task.traceparent is None:
+        return None
+    if task.tracestate is None:
+        return {"traceparent": task.traceparent}
+    return {"traceparent": task.traceparent, "tracestate": task.tracestate}
+
+
+def crash(worker: Worker) -> None:
+    """Make leaving ``worker``'s `open_worker` block act as a killed process
+    would: its announcement is left to expire (for `trio_durable.testing`)."""
+    worker._crashed = True
+
+
+def worker_metrics(worker: Worker) -> Metrics:
+    """The counters of ``worker`` (an engine adds its embedded worker's
+    to its own)."""
+    return worker._metrics
+
+
+def worker_features() -> Features:
+    """The features a worker decides remote workflows' turns with: undoing
+    a body's work, and applying the updates a decision task carries."""
+    return Features([Lifecycle(), RemoteUpdates()])

@@ -1,0 +1,1 @@
+"""The kernel: turns, replay and decide, commands, scheduling, leases, wakes, settle, dispatch."""

@@ -1,0 +1,1 @@
+"""What a payload is where it is kept: codecs, blob stores, stored payload text."""

@@ -1,0 +1,1 @@
+"""Opening an engine in a process: its parts assembled, its console served."""

@@ -1,0 +1,1 @@
+"""What travels through a broker: tasks, results, decisions, and the layers around them."""
