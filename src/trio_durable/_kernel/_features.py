@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, final
 
 if TYPE_CHECKING:
     from .._base._records import Checkpoint, ErrorInfo, RunStatus
@@ -212,6 +212,12 @@ class Feature:
         ``error()`` rather than wait for ever."""
 
 
+_HOOKS: Final = tuple(
+    name for name, value in vars(Feature).items() if callable(value) and not name.startswith("_")
+)
+"""The hooks a feature may override."""
+
+
 @final
 class Features:
     """The features an engine runs with, in the order they were added."""
@@ -219,6 +225,9 @@ class Features:
     def __init__(self, features: Sequence[Feature] = ()) -> None:
         self._features: list[Feature] = []
         self._by_type: dict[type[Feature], Feature] = {}
+        # Per hook, the features that override it: a turn calls a dozen
+        # hooks, each of which most features leave as it is.
+        self._by_hook: dict[str, list[Feature]] = {name: [] for name in _HOOKS}
         for feature in features:
             self.add(feature)
 
@@ -228,6 +237,9 @@ class Features:
             raise ValueError(f"a feature of type {type(feature).__name__} is registered already")
         self._features.append(feature)
         self._by_type[type(feature)] = feature
+        for name, using in self._by_hook.items():
+            if getattr(type(feature), name) is not getattr(Feature, name):
+                using.append(feature)
 
     def part(self, kind: type[F]) -> F:
         """The registered feature of type ``kind``.
@@ -245,30 +257,30 @@ class Features:
         """Tell every feature that a write settled ``checkpoints``."""
         if not checkpoints:
             return
-        for feature in self._features:
+        for feature in self._by_hook["settled"]:
             await feature.settled(rt, checkpoints)
 
     def takes_result(self, result: Result) -> bool:
         """Whether a feature took ``result`` (see `Feature.takes_result`)."""
-        return any(feature.takes_result(result) for feature in self._features)
+        return any(feature.takes_result(result) for feature in self._by_hook["takes_result"])
 
     def committed(self, run_id: str) -> None:
-        for feature in self._features:
+        for feature in self._by_hook["committed"]:
             feature.committed(run_id)
 
     def announced(self, kind: str, run_id: str | None) -> None:
-        for feature in self._features:
+        for feature in self._by_hook["announced"]:
             feature.announced(kind, run_id)
 
     def missed(self) -> None:
-        for feature in self._features:
+        for feature in self._by_hook["missed"]:
             feature.missed()
 
     async def paused_steps(self, store: Store, workflow: str) -> frozenset[str]:
         """The steps of ``workflow`` a feature holds back (see
         `Feature.paused_steps`)."""
         paused: frozenset[str] = frozenset()
-        for feature in self._features:
+        for feature in self._by_hook["paused_steps"]:
             paused |= await feature.paused_steps(store, workflow)
         return paused
 
@@ -279,35 +291,37 @@ class Features:
         Raises:
           LookupError: No feature carries out commands of its kind.
         """
-        for feature in self._features:
+        for feature in self._by_hook["carry_out"]:
             if await feature.carry_out(replay, command):
                 return
         raise LookupError(f"no feature carries out a command {command.op!r}")
 
     def turn_starts(self, turn: Turn, now: float) -> None:
-        for feature in self._features:
+        for feature in self._by_hook["turn_starts"]:
             feature.turn_starts(turn, now)
 
     async def cancel_turn(
         self, turn: Turn, slot: Slot, renew_lease: Callable[[], Awaitable[None]]
     ) -> bool:
-        for feature in self._features:
+        for feature in self._by_hook["cancel_turn"]:
             if await feature.cancel_turn(turn, slot, renew_lease):
                 return True
         return False
 
     async def take_turn(self, turn: Turn, now: float) -> bool:
-        for feature in self._features:
+        for feature in self._by_hook["take_turn"]:
             if await feature.take_turn(turn, now):
                 return True
         return False
 
     def body_deadline(self, turn: Turn, now: float) -> float:
-        return min((f.body_deadline(turn, now) for f in self._features), default=math.inf)
+        return min(
+            (f.body_deadline(turn, now) for f in self._by_hook["body_deadline"]), default=math.inf
+        )
 
     async def before_body(self, turn: Turn, replay: Replay, now: float) -> list[AfterBody]:
         after = []
-        for feature in self._features:
+        for feature in self._by_hook["before_body"]:
             then = await feature.before_body(turn, replay, now)
             if then is not None:
                 after.append(then)
@@ -319,35 +333,35 @@ class Features:
         Raises:
           LookupError: None does.
         """
-        for feature in self._features:
+        for feature in self._by_hook["continue_run"]:
             if await feature.continue_run(turn, cont):
                 return
         raise LookupError("no feature continues a run as new")
 
     async def undo(self, replay: Replay) -> None:
-        for feature in self._features:
+        for feature in self._by_hook["undo"]:
             await feature.undo(replay)
 
     async def failed(self, turn: Turn, wf: Workflow[..., Any] | None, error: ErrorInfo) -> bool:
-        for feature in self._features:
+        for feature in self._by_hook["failed"]:
             if await feature.failed(turn, wf, error):
                 return True
         return False
 
     def wake_by(self, turn: Turn, wake_at: float | None) -> float | None:
-        for feature in self._features:
+        for feature in self._by_hook["wake_by"]:
             wake_at = feature.wake_by(turn, wake_at)
         return wake_at
 
     def cancel_error(self, turn: Turn) -> ErrorInfo | None:
-        for feature in self._features:
+        for feature in self._by_hook["cancel_error"]:
             error = feature.cancel_error(turn)
             if error is not None:
                 return error
         return None
 
     async def cancelling(self, turn: Turn, error: ErrorInfo) -> None:
-        for feature in self._features:
+        for feature in self._by_hook["cancelling"]:
             await feature.cancelling(turn, error)
 
     def end_ops(
@@ -360,33 +374,33 @@ class Features:
     ) -> list[Op]:
         return [
             op
-            for feature in self._features
+            for feature in self._by_hook["end_ops"]
             for op in feature.end_ops(turn, status, output, error, returned_by)
         ]
 
     async def ended(self, turn: Turn, ops: Sequence[Op], results: Sequence[Any]) -> None:
-        for feature in self._features:
+        for feature in self._by_hook["ended"]:
             await feature.ended(turn, ops, results)
 
     async def inbox(self, rt: Runtime, run_id: str) -> Inbox:
         inbox: Inbox = []
-        for feature in self._features:
+        for feature in self._by_hook["inbox"]:
             inbox.extend(await feature.inbox(rt, run_id))
         return inbox
 
     def decided(self, replay: Replay, decision: Decision, *, cancelled: bool) -> None:
-        for feature in self._features:
+        for feature in self._by_hook["decided"]:
             feature.decided(replay, decision, cancelled=cancelled)
 
     def decision_updates(
         self, replay: Replay, inbox: Inbox, stood_due: bool, traceback_limit: int
     ) -> DecisionUpdates:
-        for feature in self._features:
+        for feature in self._by_hook["decision_updates"]:
             updates = feature.decision_updates(replay, inbox, stood_due, traceback_limit)
             if updates is not None:
                 return updates
         return _NoUpdates()
 
     def close(self, error: Callable[[], Exception]) -> None:
-        for feature in self._features:
+        for feature in self._by_hook["close"]:
             feature.close(error)
