@@ -52,10 +52,9 @@ RESERVED_SEQ_LITERALS_PIN: Final = 0
 
 RESERVED_SEQS: Final = range(999_999_000, 1_000_000_000)
 
-MIGRATION_MODULES: Final = ("_stores/_migrations_*.py", "_stores/*_schema.py", "_wire_records.py")
-"""Where a store's schema migrations live (the schema modules hold today's),
-and the one module that carries records on the wire at the seqs the
-releases before used, so that both releases read each other's tasks."""
+MIGRATION_MODULES: Final = ("_stores/_migrations_*.py", "_stores/*_schema.py")
+"""Where a store's schema migrations live (the schema modules hold today's);
+the seqs the releases before used are named there alone."""
 
 
 def _module_name(path: Path) -> str:

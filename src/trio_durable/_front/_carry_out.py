@@ -22,7 +22,7 @@ from .._features.search._search_attributes import learned_records
 from .._features.steps._remote import remote_step
 from .._features.waits._waits import signal, timer
 from .._kernel._definitions import Step, remote_step_body, shadow_workflow, workflow_of
-from .._kernel._features import Feature
+from .._kernel._hooks import Feature
 from .._kernel._replay import Replay
 from .._wire._decision_commands import Command
 from ._context import Context

@@ -44,7 +44,7 @@ from .._features.messages._remote_queries import answer_query, query_failure_cod
 from .._kernel._decide import decide
 from .._kernel._decider import EagerSteps
 from .._kernel._dispatch import served_broker_queues, split_group_route
-from .._kernel._features import Features
+from .._kernel._hooks import Features
 from .._kernel._options import DEFAULT_MAX_DELIVERIES
 from .._payloads._blobs import Blobs
 from .._wire._blob_wire import offload_result, resolve_task_input

@@ -51,7 +51,7 @@ from .._wire._wire_records import DECIDED, records_on_wire
 from ._cancellation import CancelDelivery, recorded_delivery
 from ._decider import Decider, EagerSteps
 from ._definitions import Registry, Workflow, remote_body
-from ._features import DecisionUpdates, Features
+from ._hooks import DecisionUpdates, Features
 from ._learned import Learned
 from ._replay import ContinueAsNew, Replay, Suspend, TurnDraft
 from ._webhook_keys import WebhookKeys

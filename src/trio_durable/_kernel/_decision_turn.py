@@ -59,7 +59,7 @@ from ._decider import eager_events
 from ._decision_record import DECISION, decided, decision_of
 from ._definitions import Workflow, remote_body
 from ._executions import new_execution
-from ._features import Inbox
+from ._hooks import Inbox
 from ._markers import body_seqs
 from ._replay import ContinueAsNew, Replay, Suspend, TurnDraft
 from ._webhook_keys import derive_token

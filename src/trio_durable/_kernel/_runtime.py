@@ -30,7 +30,7 @@ from .._wire._tracing import DISABLED, Tracing
 from ._catalogue import Catalogue
 from ._dispatch import Dispatcher
 from ._endings import Endings
-from ._features import Features
+from ._hooks import Features
 from ._learned import Learned
 from ._leases import LeaseKeeper
 from ._passed_on import PassedOn

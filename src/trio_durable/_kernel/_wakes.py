@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .._stores._base import Store
     from ._definitions import Registry
     from ._endings import Endings
-    from ._features import Feature
+    from ._hooks import Feature
     from ._runtime import Runtime
 
 logger = logging.getLogger("trio_durable")

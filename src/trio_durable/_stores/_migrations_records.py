@@ -6,7 +6,8 @@ wait for, kept in their ``error`` before, a column of their own
 (``mark``): SQLite schema 13, PostgreSQL schema 12. The same statements
 serve both stores.
 
-Only this module knows the seqs those releases used; each row keeps every
+Only this module knows the seqs those releases used (the wire reads them
+here, for the tasks that still carry records at them); each row keeps every
 field (its seq becomes its kind), and leaves the checkpoints.
 """
 
@@ -29,6 +30,15 @@ MOVED_TO_RECORDS: Final = {
     999_999_993: "continued_from",
 }
 """The reserved seqs whose rows become records, with the kind each becomes."""
+
+SEQ_BEFORE: Final = {kind: seq for seq, kind in MOVED_TO_RECORDS.items()}
+"""The seq at which the releases before kept each record of
+`MOVED_TO_RECORDS` (a decision task still carries some at these seqs,
+`.._wire._wire_records`)."""
+
+RESERVED_FROM: Final = 999_999_000
+"""The first of the seqs those releases reserved for a run's own records;
+a body's operations take seqs below it."""
 
 _COLUMNS: Final = (
     "status, input, output, error, errors, attempts, worker_group, wake_at, enqueued_at,"

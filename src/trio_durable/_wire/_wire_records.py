@@ -13,7 +13,9 @@ so, in the history and in the decision's local checkpoints; they still
 travel so, as completed entries at those seqs (of the checkpoint kind and
 name those releases gave them), so that engines and workers of either
 release read each other (docs/remote-workflows.md, rolling upgrades). This
-module is the only one that knows those seqs.
+module is the only one outside the store's migrations
+(`.._stores._migrations_records`, where it reads them) that uses those
+seqs.
 
 A decision task (and a query's task) and its result carry the seq at which
 those releases kept the run's decision checkpoint, `DECISION_ON_WIRE`: the
@@ -28,22 +30,23 @@ from typing import Final
 
 from .._base._records import Checkpoint, CheckpointKind
 from .._base._run_records import RunRecord
+from .._stores._migrations_records import DECISION_SEQ, RESERVED_FROM, SEQ_BEFORE
 
 WIRE_SEQS: Final[dict[str, tuple[int, str, CheckpointKind]]] = {
-    "stream": (999_999_960, "stream", "local"),
-    "updates": (999_999_970, "updates", "signal"),
-    "checked_from": (999_999_980, "check_arguments", "local"),
-    "cancelled_at": (999_999_981, "cancelled_at", "local"),
+    "stream": (SEQ_BEFORE["stream"], "stream", "local"),
+    "updates": (SEQ_BEFORE["updates"], "updates", "signal"),
+    "checked_from": (SEQ_BEFORE["checked_from"], "check_arguments", "local"),
+    "cancelled_at": (SEQ_BEFORE["cancelled_at"], "cancelled_at", "local"),
 }
-"""The records that travel: the seq each travels at, and the name and kind
-of checkpoint it travels as."""
+"""The records that travel: the seq each travels at (where the releases
+before kept it), and the name and kind of checkpoint it travels as."""
 
-BODY_SEQ_LIMIT: Final = 999_999_000
+BODY_SEQ_LIMIT: Final = RESERVED_FROM
 """Body operations take seqs from 1 up to (not including) this; past it
 are the seqs at which a run's records travel (and at which the releases
 before kept them)."""
 
-DECISION_ON_WIRE: Final = 999_999_999
+DECISION_ON_WIRE: Final = DECISION_SEQ
 """The seq of a decision or query task, and of its result, on the wire."""
 
 _KINDS: Final = {seq: kind for kind, (seq, _, _) in WIRE_SEQS.items()}

@@ -28,7 +28,7 @@ from ..._base._on_error import RETIRED_PREFIX
 from ..._base._records import ACTIVE_STATUSES, Checkpoint, ErrorInfo, FanMode, Run
 from ..._kernel._barrier import join_barrier
 from ..._kernel._definitions import Workflow
-from ..._kernel._features import Feature
+from ..._kernel._hooks import Feature
 from ..._stores._ops import CreateRun, SettleCheckpoint, UpdateRun
 from ..flow_control._admission import creation_ops, start_controls
 

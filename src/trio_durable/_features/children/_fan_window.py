@@ -48,7 +48,7 @@ from ..._base._records import Checkpoint, Mark, Run, RunStatus, StoredValue
 from ..._brokers._base import BrokerError
 from ..._kernel._carrier import sent_now
 from ..._kernel._executions import new_execution
-from ..._kernel._features import Feature
+from ..._kernel._hooks import Feature
 from ..._kernel._learned import step_of
 from ..._kernel._replay import TurnDraft
 from ..._stores._base import Store, WriteConflict

@@ -38,7 +38,7 @@ from ..._base._exceptions import InvalidArgumentsError, LeaseLostError
 from ..._base._failures import error_info
 from ..._base._records import ErrorInfo
 from ..._base._run_records import RunRecord
-from ..._kernel._features import Feature
+from ..._kernel._hooks import Feature
 from ..._kernel._markers import BODY_SEQ_LIMIT
 from ..._kernel._replay import Suspend
 from ..._stores._ops import (

@@ -1,13 +1,13 @@
 """The lifecycle feature: a run's deadline, its cancellation's cleanup,
 compensation, continue-as-new, and the children cancelled with their
-parent, as the kernel's turns reach them (see `_kernel._features`)."""
+parent, as the kernel's turns reach them (see `_kernel._hooks`)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, final
 
-from ..._kernel._features import Feature
+from ..._kernel._hooks import Feature
 from ._cancel_turn import deliver_cancel
 from ._lifecycle import (
     body_deadline,

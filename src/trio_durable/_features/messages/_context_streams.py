@@ -16,7 +16,7 @@ from ..._base import _serde
 from ..._base._current import current_step
 from ..._base._exceptions import UsageError
 from ..._base._run_records import value_record
-from ..._kernel._features import Feature
+from ..._kernel._hooks import Feature
 from ..._kernel._replay import Replay
 from ..._stores._ops import Op
 from ..._stores._record_ops import PutRecord

@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, final
 
-from ..._kernel._features import Feature, Inbox
 from ..._kernel._handlers import UPDATES_NAME, UpdateHandler, log_with
+from ..._kernel._hooks import Feature, Inbox
 from ._updates import (
     apply_on_the_way,
     apply_update,

@@ -36,7 +36,7 @@ from ..._brokers._base import BrokerError
 from ..._kernel._decide import pick_workflow
 from ..._kernel._decision_turn import decision_route
 from ..._kernel._executions import new_execution
-from ..._kernel._features import Feature
+from ..._kernel._hooks import Feature
 from ..._wire._decision_wire import history, read_request, request_input, request_run
 from ..._wire._messages import Result, Task, WireError
 from ..._wire._payload import task_message

@@ -36,7 +36,7 @@ import trio
 from ..._base import _serde
 from ..._base._exceptions import StoreError, UsageError
 from ..._base._records import TERMINAL_STATUSES, Run, StoredValue
-from ..._kernel._features import Feature
+from ..._kernel._hooks import Feature
 from ..._kernel._wakes import announce
 from ..._stores._base import ChangeFeed, RunWatch
 from ..._stores._ops import Op, PutValue

@@ -34,8 +34,8 @@ from ..._base._exceptions import (
 from ..._base._failures import error_info
 from ..._base._index_text import refuse_nul
 from ..._base._records import TERMINAL_STATUSES
-from ..._kernel._features import AfterBody, Feature
 from ..._kernel._handlers import Handlers, LoggedUpdate, UpdateHandler, check_arguments, plain_args
+from ..._kernel._hooks import AfterBody, Feature
 from ..._kernel._markers import BODY_SEQ_LIMIT, is_patch_marker
 from ..._kernel._options import check_id
 from ..._stores._base import WriteConflict

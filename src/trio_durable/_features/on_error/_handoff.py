@@ -24,8 +24,8 @@ from ..._base._on_error import (
 )
 from ..._base._records import Checkpoint, ErrorInfo, Run
 from ..._brokers._base import BrokerError
-from ..._kernel._features import Feature
 from ..._kernel._fleet import aggregate
+from ..._kernel._hooks import Feature
 from ..._stores._ops import CreateRun
 from ..children._children import completion_source, record_child
 from ..flow_control._admission import let_in, release_ops

@@ -30,7 +30,7 @@ import trio
 
 from ..._base._exceptions import InvalidArgumentsError, RunNotFoundError, ScheduleError, StoreError
 from ..._base._records import Run, StoredValue
-from ..._kernel._features import Feature
+from ..._kernel._hooks import Feature
 from ..._kernel._replay import TurnDraft
 from ..._kernel._run_reads import read_run
 from ..._kernel._wakes import announce, read_interval, serves

@@ -33,7 +33,7 @@ from ..._base._bounds import MAX_NAME_LENGTH, check_name
 from ..._base._exceptions import StoreError, UsageError
 from ..._base._index_text import refuse_nul_in
 from ..._base._records import Run
-from ..._kernel._features import Feature
+from ..._kernel._hooks import Feature
 from ..._kernel._options import check_id
 from ..._stores._ops import CreateRun, Op
 

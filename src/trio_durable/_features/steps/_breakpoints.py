@@ -35,7 +35,7 @@ from ..._base._records import (
     Run,
 )
 from ..._kernel._carrier import CONTINUED as CONTINUED
-from ..._kernel._features import Feature
+from ..._kernel._hooks import Feature
 from ..._kernel._replay import Suspend
 from ..._stores._base import RunWatch, WriteConflict, offers
 from ..._stores._hook_ops import DeleteBreakpoint, PauseStep, PutBreakpoint, ResumeStep
