@@ -462,8 +462,15 @@ async def test_only_decisions_that_need_it_go_out_in_envelope_version_2(
         await engine.start("napper", run_id="plain")
         await engine.start("publisher", 1, run_id="new")
         await engine.result("new")
+        await engine.start("answering", run_id="asked")
+        await trio.sleep(1)
+        await engine.signal("asked", "n", 0)
+        await engine.result("asked")
         await trio.sleep(10)
-    assert versions == {"plain": {1}, "new": {1, 2}}
+    # Each of the publisher's two decisions carries an event set (with the
+    # sleep, then with the end); a body that only waits and ends, query
+    # handlers registered or not, needs nothing of version 2.
+    assert versions == {"plain": {1}, "new": {2}, "asked": {1}}
 
 
 def test_a_decision_that_applied_updates_is_of_version_2_and_decodes_back() -> None:

@@ -19,6 +19,7 @@ from .._features.children._fans import fan
 from .._features.entities._entities import carry_out_call
 from .._features.hooks._webhooks import create_webhook
 from .._features.search._search_attributes import learned_records
+from .._features.steps._breakpoints import pause_decided
 from .._features.steps._remote import remote_step
 from .._features.waits._waits import signal, timer
 from .._kernel._definitions import Step, remote_step_body, shadow_workflow, workflow_of
@@ -76,6 +77,8 @@ async def carry_out(replay: Replay, command: Command) -> None:
         )
     elif command.op == "set_event":
         await Context(replay).set_event(args["key"], json.loads(args["value"]))
+    elif command.op == "pause":
+        await pause_decided(replay, args["name"], args["input"], args["compensation"])
     elif command.op == "entity":
         await carry_out_call(replay, args["entity"], args["input"])
     elif command.op == "upsert_search":

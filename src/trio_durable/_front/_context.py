@@ -243,36 +243,20 @@ class Context(
             inputs_of(lambda: _serde.dump_args(args)),
         )
         if step.remote:
-            decider = self._replay.decider
-            if decider is not None:
-                await decider.step(
-                    self._replay,
-                    step,
-                    args,
-                    compensate.name if compensate else None,
-                    queue,
-                    dedup_key,
-                )
-                decider.reach(
-                    self._replay,
-                    step.name,
-                    "remote",
-                    1,
-                    lambda: step_command(
-                        self._replay,
-                        step,
-                        args,
-                        compensate.name if compensate else None,
-                        queue,
-                        priority,
-                        dedup_key,
-                    ),
-                )
+            replay, compensation = self._replay, compensate.name if compensate else None
+            await replay.decider.before_step(replay, step, args, compensation, queue, dedup_key)
+            replay.decider.reach(
+                replay,
+                step.name,
+                "remote",
+                1,
+                lambda: step_command(replay, step, args, compensation, queue, priority, dedup_key),
+            )
             return await remote_step(
-                self._replay,
+                replay,
                 step,
                 args,
-                compensation=compensate.name if compensate else None,
+                compensation=compensation,
                 flow_queue=queue,
                 priority=priority,
                 dedup_key=dedup_key,
@@ -300,7 +284,7 @@ class Context(
         ):
             raise UsageError(f"sleep seconds must be a finite number >= 0, not {seconds!r}")
         self._before_op("sleep", "timer", timer_due(float(seconds), None))
-        self._decide_wait("sleep", "timer", {"op": "sleep", "seconds": float(seconds)})
+        self._reach_wait("sleep", "timer", {"op": "sleep", "seconds": float(seconds)})
         await timer(self._replay, lambda now: now + float(seconds))
 
     async def sleep_until(self, when: float | datetime.datetime) -> None:
@@ -319,7 +303,7 @@ class Context(
         else:
             raise UsageError(f"sleep_until needs epoch seconds or a datetime, not {when!r}")
         self._before_op("sleep", "timer", timer_due(None, target))
-        self._decide_wait("sleep", "timer", {"op": "sleep", "until": target})
+        self._reach_wait("sleep", "timer", {"op": "sleep", "until": target})
         await timer(self._replay, lambda now: target)
 
     # -- signals --------------------------------------------------------------
@@ -353,7 +337,7 @@ class Context(
         ):
             raise UsageError(f"signal timeout must be a finite number >= 0, not {timeout!r}")
         self._before_op(name, "signal", inputs_of(lambda: json.dumps({"timeout": timeout})))
-        self._decide_wait(name, "signal", {"op": "signal", "name": name, "timeout": timeout})
+        self._reach_wait(name, "signal", {"op": "signal", "name": name, "timeout": timeout})
         return await signal(self._replay, name, timeout, type)
 
     async def webhook(self, name: str) -> str:
@@ -364,17 +348,15 @@ class Context(
         ``await ctx.wait_signal(name)``. See docs/webhooks-and-breakpoints.md.
         """
         check_name("webhook name", name)
-        decider = self._replay.decider
-        if decider is not None:
-            return decider.webhook(self._replay, name)
+        token = self._replay.decider.webhook_token(self._replay, name)
+        if token is not None:
+            return token
         return await create_webhook(self._replay, name)
 
-    def _decide_wait(self, name: str, kind: CheckpointKind, command: dict[str, Any]) -> None:
-        """On a worker deciding a turn: stop at a wait the history has not
-        settled (see `_decider`)."""
-        decider = self._replay.decider
-        if decider is not None:
-            decider.reach(self._replay, name, kind, 1, lambda: dict(command))
+    def _reach_wait(self, name: str, kind: CheckpointKind, command: dict[str, Any]) -> None:
+        """Before a wait: its decider's `reach` (a worker's stops the body
+        at a wait the history has not settled, see `_decider`)."""
+        self._replay.decider.reach(self._replay, name, kind, 1, lambda: dict(command))
 
     # -- children -------------------------------------------------------------
 
@@ -455,8 +437,7 @@ class Context(
         replay = self._replay
         wf = replay.workflow(workflow)
         self._before_op(wf.name, "child", inputs_of(lambda: _serde.dump_args(args)))
-        if replay.decider is not None:
-            replay.decider.reach(replay, wf.name, "child", 1, child_command(wf, args, awaited=True))
+        replay.decider.reach(replay, wf.name, "child", 1, child_command(wf, args, awaited=True))
         seq = replay.next_seq()
         cp = replay.recorded(seq, wf.name, "child")
         if cp is None:

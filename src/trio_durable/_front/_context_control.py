@@ -130,21 +130,19 @@ class ControlOperations:
         check_signal(run_id, name, idempotency_key)
         requested, recorded = sent_signal(run_id, lambda: _serde.dumps(payload), idempotency_key)
         self._before_op(f"send:{name}", "signal", requested, recorded=recorded)
-        decider = self._replay.decider
-        if decider is not None:
-            decider.reach(
-                self._replay,
-                f"send:{name}",
-                "signal",
-                1,
-                lambda: {
-                    "op": "send_signal",
-                    "run_id": run_id,
-                    "name": name,
-                    "payload": _serde.dumps(payload),
-                    "idempotency_key": idempotency_key,
-                },
-            )
+        self._replay.decider.reach(
+            self._replay,
+            f"send:{name}",
+            "signal",
+            1,
+            lambda: {
+                "op": "send_signal",
+                "run_id": run_id,
+                "name": name,
+                "payload": _serde.dumps(payload),
+                "idempotency_key": idempotency_key,
+            },
+        )
         await send_signal(self._replay, run_id, name, payload, idempotency_key)
 
     # -- started children ---------------------------------------------------------
@@ -270,20 +268,19 @@ class ControlOperations:
         )
         wf = replay.workflow(workflow)
         self._before_op(wf.name, "child", lambda cp: _serde.dump_args(args))
-        if replay.decider is not None:
-            replay.decider.reach(
-                replay,
-                wf.name,
-                "child",
-                1,
-                child_command(
-                    wf,
-                    args,
-                    awaited=False,
-                    cancel_with_parent=cancel_with_parent,
-                    search_attributes={n: v for n, v in attributes.items() if v is not None},
-                ),
-            )
+        replay.decider.reach(
+            replay,
+            wf.name,
+            "child",
+            1,
+            child_command(
+                wf,
+                args,
+                awaited=False,
+                cancel_with_parent=cancel_with_parent,
+                search_attributes={n: v for n, v in attributes.items() if v is not None},
+            ),
+        )
         seq = replay.next_seq()
         cp = replay.recorded(seq, wf.name, "child")
         if cp is not None:

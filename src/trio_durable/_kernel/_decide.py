@@ -2,7 +2,7 @@
 
 A decision task carries a run and its resolved history (`_decision_wire`).
 The worker runs the body with the same `Context` as an engine does, on a
-`Replay` whose checkpoints are that history and whose `Decider` watches
+`Replay` whose checkpoints are that history and whose `CommandDecider` watches
 every durable operation the body reaches:
 
 - settled in the history: it returns (or raises) what was recorded, as on
@@ -49,7 +49,7 @@ from .._wire._messages import Task
 from .._wire._tracing import DISABLED, Tracing
 from .._wire._wire_records import DECIDED, records_on_wire
 from ._cancellation import CancelDelivery, recorded_delivery
-from ._decider import Decider, EagerSteps
+from ._decider import CommandDecider, EagerSteps
 from ._definitions import Registry, Workflow, remote_body
 from ._hooks import DecisionUpdates, Features
 from ._learned import Learned
@@ -110,11 +110,14 @@ class _DecisionRuntime:
     telemetry: _Events = attrs.field(factory=_Events)
     learned: Learned = attrs.field(factory=Learned)
     # Never read: a body here takes a webhook's token from the history
-    # (`Decider.webhook`), which the engine derived from its secret.
+    # (`CommandDecider.webhook_token`), which the engine derived from its secret.
     webhook_keys: WebhookKeys = attrs.field(factory=lambda: WebhookKeys(b"decision"))
     emitted: list[tuple[int, str]] = attrs.field(factory=list)
     """What the body emitted (the decider's list): it goes back in the
     decision."""
+    passed: list[Command] = attrs.field(factory=list)
+    """The commands the body went past (the decider's list): they go in
+    the decision, before its command or its end."""
     updates: DecisionUpdates | None = None
     """The updates the task carried, as the body applies them."""
 
@@ -167,12 +170,13 @@ async def decide(
     )
     state = TurnDraft(run=run, checkpoints=dict(request.checkpoints), records=dict(request.records))
     cleaning = request.cleanup or request.compensate
-    decider = Decider(request, None if cleaning else eager, task.dispatched_at)
+    decider = CommandDecider(request, None if cleaning else eager, task.dispatched_at)
     runtime.emitted = decider.emitted
+    runtime.passed = decider.passed
     replay = Replay(runtime, state, decider)
     if request.cleanup:
         replay.cancellation = CancelDelivery(recorded_delivery(state.records))
-        waits = await _clean_up(wf, replay, request.input)
+        waits = await _clean_up(wf, replay, decider, request.input)
         if waits is not None:
             return _decision(wf, runtime, state, next=waits, cancelled=True)
         replay = Replay(runtime, state, decider)
@@ -216,7 +220,9 @@ async def decide(
     return _decision(wf, runtime, state, output=output)
 
 
-async def _clean_up(wf: Workflow[..., Any], replay: Replay, input: str) -> Command | None:
+async def _clean_up(
+    wf: Workflow[..., Any], replay: Replay, decider: CommandDecider, input: str
+) -> Command | None:
     """Replay a cancelled run's body to deliver `Cancelled` (see
     `_cancellation`) and run its cleanup; the operation the cleanup waits
     on, if it does. Whatever else the body does, the run ends cancelled."""
@@ -224,8 +230,7 @@ async def _clean_up(wf: Workflow[..., Any], replay: Replay, input: str) -> Comma
         args = _serde.load_args(input, wf.fn, skip=1)
         await wf.fn(replay.runtime.app.context(replay), *args)
     except Suspend:
-        decider = replay.decider
-        if replay.turn.nondeterminism is None and decider is not None:
+        if replay.turn.nondeterminism is None:
             return decider.next
     except (Cancelled, ContinueAsNew):
         pass
@@ -270,6 +275,7 @@ def _decision(
     return Decision(
         version=wf.version,
         local=tuple(local[seq] for seq in sorted(local)),
+        passed=tuple(runtime.passed),
         next=next,
         output=output,
         error=error,

@@ -1,7 +1,8 @@
-"""The `Decider`: what stops a remote workflow's body in a decision.
+"""`CommandDecider`: what stops a remote workflow's body in a decision (the
+worker's `_replay.Decider`).
 
 On a worker deciding a turn (see `_decide`), every durable operation the
-body reaches asks the decider first (`Decider.reach`): settled in the
+body reaches asks the decider first (`CommandDecider.reach`): settled in the
 history, it replays as on an engine; not settled, the body stops there and
 the operation becomes the decision's `Command`, built by the functions
 here from what the body passed.
@@ -40,6 +41,7 @@ for good, and the body sees it at once.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, NoReturn, final
 
@@ -50,20 +52,21 @@ from .._base._exceptions import Cancelled, NonDeterminismError
 from .._base._observe import EventKind
 from .._base._records import LATEST_VERSION, Checkpoint, CheckpointKind
 from .._base._search_values import SearchValue, dump_attributes
-from .._wire._decision_commands import Command
+from .._wire._decision_commands import Command, passes
 from .._wire._decision_wire import DecisionRequest, Eager
 from .._wire._messages import Result, Task, result_error
-from ._definitions import Registry, Step, Workflow
+from ._definitions import Registry, Step, Workflow, shadow_workflow
 from ._dispatch import group_route
 from ._executions import new_execution
-from ._replay import Replay, Suspend
+from ._replay import Decider, Replay, Suspend
 
 _SETTLED: Final = frozenset({"completed", "failed"})
 
 
 @final
-class Decider:
-    """What a decision's body reached: the command it stopped at, if any."""
+class CommandDecider(Decider):
+    """A worker's `_replay.Decider`: what a decision's body reached (the
+    command it stopped at, if any; the values it emitted)."""
 
     def __init__(
         self,
@@ -73,6 +76,11 @@ class Decider:
     ) -> None:
         self.request = request
         self.next: Command | None = None
+        # The commands the body went past (`passes`), in order: with a
+        # request that allows several, and never in a cancelled run's
+        # cleanup (whatever it does, the run ends cancelled).
+        self.passed: list[Command] = []
+        self._several = request.several and not (request.cleanup or request.compensate)
         # The values the body emitted past the stream's stored head:
         # (offset, value as JSON text), for the engine to write.
         self.emitted: list[tuple[int, str]] = []
@@ -81,7 +89,7 @@ class Decider:
         self._eager = eager if request.eager is not None else None
         self._dispatched_at = dispatched_at
 
-    async def step(
+    async def before_step(
         self,
         replay: Replay,
         step: Step[..., Any],
@@ -133,6 +141,13 @@ class Decider:
             return
         args = command()
         op = args.pop("op")
+        if self._several and count == 1 and passes(op, args):
+            # What it returns is known here: the body goes on as if it
+            # was recorded (see `_passed`), and the engine carries the
+            # command out before the next one.
+            self.passed.append(Command(op=op, seq=first, args=args))
+            replay.turn.checkpoints[first] = _passed(replay, first, name, kind, op)
+            return
         self.next = Command(op=op, seq=first, args=args)
         # The body waits here, as an engine's turn's body waits at the seq
         # its operation took: the updates the run applied up to here are
@@ -140,7 +155,22 @@ class Decider:
         replay.handlers.reached(first)
         raise Suspend("decision")
 
-    def webhook(self, replay: Replay, name: str) -> str:
+    def carry_value(self, offset: int, value_json: str) -> bool:
+        """The decision carries the value to the engine, which writes it
+        (`write_emitted`)."""
+        self.emitted.append((offset, value_json))
+        return True
+
+    def pauses(self, step: str) -> bool:
+        """A breakpoint is on ``step``'s name in the run's workflow, as the
+        engine read its breakpoints when it sent the task."""
+        eager = self.request.eager
+        return eager is not None and step in eager.paused
+
+    def by_name(self, name: str) -> Workflow[..., Any] | None:
+        return shadow_workflow(name, LATEST_VERSION)
+
+    def webhook_token(self, replay: Replay, name: str) -> str:
         """`Context.webhook`: the token the engine derived, once the
         webhook is recorded; else the body stops to have it created."""
         self.reach(replay, name, "webhook", 1, lambda: {"op": "webhook", "name": name})
@@ -149,6 +179,27 @@ class Decider:
         if token is None:
             _corrupt(f"the history holds no token for the webhook at seq {seq}")
         return token
+
+
+def _passed(replay: Replay, seq: int, name: str, kind: CheckpointKind, op: str) -> Checkpoint:
+    """What the body replays at ``seq`` for a command it goes past, as the
+    engine records it once it carries it out: completed; a child started
+    holds its id, ``<run>.child.<seq>``. It stays in this replay alone (the
+    engine records the real one)."""
+    child_id = f"{replay.run.id}.child.{seq}" if op == "child" else None
+    now = replay.runtime.clock.now()
+    return Checkpoint(
+        run_id=replay.run.id,
+        seq=seq,
+        name=name,
+        kind=kind,
+        status="completed",
+        output=None if child_id is None else json.dumps(child_id),
+        child_id=child_id,
+        enqueued_at=now,
+        started_at=now,
+        finished_at=now,
+    )
 
 
 def _corrupt(message: str) -> NoReturn:

@@ -448,6 +448,7 @@ async def _dispatch(
             updates=updates,
             stood_due=stood_due,
             eager=None if compensate or cleanup else await _eager(rt, run),
+            several=True,
         ),
         dispatched_at=now,
         kind="decision",
@@ -472,7 +473,8 @@ async def _eager(rt: Runtime, run: Run) -> Eager:
 
 
 async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
-    """Apply ``decision`` to the turn: ``("suspended", Suspend)``,
+    """Apply ``decision`` to the turn (the commands the body went past, in
+    order, then its command or its end): ``("suspended", Suspend)``,
     ``("completed", output)``, ``("failed", ErrorInfo)``, or
     ``("resolved", None)`` when the operation it waits on resolved at once
     (the next decision task is due)."""
@@ -491,6 +493,15 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
     _keep_local(rt, state, decision)
     if decision.stream or decision.updates or decision.update_log is not None:
         rt.features.decided(Replay.on_engine(rt, state), decision, cancelled=False)
+    for command in decision.passed:
+        kind, value = await _carry_out(rt, state, command)
+        if kind == "suspended":
+            message = (
+                f"the decision's {command.op} at seq {command.seq} waits, but the body went past it"
+            )
+            return "failed", ErrorInfo(message=message, code="bad_decision")
+        if kind == "failed":
+            return kind, value
     if decision.output is not None:
         return "completed", decision.output
     if decision.error is not None:
@@ -498,7 +509,14 @@ async def _apply(turn: Turn, decision: Decision) -> tuple[str, Any]:
     if decision.continued is not None:
         return "continued", ContinueAsNew(decision.continued)
     assert decision.next is not None
-    command = decision.next
+    return await _carry_out(rt, state, decision.next)
+
+
+async def _carry_out(rt: Runtime, state: TurnDraft, command: Command) -> tuple[str, Any]:
+    """Carry ``command`` out in the turn with the code a local body's turn
+    runs for it (`Features.carry_out`): ``("suspended", Suspend)``,
+    ``("resolved", None)`` once its seqs are settled, or ``("failed",
+    ErrorInfo)``."""
     replay = Replay.on_engine(rt, state)
     replay.handlers.skip_log()
     replay.seek(command.seq)

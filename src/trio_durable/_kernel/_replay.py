@@ -16,18 +16,30 @@ remote workflow's turn (`_decide`), and a reader answering a query
 are the worker's and the reader's stand-ins, which the type checker checks
 against it. The host holds only what the paths outside an engine use.
 
+Every durable operation goes through the replay's `Decider` before it
+runs, wherever the body runs; one decider per place, chosen when the
+replay is made, so no operation asks where it is:
+
+- on an engine (`InPlace`), the operation is carried out on the spot, its
+  writes collected in the turn (an engine carrying out a remote body's
+  command runs the same code, `Replay.seek` to the command's seq);
+- on a worker deciding a turn (`_decider.CommandDecider`), an operation
+  the history has not settled stops the body and becomes the decision's
+  command;
+- on a reader (`_read_replay`), it stops the body: a reader writes
+  nothing.
+
 What only an engine's turn does (send or park a remote step, wake a run,
 read the store or write to it outside the replay's writes) takes the
-whole `Runtime` from `Replay.engine`, which a replay made by
-`Replay.on_engine` holds. Outside an engine, every durable operation is
-settled in the history or stops the body before that code (the
-`Decider`; ``read_only``), so it is never reached there, and
-`Replay.engine` raises if it is. An accessor rather than a parameter:
-that code is reached through the same `Context` methods as the settled
-paths (a step, a signal, a fan), and the `Context` holds only its
-`Replay`, so a `Runtime` passed down would run through every operation's
-signature; and a host with the engine's every part would have the
-stand-ins fake a dispatcher, a scheduler and a store.
+whole `Runtime` from `Replay.engine`, the one an `InPlace` decider holds.
+Outside an engine, every durable operation is settled in the history or
+stops the body before that code (its decider's `Decider.reach`), so it is
+never reached there, and `Replay.engine` raises if it is. An accessor
+rather than a parameter: that code is reached through the same `Context`
+methods as the settled paths (a step, a signal, a fan), and the `Context`
+holds only its `Replay`, so a `Runtime` passed down would run through
+every operation's signature; and a host with the engine's every part
+would have the stand-ins fake a dispatcher, a scheduler and a store.
 """
 
 from __future__ import annotations
@@ -40,11 +52,11 @@ import attrs
 from .._base import _serde
 from .._base._exceptions import NonDeterminismError, UnknownWorkflowError, UsageError
 from .._base._observe import Event, EventKind
-from .._base._records import LATEST_VERSION, Checkpoint, CheckpointKind, Run
+from .._base._records import Checkpoint, CheckpointKind, Run
 from .._base._run_records import RunRecord
 from .._stores._ops import Op, PutCheckpoint
 from .._stores._record_ops import PutRecord
-from ._definitions import Registry, Step, Workflow, remote_body, shadow_workflow, workflow_of
+from ._definitions import Registry, Step, Workflow, remote_body, workflow_of
 from ._handlers import Handlers
 from ._markers import is_patch_marker
 
@@ -56,7 +68,6 @@ if TYPE_CHECKING:
     from .._wire._messages import Task
     from .._wire._tracing import Tracing
     from ._cancellation import CancelDelivery
-    from ._decider import Decider
     from ._learned import Learned
     from ._runtime import Runtime
     from ._webhook_keys import WebhookKeys
@@ -208,6 +219,96 @@ class ReplayHost(Protocol):
     def webhook_keys(self) -> WebhookKeys: ...
 
 
+class Decider:
+    """Where a body's durable operations go before they run (see the
+    module): the one path every operation takes, wherever the body runs.
+
+    Each method here is what an engine does, the operation carried out on
+    the spot (`InPlace`); a worker's and a reader's deciders override what
+    they do otherwise.
+    """
+
+    __slots__ = ()
+
+    @property
+    def engine(self) -> Runtime | None:
+        """The engine that carries operations out here, if this is one."""
+        return None
+
+    def reach(
+        self,
+        replay: Replay,
+        name: str,
+        kind: CheckpointKind,
+        count: int,
+        command: Callable[[], dict[str, Any]],
+    ) -> None:
+        """Before a durable operation over the next ``count`` seqs: return
+        to have it run (carried out, or replayed from the history), or stop
+        the body (`Suspend`) with ``command`` standing for it.
+
+        Raises:
+          NonDeterminismError: The history holds another operation there.
+          Suspend: The operation stops the body here.
+        """
+
+    async def before_step(
+        self,
+        replay: Replay,
+        step: Step[..., Any],
+        args: Sequence[Any],
+        compensation: str | None,
+        flow_queue: str | None,
+        dedup_key: str | None,
+    ) -> None:
+        """Before a remote step's `reach`: the chance to settle it first (a
+        worker running it at once)."""
+
+    def check(self, cp: Checkpoint | None) -> None:
+        """What the history holds at a seq an operation takes, read:
+        return to go on, or stop the body (a reader at an unsettled one).
+
+        Raises:
+          Suspend: The body stops here.
+        """
+
+    def carry_value(self, offset: int, value_json: str) -> bool:
+        """Whether a value the body emitted past the stream's stored head
+        is this decider's to carry (or drop) instead of written here."""
+        return False
+
+    def webhook_token(self, replay: Replay, name: str) -> str | None:
+        """`Context.webhook`'s token where this decider knows it, else None
+        (the webhook is created, or read back, here)."""
+        return None
+
+    def pauses(self, step: str) -> bool:
+        """Whether a breakpoint stops the body before a new local step
+        named ``step`` here, where the engine said so (a worker: the engine
+        pauses the run); an engine matches its own breakpoints."""
+        return False
+
+    def by_name(self, name: str) -> Workflow[..., Any] | None:
+        """A workflow this app lacks that a child or a fan names, if this
+        decider lets the body go on with it (a worker: the engine that
+        carries the command out knows it)."""
+        return None
+
+
+@final
+class InPlace(Decider):
+    """An engine's `Decider`: every operation is carried out on the spot."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Runtime) -> None:
+        self._engine = engine
+
+    @property
+    def engine(self) -> Runtime:
+        return self._engine
+
+
 def recorded_value(step: Step[..., Any], cp: Checkpoint) -> Any:
     """What a completed step's checkpoint returns: its output, structured
     as the step's return annotation."""
@@ -224,26 +325,12 @@ class Replay:
       turn: What the turn read and is about to write.
     """
 
-    def __init__(
-        self,
-        runtime: ReplayHost,
-        turn: TurnDraft,
-        decider: Decider | None = None,
-        *,
-        read_only: bool = False,
-    ) -> None:
+    def __init__(self, runtime: ReplayHost, turn: TurnDraft, decider: Decider) -> None:
         self.runtime = runtime
         self.turn = turn
-        # The engine whose turn this is (`on_engine`), for `engine`.
-        self._engine: Runtime | None = None
         self._seq = 0
-        # Set on a worker replaying a remote workflow for a decision task
-        # (see `_decide`): durable operations not settled in the history
-        # end the decision instead of running.
+        # Where every durable operation goes before it runs (see the module).
         self.decider = decider
-        # Set for a query's replay (see `_read_replay`): the first durable
-        # operation the history did not settle stops the body.
-        self.read_only = read_only
         # The query and update handlers the body registered (`_handlers`).
         self.handlers = Handlers(turn)
         # Set on the turn of a cancelling run whose body is replayed to
@@ -253,11 +340,10 @@ class Replay:
 
     @classmethod
     def on_engine(cls, runtime: Runtime, turn: TurnDraft) -> Replay:
-        """A replay in a turn of the engine ``runtime``, whose engine-only
-        code reaches all of its parts (`engine`)."""
-        replay = cls(runtime, turn)
-        replay._engine = runtime
-        return replay
+        """A replay in a turn of the engine ``runtime``: its operations are
+        carried out in place (`InPlace`), and its engine-only code reaches
+        all of the engine's parts (`engine`)."""
+        return cls(runtime, turn, InPlace(runtime))
 
     @property
     def engine(self) -> Runtime:
@@ -270,9 +356,10 @@ class Replay:
             reaches is settled in the history or stops the body before it
             gets here.
         """
-        if self._engine is None:
+        engine = self.decider.engine
+        if engine is None:
             raise AssertionError(f"run {self.run.id!r}: engine-only code reached outside an engine")
-        return self._engine
+        return engine
 
     def peek(self) -> int:
         """The seq the next durable operation takes."""
@@ -355,8 +442,7 @@ class Replay:
             if self.turn.nondeterminism is None:
                 self.turn.nondeterminism = error
             raise error
-        if self.read_only and (cp is None or cp.status not in ("completed", "failed")):
-            raise Suspend("read-only replay")
+        self.decider.check(cp)
         return cp
 
     def workflow(self, target: Workflow[..., Any] | str) -> Workflow[..., Any]:
@@ -373,9 +459,10 @@ class Replay:
         try:
             return workflow_of(self.runtime.app, target)
         except UnknownWorkflowError:
-            if self.decider is not None and isinstance(target, str) and target:
-                return shadow_workflow(target, LATEST_VERSION)
-            raise
+            known = self.decider.by_name(target) if isinstance(target, str) and target else None
+            if known is None:
+                raise
+            return known
 
     def check_step(self, step: object) -> None:
         """Raise `UsageError` unless ``step`` is a step of this app (or one

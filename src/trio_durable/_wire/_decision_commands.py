@@ -1,7 +1,8 @@
-"""The command a remote workflow's decision names: the durable operation its
-body waits on, which the engine carries out as its own turn would (see
-`_decision_turn`), as the decision's JSON carries it, each op's arguments
-checked (see `_decision_wire`).
+"""The commands a remote workflow's decision names: the durable operation its
+body waits on, and those it went past without waiting (`passes`), which
+the engine carries out, in order, as its own turn would (see
+`_decision_turn`), as the decision's JSON carries them, each op's
+arguments checked (see `_decision_wire`).
 """
 
 from __future__ import annotations
@@ -36,12 +37,23 @@ CommandOp = Literal[
     "set_event",
     "upsert_search",
     "entity",
+    "pause",
 ]
 NEWER_OPS: Final[frozenset[str]] = frozenset(
-    {"send_signal", "set_event", "upsert_search", "entity"}
+    {"send_signal", "set_event", "upsert_search", "entity", "pause"}
 )
 """The commands of envelope version 2: what an engine of version 1 does not
 carry out (see `Decision.wire_version`)."""
+
+
+def passes(op: str, args: dict[str, Any]) -> bool:
+    """Whether a body goes past the command ``op`` with ``args`` without
+    waiting for the engine to carry it out: what it returns the worker
+    knows (``set_event``, ``upsert_search``, a child started but not
+    awaited), so a decision carries several such commands, carried out in
+    order, before the one the body waits on or its end."""
+    return op in ("set_event", "upsert_search") or (op == "child" and args.get("awaited") is False)
+
 
 _OPS: Final[frozenset[str]] = frozenset(
     {"step", "sleep", "signal", "webhook", "child", "fan"} | NEWER_OPS
@@ -58,8 +70,10 @@ class Command:
       op: ``step`` (remote), ``sleep``, ``signal`` (a wait),
         ``webhook``, ``child`` (``awaited`` or started), ``fan``,
         ``send_signal`` (`Context.signal`), ``set_event``,
-        ``upsert_search`` (`Context.upsert_search_attributes`) or
-        ``entity`` (a call of an entity's handler).
+        ``upsert_search`` (`Context.upsert_search_attributes`),
+        ``entity`` (a call of an entity's handler) or ``pause`` (a local
+        step a breakpoint stops the run before: the engine pauses the run
+        there, and the step runs on a worker once it is continued).
       seq: The operation's seq (a fan's first).
       args: Its arguments, checked by `Decision.decode` for its op.
     """
@@ -133,8 +147,30 @@ def _attributes(value: Any) -> str:
     return value
 
 
+def passed_from_json(data: Any, before: int) -> tuple[Command, ...]:
+    """The commands a decision's ``passed`` holds (each one a body goes
+    past, `passes`), checked: in the order of their seqs, each below
+    ``before``.
+
+    Raises:
+      WireError: They are not.
+    """
+    if not isinstance(data, list):
+        reject("passed must be a list")
+    commands = tuple(command_from_json(item) for item in data)
+    seqs = [command.seq for command in commands]
+    if any(not passes(c.op, c.args) for c in commands):
+        reject(
+            "passed holds only commands a body goes past (set_event, upsert_search, a child started)"
+        )
+    if seqs != sorted(set(seqs)) or (seqs and seqs[-1] >= before):
+        reject("passed's seqs must increase, and come before the decision's next")
+    return commands
+
+
 def command_from_json(data: Any) -> Command:
-    """The command ``data`` (a decision's ``next``) holds, checked.
+    """The command ``data`` (a decision's ``next``, or one of its
+    ``passed``) holds, checked.
 
     Raises:
       WireError: It is not a valid command.
@@ -185,6 +221,12 @@ def command_from_json(data: Any) -> Command:
         args = {"attributes": _attributes(data.get("attributes")), "remove": remove}
     elif op == "webhook":
         args = {"name": text_field(data, "name")}
+    elif op == "pause":
+        args = {
+            "name": text_field(data, "name"),
+            "input": json_text(data.get("input"), "input", array=True),
+            "compensation": text_field(data, "compensation", optional=True),
+        }
     elif op == "child":
         awaited = data.get("awaited")
         if not isinstance(awaited, bool):

@@ -8,9 +8,10 @@ the message nests no deeper than the wire allows, whatever the outputs
 hold). On-error handoffs and the decision checkpoint itself are left out.
 
 The worker answers with a `Result` of kind ``decision`` whose output is a
-`Decision`: the local steps it ran (their checkpoints), and either the one
-durable operation the body now waits on (a `Command`, see
-`_decision_commands`) or the body's end.
+`Decision`: the local steps it ran (their checkpoints), the operations the
+body went past without waiting (with a request that allows ``several``),
+and either the one durable operation the body now waits on (a `Command`,
+see `_decision_commands`) or the body's end.
 
 Decoding is total both ways, as in `_wire`: a malformed request or decision
 raises `WireError` and nothing else.
@@ -36,7 +37,7 @@ from ._decision_checks import (
     reject,
     text_field,
 )
-from ._decision_commands import Command, command_from_json
+from ._decision_commands import Command, command_from_json, passed_from_json
 from ._messages import MAX_ATTEMPT, MAX_SEQ, WireError
 from ._wire_records import BODY_SEQ_LIMIT, is_record_on_wire, record_off_wire, records_on_wire
 
@@ -167,6 +168,8 @@ class DecisionRequest:
         operation it waited in returns, as in an engine's turn.
       eager: What the worker may run at once, if anything (see `_decider`):
         None from an engine that takes no step run so.
+      several: Whether the engine carries out several commands of one
+        decision (`Decision.passed`): False from an engine that does not.
     """
 
     version: str
@@ -182,6 +185,7 @@ class DecisionRequest:
     updates: tuple[tuple[str, dict[str, Any]], ...] = ()
     stood_due: bool = False
     eager: Eager | None = None
+    several: bool = False
 
 
 @final
@@ -244,6 +248,7 @@ def request_input(
     updates: list[tuple[str, dict[str, Any]]] | None = None,
     stood_due: bool = False,
     eager: Eager | None = None,
+    several: bool = False,
 ) -> str:
     """A decision task's ``input``: ``run`` and its ``history`` (and the
     updates waiting in its inbox, and what its worker may run at once, if
@@ -268,6 +273,8 @@ def request_input(
         body["stood_due"] = stood_due
     if eager is not None:
         body["eager"] = eager.to_json()
+    if several:
+        body["several"] = True
     return json.dumps([body], separators=(",", ":"), allow_nan=False)
 
 
@@ -317,6 +324,7 @@ def read_request(run_id: str, input_json: str) -> DecisionRequest:
             updates=_inbox(data.get("updates", [])),
             stood_due=data.get("stood_due") is True,
             eager=_eager(data.get("eager")),
+            several=data.get("several") is True,
         )
     except WireError as exc:
         raise WireError(f"not a decision task: {exc}") from None
@@ -361,6 +369,10 @@ class Decision:
       local: The checkpoints of the local steps (and undos) it ran, and of
         the remote steps it ran at once (see `_decider`): settled, or
         pending with their next attempt due (a retryable failure).
+      passed: The operations the body went past without waiting, in the
+        order of their seqs (`_decision_commands.passes`), to be carried
+        out before ``next`` or the body's end; only for a request with
+        ``several``.
       next: The durable operation the body waits on, if it does.
       output: The body's return value as JSON text, if it completed.
       error: Its failure, if it failed.
@@ -383,6 +395,7 @@ class Decision:
 
     version: str
     local: tuple[Checkpoint, ...] = ()
+    passed: tuple[Command, ...] = ()
     next: Command | None = None
     output: str | None = None
     error: ErrorInfo | None = None
@@ -397,10 +410,11 @@ class Decision:
     @property
     def wire_version(self) -> int:
         """The envelope version of the result that carries it: 2 if it
-        continues the run as new, carries emitted values, applied updates
-        or remote steps run at once, or its command is newer
-        (`Command.newer`), else 1, which engines of either version read."""
-        newer = self.next is not None and self.next.newer
+        continues the run as new, carries emitted values, applied updates,
+        remote steps run at once or several commands, or its command is
+        newer (`Command.newer`), else 1, which engines of either version
+        read."""
+        newer = bool(self.passed) or (self.next is not None and self.next.newer)
         applied = bool(self.updates) or self.update_log is not None
         eager = any(cp.kind == "remote" for cp in self.local)
         return 2 if newer or self.continued is not None or self.stream or applied or eager else 1
@@ -411,6 +425,8 @@ class Decision:
             "version": self.version,
             "local": [checkpoint_text(cp) for cp in self.local],
         }
+        if self.passed:
+            data["passed"] = [command.to_json() for command in self.passed]
         if self.next is not None:
             data["next"] = self.next.to_json()
         if self.output is not None:
@@ -466,10 +482,14 @@ class Decision:
             error = None
             if data.get("error") is not None:
                 error = error_field(parse_json(json_text(data["error"], "error"), "error"))
+            next = None if data.get("next") is None else command_from_json(data["next"])
             return cls(
                 version=version,
                 local=checkpoints,
-                next=None if data.get("next") is None else command_from_json(data["next"]),
+                passed=passed_from_json(
+                    data.get("passed", []), BODY_SEQ_LIMIT if next is None else next.seq
+                ),
+                next=next,
                 output=(
                     None if data.get("output") is None else json_text(data["output"], "output")
                 ),

@@ -105,14 +105,13 @@ async def fan(
             else:
                 _serde.check_workflow_args(wf, (value,))
     total = len(inputs)
-    if replay.decider is not None:
-        replay.decider.reach(
-            replay,
-            member.name,
-            "remote" if isinstance(member, Step) else "child",
-            total,
-            lambda: fan_command(replay, member, inputs, concurrency, mode),
-        )
+    replay.decider.reach(
+        replay,
+        member.name,
+        "remote" if isinstance(member, Step) else "child",
+        total,
+        lambda: fan_command(replay, member, inputs, concurrency, mode),
+    )
     first = replay.take_seqs(total)
     if total == 0:
         await trio.lowlevel.checkpoint()

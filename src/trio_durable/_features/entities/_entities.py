@@ -160,16 +160,15 @@ def workflow_entity(
         kind: CheckpointKind = "local" if shared else "child"
         if before is not None:
             before(name, kind, lambda cp: input_json)
-        if replay.decider is not None:
-            # A remote workflow's body: the engine makes the call (the
-            # entity is registered there too), and this replays its outcome.
-            replay.decider.reach(
-                replay,
-                name,
-                kind,
-                1,
-                lambda: {"op": "entity", "entity": entity.name, "input": input_json},
-            )
+        # A remote workflow's body: the engine makes the call (the
+        # entity is registered there too), and this replays its outcome.
+        replay.decider.reach(
+            replay,
+            name,
+            kind,
+            1,
+            lambda: {"op": "entity", "entity": entity.name, "input": input_json},
+        )
         if shared:
             return await _shared_in_workflow(replay, entity, key_text, handler, input_json)
         return await _exclusive_in_workflow(replay, entity, key_text, handler, input_json)

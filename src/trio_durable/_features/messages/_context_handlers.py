@@ -126,14 +126,12 @@ class HandlerOperations:
         """
         check_event_key(key)
         self._before_op(f"event:{key}", "signal", lambda cp: _serde.dumps(value))
-        decider = self._replay.decider
-        if decider is not None:
-            decider.reach(
-                self._replay,
-                f"event:{key}",
-                "signal",
-                1,
-                lambda: {"op": "set_event", "key": key, "value": _serde.dumps(value)},
-            )
+        self._replay.decider.reach(
+            self._replay,
+            f"event:{key}",
+            "signal",
+            1,
+            lambda: {"op": "set_event", "key": key, "value": _serde.dumps(value)},
+        )
         set_event(self._replay, key, value)
         return DONE

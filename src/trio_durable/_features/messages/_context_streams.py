@@ -77,11 +77,8 @@ class StreamOperations:
             self._stream_stored = 0 if head is None else int(json.loads(head.output or "0"))
         if offset < self._stream_stored:
             return  # replayed: stored by an earlier turn
-        if replay.decider is not None:
-            # On a worker: the decision carries it to the engine, which
-            # writes it (`write_emitted`).
-            replay.decider.emitted.append((offset, value_json))
-            return
+        if replay.decider.carry_value(offset, value_json):
+            return  # a worker's decision carries it to the engine
         rt = replay.runtime
         run, now = turn.run, rt.clock.now()
         put = value_write(run.id, offset, value_json, now)

@@ -2,9 +2,9 @@
 caller's process, to answer a query or to validate an update.
 
 The caller reads the run and its checkpoints (no lease), and runs the body
-on a `Replay` made ``read_only``: every durable operation the history
-settled replays as in a turn, and the first one it did not settle stops
-the body (a local step never runs, a timer never fires, nothing is
+on a `Replay` whose decider is a reader's (`ReadOnly`): every durable
+operation the history settled replays as in a turn, and the first one it
+did not settle stops the body (a local step never runs, a timer never fires, nothing is
 written). The updates the run applied are applied again on the way, as in
 a turn. The handlers registered by then answer.
 """
@@ -24,7 +24,7 @@ from ..._base._run_records import RunRecord
 from ..._kernel._definitions import Workflow, remote_body
 from ..._kernel._handlers import check_arguments, plain_args
 from ..._kernel._learned import Learned
-from ..._kernel._replay import ContinueAsNew, Replay, Suspend, TurnDraft
+from ..._kernel._replay import ContinueAsNew, Decider, Replay, Suspend, TurnDraft
 from ..._kernel._webhook_keys import WebhookKeys
 from ..._wire._tracing import DISABLED, Tracing
 from ._published import Front, current_run
@@ -44,6 +44,23 @@ class _ReadOnlyStore:
 
     async def apply(self, ops: object) -> list[Any]:
         raise AssertionError("a read-only replay wrote to the store")
+
+
+@final
+class ReadOnly(Decider):
+    """A reader's `Decider`: an operation the history did not settle stops
+    the body where it stands (once the updates applied there are applied
+    again); a value the body emits is dropped (it was written, or will be,
+    by the run's own turn)."""
+
+    __slots__ = ()
+
+    def check(self, cp: Checkpoint | None) -> None:
+        if cp is None or cp.status not in ("completed", "failed"):
+            raise Suspend("read-only replay")
+
+    def carry_value(self, offset: int, value_json: str) -> bool:
+        return True
 
 
 @final
@@ -146,7 +163,7 @@ async def replay_history(
         records={record.kind: record for record in records},
     )
     runtime = _ReadRuntime(app=app, clock=clock, options=_Options(traceback_limit))
-    replay = Replay(runtime, state, read_only=True)
+    replay = Replay(runtime, state, ReadOnly())
     try:
         args = _serde.load_args(run.input, wf.fn, skip=1)
         await wf.fn(replay.runtime.app.context(replay), *args)

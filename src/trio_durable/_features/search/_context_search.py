@@ -71,22 +71,21 @@ class SearchOperations:
         }
         changes_json = json.dumps(changes, separators=(",", ":"), sort_keys=True)
         self._before_op(UPSERT_NAME, "local", lambda cp: changes_json)
-        if replay.decider is not None:
-            # The engine carries it out: the command names each value's
-            # type as this app declares it.
-            replay.decider.reach(
-                replay,
-                UPSERT_NAME,
-                "local",
-                1,
-                lambda: {
-                    "op": "upsert_search",
-                    "attributes": dump_attributes(
-                        {name: value for name, value in checked.items() if value is not None}
-                    ),
-                    "remove": sorted(name for name, value in checked.items() if value is None),
-                },
-            )
+        # The engine carries it out: the command names each value's
+        # type as this app declares it.
+        replay.decider.reach(
+            replay,
+            UPSERT_NAME,
+            "local",
+            1,
+            lambda: {
+                "op": "upsert_search",
+                "attributes": dump_attributes(
+                    {name: value for name, value in checked.items() if value is not None}
+                ),
+                "remove": sorted(name for name, value in checked.items() if value is None),
+            },
+        )
         seq = replay.next_seq()
         if replay.recorded(seq, UPSERT_NAME, "local") is not None:
             return

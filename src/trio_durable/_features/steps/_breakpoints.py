@@ -42,7 +42,6 @@ from ..._stores._hook_ops import DeleteBreakpoint, PauseStep, PutBreakpoint, Res
 from ..._stores._ops import Announce, ClaimCheckpoint, Op, SettleCheckpoint, UpdateRun
 
 if TYPE_CHECKING:
-    from ..._kernel._definitions import Step
     from ..._kernel._replay import Replay
     from ..._stores._base import Store
 
@@ -126,20 +125,22 @@ class Breakpoints(Feature):
 async def pause_before(
     replay: Replay,
     seq: int,
-    step: Step[..., Any],
+    name: str,
     kind: CheckpointKind,
     input_json: str,
     compensation: str | None,
 ) -> None:
-    """Pause the run before the new step at ``seq`` if a breakpoint is on
-    it (raising `Suspend`); return if none is.
+    """Pause the run before the new step ``name`` at ``seq`` if a
+    breakpoint is on it (raising `Suspend`); return if none is.
 
-    Breakpoints are an engine's: a worker deciding a remote workflow's
-    turn runs its local steps through them."""
-    if replay.decider is not None:
+    Breakpoints are an engine's: a worker deciding a remote workflow's turn
+    stops its body before a local step the engine named paused (the
+    decider's `pauses`), and the engine pauses the run there
+    (`pause_decided`)."""
+    rt, run = replay.decider.engine, replay.run
+    if rt is None:
         return
-    rt, run = replay.engine, replay.run
-    found = await rt.features.part(Breakpoints).match(rt.store, run.workflow, step.name)
+    found = await rt.features.part(Breakpoints).match(rt.store, run.workflow, name)
     if found is None:
         return
     now = rt.clock.now()
@@ -147,7 +148,7 @@ async def pause_before(
         Checkpoint(
             run_id=run.id,
             seq=seq,
-            name=step.name,
+            name=name,
             kind=kind,
             input=input_json,
             compensation=compensation,
@@ -159,12 +160,52 @@ async def pause_before(
         run_id=run.id,
         seq=seq,
         workflow=run.workflow,
-        step=step.name,
+        step=name,
         breakpoint_id=found.id,
         paused_at=now,
     )
     replay.turn.ops.append(PauseStep(paused))
     raise Suspend("breakpoint")
+
+
+def pause_command(name: str, input_json: str, compensation: str | None) -> dict[str, Any]:
+    """The command a worker's decision stops at before a local step a
+    breakpoint is on."""
+    return {"op": "pause", "name": name, "input": input_json, "compensation": compensation}
+
+
+async def pause_decided(
+    replay: Replay, name: str, input_json: str, compensation: str | None
+) -> None:
+    """Carry out a decision's ``pause`` command at the replay's next seq:
+    pause the run before the local step ``name`` (it stays paused until an
+    action). If the step was skipped meanwhile, return (settled); if it was
+    continued, or its breakpoint went before the pause was written, make
+    the run due again, its step marked `CONTINUED`, so that the next
+    decision runs it.
+
+    Raises:
+      Suspend: The run waits, paused or due again.
+    """
+    seq = replay.next_seq()
+    cp = replay.recorded(seq, name, "local")
+    if cp is not None and cp.status in ("completed", "failed"):
+        return
+    if cp is None:
+        await pause_before(replay, seq, name, "local", input_json, compensation)
+        cp = Checkpoint(
+            run_id=replay.run.id,
+            seq=seq,
+            name=name,
+            kind="local",
+            input=input_json,
+            compensation=compensation,
+            mark=Mark(code=CONTINUED, message="no breakpoint is on it any more"),
+            enqueued_at=replay.runtime.clock.now(),
+        )
+        replay.turn.put(cp)
+    suspend_if_paused(cp)
+    raise Suspend("continued", replay.runtime.clock.now())
 
 
 def suspend_if_paused(cp: Checkpoint | None) -> None:

@@ -25,7 +25,7 @@ from ..._base._records import Checkpoint, CheckpointStatus, ErrorInfo
 from ..._kernel._definitions import Step
 from ..._kernel._replay import Replay, recorded_value
 from ..._wire._tracing import attributes
-from ._breakpoints import pause_before, suspend_if_paused
+from ._breakpoints import PAUSED, marked, pause_before, pause_command, suspend_if_paused
 
 logger = logging.getLogger("trio_durable")
 
@@ -38,6 +38,19 @@ async def local_step(
 ) -> Any:
     """`Context.step` for a step that runs here: replayed if recorded, else
     run now."""
+    if replay.decider.pauses(step.name):
+        at = replay.turn.checkpoints.get(replay.peek())
+        if at is None or marked(at, PAUSED):
+            # A worker deciding: the engine pauses the run before the step.
+            input_json = _serde.check_step_args(step, args, compensate)
+            compensation = compensate.name if compensate else None
+            replay.decider.reach(
+                replay,
+                step.name,
+                "local",
+                1,
+                lambda: pause_command(step.name, input_json, compensation),
+            )
     seq = replay.next_seq()
     cp = replay.recorded(seq, step.name, "local")
     if cp is not None and cp.status == "completed":
@@ -50,7 +63,7 @@ async def local_step(
     input_json = _serde.check_step_args(step, args, compensate)
     if cp is None:
         compensation = compensate.name if compensate else None
-        await pause_before(replay, seq, step, "local", input_json, compensation)
+        await pause_before(replay, seq, step.name, "local", input_json, compensation)
     return await execute(
         replay,
         step,

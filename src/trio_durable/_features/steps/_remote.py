@@ -447,7 +447,7 @@ async def remote_step(
     if cp is None:
         undo = None if compensation is None else replay.runtime.app.get_step(compensation)
         input_json = _serde.check_step_args(step, args, undo)
-        await pause_before(replay, seq, step, "remote", input_json, compensation)
+        await pause_before(replay, seq, step.name, "remote", input_json, compensation)
         cp = await planner.new(seq, input_json, None, compensation=compensation)
         watch = None
     elif marked(cp, CONTINUED):
