@@ -14,7 +14,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import fixed_wall
-from trio_durable._features.lifecycle._lifecycle import CONTINUED, CONTINUED_FROM
+from trio_durable._features.lifecycle._lifecycle import CONTINUED_AS, CONTINUED_FROM
 
 app = td.App("generations")
 
@@ -117,12 +117,12 @@ async def test_a_long_loop_keeps_each_generations_history_bounded(
             if n < len(ids):
                 assert run.status == "completed"
                 assert run.output is None
-                forward = records[CONTINUED]
+                forward = records[CONTINUED_AS]
                 assert forward.status == "completed"
                 assert json.loads(forward.output or "") == ids[n]
             else:
                 assert run.output == "1000"
-                assert CONTINUED not in records
+                assert CONTINUED_AS not in records
             if n > 1:
                 back = records[CONTINUED_FROM]
                 assert json.loads(back.output or "") == ids[n - 2]

@@ -26,7 +26,7 @@ from .._base._on_error import HANDOFF_BASE
 from .._base._records import Checkpoint, CheckpointStatus, Run, RunFilter, RunStatus
 from .._base._run_records import RunRecord
 from .._features.fork._fork import fork_origin
-from .._features.lifecycle._lifecycle import CONTINUED
+from .._features.lifecycle._lifecycle import CONTINUED_AS
 from .._features.search._search_attributes import filter_conditions
 from .._kernel._options import check_id
 from .._kernel._views import (
@@ -233,7 +233,7 @@ def _links(
         if cp.kind == "child" and cp.child_id is not None:
             (handlers if cp.seq >= HANDOFF_BASE else children).append(cp.child_id)
     for record in records:
-        if record.kind == CONTINUED and record.output is not None:
+        if record.kind == CONTINUED_AS and record.output is not None:
             children.append(json.loads(record.output))
     return tuple(children), tuple(handlers)
 

@@ -3,7 +3,7 @@ whole-run deadline, and the started children it takes down with it.
 
 Continue-as-new ends a run ``completed`` (output None) and creates its
 next generation, ``<root>.gen.<n>``, in the one write that ends it. The
-ending run keeps a forward link (its record of kind `CONTINUED`, its output
+ending run keeps a forward link (its record of kind `CONTINUED_AS`, its output
 the next generation's id, its input the inputs it continued with); the new
 one a backward link (its record of kind `CONTINUED_FROM`, its output the
 previous generation's id, its input the chain's root and the generation's
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 DEADLINE: Final = "deadline"
 """The kind of a run's whole-run deadline."""
 
-CONTINUED: Final = "continued"
+CONTINUED_AS: Final = "continued"
 """The kind of a run's forward link to the generation it continued as."""
 
 CONTINUED_FROM: Final = "continued_from"
@@ -102,7 +102,9 @@ async def continue_run(turn: Turn, cont: ContinueAsNew) -> None:
         search_attributes=run.search_attributes,
     )
     links: list[Op] = [
-        PutRecord(value_record(run.id, CONTINUED, json.dumps(next_id), now, input=cont.input_json)),
+        PutRecord(
+            value_record(run.id, CONTINUED_AS, json.dumps(next_id), now, input=cont.input_json)
+        ),
         CreateRun(following),
         PutRecord(
             value_record(
@@ -136,7 +138,7 @@ async def continued_to(store: Store, run: Run) -> str | None:
         # A run that returned None has the output "null".
         return None
     for record in await store.get_records(run.id):
-        if record.kind == CONTINUED and record.output is not None:
+        if record.kind == CONTINUED_AS and record.output is not None:
             following: str = json.loads(record.output)
             return following
     return None

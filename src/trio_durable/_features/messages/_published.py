@@ -46,13 +46,13 @@ AskKind = Literal["query", "update"]
 """What a front end asks a remote workflow's workers: to answer a query, or
 to validate an update."""
 
-EVENT_SCOPE: Final = "run-event:"
+PUBLISHED_SCOPE: Final = "run-event:"
 """The scope of a run's published values is this followed by its id."""
 
 
 def event_scope(run_id: str) -> str:
     """The keyed-value scope of ``run_id``'s published values."""
-    return f"{EVENT_SCOPE}{run_id}"
+    return f"{PUBLISHED_SCOPE}{run_id}"
 
 
 @final
