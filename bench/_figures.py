@@ -40,6 +40,47 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_names_option(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    known: tuple[str, ...],
+    default: tuple[str, ...] | None = None,
+) -> None:
+    """Add ``flag``, a comma-separated choice among ``known`` (its value a
+    tuple of names, in ``known``'s order): ``all`` (and, for two, ``both``)
+    names every one; any other name is refused with the known ones.
+
+    Its help lists every accepted value, which tests/test_bench_options.py
+    runs one by one at a tiny size.
+    """
+    every = ("all", "both") if len(known) == 2 else ("all",)
+
+    def names(text: str) -> tuple[str, ...]:
+        given = [name.strip() for name in text.split(",") if name.strip()]
+        if not given:
+            raise argparse.ArgumentTypeError(f"name one of {', '.join(known)}")
+        if any(name in every for name in given):
+            return known
+        unknown = [name for name in given if name not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown: {', '.join(unknown)} (known: {', '.join(known)}, or {' or '.join(every)})"
+            )
+        return tuple(name for name in known if name in given)
+
+    names.__name__ = flag.lstrip("-")
+    parser.add_argument(
+        flag,
+        type=names,
+        default=known if default is None else default,
+        metavar="NAME[,NAME...]",
+        help=(
+            f"any of {', '.join(known)}, comma-separated, or {' or '.join(every)}"
+            f" (default: {','.join(known if default is None else default)})"
+        ),
+    )
+
+
 def use_args(args: argparse.Namespace) -> None:
     """Write figures where ``--json`` said."""
     global _path

@@ -111,7 +111,7 @@ def report(
     prefix: str,
     url: str,
     ceiling: float | None,
-    bridges: str,
+    bridges: tuple[str, ...],
     fan_size: int,
     runs: int,
 ) -> None:
@@ -121,7 +121,7 @@ def report(
     faster. A shape of size 0 is not reported (so a profile can take one
     alone), nor shares without a ceiling."""
     figures: dict[str, tuple[float, float]] = {}
-    for bridge in bridges.split(","):
+    for bridge in bridges:
         fan_rate, runs_rate = trio.run(td_figures, with_bridge(url, bridge), fan_size, runs)
         figures[bridge] = (fan_rate, runs_rate)
         for shape, rate, what, target in (

@@ -34,7 +34,7 @@ import sys
 import time
 
 import trio
-from _figures import add_json_option, figure, use_args
+from _figures import add_json_option, add_names_option, figure, use_args
 from _remote_figures import PREFETCH, report
 
 BENCH = "bench_amqp"
@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--raw", type=int, default=20_000)
     parser.add_argument("--fan", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=1_000)
-    parser.add_argument("--bridges", default="thread,trio-asyncio")
+    add_names_option(parser, "--bridges", ("thread", "trio-asyncio"))
     parser.add_argument("--role", default="bench", help=argparse.SUPPRESS)
     parser.add_argument("--queues", nargs="*", default=[], help=argparse.SUPPRESS)
     parser.add_argument(

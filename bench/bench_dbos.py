@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _figures import add_json_option, figure, use_args
+from _figures import add_json_option, add_names_option, figure, use_args
 
 BENCH = "bench_dbos"
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/trio_durable"
@@ -227,7 +227,7 @@ def bench_postgres(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stores", default="sqlite,postgres", help="sqlite, postgres or both")
+    add_names_option(parser, "--stores", ("sqlite", "postgres"))
     parser.add_argument("--sequential", type=int, default=500)
     parser.add_argument("--one-by-one", type=int, default=2000)
     parser.add_argument("--concurrent", type=int, default=1000)
@@ -249,7 +249,7 @@ def main() -> None:
         print(f"note: DBOS {version} installed; the figures of record are DBOS {VERSION}")
     register()
     print(f"DBOS {version} benchmark, Python {sys.version.split()[0]}")
-    stores = args.stores.split(",")
+    stores = args.stores
     if "sqlite" in stores:
         bench_sqlite(args)
     if "postgres" in stores:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _figures import add_json_option, figure, use_args
+from _figures import add_json_option, add_names_option, figure, use_args
 
 import trio_durable as td
 
@@ -315,7 +315,7 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"trio-durable engine benchmark, Python {sys.version.split()[0]}, trio {trio.__version__}"
     )
-    stores = args.stores.split(",")
+    stores = args.stores
     sizes = (args.sequential, args.one_by_one, args.concurrent, args.fan)
     if "memory" in stores:
         await bench_store("memory://", "memory", "memory store", *sizes)
@@ -329,7 +329,7 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stores", default="memory,sqlite", help="memory, sqlite or both")
+    add_names_option(parser, "--stores", ("memory", "sqlite"))
     parser.add_argument("--sequential", type=int, default=2000)
     parser.add_argument("--one-by-one", type=int, default=2000, help="0 skips this case")
     parser.add_argument("--concurrent", type=int, default=1000)

@@ -61,7 +61,7 @@ from typing import Any
 
 import attrs
 import trio
-from _figures import add_json_option, figure, use_args
+from _figures import add_json_option, add_names_option, figure, use_args
 
 import trio_durable as td
 from trio_durable.brokers import (
@@ -557,8 +557,8 @@ async def main(args: argparse.Namespace) -> None:
         f"trio-durable operation counts, Python {sys.version.split()[0]},"
         f" trio {trio.__version__}, {os.cpu_count()} CPUs, {args.repeat} runs of each shape"
     )
-    stores = [s for s in args.stores.split(",") if s]
-    brokers = [b for b in args.brokers.split(",") if b]
+    stores = list(args.stores)
+    brokers = list(args.brokers)
     if "sqlite" in stores:
         await bench_sqlite(args.repeat)
     for name, env in (("amqp", "AMQP_URL"), ("nats", "NATS_URL")):
@@ -577,8 +577,8 @@ async def main(args: argparse.Namespace) -> None:
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stores", default="sqlite,postgres", help="sqlite,postgres")
-    parser.add_argument("--brokers", default="memory", help="memory,amqp,nats")
+    add_names_option(parser, "--stores", ("sqlite", "postgres"))
+    add_names_option(parser, "--brokers", ("memory", "amqp", "nats"), default=("memory",))
     parser.add_argument("--url", default=None, help="PostgreSQL (default $POSTGRES_URL)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--concurrent", type=int, default=1000)

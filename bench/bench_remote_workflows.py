@@ -46,7 +46,7 @@ from pathlib import Path
 
 import attrs
 import trio
-from _figures import add_json_option, figure, use_args
+from _figures import add_json_option, add_names_option, figure, use_args
 
 import trio_durable as td
 from trio_durable.brokers import Consumer, Outgoing
@@ -281,9 +281,9 @@ async def main(args: argparse.Namespace) -> None:
     }
     with tempfile.TemporaryDirectory() as directory:
         for _ in range(args.repeat):
-            for broker in args.brokers.split(","):
+            for broker in args.brokers:
                 label, url, runs = brokers[broker]
-                for store in args.stores.split(","):
+                for store in args.stores:
                     await compare(broker, label, url, stores[store], runs, Path(directory))
 
 
@@ -291,8 +291,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000, help="runs on the memory broker")
     parser.add_argument("--nats-runs", type=int, default=500, help="runs over NATS")
-    parser.add_argument("--brokers", default="memory,nats", help="memory, nats or both")
-    parser.add_argument("--stores", default="memory,sqlite", help="memory, sqlite or both")
+    add_names_option(parser, "--brokers", ("memory", "nats"))
+    add_names_option(parser, "--stores", ("memory", "sqlite"))
     parser.add_argument("--nats-url", default=os.environ.get("NATS_URL", "nats://127.0.0.1:4222"))
     parser.add_argument("--repeat", type=int, default=1, help="measure everything this often")
     add_json_option(parser)

@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import Path
 
 import trio
-from _figures import add_json_option, figure, use_args
+from _figures import add_json_option, add_names_option, figure, use_args
 
 import trio_durable as td
 
@@ -114,7 +114,7 @@ async def main(args: argparse.Namespace) -> None:
         f"signal latency, another process to the run's wake ({args.signals} signals,"
         f" {args.gap * 1000:.0f} ms apart)"
     )
-    for store in args.stores.split(","):
+    for store in args.stores:
         async with AsyncExitStack() as stack:
             if store == "sqlite":
                 folder = stack.enter_context(tempfile.TemporaryDirectory())
@@ -147,7 +147,7 @@ if __name__ == "__main__":
         trio.run(send, sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
         sys.exit()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stores", default="sqlite,postgres")
+    add_names_option(parser, "--stores", ("sqlite", "postgres"))
     parser.add_argument("--signals", type=int, default=300)
     parser.add_argument("--gap", type=float, default=0.02)
     parser.add_argument("--watch-interval", type=float, default=None)

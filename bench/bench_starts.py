@@ -39,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _figures import add_json_option, figure, use_args  # noqa: E402
+from _figures import add_json_option, add_names_option, figure, use_args  # noqa: E402
 
 BENCH = "bench_starts"
 CASES = ("sequential", "one_by_one", "concurrent", "start_many")
@@ -177,7 +177,7 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=1000)
     parser.add_argument("--one-by-one", type=int, default=2000)
     parser.add_argument("--concurrent", type=int, default=1000)
-    parser.add_argument("--cases", default=",".join(CASES))
+    add_names_option(parser, "--cases", CASES)
     parser.add_argument("--worker", metavar="CASE", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -199,7 +199,7 @@ def main() -> None:
         "start_many": args.concurrent,
     }
     print(f"trio-durable start paths on SQLite, {args.repeat} repetitions, medians")
-    for case in args.cases.split(","):
+    for case in args.cases:
         results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in trees}
         for _ in range(args.repeat):
             for label, tree in trees:

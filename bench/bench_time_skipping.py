@@ -28,7 +28,7 @@ from pathlib import Path
 
 import trio
 import trio.testing
-from _figures import add_json_option, figure, use_args
+from _figures import add_json_option, add_names_option, figure, use_args
 
 import trio_durable as td
 
@@ -77,7 +77,7 @@ def case(store: str, days: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stores", default="memory,sqlite")
+    add_names_option(parser, "--stores", ("memory", "sqlite"))
     parser.add_argument("--days", default="0.1,1,3,30,365")
     parser.add_argument("--limit", type=float, default=60.0)
     parser.add_argument("--case", nargs=2, metavar=("STORE", "DAYS"), help=argparse.SUPPRESS)
@@ -87,7 +87,7 @@ def main() -> None:
         case(args.case[0], float(args.case[1]))
         return
     use_args(args)
-    for store in args.stores.split(","):
+    for store in args.stores:
         print(f"{store}:")
         for text in args.days.split(","):
             days = float(text)
