@@ -5,6 +5,7 @@ conformance suite (tests/conformance/test_store.py)."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -186,10 +187,19 @@ async def test_sqlite_translates_database_errors(
 
 
 async def hold_connection(store: SQLiteStore, task_status: Any) -> None:
-    """Hold the store's one connection until cancelled, so that trips queue."""
-    async with store._limiter:
+    """Keep the store's thread (and so its one connection) busy until
+    cancelled, so that trips queue behind."""
+    thread = store._thread
+    assert thread is not None
+    release = threading.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(thread.run, release.wait)
+        await trio.testing.wait_all_tasks_blocked()  # its call is queued first
         task_status.started()
-        await trio.sleep_forever()
+        try:
+            await trio.sleep_forever()
+        finally:
+            release.set()
 
 
 async def test_sqlite_group_commit(sqlite_url: str) -> None:

@@ -1,9 +1,9 @@
 """The SQLite store: one file, one connection, writes committed in groups.
 
 sqlite3 blocks, so under Trio's own clock it never runs on the Trio thread:
-every call goes to a worker thread through `trio.to_thread.run_sync` under a
-`trio.CapacityLimiter` of one, which also serializes use of the one
-connection.
+every call goes to the store's own thread (`._store_thread.StoreThread`),
+which runs them one at a time, in order, and so also serializes use of the
+one connection.
 
 Under any other clock (`trio.testing.MockClock` in tests, a simulation's
 clock) every call runs on the Trio thread instead. While the Trio thread
@@ -43,6 +43,7 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
+from functools import partial
 from typing import Any, final
 
 import trio
@@ -59,6 +60,7 @@ from ._sqlite_feed import local_feed, unwoken_count
 from ._sqlite_ops import DIALECT
 from ._sqlite_schema import WATCH_INTERVAL, connect, parse_url
 from ._sqlite_watch import local_watches, watch_sqlite
+from ._store_thread import StoreThread
 from ._watch import Deliver
 
 
@@ -100,6 +102,7 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
         path: str,
         synchronous: str,
         watch_interval: float = WATCH_INTERVAL,
+        thread: StoreThread | None = None,
     ) -> None:
         self.path = path
         self.watch_interval = watch_interval
@@ -108,10 +111,10 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
         self.synchronous = synchronous
         self._connection = connection
         self._cursor = connection.cursor()
-        self._limiter = trio.CapacityLimiter(1)
-        # False under a clock other than Trio's own: then every call runs on
+        # None under a clock other than Trio's own: then every call runs on
         # the Trio thread (see the module's docstring).
-        self._threads = _threads_keep_time()
+        self._thread = thread
+        self._threads = thread is not None
         # Without threads, its watch hears this process's stores alone, and
         # it tells their engines of its changes itself (`DueFeed`).
         self._local = None if self._threads else local_watches(path)
@@ -170,8 +173,11 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
 
     async def _close(self) -> None:
         try:
-            if self._threads:
-                await trio.to_thread.run_sync(self._connection.close, limiter=self._limiter)
+            if self._thread is not None:
+                try:
+                    await self._thread.run(self._connection.close)
+                finally:
+                    await self._thread.aclose()
             else:
                 self._connection.close()
         except sqlite3.Error as exc:
@@ -187,8 +193,9 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
                 self._feed.committed(self._cursor)
             return committed
         # Shielded: once taken, the jobs must run (or fail) as a whole.
+        assert self._thread is not None
         with trio.CancelScope(shield=True):
-            committed = await trio.to_thread.run_sync(self._run_trip, jobs, limiter=self._limiter)
+            committed = await self._thread.run(partial(self._run_trip, jobs))
         return committed
 
     def _run_trip(self, jobs: list[Job[sqlite3.Cursor, Any]]) -> bool:
@@ -265,18 +272,28 @@ async def open_sqlite_store(url: str) -> AsyncIterator[SQLiteStore]:
         schema newer than this version of trio-durable knows.
     """
     path, synchronous, watch_interval = parse_url(url)
+    thread = StoreThread(f"trio-durable sqlite {path}") if _threads_keep_time() else None
     try:
-        if _threads_keep_time():
-            connection = await trio.to_thread.run_sync(connect, path, synchronous)
+        if thread is not None:
+            connection = await thread.run(partial(connect, path, synchronous))
         else:
             # On the Trio thread, as every later call (see the module's
-            # docstring), after the checkpoint to_thread would have made.
+            # docstring), after the checkpoint a thread's call would make.
             await trio.lowlevel.checkpoint()
             connection = connect(path, synchronous)
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from exc
+    except BaseException as exc:
+        if thread is not None:
+            with trio.CancelScope(shield=True):
+                await thread.aclose()
+        if isinstance(exc, sqlite3.Error):
+            raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from exc
+        raise
     store = SQLiteStore(
-        connection, path=path, synchronous=synchronous, watch_interval=watch_interval
+        connection,
+        path=path,
+        synchronous=synchronous,
+        watch_interval=watch_interval,
+        thread=thread,
     )
     try:
         yield store

@@ -1,0 +1,99 @@
+"""`StoreThread`: a store's own thread runs its blocking calls one at a time,
+in the order they were made, hands back results and exceptions, never
+abandons a call to a cancellation, and is joined when closed."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+import trio.testing
+
+from trio_durable._stores._store_thread import StoreThread
+
+
+async def test_calls_run_in_the_thread_in_order_and_hand_back_what_they_return() -> None:
+    thread = StoreThread("test")
+    seen: list[tuple[int, str]] = []
+    release = threading.Event()
+
+    def record(i: int) -> int:
+        if i == 0:
+            release.wait()
+        seen.append((i, threading.current_thread().name))
+        return i * i
+
+    results: dict[int, int] = {}
+
+    async def call(i: int) -> None:
+        results[i] = await thread.run(lambda: record(i))
+
+    async with trio.open_nursery() as nursery:
+        try:
+            for i in range(5):
+                nursery.start_soon(call, i)
+                await trio.testing.wait_all_tasks_blocked()
+        finally:
+            release.set()
+    assert seen == [(i, "test") for i in range(5)]
+    assert results == {i: i * i for i in range(5)}
+    await thread.aclose()
+
+
+async def test_an_exception_reaches_the_caller() -> None:
+    thread = StoreThread("test")
+
+    def fail() -> None:
+        raise ValueError("from the thread")
+
+    with pytest.raises(ValueError, match="from the thread"):
+        await thread.run(fail)
+    # The thread goes on serving.
+    assert await thread.run(lambda: 7) == 7
+    await thread.aclose()
+
+
+async def test_a_cancellation_waits_for_the_call_it_interrupts() -> None:
+    thread = StoreThread("test")
+    release = threading.Event()
+    done: list[str] = []
+
+    def slow() -> None:
+        release.wait()
+        done.append("ran")
+
+    scope = trio.CancelScope()
+
+    async def call() -> None:
+        with scope:
+            await thread.run(slow)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        try:
+            await trio.testing.wait_all_tasks_blocked()
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            # Still waiting: the call is under way and is not abandoned.
+            assert done == []
+        finally:
+            release.set()
+    assert done == ["ran"]
+    # A call made under a cancelled scope is not made at all.
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await thread.run(lambda: done.append("never"))
+    assert done == ["ran"]
+    await thread.aclose()
+
+
+async def test_closing_joins_the_thread_after_the_calls_made_before() -> None:
+    thread = StoreThread("test-close")
+    assert any(t.name == "test-close" for t in threading.enumerate())
+    assert await thread.run(lambda: "last") == "last"
+    await thread.aclose()
+    assert not any(t.name == "test-close" for t in threading.enumerate())
+    with pytest.raises(RuntimeError, match="closed"):
+        await thread.run(lambda: None)
+    await thread.aclose()  # closing twice is harmless
