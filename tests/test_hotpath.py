@@ -4,6 +4,7 @@ counts are what the speed comes from.)"""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -204,3 +205,48 @@ async def test_a_start_then_its_result_read_nothing(
                 assert (await engine.get("c")).status == "suspended"
                 await engine.signal("c", "go", 7)
             assert results == [7]
+
+
+@app.step()
+async def add_one(x: int) -> int:
+    return x + 1
+
+
+@app.workflow()
+async def three_local(ctx: td.Context, x: int) -> int:
+    for _ in range(3):
+        x = await ctx.step(add_one, x)
+    return x
+
+
+async def test_sqlite_statements_run_on_the_stores_own_thread_alone(
+    open_test_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under Trio's own clock (no autojump): the store hands its trips to its
+    # one thread, never to trio's thread cache (`trio.to_thread`), which
+    # costs more per hand-off (bench/bench_engine.py).
+    path = tmp_path / "runs.db"
+    handed: list[Callable[..., Any]] = []
+    to_thread = trio.to_thread.run_sync
+
+    async def counted(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        handed.append(fn)
+        return await to_thread(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+    async with open_sqlite_store(f"sqlite:///{path}") as store:
+        threads: Counter[str] = Counter()
+        store._connection.set_trace_callback(
+            lambda _: threads.update([threading.current_thread().name])
+        )
+        async with open_test_engine(app, store=store) as engine:
+            for i in range(5):
+                run = await engine.start(three_local, i)
+                assert await engine.result(run.id) == i + 3
+    monkeypatch.undo()
+    own = [fn for fn in handed if fn == store._connection.close or "_run_trip" in repr(fn)]
+    # The file's watch looks from a thread of its own, with a connection of
+    # its own; every statement of the store's connection ran on its thread.
+    assert set(threads) == {f"trio-durable sqlite {path}"}
+    assert threads.total() > 5 * 3
+    assert own == []
