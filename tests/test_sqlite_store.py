@@ -160,6 +160,8 @@ async def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> N
         async with open_sqlite_store(f"sqlite:///{tmp_path / 'junk.db'}"):
             pass  # pragma: no cover
     assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
+    # The thread the store opened for its calls is gone with it.
+    assert not [t for t in threading.enumerate() if t.name.startswith("trio-durable sqlite")]
 
 
 async def test_sqlite_translates_database_errors(
