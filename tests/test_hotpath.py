@@ -4,7 +4,9 @@ counts are what the speed comes from.)"""
 
 from __future__ import annotations
 
+import gc
 import threading
+import types
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -250,3 +252,39 @@ async def test_sqlite_statements_run_on_the_stores_own_thread_alone(
     assert set(threads) == {f"trio-durable sqlite {path}"}
     assert threads.total() > 5 * 3
     assert own == []
+
+
+async def test_a_suspending_turn_lets_its_bodys_frames_go_before_it_writes(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A suspend's traceback holds the body's frames (and their locals):
+    # kept while the turn writes, every run waiting for a group commit
+    # holds them, and a full collection walks them all.
+    store = MemoryStore()
+    apply = store.apply
+    seen: list[int] = []
+
+    async def apply_looking(ops: Any) -> Any:
+        seen.append(
+            sum(
+                isinstance(o, types.TracebackType) and _innermost(o) == "remote_step"
+                for o in gc.get_objects()
+            )
+        )
+        return await apply(ops)
+
+    async with open_test_engine(app, store=store, broker=MemoryBroker()) as engine:
+        store.apply = apply_looking  # type: ignore[method-assign]
+        # No worker serves the step: every run's turn suspends on it.
+        for i in range(5):
+            await engine.start(one_step, i)
+        await trio.sleep(1)
+        assert engine.statistics().turns == 5
+    assert len(seen) >= 5
+    assert seen == [0] * len(seen)
+
+
+def _innermost(tb: types.TracebackType) -> str:
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name

@@ -343,6 +343,11 @@ class Turn:
         """Suspend the run with the turn's writes, as ``suspend`` says; with
         ``cleanup``, a cancelling run whose cleanup waits (its deadline no
         longer wakes it: the cancel is under way)."""
+        # Its traceback holds the body's frames and their locals: dropped
+        # before the write, so that the turns waiting for a group commit do
+        # not keep them alive for every collection to walk. A suspend is
+        # read, never shown.
+        suspend.__traceback__ = None
         rt, turn = self.runtime, self.state
         run = turn.run
         if cleanup:
