@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import socket
@@ -81,10 +82,36 @@ def add_names_option(
     )
 
 
+def add_gc_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--gc-threshold N[,N,N]``: the collector's thresholds for the
+    bench's process (`gc.set_threshold`), set by `use_args`; Python's own
+    (700,10,10) without it."""
+
+    def thresholds(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(part) for part in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not integers: {text!r}") from None
+        if not 1 <= len(values) <= 3 or any(value < 0 for value in values):
+            raise argparse.ArgumentTypeError("one to three integers, none negative")
+        return values
+
+    parser.add_argument(
+        "--gc-threshold",
+        type=thresholds,
+        metavar="N[,N,N]",
+        help="the collector's thresholds for this process (e.g. 10000,50,100)",
+    )
+
+
 def use_args(args: argparse.Namespace) -> None:
-    """Write figures where ``--json`` said."""
+    """Write figures where ``--json`` said; set the collector's thresholds
+    where ``--gc-threshold`` gave them."""
     global _path
     _path = Path(args.json) if getattr(args, "json", None) else None
+    thresholds = getattr(args, "gc_threshold", None)
+    if thresholds:
+        gc.set_threshold(*thresholds)
 
 
 def _head() -> str:

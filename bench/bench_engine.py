@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from _figures import add_json_option, add_names_option, figure, use_args
+from _figures import add_gc_option, add_json_option, add_names_option, figure, use_args
 
 import trio_durable as td
 
@@ -337,6 +337,7 @@ if __name__ == "__main__":
     parser.add_argument("--input-mb", type=float, default=5.0, help="0 skips the write volume")
     parser.add_argument("--timers", type=int, default=10)
     add_json_option(parser)
+    add_gc_option(parser)
     args = parser.parse_args()
     use_args(args)
     trio.run(main, args)

@@ -21,7 +21,7 @@ import sys
 import time
 
 import trio
-from _figures import add_json_option, figure, use_args
+from _figures import add_gc_option, add_json_option, figure, use_args
 
 import trio_durable as td
 from trio_durable._brokers._memory import MemoryBroker
@@ -143,6 +143,7 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--fans", default="1000,10000,100000", help="empty: no fan")
     add_json_option(parser)
+    add_gc_option(parser)
     args = parser.parse_args()
     use_args(args)
     trio.run(main, args)

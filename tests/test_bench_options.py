@@ -120,3 +120,31 @@ def test_each_offered_value_runs_at_a_tiny_size(
     cases = {json.loads(line)["case"] for line in figures.read_text().splitlines()}
     missing = [name for name in names if not reported(option, name, cases)]
     assert not missing, f"no figure of {missing} among {sorted(cases)}"
+
+
+@pytest.mark.parametrize("script", ["bench_engine.py", "bench_remote.py"])
+def test_the_collector_thresholds_option_is_taken_and_checked(script: str, tmp_path: Path) -> None:
+    tiny = {
+        "bench_engine.py": TINY["bench_engine.py"],
+        "bench_remote.py": ("--fans=", "--runs", "3"),
+    }
+    args = [sys.executable, str(BENCH / script), *tiny[script]]
+    done = subprocess.run(
+        [*args, "--gc-threshold", "10000,50,100"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=WITHIN,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    refused = subprocess.run(
+        [*args, "--gc-threshold", "many"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=WITHIN,
+    )
+    assert refused.returncode == 2
+    assert "not integers: 'many'" in refused.stderr
