@@ -10,90 +10,87 @@ import pytest
 import trio
 import trio.testing
 
-from trio_durable._stores._store_thread import StoreThread
+from trio_durable._stores._store_thread import open_store_thread
 
 
 async def test_calls_run_in_the_thread_in_order_and_hand_back_what_they_return() -> None:
-    thread = StoreThread("test")
-    seen: list[tuple[int, str]] = []
-    release = threading.Event()
+    async with open_store_thread("test") as thread:
+        seen: list[tuple[int, str]] = []
+        release = threading.Event()
 
-    def record(i: int) -> int:
-        if i == 0:
-            release.wait()
-        seen.append((i, threading.current_thread().name))
-        return i * i
+        def record(i: int) -> int:
+            if i == 0:
+                release.wait()
+            seen.append((i, threading.current_thread().name))
+            return i * i
 
-    results: dict[int, int] = {}
+        results: dict[int, int] = {}
 
-    async def call(i: int) -> None:
-        results[i] = await thread.run(lambda: record(i))
+        async def call(i: int) -> None:
+            results[i] = await thread.run(lambda: record(i))
 
-    async with trio.open_nursery() as nursery:
-        try:
-            for i in range(5):
-                nursery.start_soon(call, i)
-                await trio.testing.wait_all_tasks_blocked()
-        finally:
-            release.set()
-    assert seen == [(i, "test") for i in range(5)]
-    assert results == {i: i * i for i in range(5)}
-    await thread.aclose()
+        async with trio.open_nursery() as nursery:
+            try:
+                for i in range(5):
+                    nursery.start_soon(call, i)
+                    await trio.testing.wait_all_tasks_blocked()
+            finally:
+                release.set()
+        assert seen == [(i, "test") for i in range(5)]
+        assert results == {i: i * i for i in range(5)}
 
 
 async def test_an_exception_reaches_the_caller() -> None:
-    thread = StoreThread("test")
+    async with open_store_thread("test") as thread:
 
-    def fail() -> None:
-        raise ValueError("from the thread")
+        def fail() -> None:
+            raise ValueError("from the thread")
 
-    with pytest.raises(ValueError, match="from the thread"):
-        await thread.run(fail)
-    # The thread goes on serving.
-    assert await thread.run(lambda: 7) == 7
-    await thread.aclose()
+        with pytest.raises(ValueError, match="from the thread"):
+            await thread.run(fail)
+        # The thread goes on serving.
+        assert await thread.run(lambda: 7) == 7
 
 
 async def test_a_cancellation_waits_for_the_call_it_interrupts() -> None:
-    thread = StoreThread("test")
-    release = threading.Event()
-    done: list[str] = []
+    async with open_store_thread("test") as thread:
+        release = threading.Event()
+        done: list[str] = []
 
-    def slow() -> None:
-        release.wait()
-        done.append("ran")
+        def slow() -> None:
+            release.wait()
+            done.append("ran")
 
-    scope = trio.CancelScope()
+        scope = trio.CancelScope()
 
-    async def call() -> None:
-        with scope:
-            await thread.run(slow)
+        async def call() -> None:
+            with scope:
+                await thread.run(slow)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(call)
-        try:
-            await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call)
+            try:
+                await trio.testing.wait_all_tasks_blocked()
+                scope.cancel()
+                await trio.testing.wait_all_tasks_blocked()
+                # Still waiting: the call is under way and is not abandoned.
+                assert done == []
+            finally:
+                release.set()
+        assert done == ["ran"]
+        # A call made under a cancelled scope is not made at all.
+        with trio.CancelScope() as scope:
             scope.cancel()
-            await trio.testing.wait_all_tasks_blocked()
-            # Still waiting: the call is under way and is not abandoned.
-            assert done == []
-        finally:
-            release.set()
-    assert done == ["ran"]
-    # A call made under a cancelled scope is not made at all.
-    with trio.CancelScope() as scope:
-        scope.cancel()
-        await thread.run(lambda: done.append("never"))
-    assert done == ["ran"]
-    await thread.aclose()
+            await thread.run(lambda: done.append("never"))
+        assert done == ["ran"]
 
 
 async def test_closing_joins_the_thread_after_the_calls_made_before() -> None:
-    thread = StoreThread("test-close")
-    assert any(t.name == "test-close" for t in threading.enumerate())
-    assert await thread.run(lambda: "last") == "last"
-    await thread.aclose()
+    async with open_store_thread("test-close") as thread:
+        # Once a call ran, its loop is serving, on a thread of its name.
+        assert await thread.run(lambda: threading.current_thread().name) == "test-close"
+    # On exit the loop returned: no thread carries its name any more.
     assert not any(t.name == "test-close" for t in threading.enumerate())
     with pytest.raises(RuntimeError, match="closed"):
         await thread.run(lambda: None)
-    await thread.aclose()  # closing twice is harmless
+    thread.close()  # closing twice is harmless

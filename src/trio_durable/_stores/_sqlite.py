@@ -42,7 +42,7 @@ import hashlib
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from functools import partial
 from typing import Any, final
 
@@ -60,7 +60,7 @@ from ._sqlite_feed import local_feed, unwoken_count
 from ._sqlite_ops import DIALECT
 from ._sqlite_schema import WATCH_INTERVAL, connect, parse_url
 from ._sqlite_watch import local_watches, watch_sqlite
-from ._store_thread import StoreThread
+from ._store_thread import StoreThread, open_store_thread
 from ._watch import Deliver
 
 
@@ -177,7 +177,7 @@ class SQLiteStore(SQLStore[sqlite3.Cursor]):
                 try:
                     await self._thread.run(self._connection.close)
                 finally:
-                    await self._thread.aclose()
+                    self._thread.close()
             else:
                 self._connection.close()
         except sqlite3.Error as exc:
@@ -272,30 +272,30 @@ async def open_sqlite_store(url: str) -> AsyncIterator[SQLiteStore]:
         schema newer than this version of trio-durable knows.
     """
     path, synchronous, watch_interval = parse_url(url)
-    thread = StoreThread(f"trio-durable sqlite {path}") if _threads_keep_time() else None
-    try:
-        if thread is not None:
-            connection = await thread.run(partial(connect, path, synchronous))
-        else:
-            # On the Trio thread, as every later call (see the module's
-            # docstring), after the checkpoint a thread's call would make.
-            await trio.lowlevel.checkpoint()
-            connection = connect(path, synchronous)
-    except BaseException as exc:
-        if thread is not None:
-            with trio.CancelScope(shield=True):
-                await thread.aclose()
-        if isinstance(exc, sqlite3.Error):
+    async with AsyncExitStack() as stack:
+        thread = None
+        if _threads_keep_time():
+            thread = await stack.enter_async_context(
+                open_store_thread(f"trio-durable sqlite {path}")
+            )
+        try:
+            if thread is not None:
+                connection = await thread.run(partial(connect, path, synchronous))
+            else:
+                # On the Trio thread, as every later call (see the module's
+                # docstring), after the checkpoint a thread's call would make.
+                await trio.lowlevel.checkpoint()
+                connection = connect(path, synchronous)
+        except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite store {path!r}: {exc}") from exc
-        raise
-    store = SQLiteStore(
-        connection,
-        path=path,
-        synchronous=synchronous,
-        watch_interval=watch_interval,
-        thread=thread,
-    )
-    try:
-        yield store
-    finally:
-        await store.aclose()
+        store = SQLiteStore(
+            connection,
+            path=path,
+            synchronous=synchronous,
+            watch_interval=watch_interval,
+            thread=thread,
+        )
+        try:
+            yield store
+        finally:
+            await store.aclose()

@@ -10,16 +10,20 @@ none is ever abandoned. `StoreThread.run` puts the call on the thread's
 queue and waits for it to hand the result back (about 29 µs), one wake each
 way.
 
-The thread belongs to the store that opened it: `StoreThread.aclose`, from
-the store's own close, lets the calls already queued run, then stops the
-thread and joins it, so no thread outlives the store.
+The thread lives in a nursery: `open_store_thread` starts its loop as one
+`trio.to_thread.run_sync` call of a task it owns, and on exit (or
+`StoreThread.close`, from the store's own close) lets the calls already
+queued run, stops the loop and waits for that call to return, so no thread
+outlives the store.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Final, Generic, TypeVar, cast, final
 
 import trio
@@ -45,28 +49,30 @@ class _Call(Generic[T]):
 @final
 class StoreThread:
     """A thread that runs a store's blocking calls one at a time, in the
-    order they were made (see the module).
-
-    Make it inside the Trio run whose tasks call it.
-    """
+    order they were made (see the module). Open it with
+    `open_store_thread`."""
 
     def __init__(self, name: str) -> None:
+        self.name = name
         self._calls: queue.SimpleQueue[_Call[Any] | None] = queue.SimpleQueue()
         self._token = trio.lowlevel.current_trio_token()
         self._closed = False
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
 
     def _serve(self) -> None:
-        while (call := self._calls.get()) is not _STOP:
-            try:
-                call.value = call.fn()
-            except BaseException as exc:  # handed to the caller, as to_thread does
-                call.error = exc
-            try:
-                self._token.run_sync_soon(trio.lowlevel.reschedule, call.task)
-            except trio.RunFinishedError:
-                return  # the run is over: nobody waits for this call
+        thread = threading.current_thread()
+        was, thread.name = thread.name, self.name
+        try:
+            while (call := self._calls.get()) is not _STOP:
+                try:
+                    call.value = call.fn()
+                except BaseException as exc:  # handed to the caller, as to_thread does
+                    call.error = exc
+                try:
+                    self._token.run_sync_soon(trio.lowlevel.reschedule, call.task)
+                except trio.RunFinishedError:
+                    return  # the run is over: nobody waits for this call
+        finally:
+            thread.name = was
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` in the thread and return what it returns (or raise
@@ -87,11 +93,28 @@ class StoreThread:
             raise call.error
         return cast(T, call.value)  # set by the thread
 
-    async def aclose(self) -> None:
-        """Let the calls already made run, then stop the thread and join it."""
-        if self._closed:
-            return
-        self._closed = True
-        self._calls.put(_STOP)
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self._thread.join)
+    def close(self) -> None:
+        """Take no more calls; the thread stops once those made have run."""
+        if not self._closed:
+            self._closed = True
+            self._calls.put(_STOP)
+
+
+@asynccontextmanager
+async def open_store_thread(name: str) -> AsyncIterator[StoreThread]:
+    """A `StoreThread` named ``name``, its loop run by a task of a nursery
+    of its own; on exit it is closed and its loop has returned."""
+    thread = StoreThread(name)
+    raised: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(trio.to_thread.run_sync, thread._serve))
+        try:
+            yield thread
+        except BaseException as exc:
+            # Raised again past the nursery, as the caller raised it (not
+            # in an exception group: the loop itself raises nothing).
+            raised = exc
+        finally:
+            thread.close()
+    if raised is not None:
+        raise raised
