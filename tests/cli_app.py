@@ -9,6 +9,7 @@ runs every turn.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -71,3 +72,10 @@ async def doubled_v2(ctx: td.Context, x: int) -> str:
 
 
 not_an_app = "a string, not a td.App"
+
+
+@app.workflow()
+async def collector_settings(ctx: td.Context) -> list[object]:
+    # How the engine process set its garbage collector: its thresholds,
+    # and whether it froze what loading the app made.
+    return [list(gc.get_threshold()), gc.get_freeze_count() > 0]

@@ -6,6 +6,7 @@ and PostgreSQL: tests/integration/test_cli_fleet.py.)"""
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -84,3 +85,35 @@ async def test_the_drain_is_bounded_by_its_timeout(tmp_path: Path) -> None:
     run = (await read_runs(store, ["linger-long"]))["linger-long"]
     assert run.status == "running"
     assert run.lease_owner is None
+
+
+async def test_the_process_sets_its_collector_as_gc_says(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    for gc_args, engine_id, expected in [
+        # By default: the raised thresholds, and what loading the app made
+        # frozen, as the ready line says.
+        ([], "cli-engine-gc-1", [[10000, 50, 100], True]),
+        (["--gc", "5000"], "cli-engine-gc-2", [[5000, 10, 10], True]),
+        # Python's collector, left alone.
+        (["--gc", "python"], "cli-engine-gc-3", [[700, 10, 10], False]),
+    ]:
+        args = _engine_args(store, "--engine-id", engine_id, *gc_args)
+        async with cli_process(args) as engine:
+            ready = await engine.wait_for(f"engine {engine_id} ready")
+            run_id = f"collector-of-{engine_id}"
+            await start_runs(store, [(run_id, "collector_settings", ())])
+            done = await wait_for_runs(store, [run_id])
+            assert json.loads(done[run_id].output or "null") == expected
+            assert await engine.stop(signal.SIGTERM) == 0
+        if expected[1]:
+            assert re.search(r"collector thresholds [\d,]+, \d+ objects frozen$", ready), ready
+        else:
+            assert ready.endswith("collector as Python sets it (700, 10, 10)"), ready
+
+
+async def test_a_bad_gc_setting_is_a_usage_error(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    for value in ["lots", "1,2,3,4", "-5", ""]:
+        async with cli_process(_engine_args(store, "--gc", value)) as engine:
+            assert await engine.exited() == 2
+        assert "Invalid value for '--gc': give one to three whole numbers" in engine.output

@@ -34,6 +34,7 @@ from .._process._open_engine import open_engine
 from .._stores._blob_store import with_blobs_from_env
 from ._apps import load_app
 from ._codec import env_codec
+from ._collector import collector, gc_option
 from ._common import (
     EXIT_USAGE,
     CommandError,
@@ -210,12 +211,14 @@ def engine_option_flags(command: F) -> F:
 @broker_option("The broker's URL, for remote steps.", default="memory://")
 @engine_option_flags
 @drain_timeout_option("Seconds to drain after SIGTERM or SIGINT before stopping.")
+@gc_option
 @log_level_option
 def engine_command(
     app_spec: str,
     store: str | None,
     broker: str,
     drain_timeout: float,
+    gc_thresholds: tuple[int, ...] | None,
     log_level: str,
     **options: Any,
 ) -> None:
@@ -232,7 +235,7 @@ def engine_command(
     store = need_store(store)
     app = load_app(app_spec)
     signing = signing_from_env()
-    with logging_to_stderr(log_level):
+    with logging_to_stderr(log_level), collector(gc_thresholds) as collected:
         trio.run(
             _serve_engine,
             app,
@@ -246,10 +249,13 @@ def engine_command(
                 "signing": signing,
             },
             drain_timeout,
+            collected,
         )
 
 
-async def _serve_engine(app: App, options: dict[str, Any], drain_timeout: float) -> None:
+async def _serve_engine(
+    app: App, options: dict[str, Any], drain_timeout: float, collected: str
+) -> None:
     options = with_blobs_from_env(options)
     # The receiver is open before the engine: a signal that comes while it
     # opens is kept, and the engine drains as soon as it is open.
@@ -258,7 +264,8 @@ async def _serve_engine(app: App, options: dict[str, Any], drain_timeout: float)
             await _serve_until_signalled(
                 f"engine {engine.engine_id}",
                 f"app {app.name}, store {shown(options['store'])},"
-                f" broker {shown(options['broker'])}, serving {_list(options['serve'])}",
+                f" broker {shown(options['broker'])}, serving {_list(options['serve'])},"
+                f" {collected}",
                 engine.drain,
                 "its runs' leases are given back",
                 signals,
@@ -323,6 +330,7 @@ async def _serve_until_signalled(
     help="Deliveries of one task after which it is failed as poison.",
 )
 @drain_timeout_option("Seconds to finish the steps in flight after SIGTERM or SIGINT.")
+@gc_option
 @log_level_option
 def worker_command(
     app_spec: str,
@@ -335,6 +343,7 @@ def worker_command(
     ttl: float,
     max_deliveries: int,
     drain_timeout: float,
+    gc_thresholds: tuple[int, ...] | None,
     log_level: str,
 ) -> None:
     """Run a worker for the remote steps of MODULE:APP until SIGTERM or SIGINT.
@@ -353,7 +362,7 @@ def worker_command(
         raise click.UsageError("give the group routes to serve: --groups GROUP")
     app = load_app(app_spec)
     signing = signing_from_env()
-    with logging_to_stderr(log_level):
+    with logging_to_stderr(log_level), collector(gc_thresholds) as collected:
         trio.run(
             _serve_worker,
             app,
@@ -369,17 +378,21 @@ def worker_command(
                 "signing": signing,
             },
             drain_timeout,
+            collected,
         )
 
 
-async def _serve_worker(app: App, options: dict[str, Any], drain_timeout: float) -> None:
+async def _serve_worker(
+    app: App, options: dict[str, Any], drain_timeout: float, collected: str
+) -> None:
     options = with_blobs_from_env(options)
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
         async with open_worker(app, **options) as worker:
             await _serve_until_signalled(
                 f"worker {worker.instance_id}",
                 f"app {app.name}, broker {shown(options['broker'])},"
-                f" groups {_list(worker.routes)}, capabilities {_list(options['capabilities'])}",
+                f" groups {_list(worker.routes)}, capabilities {_list(options['capabilities'])},"
+                f" {collected}",
                 worker.wait_idle,
                 "the tasks of its unfinished steps go back to the broker",
                 signals,
