@@ -22,7 +22,7 @@ from trio_durable._base._clock import Clock
 from trio_durable._front._undecodable import payload_layers_under
 from trio_durable._payloads._blobs import Blobs
 from trio_durable._payloads._stored_payloads import parse_blob_mark
-from trio_durable._stores._blob_store import SCOPE
+from trio_durable._stores._blob_store import SCOPE, BlobbingStore
 from trio_durable._wire._blob_wire import offload_result, resolve_result
 from trio_durable._wire._messages import Result, WireError
 
@@ -159,6 +159,28 @@ async def test_small_payloads_stay_in_the_rows(tmp_path: Path) -> None:
         run = await engine.start(measured, "short")
         assert await engine.result(run.id) == 5
         assert await blobs.list() == []
+
+
+async def test_rows_with_no_blob_pass_the_blob_layer_uncopied(tmp_path: Path) -> None:
+    # The memory store hands out the rows it holds: a row whose payloads
+    # are all in it comes through the blob layer as the same object, not a
+    # copy (every row a turn reads or writes went through a copy).
+    blobs = td.LocalBlobStore(tmp_path / "blobs")
+    async with fleet("memory://", blobs) as (engine, _):
+        run = await engine.start(echo, "short")
+        assert await engine.result(run.id) == "short"
+        raw = payload_layers_under(engine.store)
+        layer = engine.store
+        while not isinstance(layer, BlobbingStore):
+            layer = layer.inner  # type: ignore[attr-defined]
+        assert await layer.get_run(run.id) is await raw.get_run(run.id)
+        big = await engine.start(echo, "x" * (2 * MB))
+        await engine.result(big.id)
+        # One whose input is in a blob is read with the blob's text.
+        through = await layer.get_run(big.id)
+        assert through is not None
+        assert through is not await raw.get_run(big.id)
+        assert json.loads(through.input) == ["x" * (2 * MB)]
 
 
 async def test_a_payload_that_looks_like_a_reference_is_data(tmp_path: Path) -> None:

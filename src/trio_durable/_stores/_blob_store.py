@@ -143,6 +143,23 @@ class _Batch:
         return known if known is not None else await self.store.resolve(owner, text)
 
 
+def _run_with(run: Run, input: str, output: str | None) -> Run:
+    """``run`` with this input and output: itself when neither changed (no
+    payload of it is in a blob, the usual case), so that a row read or
+    written whole costs no copy."""
+    if input is run.input and output is run.output:
+        return run
+    return attrs.evolve(run, input=input, output=output)
+
+
+def _checkpoint_with(checkpoint: Checkpoint, input: str | None, output: str | None) -> Checkpoint:
+    """``checkpoint`` with this input and output: itself when neither
+    changed (see `_run_with`)."""
+    if input is checkpoint.input and output is checkpoint.output:
+        return checkpoint
+    return attrs.evolve(checkpoint, input=input, output=output)
+
+
 def _settled_elsewhere(ops: Sequence[Op], results: Sequence[Any]) -> list[tuple[str, str]]:
     """The (run, blob) pairs of signal payloads in blobs that ``ops`` (as
     written) put in the checkpoint of a run other than their token's: only
@@ -260,10 +277,10 @@ class BlobbingStore(StoreWrapper):
         if isinstance(op, CreateRun):
             run = op.run
             return CreateRun(
-                attrs.evolve(
+                _run_with(
                     run,
-                    input=await batch.offload(run.id, run.input),
-                    output=await batch.offload(run.id, run.output),
+                    await batch.offload(run.id, run.input),
+                    await batch.offload(run.id, run.output),
                 ),
                 tuple([await self._offload_checkpoint(cp, batch) for cp in op.checkpoints]),
                 op.records,
@@ -275,7 +292,8 @@ class BlobbingStore(StoreWrapper):
                     changes[field] = await batch.offload(op.run_id, changes[field])
             return attrs.evolve(op, changes=changes)
         if isinstance(op, PutCheckpoint | ClaimCheckpoint):
-            return attrs.evolve(op, checkpoint=await self._offload_checkpoint(op.checkpoint, batch))
+            checkpoint = await self._offload_checkpoint(op.checkpoint, batch)
+            return op if checkpoint is op.checkpoint else attrs.evolve(op, checkpoint=checkpoint)
         if isinstance(op, SettleCheckpoint):
             return attrs.evolve(op, output=await batch.offload(op.run_id, op.output))
         if isinstance(op, DeliverSignal):
@@ -284,10 +302,10 @@ class BlobbingStore(StoreWrapper):
         return op
 
     async def _offload_checkpoint(self, checkpoint: Checkpoint, batch: _Batch) -> Checkpoint:
-        return attrs.evolve(
+        return _checkpoint_with(
             checkpoint,
-            input=await batch.offload(checkpoint.run_id, checkpoint.input),
-            output=await batch.offload(checkpoint.run_id, checkpoint.output),
+            await batch.offload(checkpoint.run_id, checkpoint.input),
+            await batch.offload(checkpoint.run_id, checkpoint.output),
         )
 
     async def _resolve_result(self, op: Op, result: Any, batch: _Batch) -> Any:
@@ -306,18 +324,18 @@ class BlobbingStore(StoreWrapper):
 
     async def _run(self, run: Run, batch: _Batch | None = None) -> Run:
         batch = batch or _Batch(self)
-        return attrs.evolve(
+        return _run_with(
             run,
-            input=await batch.resolve(run.id, run.input),
-            output=await batch.resolve(run.id, run.output),
+            await batch.resolve(run.id, run.input),
+            await batch.resolve(run.id, run.output),
         )
 
     async def _checkpoint(self, checkpoint: Checkpoint, batch: _Batch | None = None) -> Checkpoint:
         batch = batch or _Batch(self)
-        return attrs.evolve(
+        return _checkpoint_with(
             checkpoint,
-            input=await batch.resolve(checkpoint.run_id, checkpoint.input),
-            output=await batch.resolve(checkpoint.run_id, checkpoint.output),
+            await batch.resolve(checkpoint.run_id, checkpoint.input),
+            await batch.resolve(checkpoint.run_id, checkpoint.output),
         )
 
     async def begin_turn(

@@ -171,19 +171,13 @@ class PayloadCoder:
     # -- rows --------------------------------------------------------------
 
     def run_in(self, run: Run) -> Run:
-        return attrs.evolve(
-            run,
-            input=self.encode(run.input),
-            output=self.text_in(run.output),
-            error=self.error_in(run.error),
+        return _with_payloads(
+            run, self.encode(run.input), self.text_in(run.output), self.error_in(run.error)
         )
 
     def run_out(self, run: Run) -> Run:
-        return attrs.evolve(
-            run,
-            input=self.decode(run.input),
-            output=self.text_out(run.output),
-            error=self.error_out(run.error),
+        return _with_payloads(
+            run, self.decode(run.input), self.text_out(run.output), self.error_out(run.error)
         )
 
     def run_listed(self, run: Run) -> Run:
@@ -202,13 +196,12 @@ class PayloadCoder:
     def checkpoint_in(self, cp: Row) -> Row:
         """A checkpoint's (or a run record's) payloads encoded (an error
         that only shows the row's mark holds none)."""
-        return attrs.evolve(
-            cp,
-            input=self.text_in(cp.input),
-            output=self.text_in(cp.output),
-            error=cp.error if _shows_mark(cp) else self.error_in(cp.error),
-            errors=self.errors_in(cp.errors),
-        )
+        coded_input, output = self.text_in(cp.input), self.text_in(cp.output)
+        error = cp.error if _shows_mark(cp) else self.error_in(cp.error)
+        if coded_input is cp.input and output is cp.output and error is cp.error and not cp.errors:
+            return cp  # nothing to encode (a timer's row, a pending step's mark)
+        errors = self.errors_in(cp.errors)
+        return attrs.evolve(cp, input=coded_input, output=output, error=error, errors=errors)
 
     def checkpoint_out(self, cp: Row) -> Row:
         """A checkpoint's (or a run record's) payloads decoded."""
@@ -448,3 +441,10 @@ def check_codec(codec: object) -> None:
     """Raise `UsageError` unless ``codec`` is a `PayloadCodec` or None."""
     if codec is not None and not isinstance(codec, PayloadCodec):
         raise UsageError(f"codec= takes a codec (such as td.AesGcmCodec) or None, not {codec!r}")
+
+
+def _with_payloads(run: Run, input: str, output: str | None, error: ErrorInfo | None) -> Run:
+    """``run`` with these payloads: itself when none changed."""
+    if input is run.input and output is run.output and error is run.error:
+        return run
+    return attrs.evolve(run, input=input, output=output, error=error)
