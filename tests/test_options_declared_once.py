@@ -202,7 +202,7 @@ def _engine_flags() -> dict[str, Any]:
 def test_the_engine_command_has_the_declared_flags_and_no_others() -> None:
     flags = _engine_flags()
     declared = {o.declared.cli: o for o in engine_options().values() if o.declared.cli}
-    assert set(flags) - declared.keys() == {"--drain-timeout", "--log-level"}
+    assert set(flags) - declared.keys() == {"--drain-timeout", "--gc", "--log-level"}
     for flag, option in declared.items():
         param = flags[flag]
         assert param.name == option.name, flag
@@ -220,7 +220,9 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
 ) -> None:
     received: dict[str, Any] = {}
 
-    async def serve(app: td.App, options: dict[str, Any], drain_timeout: float) -> None:
+    async def serve(
+        app: td.App, options: dict[str, Any], drain_timeout: float, collected: str
+    ) -> None:
         received.update(options)
         # open_engine would take them as they are.
         inspect.signature(open_engine).bind(app, **options)
