@@ -40,6 +40,7 @@ from ._base._exceptions import RunFailed as RunFailed
 from ._base._exceptions import RunNotFoundError as RunNotFoundError
 from ._base._exceptions import ScheduleError as ScheduleError
 from ._base._exceptions import ScheduleNotFoundError as ScheduleNotFoundError
+from ._base._exceptions import SchemaVersionError as SchemaVersionError
 from ._base._exceptions import SearchAttributeError as SearchAttributeError
 from ._base._exceptions import SerializationError as SerializationError
 from ._base._exceptions import SignalTargetNotFoundError as SignalTargetNotFoundError
@@ -233,4 +234,5 @@ __all__ = [
     "WorkerDescriptor",
     "WorkerStatistics",
     "Workflow",
+    "SchemaVersionError",
 ]

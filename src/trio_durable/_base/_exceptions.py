@@ -387,6 +387,27 @@ class StoreError(TrioDurableError):
 
 
 @final
+class SchemaVersionError(StoreError):
+    """The store's schema is older than this trio-durable's, and what
+    opened it does not change a store's schema: a client, a command that
+    only reads, or ``trio-durable engine`` without ``--migrate``. Nothing
+    was written. Upgrade it with ``trio-durable migrate`` (engines of the
+    release before cannot open it after), or open an engine from Python,
+    which migrates the store it opens (docs/operations.md, "Upgrading the
+    schema").
+
+    Attributes:
+      found: The version the store holds.
+      newest: The version this trio-durable reads and writes.
+    """
+
+    def __init__(self, message: str, *, found: int, newest: int) -> None:
+        super().__init__(message)
+        self.found = found
+        self.newest = newest
+
+
+@final
 class LeaseLostError(StoreError):
     """A write was fenced off because this engine no longer holds the run's
     lease: another engine took the run over. The write changed nothing."""

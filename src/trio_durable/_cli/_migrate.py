@@ -23,6 +23,7 @@ from ._common import (
     EXIT_USAGE,
     CommandError,
     json_option,
+    logging_to_stderr,
     need_store,
     plain,
     print_json,
@@ -145,7 +146,9 @@ def migrate_command(ctx: click.Context, store: str | None, check: bool, as_json:
         raise CommandError(
             "the memory store lives inside one process and has no schema to migrate", EXIT_USAGE
         )
-    migration = trio.run(lambda: migrate_store(store, check=check))
+    # Each step of an upgrade is logged at WARNING, one line on stderr.
+    with logging_to_stderr("warning"):
+        migration = trio.run(lambda: migrate_store(store, check=check))
     if as_json:
         print_json(plain(migration))
     else:

@@ -32,6 +32,7 @@ from .._kernel._engine_options import EngineOptions
 from .._kernel._options import DEFAULT_MAX_DELIVERIES
 from .._process._open_engine import open_engine
 from .._stores._blob_store import with_blobs_from_env
+from .._stores._versions import refuse_older
 from ._apps import load_app
 from ._codec import env_codec
 from ._collector import collector, gc_option
@@ -211,6 +212,12 @@ def engine_option_flags(command: F) -> F:
 @broker_option("The broker's URL, for remote steps.", default="memory://")
 @engine_option_flags
 @drain_timeout_option("Seconds to drain after SIGTERM or SIGINT before stopping.")
+@click.option(
+    "--migrate",
+    is_flag=True,
+    help="Upgrade a store whose schema is older than this trio-durable's (as `trio-durable"
+    " migrate` does) instead of refusing it; each step is logged at WARNING.",
+)
 @gc_option
 @log_level_option
 def engine_command(
@@ -218,6 +225,7 @@ def engine_command(
     store: str | None,
     broker: str,
     drain_timeout: float,
+    migrate: bool,
     gc_thresholds: tuple[int, ...] | None,
     log_level: str,
     **options: Any,
@@ -231,10 +239,17 @@ def engine_command(
 
     With TRIO_DURABLE_SIGNING_KEYS set (id:base64 pairs, the current key
     first), tasks and results on the broker are signed and checked.
+
+    A SQLite or PostgreSQL store whose schema is older than this
+    trio-durable's is refused (exit status 3) unless --migrate is given:
+    upgrade it on purpose, with `trio-durable migrate`, before the new
+    release's engines start.
     """
     store = need_store(store)
     app = load_app(app_spec)
     signing = signing_from_env()
+    if not migrate:
+        trio.run(refuse_older, store, "`trio-durable engine` without --migrate")
     with logging_to_stderr(log_level), collector(gc_thresholds) as collected:
         trio.run(
             _serve_engine,

@@ -42,6 +42,7 @@ from .._stores import enter_store
 from .._stores._base import RunWatch, Store
 from .._stores._blob_store import BlobOptions
 from .._stores._codec import check_codec, with_codec
+from .._stores._versions import refuse_older
 from ._app import App, Workflow
 from ._front_core import FrontCore
 from ._front_end import FrontEnd
@@ -223,8 +224,14 @@ async def open_client(
       blob_grace: Seconds a blob is kept after its last write when
         `Client.prune` deletes runs (see `open_engine`).
 
+    A client never changes a store's schema: a SQLite or PostgreSQL store
+    whose schema is older than this trio-durable's is refused, with
+    nothing written (a new store, with no schema yet, is created).
+
     Raises:
       InvalidURLError: A URL is malformed.
+      SchemaVersionError: The store's schema is older than this
+        trio-durable's: upgrade it with ``trio-durable migrate``.
       StoreError: The store cannot be reached (the message masks the URL's
         password).
       UsageError: ``app`` is not an `App`.
@@ -233,6 +240,8 @@ async def open_client(
         raise UsageError(f"open_client needs a td.App or None, not {app!r}")
     check_codec(codec)
     blob_options = BlobOptions.of(blobs, blob_threshold, blob_grace)
+    if isinstance(store, str):
+        await refuse_older(store, "a client")
     async with AsyncExitStack() as stack:
         # The codec outermost: what goes to the blob store is encrypted too.
         store_obj = with_codec(

@@ -10,6 +10,7 @@ refuses to open.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from contextlib import suppress
 from typing import Any, Final, final
@@ -30,6 +31,8 @@ from ._values_sql import INDEXES as VALUE_INDEXES
 from ._values_sql import POSTGRES_RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import POSTGRES_TABLE as VALUES_TABLE
 from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
+
+logger = logging.getLogger("trio_durable")
 
 SCHEMA_VERSION: Final = 12
 """The newest schema version this module knows (rows of ``schema_version``)."""
@@ -402,6 +405,13 @@ def migrate(conn: psycopg.Connection[Any], schema: str | None, masked: str) -> N
         )
         # Another process may have migrated while we waited for the lock.
         for version in range(check(_current_version(conn)), SCHEMA_VERSION):
+            if version:  # version 0 is a new schema, created whole
+                logger.warning(
+                    "upgrading the PostgreSQL store at %s from schema version %d to %d",
+                    masked,
+                    version,
+                    version + 1,
+                )
             for statement in _MIGRATIONS[version]:
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version + 1,))

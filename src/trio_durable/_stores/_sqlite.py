@@ -64,7 +64,7 @@ from ._store_thread import StoreThread, open_store_thread
 from ._watch import Deliver
 
 
-def _threads_keep_time() -> bool:
+def threads_keep_time() -> bool:
     """Whether sqlite3 calls may go to worker threads without moving the
     current Trio run's clock: only under Trio's own clock (see the module's
     docstring)."""
@@ -274,7 +274,7 @@ async def open_sqlite_store(url: str) -> AsyncIterator[SQLiteStore]:
     path, synchronous, watch_interval = parse_url(url)
     async with AsyncExitStack() as stack:
         thread = None
-        if _threads_keep_time():
+        if threads_keep_time():
             thread = await stack.enter_async_context(
                 open_store_thread(f"trio-durable sqlite {path}")
             )

@@ -10,6 +10,7 @@ this code.
 
 from __future__ import annotations
 
+import logging
 import math
 import sqlite3
 from typing import Final
@@ -27,6 +28,8 @@ from ._values_sql import INDEXES as VALUE_INDEXES
 from ._values_sql import RUN_COLUMN as VALUE_RUN_COLUMN
 from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 from ._values_sql import SQLITE_TABLE as VALUES_TABLE
+
+logger = logging.getLogger("trio_durable")
 
 SCHEMA_VERSION: Final = 13
 """The schema version this module writes, kept in ``PRAGMA user_version``.
@@ -443,6 +446,12 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
                     cur.execute(statement)
                 # Version 0 is a new file, which needs no migration.
                 for older in range(version, SCHEMA_VERSION) if version else ():
+                    logger.warning(
+                        "upgrading the SQLite store %r from schema version %d to %d",
+                        path,
+                        older,
+                        older + 1,
+                    )
                     for statement in _MIGRATIONS[older]:
                         _migrate(cur, statement)
                 for statement in _INDEXED_LAST:

@@ -4,7 +4,11 @@ Opening a SQLite or PostgreSQL store creates its schema or applies the
 missing migrations. ``trio-durable migrate`` says what that did, so it reads
 the version before and after; the commands that only read or change runs
 refuse a store that has no schema yet, rather than create one where a
-mistyped URL points.
+mistyped URL points. A client, those commands and ``trio-durable engine``
+without ``--migrate`` refuse a store whose schema is older than this
+trio-durable's (`refuse_older`) before they open it: only
+``trio-durable migrate`` and an engine opened from Python change a
+store's schema.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from urllib.parse import quote
 import attrs
 import trio
 
-from .._base._exceptions import InvalidURLError, StoreError
-from .._base._urls import scrub
+from .._base._exceptions import InvalidURLError, SchemaVersionError, StoreError
+from .._base._urls import mask_url, scrub
 from . import store_opener
 
 
@@ -58,10 +62,19 @@ async def schema_version(url: str) -> SchemaVersion:
     # A bad URL, or the 'postgres' extra missing, is told as opening says it.
     store_opener(url)
     if url.partition("://")[0].lower() == "sqlite":
+        from ._sqlite import threads_keep_time
         from ._sqlite_schema import SCHEMA_VERSION, parse_url
 
         path, _, _ = parse_url(url)
-        found = await trio.to_thread.run_sync(_sqlite_version, path)
+        if threads_keep_time():
+            found = await trio.to_thread.run_sync(_sqlite_version, path)
+        else:
+            # Under a clock of the program's own (MockClock's autojump), a
+            # thread's call would let the clock jump while it runs: read on
+            # the Trio thread, after the checkpoint the call would make, as
+            # the SQLite store does.
+            await trio.lowlevel.checkpoint()
+            found = _sqlite_version(path)
         return SchemaVersion(found=found, newest=SCHEMA_VERSION)
     # Imported here: psycopg comes with the 'postgres' extra only.
     import psycopg
@@ -82,12 +95,43 @@ async def schema_version(url: str) -> SchemaVersion:
     return SchemaVersion(found=found, newest=NEWEST)
 
 
+async def refuse_older(url: str, opener: str) -> None:
+    """Refuse a SQLite or PostgreSQL store whose schema is older than this
+    trio-durable's, reading its version without writing anything; any
+    other store, one with no schema yet, or a current one passes.
+    ``opener`` names what would have opened it, for the message.
+
+    Raises:
+      SchemaVersionError: The store holds an older schema.
+      InvalidURLError: The URL is malformed.
+      StoreError: The database cannot be reached or read.
+    """
+    if not has_schema_versions(url):
+        return
+    version = await schema_version(url)
+    if 0 < version.found < version.newest:
+        masked = mask_url(url)
+        raise SchemaVersionError(
+            f"the store {masked} has schema version {version.found}, older than"
+            f" {version.newest}, the version this trio-durable reads and writes; {opener}"
+            f" does not change a store's schema: upgrade it first with"
+            f" `trio-durable migrate --store {masked}` (engines of the release before cannot"
+            " open it after)",
+            found=version.found,
+            newest=version.newest,
+        )
+
+
 def _sqlite_version(path: str) -> int:
     if not os.path.exists(path):
         return 0
+    # Read-only: a file that is not a store stays as it is. With no write
+    # ahead log beside it (no process has it open, or it is not in WAL
+    # mode), the file holds every commit: read it as immutable, which
+    # creates no -wal and -shm files either.
+    options = "mode=ro" if os.path.exists(f"{path}-wal") else "mode=ro&immutable=1"
     try:
-        # Read-only: a file that is not a store stays as it is.
-        connection = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
+        connection = sqlite3.connect(f"file:{quote(path)}?{options}", uri=True)
         try:
             version: int = connection.execute("PRAGMA user_version").fetchone()[0]
         finally:
