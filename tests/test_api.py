@@ -89,6 +89,7 @@ def test_public_api_is_pinned() -> None:
         "ScheduleError",
         "ScheduleInfo",
         "ScheduleNotFoundError",
+        "SchemaVersionError",
         "SearchAttributeError",
         "SearchRange",
         "SerializationError",
