@@ -55,6 +55,18 @@ async def doubled(ctx: td.Context, x: int) -> str:
     return await ctx.step(double, x)
 
 
+@app.step(group=GROUP)
+async def hang(seconds: float) -> int:
+    # A remote step whose result does not come while a test looks.
+    await trio.sleep(seconds)
+    return os.getpid()
+
+
+@app.workflow()
+async def hanging(ctx: td.Context, seconds: float) -> int:
+    return await ctx.step(hang, seconds)
+
+
 # Another deploy of the same application that disagrees with `app`: its
 # `double` requires a capability, and its `doubled` routes failures to a
 # handler that nothing runs.

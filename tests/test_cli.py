@@ -112,10 +112,12 @@ def test_a_worker_needs_groups_its_app_has() -> None:
 
 def test_a_bad_option_value_of_the_engine_is_a_usage_error(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'x.db'}"
-    result = invoke(["engine", "cli_app:app", "--store", store, "--lease-ttl", "-1"])
+    result = invoke(
+        ["engine", "cli_app:app", "--store", store, "--serve", "cli", "--lease-ttl", "-1"]
+    )
     assert result.exit_code == 2
     assert "lease_ttl" in one_error_line(result)
-    result = invoke(["engine", "cli_app:app", "--store", store, "--serve", "nowhere"])
+    result = invoke(["engine", "cli_app:app", "--store", store, "--serve", "cli,nowhere"])
     assert result.exit_code == 2
     assert "serve names the group 'nowhere'" in one_error_line(result)
 
@@ -195,7 +197,7 @@ def test_a_module_that_fails_to_import_is_named_with_where(tmp_path: Path) -> No
 
 def test_an_unreachable_store_exits_3_with_the_password_masked() -> None:
     url = f"postgresql://postgres:{SECRET}@127.0.0.1:1/nowhere"
-    result = invoke(["engine", "cli_app:app", "--store", url])
+    result = invoke(["engine", "cli_app:app", "--store", url, "--serve", "cli"])
     assert result.exit_code == 3
     line = one_error_line(result)
     assert line.startswith(
@@ -206,7 +208,7 @@ def test_an_unreachable_store_exits_3_with_the_password_masked() -> None:
 
 def test_an_unreachable_store_from_the_environment_too() -> None:
     url = f"postgresql://postgres:{SECRET}@127.0.0.1:1/nowhere"
-    result = invoke(["engine", "cli_app:app"], env={"TRIO_DURABLE_STORE": url})
+    result = invoke(["engine", "cli_app:app", "--serve", "cli"], env={"TRIO_DURABLE_STORE": url})
     assert result.exit_code == 3
     assert SECRET not in result.output
     assert "postgres:***@127.0.0.1:1" in one_error_line(result)
@@ -225,7 +227,7 @@ def test_an_unreachable_broker_exits_3_with_the_password_masked() -> None:
 
 
 def test_a_malformed_url_is_a_usage_error() -> None:
-    result = invoke(["engine", "cli_app:app", "--store", "bogus://x"])
+    result = invoke(["engine", "cli_app:app", "--store", "bogus://x", "--serve", "cli"])
     assert result.exit_code == 2
     assert "no store is registered for the scheme 'bogus'" in one_error_line(result)
 
@@ -450,3 +452,23 @@ def test_engine_and_worker_share_the_drain_timeout_option() -> None:
         assert isinstance(option.type, click.FloatRange)
         assert option.type.min == 0
     assert engine.help != worker.help
+
+
+def test_an_engine_on_the_memory_broker_serves_its_remote_groups_or_refuses(
+    tmp_path: Path,
+) -> None:
+    # cli_app's `double` runs on workers of group `cli`: on the in-process
+    # broker only the engine itself can run it.
+    store = f"sqlite:///{tmp_path / 'x.db'}"
+    for broker in ([], ["--broker", "memory://"], ["--broker", "memory://named"]):
+        result = invoke(["engine", "cli_app:app", "--store", store, *broker])
+        assert result.exit_code == 2, result.output
+        shown_broker = broker[1] if broker else "memory://"
+        assert one_error_line(result) == (
+            "Error: app 'cli-test' has remote steps or remote workflows of the groups cli,"
+            f" and nothing runs them on the broker {shown_broker}, which lives inside this"
+            " process: serve them in the engine (--serve cli), or give the broker their"
+            " workers use (--broker amqp://... or nats://...)"
+        )
+    # Nothing was opened: no store file was created.
+    assert not (tmp_path / "x.db").exists()

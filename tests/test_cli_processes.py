@@ -15,7 +15,19 @@ from cli_processes import ROOT, cli_process, read_runs, start_runs, wait_for_run
 
 def _engine_args(store: str, *more: str) -> list[str]:
     # Scans every 0.2 s: it learns of runs another process started then.
-    return ["engine", "cli_app:app", "--store", store, "--reconcile-interval", "0.2", *more]
+    # The app's remote step runs in the engine: on the in-process broker
+    # nothing else would run it.
+    return [
+        "engine",
+        "cli_app:app",
+        "--store",
+        store,
+        "--serve",
+        "cli",
+        "--reconcile-interval",
+        "0.2",
+        *more,
+    ]
 
 
 async def test_engine_runs_runs_and_drains_on_sigint(tmp_path: Path) -> None:
@@ -51,7 +63,7 @@ async def test_engine_runs_runs_and_drains_on_sigint(tmp_path: Path) -> None:
 async def test_a_second_signal_stops_the_drain_and_gives_the_lease_back(tmp_path: Path) -> None:
     # The store from the environment; the app as a path to its file.
     store = f"sqlite:///{tmp_path / 'runs.db'}"
-    args = ["engine", "tests/cli_app.py:app", "--reconcile-interval", "0.2"]
+    args = ["engine", "tests/cli_app.py:app", "--serve", "cli", "--reconcile-interval", "0.2"]
     async with cli_process(
         [*args, "--engine-id", "cli-engine-2", "--drain-timeout", "600"],
         cwd=ROOT,

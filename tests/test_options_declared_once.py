@@ -266,9 +266,12 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
         "codec": None,
         "signing": None,
     }
-    # Without the flags: the declared defaults, and an id of its own.
+    # Without the flags: the declared defaults, and an id of its own (for an
+    # app with no remote step, which needs no --serve on memory://).
     received.clear()
-    result = CliRunner(env={"TRIO_DURABLE_BROKER": None}).invoke(cli, args[:4])
+    result = CliRunner(env={"TRIO_DURABLE_BROKER": None}).invoke(
+        cli, ["engine", "schema_2_app:app", *args[2:4]]
+    )
     assert result.exit_code == 0, result.output
     defaults = {o.name: o.default for o in engine_options().values() if o.declared.cli}
     assert {k: received[k] for k in defaults.keys() - {"engine_id", "store"}} == {

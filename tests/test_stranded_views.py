@@ -39,8 +39,8 @@ def test_the_engine_help_names_remote_redispatch() -> None:
 
 
 async def test_an_engine_process_applies_its_remote_redispatch(tmp_path: Path) -> None:
-    # No worker serves the step: sent again after half a second, once,
-    # then failed as lost.
+    # The step's result does not come (it runs for an hour): sent again
+    # after half a second, once, then failed as lost.
     store = f"sqlite:///{tmp_path / 'runs.db'}"
     # Scans every 0.2 s: it learns of the run another process started then.
     args = [
@@ -48,20 +48,24 @@ async def test_an_engine_process_applies_its_remote_redispatch(tmp_path: Path) -
         "cli_app:app",
         "--store",
         store,
+        "--serve",
+        "cli",
         "--reconcile-interval",
         "0.2",
         "--remote-redispatch",
         "0.5,1",
+        "--drain-timeout",
+        "0",
     ]
     async with cli_process(args) as engine:
         await engine.wait_for("ready: app cli-test")
-        await start_runs(store, [("lost-1", "doubled", (4,))])
+        await start_runs(store, [("lost-1", "hanging", (3600.0,))])
         runs = await wait_for_runs(store, ["lost-1"], statuses=("failed",))
         assert await engine.stop(signal.SIGTERM) == 0
     error = runs["lost-1"].error
     assert error is not None
-    assert (error.code, error.step) == ("lost", "double")
-    assert error.message == "no result after 2 dispatches of step 'double'"
+    assert (error.code, error.step) == ("lost", "hang")
+    assert error.message == "no result after 2 dispatches of step 'hang'"
 
 
 def _fill(path: Path) -> None:

@@ -122,6 +122,32 @@ def _list(values: Sequence[str]) -> str:
 # -- engine --------------------------------------------------------------------
 
 
+def unserved_groups(app: App, broker: str, serve: Sequence[str]) -> list[str]:
+    """The groups of ``app``'s remote steps and remote workflows that no
+    process can run: on the in-process ``memory://`` broker, those the
+    engine does not ``--serve`` itself (on any other broker, workers of
+    other processes may serve them: none)."""
+    if broker.partition("://")[0].lower() != "memory":
+        return []
+    served = {route.partition("@")[0] for route in serve}
+    needed = {step.group for step in app.steps if step.group is not None}
+    needed |= {wf.decision_group for wf in app.workflows if wf.remote}
+    return sorted(needed - served)
+
+
+def _refuse_unserved(app: App, broker: str, serve: Sequence[str]) -> None:
+    missing = unserved_groups(app, broker, serve)
+    if missing:
+        groups = ",".join(missing)
+        raise CommandError(
+            f"app {app.name!r} has remote steps or remote workflows of the groups {groups},"
+            f" and nothing runs them on the broker {broker}, which lives inside this process:"
+            f" serve them in the engine (--serve {groups}), or give the broker their workers"
+            " use (--broker amqp://... or nats://...)",
+            EXIT_USAGE,
+        )
+
+
 def _redispatch_option(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> tuple[float, int] | None:
@@ -247,6 +273,7 @@ def engine_command(
     """
     store = need_store(store)
     app = load_app(app_spec)
+    _refuse_unserved(app, broker, options["serve"])
     signing = signing_from_env()
     if not migrate:
         trio.run(refuse_older, store, "`trio-durable engine` without --migrate")
