@@ -131,14 +131,15 @@ async def test_a_local_step_failure_records_type_step_and_traceback_on_each_atte
     assert isinstance(failure.__cause__, RecordedTraceback)
     assert failure.__cause__.traceback == run_error.traceback
     assert "KeyError: 'missing'" in str(failure.__cause__)
-    # One WARNING per failed attempt (with the exception), one ERROR for
-    # the run (with its traceback).
+    # One WARNING line per failed attempt (its traceback is in the history;
+    # the log shows it at DEBUG only), one ERROR for the run (with its
+    # traceback).
     warnings = _records(caplog, logging.WARNING)
     assert [r.getMessage() for r in warnings] == [
         "step 'lookup' of run 'r' failed (attempt 1 of 2): 'missing'",
         "step 'lookup' of run 'r' failed (attempt 2 of 2, final): 'missing'",
     ]
-    assert all(r.exc_info and isinstance(r.exc_info[1], KeyError) for r in warnings)
+    assert [r.exc_info for r in warnings] == [None, None]
     [logged] = _records(caplog, logging.ERROR)
     assert logged.getMessage().startswith(
         "run 'r' (workflow 'needs_lookup') failed in step 'lookup': 'missing'\nTraceback"
@@ -175,10 +176,32 @@ async def test_a_remote_step_failure_keeps_type_and_traceback_across_the_broker(
     assert caught.value.step == "remote_boom"
     assert caught.value.traceback is not None
     assert "RuntimeError: remote 4" in caught.value.traceback
-    # The worker that ran each attempt logged it.
+    # The worker that ran each attempt logged it, one line each.
     worker_lines = [r for r in _records(caplog, logging.WARNING) if "on worker" in r.getMessage()]
-    assert len(worker_lines) == 2
-    assert all(r.exc_info and isinstance(r.exc_info[1], RuntimeError) for r in worker_lines)
+    assert [r.exc_info for r in worker_lines] == [None, None]
+
+
+async def test_a_failed_attempt_logs_its_exception_at_debug(
+    open_test_engine: EngineFactory,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_durable")
+    async with open_test_engine(app, broker=td.MemoryBroker(), serve=["far"]) as engine:
+        local = await engine.start(needs_lookup, "missing", run_id="local")
+        remote = await engine.start(needs_remote, 4, run_id="remote")
+        for run in (local, remote):
+            with pytest.raises(td.RunFailed):
+                await engine.result(run.id)
+    failed = [r for r in _records(caplog, logging.WARNING) if " failed " in r.getMessage()]
+    # Both runs' attempts, each with its exception (the two runs interleave).
+    assert sorted(type(r.exc_info[1]).__name__ for r in failed if r.exc_info) == [
+        "KeyError",
+        "KeyError",
+        "RuntimeError",
+        "RuntimeError",
+    ]
+    assert len(failed) == 4
 
 
 async def test_a_step_failure_replayed_from_its_record_keeps_its_traceback(

@@ -413,7 +413,9 @@ class Worker:
                 task.attempt,
                 "" if retryable else ", not retryable",
                 info.message,
-                exc_info=exc,
+                # The traceback travels in the result, to the history; the
+                # log shows it only when asked for everything.
+                exc_info=exc if logger.isEnabledFor(logging.DEBUG) else None,
             )
             return result(
                 "failed",

@@ -153,7 +153,9 @@ async def execute(
                 retry.attempts,
                 "" if may_retry and attempt < retry.attempts else ", final",
                 info.message,
-                exc_info=exc,
+                # The traceback is in the history; the log shows it only
+                # when asked for everything (a retried failure is routine).
+                exc_info=exc if logger.isEnabledFor(logging.DEBUG) else None,
             )
             replay.emit(
                 "step.failed",
