@@ -10,6 +10,7 @@ runs every turn.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import sys
 
@@ -91,3 +92,15 @@ async def collector_settings(ctx: td.Context) -> list[object]:
     # How the engine process set its garbage collector: its thresholds,
     # and whether it froze what loading the app made.
     return [list(gc.get_threshold()), gc.get_freeze_count() > 0]
+
+
+@app.step(retry=td.Retry(attempts=1))
+async def flop(reason: str) -> None:
+    # A step's own log record: the process's JSON lines name its run and step.
+    logging.getLogger("cli_app").warning("flopping: %s", reason)
+    raise ValueError(reason)
+
+
+@app.workflow()
+async def failing(ctx: td.Context, reason: str) -> None:
+    await ctx.step(flop, reason)

@@ -129,3 +129,42 @@ async def test_a_bad_gc_setting_is_a_usage_error(tmp_path: Path) -> None:
         async with cli_process(_engine_args(store, "--gc", value)) as engine:
             assert await engine.exited() == 2
         assert "Invalid value for '--gc': give one to three whole numbers" in engine.output
+
+
+async def test_json_logs_are_one_object_per_line_naming_run_and_step(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    args = _engine_args(store, "--engine-id", "cli-engine-json", "--log-format", "json")
+    async with cli_process(args) as engine:
+        await engine.wait_for("engine cli-engine-json ready")
+        await start_runs(store, [("flops-1", "failing", ("no luck",))])
+        await wait_for_runs(store, ["flops-1"], statuses=("failed",))
+        await engine.wait_for("run 'flops-1' (workflow 'failing') failed")
+        assert await engine.stop(signal.SIGTERM) == 0
+    records = [json.loads(line) for line in engine.lines if line.strip()]
+    assert all(
+        {"time", "level", "logger", "message"} <= record.keys()
+        and record["time"].endswith("+00:00")
+        for record in records
+    )
+    by_message = {record["message"].split(":")[0]: record for record in records}
+    # The step's own record, named by the step it ran in.
+    assert by_message["flopping"] == {
+        "time": by_message["flopping"]["time"],
+        "level": "WARNING",
+        "logger": "cli_app",
+        "message": "flopping: no luck",
+        "run_id": "flops-1",
+        "workflow": "failing",
+        "step": "flop",
+    }
+    # The engine's: the failed attempt, one line, no traceback at WARNING.
+    [attempt] = [r for r in records if r["message"].startswith("step 'flop' of run 'flops-1'")]
+    assert (attempt["level"], attempt["run_id"], attempt["step"]) == ("WARNING", "flops-1", "flop")
+    assert "exception" not in attempt
+    [ended] = [r for r in records if r["message"].startswith("run 'flops-1'")]
+    assert (ended["level"], ended["workflow"]) == ("ERROR", "failing")
+    # The operator's lines too.
+    assert any(
+        r["message"].startswith("engine cli-engine-json ready: app cli-test") for r in records
+    )
+    assert {"engine cli-engine-json stopped"} <= {r["message"] for r in records}

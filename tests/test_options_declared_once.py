@@ -202,7 +202,13 @@ def _engine_flags() -> dict[str, Any]:
 def test_the_engine_command_has_the_declared_flags_and_no_others() -> None:
     flags = _engine_flags()
     declared = {o.declared.cli: o for o in engine_options().values() if o.declared.cli}
-    assert set(flags) - declared.keys() == {"--drain-timeout", "--migrate", "--gc", "--log-level"}
+    assert set(flags) - declared.keys() == {
+        "--drain-timeout",
+        "--migrate",
+        "--gc",
+        "--log-level",
+        "--log-format",
+    }
     for flag, option in declared.items():
         param = flags[flag]
         assert param.name == option.name, flag

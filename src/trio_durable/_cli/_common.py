@@ -233,30 +233,47 @@ def log_level_option(fn: F) -> F:
 
 
 @contextmanager
-def logging_to_stderr(level: str) -> Iterator[None]:
+def logging_to_stderr(level: str, formatter: logging.Formatter | None = None) -> Iterator[None]:
     """While the block runs, log records of ``level`` and above (the
     engine's, the app's, the client libraries') to stderr, one line each
-    with its time: what a process under a supervisor should write."""
+    with its time (or as ``formatter`` writes them: ``--log-format``,
+    `_log_lines`): what a process under a supervisor should write."""
+    global _said_as
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        formatter or logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     root = logging.getLogger()
-    was = root.level
+    was, said_as = root.level, _said_as
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # The operator's lines (`say`) are records of the same format too.
+    _said_as = formatter
     try:
         yield
     finally:
         # Undone for a command run in process (tests, a caller of main()).
         root.removeHandler(handler)
         root.setLevel(was)
+        _said_as = said_as
+
+
+_said_as: logging.Formatter | None = None
+"""The formatter `say` writes its lines with, if not plain text."""
 
 
 # -- output --------------------------------------------------------------------
 
 
 def say(message: str) -> None:
-    """A line for the operator on stderr (readiness, draining, stopping)."""
-    click.echo(f"trio-durable: {message}", err=True)
+    """A line for the operator on stderr (readiness, draining, stopping):
+    ``trio-durable: <message>``, or, with ``--log-format json``, a record
+    of the ``trio_durable`` logger at INFO in that format."""
+    if _said_as is None:
+        click.echo(f"trio-durable: {message}", err=True)
+        return
+    record = logging.LogRecord("trio_durable", logging.INFO, __file__, 0, message, None, None)
+    click.echo(_said_as.format(record), err=True)
 
 
 def print_json(document: Any) -> None:

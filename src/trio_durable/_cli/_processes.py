@@ -50,6 +50,7 @@ from ._common import (
     shown,
     store_option,
 )
+from ._log_lines import formatter, log_format_option
 from ._signing_env import signing_from_env
 from ._values import whole
 
@@ -246,6 +247,7 @@ def engine_option_flags(command: F) -> F:
 )
 @gc_option
 @log_level_option
+@log_format_option
 def engine_command(
     app_spec: str,
     store: str | None,
@@ -254,6 +256,7 @@ def engine_command(
     migrate: bool,
     gc_thresholds: tuple[int, ...] | None,
     log_level: str,
+    log_format: str,
     **options: Any,
 ) -> None:
     """Run an engine for the App MODULE:APP until SIGTERM or SIGINT.
@@ -277,7 +280,7 @@ def engine_command(
     signing = signing_from_env()
     if not migrate:
         trio.run(refuse_older, store, "`trio-durable engine` without --migrate")
-    with logging_to_stderr(log_level), collector(gc_thresholds) as collected:
+    with logging_to_stderr(log_level, formatter(log_format)), collector(gc_thresholds) as collected:
         trio.run(
             _serve_engine,
             app,
@@ -374,6 +377,7 @@ async def _serve_until_signalled(
 @drain_timeout_option("Seconds to finish the steps in flight after SIGTERM or SIGINT.")
 @gc_option
 @log_level_option
+@log_format_option
 def worker_command(
     app_spec: str,
     broker: str | None,
@@ -387,6 +391,7 @@ def worker_command(
     drain_timeout: float,
     gc_thresholds: tuple[int, ...] | None,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run a worker for the remote steps of MODULE:APP until SIGTERM or SIGINT.
 
@@ -404,7 +409,7 @@ def worker_command(
         raise click.UsageError("give the group routes to serve: --groups GROUP")
     app = load_app(app_spec)
     signing = signing_from_env()
-    with logging_to_stderr(log_level), collector(gc_thresholds) as collected:
+    with logging_to_stderr(log_level, formatter(log_format)), collector(gc_thresholds) as collected:
         trio.run(
             _serve_worker,
             app,

@@ -416,6 +416,7 @@ class Worker:
                 # The traceback travels in the result, to the history; the
                 # log shows it only when asked for everything.
                 exc_info=exc if logger.isEnabledFor(logging.DEBUG) else None,
+                extra={"run_id": task.run_id, "workflow": task.workflow, "step": step.name},
             )
             return result(
                 "failed",

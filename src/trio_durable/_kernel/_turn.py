@@ -498,6 +498,7 @@ def _log_failed_run(run: Run, status: RunStatus, error: ErrorInfo) -> None:
         "" if error.step is None else f" in step {error.step!r}",
         error.message,
         "" if error.traceback is None else "\n" + error.traceback.rstrip("\n"),
+        extra={"run_id": run.id, "workflow": run.workflow, "step": error.step},
     )
 
 

@@ -156,6 +156,7 @@ async def execute(
                 # The traceback is in the history; the log shows it only
                 # when asked for everything (a retried failure is routine).
                 exc_info=exc if logger.isEnabledFor(logging.DEBUG) else None,
+                extra={"run_id": run.id, "workflow": run.workflow, "step": step.name},
             )
             replay.emit(
                 "step.failed",
