@@ -208,6 +208,7 @@ def test_the_engine_command_has_the_declared_flags_and_no_others() -> None:
         "--gc",
         "--log-level",
         "--log-format",
+        "--http",
     }
     for flag, option in declared.items():
         param = flags[flag]
@@ -227,7 +228,11 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
     received: dict[str, Any] = {}
 
     async def serve(
-        app: td.App, options: dict[str, Any], drain_timeout: float, collected: str
+        app: td.App,
+        options: dict[str, Any],
+        drain_timeout: float,
+        collected: str,
+        http_address: tuple[str, int] | None,
     ) -> None:
         received.update(options)
         # open_engine would take them as they are.

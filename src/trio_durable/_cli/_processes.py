@@ -50,6 +50,7 @@ from ._common import (
     shown,
     store_option,
 )
+from ._http_face import Readiness, http_option, serve_http_face
 from ._log_lines import formatter, log_format_option
 from ._signing_env import signing_from_env
 from ._values import whole
@@ -245,6 +246,7 @@ def engine_option_flags(command: F) -> F:
     help="Upgrade a store whose schema is older than this trio-durable's (as `trio-durable"
     " migrate` does) instead of refusing it; each step is logged at WARNING.",
 )
+@http_option("its store and broker answer, and it is not draining")
 @gc_option
 @log_level_option
 @log_format_option
@@ -254,6 +256,7 @@ def engine_command(
     broker: str,
     drain_timeout: float,
     migrate: bool,
+    http_address: tuple[str, int] | None,
     gc_thresholds: tuple[int, ...] | None,
     log_level: str,
     log_format: str,
@@ -295,27 +298,44 @@ def engine_command(
             },
             drain_timeout,
             collected,
+            http_address,
         )
 
 
 async def _serve_engine(
-    app: App, options: dict[str, Any], drain_timeout: float, collected: str
+    app: App,
+    options: dict[str, Any],
+    drain_timeout: float,
+    collected: str,
+    http_address: tuple[str, int] | None = None,
 ) -> None:
     options = with_blobs_from_env(options)
     # The receiver is open before the engine: a signal that comes while it
     # opens is kept, and the engine drains as soon as it is open.
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
-        async with open_engine(app, **options) as engine:
+        async with open_engine(app, **options) as engine, trio.open_nursery() as nursery:
+
+            async def probe() -> None:
+                await engine.store.get_run("trio-durable-readyz")
+                await engine.broker.worker_groups()
+
+            readiness = Readiness(probe)
+            http = ""
+            if http_address is not None:
+                url = await nursery.start(serve_http_face, readiness, engine.metrics, http_address)
+                http = f", http {url}"
             await _serve_until_signalled(
                 f"engine {engine.engine_id}",
                 f"app {app.name}, store {shown(options['store'])},"
                 f" broker {shown(options['broker'])}, serving {_list(options['serve'])},"
-                f" {collected}",
+                f" {collected}{http}",
                 engine.drain,
                 "its runs' leases are given back",
                 signals,
                 drain_timeout,
+                readiness,
             )
+            nursery.cancel_scope.cancel()
         say(f"engine {engine.engine_id} stopped")
 
 
@@ -326,11 +346,15 @@ async def _serve_until_signalled(
     undrained: str,
     signals: AsyncIterator[int],
     drain_timeout: float,
+    readiness: Readiness | None = None,
 ) -> None:
     """Say the process is ready, wait for SIGTERM or SIGINT, then drain for
-    at most ``drain_timeout`` seconds (see `_drain`)."""
+    at most ``drain_timeout`` seconds (see `_drain`); ``readiness`` (its
+    `/readyz`) says it is not ready from the signal on."""
     say(f"{name} ready: {ready}")
     received = await _next_signal(signals)
+    if readiness is not None:
+        readiness.draining = True
     say(f"{name} draining ({received}), for at most {drain_timeout:g} s")
     cut_short = await _drain(drain, signals, drain_timeout)
     if cut_short is not None:
@@ -375,6 +399,7 @@ async def _serve_until_signalled(
     help="Deliveries of one task after which it is failed as poison.",
 )
 @drain_timeout_option("Seconds to finish the steps in flight after SIGTERM or SIGINT.")
+@http_option("its broker answers, and it is not draining")
 @gc_option
 @log_level_option
 @log_format_option
@@ -389,6 +414,7 @@ def worker_command(
     ttl: float,
     max_deliveries: int,
     drain_timeout: float,
+    http_address: tuple[str, int] | None,
     gc_thresholds: tuple[int, ...] | None,
     log_level: str,
     log_format: str,
@@ -426,25 +452,43 @@ def worker_command(
             },
             drain_timeout,
             collected,
+            http_address,
         )
 
 
 async def _serve_worker(
-    app: App, options: dict[str, Any], drain_timeout: float, collected: str
+    app: App,
+    options: dict[str, Any],
+    drain_timeout: float,
+    collected: str,
+    http_address: tuple[str, int] | None = None,
 ) -> None:
     options = with_blobs_from_env(options)
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
-        async with open_worker(app, **options) as worker:
+        async with open_worker(app, **options) as worker, trio.open_nursery() as nursery:
+
+            async def probe() -> None:
+                # A round trip to the broker (a read may be served from
+                # what the adapter holds): announce again, as a heartbeat.
+                await worker.announce()
+
+            readiness = Readiness(probe)
+            http = ""
+            if http_address is not None:
+                url = await nursery.start(serve_http_face, readiness, worker.metrics, http_address)
+                http = f", http {url}"
             await _serve_until_signalled(
                 f"worker {worker.instance_id}",
                 f"app {app.name}, broker {shown(options['broker'])},"
                 f" groups {_list(worker.routes)}, capabilities {_list(options['capabilities'])},"
-                f" {collected}",
+                f" {collected}{http}",
                 worker.wait_idle,
                 "the tasks of its unfinished steps go back to the broker",
                 signals,
                 drain_timeout,
+                readiness,
             )
+            nursery.cancel_scope.cancel()
         say(f"worker {worker.instance_id} stopped")
 
 

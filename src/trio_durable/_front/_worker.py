@@ -28,7 +28,7 @@ from .._base._current import StepInfo, call_step
 from .._base._exceptions import FatalError, SerializationError, UnknownWorkflowError
 from .._base._failures import error_info
 from .._base._keyring import Keyring
-from .._base._observe import Metrics
+from .._base._observe import Event, Metrics
 from .._base._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
 from .._brokers._base import (
     Broker,
@@ -129,6 +129,8 @@ class Worker:
         self._tracing = tracing
         self._traceback_limit = traceback_limit
         self._metrics = Metrics()
+        # The step attempts it ran (`_count_step`): in its own registry only.
+        self._step_metrics = Metrics()
         self._registry: CollectorRegistry | None = None
         self._max_deliveries = max_deliveries
         self._rng = rng
@@ -182,7 +184,7 @@ class Worker:
         if self._registry is None:
             from ._prometheus import metrics_registry
 
-            self._registry = metrics_registry(lambda: [self._metrics])
+            self._registry = metrics_registry(lambda: [self._metrics, self._step_metrics])
         return self._registry
 
     @property
@@ -387,6 +389,7 @@ class Worker:
                 code="unknown_step",
                 retryable=False,
             )
+        self._count_step(task, "step.started")
         try:
             with self._tracing.span(
                 f"execute {step.name}",
@@ -398,6 +401,7 @@ class Worker:
                 output = _serde.dumps(value)
         except Exception as exc:
             self._stats.failed += 1
+            self._count_step(task, "step.failed", self._clock.now() - started_at)
             info = error_info(exc, step=step.name, traceback_limit=self._traceback_limit)
             code = info.code
             if isinstance(exc, TimeoutError) and code is None:
@@ -428,7 +432,29 @@ class Worker:
                 traceback=info.traceback,
             )
         self._stats.completed += 1
+        self._count_step(task, "step.completed", self._clock.now() - started_at)
         return result("completed", output=output)
+
+    def _count_step(
+        self,
+        task: Task,
+        kind: Literal["step.started", "step.completed", "step.failed"],
+        duration: float = 0.0,
+    ) -> None:
+        """Count a step attempt this worker ran in its own metrics (a
+        worker process's ``/metrics``; an engine counts its embedded
+        worker's steps from its events instead)."""
+        self._step_metrics.count(
+            Event(
+                kind=kind,
+                run_id=task.run_id,
+                workflow=task.workflow,
+                at=self._clock.now(),
+                seq=task.seq,
+                name=task.step,
+                data={} if kind == "step.started" else {"duration": duration},
+            )
+        )
 
     async def _decide(self, task: Task, result: Callable[..., Result], redelivered: bool) -> Result:
         """Decide a remote workflow's turn (see `_decide`). A task the
