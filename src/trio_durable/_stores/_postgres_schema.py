@@ -404,8 +404,11 @@ def migrate(conn: psycopg.Connection[Any], schema: str | None, masked: str) -> N
             " applied_at timestamptz NOT NULL DEFAULT now())"
         )
         # Another process may have migrated while we waited for the lock.
-        for version in range(check(_current_version(conn)), SCHEMA_VERSION):
-            if version:  # version 0 is a new schema, created whole
+        found = check(_current_version(conn))
+        for version in range(found, SCHEMA_VERSION):
+            # A new schema (version 0) is created by the same steps: only an
+            # older one's upgrade is told.
+            if found:
                 logger.warning(
                     "upgrading the PostgreSQL store at %s from schema version %d to %d",
                     masked,
