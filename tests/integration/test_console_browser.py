@@ -278,16 +278,19 @@ def drive_breakpoints(url: str, engine: td.Engine, images: Path) -> None:
         row = f"//table[contains(@class, 'paused-runs')]//tr[td/a[text()='{run_id}']]"
         return driver.find_element(By.XPATH, row).find_element(By.CSS_SELECTOR, css)
 
-    def click(run_id: str, css: str) -> None:
+    def act(run_id: str, css: str, action: Callable[[WebElement], None]) -> None:
         # The page may swap its content (live refresh) between finding
-        # the button and clicking it: find it again then.
+        # the element and acting on it: find it again then.
         for _ in range(5):
             try:
-                in_row(run_id, css).click()
+                action(in_row(run_id, css))
                 return
             except StaleElementReferenceException:
                 continue
         raise AssertionError(f"{css} of {run_id} kept going stale")
+
+    def click(run_id: str, css: str) -> None:
+        act(run_id, css, lambda element: element.click())
 
     try:
         driver.get(f"{url}/breakpoints")
@@ -310,7 +313,11 @@ def drive_breakpoints(url: str, engine: td.Engine, images: Path) -> None:
         click("pack-a", 'form[data-action="continue"] button')
         wait_for_text("#flash.ok", "continue: accepted")
         # Typing keeps the page from refreshing under the field.
-        in_row("pack-b", 'form[data-action="skip"] textarea').send_keys('"packed by hand"')
+        act(
+            "pack-b",
+            'form[data-action="skip"] textarea',
+            lambda element: element.send_keys('"packed by hand"'),
+        )
         click("pack-b", 'form[data-action="skip"] button')
         wait_for_text("#flash.ok", "skip: accepted")
         wait_for_text("main", "No run is paused.")
