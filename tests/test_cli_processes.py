@@ -10,7 +10,11 @@ import re
 import signal
 from pathlib import Path
 
+import trio
+
+import trio_durable as td
 from cli_processes import ROOT, cli_process, read_runs, start_runs, wait_for_runs
+from test_cli import invoke
 
 
 def _engine_args(store: str, *more: str) -> list[str]:
@@ -168,3 +172,41 @@ async def test_json_logs_are_one_object_per_line_naming_run_and_step(tmp_path: P
         r["message"].startswith("engine cli-engine-json ready: app cli-test") for r in records
     )
     assert {"engine cli-engine-json stopped"} <= {r["message"] for r in records}
+
+
+async def test_the_engine_prunes_as_its_retention_flag_says(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    args = _engine_args(
+        store, "--engine-id", "cli-engine-prune", "--retention", "completed=0.5s,interval=0.2s"
+    )
+    async with cli_process(args) as engine:
+        await engine.wait_for("engine cli-engine-prune ready")
+        await start_runs(store, [("pruned-1", "hello", ("p",)), ("kept-1", "lingering", (3600.0,))])
+        await wait_for_runs(store, ["pruned-1"])
+        async with td.open_store(store) as opened:
+            # Polled: another process deletes it.
+            with trio.fail_after(30):
+                while True:
+                    if await opened.get_run("pruned-1") is None:
+                        break
+                    await trio.sleep(0.1)
+            # What has not ended stays.
+            assert await opened.get_run("kept-1") is not None
+        assert await engine.stop(signal.SIGKILL) != 0
+
+
+def test_a_bad_retention_is_a_usage_error(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'x.db'}"
+    for value, said in [
+        ("completed", "give NAME=AGE pairs"),
+        ("finished=7d", "'finished' is not one of completed, failed"),
+        ("completed=soon", "is not an age like 90s"),
+        ("completed=7d,completed=1d", "completed is given twice"),
+        ("batch=0", "batch must be a whole number of at least 1"),
+        ("interval=forever", "is not an age like 90s"),
+    ]:
+        result = invoke(
+            ["engine", "cli_app:app", "--store", store, "--serve", "cli", "--retention", value]
+        )
+        assert result.exit_code == 2, (value, result.output)
+        assert said in result.stderr, (value, result.stderr)

@@ -261,6 +261,8 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
         "gpu",
         "--remote-redispatch",
         "300,2",
+        "--retention",
+        "completed=7d, failed=30d,events=forever,batch=50",
     ]
     result = CliRunner(env={"TRIO_DURABLE_BROKER": None}).invoke(cli, args)
     assert result.exit_code == 0, result.output
@@ -274,6 +276,7 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
         "worker_concurrency": 3,
         "capabilities": ("gpu",),
         "remote_redispatch": (300.0, 2),
+        "retention": td.Retention(completed=7 * 86400, failed=30 * 86400, events=None, batch=50),
         "codec": None,
         "signing": None,
     }

@@ -53,7 +53,7 @@ from ._common import (
 from ._http_face import Readiness, http_option, serve_http_face
 from ._log_lines import formatter, log_format_option
 from ._signing_env import signing_from_env
-from ._values import whole
+from ._values import RetentionSpec, whole
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -206,6 +206,13 @@ _ENGINE_FLAGS: Final[dict[str, dict[str, Any]]] = {
         "metavar": "NAME",
         "callback": _names,
         "help": "What the worker inside the engine offers to steps with requires= (with --serve).",
+    },
+    "retention": {
+        "type": RetentionSpec(),
+        "help": "Prune ended runs and event records older than an age per name, as"
+        " td.Retention: completed, failed, cancelled, dead, events (an age like 90s, 15m,"
+        " 12h, 7d, 2w, or forever), interval (an age), batch (a whole number); say"
+        " completed=7d,failed=30d. Off by default: every run is kept.",
     },
     "remote_redispatch": {
         "metavar": "SECONDS,MAXIMUM",

@@ -15,6 +15,8 @@ from typing import Any, Final
 import click
 
 from .._base._bounds import MAX_INTEGER, is_finite, shown
+from .._base._exceptions import UsageError
+from .._kernel._views import Retention
 from .._payloads._stored_payloads import payload_for_people
 
 _AGE: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)")
@@ -153,3 +155,45 @@ def decoded(text: str | None) -> Any:
     """A stored JSON text (a run's input or output) as its value, or what
     its mark says of it if it was read without its codec or blob store."""
     return payload_for_people(text)
+
+
+_RETENTION_AGES: Final = ("completed", "failed", "cancelled", "dead", "events", "interval")
+_FOREVER: Final = ("forever", "keep", "none")
+
+
+class RetentionSpec(click.ParamType[Retention]):
+    """``--retention completed=7d,failed=30d,...``: a `Retention` of the
+    given names (``completed``, ``failed``, ``cancelled``, ``dead``,
+    ``events``: an age, or ``forever``; ``interval``: an age; ``batch``: a
+    whole number), the rest as `Retention`'s defaults."""
+
+    name = "NAME=AGE,..."
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Retention:
+        if isinstance(value, Retention):
+            return value
+        given: dict[str, Any] = {}
+        for part in str(value).split(","):
+            name, equals, text = (piece.strip() for piece in part.partition("="))
+            name = name.lower()
+            if not equals or not name or not text:
+                self.fail(f"give NAME=AGE pairs separated by commas, not {shown(part)}", param, ctx)
+            if name in given:
+                self.fail(f"{name} is given twice", param, ctx)
+            if name == "batch":
+                if not text.isdigit() or int(text) < 1:
+                    self.fail(f"batch must be a whole number of at least 1, not {shown(text)}")
+                given[name] = int(text)
+            elif name not in _RETENTION_AGES:
+                known = ", ".join((*_RETENTION_AGES, "batch"))
+                self.fail(f"{shown(name)} is not one of {known}", param, ctx)
+            elif text.lower() in _FOREVER and name != "interval":
+                given[name] = None
+            else:
+                given[name] = Age().convert(text, param, ctx).total_seconds()
+        try:
+            return Retention(**given)
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)

@@ -356,7 +356,10 @@ class EngineOptions:
             " `interval` seconds, in a task of the engine's nursery"
             " ([queries.md](queries.md#retention); every kind of record in"
             " [operations.md](operations.md#retention-what-the-store-keeps-and-what-removes-it))."
-            " None keeps every run and every record.",
+            " None keeps every run and every record. `trio-durable engine --retention"
+            " completed=7d,failed=30d,...` (the same names; ages like `90s`, `15m`, `12h`, `7d`,"
+            " `2w`, or `forever`).",
+            cli="--retention",
         ),
     )
     tracing: bool | TracerProvider = attrs.field(
