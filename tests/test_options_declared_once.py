@@ -209,6 +209,7 @@ def test_the_engine_command_has_the_declared_flags_and_no_others() -> None:
         "--log-level",
         "--log-format",
         "--http",
+        "--tracing",
     }
     for flag, option in declared.items():
         param = flags[flag]
@@ -276,6 +277,7 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
         "worker_concurrency": 3,
         "capabilities": ("gpu",),
         "remote_redispatch": (300.0, 2),
+        "tracing": False,
         "retention": td.Retention(completed=7 * 86400, failed=30 * 86400, events=None, batch=50),
         "codec": None,
         "signing": None,

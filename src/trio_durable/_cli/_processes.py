@@ -19,8 +19,9 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Final
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import click
@@ -53,7 +54,11 @@ from ._common import (
 from ._http_face import Readiness, http_option, serve_http_face
 from ._log_lines import formatter, log_format_option
 from ._signing_env import signing_from_env
+from ._tracing_env import tracer_provider
 from ._values import RetentionSpec, whole
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -119,6 +124,31 @@ def drain_timeout_option(help_text: str) -> Callable[[F], F]:
 
 def _list(values: Sequence[str]) -> str:
     return ", ".join(values) or "none"
+
+
+def tracing_option(fn: F) -> F:
+    """``--tracing``: OpenTelemetry spans, the SDK configured from the
+    ``OTEL_*`` environment variables (`_tracing_env`)."""
+    option = click.option(
+        "--tracing",
+        is_flag=True,
+        help="Send OpenTelemetry spans, the SDK configured from the OTEL_* environment"
+        " variables (OTEL_TRACES_EXPORTER otlp, console or none; OTEL_EXPORTER_OTLP_ENDPOINT;"
+        " OTEL_SERVICE_NAME). Needs the otel-sdk extra.",
+    )
+    wrapped: F = option(fn)
+    return wrapped
+
+
+@contextmanager
+def traced(tracing: bool, service: str) -> Iterator[TracerProvider | bool]:
+    """The ``tracing`` option of `open_engine` or `open_worker`: an SDK
+    tracer provider from the environment with ``--tracing``, else False."""
+    if not tracing:
+        yield False
+        return
+    with tracer_provider(service) as provider:
+        yield provider
 
 
 # -- engine --------------------------------------------------------------------
@@ -254,6 +284,7 @@ def engine_option_flags(command: F) -> F:
     " migrate` does) instead of refusing it; each step is logged at WARNING.",
 )
 @http_option("its store and broker answer, and it is not draining")
+@tracing_option
 @gc_option
 @log_level_option
 @log_format_option
@@ -264,6 +295,7 @@ def engine_command(
     drain_timeout: float,
     migrate: bool,
     http_address: tuple[str, int] | None,
+    tracing: bool,
     gc_thresholds: tuple[int, ...] | None,
     log_level: str,
     log_format: str,
@@ -290,7 +322,11 @@ def engine_command(
     signing = signing_from_env()
     if not migrate:
         trio.run(refuse_older, store, "`trio-durable engine` without --migrate")
-    with logging_to_stderr(log_level, formatter(log_format)), collector(gc_thresholds) as collected:
+    with (
+        logging_to_stderr(log_level, formatter(log_format)),
+        collector(gc_thresholds) as collected,
+        traced(tracing, "trio-durable-engine") as provider,
+    ):
         trio.run(
             _serve_engine,
             app,
@@ -302,6 +338,7 @@ def engine_command(
                 **options,
                 "codec": env_codec(),
                 "signing": signing,
+                "tracing": provider,
             },
             drain_timeout,
             collected,
@@ -407,6 +444,7 @@ async def _serve_until_signalled(
 )
 @drain_timeout_option("Seconds to finish the steps in flight after SIGTERM or SIGINT.")
 @http_option("its broker answers, and it is not draining")
+@tracing_option
 @gc_option
 @log_level_option
 @log_format_option
@@ -422,6 +460,7 @@ def worker_command(
     max_deliveries: int,
     drain_timeout: float,
     http_address: tuple[str, int] | None,
+    tracing: bool,
     gc_thresholds: tuple[int, ...] | None,
     log_level: str,
     log_format: str,
@@ -442,7 +481,11 @@ def worker_command(
         raise click.UsageError("give the group routes to serve: --groups GROUP")
     app = load_app(app_spec)
     signing = signing_from_env()
-    with logging_to_stderr(log_level, formatter(log_format)), collector(gc_thresholds) as collected:
+    with (
+        logging_to_stderr(log_level, formatter(log_format)),
+        collector(gc_thresholds) as collected,
+        traced(tracing, "trio-durable-worker") as provider,
+    ):
         trio.run(
             _serve_worker,
             app,
@@ -456,6 +499,7 @@ def worker_command(
                 "ttl": ttl,
                 "max_deliveries": max_deliveries,
                 "signing": signing,
+                "tracing": provider,
             },
             drain_timeout,
             collected,
