@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cli_processes import cli_process, start_runs, wait_for_runs
@@ -109,3 +110,38 @@ def test_a_bad_http_address_is_a_usage_error(tmp_path: Path) -> None:
         )
         assert result.exit_code == 2, (value, result.output)
         assert "give HOST:PORT" in one_error_line(result)
+
+
+async def test_a_worker_opened_from_python_serves_its_face() -> None:
+    import trio_durable as td
+    from cli_app import app
+
+    broker = td.MemoryBroker()
+    async with (
+        td.open_engine(app, store="memory://", broker=broker) as engine,
+        httpx.AsyncClient() as http,
+    ):
+        async with td.open_worker(app, broker=broker, groups=["cli"], http="127.0.0.1:0") as worker:
+            url = worker.http_url
+            assert url is not None
+            assert url.startswith("http://127.0.0.1:")
+            assert (await http.get(f"{url}/readyz")).json() == {"status": "ready"}
+            run = await engine.start("doubled", 5)
+            assert (await engine.result(run.id)).startswith("10 from ")
+            steps = _samples((await http.get(f"{url}/metrics")).text, "trio_durable_steps_total")
+            assert steps[(("event", "completed"), ("step", "double"))] == 1
+            worker.readiness.draining = True
+            assert (await http.get(f"{url}/readyz")).status_code == 503
+        # Gone with the block.
+        with pytest.raises(httpx.ConnectError):
+            await http.get(f"{url}/healthz")
+
+
+async def test_a_bad_http_address_of_open_worker_is_a_usage_error() -> None:
+    import trio_durable as td
+    from cli_app import app
+
+    for value in ("9464", ("127.0.0.1", 70000), ("", 1), ("h", True), 9464):
+        with pytest.raises(td.UsageError, match="http takes HOST:PORT"):
+            async with td.open_worker(app, broker="memory://", groups=["cli"], http=value):  # type: ignore[arg-type]
+                pass  # pragma: no cover - refused

@@ -28,6 +28,7 @@ import click
 import trio
 
 from .._front._app import App
+from .._front._health import Readiness, serve_http_face
 from .._front._open_worker import open_worker
 from .._kernel._engine_options import EngineOptions
 from .._kernel._options import DEFAULT_MAX_DELIVERIES
@@ -51,7 +52,7 @@ from ._common import (
     shown,
     store_option,
 )
-from ._http_face import Readiness, http_option, serve_http_face
+from ._http_face import http_option
 from ._log_lines import formatter, log_format_option
 from ._signing_env import signing_from_env
 from ._tracing_env import tracer_provider
@@ -516,18 +517,8 @@ async def _serve_worker(
 ) -> None:
     options = with_blobs_from_env(options)
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
-        async with open_worker(app, **options) as worker, trio.open_nursery() as nursery:
-
-            async def probe() -> None:
-                # A round trip to the broker (a read may be served from
-                # what the adapter holds): announce again, as a heartbeat.
-                await worker.announce()
-
-            readiness = Readiness(probe)
-            http = ""
-            if http_address is not None:
-                url = await nursery.start(serve_http_face, readiness, worker.metrics, http_address)
-                http = f", http {url}"
+        async with open_worker(app, **options, http=http_address) as worker:
+            http = "" if worker.http_url is None else f", http {worker.http_url}"
             await _serve_until_signalled(
                 f"worker {worker.instance_id}",
                 f"app {app.name}, broker {shown(options['broker'])},"
@@ -537,9 +528,8 @@ async def _serve_worker(
                 "the tasks of its unfinished steps go back to the broker",
                 signals,
                 drain_timeout,
-                readiness,
+                worker.readiness,
             )
-            nursery.cancel_scope.cancel()
         say(f"worker {worker.instance_id} stopped")
 
 

@@ -33,6 +33,7 @@ from ._descriptor import check_group_routes
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
+from ._health import check_address, serve_http_face
 from ._worker import Worker
 
 logger = logging.getLogger("trio_durable")
@@ -57,6 +58,7 @@ async def open_worker(
     blobs: BlobStore | str | os.PathLike[str] | None = None,
     blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
     signing: Keyring | None = None,
+    http: tuple[str, int] | str | None = None,
 ) -> AsyncIterator[Worker]:
     """Run a worker for ``groups`` until the block exits.
 
@@ -97,12 +99,20 @@ async def open_worker(
       blob_threshold: See ``blobs``.
       signing: Sign every result with the ring's current key, and run only
         tasks signed by a key of the ring (docs/message-signing.md).
+      http: Serve ``/healthz``, ``/readyz`` and ``/metrics`` on this
+        address, ``(host, port)`` or ``"host:port"`` (port 0: any free one;
+        the URL is `Worker.http_url`) while the worker is open:
+        ``/readyz`` answers 503 with a reason while the broker fails or
+        does not answer within 2 s (the worker announces itself again,
+        a round trip), and from when the block starts to exit
+        (docs/operations.md).
 
     Raises:
       UsageError: A group is unknown or malformed, an option is out of
         range, or ``tracing`` is asked for without opentelemetry-api.
       InvalidURLError: The broker URL is malformed.
     """
+    address = None if http is None else check_address(http)
     routes = check_group_routes(app, groups, "groups")
     if not routes:
         raise UsageError("a worker needs at least one group to serve")
@@ -152,9 +162,15 @@ async def open_worker(
             await worker.announce()
             if worker.heartbeats:
                 nursery.start_soon(worker.heartbeat, name="trio_durable heartbeat")
+            if address is not None:
+                worker.http_url = await nursery.start(
+                    serve_http_face, worker.readiness, worker.metrics, address
+                )
             try:
                 yield worker
             finally:
+                # Not ready from the moment it starts to leave.
+                worker.readiness.draining = True
                 with trio.move_on_after(5) as cleanup:
                     cleanup.shield = True
                     try:

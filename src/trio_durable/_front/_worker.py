@@ -53,6 +53,7 @@ from .._wire._signing import SignatureRejected, count_rejection, open_signed
 from .._wire._tracing import DISABLED, Tracing, attributes
 from ._app import App, Step
 from ._descriptor import describe
+from ._health import Readiness
 from ._result_publisher import Outcome, ResultPublisher
 
 if TYPE_CHECKING:
@@ -104,6 +105,11 @@ class Worker:
       heartbeats: Whether it re-announces itself every ``heartbeat``
         seconds (the broker's `Broker.needs_heartbeat`), or announced
         itself until it withdraws.
+      http_url: Where it serves ``/healthz``, ``/readyz`` and ``/metrics``
+        (``open_worker(http=...)``), or None.
+      readiness: What its ``/readyz`` answers from; set its ``draining``
+        to answer 503 before the worker leaves (the ``worker`` command
+        does at the first signal).
     """
 
     def __init__(
@@ -129,6 +135,11 @@ class Worker:
         self._tracing = tracing
         self._traceback_limit = traceback_limit
         self._metrics = Metrics()
+        # What its `/readyz` answers (`open_worker(http=...)`): a round trip
+        # to the broker.
+        self.readiness = Readiness(self.announce)
+        # The URL of its health, readiness and metrics, when served.
+        self.http_url: str | None = None
         # The step attempts it ran (`_count_step`): in its own registry only.
         self._step_metrics = Metrics()
         self._registry: CollectorRegistry | None = None

@@ -1,0 +1,149 @@
+"""What a supervisor and Prometheus ask a process over HTTP: the face of
+``open_worker(http=...)`` and of ``trio-durable engine|worker --http``.
+
+- ``GET /healthz``: 200 ``{"status": "alive"}`` while the process serves
+  (a liveness probe: it answers from the process's own Trio loop).
+- ``GET /readyz``: 200 ``{"status": "ready"}``, or 503 ``{"status": "not
+  ready", "reason": ...}`` while the process drains (from the first
+  SIGTERM or SIGINT on, before it stops taking work), or when what it
+  needs does not answer within `PROBE_TIMEOUT` seconds or fails: an
+  engine reads its store and asks its broker for the live workers' groups
+  (which an adapter may answer from what it holds); a worker announces
+  itself again, a round trip to its broker.
+- ``GET /metrics``: the engine's or worker's own registry, in Prometheus's
+  text format.
+
+Served by hypercorn on Trio in the process's nursery, as the console is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, final
+
+import trio
+
+from .._base._exceptions import StoreError, UsageError
+from .._brokers._base import BrokerError
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+PROMETHEUS_TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
+"""What `/metrics` is: `Engine.metrics` and `Worker.metrics` write
+Prometheus's text format 0.0.4 (as the console's `/metrics` says too)."""
+
+PROBE_TIMEOUT: Final = 2.0
+"""Seconds `/readyz` waits for the store's and the broker's answers."""
+
+Probe = Callable[[], Awaitable[None]]
+"""Raises (`StoreError`, `BrokerError`) when what the process needs fails."""
+
+
+@final
+class Readiness:
+    """Whether the process takes work: not while it drains, nor while a
+    probe of what it needs fails or does not answer."""
+
+    def __init__(self, probe: Probe) -> None:
+        self.draining = False
+        self._probe = probe
+
+    async def reason(self) -> str | None:
+        """Why the process is not ready, or None if it is."""
+        if self.draining:
+            return "draining: the process stops taking work"
+        with trio.move_on_after(PROBE_TIMEOUT):
+            try:
+                await self._probe()
+            except (StoreError, BrokerError) as exc:
+                return str(exc)
+            return None
+        return f"the store or the broker did not answer within {PROBE_TIMEOUT:g} s"
+
+
+def http_face(readiness: Readiness, metrics: Callable[[], str]) -> Starlette:
+    """The ASGI app of `/healthz`, `/readyz` and `/metrics`."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "alive"})
+
+    async def readyz(request: Request) -> Response:
+        reason = await readiness.reason()
+        if reason is None:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
+
+    async def scrape(request: Request) -> Response:
+        return Response(metrics(), media_type=PROMETHEUS_TEXT)
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", scrape, methods=["GET"]),
+        ]
+    )
+
+
+async def serve_http_face(
+    readiness: Readiness,
+    metrics: Callable[[], str],
+    address: tuple[str, int],
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve `http_face` on ``address`` until cancelled; started, it gives
+    the URL it listens on (with port 0, the port the system chose).
+
+    Raises:
+      OSError: The address cannot be listened on.
+    """
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    host, port = address
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    app: Any = http_face(readiness, metrics)
+    async with trio.open_nursery() as nursery:
+        urls: list[str] = await nursery.start(partial(serve, app, config))
+        task_status.started(urls[0])
+
+
+def check_address(value: object, what: str = "http") -> tuple[str, int]:
+    """``(host, port)``, or ``"HOST:PORT"``, as an address to listen on.
+
+    Raises:
+      UsageError: It is neither, or the port is not 0 to 65535.
+    """
+    if isinstance(value, str):
+        host, colon, port_text = value.rpartition(":")
+        host = host.strip("[]")
+        try:
+            port = int(port_text) if colon else -1
+        except ValueError:
+            port = -1
+        value = (host, port)
+    if (
+        not isinstance(value, tuple)
+        or len(value) != 2
+        or not isinstance(value[0], str)
+        or not value[0]
+        or isinstance(value[1], bool)
+        or not isinstance(value[1], int)
+        or not 0 <= value[1] <= 65535
+    ):
+        raise UsageError(
+            f"{what} takes HOST:PORT or (host, port), such as 127.0.0.1:9464 (port 0: any free"
+            f" one), not {value!r}"
+        )
+    return value[0], value[1]
