@@ -145,3 +145,48 @@ async def test_a_bad_http_address_of_open_worker_is_a_usage_error() -> None:
         with pytest.raises(td.UsageError, match="http takes HOST:PORT"):
             async with td.open_worker(app, broker="memory://", groups=["cli"], http=value):  # type: ignore[arg-type]
                 pass  # pragma: no cover - refused
+
+
+async def test_an_engine_serves_its_console_on_its_http_address(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    token = "a-console-token-of-some-length"
+    args = ["engine", "cli_app:app", "--store", store, "--serve", "cli", "--reconcile-interval"]
+    args += ["0.2", "--http", "127.0.0.1:0", "--console"]
+    env = {"TRIO_DURABLE_CONSOLE_TOKEN": token}
+    async with cli_process(args, env=env) as engine, httpx.AsyncClient() as http:
+        ready = await engine.wait_for("ready: app cli-test")
+        assert ready.endswith("(with the console)")
+        url = re.search(r", http (http://127\.0\.0\.1:\d+)", ready)
+        assert url is not None
+        base = url.group(1)
+        await start_runs(store, [("linger-c", "lingering", (3600.0,))])
+        await engine.wait_for(f"linger started in {engine.process.pid}")
+        listed = await http.get(f"{base}/api/runs")
+        assert listed.status_code == 200
+        assert [run["id"] for run in listed.json()["runs"]] == ["linger-c"]
+        page = await http.get(f"{base}/")
+        assert page.status_code == 200
+        assert "text/html" in page.headers["content-type"]
+        # Actions need the token.
+        refused = await http.post(f"{base}/api/runs/linger-c/cancel")
+        assert refused.status_code == 401
+        cancelled = await http.post(
+            f"{base}/api/runs/linger-c/cancel", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert cancelled.status_code == 202
+        # The probes and the metrics are the face's, beside the console.
+        assert (await http.get(f"{base}/readyz")).json() == {"status": "ready"}
+        assert "trio_durable_runs_total" in (await http.get(f"{base}/metrics")).text
+        await wait_for_runs(store, ["linger-c"], statuses=("cancelled",))
+        assert await engine.stop(signal.SIGTERM) == 0
+
+
+def test_the_console_needs_the_http_address(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'x.db'}"
+    base = ["engine", "cli_app:app", "--store", store, "--serve", "cli"]
+    result = invoke([*base, "--console"])
+    assert result.exit_code == 2
+    assert "--console is served on the --http address: give --http too" in result.stderr
+    result = invoke([*base, "--token", "a-console-token-of-some-length"])
+    assert result.exit_code == 2
+    assert "--token is the console's: give --console with it" in result.stderr

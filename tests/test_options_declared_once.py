@@ -209,6 +209,8 @@ def test_the_engine_command_has_the_declared_flags_and_no_others() -> None:
         "--log-level",
         "--log-format",
         "--http",
+        "--console",
+        "--token",
         "--tracing",
     }
     for flag, option in declared.items():
@@ -234,6 +236,7 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
         drain_timeout: float,
         collected: str,
         http_address: tuple[str, int] | None,
+        console: object,
     ) -> None:
         received.update(options)
         # open_engine would take them as they are.

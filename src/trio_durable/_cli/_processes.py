@@ -31,7 +31,7 @@ from .._front._app import App
 from .._front._health import Readiness, serve_http_face
 from .._front._open_worker import open_worker
 from .._kernel._engine_options import EngineOptions
-from .._kernel._options import DEFAULT_MAX_DELIVERIES
+from .._kernel._options import DEFAULT_MAX_DELIVERIES, ConsoleOptions, token_problem
 from .._process._open_engine import open_engine
 from .._stores._blob_store import with_blobs_from_env
 from .._stores._versions import refuse_older
@@ -285,6 +285,20 @@ def engine_option_flags(command: F) -> F:
     " migrate` does) instead of refusing it; each step is logged at WARNING.",
 )
 @http_option("its store and broker answer, and it is not draining")
+@click.option(
+    "--console",
+    "with_console",
+    is_flag=True,
+    help="Serve the console (its pages and JSON API) on the --http address too.",
+)
+@click.option(
+    "--token",
+    "console_token",
+    metavar="TOKEN",
+    envvar="TRIO_DURABLE_CONSOLE_TOKEN",
+    show_envvar=True,
+    help="The bearer token the console's actions need (with --console); without one, read-only.",
+)
 @tracing_option
 @gc_option
 @log_level_option
@@ -296,6 +310,8 @@ def engine_command(
     drain_timeout: float,
     migrate: bool,
     http_address: tuple[str, int] | None,
+    with_console: bool,
+    console_token: str | None,
     tracing: bool,
     gc_thresholds: tuple[int, ...] | None,
     log_level: str,
@@ -318,6 +334,7 @@ def engine_command(
     release's engines start.
     """
     store = need_store(store)
+    console = _console_options(http_address, with_console, console_token)
     app = load_app(app_spec)
     _refuse_unserved(app, broker, options["serve"])
     signing = signing_from_env()
@@ -344,7 +361,25 @@ def engine_command(
             drain_timeout,
             collected,
             http_address,
+            console,
         )
+
+
+def _console_options(
+    http_address: tuple[str, int] | None, with_console: bool, token: str | None
+) -> ConsoleOptions | None:
+    """The console's settings on the ``--http`` address, with
+    ``--console``."""
+    if not with_console:
+        if token is not None and os.environ.get("TRIO_DURABLE_CONSOLE_TOKEN") != token:
+            raise click.UsageError("--token is the console's: give --console with it")
+        return None
+    if http_address is None:
+        raise click.UsageError("--console is served on the --http address: give --http too")
+    if token is not None and (problem := token_problem(token)) is not None:
+        raise click.UsageError(f"the console's token cannot be used: {problem}")
+    host, port = http_address
+    return ConsoleOptions(host=host, port=port, token=token)
 
 
 async def _serve_engine(
@@ -353,6 +388,7 @@ async def _serve_engine(
     drain_timeout: float,
     collected: str,
     http_address: tuple[str, int] | None = None,
+    console_options: ConsoleOptions | None = None,
 ) -> None:
     options = with_blobs_from_env(options)
     # The receiver is open before the engine: a signal that comes while it
@@ -367,8 +403,17 @@ async def _serve_engine(
             readiness = Readiness(probe)
             http = ""
             if http_address is not None:
-                url = await nursery.start(serve_http_face, readiness, engine.metrics, http_address)
-                http = f", http {url}"
+                console = None
+                if console_options is not None:
+                    from .._console import console_app
+
+                    console = console_app(
+                        engine, console_options, allowed_hosts=console_options.hosts
+                    )
+                url = await nursery.start(
+                    serve_http_face, readiness, engine.metrics, http_address, console
+                )
+                http = f", http {url}" + ("" if console is None else " (with the console)")
             await _serve_until_signalled(
                 f"engine {engine.engine_id}",
                 f"app {app.name}, store {shown(options['store'])},"

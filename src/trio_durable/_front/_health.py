@@ -65,11 +65,15 @@ class Readiness:
         return f"the store or the broker did not answer within {PROBE_TIMEOUT:g} s"
 
 
-def http_face(readiness: Readiness, metrics: Callable[[], str]) -> Starlette:
-    """The ASGI app of `/healthz`, `/readyz` and `/metrics`."""
+def http_face(
+    readiness: Readiness, metrics: Callable[[], str], console: Any | None = None
+) -> Starlette:
+    """The ASGI app of `/healthz`, `/readyz` and `/metrics`, and of the
+    console's pages and API under the rest when ``console`` (an ASGI app,
+    `console_app`'s) is given."""
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
+    from starlette.routing import BaseRoute, Mount, Route
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "alive"})
@@ -83,19 +87,21 @@ def http_face(readiness: Readiness, metrics: Callable[[], str]) -> Starlette:
     async def scrape(request: Request) -> Response:
         return Response(metrics(), media_type=PROMETHEUS_TEXT)
 
-    return Starlette(
-        routes=[
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/metrics", scrape, methods=["GET"]),
-        ]
-    )
+    routes: list[BaseRoute] = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", scrape, methods=["GET"]),
+    ]
+    if console is not None:
+        routes.append(Mount("/", app=console))
+    return Starlette(routes=routes)
 
 
 async def serve_http_face(
     readiness: Readiness,
     metrics: Callable[[], str],
     address: tuple[str, int],
+    console: Any | None = None,
     *,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -113,7 +119,7 @@ async def serve_http_face(
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None
-    app: Any = http_face(readiness, metrics)
+    app: Any = http_face(readiness, metrics, console)
     async with trio.open_nursery() as nursery:
         urls: list[str] = await nursery.start(partial(serve, app, config))
         task_status.started(urls[0])
