@@ -16,8 +16,10 @@ import importlib.util
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any, cast
 
 from .._front._app import App
 from ._common import EXIT_USAGE, CommandError
@@ -32,12 +34,39 @@ def load_app(spec: str) -> App:
       CommandError: (exit code 2) ``spec`` is malformed, its module does not
         import, lacks the attribute, or the attribute is not an `App`.
     """
+    module_name, attribute, found = _load(spec, DEFAULT_ATTRIBUTE, "MODULE:APP", "the App's name")
+    if not isinstance(found, App):
+        raise CommandError(
+            f"{module_name}:{attribute} is {type(found).__name__} {found!r:.60}, not a td.App",
+            EXIT_USAGE,
+        )
+    return found
+
+
+def load_callable(spec: str, default: str, what: str) -> Callable[..., Any]:
+    """The callable that ``spec`` (``MODULE:NAME``, NAME ``default`` if not
+    given) names: a simulation's workload, say.
+
+    Raises:
+      CommandError: (exit code 2) ``spec`` is malformed, its module does not
+        import, lacks the attribute, or the attribute is not callable.
+    """
+    module_name, attribute, found = _load(spec, default, f"MODULE:{what}", f"the {what}'s name")
+    if not callable(found):
+        raise CommandError(
+            f"{module_name}:{attribute} is {type(found).__name__} {found!r:.60}, not callable",
+            EXIT_USAGE,
+        )
+    return cast("Callable[..., Any]", found)
+
+
+def _load(spec: str, default: str, form: str, name: str) -> tuple[str, str, object]:
     module_name, colon, attribute = spec.partition(":")
     if not colon:
-        attribute = DEFAULT_ATTRIBUTE
+        attribute = default
     if not module_name or not attribute or any(not part for part in attribute.split(".")):
         raise CommandError(
-            f"{spec!r} is not MODULE:APP (a module or a .py file, a colon, the App's name)",
+            f"{spec!r} is not {form} (a module or a .py file, a colon, {name})",
             EXIT_USAGE,
         )
     module = _import(module_name)
@@ -49,12 +78,7 @@ def load_app(spec: str) -> App:
             raise CommandError(
                 f"module {module_name!r} has no attribute {attribute!r}", EXIT_USAGE
             ) from None
-    if not isinstance(found, App):
-        raise CommandError(
-            f"{module_name}:{attribute} is {type(found).__name__} {found!r:.60}, not a td.App",
-            EXIT_USAGE,
-        )
-    return found
+    return module_name, attribute, found
 
 
 def _is_path(module_name: str) -> bool:

@@ -1,14 +1,18 @@
-"""``trio-durable simulate``: the deterministic simulation of the built-in
-workload over many seeds (`trio_durable.testing.simulate`), with the flags
-and the output of ``python -m trio_durable.testing.simulate``, a progress
-bar on stderr when a person watches, and ``--json``."""
+"""``trio-durable simulate [MODULE:APP --workload MODULE:FUNC]``: the
+deterministic simulation of your app's workload (or the built-in one) over
+many seeds (`trio_durable.testing.simulate`), with the flags and the output
+of ``python -m trio_durable.testing.simulate``, a progress bar on stderr
+when a person watches, and ``--json``. A failing seed is run again with its
+trace, and the command that replays it alone is printed."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import click
 
+from ._apps import load_app, load_callable
 from ._common import EXIT_FAILED, json_option, print_json, progress
 
 
@@ -24,32 +28,60 @@ def _seeds(_: click.Context, __: click.Parameter, value: str) -> list[int]:
     return seeds
 
 
-@click.command("simulate", short_help="Simulate the built-in workload over many seeds.")
+@click.command("simulate", short_help="Simulate a workload over many seeds.")
+@click.argument("app_spec", metavar="[MODULE:APP]", required=False)
+@click.option(
+    "--workload",
+    "workload_spec",
+    metavar="MODULE:FUNC",
+    help="The async def (sim: Simulation) that drives the runs of MODULE:APP (default FUNC:"
+    " workload).",
+)
 @click.option(
     "--seeds", default="1..20", show_default=True, callback=_seeds, help="e.g. 1..200, 7, or 1,5,9"
 )
 @click.option("--engines", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--duration", type=click.FloatRange(min=0), default=3600.0, show_default=True)
-@click.option("--no-faults", is_flag=True, help="Inject no faults.")
+@click.option(
+    "--faults",
+    "fault_set",
+    type=click.Choice(["everything", "none"], case_sensitive=False),
+    default="everything",
+    show_default=True,
+    help="Which faults to inject (Faults.everything() or Faults.none()).",
+)
+@click.option("--no-faults", is_flag=True, help="Inject no faults (as --faults none).")
 @click.option("--verbose", is_flag=True, help="Show the engines' log.")
 @json_option
 @click.pass_context
 def simulate_command(
     ctx: click.Context,
+    app_spec: str | None,
+    workload_spec: str | None,
     seeds: list[int],
     engines: int,
     workers: int,
     duration: float,
+    fault_set: str,
     no_faults: bool,
     verbose: bool,
     as_json: bool,
 ) -> None:
-    """Simulate the built-in workload once per seed, with injected faults.
+    """Simulate MODULE:APP's workload (--workload), or without them the
+    built-in workload, once per seed, with injected faults.
 
     One line per seed, then a summary; if a seed fails, it is run again with
-    its trace printed, and the command exits with status 1.
+    its trace printed, then the command that replays that seed alone, and
+    the command exits with status 1.
     """
+    if (app_spec is None) != (workload_spec is None):
+        raise click.UsageError(
+            "give both MODULE:APP and --workload MODULE:FUNC, or neither (the built-in workload)"
+        )
+    app = None if app_spec is None else load_app(app_spec)
+    workload = None if workload_spec is None else load_callable(workload_spec, "workload", "FUNC")
+    no_faults = no_faults or fault_set.lower() == "none"
     # Imported here: the harness is large, and other commands never need it.
     from ..testing import Faults
     from ..testing.simulate import (
@@ -68,6 +100,8 @@ def simulate_command(
         "workers": workers,
         "faults": faults,
         "duration": duration,
+        "app": app,
+        "workload": workload,
     }
     with quiet_engines(not verbose):
         with progress(len(seeds), "simulating seeds", quiet=as_json) as advance:
@@ -106,6 +140,7 @@ def simulate_command(
                     "seed": again.seed,
                     "trace": list(again.trace),
                     "violations": list(again.violations),
+                    "command": replay_command(ctx, again.seed),
                 },
             }
         )
@@ -113,5 +148,22 @@ def simulate_command(
         print(summary_line(reports, elapsed[0]))
         if again is not None:
             print_replay(again)
+            print(f"\nreplay it: {replay_command(ctx, again.seed)}")
     if failed:
         ctx.exit(EXIT_FAILED)
+
+
+def replay_command(ctx: click.Context, seed: int) -> str:
+    """The command line that runs ``seed`` alone with the same settings."""
+    params = ctx.params
+    words = ["trio-durable", "simulate"]
+    if params["app_spec"] is not None:
+        words += [params["app_spec"], "--workload", params["workload_spec"]]
+    words += ["--seeds", str(seed)]
+    words += ["--engines", str(params["engines"]), "--workers", str(params["workers"])]
+    words += ["--duration", f"{params['duration']:g}"]
+    faults = (
+        "none" if params["no_faults"] or params["fault_set"].lower() == "none" else "everything"
+    )
+    words += ["--faults", faults]
+    return shlex.join(words)

@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .._front._app import App
 from ._faults import Faults
 from ._harness import simulate
-from ._simulation import SimulationReport
+from ._simulation import SimulationReport, Workload
 from ._workloads import simulate_builtin
 
 
@@ -93,25 +94,63 @@ def run_seeds(
     faults: Faults,
     duration: float = 3600.0,
     on_report: Callable[[SimulationReport], None] = lambda report: None,
+    app: App | None = None,
+    workload: Workload | None = None,
 ) -> list[SimulationReport]:
-    """Simulate the built-in workload once per seed, in order; ``on_report``
-    is called with each report as soon as it is made."""
+    """Simulate ``workload`` on ``app`` (by default the built-in workload)
+    once per seed, in order; ``on_report`` is called with each report as
+    soon as it is made."""
     reports: list[SimulationReport] = []
     for seed in seeds:
-        report = simulate_builtin(
-            seed, engines=engines, workers=workers, faults=faults, duration=duration
-        )
+        report = _one(seed, engines, workers, faults, duration, app, workload, keep_trace=False)
         reports.append(report)
         on_report(report)
     return reports
 
 
 def replay(
-    seed: int, *, engines: int = 2, workers: int = 2, faults: Faults, duration: float = 3600.0
+    seed: int,
+    *,
+    engines: int = 2,
+    workers: int = 2,
+    faults: Faults,
+    duration: float = 3600.0,
+    app: App | None = None,
+    workload: Workload | None = None,
 ) -> SimulationReport:
     """One seed again, with its trace kept (to show a failing seed)."""
-    return simulate_builtin(
-        seed, engines=engines, workers=workers, faults=faults, duration=duration, keep_trace=True
+    return _one(seed, engines, workers, faults, duration, app, workload, keep_trace=True)
+
+
+def _one(
+    seed: int,
+    engines: int,
+    workers: int,
+    faults: Faults,
+    duration: float,
+    app: App | None,
+    workload: Workload | None,
+    *,
+    keep_trace: bool,
+) -> SimulationReport:
+    if app is None or workload is None:
+        return simulate_builtin(
+            seed,
+            engines=engines,
+            workers=workers,
+            faults=faults,
+            duration=duration,
+            keep_trace=keep_trace,
+        )
+    return simulate(
+        app,
+        workload,
+        seed=seed,
+        engines=engines,
+        workers=workers,
+        faults=faults,
+        duration=duration,
+        keep_trace=keep_trace,
     )
 
 
