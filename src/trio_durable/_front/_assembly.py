@@ -315,6 +315,8 @@ async def _embedded_worker(
         blob_threshold=DEFAULT_BLOB_THRESHOLD if rt.blobs is None else rt.blobs.threshold,
         signing=rt.options.signing,
     ) as worker:
+        # Its engine counts the steps it runs from their events.
+        worker.counts_steps = False
         task_status.started(worker)
         await trio.sleep_forever()
 

@@ -107,6 +107,9 @@ class Worker:
         itself until it withdraws.
       http_url: Where it serves ``/healthz``, ``/readyz`` and ``/metrics``
         (``open_worker(http=...)``), or None.
+      counts_steps: Whether it counts the step attempts it runs in its own
+        metrics (``trio_durable_steps_total``); not an engine's embedded
+        worker, whose engine counts them from their events.
       readiness: What its ``/readyz`` answers from; set its ``draining``
         to answer 503 before the worker leaves (the ``worker`` command
         does at the first signal).
@@ -142,6 +145,7 @@ class Worker:
         self.http_url: str | None = None
         # The step attempts it ran (`_count_step`): in its own registry only.
         self._step_metrics = Metrics()
+        self.counts_steps = True
         self._registry: CollectorRegistry | None = None
         self._max_deliveries = max_deliveries
         self._rng = rng
@@ -455,6 +459,8 @@ class Worker:
         """Count a step attempt this worker ran in its own metrics (a
         worker process's ``/metrics``; an engine counts its embedded
         worker's steps from its events instead)."""
+        if not self.counts_steps:
+            return
         self._step_metrics.count(
             Event(
                 kind=kind,
