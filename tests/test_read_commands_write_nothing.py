@@ -24,6 +24,7 @@ import trio
 import trio_durable as td
 from cli_processes import ROOT, cli_process, read_runs
 from schema_2_app import app as schema_2_app
+from sql_fixtures import restore_dump
 from test_cli import invoke, one_error_line
 from trio_durable._stores._sqlite_schema import SCHEMA_VERSION
 
@@ -32,18 +33,7 @@ FIXTURE = Path(__file__).parent / "data" / "schema_2" / "store.sql"
 
 def restore(tmp_path: Path) -> Path:
     """The fixture as the release before left it: schema version 2, WAL."""
-    header, _, dump = FIXTURE.read_text().partition("\n")
-    path = tmp_path / "old.db"
-    connection = sqlite3.connect(path, isolation_level=None)
-    try:
-        connection.executescript(dump)
-        connection.execute(
-            f"PRAGMA user_version = {int(header.removeprefix('-- schema version '))}"
-        )
-        connection.execute("PRAGMA journal_mode = WAL")
-    finally:
-        connection.close()
-    return path
+    return restore_dump(FIXTURE, tmp_path / "old.db", wal=True)
 
 
 def digest(folder: Path) -> dict[str, str]:

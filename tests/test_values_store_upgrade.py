@@ -26,6 +26,7 @@ import trio.testing
 import trio_durable as td
 from conftest import EngineFactory
 from record_values_store import app, deduped, sender, single, target
+from sql_fixtures import restore_dump
 from trio_durable._stores import _sqlite_schema
 from trio_durable._stores._migrations_records import ADMISSION_SEQ, MOVED_TO_RECORDS
 from trio_durable.stores import QUEUE_SLOT, WHOLE_RUN
@@ -50,17 +51,7 @@ _FAMILIES: Final = {
 
 def restore(tmp_path: Path) -> Path:
     """The fixture's store as a SQLite file at its old schema version."""
-    header, _, dump = FIXTURE.read_text().partition("\n")
-    path = tmp_path / "before.db"
-    connection = sqlite3.connect(path, isolation_level=None)
-    try:
-        connection.executescript(dump)
-        connection.execute(
-            f"PRAGMA user_version = {int(header.removeprefix('-- schema version '))}"
-        )
-    finally:
-        connection.close()
-    return path
+    return restore_dump(FIXTURE, tmp_path / "before.db")
 
 
 def _version(path: Path) -> int:
