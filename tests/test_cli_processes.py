@@ -17,7 +17,7 @@ from cli_processes import ROOT, cli_process, read_runs, start_runs, wait_for_run
 from test_cli import invoke
 
 
-def _engine_args(store: str, *more: str) -> list[str]:
+def engine_args(store: str, *more: str) -> list[str]:
     # Scans every 0.2 s: it learns of runs another process started then.
     # The app's remote step runs in the engine: on the in-process broker
     # nothing else would run it.
@@ -36,7 +36,7 @@ def _engine_args(store: str, *more: str) -> list[str]:
 
 async def test_engine_runs_runs_and_drains_on_sigint(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'runs.db'}"
-    async with cli_process(_engine_args(store, "--engine-id", "cli-engine-1")) as engine:
+    async with cli_process(engine_args(store, "--engine-id", "cli-engine-1")) as engine:
         await engine.wait_for("engine cli-engine-1 ready: app cli-test, store sqlite:///")
         await start_runs(
             store,
@@ -91,7 +91,7 @@ async def test_a_second_signal_stops_the_drain_and_gives_the_lease_back(tmp_path
 
 async def test_the_drain_is_bounded_by_its_timeout(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'runs.db'}"
-    args = _engine_args(store, "--engine-id", "cli-engine-3", "--drain-timeout", "0.5")
+    args = engine_args(store, "--engine-id", "cli-engine-3", "--drain-timeout", "0.5")
     async with cli_process(args) as engine:
         await engine.wait_for("engine cli-engine-3 ready")
         await start_runs(store, [("linger-long", "lingering", (3600.0,))])
@@ -113,7 +113,7 @@ async def test_the_process_sets_its_collector_as_gc_says(tmp_path: Path) -> None
         # Python's collector, left alone.
         (["--gc", "python"], "cli-engine-gc-3", [[700, 10, 10], False]),
     ]:
-        args = _engine_args(store, "--engine-id", engine_id, *gc_args)
+        args = engine_args(store, "--engine-id", engine_id, *gc_args)
         async with cli_process(args) as engine:
             ready = await engine.wait_for(f"engine {engine_id} ready")
             run_id = f"collector-of-{engine_id}"
@@ -130,14 +130,14 @@ async def test_the_process_sets_its_collector_as_gc_says(tmp_path: Path) -> None
 async def test_a_bad_gc_setting_is_a_usage_error(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'runs.db'}"
     for value in ["lots", "1,2,3,4", "-5", ""]:
-        async with cli_process(_engine_args(store, "--gc", value)) as engine:
+        async with cli_process(engine_args(store, "--gc", value)) as engine:
             assert await engine.exited() == 2
         assert "Invalid value for '--gc': give one to three whole numbers" in engine.output
 
 
 async def test_json_logs_are_one_object_per_line_naming_run_and_step(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'runs.db'}"
-    args = _engine_args(store, "--engine-id", "cli-engine-json", "--log-format", "json")
+    args = engine_args(store, "--engine-id", "cli-engine-json", "--log-format", "json")
     async with cli_process(args) as engine:
         await engine.wait_for("engine cli-engine-json ready")
         await start_runs(store, [("flops-1", "failing", ("no luck",))])
@@ -176,7 +176,7 @@ async def test_json_logs_are_one_object_per_line_naming_run_and_step(tmp_path: P
 
 async def test_the_engine_prunes_as_its_retention_flag_says(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'runs.db'}"
-    args = _engine_args(
+    args = engine_args(
         store, "--engine-id", "cli-engine-prune", "--retention", "completed=0.5s,interval=0.2s"
     )
     async with cli_process(args) as engine:

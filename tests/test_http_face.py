@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cli_processes import cli_process, start_runs, wait_for_runs
 from test_cli import invoke, one_error_line
+from test_cli_processes import engine_args
 
 
 def _url(ready: str) -> str:
@@ -34,22 +35,9 @@ def _samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
 
 async def test_an_engine_answers_health_readiness_and_metrics(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'runs.db'}"
-    args = [
-        "engine",
-        "cli_app:app",
-        "--store",
-        store,
-        "--serve",
-        "cli",
-        "--reconcile-interval",
-        "0.2",
-        "--engine-id",
-        "cli-engine-http",
-        "--http",
-        "127.0.0.1:0",
-        "--drain-timeout",
-        "600",
-    ]
+    args = engine_args(
+        store, "--engine-id", "cli-engine-http", "--http", "127.0.0.1:0", "--drain-timeout", "600"
+    )
     async with cli_process(args) as engine, httpx.AsyncClient() as http:
         url = _url(await engine.wait_for("engine cli-engine-http ready"))
         alive = await http.get(f"{url}/healthz")

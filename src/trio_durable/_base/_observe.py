@@ -164,13 +164,22 @@ class Metrics:
                     (("code", "*" if code is None else str(code)),),
                 )
         else:
-            step = event.name or ""
-            self._add("trio_durable_steps_total", (("step", step), ("event", what)))
             duration = event.data.get("duration")
-            if what != "started" and isinstance(duration, int | float):
-                labels = (("step", step),)
-                self._add("trio_durable_step_duration_seconds_sum", labels, float(duration))
-                self._add("trio_durable_step_duration_seconds_count", labels)
+            self.count_step(
+                event.name or "",
+                what,
+                float(duration) if isinstance(duration, int | float) else None,
+            )
+
+    def count_step(self, step: str, what: str, duration: float | None = None) -> None:
+        """Count an attempt of ``step`` that ``what`` (``started``,
+        ``completed``, ``failed``, ...), and, once it ended, its ``duration``
+        in seconds."""
+        self._add("trio_durable_steps_total", (("step", step), ("event", what)))
+        if what != "started" and duration is not None:
+            labels = (("step", step),)
+            self._add("trio_durable_step_duration_seconds_sum", labels, duration)
+            self._add("trio_durable_step_duration_seconds_count", labels)
 
     def count_rejected(self, kind: str) -> None:
         """Count a broker message of ``kind`` (``task`` or ``result``)

@@ -72,7 +72,11 @@ class Age(click.ParamType[timedelta]):
         try:
             return timedelta(seconds=seconds)
         except OverflowError:
-            self.fail(f"{shown(value)} is longer than any age (at most 999999999 days)", param, ctx)
+            self.fail(
+                f"{shown(value)} is longer than any age (at most {timedelta.max.days} days)",
+                param,
+                ctx,
+            )
 
 
 def whole(low: int, high: int = MAX_INTEGER) -> click.IntRange:

@@ -28,7 +28,7 @@ from .._base._current import StepInfo, call_step
 from .._base._exceptions import FatalError, SerializationError, UnknownWorkflowError
 from .._base._failures import error_info
 from .._base._keyring import Keyring
-from .._base._observe import Event, Metrics
+from .._base._observe import Metrics
 from .._base._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
 from .._brokers._base import (
     Broker,
@@ -404,7 +404,7 @@ class Worker:
                 code="unknown_step",
                 retryable=False,
             )
-        self._count_step(task, "step.started")
+        self._count_step(task, "started")
         try:
             with self._tracing.span(
                 f"execute {step.name}",
@@ -416,7 +416,7 @@ class Worker:
                 output = _serde.dumps(value)
         except Exception as exc:
             self._stats.failed += 1
-            self._count_step(task, "step.failed", self._clock.now() - started_at)
+            self._count_step(task, "failed", self._clock.now() - started_at)
             info = error_info(exc, step=step.name, traceback_limit=self._traceback_limit)
             code = info.code
             if isinstance(exc, TimeoutError) and code is None:
@@ -447,31 +447,15 @@ class Worker:
                 traceback=info.traceback,
             )
         self._stats.completed += 1
-        self._count_step(task, "step.completed", self._clock.now() - started_at)
+        self._count_step(task, "completed", self._clock.now() - started_at)
         return result("completed", output=output)
 
-    def _count_step(
-        self,
-        task: Task,
-        kind: Literal["step.started", "step.completed", "step.failed"],
-        duration: float = 0.0,
-    ) -> None:
+    def _count_step(self, task: Task, what: str, duration: float | None = None) -> None:
         """Count a step attempt this worker ran in its own metrics (a
         worker process's ``/metrics``; an engine counts its embedded
         worker's steps from its events instead)."""
-        if not self.counts_steps:
-            return
-        self._step_metrics.count(
-            Event(
-                kind=kind,
-                run_id=task.run_id,
-                workflow=task.workflow,
-                at=self._clock.now(),
-                seq=task.seq,
-                name=task.step,
-                data={} if kind == "step.started" else {"duration": duration},
-            )
-        )
+        if self.counts_steps:
+            self._step_metrics.count_step(task.step, what, duration)
 
     async def _decide(self, task: Task, result: Callable[..., Result], redelivered: bool) -> Result:
         """Decide a remote workflow's turn (see `_decide`). A task the
