@@ -70,9 +70,9 @@ def test_no_command_prints_the_help_and_exits_2() -> None:
 
 
 def test_an_unknown_flag_is_a_usage_error() -> None:
-    result = invoke(["engine", "cli_app:app", "--store", "memory://", "--bogus"])
+    result = invoke(["engine", "cli_app:app", "--store", "memory://", "--frobnicate"])
     assert result.exit_code == 2
-    assert one_error_line(result) == "Error: No such option '--bogus'."
+    assert one_error_line(result) == "Error: No such option '--frobnicate'."
 
 
 def test_an_unknown_command_is_a_usage_error() -> None:
@@ -116,7 +116,7 @@ def test_a_bad_option_value_of_the_engine_is_a_usage_error(tmp_path: Path) -> No
         ["engine", "cli_app:app", "--store", store, "--serve", "cli", "--lease-ttl", "-1"]
     )
     assert result.exit_code == 2
-    assert "lease_ttl" in one_error_line(result)
+    assert "--lease-ttl" in one_error_line(result)
     result = invoke(["engine", "cli_app:app", "--store", store, "--serve", "cli,nowhere"])
     assert result.exit_code == 2
     assert "serve names the group 'nowhere'" in one_error_line(result)

@@ -212,6 +212,7 @@ def test_the_engine_command_has_the_declared_flags_and_no_others() -> None:
         "--console",
         "--token",
         "--tracing",
+        "--config",
     }
     for flag, option in declared.items():
         param = flags[flag]
@@ -246,6 +247,8 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
     monkeypatch.chdir(TESTS)
     monkeypatch.delenv("TRIO_DURABLE_CODEC_KEYS", raising=False)
     monkeypatch.delenv("TRIO_DURABLE_SIGNING_KEYS", raising=False)
+    monkeypatch.delenv("TRIO_DURABLE_BLOBS", raising=False)
+    monkeypatch.delenv("TRIO_DURABLE_WEBHOOK_SECRET", raising=False)
     args = [
         "engine",
         "cli_app:app",
@@ -267,6 +270,28 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
         "300,2",
         "--retention",
         "completed=7d, failed=30d,events=forever,batch=50",
+        "--seed",
+        "9",
+        "--timer-batch-size",
+        "40",
+        "--result-poll-interval",
+        "2",
+        "--max-recoveries",
+        "0",
+        "--blocked-recheck",
+        "3",
+        "--traceback-limit",
+        "0",
+        "--metrics-interval",
+        "30",
+        "--webhook-secret",
+        "sixteen-bytes-or-more",
+        "--blobs",
+        "blobs-dir",
+        "--blob-threshold",
+        "1000",
+        "--blob-grace",
+        "0",
     ]
     result = CliRunner(env={"TRIO_DURABLE_BROKER": None}).invoke(cli, args)
     assert result.exit_code == 0, result.output
@@ -282,6 +307,17 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
         "remote_redispatch": (300.0, 2),
         "tracing": False,
         "retention": td.Retention(completed=7 * 86400, failed=30 * 86400, events=None, batch=50),
+        "seed": 9,
+        "timer_batch_size": 40,
+        "result_poll_interval": 2.0,
+        "max_recoveries": 0,
+        "blocked_recheck": 3.0,
+        "traceback_limit": 0,
+        "metrics_interval": 30.0,
+        "webhook_secret": "sixteen-bytes-or-more",
+        "blobs": "blobs-dir",
+        "blob_threshold": 1000,
+        "blob_grace": 0.0,
         "codec": None,
         "signing": None,
     }

@@ -13,6 +13,7 @@ import click
 
 from .._base._keyring import Keyring, KeyringError
 from .._payloads._codec import AesGcmCodec
+from ._config_file import config_secret
 
 CODEC_KEYS_ENV: Final = "TRIO_DURABLE_CODEC_KEYS"
 
@@ -33,5 +34,9 @@ def codec_of(text: str | None, source: str = CODEC_KEYS_ENV) -> AesGcmCodec | No
 
 
 def env_codec() -> AesGcmCodec | None:
-    """The codec of ``TRIO_DURABLE_CODEC_KEYS``, or None if it is unset."""
-    return codec_of(os.environ.get(CODEC_KEYS_ENV))
+    """The codec of ``TRIO_DURABLE_CODEC_KEYS``, else of ``codec_keys`` in
+    the command's config file, or None if neither is set."""
+    text = os.environ.get(CODEC_KEYS_ENV)
+    if text:
+        return codec_of(text)
+    return codec_of(config_secret("codec_keys"), "codec_keys of the config file")

@@ -27,13 +27,15 @@ import attrs
 import click
 import trio
 
+from .._base._records import DEFAULT_TRACEBACK_LIMIT
 from .._front._app import App
 from .._front._health import Readiness, serve_http_face
 from .._front._open_worker import open_worker
 from .._kernel._engine_options import EngineOptions
 from .._kernel._options import DEFAULT_MAX_DELIVERIES, ConsoleOptions, token_problem
+from .._payloads._blobs import DEFAULT_BLOB_THRESHOLD
 from .._process._open_engine import open_engine
-from .._stores._blob_store import with_blobs_from_env
+from .._stores._blob_store import BLOBS_ENV
 from .._stores._versions import refuse_older
 from ._apps import load_app
 from ._codec import env_codec
@@ -52,16 +54,19 @@ from ._common import (
     shown,
     store_option,
 )
+from ._config_file import config_option
 from ._http_face import http_option
 from ._log_lines import formatter, log_format_option
 from ._signing_env import signing_from_env
 from ._tracing_env import tracer_provider
-from ._values import RetentionSpec, whole
+from ._values import RetentionSpec, Seconds, whole
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+WEBHOOK_SECRET_ENV: Final = "TRIO_DURABLE_WEBHOOK_SECRET"
 
 MAX_CONCURRENCY: Final = 65535
 """The most tasks a worker runs at once from the command line (a broker's
@@ -200,6 +205,14 @@ def _redispatch_option(
     return seconds, maximum
 
 
+def _secret(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--webhook-secret``: checked here (`open_engine` would refuse it
+    only once the app is loaded)."""
+    if value is not None and len(value.encode()) < 16:
+        raise click.BadParameter("give a secret of at least 16 bytes")
+    return value
+
+
 def _names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     return names(value)
 
@@ -214,11 +227,30 @@ _ENGINE_FLAGS: Final[dict[str, dict[str, Any]]] = {
         "callback": _engine_id,
         "help": "The owner name of its leases; unique per store.",
     },
-    "lease_ttl": {"type": float, "show_default": True, "help": "Seconds."},
+    "seed": {
+        "type": int,
+        "help": "Seeds the engine's random source (its default id, run ids, retry jitter).",
+    },
+    "timer_batch_size": {
+        "type": whole(1),
+        "show_default": True,
+        "help": "How many due runs the poller takes from the store at a time.",
+    },
+    "lease_ttl": {"type": Seconds(), "show_default": True, "help": "Seconds a run's lease lasts."},
     "reconcile_interval": {
-        "type": float,
+        "type": Seconds(),
         "show_default": True,
         "help": "Seconds between scans of the store for due runs when no timer is nearer.",
+    },
+    "result_poll_interval": {
+        "type": Seconds(),
+        "show_default": True,
+        "help": "Seconds between reads of a run's end, for a store that announces no writes.",
+    },
+    "max_recoveries": {
+        "type": whole(0),
+        "show_default": True,
+        "help": "Takeovers of a run from engines whose lease lapsed before it is marked dead.",
     },
     "serve": {
         "multiple": True,
@@ -238,6 +270,16 @@ _ENGINE_FLAGS: Final[dict[str, dict[str, Any]]] = {
         "callback": _names,
         "help": "What the worker inside the engine offers to steps with requires= (with --serve).",
     },
+    "blocked_recheck": {
+        "type": Seconds(),
+        "show_default": True,
+        "help": "Seconds between checks of a step no live worker can take (code blocked).",
+    },
+    "traceback_limit": {
+        "type": whole(0),
+        "show_default": True,
+        "help": "Characters of a failed attempt's traceback kept in the history (0: none).",
+    },
     "retention": {
         "type": RetentionSpec(),
         "help": "Prune ended runs and event records older than an age per name, as"
@@ -252,6 +294,36 @@ _ENGINE_FLAGS: Final[dict[str, dict[str, Any]]] = {
         " it was sent, at most MAXIMUM times, then fail it with code lost; it applies to steps"
         " already out when the engine starts too. Off by default (a durable broker keeps its"
         " tasks; this guards against one that loses them).",
+    },
+    "metrics_interval": {
+        "type": Seconds(),
+        "show_default": True,
+        "help": "Seconds between reads of the flow-control queues' depths, for the metrics.",
+    },
+    "webhook_secret": {
+        "metavar": "SECRET",
+        "envvar": WEBHOOK_SECRET_ENV,
+        "show_envvar": True,
+        "callback": _secret,
+        "help": "The secret webhook tokens are derived from (at least 16 bytes), the same on"
+        " every engine; set it in the environment or the config file, not on the command line,"
+        " which every user of the host sees. Default: one kept in the store.",
+    },
+    "blobs": {
+        "metavar": "DIR",
+        "envvar": BLOBS_ENV,
+        "show_envvar": True,
+        "help": "A directory for payloads longer than --blob-threshold (a td.LocalBlobStore).",
+    },
+    "blob_threshold": {
+        "type": whole(1),
+        "show_default": True,
+        "help": "Characters over which a payload goes to --blobs.",
+    },
+    "blob_grace": {
+        "type": click.FloatRange(min=0),
+        "show_default": True,
+        "help": "Seconds a blob no run refers to is kept by pruning.",
     },
 }
 """How the command reads each option of `open_engine` that has a flag: the
@@ -273,6 +345,7 @@ def engine_option_flags(command: F) -> F:
 
 
 @click.command("engine", short_help="Run an engine process until SIGTERM or SIGINT.")
+@config_option("engine")
 @click.argument("app_spec", metavar="MODULE:APP")
 @store_option("The store's URL (required).")
 @broker_option("The broker's URL, for remote steps.", default="memory://")
@@ -390,7 +463,6 @@ async def _serve_engine(
     http_address: tuple[str, int] | None = None,
     console_options: ConsoleOptions | None = None,
 ) -> None:
-    options = with_blobs_from_env(options)
     # The receiver is open before the engine: a signal that comes while it
     # opens is kept, and the engine drains as soon as it is open.
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
@@ -455,6 +527,7 @@ async def _serve_until_signalled(
 
 
 @click.command("worker", short_help="Run a worker process until SIGTERM or SIGINT.")
+@config_option("worker")
 @click.argument("app_spec", metavar="MODULE:APP")
 @broker_option("The broker's URL (required; not memory://).")
 @click.option(
@@ -488,6 +561,28 @@ async def _serve_until_signalled(
     show_default=True,
     help="Deliveries of one task after which it is failed as poison.",
 )
+@click.option(
+    "--traceback-limit",
+    type=whole(0),
+    default=DEFAULT_TRACEBACK_LIMIT,
+    show_default=True,
+    help="Characters of a failed step's traceback sent with its result (0: none).",
+)
+@click.option("--seed", type=int, help="Seeds its random source (its default id, jitter).")
+@click.option(
+    "--blobs",
+    metavar="DIR",
+    envvar=BLOBS_ENV,
+    show_envvar=True,
+    help="The engines' blob directory, for payloads longer than --blob-threshold.",
+)
+@click.option(
+    "--blob-threshold",
+    type=whole(1),
+    default=DEFAULT_BLOB_THRESHOLD,
+    show_default=True,
+    help="Characters over which a result's payload goes to --blobs.",
+)
 @drain_timeout_option("Seconds to finish the steps in flight after SIGTERM or SIGINT.")
 @http_option("its broker answers, and it is not draining")
 @tracing_option
@@ -504,6 +599,10 @@ def worker_command(
     heartbeat: float,
     ttl: float,
     max_deliveries: int,
+    traceback_limit: int,
+    seed: int | None,
+    blobs: str | None,
+    blob_threshold: int,
     drain_timeout: float,
     http_address: tuple[str, int] | None,
     tracing: bool,
@@ -544,6 +643,10 @@ def worker_command(
                 "heartbeat": heartbeat,
                 "ttl": ttl,
                 "max_deliveries": max_deliveries,
+                "traceback_limit": traceback_limit,
+                "seed": seed,
+                "blobs": blobs,
+                "blob_threshold": blob_threshold,
                 "signing": signing,
                 "tracing": provider,
             },
@@ -560,7 +663,6 @@ async def _serve_worker(
     collected: str,
     http_address: tuple[str, int] | None = None,
 ) -> None:
-    options = with_blobs_from_env(options)
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
         async with open_worker(app, **options, http=http_address) as worker:
             http = "" if worker.http_url is None else f", http {worker.http_url}"

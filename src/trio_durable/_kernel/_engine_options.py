@@ -208,6 +208,7 @@ class EngineOptions:
             "Seeds the engine's `random.Random`: the default `engine_id`, run ids made without"
             " `run_id`, retry jitter, and the shuffle of due runs.",
             shown="`None` (seeded from the OS)",
+            cli="--seed",
         ),
     )
     wall_clock: Callable[[], float] = attrs.field(
@@ -225,6 +226,7 @@ class EngineOptions:
             "How many due runs the poller takes from the store at a time. A non-finite value or"
             " one below 1 silently means 500; a fraction is truncated.",
             accepts="float",
+            cli="--timer-batch-size",
         ),
     )
     lease_ttl: float = attrs.field(
@@ -268,6 +270,7 @@ class EngineOptions:
             " ([client.md](client.md#how-wake-ups-work)), so there these calls read the run only"
             " when told, and never on a timer; the option is still accepted and checked for"
             " them, and changes nothing.",
+            cli="--result-poll-interval",
         ),
     )
     max_recoveries: int = attrs.field(
@@ -276,6 +279,7 @@ class EngineOptions:
         metadata=declared(
             "How many times a run may be taken over from engines whose lease lapsed; the next"
             " takeover marks it `dead`. `0` marks a run dead at its first takeover.",
+            cli="--max-recoveries",
         ),
     )
     serve: Sequence[str] = attrs.field(
@@ -332,6 +336,7 @@ class EngineOptions:
             " `blocked_recheck`, at most 60 s, or `blocked_recheck` if that is longer). A"
             " thousand calls in one line cost a few looks each, and a lost wake is found within"
             " 60 s.",
+            cli="--blocked-recheck",
         ),
     )
     traceback_limit: int = attrs.field(
@@ -344,6 +349,7 @@ class EngineOptions:
             " records none. A longer traceback keeps its start and its end"
             " ([failure-handling.md](failure-handling.md#tracebacks-and-logs)). An integer of at"
             " least 0.",
+            cli="--traceback-limit",
         ),
     )
     retention: Retention | None = attrs.field(
@@ -380,6 +386,7 @@ class EngineOptions:
             "Seconds between reads of the flow-control queues' depths from the store, for the"
             " queue gauges of `engine.metrics()` ([operations.md](operations.md#metrics)). Only"
             " an engine whose app registers queues reads them.",
+            cli="--metrics-interval",
         ),
     )
     console: ConsoleOptions | None = attrs.field(
@@ -403,6 +410,7 @@ class EngineOptions:
             " ([webhooks-and-breakpoints.md](webhooks-and-breakpoints.md)). A shorter secret, or"
             " one of another type, raises `td.UsageError`.",
             accepts="bytes | str | None",
+            cli="--webhook-secret",
         ),
     )
     codec: PayloadCodec | None = attrs.field(
@@ -423,6 +431,7 @@ class EngineOptions:
             " carry references; pruning deletes the blobs only pruned runs referred to, once"
             " `blob_grace` seconds old ([large-payloads.md](large-payloads.md)). None keeps"
             " payloads in the rows.",
+            cli="--blobs",
         ),
     )
     blob_threshold: int = attrs.field(
@@ -431,6 +440,7 @@ class EngineOptions:
             "The length in characters over which a payload goes to `blobs` (so a task or a"
             " result with payloads up to it stays under 64 KiB).",
             shown="`32768` (32 KiB)",
+            cli="--blob-threshold",
         ),
     )
     blob_grace: float = attrs.field(
@@ -440,6 +450,7 @@ class EngineOptions:
             " refers to it, so that a pruning pass does not delete a blob a writer is about to"
             " refer to again ([large-payloads.md](large-payloads.md)).",
             shown="`3600.0` (an hour)",
+            cli="--blob-grace",
         ),
     )
     signing: Keyring | None = attrs.field(
