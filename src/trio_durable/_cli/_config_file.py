@@ -60,6 +60,9 @@ PYTHON_ONLY: Final = {
 """Options of `open_engine` or `open_worker` the file cannot carry as they
 are, and what to write instead."""
 
+SECTIONS: Final = ("engine", "worker")
+"""The sections of the commands that read a config file."""
+
 _FILE_KEY: Final = "trio_durable.config"
 
 _RENAMED: Final = {
@@ -168,6 +171,18 @@ def _url(path: Path, document: Mapping[str, object], section: str) -> str | None
     return url
 
 
+def _sections(ctx: click.Context) -> dict[str, click.Command | None]:
+    """The commands whose sections a file holds, by section: those of the
+    ``trio-durable`` group the running command belongs to (the running
+    command alone when it runs outside it)."""
+    root = ctx.find_root()
+    found: dict[str, click.Command | None] = dict.fromkeys(SECTIONS)
+    if isinstance(root.command, click.Group):
+        for name in SECTIONS:
+            found[name] = root.command.get_command(root, name)
+    return found
+
+
 def read_config(path: Path, section: str, ctx: click.Context) -> dict[str, object]:
     """The defaults ``path`` gives the command of ``section`` (``engine``
     or ``worker``), by parameter name; both sections are checked.
@@ -176,16 +191,14 @@ def read_config(path: Path, section: str, ctx: click.Context) -> dict[str, objec
       click.UsageError: The file is no TOML, or has a section or key the
         commands do not know, or a value its option refuses.
     """
-    from ._processes import engine_command, worker_command
-
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise click.UsageError(f"{path}: cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise click.UsageError(f"{path}: not TOML: {exc}") from None
-    commands = {"engine": engine_command, "worker": worker_command}
-    unknown = set(document) - {"app", "store", "broker", *commands}
+    commands = {**_sections(ctx), section: ctx.command}
+    unknown = set(document) - {"app", "store", "broker", *SECTIONS}
     if unknown:
         raise click.UsageError(
             f"{path}: unknown key or section {', '.join(sorted(unknown))}; a config file has"
@@ -193,6 +206,8 @@ def read_config(path: Path, section: str, ctx: click.Context) -> dict[str, objec
         )
     found: dict[str, dict[str, object]] = {}
     for name, command in commands.items():
+        if command is None:
+            continue
         table = document.get(name, {})
         if "app" in document and isinstance(table, Mapping):
             table = {"app": document["app"], **table}
