@@ -530,6 +530,7 @@ def test_the_adapter_api_is_pinned() -> None:
         "Outgoing",
         "OwnedTasks",
         "PayloadTooLarge",
+        "Pingable",
         "RESULTS",
         "UsageError",
         "WorkerDescriptor",
@@ -542,6 +543,7 @@ def test_the_adapter_api_is_pinned() -> None:
         "needs_heartbeat",
         "open_bridge",
         "open_broker",
+        "ping",
         "scrub",
         "userinfo_is_ambiguous",
     ]

@@ -9,7 +9,14 @@ import inspect
 import trio_durable as td
 from trio_durable._front._front_end import FrontEnd
 
-ENGINE_OWN = {"drain", "subscribe", "metrics", "metrics_registry", "statistics"}
+ENGINE_OWN = {
+    "drain",
+    "subscribe",
+    "metrics",
+    "metrics_registry",
+    "statistics",
+    "groups_without_workers",
+}
 """The methods only an engine has: it runs runs, a client runs none."""
 
 

@@ -9,7 +9,9 @@ finds here:
   `Delivery`, `WorkerDescriptor`, the `RESULTS` queue name,
   `is_broker_safe`, and `needs_heartbeat`, which reads a broker's optional
   member of that name (False: announcements last until withdrawn, with no
-  heartbeat; True where a broker does not have it);
+  heartbeat; True where a broker does not have it), and `ping`, which asks
+  a broker whose optional ``ping`` member (`Pingable`) makes one round
+  trip to its server whether it answers now;
 - the errors it raises: `BrokerUnavailable` (the client library's error
   translated at the boundary, chained as ``__cause__``), `PayloadTooLarge`
   (checked with `check_payload_sizes` before anything is sent), both kinds
@@ -55,10 +57,12 @@ from ._brokers._base import Consumer as Consumer
 from ._brokers._base import Delivery as Delivery
 from ._brokers._base import Outgoing as Outgoing
 from ._brokers._base import PayloadTooLarge as PayloadTooLarge
+from ._brokers._base import Pingable as Pingable
 from ._brokers._base import WorkerDescriptor as WorkerDescriptor
 from ._brokers._base import check_payload_sizes as check_payload_sizes
 from ._brokers._base import is_broker_safe as is_broker_safe
 from ._brokers._base import needs_heartbeat as needs_heartbeat
+from ._brokers._base import ping as ping
 from ._brokers._bridge import DEFAULT_BRIDGE as DEFAULT_BRIDGE
 from ._brokers._bridge import Bridge as Bridge
 from ._brokers._bridge import BridgeMode as BridgeMode
@@ -96,6 +100,7 @@ __all__ = [
     "OwnedTasks",
     "Outgoing",
     "PayloadTooLarge",
+    "Pingable",
     "UsageError",
     "WorkerDescriptor",
     "bridge_mode",
@@ -107,6 +112,7 @@ __all__ = [
     "needs_heartbeat",
     "open_bridge",
     "open_broker",
+    "ping",
     "scrub",
     "userinfo_is_ambiguous",
 ]

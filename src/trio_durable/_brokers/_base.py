@@ -27,6 +27,10 @@ refuses a larger one with `PayloadTooLarge` before sending anything.
 A broker says whether what it accepted outlives its own process
 (`Broker.durable`): a server's queues do, the memory broker's do not.
 
+A broker may answer a `Pingable.ping`: one round trip to its server, which
+fails while the server cannot be reached (an engine's ``/readyz`` asks it;
+`ping` reads it).
+
 Every implementation passes the suites of `trio_durable.testing.conformance`.
 """
 
@@ -35,7 +39,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final, Protocol, final
+from typing import Any, Final, Protocol, final, runtime_checkable
 
 import attrs
 import trio
@@ -96,6 +100,38 @@ def needs_heartbeat(broker: Broker) -> bool:
     again within their time to live: its optional ``needs_heartbeat``
     member (see `Broker`), True where it has none."""
     return getattr(broker, "needs_heartbeat", True) is not False
+
+
+@runtime_checkable
+class Pingable(Protocol):
+    """A broker that can tell whether its server answers now: the optional
+    `ping` member of `Broker` (an adapter written before it still
+    type-checks as a `Broker`)."""
+
+    async def ping(self) -> None:
+        """One round trip to the broker's server, the cheapest it has (a
+        broker that lives in this process answers at once).
+
+        Raises:
+          BrokerUnavailable: The server cannot be reached now (the
+            connection is down, being opened again, or the server did not
+            answer in the adapter's own time limit).
+        """
+        ...
+
+
+async def ping(broker: Broker) -> None:
+    """Whether ``broker`` answers now: its optional `Pingable.ping`, or,
+    where it has none, `Broker.worker_groups` (which an adapter may answer
+    from what it holds, without asking its server).
+
+    Raises:
+      BrokerError: It does not answer (`BrokerUnavailable`).
+    """
+    if isinstance(broker, Pingable):
+        await broker.ping()
+    else:
+        await broker.worker_groups()
 
 
 def check_payload_sizes(messages: Sequence[Outgoing], limit: int | None) -> None:
@@ -211,9 +247,11 @@ class WorkerDescriptor:
 class Broker(Protocol):
     """What the engine and workers need from a message broker.
 
-    Besides the members below, a broker may have an optional one that
-    this protocol does not require (so that an adapter written before it
-    still type-checks as a `Broker`), read through `needs_heartbeat`:
+    Besides the members below, a broker may have optional ones that this
+    protocol does not require (so that an adapter written before them
+    still type-checks as a `Broker`): ``async def ping(self) -> None``,
+    one round trip to its server (see `Pingable`, read through `ping`), and
+    one read through `needs_heartbeat`:
 
     ``needs_heartbeat: bool``
         Whether a worker's announcement lapses unless the worker announces

@@ -286,6 +286,11 @@ class MemoryBroker:
         descriptors = await self.worker_descriptors()
         return sorted({group for d in descriptors for group in d.groups})
 
+    async def ping(self) -> None:
+        """Answers at once: the broker lives in this process, reachable as
+        long as the process is (see `Pingable`)."""
+        await trio.lowlevel.checkpoint()
+
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
 

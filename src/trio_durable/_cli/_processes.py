@@ -25,7 +25,7 @@ import trio
 
 from .._base._records import DEFAULT_TRACEBACK_LIMIT
 from .._front._app import App
-from .._front._health import Readiness, serve_http_face
+from .._front._health import Readiness, engine_readiness, serve_http_face
 from .._front._open_worker import open_worker
 from .._kernel._options import DEFAULT_MAX_DELIVERIES, ConsoleOptions, token_problem
 from .._payloads._blobs import DEFAULT_BLOB_THRESHOLD
@@ -290,12 +290,7 @@ async def _serve_engine(
     # opens is kept, and the engine drains as soon as it is open.
     with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
         async with open_engine(app, **options) as engine, trio.open_nursery() as nursery:
-
-            async def probe() -> None:
-                await engine.store.get_run("trio-durable-readyz")
-                await engine.broker.worker_groups()
-
-            readiness = Readiness(probe)
+            readiness = engine_readiness(engine)
             http = ""
             if http_address is not None:
                 console = None

@@ -1,7 +1,8 @@
 """The engine's assembly: `open_runtime` makes one `Runtime` with the
 features it runs with, and runs its background parts in a nursery it owns:
 the result consumer, the embedded worker, the poller, the reconcile pass,
-the schedule ticker, the queue sampler and the pruner."""
+the schedule ticker, the queue sampler, the pruner and the watch over
+the groups without live workers (`_coverage`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import trio
 
 from .._base._clock import Clock
 from .._base._exceptions import EngineClosedError, StoreError
-from .._brokers._base import RESULTS
+from .._brokers._base import RESULTS, needs_heartbeat
 from .._features.children._children import Children
 from .._features.children._fan_window import FanWindows
 from .._features.flow_control._admission import Admission
@@ -32,6 +33,8 @@ from .._features.starts._start_batch import StartBatcher
 from .._features.steps._breakpoints import Breakpoints
 from .._kernel._carrier import Carrier, Holding
 from .._kernel._catalogue import Catalogue
+from .._kernel._coverage import Coverage, watch_coverage
+from .._kernel._definitions import remote_groups
 from .._kernel._dispatch import Dispatcher
 from .._kernel._endings import Endings
 from .._kernel._leases import LeaseKeeper
@@ -111,6 +114,7 @@ async def open_runtime(
                     tracing,
                     broker_url,
                 )
+                rt.coverage = Coverage(remote_groups(app, serve), rt.dispatcher.live_workers)
                 rt.sent.join()
                 joined = rt.sent
                 # What it sends on a broker of this process counts as held
@@ -161,6 +165,14 @@ async def open_runtime(
                 await nursery.start(tick_schedules, rt, name="trio_durable schedule ticker")
                 if app.queues:
                     nursery.start_soon(sample_queues, rt, name="trio_durable queue sampler")
+                if rt.coverage.groups:
+                    # Says once when a group it sends to has no live worker.
+                    nursery.start_soon(
+                        watch_coverage,
+                        rt.coverage,
+                        needs_heartbeat(broker),
+                        name="trio_durable worker coverage",
+                    )
                 if options.retention is not None:
                     nursery.start_soon(
                         prune_forever,

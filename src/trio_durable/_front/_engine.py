@@ -166,6 +166,26 @@ class Engine(FrontEnd):
         """
         await drain(self._rt)
 
+    async def groups_without_workers(self) -> list[str]:
+        """The groups this engine sends tasks to (its app's remote steps'
+        groups and remote workflows' decision groups, less those it serves
+        itself) that no live worker serves now, sorted.
+
+        Empty for the first 15 s of Trio's clock after the engine opened
+        (workers announce themselves within their heartbeat, so a look
+        sooner could miss live ones). Read through the cache the engine
+        judges ``requires=`` with, so a caller that asks often costs one
+        read of the announcements a second. A group found without workers
+        is logged once at WARNING (again if it later loses all its workers),
+        and at INFO when one comes; the engine also looks on its own, 15 s
+        after it opened and, on a broker whose announcements need
+        heartbeats, every 15 s after (see docs/operations.md).
+
+        Raises:
+          BrokerError: The announcements could not be read.
+        """
+        return await self._rt.coverage.look()
+
     @contextmanager
     def subscribe(
         self, buffer: float = DEFAULT_EVENT_BUFFER

@@ -7,9 +7,12 @@
   ready", "reason": ...}`` while the process drains (from the first
   SIGTERM or SIGINT on, before it stops taking work), or when what it
   needs does not answer within `PROBE_TIMEOUT` seconds or fails: an
-  engine reads its store and asks its broker for the live workers' groups
-  (which an adapter may answer from what it holds); a worker announces
-  itself again, a round trip to its broker.
+  engine reads its store and makes a round trip to its broker
+  (`engine_readiness`); a worker announces itself again, a round trip to
+  its broker. A ready process may add ``"warnings"``, a list of what it
+  should be told without being taken out of service: an engine names each
+  group it sends tasks to that no live worker serves
+  (`Engine.groups_without_workers`).
 - ``GET /metrics``: the engine's or worker's own registry, in Prometheus's
   text format.
 
@@ -19,18 +22,22 @@ Served by hypercorn on Trio in the process's nursery, as the console is.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import trio
 
 from .._base._exceptions import StoreError, UsageError
-from .._brokers._base import BrokerError
+from .._brokers._base import BrokerError, ping
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
+
+    from .._brokers._base import Broker
+    from .._stores._base import Store
 
 PROMETHEUS_TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
 """What `/metrics` is: `Engine.metrics` and `Worker.metrics` write
@@ -42,15 +49,21 @@ PROBE_TIMEOUT: Final = 2.0
 Probe = Callable[[], Awaitable[None]]
 """Raises (`StoreError`, `BrokerError`) when what the process needs fails."""
 
+Warnings = Callable[[], Awaitable[list[str]]]
+"""What a ready process should say without being taken out of service
+(may raise `StoreError` or `BrokerError`: then it says nothing)."""
+
 
 @final
 class Readiness:
     """Whether the process takes work: not while it drains, nor while a
-    probe of what it needs fails or does not answer."""
+    probe of what it needs fails or does not answer; and, while it does,
+    what it warns of (``warnings``, asked once the probe passed)."""
 
-    def __init__(self, probe: Probe) -> None:
+    def __init__(self, probe: Probe, warnings: Warnings | None = None) -> None:
         self.draining = False
         self._probe = probe
+        self._warnings = warnings
 
     async def reason(self) -> str | None:
         """Why the process is not ready, or None if it is."""
@@ -63,6 +76,57 @@ class Readiness:
                 return str(exc)
             return None
         return f"the store or the broker did not answer within {PROBE_TIMEOUT:g} s"
+
+    async def answer(self) -> tuple[int, dict[str, Any]]:
+        """The status code and the JSON body of ``/readyz``, within
+        `PROBE_TIMEOUT` seconds in all."""
+        deadline = trio.current_time() + PROBE_TIMEOUT
+        reason = await self.reason()
+        if reason is not None:
+            return 503, {"status": "not ready", "reason": reason}
+        body: dict[str, Any] = {"status": "ready"}
+        if self._warnings is not None:
+            warnings: list[str] = []
+            # A failure here, a moment after the probe passed, is the next
+            # answer's to say.
+            with trio.move_on_at(deadline), suppress(StoreError, BrokerError):
+                warnings = await self._warnings()
+            if warnings:
+                body["warnings"] = warnings
+        return 200, body
+
+
+class ReadyEngine(Protocol):
+    """What `engine_readiness` reads of an `Engine`."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def broker(self) -> Broker: ...
+
+    async def groups_without_workers(self) -> list[str]: ...
+
+
+def engine_readiness(engine: ReadyEngine) -> Readiness:
+    """The readiness of a process that runs ``engine``: ready while its
+    store answers a read and its broker a round trip (`ping`: the
+    adapter's own, or, for one without, a read of the live workers'
+    groups); warning of each group it sends tasks to that no live worker
+    serves (`Engine.groups_without_workers`)."""
+
+    async def probe() -> None:
+        await engine.store.get_run("trio-durable-readyz")
+        await ping(engine.broker)
+
+    async def warnings() -> list[str]:
+        return [
+            f"no live worker serves the group {group!r}: its tasks wait on the broker until"
+            " one starts"
+            for group in await engine.groups_without_workers()
+        ]
+
+    return Readiness(probe, warnings)
 
 
 def http_face(
@@ -79,10 +143,8 @@ def http_face(
         return JSONResponse({"status": "alive"})
 
     async def readyz(request: Request) -> Response:
-        reason = await readiness.reason()
-        if reason is None:
-            return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
+        status, body = await readiness.answer()
+        return JSONResponse(body, status_code=status)
 
     async def scrape(request: Request) -> Response:
         return Response(metrics(), media_type=PROMETHEUS_TEXT)

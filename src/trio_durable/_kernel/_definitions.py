@@ -4,7 +4,7 @@ passes are `_registration_checks`')."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -225,3 +225,13 @@ def workflow_of(app: Registry, target: Workflow[Any, Any] | str) -> Workflow[Any
     if isinstance(target, str):
         return app.get_workflow(target)
     raise UnknownWorkflowError(f"not a workflow: {target!r}")
+
+
+def remote_groups(app: Registry, served: Sequence[str]) -> tuple[str, ...]:
+    """The groups of ``app``'s remote steps and of its remote workflows'
+    decision tasks, sorted, less those of the group routes in ``served``
+    (the engine's own worker serves them)."""
+    own = {route.partition("@")[0] for route in served}
+    needed = {step.group for step in app.steps if step.group is not None}
+    needed |= {workflow.decision_group for workflow in app.workflows if workflow.remote}
+    return tuple(sorted(needed - own))

@@ -163,7 +163,8 @@ class Dispatcher:
         self._results_queue = results_queue
         self._blocked_recheck = blocked_recheck
         self._layers = layers
-        self._descriptor_cache: dict[str, tuple[float, list[WorkerDescriptor]]] = {}
+        # What `live_workers` last read, per group route (None: every worker).
+        self._descriptor_cache: dict[str | None, tuple[float, list[WorkerDescriptor]]] = {}
         # The broker queues the embedded worker consumes: tasks sent there
         # are this engine's own to wait for (see `_sent`).
         self.own_queues: frozenset[str] = frozenset()
@@ -335,21 +336,33 @@ class Dispatcher:
         step = step_of(self._app, self.learned, step_name)
         return () if step is None else step.requires
 
+    async def live_workers(self, group_route: str | None = None) -> list[WorkerDescriptor]:
+        """The live workers' descriptors (those consuming ``group_route``,
+        if given), as the broker gave them at most
+        ``min(1, blocked_recheck / 2)`` seconds ago: a burst of looks costs
+        one read of the announcements per route and period.
+
+        Raises:
+          BrokerError: The announcements could not be read.
+        """
+        now = trio.current_time()
+        cached = self._descriptor_cache.get(group_route)
+        if cached is None or now - cached[0] >= min(1.0, self._blocked_recheck / 2):
+            descriptors = await self._broker.worker_descriptors(group_route)
+            cached = self._descriptor_cache[group_route] = (now, descriptors)
+        return cached[1]
+
     async def capability_gap(self, group_route: str, requires: tuple[str, ...]) -> str | None:
         """Why no live worker of ``group_route`` can run a step that ``requires``
         these capabilities, or None if one can (or nothing is required)."""
         if not requires:
             return None
-        now = trio.current_time()
-        cached = self._descriptor_cache.get(group_route)
-        if cached is None or now - cached[0] >= min(1.0, self._blocked_recheck / 2):
-            try:
-                descriptors = await self._broker.worker_descriptors(group_route)
-            except BrokerError as exc:
-                return f"cannot read worker announcements: {exc}"
-            cached = self._descriptor_cache[group_route] = (now, descriptors)
+        try:
+            descriptors = await self.live_workers(group_route)
+        except BrokerError as exc:
+            return f"cannot read worker announcements: {exc}"
         needed = set(requires)
-        if any(needed <= set(d.capabilities) for d in cached[1]):
+        if any(needed <= set(d.capabilities) for d in descriptors):
             return None
         needs = ", ".join(sorted(needed))
         return f"blocked: no live worker of group {group_route!r} offers {needs}"

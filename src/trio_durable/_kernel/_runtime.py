@@ -28,6 +28,7 @@ from .._payloads._blobs import Blobs
 from .._wire._layers import WireLayers
 from .._wire._tracing import DISABLED, Tracing
 from ._catalogue import Catalogue
+from ._coverage import Coverage
 from ._dispatch import Dispatcher
 from ._endings import Endings
 from ._hooks import Features
@@ -159,6 +160,8 @@ class Runtime:
       learned: The steps and queues remote workflows' decisions named.
       catalogue: What live workers announce (remote workflows' groups and
         routes), read at most once per `CACHE_SECONDS`.
+      coverage: Which groups it sends tasks to have a live worker (see
+        `_coverage`).
       blobs: The blob store payloads over the threshold go to, if any
         (docs/large-payloads.md).
       leases: Renews the leases of the turns in flight.
@@ -188,6 +191,7 @@ class Runtime:
     webhook_keys: WebhookKeys = attrs.field(factory=WebhookKeys)
     learned: Learned = attrs.field(factory=Learned)
     catalogue: Catalogue = attrs.field(init=False)
+    coverage: Coverage = attrs.field(init=False)
     blobs: Blobs | None = None
     leases: LeaseKeeper = attrs.field(init=False)
     passed_on: PassedOn = attrs.field(factory=PassedOn)

@@ -168,6 +168,9 @@ class ForgingBroker:
     async def worker_groups(self) -> list[str]:
         return await self.inner.worker_groups()
 
+    async def ping(self) -> None:
+        await self.inner.ping()
+
     def quiet(self, queues: Sequence[str]) -> trio.Event | None:
         return self.inner.quiet(queues)
 

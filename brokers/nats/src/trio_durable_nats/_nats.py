@@ -355,6 +355,25 @@ class NatsBroker:
             groups.update(descriptor.groups)
         return sorted(groups)
 
+    async def ping(self) -> None:
+        """One round trip to the NATS server: a PING answered by its PONG
+        (nats-py's ``flush``), within the URL's ``timeout``.
+
+        Raises:
+          BrokerUnavailable: The connection is down (nats-py is
+            reconnecting), or the server did not answer in time.
+        """
+        if not self._nc.is_connected:
+            # A PING now would wait in nats-py's buffer for the connection
+            # to come back: the answer is that the server is away.
+            raise BrokerUnavailable(f"NATS: not connected to {self.options.shown}; reconnecting")
+        timeout = self.options.timeout
+
+        async def round_trip() -> None:
+            await self._nc.flush(timeout=timeout)  # type: ignore[arg-type]
+
+        await self._call(round_trip, "reach the server")
+
     def quiet(self, queues: Sequence[str]) -> None:
         """None: its streams live on the server, and only a query to it
         (consumer info) would tell how many messages one holds, so

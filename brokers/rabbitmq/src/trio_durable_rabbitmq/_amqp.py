@@ -40,6 +40,7 @@ seconds, then raises `BrokerUnavailable`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -429,6 +430,33 @@ class AmqpBroker:
         """The group routes live workers consume, sorted."""
         descriptors = await self.worker_descriptors()
         return sorted({group for d in descriptors for group in d.groups})
+
+    async def ping(self) -> None:
+        """One round trip to RabbitMQ: the workers exchange declared again
+        (with the arguments it was made with, so the server only says it is
+        there, or makes it again on a node that lost it) on the publishing
+        channel, answered within ``connect_timeout`` seconds.
+
+        Raises:
+          BrokerUnavailable: The connection is down (it is being opened
+            again every ``reconnect_interval`` seconds), or the server did
+            not answer in time.
+        """
+        connection = self._connection
+        if connection is None or not connection.connected.is_set():
+            # A declare now would wait for the connection to come back: the
+            # answer is that the server is away.
+            raise BrokerUnavailable("RabbitMQ: not connected; reconnecting")
+
+        async def round_trip() -> None:
+            assert self._publisher is not None
+            async with asyncio.timeout(self.options.connect_timeout):
+                channel = await self._publisher.get_underlay_channel()
+                await channel.exchange_declare(
+                    WORKERS_EXCHANGE, exchange_type="fanout", durable=True
+                )
+
+        await self._run(round_trip)
 
     def quiet(self, queues: Sequence[str]) -> None:
         """None: its queues live on the server, and only a query to it

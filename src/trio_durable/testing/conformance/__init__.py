@@ -53,6 +53,9 @@ from ._broker import (
     check_higher_priorities_are_delivered_first as check_higher_priorities_are_delivered_first,
 )
 from ._broker import (
+    check_ping_answers_and_disturbs_nothing as check_ping_answers_and_disturbs_nothing,
+)
+from ._broker import (
     check_prefetch_bounds_unacked_messages as check_prefetch_bounds_unacked_messages,
 )
 from ._broker import check_queues_are_separate as check_queues_are_separate

@@ -25,7 +25,15 @@ from typing import Final
 
 import trio
 
-from ..._brokers._base import RESULTS, Consumer, Delivery, Outgoing, PayloadTooLarge, is_broker_safe
+from ..._brokers._base import (
+    RESULTS,
+    Consumer,
+    Delivery,
+    Outgoing,
+    PayloadTooLarge,
+    Pingable,
+    is_broker_safe,
+)
 from ._broker_descriptors import (
     check_a_descriptor_is_forgotten_after_its_ttl,
     check_an_announcement_without_heartbeat_lasts_until_withdrawn,
@@ -466,6 +474,37 @@ async def check_quiet_says_nothing_or_exactly_when_the_queues_hold_nothing(
         assert again.is_set()
 
 
+async def check_ping_answers_and_disturbs_nothing(factory: BrokerFactory | BrokerMaker) -> None:
+    """A broker with the optional `Pingable.ping` answers it (within
+    `EVENTUALLY` seconds) while its server is there, again and again and
+    beside a dispatch, and the round trip disturbs nothing: what was
+    dispatched before and after it arrives, once each. Skipped for a
+    broker without ``ping``. (That it fails while the server is away is for
+    the adapter's own tests, which can stop its server.)"""
+    factory = as_factory(factory)
+    queue = unique_name("ping")
+    async with factory() as broker:
+        pingable = isinstance(broker, Pingable)
+        if isinstance(broker, Pingable):
+            with trio.fail_after(EVENTUALLY):
+                await broker.ping()
+                await broker.dispatch(outgoing(queue, b"before"))
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(broker.ping)
+                    nursery.start_soon(broker.dispatch, outgoing(queue, b"beside"))
+                await broker.ping()
+                await broker.dispatch(outgoing(queue, b"after"))
+            async with broker.open_consumer(queue, prefetch=10) as consumer:
+                received = await receive_exactly(consumer, 3)
+                assert_same_bodies((d.body for d in received), [b"before", b"beside", b"after"])
+                await consumer.ack(received)
+                await assert_nothing_arrives(consumer, factory)
+    # Skipped once the broker is closed: the factory's block may be a
+    # nursery, which would wrap the skip in an exception group.
+    if not pingable:
+        skip("the broker has no ping (it is optional: see Pingable)")
+
+
 BROKER_CHECKS: Final[tuple[Callable[[BrokerFactory | BrokerMaker], Awaitable[None]], ...]] = (
     check_dispatched_bodies_arrive_intact,
     check_a_body_over_max_payload_is_refused_and_nothing_is_sent,
@@ -481,6 +520,7 @@ BROKER_CHECKS: Final[tuple[Callable[[BrokerFactory | BrokerMaker], Awaitable[Non
     check_higher_priorities_are_delivered_first,
     check_the_results_queue_is_a_queue,
     check_quiet_says_nothing_or_exactly_when_the_queues_hold_nothing,
+    check_ping_answers_and_disturbs_nothing,
     check_announce_withdraw_and_lookup_by_group,
     check_descriptors_round_trip_every_field,
     check_a_descriptor_is_forgotten_after_its_ttl,
