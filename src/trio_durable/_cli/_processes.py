@@ -27,6 +27,7 @@ from .._base._records import DEFAULT_TRACEBACK_LIMIT
 from .._front._app import App
 from .._front._health import Readiness, engine_readiness, serve_http_face
 from .._front._open_worker import open_worker
+from .._kernel._definitions import remote_groups
 from .._kernel._options import DEFAULT_MAX_DELIVERIES, ConsoleOptions, token_problem
 from .._payloads._blobs import DEFAULT_BLOB_THRESHOLD
 from .._process._open_engine import open_engine
@@ -148,10 +149,7 @@ def unserved_groups(app: App, broker: str, serve: Sequence[str]) -> list[str]:
     other processes may serve them: none)."""
     if broker.partition("://")[0].lower() != "memory":
         return []
-    served = {route.partition("@")[0] for route in serve}
-    needed = {step.group for step in app.steps if step.group is not None}
-    needed |= {wf.decision_group for wf in app.workflows if wf.remote}
-    return sorted(needed - served)
+    return list(remote_groups(app, serve))
 
 
 def _refuse_unserved(app: App, broker: str, serve: Sequence[str]) -> None:
