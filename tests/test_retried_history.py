@@ -23,7 +23,11 @@ import trio.testing
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall, shared_store
 from trio_durable._features.lifecycle._retried import retried_scope
+from trio_durable._features.lifecycle._saga import plan_retry
 from trio_durable._features.messages._published import event_scope
+from trio_durable._front._control import RETRYABLE
+from trio_durable._stores._base import WriteConflict
+from trio_durable._stores._ops import Op
 
 app = td.App("retried")
 
@@ -338,6 +342,30 @@ async def test_a_retry_that_changes_nothing_keeps_nothing(
             await engine.retry("c", from_seq=9)
         assert (await engine.history("c")).retried == ()
         assert await engine.store.list_values(retried_scope("c")) == []
+
+
+async def test_a_retry_that_lost_a_race_keeps_nothing(
+    kind: str,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    open_test_engine: EngineFactory,
+) -> None:
+    failing["visa"] = 2
+    async with engine_on(kind, tmp_path, open_test_engine) as engine:
+        await engine.start(checkout, "visa", run_id="c")
+        with pytest.raises(td.RunFailed):
+            await engine.result("c")
+        # Two retries read the failed run; the other one writes first.
+        ops: list[Op] = []
+        failed = await engine.get("c")
+        await plan_retry(engine.store, app, engine.clock.now(), failed, ops, [], RETRYABLE)
+        await engine.retry("c")
+        with pytest.raises(WriteConflict):
+            await engine.store.apply(ops)
+        assert await engine.result("c") == "paid-visa"
+        [kept] = (await engine.history("c")).retried
+        assert len(await engine.store.list_values(retried_scope("c"))) == 1
+    assert kept.retry == 1
 
 
 async def test_the_client_reads_what_an_engines_retry_kept(
