@@ -339,9 +339,9 @@ class Retention:
     status forever. Pruning deletes the run with its input, checkpoints,
     signal waiters, buffered signals, flow-control queue entries, webhooks,
     pauses, and the keyed values that go with it (published values, stream
-    values, updates, fan windows, the signal keys it sent, the dedup and
-    singleton claims and debounce windows it holds); its blobs go once no
-    run refers to them. It never touches a run that has not ended, nor a
+    values, what its retries replaced, updates, fan windows, the signal
+    keys it sent, the dedup and singleton claims and debounce windows it
+    holds); its blobs go once no run refers to them. It never touches a run that has not ended, nor a
     run whose parent has not ended (the parent may still read or retry it).
 
     Event records (`Engine.send_event`) belong to no run: they are pruned
