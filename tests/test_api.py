@@ -75,6 +75,7 @@ def test_public_api_is_pinned() -> None:
         "RegistrationError",
         "RemoteStepError",
         "Retention",
+        "RetriedHistory",
         "Retry",
         "Run",
         "RunCancelled",

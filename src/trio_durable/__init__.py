@@ -106,6 +106,7 @@ from ._kernel._views import FanPage as FanPage
 from ._kernel._views import FanStats as FanStats
 from ._kernel._views import HistoryEntry as HistoryEntry
 from ._kernel._views import Retention as Retention
+from ._kernel._views import RetriedHistory as RetriedHistory
 from ._kernel._views import RunDetail as RunDetail
 from ._kernel._views import RunHistory as RunHistory
 from ._kernel._views import RunPage as RunPage
@@ -192,6 +193,7 @@ __all__ = [
     "RegistrationError",
     "RemoteStepError",
     "Retention",
+    "RetriedHistory",
     "Retry",
     "Run",
     "RunCancelled",

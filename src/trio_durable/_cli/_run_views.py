@@ -17,8 +17,17 @@ import attrs
 from rich.console import RenderableType
 
 from .._base._records import ErrorInfo, Run
-from .._kernel._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage, span
-from .._payloads._stored_payloads import said, shown_error
+from .._kernel._views import (
+    FanPage,
+    FanStats,
+    HistoryEntry,
+    RetriedHistory,
+    RunDetail,
+    RunHistory,
+    RunPage,
+    span,
+)
+from .._payloads._stored_payloads import said, sealed_for_people, shown_error
 from ._common import table
 from ._values import decoded, when
 
@@ -35,6 +44,10 @@ def document(value: Any) -> Any:
     if isinstance(value, ErrorInfo) and value.sealed is not None:
         # Read without its codec: shown as what it is, not what the codec made.
         return shown_error(value)
+    if isinstance(value, RetriedHistory) and value.sealed is not None:
+        data = {key: document(item) for key, item in attrs.asdict(value, recurse=False).items()}
+        del data["sealed"]
+        return {**data, **sealed_for_people(value.sealed)}
     if attrs.has(type(value)):
         return {key: document(item) for key, item in attrs.asdict(value, recurse=False).items()}
     if isinstance(value, Mapping):
@@ -209,7 +222,62 @@ def history_tables(history: RunHistory, now: float) -> list[RenderableType | str
         ),
     ]
     sections.extend(_related(history.children, history.handlers))
+    sections.extend(retried_sections(history.retried, history.run.created_at, now))
     return sections
+
+
+TRACEBACKS_SHOWN: Final = 10
+"""How many failed operations of one retry a table shows the tracebacks of
+(``--json`` has every one)."""
+
+
+def retried_sections(
+    retried: Sequence[RetriedHistory], origin: float, now: float, *, tracebacks: bool = True
+) -> list[RenderableType | str]:
+    """What each retry of a run replaced, oldest first: the run's error then,
+    the operations the retry deleted or reset, and (with ``tracebacks``)
+    the tracebacks of the run's error and of the operations' last errors."""
+    sections: list[RenderableType | str] = []
+    for kept in retried:
+        head = f"Before retry {kept.retry} (retried {when(kept.retried_at)}"
+        head += ", from its failures)" if kept.from_seq is None else f", from seq {kept.from_seq})"
+        if kept.sealed is not None:
+            said_of = sealed_for_people(kept.sealed)
+            key_id = said_of.get("encrypted_with")
+            what = "encoded" if key_id is None else f"encrypted with {key_id}"
+            sections.append(f"{head}: {what} (TRIO_DURABLE_CODEC_KEYS decrypts it).")
+            continue
+        ended = f"the run was {kept.status}"
+        if kept.error is not None:
+            ended += f": {error_text(kept.error)}"
+        rows = [_entry_row(entry, origin, now) for entry in kept.entries]
+        if rows:
+            sections.append(table(f"{head}: {ended}", _ENTRY_COLUMNS, rows, no_wrap=_NO_WRAP))
+        else:
+            sections.append(f"{head}: {ended}; it replaced no operation.")
+        if tracebacks:
+            sections.extend(_tracebacks(kept))
+    return sections
+
+
+def _tracebacks(kept: RetriedHistory) -> list[str]:
+    shown: list[str] = []
+    if kept.error is not None and kept.error.traceback:
+        shown.append(f"Retry {kept.retry}: the run's error, {error_text(kept.error)}\n")
+        shown[-1] += kept.error.traceback.rstrip()
+    failed = [e for e in kept.entries if e.errors and e.errors[-1].traceback]
+    for entry in failed[:TRACEBACKS_SHOWN]:
+        last = entry.errors[-1]
+        shown.append(
+            f"Retry {kept.retry}: seq {entry.seq} ({entry.name}), attempt {len(entry.errors)},"
+            f" {error_text(last)}\n{(last.traceback or '').rstrip()}"
+        )
+    if len(failed) > TRACEBACKS_SHOWN:
+        shown.append(
+            f"Retry {kept.retry}: {len(failed) - TRACEBACKS_SHOWN} more tracebacks; --json has"
+            " every one."
+        )
+    return shown
 
 
 def detail_tables(detail: RunDetail, now: float) -> list[RenderableType | str]:
@@ -245,6 +313,8 @@ def detail_tables(detail: RunDetail, now: float) -> list[RenderableType | str]:
             )
         )
     sections.extend(_related(detail.children, detail.handlers))
+    # The tracebacks are history's (runs history RUN).
+    sections.extend(retried_sections(detail.retried, origin, now, tracebacks=False))
     return sections
 
 

@@ -300,7 +300,9 @@ async def read_at_now(client: Client, reading: Awaitable[T]) -> tuple[T, float]:
 def history_command(run_id: str, store: str | None, namespace: str | None, as_json: bool) -> None:
     """Show a run's whole timeline: each checkpoint with its kind, name,
     status, attempts and times, each failed attempt's error (with its
-    traceback in --json), and the run's children and handlers."""
+    traceback in --json), the run's children and handlers, and what each
+    retry of the run replaced: the run's error then and the operations it
+    deleted or reset, with the tracebacks of their failures."""
     history, now = with_client(
         store, lambda c: read_at_now(c, c.history(run_id, namespace=namespace))
     )
@@ -502,8 +504,8 @@ def retry_command(
     failed ones run again. RUN suspended waiting on remote steps sends
     them again at once, as new attempts (the way out when a broker lost
     them). Any other run is refused (exit status 1). With --from-seq, RUN,
-    ended in any way, runs again from that seq in place: what it recorded
-    from there on is deleted (see docs/fork-and-retry.md)."""
+    ended in any way, runs again from that seq in place (docs/fork-and-retry.md).
+    What a retry replaces stays in RUN's history (runs history RUN)."""
     run = with_client(store, lambda c: c.retry(run_id, namespace=namespace, from_seq=from_seq))
     if as_json:
         print_json(document(run))

@@ -15,9 +15,17 @@ from .._base._on_error import lineage, parent_of
 from .._base._records import Run
 from .._base._search_values import plain_value
 from .._front._fleet_report import FleetReport
-from .._kernel._views import FanPage, FanStats, HistoryEntry, RunDetail, RunHistory, RunPage
+from .._kernel._views import (
+    FanPage,
+    FanStats,
+    HistoryEntry,
+    RetriedHistory,
+    RunDetail,
+    RunHistory,
+    RunPage,
+)
 from .._kernel._views import plain as views_plain
-from .._payloads._stored_payloads import payload_for_people
+from .._payloads._stored_payloads import payload_for_people, sealed_for_people
 
 _HANDLER_ID: Final = re.compile(r"\.onError\.\d+$")
 """How the id of an on-error handler run ends (see `parent_of`)."""
@@ -110,6 +118,18 @@ def fan_json(fan: FanStats, run_id: str, paths: Paths) -> dict[str, Any]:
     return data
 
 
+def retried_json(kept: RetriedHistory, paths: Paths) -> dict[str, Any]:
+    """What one retry of a run replaced: the run's status and error then,
+    and the operations it deleted or reset as they were; one read without
+    its codec as ``{"encrypted_with": "k1"}`` (or ``{"encoded": true}``)."""
+    data: dict[str, Any] = plain(kept)
+    data["entries"] = [entry_json(entry, paths) for entry in kept.entries]
+    sealed = data.pop("sealed")
+    if sealed is not None:
+        data.update(sealed_for_people(sealed))
+    return data
+
+
 def lineage_json(
     run: Run, children: tuple[str, ...], handlers: tuple[str, ...], paths: Paths
 ) -> dict[str, Any]:
@@ -137,6 +157,7 @@ def detail_json(detail: RunDetail, paths: Paths) -> dict[str, Any]:
         ],
         "fans": [fan_json(fan, run.id, paths) for fan in detail.fans],
         "lineage": lineage_json(run, detail.children, detail.handlers, paths),
+        "retried": [retried_json(kept, paths) for kept in detail.retried],
         "links": {"history": paths.history(run.id)},
     }
 
@@ -148,6 +169,7 @@ def history_json(history: RunHistory, paths: Paths) -> dict[str, Any]:
         "run": run_json(run, paths),
         "entries": [entry_json(entry, paths) for entry in history.entries],
         "lineage": lineage_json(run, history.children, history.handlers, paths),
+        "retried": [retried_json(kept, paths) for kept in history.retried],
     }
 
 

@@ -192,10 +192,16 @@ async def run_page(request: Request) -> Response:
         ],
         fold_width=FOLD_WIDTH,
         fan_page_size=FAN_PAGE,
+        retried_rows=RETRIED_ROWS,
         stream=await _stream_tail(source, detail.run.id),
         # How long pending steps have been out, as of this page.
         now=source.clock.now(),
     )
+
+
+RETRIED_ROWS: Final = 100
+"""The most operations of one retry the run page lists (the run's history
+in the API has every one)."""
 
 
 STREAM_TAIL: Final = 50

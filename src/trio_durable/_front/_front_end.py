@@ -191,6 +191,13 @@ class FrontEnd(
         With ``from_seq``, a run that ended in any way runs again from that
         seq in place (docs/fork-and-retry.md).
 
+        Whatever the retry deletes or resets (the failed operations, undone
+        steps and their undos, everything from ``from_seq`` on, failed
+        children's checkpoints), and the run's error and status as it ended,
+        stay in the run's history, written in the retry's own write:
+        `history` returns them as `RunHistory.retried`, one `RetriedHistory`
+        per retry. Retrying a suspended run replaces nothing and keeps none.
+
         Args:
           run_id: The run's id.
           namespace: If given, a run of another namespace counts as missing

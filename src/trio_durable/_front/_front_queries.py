@@ -86,8 +86,10 @@ class RunQueries(FrontPart):
 
     async def history(self, run_id: str, *, namespace: str | None = None) -> RunHistory:
         """The run's timeline: every checkpoint with its kind, name, status,
-        attempts, errors and times, and the ids of its children and
-        on-error handlers. Payloads are left out.
+        attempts, errors and times, the ids of its children and on-error
+        handlers, and what each retry of the run replaced (`RunHistory.retried`:
+        the run's error then and the operations the retry deleted or reset,
+        with every attempt's error and traceback). Payloads are left out.
 
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).
@@ -96,8 +98,9 @@ class RunQueries(FrontPart):
 
     async def run_detail(self, run_id: str, *, namespace: str | None = None) -> RunDetail:
         """The run for people: stats per fan and the timeline with every fan
-        wider than 20 members folded into its stats. It reads O(1) rows per
-        fan, whatever its width; read members with `fan_page`.
+        wider than 20 members folded into its stats, and what each retry of
+        the run replaced (`RunDetail.retried`). It reads O(1) rows per fan,
+        whatever its width, and per retry; read members with `fan_page`.
 
         Raises:
           RunNotFoundError: No run has this id (in ``namespace``).

@@ -27,6 +27,7 @@ from .._base._records import Checkpoint, CheckpointStatus, Run, RunFilter, RunSt
 from .._base._run_records import RunRecord
 from .._features.fork._fork import fork_origin
 from .._features.lifecycle._lifecycle import CONTINUED_AS
+from .._features.lifecycle._retried import retried_histories
 from .._features.search._search_attributes import filter_conditions
 from .._kernel._options import check_id
 from .._kernel._views import (
@@ -239,8 +240,8 @@ def _links(
 
 
 async def history(store: Store, run_id: str, *, namespace: str | None = None) -> RunHistory:
-    """Every checkpoint of the run, by seq, without payloads (see
-    `Engine.history`).
+    """Every checkpoint of the run, by seq, without payloads, and what each
+    retry of it replaced (see `Engine.history`).
 
     Raises:
       RunNotFoundError: No run has this id (in ``namespace``).
@@ -253,6 +254,7 @@ async def history(store: Store, run_id: str, *, namespace: str | None = None) ->
         entries=tuple(HistoryEntry.of(cp) for cp in checkpoints),
         children=children,
         handlers=handlers,
+        retried=await retried_histories(store, run.id),
     )
 
 
@@ -335,6 +337,7 @@ async def run_detail(store: Store, run_id: str, *, namespace: str | None = None)
         handlers=handlers,
         parent_id=run.parent_id,
         forked_from=fork_origin(records),
+        retried=await retried_histories(store, run.id),
     )
 
 

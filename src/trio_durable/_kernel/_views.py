@@ -19,7 +19,7 @@ import attrs
 from .._base._bounds import is_finite
 from .._base._exceptions import UsageError
 from .._base._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
-from .._payloads._stored_payloads import shown_error
+from .._payloads._stored_payloads import sealed_for_people, shown_error
 
 FOLD_WIDTH: Final = 20
 """A fan with more members than this is folded into its `FanStats` in a
@@ -147,6 +147,53 @@ class HistoryEntry:
 
 @final
 @attrs.define(frozen=True, kw_only=True)
+class RetriedHistory:
+    """What one retry of a run replaced (`Engine.retry`): the run as it
+    ended before it, and the operations the retry deleted or reset to run
+    them again, as they were, with every attempt's error and traceback.
+
+    A retry keeps them in the same write that retries the run, and they go
+    only when the run is pruned. Read without the codec that encrypted them
+    (``open_client(codec=...)``), only ``retry``, ``retried_at`` and
+    ``sealed`` are known.
+
+    Attributes:
+      retry: Which retry of the run replaced them: 1 for its first.
+      retried_at: When that retry was made.
+      from_seq: The seq the retry ran the body again from (``retry`` with
+        ``from_seq``), or None for a retry of a failed or dead run from its
+        failures.
+      status: The run's status when it was retried (None if sealed).
+      error: The run's error then, with its traceback, if it had one.
+      ended_at: When the run had ended (its ``updated_at`` then).
+      entries: The operations the retry deleted (failed ones, those an undo
+        had undone, their undos, those at or after ``from_seq``) or reset
+        (failed children retried with the run), as they were, by seq.
+      sealed: What the codec made of them, if they were read without it:
+        ``encrypted_with`` names its key.
+    """
+
+    retry: int
+    retried_at: float
+    from_seq: int | None = None
+    status: RunStatus | None = None
+    error: ErrorInfo | None = None
+    ended_at: float | None = None
+    entries: tuple[HistoryEntry, ...] = ()
+    sealed: str | None = None
+
+    @property
+    def encrypted_with(self) -> str | None:
+        """The id of the key that encrypted what a sealed one holds (None if
+        it is not sealed, or its codec names no key)."""
+        if self.sealed is None:
+            return None
+        key_id = sealed_for_people(self.sealed).get("encrypted_with")
+        return None if key_id is None else str(key_id)
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
 class RunHistory:
     """A run's timeline: `Engine.history`.
 
@@ -155,12 +202,15 @@ class RunHistory:
       entries: Every checkpoint, by seq.
       children: The ids of its child runs, by seq.
       handlers: The ids of the on-error handlers it was handed to, by attempt.
+      retried: What each retry of the run replaced, oldest first: the
+        failures that made someone retry it (see `RetriedHistory`).
     """
 
     run: Run
     entries: tuple[HistoryEntry, ...]
     children: tuple[str, ...]
     handlers: tuple[str, ...]
+    retried: tuple[RetriedHistory, ...] = ()
 
 
 @final
@@ -199,10 +249,10 @@ class FanStats:
 class RunDetail:
     """A run for people to read: `Engine.run_detail`.
 
-    It reads O(1) rows per operation outside wide fans and per fan, however
-    wide the fans are: a fan of more than 20 members stands in the timeline
-    as its `FanStats`, and its members are read a page at a time with
-    `Engine.fan_page`.
+    It reads O(1) rows per operation outside wide fans, per fan and per
+    retry of the run, however wide the fans are: a fan of more than 20
+    members stands in the timeline as its `FanStats`, and its members are
+    read a page at a time with `Engine.fan_page`.
 
     Attributes:
       run: The run as stored.
@@ -214,6 +264,8 @@ class RunDetail:
       parent_id: The run that started it, if any.
       forked_from: The run it was forked from and the seq it was forked
         at (see `Engine.fork`), if it is a fork.
+      retried: What each retry of the run replaced, oldest first (see
+        `RetriedHistory`): one row per retry.
     """
 
     run: Run
@@ -223,6 +275,7 @@ class RunDetail:
     handlers: tuple[str, ...]
     parent_id: str | None
     forked_from: tuple[str, int] | None = None
+    retried: tuple[RetriedHistory, ...] = ()
 
 
 @final
@@ -286,9 +339,9 @@ class Retention:
     status forever. Pruning deletes the run with its input, checkpoints,
     signal waiters, buffered signals, flow-control queue entries, webhooks,
     pauses, and the keyed values that go with it (published values, stream
-    values, updates, fan windows, the signal keys it sent, the dedup and
-    singleton claims and debounce windows it holds); its blobs go once no
-    run refers to them. It never touches a run that has not ended, nor a
+    values, what its retries replaced, updates, fan windows, the signal
+    keys it sent, the dedup and singleton claims and debounce windows it
+    holds); its blobs go once no run refers to them. It never touches a run that has not ended, nor a
     run whose parent has not ended (the parent may still read or retry it).
 
     Event records (`Engine.send_event`) belong to no run: they are pruned

@@ -242,6 +242,12 @@ def shown_error(error: ErrorInfo) -> dict[str, Any]:
     data = error.to_json()
     if error.sealed is not None:
         del data["sealed"]
-        key_id = sealed_key_id(error.sealed)
-        data["details"] = {"encoded": True} if key_id is None else {"encrypted_with": key_id}
+        data["details"] = sealed_for_people(error.sealed)
     return data
+
+
+def sealed_for_people(sealed: str) -> dict[str, Any]:
+    """What a codec made, as people are shown it without the codec:
+    ``{"encrypted_with": "k1"}``, or ``{"encoded": true}``."""
+    key_id = sealed_key_id(sealed)
+    return {"encoded": True} if key_id is None else {"encrypted_with": key_id}

@@ -7,7 +7,8 @@ checkpoints before ``from_seq``: its replay returns their recorded results
 (a recorded failure raises again), and it executes from ``from_seq`` on, as
 DBOS's ``fork_workflow`` does. The original is not written. A retry from a
 seq deletes the run's body checkpoints at and after it and puts the run back
-to ``pending``; what is before stays.
+to ``pending``; what is before stays, and what it deleted or rewrote is kept
+in the run's history (`_features.lifecycle._retried`).
 
 Both check the seq first and write nothing when it is refused (see
 `ForkPointError`). The fork's row, its copied history and its provenance (a
@@ -66,6 +67,7 @@ from ..lifecycle._lifecycle import (
     started_output,
     workflow_timeout,
 )
+from ..lifecycle._retried import keep_replaced, next_retry
 from ..messages._published import event_scope
 from ..messages._streams import PAGE, STREAM_HEAD, stream_scope
 
@@ -190,12 +192,13 @@ async def _reset_records(
     records: Sequence[RunRecord],
     from_seq: int,
     now: float,
-) -> tuple[list[int], list[Op]]:
+) -> tuple[list[Op], dict[tuple[str, str], str]]:
     """What a retry in place from ``from_seq`` deletes of the run's reserved
     records and rewrites of its keyed values, so that they say what its
-    history before ``from_seq`` says: the seqs to delete, and the writes."""
-    deletes: list[int] = []
+    history before ``from_seq`` says: the writes, and the keyed values they
+    may replace as they are now (by scope and key)."""
     ops: list[Op] = []
+    values: dict[tuple[str, str], str] = {}
     log, dropped = _update_log(records, from_seq)
     checked = _recorded_seq(records, CHECKED_FROM)
     kinds = {record.kind for record in records}
@@ -218,13 +221,15 @@ async def _reset_records(
     published = _published(checkpoints, from_seq)
     scope = event_scope(run.id)
     for stored in await _all_values(store, scope):
+        values[scope, stored.key] = stored.value
         value = published.get(stored.key)
         if value != stored.value:
             ops.append(PutValue(scope, stored.key, value, now, run_id=run.id))
     scope = stream_scope(run.id)
     for stored in await _all_values(store, scope):
+        values[scope, stored.key] = stored.value
         ops.append(PutValue(scope, stored.key, None, now))
-    return deletes, ops
+    return ops, values
 
 
 async def _all_values(store: Store, scope: str) -> list[StoredValue]:
@@ -411,6 +416,7 @@ async def retry_from(
             f" Fork the run instead, or retry from seq {children[-1].seq + 1} or later"
         )
     undone = _undone(checkpoints)
+    retry = await next_retry(store, run.id)
     deletes: list[int] = []
     ops: list[Op] = []
     for cp in checkpoints:
@@ -428,8 +434,7 @@ async def retry_from(
                 ops.append(UpdateRun(cp.child_id, {"parent_seq": None}, strict=False))
     # A remote workflow's run asks a worker afresh (as `plan_retry`).
     ops.extend(ask_afresh(records))
-    reserved, rewrites = await _reset_records(store, run, checkpoints, records, from_seq, now)
-    deletes.extend(reserved)
+    rewrites, values = await _reset_records(store, run, checkpoints, records, from_seq, now)
     ops.extend(rewrites)
     if deletes:
         ops.append(DeleteCheckpoints(run.id, tuple(deletes)))
@@ -450,6 +455,9 @@ async def retry_from(
         "updated_at": now,
     }
     ops.append(UpdateRun(run.id, changes, expect_status=frozenset({run.status})))
+    # What it deletes or rewrites stays in the run's history (as
+    # `plan_retry` keeps it), after the fenced update.
+    ops.append(keep_replaced(run, retry, now, from_seq, ops, checkpoints, records, values))
     retried = attrs.evolve(
         run,
         status="pending",

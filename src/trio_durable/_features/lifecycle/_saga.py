@@ -3,7 +3,8 @@
 Compensation runs the undo of every completed step that declared one, newest
 first, each at ``-seq`` of the step it undoes. Retry puts a failed or dead run
 back to ``pending`` with its failures reset, in one write that spans the
-children it retries as well.
+children it retries as well; what it deletes or resets of each run stays in
+that run's history (`_retried`).
 
 Retry also re-arms what a cancel disarmed, since it retries cancelled
 children: a signal wait gets its waiter back (a signal buffered meanwhile is
@@ -43,6 +44,7 @@ from ..children._children import completion
 from ..on_error._handoff import output_source
 from ..steps._local import execute
 from ..steps._remote import RESEND
+from ._retried import keep_replaced, next_retry
 
 if TYPE_CHECKING:
     from ..._kernel._replay import Replay
@@ -110,6 +112,8 @@ async def plan_retry(
     too; add to ``wakes`` the runs to wake once they committed."""
     checkpoints = await store.get_checkpoints(run.id)
     records = await store.get_records(run.id)
+    retry = await next_retry(store, run.id)
+    first_op = len(ops)
     undone = {-cp.seq for cp in checkpoints if cp.seq < 0}
     deletes: list[int] = []
     # A remote workflow's run: the retried run asks a worker afresh.
@@ -168,6 +172,10 @@ async def plan_retry(
         "updated_at": now,
     }
     ops.append(UpdateRun(run.id, changes, expect_status=expect))
+    # What this retry deletes or resets stays in the run's history, written
+    # with it: after the fenced update, so a retry that lost a race keeps
+    # nothing.
+    ops.append(keep_replaced(run, retry, now, None, ops[first_op:], checkpoints, records))
     # As written: the caller of a retry is given the run as it left it.
     wakes.append(attrs.evolve(run, **changes))
 
