@@ -18,6 +18,7 @@ def test_the_pages_with_transcripts() -> None:
     # The pages whose console blocks run (a page that loses its markers
     # drops out of the test silently otherwise).
     assert {p.name for p in PAGES} >= {
+        "quickstart.md",
         "operations.md",
         "configuration.md",
         "simulation.md",
