@@ -49,7 +49,7 @@ class OnError:
     ``OnError("card_declined", workflow="refund")`` routes failures with that
     code; ``OnError(workflow="page_oncall")`` routes every other failure.
 
-    Args:
+    Attributes:
       code: The error code to match, or None for the catch-all.
       workflow: The handler workflow's name. It receives one argument, a
         dict ``{"run_id", "workflow", "input", "error"}`` where ``error`` is

@@ -32,7 +32,7 @@ class Retry:
     engine's seeded random source. A `FatalError`, or any exception whose
     ``retryable`` attribute is False, is never retried.
 
-    Args:
+    Attributes:
       attempts: How many attempts in all (1 means no retry).
       backoff: The first wait, in seconds.
       max_backoff: The cap on any wait, in seconds.

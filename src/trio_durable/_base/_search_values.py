@@ -300,7 +300,7 @@ class SearchRange:
     """A range filter of an ``int``, ``float`` or ``datetime`` search
     attribute in `Engine.list_runs`: every bound given must hold.
 
-    Args:
+    Attributes:
       gt: The value is greater than this.
       ge: The value is greater than or equal to this.
       lt: The value is less than this.
