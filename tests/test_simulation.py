@@ -8,7 +8,9 @@ These tests are plain functions, not ``async def``: `simulate` starts its own
 ``trio.run`` under a `MockClock`, with Trio's scheduling made to follow the
 seed. Each seed of the built-in workload on its fleet (`simulate_builtin`)
 costs about 1.3 s of CPU (it runs a fault-free reference execution first),
-so the 200 seeds of the CI budget dominate the module.
+so the 200 seeds of the CI budget dominate the module. How Trio's scheduling
+follows the seed, and what happens on a trio that cannot, is in
+``test_scheduling.py``.
 """
 
 from __future__ import annotations
@@ -22,16 +24,13 @@ import random
 import re
 import subprocess
 import sys
-import tomllib
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 import trio
-from trio._core import _run as trio_run
 
 import trio_durable as td
 import trio_durable._features.flow_control._admission as admission_module
@@ -50,7 +49,6 @@ from trio_durable.testing import (
     Faults,
     Simulation,
     SimulationReport,
-    deterministic_scheduling,
     simulate,
 )
 from trio_durable.testing._checks import order_violations, span_violations
@@ -145,46 +143,6 @@ def test_the_trace_hash_does_not_depend_on_the_process() -> None:
             timeout=WITHIN,
         )
         assert out.stdout.strip() == here, (hash_seed, out.stderr)
-
-
-async def _race() -> tuple[int, ...]:
-    """Five tasks that each append their index at four checkpoints: the
-    order is exactly Trio's scheduling order."""
-    order: list[int] = []
-
-    async def racer(index: int) -> None:
-        for _ in range(4):
-            await trio.lowlevel.checkpoint()
-            order.append(index)
-
-    async with trio.open_nursery() as nursery:
-        for index in range(5):
-            nursery.start_soon(racer, index)
-    return tuple(order)
-
-
-def _scheduled(seed: int) -> tuple[int, ...]:
-    with deterministic_scheduling(seed):
-        return trio.run(_race)
-
-
-def test_trio_scheduling_follows_the_seed() -> None:
-    # Determinism rests on private parts of Trio: the flag
-    # trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING and its random source
-    # trio._core._run._r, which `deterministic_scheduling` sets and seeds.
-    # The trio version is pinned exactly (pyproject.toml) for that reason;
-    # when a new trio renames or stops honouring them, this test fails.
-    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert f"trio=={trio.__version__}" in pyproject["project"]["dependencies"]
-    flag = trio_run._ALLOW_DETERMINISTIC_SCHEDULING
-
-    assert {_scheduled(3) for _ in range(10)} == {_scheduled(3)}
-    # The seed picks the order (so distinct seeds explore distinct schedules) ...
-    assert len({_scheduled(seed) for seed in range(10)}) > 1
-    # ... and left alone Trio varies it, so the equality above is not vacuous.
-    assert len({trio.run(_race) for _ in range(20)}) > 1
-    # The switch is put back as it was.
-    assert trio_run._ALLOW_DETERMINISTIC_SCHEDULING is flag
 
 
 # -- a planted bug is caught --------------------------------------------------

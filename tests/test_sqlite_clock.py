@@ -8,6 +8,7 @@ asserts the same exact virtual times for both.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -22,7 +23,7 @@ import trio_durable as td
 from conftest import WALL_START, EngineFactory
 from trio_durable._base._records import Checkpoint, Run
 from trio_durable._stores._ops import PutCheckpoint, UpdateRun
-from trio_durable._stores._sqlite import open_sqlite_store
+from trio_durable._stores._sqlite import open_sqlite_store, threads_keep_time
 
 app = td.App("sqlite-clock")
 
@@ -276,3 +277,29 @@ async def test_group_commit_works_on_the_trio_thread(
         assert stats.transactions < stats.batches // 100
         assert len(await store.list_runs(statuses={"completed"})) == 200
     assert trio.current_time() == 0
+
+
+class SystemClock(trio.abc.Clock):
+    """A clock of the program's own that has the name of Trio's."""
+
+    def start_clock(self) -> None:
+        pass
+
+    def current_time(self) -> float:
+        return time.monotonic()
+
+    def deadline_to_sleep_time(self, deadline: float) -> float:
+        return deadline - self.current_time()
+
+
+@pytest.mark.parametrize(
+    ("clock", "threads"),
+    [(None, True), (trio.testing.MockClock(), False), (SystemClock(), False)],
+)
+def test_only_trios_own_clock_sends_queries_to_threads(
+    clock: trio.abc.Clock | None, threads: bool
+) -> None:
+    async def main() -> bool:
+        return threads_keep_time()
+
+    assert trio.run(main, clock=clock) is threads

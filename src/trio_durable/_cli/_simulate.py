@@ -92,6 +92,7 @@ def simulate_command(
         run_seeds,
         stopwatch,
         summary_line,
+        unseeded_told_once,
     )
 
     faults = Faults.none() if no_faults else Faults.everything()
@@ -103,7 +104,7 @@ def simulate_command(
         "app": app,
         "workload": workload,
     }
-    with quiet_engines(not verbose):
+    with quiet_engines(not verbose), unseeded_told_once():
         with progress(len(seeds), "simulating seeds", quiet=as_json) as advance:
 
             def done(report: Any) -> None:

@@ -569,7 +569,7 @@ class Worker:
         timeout = task.timeout if task.timeout is not None else step.timeout
         with trio.CancelScope() as scope:
             if timeout is not None:
-                scope.relative_deadline = timeout
+                scope.deadline = trio.current_time() + timeout
             return await call_step(self._step_info(task), step.fn, args)
         raise TimeoutError(f"step {step.name!r} timed out after {timeout} s")
 

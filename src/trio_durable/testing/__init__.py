@@ -9,8 +9,9 @@ runs the built-in workload over many seeds.
 
 from ._faults import Faults as Faults
 from ._faults import FaultyStore as FaultyStore
-from ._harness import deterministic_scheduling as deterministic_scheduling
 from ._harness import simulate as simulate
+from ._scheduling import UnseededSchedulingWarning as UnseededSchedulingWarning
+from ._scheduling import deterministic_scheduling as deterministic_scheduling
 from ._simulation import Simulation as Simulation
 from ._simulation import SimulationReport as SimulationReport
 from ._simulation import Workload as Workload
@@ -20,6 +21,7 @@ __all__ = [
     "FaultyStore",
     "Simulation",
     "SimulationReport",
+    "UnseededSchedulingWarning",
     "Workload",
     "deterministic_scheduling",
     "simulate",

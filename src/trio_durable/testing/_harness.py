@@ -2,7 +2,8 @@
 
 `simulate` runs several engines and workers on one shared `MemoryStore` and
 one `MemoryBroker` under `trio.testing.MockClock(autojump_threshold=0)`, with
-Trio's scheduling made to follow the seed. A workload drives runs through a
+Trio's scheduling made to follow the seed (`_scheduling`; on a trio that
+cannot, it warns and runs with Trio's own order). A workload drives runs through a
 `Simulation`; meanwhile faults drawn from the seed hit the fleet. Afterwards
 the invariants are checked and a report comes back with a hash of the event
 trace: the same seed gives the same hash, so a failing seed replays exactly.
@@ -45,25 +46,9 @@ from .._stores._memory import MemoryStore
 from ._faults import Faults, FaultyStore
 from ._forgery import ForgingBroker, forgery_violations
 from ._memory_blobs import MemoryBlobStore, blob_violations
+from ._scheduling import deterministic_scheduling
 from ._sealed import SealedWrites
 from ._simulation import WALL_START, Simulation, SimulationReport, Workload
-
-
-@contextmanager
-def deterministic_scheduling(seed: int) -> Iterator[None]:
-    """Make Trio's scheduling order follow ``seed`` (a private switch of
-    Trio's, pinned by the trio version the project requires)."""
-    from trio._core import _run
-
-    previous = _run._ALLOW_DETERMINISTIC_SCHEDULING
-    state = _run._r.getstate()
-    _run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
-    _run._r.seed(seed)
-    try:
-        yield
-    finally:
-        _run._ALLOW_DETERMINISTIC_SCHEDULING = previous  # type: ignore[misc]
-        _run._r.setstate(state)
 
 
 @attrs.define(frozen=True, kw_only=True)
@@ -124,6 +109,10 @@ def simulate(
     Raises:
       UsageError: ``codec``, ``signing`` or ``blob_threshold`` is not what
         ``open_engine`` takes.
+
+    Warns:
+      UnseededSchedulingWarning: The installed trio cannot make its
+        scheduling follow the seed; the simulation runs all the same.
     """
     if faults is None:
         faults = Faults.everything()

@@ -12,6 +12,7 @@ import logging
 import sys
 import time
 import types
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from .._front._app import App
 from ._faults import Faults
 from ._harness import simulate
+from ._scheduling import UnseededSchedulingWarning, unseeded_reason
 from ._simulation import SimulationReport, Workload
 from ._workloads import simulate_builtin
 
@@ -45,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="show the engines' log")
     args = parser.parse_args(argv)
     faults = Faults.none() if args.no_faults else Faults.everything()
-    with quiet_engines(not args.verbose):
+    with quiet_engines(not args.verbose), unseeded_told_once():
         with stopwatch() as elapsed:
             reports = run_seeds(
                 parse_seeds(args.seeds),
@@ -84,6 +86,18 @@ def quiet_engines(quiet: bool = True) -> Iterator[None]:
         yield
     finally:
         engine_log.disabled = was_disabled
+
+
+@contextmanager
+def unseeded_told_once() -> Iterator[None]:
+    """On a trio that cannot seed its scheduling, say so once on stderr
+    and keep every seed of the block from warning it again."""
+    reason = unseeded_reason()
+    with warnings.catch_warnings():
+        if reason is not None:
+            print(f"{UnseededSchedulingWarning.__name__}: {reason}", file=sys.stderr)
+            warnings.simplefilter("ignore", UnseededSchedulingWarning)
+        yield
 
 
 def run_seeds(

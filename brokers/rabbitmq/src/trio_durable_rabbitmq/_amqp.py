@@ -492,7 +492,7 @@ async def open_amqp_broker(url: str) -> AsyncIterator[AmqpBroker]:
                 yield broker
                 nursery.cancel_scope.cancel()
         finally:
-            with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
+            with trio.CancelScope(deadline=trio.current_time() + CLOSE_TIMEOUT, shield=True):
                 try:
                     await broker.aclose()
                 except (BrokerUnavailable, trio.ClosedResourceError) as exc:

@@ -347,7 +347,7 @@ async def open_amqp_consumer(
             # Closing the channel gives back what it holds unacked.
             await channel.close()
 
-        with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
+        with trio.CancelScope(deadline=trio.current_time() + CLOSE_TIMEOUT, shield=True):
             try:
                 await run(stop)
             except (BrokerUnavailable, trio.ClosedResourceError) as exc:

@@ -132,7 +132,7 @@ async def execute(
             with rt.tracing.span(f"step {step.name}", _span_attributes(replay, step, seq, attempt)):
                 with trio.CancelScope() as scope:
                     if step.timeout is not None:
-                        scope.relative_deadline = step.timeout
+                        scope.deadline = trio.current_time() + step.timeout
                     value = await call_step(_step_info(replay, step, seq, attempt), step.fn, args)
                 if scope.cancelled_caught:
                     raise TimeoutError(f"step {step.name!r} timed out after {step.timeout} s")
