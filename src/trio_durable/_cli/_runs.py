@@ -23,7 +23,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
-from typing import Any, Final, TypeVar, get_args
+from typing import Any, Final, TypeVar
 
 import click
 import trio
@@ -31,7 +31,7 @@ from rich.console import Console
 
 from .._base._bounds import MAX_INTEGER
 from .._base._exceptions import RunFailed
-from .._base._records import TERMINAL_STATUSES, Run, RunStatus
+from .._base._records import TERMINAL_STATUSES, Run
 from .._front._app import App
 from .._front._client import Client, open_client
 from .._kernel._views import FanPage, Retention
@@ -65,7 +65,6 @@ from ._run_views import (
 from ._values import Age, whole
 
 APP_ENV: Final = "TRIO_DURABLE_APP"
-STATUSES: Final = get_args(RunStatus)
 
 T = TypeVar("T")
 
