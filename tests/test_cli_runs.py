@@ -103,11 +103,12 @@ def test_an_unknown_workflow_exits_1(store: dict[str, str]) -> None:
     )
 
 
-def test_start_needs_the_app(store: dict[str, str]) -> None:
+def test_start_needs_the_app_or_a_broker(store: dict[str, str]) -> None:
     result = invoke(["runs", "start", "approval"], env={**store, "TRIO_DURABLE_APP": ""})
     assert result.exit_code == 2
     assert one_error_line(result) == (
-        "Error: give the App that registers 'approval': --app MODULE:APP or set TRIO_DURABLE_APP"
+        "Error: give the App that registers 'approval' (--app MODULE:APP or set"
+        " TRIO_DURABLE_APP), or a --broker whose live workers announce it"
     )
 
 

@@ -5,15 +5,24 @@ group of commands to it:
 
 - ``_processes``: ``engine MODULE:APP`` and ``worker MODULE:APP``, an engine
   or a worker as a process of its own, until SIGTERM or SIGINT;
-- ``_runs``: ``runs list|show|history|start|result|signal|cancel|retry|prune``,
+- ``_runs``: the ``runs`` group and ``runs show|history|result|cancel|retry|prune``,
   through `open_client` (how they show runs: ``_run_views``; the values they
   read: ``_values``);
+- ``_run_lists``: ``runs list|count``, with the filters they share;
+- ``_run_starts``: ``runs start|execute|signal`` (``signal --start``:
+  signal-with-start), checked against the App or the live workers'
+  announcements;
+- ``_calls``: ``runs query|update``, a run's handlers called;
 - ``_fork``: ``runs fork`` (and ``retry`` and ``fork`` at the top too);
 - ``_fleet``: ``workers``, the live fleet and its gaps;
 - ``_migrate``: ``migrate``, a store's schema created or upgraded;
 - ``_simulate``: ``simulate``, the deterministic simulation;
 - ``_console``: ``console``, the web console and its JSON API over a store;
-- ``_stream``: ``stream RUN``, a run's stream followed until the run ends.
+- ``_stream``: ``stream RUN``, a run's stream followed until the run ends;
+- ``_schedules``: ``schedules list|show|create|pause|resume|trigger|delete``;
+- ``_events``: ``events send|list|show``;
+- ``_entities``: ``entities show|call``;
+- ``_queues``: ``queues list``, the flow-control queues' depths.
 
 ``_common`` holds what they share: the store and broker options, errors
 turned into one line and an exit code, tables, JSON and progress. Only this
@@ -27,14 +36,21 @@ from collections.abc import Sequence
 
 import click
 
+from ._calls import query_command, update_command
 from ._common import EXIT_INTERRUPTED, DurableGroup
 from ._console import console_command
+from ._entities import entities_group
+from ._events import events_group
 from ._fleet import workers_command
 from ._fork import fork_command
 from ._hooks import breakpoints_group, hooks_group
 from ._migrate import migrate_command
 from ._processes import engine_command, worker_command
+from ._queues import queues_group
+from ._run_lists import count_command, list_command
+from ._run_starts import execute_command, signal_command, start_command
 from ._runs import retry_command, runs_group
+from ._schedules import schedules_group
 from ._simulate import simulate_command
 from ._stream import stream_command
 
@@ -58,7 +74,21 @@ def cli() -> None:
     """
 
 
+for runs_command in (
+    list_command,
+    count_command,
+    start_command,
+    execute_command,
+    signal_command,
+    query_command,
+    update_command,
+):
+    runs_group.add_command(runs_command)
 cli.add_command(runs_group)
+cli.add_command(schedules_group)
+cli.add_command(events_group)
+cli.add_command(entities_group)
+cli.add_command(queues_group)
 cli.add_command(engine_command)
 cli.add_command(worker_command)
 cli.add_command(workers_command)

@@ -49,8 +49,9 @@ EXIT_OK: Final = 0
 """The command did what it was asked (a process stopped by SIGTERM or SIGINT
 after draining included)."""
 EXIT_FAILED: Final = 1
-"""The operation failed: an unknown run or workflow, a run in a state that
-forbids it, a simulation seed that failed."""
+"""The operation failed: an unknown run, workflow, schedule, entity or
+handler, a run in a state that forbids it, an update the run rejected, a
+simulation seed that failed."""
 EXIT_USAGE: Final = 2
 """The command line is wrong: an unknown flag, a malformed value, JSON or
 URL, a ``MODULE:APP`` that does not import or is no `App`."""
@@ -85,6 +86,10 @@ def exit_code_of(exc: BaseException) -> int | None:
     ):
         return EXIT_FAILED
     if isinstance(exc, WebhookError | BreakpointNotFoundError):
+        return EXIT_FAILED
+    if isinstance(exc, TrioDurableError) and isinstance(exc, LookupError):
+        # Something named that is not there (a schedule, an entity, a
+        # query's handler), as an unknown run: the operation failed.
         return EXIT_FAILED
     if isinstance(exc, UsageError):
         return EXIT_USAGE
@@ -288,14 +293,61 @@ def stdout_console() -> Console:
     return Console(file=out, width=None if out.isatty() else 120, soft_wrap=False)
 
 
+_WIDE_KEY: Final = "trio_durable.wide"
+
+
+def wide_option(fn: F) -> F:
+    """``--wide``: tables at their full width, however wide the terminal."""
+
+    def remember(ctx: click.Context, _: click.Parameter, value: bool) -> bool:
+        ctx.meta[_WIDE_KEY] = value
+        return value
+
+    return click.option(
+        "--wide",
+        is_flag=True,
+        expose_value=False,
+        callback=remember,
+        help="Draw tables at their full width, folding no cell (lines may pass the"
+        " terminal's edge).",
+    )(fn)
+
+
 def print_tables(*tables: RenderableType | str) -> None:
-    """Tables (or lines of plain text) on stdout, a blank line between them."""
-    console = stdout_console()
+    """Tables (or lines of plain text) on stdout, a blank line between them
+    (as wide as they need with ``--wide``)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(_WIDE_KEY):
+        # Wide enough for any table: rich pads no line to the console's width.
+        console = Console(file=sys.stdout, width=100_000, soft_wrap=False)
+    else:
+        console = stdout_console()
     for i, drawn in enumerate(tables):
         if i:
             console.print()
         # Plain text is never read as rich markup: a "[x]" in a name stays.
         console.print(Text(drawn) if isinstance(drawn, str) else drawn)
+
+
+ID_COLUMNS: Final = frozenset(
+    {
+        "run",
+        "runs",
+        "id",
+        "last run",
+        "child / wake",
+        "breakpoint",
+        "worker",
+        "workers",
+        "event",
+        "schedule",
+    }
+)
+"""Columns whose cells are ids (of runs, events, workers...) or lists of
+them, which every
+table keeps on one line: an id folded in two (``cli-declined.on`` /
+``Error.0``) breaks copying it. A narrow terminal folds the other columns
+first; ``--wide`` folds none."""
 
 
 def table(
@@ -307,11 +359,11 @@ def table(
 ) -> Group:
     """A table for people: ``title`` (a line of its own, never folded to the
     table's width), a header of ``columns``, ``rows``. Cells of the columns
-    named in ``no_wrap`` (short ones: ids, times) keep to one line; the
-    others fold to fit."""
+    named in ``no_wrap`` (short ones: times, counts) and in `ID_COLUMNS`
+    keep to one line; the others fold to fit."""
     drawn = Table()
     for column in columns:
-        drawn.add_column(column, overflow="fold", no_wrap=column in no_wrap)
+        drawn.add_column(column, overflow="fold", no_wrap=column in no_wrap or column in ID_COLUMNS)
     for row in rows:
         drawn.add_row(*(Text(_cell(value)) for value in row))
     return Group(Text(title, style="bold"), drawn)

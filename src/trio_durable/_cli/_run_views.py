@@ -120,7 +120,7 @@ def runs_table(page: RunPage, title: str) -> RenderableType:
             ]
             for r in page.runs
         ],
-        no_wrap=("status", "created", "updated"),
+        no_wrap=("workflow", "status", "created", "updated"),
     )
 
 

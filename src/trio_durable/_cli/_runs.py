@@ -5,9 +5,16 @@ takes no lease; an engine serving a run learns of a write at once).
 Every command reads the store from ``--store`` or ``TRIO_DURABLE_STORE``.
 It refuses a SQL store that has no schema yet (a mistyped path or database
 would otherwise get an empty store created) and the memory store (which
-lives inside one process). ``start`` also needs the App (``--app`` or
-``TRIO_DURABLE_APP``), so that an unknown workflow or inputs that do not fit
-it are refused before anything is written.
+lives inside one process). Commands that need the App's code (``start``
+without live workers that announce the workflow, ``query``, ``update``,
+...) take it from ``--app`` or ``TRIO_DURABLE_APP`` (`app_option`), so
+that an unknown name or inputs that do not fit are refused before anything
+is written.
+
+This module holds the group, the client the commands share
+(`with_client`) and ``show``, ``history``, ``result``, ``cancel``,
+``retry`` and ``prune``; the other ``runs`` commands are in
+``_run_lists``, ``_run_starts``, ``_calls``, ``_fork`` and ``_hooks``.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
-from typing import Any, Final, TypeVar, cast, get_args
+from typing import Any, Final, TypeVar
 
 import click
 import trio
@@ -24,12 +31,10 @@ from rich.console import Console
 
 from .._base._bounds import MAX_INTEGER
 from .._base._exceptions import RunFailed
-from .._base._records import TERMINAL_STATUSES, Run, RunStatus
-from .._base._search_values import parse_where
-from .._features.search._search_attributes import stored_types
+from .._base._records import TERMINAL_STATUSES, Run
 from .._front._app import App
 from .._front._client import Client, open_client
-from .._kernel._views import FanPage, Retention, RunPage
+from .._kernel._views import FanPage, Retention
 from .._stores._blob_store import with_blobs_from_env
 from .._stores._versions import has_schema_versions, schema_version
 from ._apps import load_app
@@ -43,26 +48,23 @@ from ._common import (
     counting,
     interactive,
     json_option,
-    names,
     need_store,
     print_json,
     print_tables,
     shown,
     store_option,
+    wide_option,
 )
 from ._run_views import (
     detail_tables,
     document,
-    facets_table,
     fan_page_tables,
     history_tables,
     run_line,
-    runs_table,
 )
-from ._values import Age, JSONArguments, JSONValue, PointInTime, at, whole
+from ._values import Age, whole
 
 APP_ENV: Final = "TRIO_DURABLE_APP"
-STATUSES: Final = get_args(RunStatus)
 
 T = TypeVar("T")
 
@@ -80,8 +82,11 @@ def runs_group() -> None:
 
 
 @asynccontextmanager
-async def opened_client(store: str, app: App | None = None) -> AsyncIterator[Client]:
-    """A client of the store ``store`` names, once it is known to hold one.
+async def opened_client(
+    store: str, app: App | None = None, broker: str | None = None
+) -> AsyncIterator[Client]:
+    """A client of the store ``store`` names, once it is known to hold one
+    (and of ``broker``, if given).
 
     Raises:
       CommandError: (exit 2) ``store`` is the memory store; (exit 3) a SQL
@@ -99,21 +104,52 @@ async def opened_client(store: str, app: App | None = None) -> AsyncIterator[Cli
             " or create the store with `trio-durable migrate`",
             EXIT_UNREACHABLE,
         )
-    async with open_client(store, app=app, codec=env_codec(), **with_blobs_from_env({})) as client:
+    async with open_client(
+        store, app=app, broker=broker, codec=env_codec(), **with_blobs_from_env({})
+    ) as client:
         yield client
 
 
 def with_client(
-    store: str | None, use: Callable[[Client], Awaitable[T]], app: App | None = None
+    store: str | None,
+    use: Callable[[Client], Awaitable[T]],
+    app: App | None = None,
+    broker: str | None = None,
 ) -> T:
-    """Run ``use`` with a client of the store, in a Trio run of its own."""
+    """Run ``use`` with a client of the store (and of ``broker``, if given),
+    in a Trio run of its own."""
     url = need_store(store)
 
     async def main() -> T:
-        async with opened_client(url, app) as client:
+        async with opened_client(url, app, broker) as client:
             return await use(client)
 
     return trio.run(main)
+
+
+def app_option(help_text: str) -> Callable[[F], F]:
+    """``--app MODULE:APP``, read from ``TRIO_DURABLE_APP`` when not given;
+    the command loads it with `need_app` (or does without it)."""
+    return click.option(
+        "--app",
+        "app_spec",
+        envvar=APP_ENV,
+        show_envvar=True,
+        metavar="MODULE:APP",
+        help=help_text,
+    )
+
+
+def need_app(app_spec: str | None, what: str) -> App:
+    """The App ``app_spec`` names, or a usage error saying what it is for
+    (``what``: "registers 'approval'") and naming the flag and the variable.
+
+    Raises:
+      CommandError: (exit 2) It does not import or is no App.
+    """
+    if not app_spec:
+        raise click.UsageError(f"give the App that {what}: --app MODULE:APP or set {APP_ENV}")
+    return load_app(app_spec)
 
 
 def namespace_option(fn: F) -> F:
@@ -123,103 +159,6 @@ def namespace_option(fn: F) -> F:
         metavar="NAMESPACE",
         help="Only a run of this namespace; one of another counts as missing.",
     )(fn)
-
-
-# -- list ------------------------------------------------------------------------
-
-
-@runs_group.command("list", short_help="List runs, newest first, with filters.")
-@store_option()
-@click.option(
-    "--status",
-    multiple=True,
-    metavar="STATUS",
-    help=f"Only runs in this status (repeat it, or separate with commas): {', '.join(STATUSES)}.",
-)
-@click.option("--workflow", metavar="NAME", help="Only runs of this workflow.")
-@click.option("--namespace", metavar="NAMESPACE", help="Only runs of this namespace.")
-@click.option("--tag", "tags", multiple=True, metavar="TAG", help="Only runs with all these tags.")
-@click.option("--created-after", type=PointInTime(), help="Only runs created at or after WHEN.")
-@click.option("--created-before", type=PointInTime(), help="Only runs created before WHEN.")
-@click.option("--parent", metavar="RUN", help="Only the children of this run.")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1, max=500),
-    default=50,
-    show_default=True,
-    help="Runs per page.",
-)
-@click.option("--cursor", metavar="CURSOR", help="The page after the one that printed it.")
-@click.option("--facets", is_flag=True, help="Also count the runs per status.")
-@click.option(
-    "--where",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Only runs whose search attribute matches (repeat for more): NAME=VALUE, or for"
-    " int, float and datetime attributes NAME>VALUE, >=, <, <=.",
-)
-@json_option
-def list_command(
-    store: str | None,
-    status: tuple[str, ...],
-    workflow: str | None,
-    namespace: str | None,
-    tags: tuple[str, ...],
-    created_after: Any,
-    created_before: Any,
-    parent: str | None,
-    limit: int,
-    cursor: str | None,
-    facets: bool,
-    where: tuple[str, ...],
-    as_json: bool,
-) -> None:
-    """List the runs that match every filter, newest first, a page at a time.
-
-    WHEN is an ISO 8601 date or time (UTC unless it has an offset), seconds
-    since the epoch, or an age like 2h (that long ago). A page that is not
-    the last ends with the --cursor of the next. --where filters by search
-    attributes, typed as the store records them: a keyword list matches if
-    it holds VALUE, a bool is true or false, a datetime is ISO 8601 with an
-    offset.
-    """
-    statuses = cast(tuple[RunStatus, ...], names(status))
-    unknown = [s for s in statuses if s not in STATUSES]
-    if unknown:
-        raise click.BadParameter(
-            f"{unknown[0]!r} is not a status ({', '.join(STATUSES)})", param_hint="'--status'"
-        )
-
-    async def read_page(client: Client) -> RunPage:
-        search = parse_where(where, await stored_types(client.store)) if where else None
-        return await client.list_runs(
-            status=statuses or None,
-            workflow=workflow,
-            namespace=namespace,
-            tags=names(tags),
-            created_after=at(created_after, client.clock.now()),
-            created_before=at(created_before, client.clock.now()),
-            parent_id=parent,
-            limit=limit,
-            cursor=cursor,
-            facets=facets,
-            search_attributes=search,
-        )
-
-    page = with_client(store, read_page)
-    if as_json:
-        print_json(document(page))
-        return
-    sections: list[Any] = [
-        runs_table(page, f"Runs ({len(page.runs)}, newest first)")
-        if page.runs
-        else "No runs match."
-    ]
-    if page.facets is not None:
-        sections.append(facets_table(page.facets))
-    if page.next_cursor is not None:
-        sections.append(f"More: add --cursor {page.next_cursor}")
-    print_tables(*sections)
 
 
 # -- show, history ---------------------------------------------------------------
@@ -244,6 +183,7 @@ def list_command(
     help="With --fan: members shown.",
 )
 @click.option("--failed", is_flag=True, help="With --fan: only its failed members.")
+@wide_option
 @json_option
 def show_command(
     run_id: str,
@@ -296,6 +236,7 @@ async def read_at_now(client: Client, reading: Awaitable[T]) -> tuple[T, float]:
 @click.argument("run_id", metavar="RUN")
 @store_option()
 @namespace_option
+@wide_option
 @json_option
 def history_command(run_id: str, store: str | None, namespace: str | None, as_json: bool) -> None:
     """Show a run's whole timeline: each checkpoint with its kind, name,
@@ -312,61 +253,7 @@ def history_command(run_id: str, store: str | None, namespace: str | None, as_js
         print_tables(*history_tables(history, now))
 
 
-# -- start, result -----------------------------------------------------------------
-
-
-@runs_group.command("start", short_help="Start a run of a workflow.")
-@click.argument("workflow")
-@store_option()
-@click.option(
-    "--app",
-    "app_spec",
-    envvar=APP_ENV,
-    show_envvar=True,
-    metavar="MODULE:APP",
-    help="The App that registers WORKFLOW (required: its name and inputs are checked).",
-)
-@click.option(
-    "--input",
-    "inputs",
-    type=JSONArguments(),
-    default="[]",
-    show_default=True,
-    help="The workflow's positional inputs, as one JSON array.",
-)
-@click.option("--run-id", metavar="ID", help="The run's id (starting it again is a no-op).")
-@click.option("--namespace", default="default", show_default=True, help="The run's namespace.")
-@click.option("--tag", "tags", multiple=True, metavar="TAG", help="A tag (repeat it).")
-@json_option
-def start_command(
-    workflow: str,
-    store: str | None,
-    app_spec: str | None,
-    inputs: tuple[Any, ...],
-    run_id: str | None,
-    namespace: str,
-    tags: tuple[str, ...],
-    as_json: bool,
-) -> None:
-    """Start a run of WORKFLOW with the inputs of --input, and print it.
-
-    An engine of the store runs it. Idempotent by --run-id: a run of that id
-    that exists already is printed, and nothing is written.
-    """
-    if not app_spec:
-        raise click.UsageError(
-            f"give the App that registers {workflow!r}: --app MODULE:APP or set {APP_ENV}"
-        )
-    app = load_app(app_spec)
-    handle = with_client(
-        store,
-        lambda c: c.start(workflow, *inputs, run_id=run_id, namespace=namespace, tags=names(tags)),
-        app,
-    )
-    if as_json:
-        print_json(document(handle))
-    else:
-        click.echo(f"started: {run_line(handle)}")
+# -- result -----------------------------------------------------------------
 
 
 @runs_group.command("result", short_help="A run's output (with --wait, once it ends).")
@@ -436,34 +323,7 @@ async def _show_waiting(client: Client, run_id: str, namespace: str | None) -> N
             await trio.sleep(0.5)
 
 
-# -- signal, cancel, retry ---------------------------------------------------------
-
-
-@runs_group.command("signal", short_help="Send a signal to a run.")
-@click.argument("run_id", metavar="RUN")
-@click.argument("name")
-@store_option()
-@namespace_option
-@click.option(
-    "--payload", type=JSONValue(), default="null", show_default=True, help="Its payload, as JSON."
-)
-@json_option
-def signal_command(
-    run_id: str, name: str, store: str | None, namespace: str | None, payload: Any, as_json: bool
-) -> None:
-    """Send the signal NAME with --payload to RUN. A run waiting for it
-    resumes at once; otherwise it keeps the signal for its next wait of that
-    name. A run that has ended takes no signal (exit status 1)."""
-
-    async def send(client: Client) -> Any:
-        await client.signal(run_id, name, payload, namespace=namespace)
-        return await client.get(run_id, namespace=namespace)
-
-    run = with_client(store, send)
-    if as_json:
-        print_json({"signal": name, "payload": payload, "run": document(run)})
-    else:
-        click.echo(f"signal {name!r} sent: {run_line(run)}")
+# -- cancel, retry ---------------------------------------------------------
 
 
 @runs_group.command("cancel", short_help="Cancel a run and the children it awaits.")

@@ -15,14 +15,16 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from .._base import _serde
+from .._base._bounds import check_name
 from .._base._exceptions import UsageError
-from .._base._records import Run
-from .._features.entities._entities import EntityRef
+from .._base._records import DEFAULT_NAMESPACE, Run
+from .._features.entities._entities import EntityRef, find_entity
 from .._features.fork._fork import retry_from
 from .._features.lifecycle._lifecycle import continued_to
 from .._features.on_error._handoff import UnservedRoute
 from .._features.on_error._handoff import unserved_on_error_routes as _unserved
-from .._features.starts._runs import await_end, outcome
+from .._features.starts._runs import await_end, new_run, outcome, same_workflow
 from .._kernel._fleet import Fleet, aggregate
 from .._kernel._run_reads import read_run
 from ._control import cancel_run, retry_run, signal_run
@@ -34,9 +36,13 @@ from ._front_queries import RunQueries
 from ._front_schedules import ManagesSchedules
 from ._front_starts import StartsRuns
 from ._front_streams import ReadsStreams
+from ._handle import RunHandle
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from .._brokers._base import Broker
+    from ._app import Workflow
 
 __all__ = ["FrontEnd"]
 
@@ -140,6 +146,83 @@ class FrontEnd(
         )
         if waiting:
             core.waker.woke(run)
+
+    async def signal_with_start(
+        self,
+        workflow: Workflow[..., Any] | str,
+        signal: str,
+        payload: Any = None,
+        *,
+        run_id: str,
+        args: Sequence[Any] = (),
+        namespace: str = DEFAULT_NAMESPACE,
+        tags: tuple[str, ...] | list[str] = (),
+        search_attributes: Mapping[str, Any] | None = None,
+    ) -> RunHandle[Any]:
+        """Send the signal ``signal`` to the run ``run_id``, starting it
+        first (a run of ``workflow`` with ``args``) if no run has that id
+        (Temporal's signal-with-start): the way to feed one long-lived run
+        per key (an order, a user) without knowing whether it is up yet.
+
+        The start is `start`'s, idempotent by ``run_id``; the signal is
+        `signal`'s, so a run started here keeps it for its first wait of
+        that name. The signal's name and payload are checked before the
+        start, so a bad one starts nothing.
+
+        Args:
+          workflow: The workflow to start, as `start` takes it.
+          signal: The signal's name.
+          payload: Its payload (a JSON-able value or an attrs instance).
+          run_id: The run's id: the run signalled, or started.
+          args: The inputs of a run started here (checked, as the
+            workflow, whether or not the run exists).
+          namespace: The run's namespace (a run of that id in another is
+            refused, as by `start`).
+          tags: Labels stored on a run started here.
+          search_attributes: A started run's search attributes (see `start`).
+
+        Returns:
+          A `RunHandle` of the run signalled (as stored before the signal).
+
+        Raises:
+          RunConflictError: ``run_id`` belongs to a run of another workflow,
+            or of another namespace; nothing is written.
+          InvalidRunStateError: The run with that id has ended; nothing is
+            written (a run's id is never used again: pick a new one).
+          UnknownWorkflowError, InvalidArgumentsError: As for `start`;
+            nothing is written.
+          SerializationError: The payload or an input cannot be
+            serialized; nothing is written.
+          UsageError: ``signal`` is not a non-empty name, or ``run_id``,
+            ``namespace`` or ``tags`` are malformed.
+        """
+        self._core.check_open()
+        check_name("signal name", signal)
+        _serde.dumps(payload)
+        if not isinstance(run_id, str):
+            raise UsageError(f"signal_with_start needs a run_id string, not {run_id!r}")
+        if isinstance(args, str | bytes):
+            raise UsageError(f"args must be a sequence of inputs, not {args!r}")
+        # The start checked in full first (the workflow, the inputs), even
+        # for a run that exists: the call's outcome never hangs on the id.
+        new_run(self._core.app, workflow, tuple(args), run_id, namespace, tags)
+        existing = await self._core.store.get_run(run_id)
+        if existing is None:
+            handle = await self._start(
+                workflow,
+                tuple(args),
+                run_id,
+                namespace,
+                tags,
+                search_attributes=search_attributes,
+            )
+        else:
+            # Read first: a start of a run that exists would still write
+            # its announcement, and one that ended must change nothing.
+            name = workflow if isinstance(workflow, str) else workflow.name
+            handle = RunHandle.of(same_workflow(existing, name, namespace), self)
+        await self.signal(handle.id, signal, payload, namespace=namespace)
+        return handle
 
     async def cancel(
         self, run_id: str, *, compensate: bool = False, namespace: str | None = None
@@ -257,6 +340,20 @@ class FrontEnd(
         """
         self._core.check_open()
         return await _unserved(self._broker(), self._core.types)
+
+    async def entity_state(self, name: str, key: Any) -> Any:
+        """The state of one key of the entity ``name`` as stored now (an
+        instance of the entity's class; a new one for a key never changed),
+        read without calling a handler and writing nothing.
+
+        Raises:
+          UnknownEntityError: No entity ``name`` (a client with no app has
+            none).
+          EntityKeyError: ``key`` is not of the entity's key type.
+        """
+        self._core.check_open()
+        entity, key_text = find_entity(self._core.app, name, key)
+        return entity.load_state(await self._core.store.get_value(entity.scope, key_text))
 
     def entity(self, name: str, key: Any, *, call_id: str | None = None) -> EntityRef:
         """One key of the entity ``name``: its handlers are the attributes,

@@ -86,19 +86,21 @@ class SendsEvents(FrontPart):
         return await send_event(self._event_front(), name, payload, key, event_id)
 
     async def get_event_record(self, event_id: str) -> EventRecord | None:
-        """The event stored under ``event_id``, or None.
+        """The event stored under ``event_id``, or None (a client needs no
+        app for it).
 
         Raises:
           UsageError: ``event_id`` holds a NUL character (no id does).
         """
         refuse_nul("event_id", event_id)
-        front = self._event_front()
-        stored = await front.store.get_value(EVENT_SCOPE, event_id)
+        # A read: no app needed (sending needs one, to find subscribers).
+        self._core.check_open()
+        stored = await self._core.store.get_value(EVENT_SCOPE, event_id)
         return None if stored is None else event_record(event_id, stored.value, stored.updated_at)
 
     async def list_events(self, *, after: str | None = None, limit: int = 100) -> list[EventRecord]:
         """Stored events by id, from the first id after ``after``, at most
-        ``limit`` of them.
+        ``limit`` of them (a client needs no app for them).
 
         Raises:
           UsageError: ``limit`` is not a positive int.
@@ -106,8 +108,8 @@ class SendsEvents(FrontPart):
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise UsageError(f"limit must be a positive int, not {limit!r}")
         refuse_nul("after", after)
-        front = self._event_front()
-        rows = await front.store.list_values(EVENT_SCOPE, after=after, limit=limit)
+        self._core.check_open()
+        rows = await self._core.store.list_values(EVENT_SCOPE, after=after, limit=limit)
         return [event_record(row.key, row.value, row.updated_at) for row in rows]
 
 

@@ -7,7 +7,7 @@ import datetime
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from .._base._records import RunStatus
+from .._base._records import QueueDepth, RunStatus
 from .._features.retention import _retention
 from .._kernel._views import FanPage, Retention, RunDetail, RunHistory, RunPage
 from .._stores._base import Store
@@ -33,6 +33,8 @@ class RunQueries(FrontPart):
         created_after: float | datetime.datetime | None = None,
         created_before: float | datetime.datetime | None = None,
         parent_id: str | None = None,
+        top_level: bool = False,
+        id_prefix: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
         facets: bool = False,
@@ -52,7 +54,11 @@ class RunQueries(FrontPart):
           created_after: Runs created at or after this (durable seconds
             since the epoch, or an aware datetime).
           created_before: Runs created before this.
-          parent_id: Children of this run.
+          parent_id: Children of this run (children, fan members and
+            on-error handlers' runs record the run that started them).
+          top_level: Only runs without a parent: no child, fan member
+            or on-error handler's run (not with ``parent_id``).
+          id_prefix: Runs whose id starts with this.
           limit: Runs per page, 1 to 500.
           cursor: Where to go on: a `RunPage`'s ``next_cursor``.
           facets: Count the runs matching every filter but ``status``, per
@@ -78,9 +84,48 @@ class RunQueries(FrontPart):
             created_after=created_after,
             created_before=created_before,
             parent_id=parent_id,
+            top_level=top_level,
+            id_prefix=id_prefix,
             limit=limit,
             cursor=cursor,
             facets=facets,
+            search_attributes=search_attributes,
+        )
+
+    async def count_runs(
+        self,
+        *,
+        status: RunStatus | Collection[RunStatus] | None = None,
+        workflow: str | None = None,
+        namespace: str | None = None,
+        tags: Collection[str] = (),
+        created_after: float | datetime.datetime | None = None,
+        created_before: float | datetime.datetime | None = None,
+        parent_id: str | None = None,
+        top_level: bool = False,
+        id_prefix: str | None = None,
+        search_attributes: Mapping[str, Any] | None = None,
+    ) -> dict[RunStatus, int]:
+        """How many runs match every filter given, per status (statuses
+        with none left out), counted in the store: the filters are
+        `list_runs`'s.
+
+        Raises:
+          SearchAttributeError: A search attribute filter names an
+            attribute the store does not record, or a value not of its type.
+          UsageError: A filter is malformed.
+        """
+        return await _queries.count_runs(
+            self._query_store(),
+            status=status,
+            workflow=workflow,
+            namespace=namespace,
+            tags=tags,
+            created_after=created_after,
+            created_before=created_before,
+            parent_id=parent_id,
+            top_level=top_level,
+            id_prefix=id_prefix,
             search_attributes=search_attributes,
         )
 
@@ -152,3 +197,10 @@ class RunQueries(FrontPart):
           UsageError: ``retention`` is not a `Retention` or ``limit`` is bad.
         """
         return await _retention.prune(self._query_store(), retention, self._core.clock.now(), limit)
+
+    async def queue_depths(self) -> list[QueueDepth]:
+        """Each flow-control queue that holds or awaits a slot now, by name:
+        the steps and runs admitted (holding a slot) and waiting, counted
+        in the store (a queue with neither is left out; its limit is the
+        app's, `App.queue`)."""
+        return await self._query_store().queue_depths()

@@ -141,6 +141,8 @@ def run_filter(
     created_after: float | datetime.datetime | None = None,
     created_before: float | datetime.datetime | None = None,
     parent_id: str | None = None,
+    top_level: bool = False,
+    id_prefix: str | None = None,
 ) -> RunFilter:
     """The `RunFilter` of `Engine.list_runs`'s arguments, checked.
 
@@ -156,6 +158,10 @@ def run_filter(
         raise UsageError(f"tags must be non-empty strings, not {shown(tags)}")
     for tag in tag_list:
         check_name("a tag", tag)
+    if not isinstance(top_level, bool):
+        raise UsageError(f"top_level must be a bool, not {top_level!r}")
+    if top_level and parent_id is not None:
+        raise UsageError("top_level and parent_id exclude each other: a child has a parent")
     return RunFilter(
         statuses=_statuses(status),
         workflow=_text("workflow", workflow),
@@ -164,6 +170,8 @@ def run_filter(
         created_after=_time("created_after", created_after),
         created_before=_time("created_before", created_before),
         parent_id=_text("parent_id", parent_id),
+        top_level=top_level,
+        id_prefix=_text("id_prefix", id_prefix),
     )
 
 
@@ -183,6 +191,8 @@ async def list_runs(
     created_after: float | datetime.datetime | None = None,
     created_before: float | datetime.datetime | None = None,
     parent_id: str | None = None,
+    top_level: bool = False,
+    id_prefix: str | None = None,
     limit: int = 100,
     cursor: str | None = None,
     facets: bool = False,
@@ -203,6 +213,8 @@ async def list_runs(
         created_after=created_after,
         created_before=created_before,
         parent_id=parent_id,
+        top_level=top_level,
+        id_prefix=id_prefix,
     )
     limit = _limit(limit)
     before = None if cursor is None else decode_cursor(_text("cursor", cursor) or "")
@@ -217,6 +229,44 @@ async def list_runs(
     if facets:
         counts = await store.count_runs(attrs.evolve(where, statuses=None))
     return RunPage(runs=page, next_cursor=next_cursor, facets=counts)
+
+
+async def count_runs(
+    store: Store,
+    *,
+    status: RunStatus | Collection[RunStatus] | None = None,
+    workflow: str | None = None,
+    namespace: str | None = None,
+    tags: Collection[str] = (),
+    created_after: float | datetime.datetime | None = None,
+    created_before: float | datetime.datetime | None = None,
+    parent_id: str | None = None,
+    top_level: bool = False,
+    id_prefix: str | None = None,
+    search_attributes: Mapping[str, Any] | None = None,
+) -> dict[RunStatus, int]:
+    """How many runs match every filter given, per status (see
+    `Engine.count_runs`).
+
+    Raises:
+      SearchAttributeError: A search attribute filter is malformed.
+      UsageError: A filter is malformed.
+    """
+    where = run_filter(
+        status=status,
+        workflow=workflow,
+        namespace=namespace,
+        tags=tags,
+        created_after=created_after,
+        created_before=created_before,
+        parent_id=parent_id,
+        top_level=top_level,
+        id_prefix=id_prefix,
+    )
+    search = await filter_conditions(store, search_attributes)
+    if search:
+        where = attrs.evolve(where, search=search)
+    return await store.count_runs(where)
 
 
 # -- a run's history and detail -----------------------------------------------------

@@ -166,6 +166,13 @@ def _where(
         if value is not None:
             clauses.append(f"{column} = {p}")
             params.append(value)
+    if where.top_level:
+        clauses.append("r.parent_id IS NULL")
+    if where.id_prefix is not None:
+        # The range walks the primary key; substr (counting characters in
+        # both dialects) is the exact test, whatever the collation.
+        clauses.append(f"r.id{d.bytewise} >= {p} AND substr(r.id, 1, {p}) = {p}")
+        params.extend((where.id_prefix, len(where.id_prefix), where.id_prefix))
     if where.created_after is not None:
         clauses.append(f"{created} >= {p}")
         params.append(where.created_after)

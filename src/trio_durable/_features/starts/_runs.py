@@ -171,7 +171,7 @@ async def create_runs(
         # and changes nothing. A derived id is new but for a seed used
         # again, which its write finds.
         read_first=_look_up_ids(news),
-        check=lambda new, run: _same_workflow(run, new.workflow, new.namespace),
+        check=lambda new, run: same_workflow(run, new.workflow, new.namespace),
     )
 
 
@@ -344,7 +344,7 @@ async def create_run(
         run = attrs.evolve(run, id=derive_id(new.workflow, rng))
         existing = await store.get_run(run.id)
     if existing is not None:
-        return _same_workflow(existing, new.workflow, new.namespace), False
+        return same_workflow(existing, new.workflow, new.namespace), False
     with_run = [*also(run), *new.search_records]
     records = tuple(own(run))
     if new.controls is not None:
@@ -352,11 +352,17 @@ async def create_run(
     else:
         [(stored, created), *_] = await store.apply([CreateRun(run, records=records), *with_run])
     if not created:
-        return _same_workflow(stored, new.workflow, new.namespace), False
+        return same_workflow(stored, new.workflow, new.namespace), False
     return stored, True
 
 
-def _same_workflow(run: Run, workflow: str, namespace: str) -> Run:
+def same_workflow(run: Run, workflow: str, namespace: str) -> Run:
+    """``run``, which holds an id a start asked for, if it is a run of
+    ``workflow`` in ``namespace``.
+
+    Raises:
+      RunConflictError: It is not.
+    """
     if run.namespace != namespace:
         # Checked first, and told without a word of the other run: a
         # tenant learns that the id is taken, nothing more.

@@ -118,6 +118,72 @@ async def check_count_runs_per_status(factory: StoreFactory | OpenStore) -> None
         assert await store.count_runs(RunFilter(namespace="blue", parent_id="zz")) == {}
 
 
+async def check_find_runs_top_level_and_by_id_prefix(factory: StoreFactory | OpenStore) -> None:
+    """`RunFilter.top_level` keeps runs without a parent; `RunFilter.id_prefix`
+    runs whose id starts with it (case-sensitive, a character at a time,
+    other filters and cursors applying as ever); `Store.count_runs` counts
+    the same runs."""
+    async with fresh_store(factory) as store:
+        await _runs(store)
+        for run in (
+            make_run("order-1", created_at=8.0, status="completed"),
+            make_run("order-10", created_at=9.0, status="failed"),
+            make_run("order-1.child.1", created_at=10.0, parent_id="order-1"),
+            make_run("Order-2", created_at=11.0),
+            make_run("order_3", created_at=12.0),
+            make_run("ordé-4", created_at=13.0),
+        ):
+            await store.create_run(run)
+
+        async def ids(before: tuple[float, str] | None = None, **filters: Any) -> list[str]:
+            found = await store.find_runs(RunFilter(**filters), before=before)
+            return [run.id for run in found]
+
+        assert await ids(top_level=True) == [
+            "ordé-4",
+            "order_3",
+            "Order-2",
+            "order-10",
+            "order-1",
+            "g",
+            "f",
+            "e",
+            "b",
+            "a",
+        ]
+        assert await ids(top_level=True, namespace="blue") == ["e", "b"]
+        assert await ids(id_prefix="order-1") == ["order-1.child.1", "order-10", "order-1"]
+        assert await ids(id_prefix="order-1", top_level=True) == ["order-10", "order-1"]
+        assert await ids(id_prefix="order-1", before=(10.0, "order-1.child.1")) == [
+            "order-10",
+            "order-1",
+        ]
+        assert await ids(id_prefix="ord") == [
+            "ordé-4",
+            "order_3",
+            "order-1.child.1",
+            "order-10",
+            "order-1",
+        ]
+        assert await ids(id_prefix="ordé") == ["ordé-4"]
+        # Neither a wildcard nor case-folded.
+        assert await ids(id_prefix="order%") == []
+        assert await ids(id_prefix="order_") == ["order_3"]
+        assert await ids(id_prefix="ORDER") == []
+        assert await ids(id_prefix="order-1.child.1.x") == []
+        assert await ids(id_prefix="order-1", statuses=frozenset({"failed"})) == ["order-10"]
+        assert await store.count_runs(RunFilter(top_level=True)) == {
+            "completed": 3,
+            "failed": 3,
+            "pending": 3,
+            "suspended": 1,
+        }
+        assert await store.count_runs(RunFilter(id_prefix="order-1", top_level=True)) == {
+            "completed": 1,
+            "failed": 1,
+        }
+
+
 async def _fan(store: Store) -> None:
     """Run r1: a step at 1, a fan of 6 at 2..7 (two failed, one pending), a
     step at 8, a fan of 2 at 9..10."""
@@ -328,6 +394,7 @@ async def check_queries_after_aclose_raise_closed_resource_error(
 QUERIES_CHECKS = (
     check_find_runs_filters_and_orders_newest_first,
     check_count_runs_per_status,
+    check_find_runs_top_level_and_by_id_prefix,
     check_fan_counts_sum_up_each_fan_by_status,
     check_fan_counts_find_every_fan_however_recorded,
     check_find_checkpoints_pages_by_seq_and_status,

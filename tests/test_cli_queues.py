@@ -1,0 +1,52 @@
+"""``trio-durable queues list``: the flow-control queues' depths as the
+store counts them, with the App's limits, and nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import trio
+
+import trio_durable as td
+from cli_families_store import env_of, unchanged
+from test_cli import invoke
+
+app = td.App("cli-queues")
+app.queue("mail", concurrency=1)
+app.queue("idle", concurrency=4, priority=2)
+
+
+@app.step(group="mailers", queue="mail")
+async def send(to: str) -> str:
+    return to
+
+
+@app.workflow()
+async def mailing(ctx: td.Context, to: str) -> str:
+    return await ctx.step(send, to)
+
+
+async def _fill(store: str) -> None:
+    # Three runs for a queue of one, and no worker of the group: one step
+    # holds the slot, sent to the broker, and two wait.
+    async with td.open_engine(app, store=store) as engine:
+        for to in ("a", "b", "c"):
+            await engine.start(mailing, to, run_id=f"mail-{to}")
+        await engine.drain()
+
+
+def test_queues_list(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    trio.run(_fill, f"sqlite:///{path}")
+    with unchanged(path):
+        plain = invoke(["queues", "list", "--json"], env=env_of(path, None))
+        with_app = invoke(
+            ["queues", "list", "--app", "test_cli_queues:app"], env=env_of(path, None)
+        )
+    assert json.loads(plain.stdout) == {
+        "queues": [{"queue": "mail", "limit": None, "priority": None, "admitted": 1, "waiting": 2}]
+    }
+    assert with_app.exit_code == 0, with_app.output
+    assert "idle" in with_app.stdout
+    assert "mail" in with_app.stdout
