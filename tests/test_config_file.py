@@ -22,6 +22,7 @@ from trio_durable._cli import _config_docs, _processes, cli
 from trio_durable._cli._config_file import PYTHON_ONLY, SECRET_KEYS, config_keys
 from trio_durable._front._open_worker import open_worker
 from trio_durable._kernel._engine_options import EngineOptions
+from trio_durable._process import _options_docs
 
 KEY = "k1:" + "A" * 43 + "="
 OTHER_KEY = "k2:" + "B" * 43 + "="
@@ -262,7 +263,7 @@ def test_every_option_of_open_engine_and_open_worker_has_a_key_or_a_reason() -> 
 
 
 def test_the_configuration_page_holds_the_generated_key_tables(tmp_path: Path) -> None:
-    page = _config_docs.PAGE.read_text(encoding="utf-8")
+    page = _options_docs.PAGE.read_text(encoding="utf-8")
     assert _config_docs.with_tables(page) == page, "run: python -m trio_durable._cli._config_docs"
     for section, command in _config_docs.SECTIONS.items():
         begin, end = _config_docs.markers(section)

@@ -13,19 +13,15 @@ module but its test and its command.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Final
 
 import click
 
+from .._process._options_docs import MarkersMissing, page_command
 from ._config_file import SECRET_KEYS, config_keys
 from ._processes import engine_command, worker_command
-
-PAGE: Final = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
-"""docs/configuration.md of the source tree this module is in."""
 
 SECTIONS: Final = {"engine": engine_command, "worker": worker_command}
 
@@ -84,11 +80,6 @@ def key_table(section: str) -> str:
     return "\n".join(lines)
 
 
-class MarkersMissing(ValueError):
-    """The page lacks a table's markers, or has them out of order or more
-    than once."""
-
-
 def with_tables(page: str) -> str:
     """``page`` with the text between each section's markers replaced by
     its `key_table`.
@@ -109,24 +100,12 @@ def with_tables(page: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite the tables (or, with ``--check``, say whether they are
     current)."""
-    parser = argparse.ArgumentParser(prog="python -m trio_durable._cli._config_docs")
-    parser.add_argument("--check", action="store_true", help="exit 1 if a table is stale")
-    parser.add_argument("--page", type=Path, default=PAGE, help="the page (default: %(default)s)")
-    args = parser.parse_args(argv)
-    page = args.page.read_text(encoding="utf-8")
-    try:
-        written = with_tables(page)
-    except MarkersMissing as exc:
-        print(f"{args.page}: {exc}", file=sys.stderr)
-        return 2
-    if written == page:
-        return 0
-    if args.check:
-        print(f"{args.page}: a config key table is stale; run without --check", file=sys.stderr)
-        return 1
-    args.page.write_text(written, encoding="utf-8")
-    print(f"{args.page}: config key tables written")
-    return 0
+    return page_command(
+        argv,
+        prog="python -m trio_durable._cli._config_docs",
+        what="a config key table",
+        rewrite=with_tables,
+    )
 
 
 if __name__ == "__main__":

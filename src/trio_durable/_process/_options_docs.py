@@ -15,7 +15,7 @@ import argparse
 import inspect
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -77,26 +77,40 @@ def with_table(page: str) -> str:
     return f"{head}{BEGIN}\n\n{option_table()}\n\n{END}{tail}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Rewrite the table (or, with ``--check``, say whether it is current)."""
-    parser = argparse.ArgumentParser(prog="python -m trio_durable._process._options_docs")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the table is stale")
+def page_command(
+    argv: Sequence[str] | None, *, prog: str, what: str, rewrite: Callable[[str], str]
+) -> int:
+    """The command that keeps generated tables of a page current: rewrite
+    the page with ``rewrite`` (or, with ``--check``, exit 1 if that would
+    change it; 2 if its markers are missing)."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--check", action="store_true", help="exit 1 if a table is stale")
     parser.add_argument("--page", type=Path, default=PAGE, help="the page (default: %(default)s)")
     args = parser.parse_args(argv)
     page = args.page.read_text(encoding="utf-8")
     try:
-        written = with_table(page)
+        written = rewrite(page)
     except MarkersMissing as exc:
         print(f"{args.page}: {exc}", file=sys.stderr)
         return 2
     if written == page:
         return 0
     if args.check:
-        print(f"{args.page}: the open_engine table is stale; run without --check", file=sys.stderr)
+        print(f"{args.page}: {what} is stale; run without --check", file=sys.stderr)
         return 1
     args.page.write_text(written, encoding="utf-8")
-    print(f"{args.page}: open_engine table written")
+    print(f"{args.page}: {what} written")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rewrite the table (or, with ``--check``, say whether it is current)."""
+    return page_command(
+        argv,
+        prog="python -m trio_durable._process._options_docs",
+        what="the open_engine table",
+        rewrite=with_table,
+    )
 
 
 if __name__ == "__main__":
