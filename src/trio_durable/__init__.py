@@ -35,6 +35,7 @@ from ._base._exceptions import QueryFailed as QueryFailed
 from ._base._exceptions import RegistrationError as RegistrationError
 from ._base._exceptions import RemoteStepError as RemoteStepError
 from ._base._exceptions import RunCancelled as RunCancelled
+from ._base._exceptions import RunTerminated as RunTerminated
 from ._base._exceptions import RunConflictError as RunConflictError
 from ._base._exceptions import RunFailed as RunFailed
 from ._base._exceptions import RunNotFoundError as RunNotFoundError
@@ -205,6 +206,7 @@ __all__ = [
     "RunHistory",
     "RunNotFoundError",
     "RunPage",
+    "RunTerminated",
     "ScheduleError",
     "ScheduleInfo",
     "ScheduleNotFoundError",

@@ -18,14 +18,22 @@ from ._search_values import SearchCondition, SearchValue
 from ._search_values import matches as search_matches
 
 RunStatus = Literal[
-    "pending", "running", "suspended", "completed", "failed", "cancelling", "cancelled", "dead"
+    "pending",
+    "running",
+    "suspended",
+    "completed",
+    "failed",
+    "cancelling",
+    "cancelled",
+    "terminated",
+    "dead",
 ]
 CheckpointKind = Literal["local", "remote", "timer", "signal", "child", "webhook", "decision"]
 CheckpointStatus = Literal["pending", "running", "completed", "failed"]
 FanMode = Literal["fail_fast", "wait_all", "settled"]
 
 TERMINAL_STATUSES: Final[frozenset[RunStatus]] = frozenset(
-    {"completed", "failed", "cancelled", "dead"}
+    {"completed", "failed", "cancelled", "terminated", "dead"}
 )
 """Run statuses that never change again (but by `Engine.retry`)."""
 

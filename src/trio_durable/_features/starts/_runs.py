@@ -23,6 +23,7 @@ from ..._base import _serde
 from ..._base._exceptions import (
     RecordedTraceback,
     RunCancelled,
+    RunTerminated,
     RunConflictError,
     RunFailed,
     UnknownWorkflowError,
@@ -428,7 +429,8 @@ async def outcome(store: Store, app: Registry, run: Run) -> Any:
     workflow (or the on-error handler it handed off to) returns it.
 
     Raises:
-      RunFailed: The run failed or is dead (`RunCancelled` if cancelled).
+      RunFailed: The run failed or is dead (`RunCancelled` if cancelled,
+        `RunTerminated` if terminated).
     """
     if run.status == "completed":
         # A run that handed off ended with its handler's output.
@@ -437,7 +439,7 @@ async def outcome(store: Store, app: Registry, run: Run) -> Any:
         check_readable(run.output)
         return _serde.loads(run.output, output_type(app, *source))
     error = run.error or ErrorInfo(message=run.status)
-    cls = RunCancelled if run.status == "cancelled" else RunFailed
+    cls = {"cancelled": RunCancelled, "terminated": RunTerminated}.get(run.status, RunFailed)
     failure = cls(
         run.id,
         error.message,
