@@ -131,7 +131,8 @@ async def test_terminate_runs_no_cleanup_and_no_compensation(
         signal_waiters = await store.signal_waiter(signal_token("b", "confirm"))
     assert (raised.value.code, raised.value.message) == ("terminated", "stuck for a week")
     assert run.status == "terminated"
-    assert run.error is not None and run.error.code == "terminated"
+    assert run.error is not None
+    assert run.error.code == "terminated"
     # Neither the body's cleanup nor the undo of its completed step ran.
     assert done == ["reserve"]
     assert signal_waiters is None

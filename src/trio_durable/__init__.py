@@ -35,10 +35,10 @@ from ._base._exceptions import QueryFailed as QueryFailed
 from ._base._exceptions import RegistrationError as RegistrationError
 from ._base._exceptions import RemoteStepError as RemoteStepError
 from ._base._exceptions import RunCancelled as RunCancelled
-from ._base._exceptions import RunTerminated as RunTerminated
 from ._base._exceptions import RunConflictError as RunConflictError
 from ._base._exceptions import RunFailed as RunFailed
 from ._base._exceptions import RunNotFoundError as RunNotFoundError
+from ._base._exceptions import RunTerminated as RunTerminated
 from ._base._exceptions import ScheduleError as ScheduleError
 from ._base._exceptions import ScheduleNotFoundError as ScheduleNotFoundError
 from ._base._exceptions import SchemaVersionError as SchemaVersionError

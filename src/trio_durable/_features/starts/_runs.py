@@ -23,9 +23,9 @@ from ..._base import _serde
 from ..._base._exceptions import (
     RecordedTraceback,
     RunCancelled,
-    RunTerminated,
     RunConflictError,
     RunFailed,
+    RunTerminated,
     UnknownWorkflowError,
     UsageError,
 )
