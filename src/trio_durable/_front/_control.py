@@ -102,15 +102,28 @@ async def cancel_run(
       RunNotFoundError: No run has this id (in ``namespace``).
       InvalidRunStateError: The run already ended (or ended meanwhile).
     """
-    run = await latest_generation(store, await read_run(store, run_id, namespace))
-    if run.status in TERMINAL_STATUSES:
-        raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it cannot be cancelled")
-    request = cancel_request(run.id, compensate, now)
+    run, ops = await cancel_ops(store, now, run_id, compensate, namespace)
     try:
-        await store.apply([attrs.evolve(request, strict=True), *also([run])])
+        await store.apply([*ops, *also([run])])
     except WriteConflict as exc:
         raise InvalidRunStateError(f"run {run_id!r} ended before it could be cancelled") from exc
     return run
+
+
+async def cancel_ops(
+    store: Store, now: float, run_id: str, compensate: bool, namespace: str | None
+) -> tuple[Run, list[Op]]:
+    """The run `cancel_run` cancels, as read, and the writes that do it
+    (which raise `WriteConflict` if it ended meanwhile).
+
+    Raises:
+      RunNotFoundError: No run has this id (in ``namespace``).
+      InvalidRunStateError: The run already ended.
+    """
+    run = await latest_generation(store, await read_run(store, run_id, namespace))
+    if run.status in TERMINAL_STATUSES:
+        raise InvalidRunStateError(f"run {run_id!r} is {run.status}; it cannot be cancelled")
+    return run, [attrs.evolve(cancel_request(run.id, compensate, now), strict=True)]
 
 
 async def terminate_run(
@@ -136,6 +149,26 @@ async def terminate_run(
         a terminate of it was already asked for.
       UsageError: ``reason`` is not a string.
     """
+    run, ops = await terminate_ops(store, now, run_id, reason, namespace)
+    try:
+        await store.apply([*ops, *also([run])])
+    except WriteConflict as exc:
+        raise InvalidRunStateError(f"run {run_id!r} ended before it could be terminated") from exc
+    return run
+
+
+async def terminate_ops(
+    store: Store, now: float, run_id: str, reason: str | None, namespace: str | None
+) -> tuple[Run, list[Op]]:
+    """The run `terminate_run` terminates, as read, and the writes that do
+    it (which raise `WriteConflict` if it ended meanwhile).
+
+    Raises:
+      RunNotFoundError: No run has this id (in ``namespace``).
+      InvalidRunStateError: The run already ended, or a terminate of it
+        was already asked for.
+      UsageError: ``reason`` is not a string.
+    """
     if reason is not None and not isinstance(reason, str):
         raise UsageError(f"a terminate's reason is a string, not {type(reason).__name__}")
     run = await latest_generation(store, await read_run(store, run_id, namespace))
@@ -150,11 +183,7 @@ async def terminate_run(
         {"status": "cancelling", "compensate": False, "updated_at": now},
         expect_status=ACTIVE_STATUSES,
     )
-    try:
-        await store.apply([request, PutRecord(terminate_record(run.id, reason, now)), *also([run])])
-    except WriteConflict as exc:
-        raise InvalidRunStateError(f"run {run_id!r} ended before it could be terminated") from exc
-    return run
+    return run, [request, PutRecord(terminate_record(run.id, reason, now))]
 
 
 async def retry_run(
@@ -179,19 +208,32 @@ async def retry_run(
     run = await read_run(store, run_id, namespace)
     if run.status == "suspended":
         return await _resend_pending(store, now, run, also)
-    if run.status not in RETRYABLE:
-        raise InvalidRunStateError(
-            f"run {run_id!r} is {run.status}; only failed or dead runs, or suspended runs"
-            " waiting on remote steps, can be retried"
-        )
-    ops: list[Op] = []
-    wakes: list[Run] = []
-    await plan_retry(store, app, now, run, ops, wakes, RETRYABLE)
+    ops, wakes = await retry_ops(store, app, now, run)
     try:
         await store.apply([*ops, *also(wakes)])
     except WriteConflict as exc:
         raise InvalidRunStateError(f"run {run_id!r} changed while being retried") from exc
     return wakes
+
+
+async def retry_ops(store: Store, app: App, now: float, run: Run) -> tuple[list[Op], list[Run]]:
+    """The writes that retry ``run``, failed or dead, from its checkpoints
+    (which raise `WriteConflict` if it changed meanwhile), and the runs
+    they wake, ``run`` last.
+
+    Raises:
+      InvalidRunStateError: The run is neither failed nor dead (the
+        message names the way out for a suspended one).
+    """
+    if run.status not in RETRYABLE:
+        raise InvalidRunStateError(
+            f"run {run.id!r} is {run.status}; only failed or dead runs, or suspended runs"
+            " waiting on remote steps, can be retried"
+        )
+    ops: list[Op] = []
+    wakes: list[Run] = []
+    await plan_retry(store, app, now, run, ops, wakes, RETRYABLE)
+    return ops, wakes
 
 
 async def _resend_pending(store: Store, now: float, run: Run, also: Also) -> list[Run]:

@@ -26,6 +26,7 @@ from .._features.starts._runs import await_end, outcome
 from .._kernel._fleet import Fleet, aggregate
 from .._kernel._run_reads import read_run
 from ._control import cancel_run, retry_run, signal_run, terminate_run
+from ._front_bulk import BulkActions
 from ._front_events import SendsEvents
 from ._front_fork import ForksRuns
 from ._front_hooks import HookActions
@@ -50,6 +51,7 @@ class FrontEnd(
     QueriesAndUpdates,
     ForksRuns,
     ReadsStreams,
+    BulkActions,
 ):
     """What `Engine` and `Client` share: every method of theirs but an
     engine's own (see `_front_end`)."""
