@@ -8,6 +8,8 @@ group of commands to it:
 - ``_runs``: ``runs list|show|history|start|result|signal|cancel|retry|prune``,
   through `open_client` (how they show runs: ``_run_views``; the values they
   read: ``_values``);
+- ``_bulk``: ``runs cancel|retry|terminate`` of one run or, with filters,
+  of every run they match (bulk actions, resumed when run again);
 - ``_fork``: ``runs fork`` (and ``retry`` and ``fork`` at the top too);
 - ``_fleet``: ``workers``, the live fleet and its gaps;
 - ``_migrate``: ``migrate``, a store's schema created or upgraded;
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 
 import click
 
+from ._bulk import with_bulk
 from ._common import EXIT_INTERRUPTED, DurableGroup
 from ._console import console_command
 from ._fleet import workers_command
@@ -58,6 +61,8 @@ def cli() -> None:
     """
 
 
+# ``runs cancel|retry`` take filters too (bulk actions); ``runs terminate``.
+with_bulk(runs_group)
 cli.add_command(runs_group)
 cli.add_command(engine_command)
 cli.add_command(worker_command)
