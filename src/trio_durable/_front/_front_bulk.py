@@ -66,6 +66,12 @@ def _statuses(value: RunStatus | Collection[RunStatus] | None) -> frozenset[RunS
     return statuses
 
 
+def _tags(value: Collection[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise UsageError("tags is a collection of tags, not one string")
+    return tuple(value)
+
+
 @final
 @attrs.define(frozen=True, kw_only=True)
 class RunSelection:
@@ -92,7 +98,7 @@ class RunSelection:
     status: frozenset[RunStatus] | None = attrs.field(default=None, converter=_statuses)
     workflow: str | None = None
     namespace: str | None = None
-    tags: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    tags: tuple[str, ...] = attrs.field(default=(), converter=_tags)
     created_after: float | datetime.datetime | None = None
     created_before: float | datetime.datetime | None = None
     search_attributes: Mapping[str, Any] | None = None
