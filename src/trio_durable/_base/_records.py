@@ -214,7 +214,7 @@ class Run:
       version: The workflow's version the run executes.
       namespace: The tenant the run belongs to.
       status: One of ``pending``, ``running``, ``suspended``, ``completed``,
-        ``failed``, ``cancelling``, ``cancelled``, ``dead``.
+        ``failed``, ``cancelling``, ``cancelled``, ``terminated``, ``dead``.
       input: The positional arguments, as JSON text of a list.
       output: The return value as JSON text, once completed.
       error: The failure, once failed or cancelled.
