@@ -136,7 +136,7 @@ def test_migrate_upgrades_a_version_3_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert (document["before"], document["after"]) == (3, SCHEMA_VERSION)
-    assert SCHEMA_VERSION == 13
+    assert SCHEMA_VERSION == 14
     listed = invoke(["breakpoints", "list", "--store", store, "--json"])
     assert json.loads(listed.stdout) == {"breakpoints": [], "paused": []}
 

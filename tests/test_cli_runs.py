@@ -344,7 +344,10 @@ def test_prune_counts_on_a_terminal(filled: tuple[Path, str], tmp_path: Path) ->
     env = {"TRIO_DURABLE_STORE": f"sqlite:///{copy}"}
     status, out, terminal = _on_a_terminal(["runs", "prune", "--completed", "0"], env)
     assert status == 0
-    assert out == "pruned 2 runs (completed older than 0s; kept: failed, cancelled, dead)\n"
+    assert (
+        out
+        == "pruned 2 runs (completed older than 0s; kept: failed, cancelled, terminated, dead)\n"
+    )
     assert "pruning runs" in terminal
     result = invoke(["runs", "list", "--json"], env=env)
     assert [r["id"] for r in json.loads(result.stdout)["runs"]] == ["needs-1", "approval-1"]
@@ -355,6 +358,7 @@ def test_prune_counts_on_a_terminal(filled: tuple[Path, str], tmp_path: Path) ->
             "completed": None,
             "failed": 86400.0,
             "cancelled": None,
+            "terminated": None,
             "dead": 1209600.0,
             "events": None,
         },
@@ -363,7 +367,7 @@ def test_prune_counts_on_a_terminal(filled: tuple[Path, str], tmp_path: Path) ->
     result = invoke(["runs", "prune", "--events", "7d"], env=env)
     assert result.exit_code == 0, result.output
     assert result.stdout == (
-        "pruned 0 runs (events older than 7d; kept: completed, failed, cancelled, dead)\n"
+        "pruned 0 runs (events older than 7d; kept: completed, failed, cancelled, terminated, dead)\n"
     )
 
 

@@ -74,7 +74,7 @@ async def test_marks_kept_in_errors_in_the_clear_become_marks(
         path, {seq: json.dumps(mark.to_json()) for seq, mark in ((1, OUT), (2, BLOCKED))}
     )
     async with td.open_store(url) as store:
-        assert _version(path) == SCHEMA_VERSION == 13
+        assert _version(path) == SCHEMA_VERSION == 14
         [out, blocked] = await store.get_checkpoints("r")
     assert (out.mark, blocked.mark) == (OUT, BLOCKED)
     # While pending, the error still shows the mark, as before.

@@ -82,7 +82,7 @@ async def test_a_version_5_file_gains_search_attributes_in_place(tmp_path: Path)
             _sqlite_schema.SCHEMA_VERSION,
         )
     connection.close()
-    assert _sqlite_schema.SCHEMA_VERSION == 13
+    assert _sqlite_schema.SCHEMA_VERSION == 14
     assert _objects(path) == fresh
 
 

@@ -85,7 +85,7 @@ async def test_a_version_8_file_gains_the_run_a_value_goes_with(tmp_path: Path) 
     assert connection.execute("PRAGMA user_version").fetchone() == (_sqlite_schema.SCHEMA_VERSION,)
     connection.close()
     assert _indexes(path) == fresh
-    assert _sqlite_schema.SCHEMA_VERSION == 13
+    assert _sqlite_schema.SCHEMA_VERSION == 14
 
 
 async def test_retention_walks_the_value_indexes(tmp_path: Path) -> None:

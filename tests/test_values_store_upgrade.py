@@ -210,7 +210,7 @@ async def test_a_store_of_schema_8_migrates_whole_and_its_runs_values_go_with_th
     # the checkpoints at reserved seqs, which become the runs' records.
     async with td.open_store(url):
         pass
-    assert _version(path) == _sqlite_schema.SCHEMA_VERSION == 13
+    assert _version(path) == _sqlite_schema.SCHEMA_VERSION == 14
     after = _rows(path)
     kinds = {**MOVED_TO_RECORDS, ADMISSION_SEQ: "admission"}
     moved = [row for row in before["checkpoints"] if row[1] in kinds]

@@ -38,6 +38,7 @@ from ._base._exceptions import RunCancelled as RunCancelled
 from ._base._exceptions import RunConflictError as RunConflictError
 from ._base._exceptions import RunFailed as RunFailed
 from ._base._exceptions import RunNotFoundError as RunNotFoundError
+from ._base._exceptions import RunTerminated as RunTerminated
 from ._base._exceptions import ScheduleError as ScheduleError
 from ._base._exceptions import ScheduleNotFoundError as ScheduleNotFoundError
 from ._base._exceptions import SchemaVersionError as SchemaVersionError
@@ -94,6 +95,9 @@ from ._front._client import Client as Client
 from ._front._client import open_client as open_client
 from ._front._context import Context as Context
 from ._front._engine import Engine as Engine
+from ._front._front_bulk import BulkProgress as BulkProgress
+from ._front._front_bulk import BulkReport as BulkReport
+from ._front._front_bulk import RunSelection as RunSelection
 from ._front._handle import RunHandle as RunHandle
 from ._front._open_worker import open_worker as open_worker
 from ._front._worker import Worker as Worker
@@ -136,6 +140,8 @@ __all__ = [
     "BrokerError",
     "BrokerFaults",
     "BrokerUnavailable",
+    "BulkProgress",
+    "BulkReport",
     "Cancelled",
     "Checkpoint",
     "Client",
@@ -205,6 +211,8 @@ __all__ = [
     "RunHistory",
     "RunNotFoundError",
     "RunPage",
+    "RunSelection",
+    "RunTerminated",
     "ScheduleError",
     "ScheduleInfo",
     "ScheduleNotFoundError",

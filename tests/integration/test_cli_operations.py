@@ -289,7 +289,7 @@ async def test_runs_operated_through_the_command(
             assert done.status == 0, done.err
             assert (
                 done.out
-                == "pruned 4 runs (completed older than 0s; kept: failed, cancelled, dead)\n"
+                == "pruned 4 runs (completed older than 0s; kept: failed, cancelled, terminated, dead)\n"
             )
             left = (await sh("runs", "list", "--json", record=False)).json()
             assert [r["id"] for r in left["runs"]] == [ids["unwanted"]]

@@ -116,7 +116,7 @@ async def test_a_version_4_database_gains_search_attributes_in_place(url: str) -
         assert [run.id for run in found] == ["new", "old"]
         assert [r.id for r in await store.find_runs(RunFilter(tags=("t",)))] == ["old"]
     assert await _sql(url, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
-    assert SCHEMA_VERSION == 12
+    assert SCHEMA_VERSION == 13
     assert await _definition(url) == fresh
 
 

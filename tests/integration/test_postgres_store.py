@@ -171,7 +171,7 @@ async def test_a_version_2_schema_gains_webhooks_and_breakpoints(url: str) -> No
     assert await _sql(url, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
     # The migrated schema's indexes are those of a new one.
     assert await _indexes(url) == fresh
-    assert SCHEMA_VERSION == 12
+    assert SCHEMA_VERSION == 13
 
 
 async def test_a_schema_newer_than_the_code_refuses_to_open(url: str) -> None:

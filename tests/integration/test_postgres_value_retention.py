@@ -107,7 +107,7 @@ async def test_a_version_7_schema_gains_the_run_a_value_goes_with(url: str) -> N
         assert await store.prune_values("s", 5.0, 10) == 1
     assert await _sql(url, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
     assert await _definition(url) == fresh
-    assert SCHEMA_VERSION == 12
+    assert SCHEMA_VERSION == 13
 
 
 async def _plan(url: str, statement: str, params: tuple[Any, ...]) -> str:

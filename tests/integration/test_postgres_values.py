@@ -81,7 +81,7 @@ async def test_a_version_3_schema_gains_keyed_values(url: str) -> None:
         assert (value.value, value.version) == ('"v"', 1)
     assert await _sql(url, "SELECT max(version) FROM schema_version") == [(SCHEMA_VERSION,)]
     assert await _definition(url) == fresh
-    assert SCHEMA_VERSION == 12
+    assert SCHEMA_VERSION == 13
 
 
 async def _plan(url: str, statement: str, params: tuple[Any, ...]) -> str:

@@ -125,7 +125,7 @@ async def test_a_store_of_schema_7_migrates_whole_and_its_runs_values_go_with_th
             pass
         versions = await run("SELECT version FROM schema_version ORDER BY version")
         assert versions == [(version,) for version in range(1, SCHEMA_VERSION + 1)]
-        assert SCHEMA_VERSION == 12
+        assert SCHEMA_VERSION == 13
         after = await _rows(run)
         moved = [row for row in before["checkpoints"] if int(literal_eval(row)[1]) in KINDS]
         # The recording's runs have streams, update logs, admissions, ...

@@ -193,6 +193,13 @@ class RunCancelled(RunFailed):
 
 
 @final
+class RunTerminated(RunFailed):
+    """The run was terminated (code ``"terminated"``; the message is the
+    reason given to `Engine.terminate`): it ended at once, without
+    compensation or cleanup."""
+
+
+@final
 class RecordedTraceback(Exception):
     """Stands in, as a ``__cause__``, for an exception raised in another turn
     or process: its message is that exception's recorded traceback."""

@@ -18,6 +18,7 @@ EventKind = Literal[
     "run.failed",
     "run.suspended",
     "run.cancelled",
+    "run.terminated",
     "run.routed",
     "run.unrouted",
     "step.started",
@@ -34,7 +35,8 @@ class Event:
 
     Attributes:
       kind: ``run.started``, ``run.completed``, ``run.failed``,
-        ``run.suspended``, ``run.cancelled``, ``run.routed`` (handed to an
+        ``run.suspended``, ``run.cancelled``, ``run.terminated``,
+        ``run.routed`` (handed to an
         on-error handler), ``run.unrouted`` (a route matched but live
         workers disagree on the routes), ``step.started``,
         ``step.completed``, ``step.failed`` or ``step.redispatched``.

@@ -18,14 +18,22 @@ from ._search_values import SearchCondition, SearchValue
 from ._search_values import matches as search_matches
 
 RunStatus = Literal[
-    "pending", "running", "suspended", "completed", "failed", "cancelling", "cancelled", "dead"
+    "pending",
+    "running",
+    "suspended",
+    "completed",
+    "failed",
+    "cancelling",
+    "cancelled",
+    "terminated",
+    "dead",
 ]
 CheckpointKind = Literal["local", "remote", "timer", "signal", "child", "webhook", "decision"]
 CheckpointStatus = Literal["pending", "running", "completed", "failed"]
 FanMode = Literal["fail_fast", "wait_all", "settled"]
 
 TERMINAL_STATUSES: Final[frozenset[RunStatus]] = frozenset(
-    {"completed", "failed", "cancelled", "dead"}
+    {"completed", "failed", "cancelled", "terminated", "dead"}
 )
 """Run statuses that never change again (but by `Engine.retry`)."""
 
@@ -206,7 +214,7 @@ class Run:
       version: The workflow's version the run executes.
       namespace: The tenant the run belongs to.
       status: One of ``pending``, ``running``, ``suspended``, ``completed``,
-        ``failed``, ``cancelling``, ``cancelled``, ``dead``.
+        ``failed``, ``cancelling``, ``cancelled``, ``terminated``, ``dead``.
       input: The positional arguments, as JSON text of a list.
       output: The return value as JSON text, once completed.
       error: The failure, once failed or cancelled.

@@ -13,6 +13,8 @@ group of commands to it:
   signal-with-start), checked against the App or the live workers'
   announcements;
 - ``_calls``: ``runs query|update``, a run's handlers called;
+- ``_bulk``: ``runs cancel|retry|terminate`` of one run or, with filters,
+  of every run they match (bulk actions, resumed when run again);
 - ``_fork``: ``runs fork`` (and ``retry`` and ``fork`` at the top too);
 - ``_fleet``: ``workers``, the live fleet and its gaps;
 - ``_migrate``: ``migrate``, a store's schema created or upgraded;
@@ -37,6 +39,7 @@ from collections.abc import Sequence
 import click
 
 from ._calls import query_command, update_command
+from ._bulk import with_bulk
 from ._common import EXIT_INTERRUPTED, DurableGroup
 from ._console import console_command
 from ._entities import entities_group
@@ -84,6 +87,8 @@ for runs_command in (
     update_command,
 ):
     runs_group.add_command(runs_command)
+# ``runs cancel|retry`` take filters too (bulk actions); ``runs terminate``.
+with_bulk(runs_group)
 cli.add_command(runs_group)
 cli.add_command(schedules_group)
 cli.add_command(events_group)

@@ -133,7 +133,7 @@ _ENGINE_FLAGS: Final[dict[str, dict[str, Any]]] = {
     "retention": {
         "type": RetentionSpec(),
         "help": "Prune ended runs and event records older than an age per name, as"
-        " td.Retention: completed, failed, cancelled, dead, events (an age like 90s, 15m,"
+        " td.Retention: completed, failed, cancelled, terminated, dead, events (an age like 90s, 15m,"
         " 12h, 7d, 2w, or forever), interval (an age), batch (a whole number); say"
         " completed=7d,failed=30d. Off by default: every run is kept.",
     },

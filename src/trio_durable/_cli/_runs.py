@@ -375,7 +375,7 @@ def retry_command(
 
 # -- prune ---------------------------------------------------------------------------
 
-_PRUNED: Final = ("completed", "failed", "cancelled", "dead")
+_PRUNED: Final = ("completed", "failed", "cancelled", "terminated", "dead")
 
 
 @runs_group.command("prune", short_help="Delete ended runs older than an age per status.")
@@ -383,6 +383,7 @@ _PRUNED: Final = ("completed", "failed", "cancelled", "dead")
 @click.option("--completed", type=Age(), help="Delete completed runs not updated for AGE.")
 @click.option("--failed", type=Age(), help="Delete failed runs not updated for AGE.")
 @click.option("--cancelled", type=Age(), help="Delete cancelled runs not updated for AGE.")
+@click.option("--terminated", type=Age(), help="Delete terminated runs not updated for AGE.")
 @click.option("--dead", type=Age(), help="Delete dead runs not updated for AGE.")
 @click.option("--events", type=Age(), help="Delete event records sent longer than AGE ago.")
 @click.option(
@@ -398,12 +399,13 @@ def prune_command(
     completed: timedelta | None,
     failed: timedelta | None,
     cancelled: timedelta | None,
+    terminated: timedelta | None,
     dead: timedelta | None,
     events: timedelta | None,
     batch: int,
     as_json: bool,
 ) -> None:
-    """Delete the runs that ended (completed, failed, cancelled, dead) and
+    """Delete the runs that ended (completed, failed, cancelled, terminated, dead) and
     were last updated longer ago than the age given for their status, with
     their inputs, checkpoints, signals, queue entries, webhooks and the
     keyed values that go with them (claims, windows, published and stream
@@ -411,11 +413,17 @@ def prune_command(
     event records sent longer ago than its age go too (without it they are
     kept). AGE is like 90s, 15m, 12h, 7d or 2w (0: all of them).
     """
-    ages = {"completed": completed, "failed": failed, "cancelled": cancelled, "dead": dead}
+    ages = {
+        "completed": completed,
+        "failed": failed,
+        "cancelled": cancelled,
+        "terminated": terminated,
+        "dead": dead,
+    }
     if all(age is None for age in ages.values()) and events is None:
         raise click.UsageError(
-            "give an age for at least one status: --completed, --failed, --cancelled or --dead"
-            " (or --events)"
+            "give an age for at least one status: --completed, --failed, --cancelled,"
+            " --terminated or --dead (or --events)"
         )
     retention = Retention(**ages, events=events, batch=batch)
 

@@ -161,13 +161,21 @@ def decoded(text: str | None) -> Any:
     return payload_for_people(text)
 
 
-_RETENTION_AGES: Final = ("completed", "failed", "cancelled", "dead", "events", "interval")
+_RETENTION_AGES: Final = (
+    "completed",
+    "failed",
+    "cancelled",
+    "terminated",
+    "dead",
+    "events",
+    "interval",
+)
 _FOREVER: Final = ("forever", "keep", "none")
 
 
 class RetentionSpec(click.ParamType[Retention]):
     """``--retention completed=7d,failed=30d,...``: a `Retention` of the
-    given names (``completed``, ``failed``, ``cancelled``, ``dead``,
+    given names (``completed``, ``failed``, ``cancelled``, ``terminated``, ``dead``,
     ``events``: an age, or ``forever``; ``interval``: an age; ``batch``: a
     whole number), the rest as `Retention`'s defaults."""
 

@@ -27,7 +27,8 @@ from .._features.on_error._handoff import unserved_on_error_routes as _unserved
 from .._features.starts._runs import await_end, new_run, outcome, same_workflow
 from .._kernel._fleet import Fleet, aggregate
 from .._kernel._run_reads import read_run
-from ._control import cancel_run, retry_run, signal_run
+from ._control import cancel_run, retry_run, signal_run, terminate_run
+from ._front_bulk import BulkActions
 from ._front_events import SendsEvents
 from ._front_fork import ForksRuns
 from ._front_hooks import HookActions
@@ -56,6 +57,7 @@ class FrontEnd(
     QueriesAndUpdates,
     ForksRuns,
     ReadsStreams,
+    BulkActions,
 ):
     """What `Engine` and `Client` share: every method of theirs but an
     engine's own (see `_front_end`)."""
@@ -249,6 +251,45 @@ class FrontEnd(
         core.check_open()
         run = await cancel_run(
             core.store, core.clock.now(), run_id, compensate, namespace, core.waker.cancel_ops
+        )
+        core.waker.cancelled(run)
+
+    async def terminate(
+        self, run_id: str, *, reason: str | None = None, namespace: str | None = None
+    ) -> None:
+        """End a run now: it ends ``terminated``, and nothing of it runs
+        again, no compensation and no cleanup (unlike `cancel`, which
+        delivers `Cancelled` to its body and may run its undos).
+
+        The run is marked ``cancelling`` at once (a turn of it in flight is
+        interrupted, or fenced if it runs on another engine: it writes only
+        what its steps did); the next turn, on any engine of the store,
+        ends it ``terminated`` without running its body, even a cleanup
+        that a cancel began. Its children are left to their own policy as
+        on cancel: those it awaits or started with
+        ``cancel_with_parent=True`` are cancelled (each runs its own
+        cleanup); terminate them too to end them now. Results of its
+        remote steps that come later are stale and rejected. A parent
+        awaiting it gets `RunFailed` with code ``terminated``. A run that
+        continued as new is terminated at its chain's latest generation.
+
+        Args:
+          run_id: The run's id.
+          reason: Why, for people: the run's error message (code
+            ``terminated``); None: ``"terminated"``.
+          namespace: If given, a run of another namespace counts as missing
+            (and is left alone).
+
+        Raises:
+          RunNotFoundError: No run has this id (in ``namespace``).
+          InvalidRunStateError: The run already ended, or is being
+            terminated already; nothing changed.
+          UsageError: ``reason`` is not a string.
+        """
+        core = self._core
+        core.check_open()
+        run = await terminate_run(
+            core.store, core.clock.now(), run_id, reason, namespace, core.waker.cancel_ops
         )
         core.waker.cancelled(run)
 

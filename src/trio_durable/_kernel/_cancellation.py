@@ -44,6 +44,10 @@ CANCEL_SENT: Final = "cancel_sent"
 worker: written with the first decision task of its cancellation, it keeps
 the run being cancelled while it waits ``suspended`` for the worker (see
 `in_cleanup`)."""
+TERMINATE: Final = "terminate"
+"""The kind of a run's record of a terminate asked for (see `terminate_request`),
+its output the reason as JSON: the run, ``cancelling`` meanwhile, ends
+``terminated`` at its next turn, which runs nothing of its body."""
 _SETTLED: Final = frozenset({"completed", "failed"})
 
 
@@ -94,6 +98,20 @@ class CancelDelivery:
             return
         now = replay.runtime.clock.now()
         turn.put_record(value_record(turn.run.id, CANCELLED_AT, json.dumps(self.delivered), now))
+
+
+def terminate_reason(records: dict[str, RunRecord]) -> str | None:
+    """The reason a terminate was asked for with, or None if none was."""
+    record = records.get(TERMINATE)
+    if record is None:
+        return None
+    reason = None if record.output is None else json.loads(record.output)
+    return reason if isinstance(reason, str) and reason else "terminated"
+
+
+def terminate_record(run_id: str, reason: str | None, now: float) -> RunRecord:
+    """The record that asks a run to end ``terminated`` (see `TERMINATE`)."""
+    return value_record(run_id, TERMINATE, json.dumps(reason), now)
 
 
 def in_cleanup(records: dict[str, RunRecord]) -> bool:

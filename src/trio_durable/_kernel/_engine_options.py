@@ -356,7 +356,7 @@ class EngineOptions:
         default=None,
         validator=_retention,
         metadata=declared(
-            "A `td.Retention(completed=, failed=, cancelled=, dead=, events=7 days, batch=500,"
+            "A `td.Retention(completed=, failed=, cancelled=, terminated=, dead=, events=7 days, batch=500,"
             " interval=60.0)`: prune ended runs older than an age per status, with everything"
             " that goes with them, and event records older than `events`, in batches, every"
             " `interval` seconds, in a task of the engine's nursery"

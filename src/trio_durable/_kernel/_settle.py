@@ -4,8 +4,8 @@ The engine's result consumer takes up to `RESULT_BATCH` results at a time
 and settles them all in ONE store write of claims: a result changes its
 checkpoint only while that is pending and waits for the execution the
 result answers (see `_executions`), so duplicates, late deliveries, results
-replayed from an earlier execution and results for cancelled or completed
-runs change nothing. A failure that may be retried becomes a rescheduled
+replayed from an earlier execution and results for cancelled, terminated or
+completed runs change nothing. A failure that may be retried becomes a rescheduled
 attempt instead (its backoff is the checkpoint's due time; the run's next
 turn sends it). Only then are the results acked, each after its own write
 committed; a result that no checkpoint waits for (stale: a duplicate or a
@@ -47,12 +47,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trio_durable")
 
 RESULT_BATCH: Final = 256
-_DROP_FOR: Final[frozenset[RunStatus]] = frozenset({"cancelled", "completed"})
+_DROP_FOR: Final[frozenset[RunStatus]] = frozenset({"cancelled", "terminated", "completed"})
 # A late success replaces a step's `LOST` failure only once the run ended
 # failed (or dead): while it goes on (or is cancelled), its body has acted
 # on the loss, and a replay must see what that turn saw.
 _UNLESS_ENDED_FAILED: Final[frozenset[RunStatus]] = frozenset(
-    {"pending", "running", "suspended", "cancelling", "cancelled", "completed"}
+    {"pending", "running", "suspended", "cancelling", "cancelled", "terminated", "completed"}
 )
 
 

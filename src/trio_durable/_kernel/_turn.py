@@ -34,7 +34,7 @@ from .._base._records import (
 from .._stores._base import WriteConflict
 from .._stores._ops import Op, RemoveSignalWaiter, UpdateRun, WaitSignal
 from .._stores._record_ops import SettleRecord
-from ._cancellation import in_cleanup
+from ._cancellation import in_cleanup, terminate_reason
 from ._decision_record import DECISION, decision_of
 from ._decision_turn import cancel_remote, decision_route, remote_turn
 from ._replay import ContinueAsNew, Replay, Suspend, TurnDraft
@@ -57,6 +57,7 @@ _RUNNING: Final[frozenset[RunStatus]] = frozenset({"running"})
 # loop its turns on a write conflict).
 _END_EXPECTS: Final[dict[RunStatus, frozenset[RunStatus]]] = {
     "cancelled": _CANCELLING,
+    "terminated": _CANCELLING,
     "dead": frozenset({"running", "cancelling"}),
 }
 _UNKNOWN_VERSION_BACKOFF: Final = 60.0
@@ -102,6 +103,11 @@ class Turn:
         # A deadline that passed makes the run cancelling.
         rt.features.turn_starts(self, now)
         run = state.run
+        if run.status == "cancelling" and (reason := terminate_reason(state.records)):
+            # Terminated: it ends now, its body, compensation and cleanup
+            # never run (not even a cleanup a cancel began).
+            await self._finish_cancel(terminated=reason)
+            return
         if run.status == "cancelling":
             # Cancelled before it ever ran here, it still ends as the version
             # it would have run (its history and views name it).
@@ -444,6 +450,7 @@ class Turn:
         kind: EventKind = {
             "completed": "run.completed",
             "cancelled": "run.cancelled",
+            "terminated": "run.terminated",
         }.get(status, "run.failed")  # type: ignore[assignment]
         rt.telemetry.emit_run(
             kind,
@@ -465,13 +472,25 @@ class Turn:
         # The runs let in, the parent woken.
         await rt.features.ended(self, ops, results)
 
-    async def _finish_cancel(self, *, compensated: bool = False) -> None:
+    async def _finish_cancel(
+        self, *, compensated: bool = False, terminated: str | None = None
+    ) -> None:
+        """End a cancelling run ``cancelled``, after its undos if asked for;
+        or, ``terminated`` (with that reason), ``terminated`` without them.
+        Either way its signal waits go, a decision it waits for changes
+        nothing when it comes back, and its children are cancelled."""
         rt, turn = self.runtime, self.state
         run = turn.run
-        if run.compensate and not compensated:
-            await self._compensate(Replay.on_engine(rt, turn))
         now = rt.clock.now()
-        error = rt.features.cancel_error(self) or ErrorInfo(message="cancelled", code="cancelled")
+        if terminated is not None:
+            error = ErrorInfo(message=terminated, code="terminated")
+        else:
+            if run.compensate and not compensated:
+                await self._compensate(Replay.on_engine(rt, turn))
+            now = rt.clock.now()
+            error = rt.features.cancel_error(self) or ErrorInfo(
+                message="cancelled", code="cancelled"
+            )
         for cp in sorted(turn.checkpoints.values(), key=lambda cp: cp.seq):
             if cp.status != "pending" or cp.name.startswith(RETIRED_PREFIX):
                 # A retired handoff's handler is no longer the run's to wait
@@ -485,7 +504,7 @@ class Turn:
             turn.ops.append(SettleRecord(run.id, DECISION, "failed", None, error, now))
         # Its children cancelled.
         await rt.features.cancelling(self, error)
-        await self.end("cancelled", error=error)
+        await self.end("cancelled" if terminated is None else "terminated", error=error)
 
 
 def _log_failed_run(run: Run, status: RunStatus, error: ErrorInfo) -> None:

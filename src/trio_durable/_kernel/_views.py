@@ -353,6 +353,7 @@ class Retention:
         `datetime.timedelta`), or None.
       failed: The same for ``failed`` runs.
       cancelled: The same for ``cancelled`` runs.
+      terminated: The same for ``terminated`` runs.
       dead: The same for ``dead`` runs.
       events: The age of event records to prune (from when the event was
         sent), or None to keep them; 7 days by default. Within it, sending
@@ -369,6 +370,7 @@ class Retention:
     completed: float | None = attrs.field(default=None, converter=_age)
     failed: float | None = attrs.field(default=None, converter=_age)
     cancelled: float | None = attrs.field(default=None, converter=_age)
+    terminated: float | None = attrs.field(default=None, converter=_age)
     dead: float | None = attrs.field(default=None, converter=_age)
     events: float | None = attrs.field(default=EVENTS_KEPT, converter=_age)
     batch: int = attrs.field(default=500, validator=_positive_int)
@@ -381,6 +383,7 @@ class Retention:
             "completed": self.completed,
             "failed": self.failed,
             "cancelled": self.cancelled,
+            "terminated": self.terminated,
             "dead": self.dead,
         }
         return {status: now - age for status, age in ages.items() if age is not None}

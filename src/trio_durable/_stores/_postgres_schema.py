@@ -34,7 +34,7 @@ from ._values_sql import RUN_OF_SCOPE as VALUE_RUN_OF_SCOPE
 
 logger = logging.getLogger("trio_durable")
 
-SCHEMA_VERSION: Final = 12
+SCHEMA_VERSION: Final = 13
 """The newest schema version this module knows (rows of ``schema_version``)."""
 
 DEFAULT_POOL_SIZE: Final = 4
@@ -261,6 +261,15 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS mark text",
         "ALTER TABLE run_records ADD COLUMN IF NOT EXISTS mark text",
         *move_marks("replace(error, '\\u0000', '\\u0020')::jsonb ->> 'code'"),
+    ),
+    # 13: ``terminated``, a new terminal status, in the index of ended runs
+    # (its predicate names every terminal status, as retention's query does).
+    (
+        "DROP INDEX IF EXISTS runs_ended",
+        """
+        CREATE INDEX runs_ended ON runs (status, updated_at, id)
+        WHERE status IN ('cancelled', 'completed', 'dead', 'failed', 'terminated')
+        """,
     ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION

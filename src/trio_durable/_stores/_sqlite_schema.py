@@ -31,7 +31,7 @@ from ._values_sql import SQLITE_TABLE as VALUES_TABLE
 
 logger = logging.getLogger("trio_durable")
 
-SCHEMA_VERSION: Final = 13
+SCHEMA_VERSION: Final = 14
 """The schema version this module writes, kept in ``PRAGMA user_version``.
 
 Version 2 moved runs' inputs out of ``runs`` into ``run_inputs``; version 3
@@ -50,7 +50,8 @@ reserved seqs before (`._migrations_records`); version 11 moved runs'
 admission there too, and the queue slots runs hold to seq 0; version 12
 moved remote workflows' decisions there; version 13 added the ``mark`` of
 pending checkpoints and records (what they wait for), kept in their
-``error`` before. An older file is migrated when it is opened."""
+``error`` before; version 14 made ``terminated`` a status retention's
+index of ended runs holds. An older file is migrated when it is opened."""
 
 WATCH_INTERVAL: Final = 0.01
 """Seconds between two looks of a store's watch for commits of other
@@ -82,6 +83,12 @@ CHECKPOINTS_STATUS: Final = (
 EXECUTIONS_COLUMN: Final = "ALTER TABLE checkpoints ADD COLUMN executions TEXT"
 RERUN_COLUMN: Final = "ALTER TABLE checkpoints ADD COLUMN rerun INTEGER NOT NULL DEFAULT 0"
 MARK_COLUMN: Final = "ALTER TABLE checkpoints ADD COLUMN mark TEXT"
+# Its predicate names every terminal status, so that retention's query
+# (which says the same) is known to find every row it wants here.
+RUNS_ENDED: Final = (
+    "CREATE INDEX IF NOT EXISTS runs_ended ON runs (status, updated_at, id)"
+    " WHERE status IN ('cancelled', 'completed', 'dead', 'failed', 'terminated')"
+)
 RECORD_MARK_COLUMN: Final = "ALTER TABLE run_records ADD COLUMN mark TEXT"
 
 _SCHEMA: Final = (
@@ -140,10 +147,7 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS runs_workflow ON runs (workflow, created_at, id)",
     "CREATE INDEX IF NOT EXISTS runs_namespace ON runs (namespace, created_at, id)",
     # Partial: a run enters it once, when it ends (retention's oldest first).
-    """
-    CREATE INDEX IF NOT EXISTS runs_ended ON runs (status, updated_at, id)
-    WHERE status IN ('cancelled', 'completed', 'dead', 'failed')
-    """,
+    RUNS_ENDED,
     # One row per tag of a run, in the order of a page; the triggers below
     # keep it as the runs' tags are, whoever writes them.
     """
@@ -307,6 +311,9 @@ _MIGRATIONS: Final = {
     # From version 12: what pending checkpoints and records wait for, in a
     # column of its own rather than in their error.
     12: (MARK_COLUMN, RECORD_MARK_COLUMN, *move_marks("json_extract(error, '$.code')")),
+    # From version 13: ``terminated``, a new terminal status, in the index
+    # of ended runs (made anew: an index's predicate cannot be altered).
+    13: ("DROP INDEX IF EXISTS runs_ended", RUNS_ENDED),
 }
 
 _INDEXED_LAST: Final = VALUE_INDEXES

@@ -40,7 +40,7 @@ from ..._base._records import (
     signal_token,
 )
 from ..._base._run_records import RunRecord, value_record
-from ..._kernel._cancellation import CANCEL_SENT, CANCELLED_AT
+from ..._kernel._cancellation import CANCEL_SENT, CANCELLED_AT, TERMINATE
 from ..._kernel._decision_record import ask_afresh
 from ..._kernel._executions import rerun_record
 from ..._kernel._handlers import UPDATES_NAME, read_log
@@ -207,7 +207,9 @@ async def _reset_records(
     # replay writes the stream again from offset 0); the start of the
     # argument check if it began at or after from_seq, and the update log
     # if it drops every update.
-    gone: list[str] = [kind for kind in (CANCELLED_AT, CANCEL_SENT, STREAM_HEAD) if kind in kinds]
+    gone: list[str] = [
+        kind for kind in (CANCELLED_AT, CANCEL_SENT, TERMINATE, STREAM_HEAD) if kind in kinds
+    ]
     if checked is not None and checked >= from_seq:
         gone.append(CHECKED_FROM)
     for record in records:

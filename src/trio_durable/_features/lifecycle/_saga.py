@@ -26,7 +26,7 @@ from ..._base import _serde
 from ..._base._exceptions import StepFailed
 from ..._base._on_error import HANDOFF_BASE, RETIRED_PREFIX, without_on_error_tags
 from ..._base._records import Checkpoint, ErrorInfo, Mark, Run, RunStatus, signal_token
-from ..._kernel._cancellation import CANCEL_SENT, CANCELLED_AT
+from ..._kernel._cancellation import CANCEL_SENT, CANCELLED_AT, TERMINATE
 from ..._kernel._decision_record import ask_afresh
 from ..._kernel._definitions import Registry
 from ..._kernel._executions import rerun_record
@@ -52,7 +52,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("trio_durable")
 
-CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset({"failed", "dead", "cancelled"})
+CHILD_RETRYABLE: Final[frozenset[RunStatus]] = frozenset(
+    {"failed", "dead", "cancelled", "terminated"}
+)
 
 
 async def compensate(replay: Replay) -> None:
@@ -140,7 +142,7 @@ async def plan_retry(
                 source = await output_source(store, app, child)
                 output = completion(True, child.output, returned_by=source)
                 ops.append(PutCheckpoint(attrs.evolve(reset, status="completed", output=output)))
-            elif child.status in ("failed", "dead", "cancelled"):
+            elif child.status in CHILD_RETRYABLE:
                 ops.append(PutCheckpoint(reset))
                 await plan_retry(store, app, now, child, ops, wakes, CHILD_RETRYABLE)
             else:
@@ -158,7 +160,7 @@ async def plan_retry(
     # A cancel's delivery point (a later cancel of the retried run is
     # delivered afresh), and a remote workflow's record of a cancel sent:
     # the retried run is not being cancelled.
-    gone = tuple(r.kind for r in records if r.kind in (CANCELLED_AT, CANCEL_SENT))
+    gone = tuple(r.kind for r in records if r.kind in (CANCELLED_AT, CANCEL_SENT, TERMINATE))
     if gone:
         ops.append(DeleteRecords(run.id, gone))
     changes: dict[str, Any] = {

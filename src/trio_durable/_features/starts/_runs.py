@@ -25,6 +25,7 @@ from ..._base._exceptions import (
     RunCancelled,
     RunConflictError,
     RunFailed,
+    RunTerminated,
     UnknownWorkflowError,
     UsageError,
 )
@@ -434,7 +435,8 @@ async def outcome(store: Store, app: Registry, run: Run) -> Any:
     workflow (or the on-error handler it handed off to) returns it.
 
     Raises:
-      RunFailed: The run failed or is dead (`RunCancelled` if cancelled).
+      RunFailed: The run failed or is dead (`RunCancelled` if cancelled,
+        `RunTerminated` if terminated).
     """
     if run.status == "completed":
         # A run that handed off ended with its handler's output.
@@ -443,7 +445,7 @@ async def outcome(store: Store, app: Registry, run: Run) -> Any:
         check_readable(run.output)
         return _serde.loads(run.output, output_type(app, *source))
     error = run.error or ErrorInfo(message=run.status)
-    cls = RunCancelled if run.status == "cancelled" else RunFailed
+    cls = {"cancelled": RunCancelled, "terminated": RunTerminated}.get(run.status, RunFailed)
     failure = cls(
         run.id,
         error.message,
