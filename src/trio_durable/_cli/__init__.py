@@ -38,8 +38,8 @@ from collections.abc import Sequence
 
 import click
 
-from ._calls import query_command, update_command
 from ._bulk import with_bulk
+from ._calls import query_command, update_command
 from ._common import EXIT_INTERRUPTED, DurableGroup
 from ._console import console_command
 from ._entities import entities_group

@@ -33,8 +33,9 @@ from ._common import (
     progress,
     store_option,
 )
+from ._run_lists import STATUSES
 from ._run_views import document, run_line
-from ._runs import STATUSES, namespace_option, opened_client, with_client
+from ._runs import namespace_option, opened_client, with_client
 from ._values import PointInTime, at
 
 _FILTERS: Final = ("status", "workflow", "tags", "where", "created_after", "created_before", "code")
