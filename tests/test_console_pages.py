@@ -114,13 +114,31 @@ async def test_the_runs_page_lists_runs_with_counts_per_status_and_filters(
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
         text = page.text
-        for run_id in ("t-1", "t-1.child.1", "f-1"):
+        # Top-level runs by default: the tree's child folded under it, counted.
+        for run_id in ("t-1", "f-1"):
             assert f'href="/runs/{run_id}"' in text
-        # Counts per status: 2 completed (the tree and its leaf), 1 failed.
-        assert re.search(r"completed <b>2</b>", text)
+        assert 'href="/runs/t-1.child.1"' not in text
+        assert '<a class="folded-count" href="/?parent=t-1"' in text
+        assert re.search(r"completed <b>1</b>", text)
         assert re.search(r"failed <b>1</b>", text)
-        assert re.search(r"all <b>3</b>", text)
+        assert re.search(r"all <b>2</b>", text)
         assert 'href="/?status=failed"' in text
+        # Every run: 2 completed (the tree and its leaf), 1 failed.
+        assert '<a class="toggle" id="show-all" href="/?all=1">' in text
+        every = (await http.get("/", params={"all": "1"})).text
+        for run_id in ("t-1", "t-1.child.1", "f-1"):
+            assert f'href="/runs/{run_id}"' in every
+        assert re.search(r"completed <b>2</b>", every)
+        assert re.search(r"all <b>3</b>", every)
+        # End and duration columns.
+        assert "<th>Ended</th><th>Duration</th>" in text
+        assert re.search(r'<td class="duration">\d+ms</td>', text)
+        # Search by id or prefix (every run, children too).
+        found = (await http.get("/", params={"id": "t-1"})).text
+        assert 'href="/runs/t-1"' in found
+        assert 'href="/runs/t-1.child.1"' in found
+        assert 'href="/runs/f-1"' not in found
+        assert 'href="/runs/t-1"' not in (await http.get("/", params={"id": "T-1"})).text
 
         failed = (await http.get("/", params={"status": "failed"})).text
         assert 'href="/runs/f-1"' in failed

@@ -415,6 +415,19 @@ def drive_run_page(url: str, engine: td.Engine, images: Path) -> None:
         driver.execute_script("window.scrollTo(0, 0)")
         driver.save_screenshot(images / "console-run.png")
 
+        # Dark mode, as the system asks (prefers-color-scheme).
+        driver.execute_cdp_cmd(
+            "Emulation.setEmulatedMedia",
+            {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
+        )
+        driver.get(f"{url}/")
+        wait_for_text("table.runs", "shipped")
+        assert "stuck" in driver.find_element(By.CSS_SELECTOR, "table.runs").text
+        background = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(20, 23, 31)"
+        driver.save_screenshot(images / "console-dark.png")
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
         driver.get(f"{url}/runs/stuck")
         wait_for_text("#run-status", "suspended")
         wait_for_text("section.timeline .reason", "no live worker of group ghost")
@@ -452,6 +465,6 @@ async def test_the_run_page_in_a_browser(tmp_path: Path, browser_binaries: None)
         url = await nursery.start(partial(serve_console, engine, port=0, token=TOKEN))
         images = Path(os.environ.get("TRIO_DURABLE_SCREENSHOTS") or tmp_path / "images")
         await trio.to_thread.run_sync(drive_run_page, url, engine, images)
-        for stage in ("run", "run-pending"):
+        for stage in ("run", "run-pending", "dark"):
             assert (images / f"console-{stage}.png").stat().st_size > 10_000
         nursery.cancel_scope.cancel()

@@ -363,6 +363,9 @@ class RunFilter:
       created_before: ``created_at < created_before``.
       parent_id: The run's parent.
       search: Conditions on the run's search attributes, all of which hold.
+      id_prefix: The run's id starts with this (case-sensitive).
+      top_level: The run has no parent (children and on-error handlers
+        left out).
     """
 
     statuses: frozenset[RunStatus] | None = None
@@ -373,6 +376,8 @@ class RunFilter:
     created_before: float | None = None
     parent_id: str | None = None
     search: tuple[SearchCondition, ...] = ()
+    id_prefix: str | None = None
+    top_level: bool = False
 
     def matches(self, run: Run) -> bool:
         """Whether ``run`` passes the filter (for stores that test in Python)."""
@@ -381,6 +386,8 @@ class RunFilter:
             and (self.workflow is None or run.workflow == self.workflow)
             and (self.namespace is None or run.namespace == self.namespace)
             and (self.parent_id is None or run.parent_id == self.parent_id)
+            and (self.id_prefix is None or run.id.startswith(self.id_prefix))
+            and (not self.top_level or run.parent_id is None)
             and (self.created_after is None or run.created_at >= self.created_after)
             and (self.created_before is None or run.created_at < self.created_before)
             and all(tag in run.tags for tag in self.tags)

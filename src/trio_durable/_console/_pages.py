@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._base._exceptions import UsageError
-from .._base._records import RunStatus
+from .._base._records import RunFilter, RunStatus
 from .._base._search_values import parse_where
 from .._features.search._search_attributes import stored_types
 from ._page_params import one
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 RUN_STATUSES: Final[tuple[str, ...]] = get_args(RunStatus)
 RUNS_PAGE: Final = 50
+SEARCH_COLUMNS: Final = 6
+"""The most search attributes the runs list gives a column (those its
+page's runs have, by name)."""
 """Runs per page of the runs list."""
 _STATIC: Final = Path(__file__).parent / "static"
 
@@ -48,7 +51,9 @@ def _source(request: Request) -> ConsoleSource:
 
 async def runs_page(request: Request) -> Response:
     """``/``: runs matching the filters, their counts per status, and a
-    link to the next (older) page."""
+    link to the next (older) page. Top-level runs by default, each with how
+    many runs it started (children and on-error handlers); ``all=1`` lists
+    every run, and so does a search by parent or by id."""
     filters = {
         "status": one(request, "status"),
         "workflow": one(request, "workflow"),
@@ -56,11 +61,16 @@ async def runs_page(request: Request) -> Response:
         "tag": one(request, "tag"),
         "parent": one(request, "parent"),
         "where": one(request, "where"),
+        "id": one(request, "id"),
+        "all": one(request, "all"),
     }
     if filters["status"] is not None and filters["status"] not in RUN_STATUSES:
         raise UsageError(
             f"status must be one of {', '.join(RUN_STATUSES)}, not {filters['status']!r}"
         )
+    if filters["all"] not in (None, "1"):
+        raise UsageError(f"all must be 1, not {filters['all']!r}")
+    top_level = filters["all"] is None and filters["parent"] is None and filters["id"] is None
     cursor = one(request, "cursor")
     source = _source(request)
     search = None
@@ -77,18 +87,29 @@ async def runs_page(request: Request) -> Response:
         cursor=cursor,
         facets=True,
         search_attributes=search,
+        id_prefix=filters["id"],
+        top_level=top_level,
     )
     facets = dict(page.facets or {})
+    started: dict[str, int] = {}
+    if top_level:
+        for run in page.runs:
+            counts = await source.store.count_runs(RunFilter(parent_id=run.id))
+            started[run.id] = sum(counts.values())
+    attributes = sorted({name for run in page.runs for name in run.search_attributes})
     return page_response(
         request,
         "runs.html",
         title="Runs",
         nav="runs",
         filters=filters,
+        top_level=top_level,
         statuses=RUN_STATUSES,
         facets=[(status, facets[status]) for status in RUN_STATUSES if status in facets],
         total=sum(facets.values()),
         page=page,
+        started=started,
+        attributes=attributes[:SEARCH_COLUMNS],
         cursor=cursor,
     )
 

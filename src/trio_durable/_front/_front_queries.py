@@ -37,6 +37,8 @@ class RunQueries(FrontPart):
         cursor: str | None = None,
         facets: bool = False,
         search_attributes: Mapping[str, Any] | None = None,
+        id_prefix: str | None = None,
+        top_level: bool = False,
     ) -> RunPage:
         """A page of runs matching every filter given, newest first.
 
@@ -63,6 +65,10 @@ class RunQueries(FrontPart):
             hold it), a `SearchRange` the values in it (int, float and
             datetime attributes). Names and types are those the store
             records (see docs/search-attributes.md).
+          id_prefix: Runs whose id starts with this (an id is its own
+            prefix).
+          top_level: Only runs without a parent: children, fan members
+            and on-error handlers left out.
 
         Raises:
           SearchAttributeError: A search attribute filter names an
@@ -82,6 +88,8 @@ class RunQueries(FrontPart):
             cursor=cursor,
             facets=facets,
             search_attributes=search_attributes,
+            id_prefix=id_prefix,
+            top_level=top_level,
         )
 
     async def history(self, run_id: str, *, namespace: str | None = None) -> RunHistory:

@@ -141,6 +141,8 @@ def run_filter(
     created_after: float | datetime.datetime | None = None,
     created_before: float | datetime.datetime | None = None,
     parent_id: str | None = None,
+    id_prefix: str | None = None,
+    top_level: bool = False,
 ) -> RunFilter:
     """The `RunFilter` of `Engine.list_runs`'s arguments, checked.
 
@@ -164,7 +166,15 @@ def run_filter(
         created_after=_time("created_after", created_after),
         created_before=_time("created_before", created_before),
         parent_id=_text("parent_id", parent_id),
+        id_prefix=_text("id_prefix", id_prefix),
+        top_level=_flag("top_level", top_level),
     )
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{name} must be True or False, not {value!r}")
+    return value
 
 
 def _limit(limit: object) -> int:
@@ -187,6 +197,8 @@ async def list_runs(
     cursor: str | None = None,
     facets: bool = False,
     search_attributes: Mapping[str, Any] | None = None,
+    id_prefix: str | None = None,
+    top_level: bool = False,
 ) -> RunPage:
     """A page of the runs matching every filter given, newest first (see
     `Engine.list_runs`).
@@ -203,6 +215,8 @@ async def list_runs(
         created_after=created_after,
         created_before=created_before,
         parent_id=parent_id,
+        id_prefix=id_prefix,
+        top_level=top_level,
     )
     limit = _limit(limit)
     before = None if cursor is None else decode_cursor(_text("cursor", cursor) or "")

@@ -166,6 +166,12 @@ def _where(
         if value is not None:
             clauses.append(f"{column} = {p}")
             params.append(value)
+    if where.id_prefix is not None:
+        # substr, not LIKE: SQLite's LIKE ignores the case of ASCII letters.
+        clauses.append(f"substr(r.id, 1, {len(where.id_prefix)}) = {p}")
+        params.append(where.id_prefix)
+    if where.top_level:
+        clauses.append("r.parent_id IS NULL")
     if where.created_after is not None:
         clauses.append(f"{created} >= {p}")
         params.append(where.created_after)
