@@ -609,3 +609,41 @@ def test_json_is_plain_json() -> None:
         "e": {"message": "m", "code": "c"},
         "t": [1, 2],
     }
+
+
+# -- schedules -------------------------------------------------------------------
+
+
+async def test_schedules_are_listed_paused_resumed_and_triggered(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with engine_and_api(open_test_engine, "memory://") as (engine, client):
+        await engine.create_schedule("nightly", small, cron="0 3 * * *", args=(7,))
+        [listed] = (await client.get("/api/schedules")).json()["schedules"]
+        assert (listed["name"], listed["workflow"], listed["cron"]) == (
+            "nightly",
+            "small",
+            "0 3 * * *",
+        )
+        assert listed["paused"] is False
+        assert listed["next_tick"] is not None
+        # Actions need the token; reading does not.
+        refused = await client.post("/api/schedules/nightly/pause")
+        assert refused.status_code == 401
+        paused = await client.post("/api/schedules/nightly/pause", headers=auth)
+        assert paused.status_code == 200
+        assert (paused.json()["paused"], paused.json()["next_tick"]) == (True, None)
+        triggered = await client.post("/api/schedules/nightly/trigger", headers=auth)
+        assert triggered.status_code == 202
+        run_id = triggered.json()["run_id"]
+        assert await engine.result(run_id) == 8
+        shown = (await client.get("/api/schedules/nightly")).json()
+        assert (shown["triggered"], shown["last_run_id"], shown["paused"]) == (1, run_id, True)
+        resumed = await client.post("/api/schedules/nightly/resume", headers=auth)
+        assert resumed.json()["paused"] is False
+        missing = await client.get("/api/schedules/nope")
+        assert (missing.status_code, error_of(missing)) == (404, "schedule_not_found")
+        missing = await client.post("/api/schedules/nope/trigger", headers=auth)
+        assert (missing.status_code, error_of(missing)) == (404, "schedule_not_found")
+        assert (await client.get("/api/schedules", params={"x": "1"})).status_code == 400

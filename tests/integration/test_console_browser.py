@@ -468,3 +468,50 @@ async def test_the_run_page_in_a_browser(tmp_path: Path, browser_binaries: None)
         for stage in ("run", "run-pending", "dark"):
             assert (images / f"console-{stage}.png").stat().st_size > 10_000
         nursery.cancel_scope.cancel()
+
+
+def drive_schedules(url: str, engine: td.Engine, images: Path) -> None:
+    """Pause a schedule and trigger it from its page, with the token, in a
+    worker thread."""
+    from selenium.webdriver.common.by import By
+
+    driver = open_driver()
+    images.mkdir(parents=True, exist_ok=True)
+    wait_for_text = text_waiter(driver)
+    row = 'tr[data-schedule="nightly"]'
+    try:
+        driver.get(f"{url}/schedules")
+        wait_for_text(row, "active")
+        driver.find_element(By.ID, "token").send_keys(TOKEN)
+        driver.find_element(
+            By.CSS_SELECTOR, f'{row} form[data-action="pause-schedule"] button'
+        ).click()
+        wait_for_text("#flash.ok", "pause-schedule: accepted")
+        wait_for_text(row, "paused")
+        driver.find_element(
+            By.CSS_SELECTOR, f'{row} form[data-action="trigger-schedule"] button'
+        ).click()
+        wait_for_text("#flash.ok", "trigger-schedule: accepted")
+        # The run it started is its last run, and it completes.
+        wait_for_text(f"{row} a.last-run", "nightly")
+        info = trio.from_thread.run(engine.get_schedule, "nightly")
+        assert (info.paused, info.triggered) == (True, 1)
+        assert info.last_run_id is not None
+        assert trio.from_thread.run(engine.result, info.last_run_id) == 3
+        driver.save_screenshot(images / "console-schedules.png")
+        assert_nothing_refused(driver)
+    finally:
+        driver.quit()
+
+
+async def test_schedules_in_a_browser(tmp_path: Path, browser_binaries: None) -> None:
+    async with (
+        td.open_engine(app, store=f"sqlite:///{tmp_path / 'console.db'}") as engine,
+        trio.open_nursery() as nursery,
+    ):
+        await engine.create_schedule("nightly", small, cron="0 3 * * *", args=(3,))
+        url = await nursery.start(partial(serve_console, engine, port=0, token=TOKEN))
+        images = Path(os.environ.get("TRIO_DURABLE_SCREENSHOTS") or tmp_path / "images")
+        await trio.to_thread.run_sync(drive_schedules, url, engine, images)
+        assert (images / "console-schedules.png").stat().st_size > 10_000
+        nursery.cancel_scope.cancel()

@@ -240,6 +240,12 @@
         ];
       case "set-breakpoint":
         return ["POST", "/api/breakpoints", { workflow: field("workflow"), step: field("step") }];
+      case "pause-schedule":
+      case "resume-schedule":
+      case "trigger-schedule": {
+        const verb = action.replace("-schedule", "");
+        return ["POST", `/api/schedules/${encodeURIComponent(form.dataset.schedule)}/${verb}`, {}];
+      }
       case "clear-breakpoint":
         return ["DELETE", `/api/breakpoints/${encodeURIComponent(form.dataset.breakpoint)}`, null];
       default: // retry, continue
