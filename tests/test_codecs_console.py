@@ -64,6 +64,8 @@ def test_without_the_keys_the_console_shows_encrypted_payloads_as_such(store_url
             assert {r["id"] for r in listed} == {"bad-1", "order-1"}
             page = (await http.get("/runs/bad-1")).text
             assert "encrypted with k1" in page
+            # The run's input, in the viewer's place.
+            assert '<span class="sealed">encrypted with k1</span>' in page
             assert "SECRET" not in page
             assert "$enc" not in page
 

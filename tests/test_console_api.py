@@ -185,6 +185,8 @@ async def test_runs_list_with_filters_facets_and_cursor(
         ({"limit": "ten"}, "bad_parameter"),
         ({"cursor": "not-a-cursor"}, "bad_parameter"),
         ({"facets": "maybe"}, "bad_parameter"),
+        ({"top_level": "maybe"}, "bad_parameter"),
+        ({"id_prefix": ["a", "b"]}, "bad_parameter"),
         ({"created_after": "yesterday"}, "bad_parameter"),
         ({"created_after": "2026-01-01T00:00:00"}, "bad_parameter"),
         ({"created_after": "nan"}, "bad_parameter"),
@@ -200,6 +202,29 @@ async def test_runs_list_refuses_bad_filters(
         response = await client.get("/api/runs", params=params)
         assert response.status_code == 400
         assert error_of(response) == code
+
+
+async def test_runs_list_by_id_prefix_and_top_level(
+    open_test_engine: EngineFactory, store_url: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with engine_and_api(open_test_engine, store_url) as (engine, client):
+        await engine.start(doomed, run_id="order-1")
+        await engine.result("order-1")
+        await engine.start(small, 2, run_id="order-2")
+        await engine.result("order-2")
+        await engine.start(small, 3, run_id="other")
+        await engine.result("other")
+
+        async def ids(**params: Any) -> list[str]:
+            response = await client.get("/api/runs", params=params)
+            assert response.status_code == 200
+            return [run["id"] for run in response.json()["runs"]]
+
+        assert await ids(id_prefix="order-") == ["order-2", "order-1.onError.0", "order-1"]
+        assert await ids(id_prefix="order-1") == ["order-1.onError.0", "order-1"]
+        assert await ids(top_level="true") == ["other", "order-2", "order-1"]
+        assert await ids(id_prefix="order-1", top_level="true") == ["order-1"]
+        assert await ids(id_prefix="ORDER") == []
 
 
 # -- a run's detail, lineage, fan pages and history ------------------------------
@@ -584,3 +609,41 @@ def test_json_is_plain_json() -> None:
         "e": {"message": "m", "code": "c"},
         "t": [1, 2],
     }
+
+
+# -- schedules -------------------------------------------------------------------
+
+
+async def test_schedules_are_listed_paused_resumed_and_triggered(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with engine_and_api(open_test_engine, "memory://") as (engine, client):
+        await engine.create_schedule("nightly", small, cron="0 3 * * *", args=(7,))
+        [listed] = (await client.get("/api/schedules")).json()["schedules"]
+        assert (listed["name"], listed["workflow"], listed["cron"]) == (
+            "nightly",
+            "small",
+            "0 3 * * *",
+        )
+        assert listed["paused"] is False
+        assert listed["next_tick"] is not None
+        # Actions need the token; reading does not.
+        refused = await client.post("/api/schedules/nightly/pause")
+        assert refused.status_code == 401
+        paused = await client.post("/api/schedules/nightly/pause", headers=auth)
+        assert paused.status_code == 200
+        assert (paused.json()["paused"], paused.json()["next_tick"]) == (True, None)
+        triggered = await client.post("/api/schedules/nightly/trigger", headers=auth)
+        assert triggered.status_code == 202
+        run_id = triggered.json()["run_id"]
+        assert await engine.result(run_id) == 8
+        shown = (await client.get("/api/schedules/nightly")).json()
+        assert (shown["triggered"], shown["last_run_id"], shown["paused"]) == (1, run_id, True)
+        resumed = await client.post("/api/schedules/nightly/resume", headers=auth)
+        assert resumed.json()["paused"] is False
+        missing = await client.get("/api/schedules/nope")
+        assert (missing.status_code, error_of(missing)) == (404, "schedule_not_found")
+        missing = await client.post("/api/schedules/nope/trigger", headers=auth)
+        assert (missing.status_code, error_of(missing)) == (404, "schedule_not_found")
+        assert (await client.get("/api/schedules", params={"x": "1"})).status_code == 400

@@ -83,7 +83,14 @@ async def test_every_route_refuses_a_foreign_host_and_every_answer_is_guarded() 
         assert await engine.result("r") == 3
         token = await webhook(engine, "hook")
         breakpoint_id = (await engine.set_breakpoint(workflow="fanned", step="member")).id
-        values = {"run_id": "r", "group": "1", "token": token, "breakpoint_id": breakpoint_id}
+        await engine.create_schedule("nightly", fanned, args=(1,))
+        values = {
+            "run_id": "r",
+            "group": "1",
+            "token": token,
+            "breakpoint_id": breakpoint_id,
+            "name": "nightly",
+        }
         walked: list[tuple[str, str]] = []
         for route in console_app(engine).routes:
             if isinstance(route, Mount):

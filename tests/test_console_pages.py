@@ -72,6 +72,17 @@ async def gift(ctx: td.Context, item: str) -> str:
     return await ctx.step(wrap, item)
 
 
+@app.step(group="nobody")
+async def unserved(item: str) -> str:
+    return item
+
+
+@app.workflow()
+async def waits(ctx: td.Context, item: str) -> str:
+    wrapped = await ctx.step(wrap, item)
+    return await ctx.step(unserved, wrapped)
+
+
 @asynccontextmanager
 async def console(
     open_test_engine: EngineFactory, **kwargs: Any
@@ -103,13 +114,31 @@ async def test_the_runs_page_lists_runs_with_counts_per_status_and_filters(
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
         text = page.text
-        for run_id in ("t-1", "t-1.child.1", "f-1"):
+        # Top-level runs by default: the tree's child folded under it, counted.
+        for run_id in ("t-1", "f-1"):
             assert f'href="/runs/{run_id}"' in text
-        # Counts per status: 2 completed (the tree and its leaf), 1 failed.
-        assert re.search(r"completed <b>2</b>", text)
+        assert 'href="/runs/t-1.child.1"' not in text
+        assert '<a class="folded-count" href="/?parent=t-1"' in text
+        assert re.search(r"completed <b>1</b>", text)
         assert re.search(r"failed <b>1</b>", text)
-        assert re.search(r"all <b>3</b>", text)
+        assert re.search(r"all <b>2</b>", text)
         assert 'href="/?status=failed"' in text
+        # Every run: 2 completed (the tree and its leaf), 1 failed.
+        assert '<a class="toggle" id="show-all" href="/?all=1">' in text
+        every = (await http.get("/", params={"all": "1"})).text
+        for run_id in ("t-1", "t-1.child.1", "f-1"):
+            assert f'href="/runs/{run_id}"' in every
+        assert re.search(r"completed <b>2</b>", every)
+        assert re.search(r"all <b>3</b>", every)
+        # End and duration columns.
+        assert "<th>Ended</th><th>Duration</th>" in text
+        assert re.search(r'<td class="duration">\d+ms</td>', text)
+        # Search by id or prefix (every run, children too).
+        found = (await http.get("/", params={"id": "t-1"})).text
+        assert 'href="/runs/t-1"' in found
+        assert 'href="/runs/t-1.child.1"' in found
+        assert 'href="/runs/f-1"' not in found
+        assert 'href="/runs/t-1"' not in (await http.get("/", params={"id": "T-1"})).text
 
         failed = (await http.get("/", params={"status": "failed"})).text
         assert 'href="/runs/f-1"' in failed
@@ -165,9 +194,12 @@ async def test_the_run_page_shows_the_timeline_fans_and_failed_members_first(
         everything = (await http.get("/runs/f-1", params={"fan": 1, "failed": 0})).text
         seqs = re.findall(r'<tr class="entry status-\w+">\s*<td>(\d+)</td>', everything)
         assert seqs == [str(seq) for seq in range(1, 26)]
-        # The action buttons, for the script to send.
-        for action in ("signal", "cancel", "retry"):
+        # The action buttons that apply to a failed run, for the script to
+        # send; cancelling or signalling it would be refused.
+        for action in ("retry", "retry-from", "fork"):
             assert f'data-action="{action}" data-run="f-1"' in text
+        for action in ("signal", "cancel"):
+            assert f'data-action="{action}"' not in text
 
 
 async def test_a_fan_page_is_50_members_with_prev_and_next(
@@ -227,6 +259,73 @@ async def test_the_run_page_links_parents_children_and_on_error_handlers(
         assert "it blew up" in failing
         handler = (await http.get("/runs/x-1.onError.0")).text
         assert '<a class="handles" href="/runs/x-1">' in handler
+
+
+async def test_the_run_page_shows_payloads_durations_a_chart_and_fitting_actions(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine, token="s3cret") as (engine, http):
+        await engine.start(gift, "socks <b>", run_id="g-1")
+        assert await engine.result("g-1") == "wrapped socks <b>"
+        text = (await http.get("/runs/g-1")).text
+        # The run's input and output, and the step's, for the JSON viewer
+        # (escaped in its attribute) and as text before it runs.
+        assert 'data-key="run-input" data-json="[&#34;socks &lt;b&gt;&#34;]"' in text
+        assert 'data-key="run-output" data-json="&#34;wrapped socks &lt;b&gt;&#34;"' in text
+        assert 'data-key="tl-in-1" data-json="[&#34;socks &lt;b&gt;&#34;]"' in text
+        assert 'data-key="tl-out-1"' in text
+        # Durations: the run's and each operation's, in the table and the chart.
+        assert re.search(r'<dd class="run-duration">\d+ms</dd>', text)
+        assert re.search(r'<td class="took">\d+ms</td>', text)
+        assert '<svg class="chart"' in text
+        assert len(re.findall(r'<g class="row', text)) == 2
+        assert 'class="bar-completed"' in text
+        # Times are exact on hover, for the script to show as relative.
+        assert re.search(r'<time class="ago" datetime="[^"]+Z" title="[^"]+Z">', text)
+        # A completed run offers neither cancel, nor retry, nor a signal.
+        for action in ("cancel", "retry", "signal"):
+            assert f'data-action="{action}"' not in text
+        assert 'data-action="fork"' in text
+
+
+async def test_a_pending_step_says_why_it_waits_and_since_when(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (engine, http):
+        await engine.start(waits, "tea", run_id="w-1")
+        with trio.move_on_after(5):
+            await engine.result("w-1")
+        text = (await http.get("/runs/w-1")).text
+        assert 'id="run-status" class="status status-suspended">suspended<' in text
+        assert (
+            '<span class="why">no live worker of group nobody: the task waits on the broker</span>'
+            in text
+        )
+        assert re.search(r'waiting <time class="ago since" datetime="[^"]+"', text)
+        # Cancel and signal apply; retry does not.
+        assert 'data-action="cancel"' in text
+        assert 'data-action="signal"' in text
+        assert 'id="retry"' not in text
+
+
+async def test_a_run_handed_to_its_handler_shows_failed_handled_by_it(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with console(open_test_engine) as (engine, http):
+        await engine.start(fragile, run_id="x-2")
+        assert await engine.result("x-2") == "handled x-2"
+        text = (await http.get("/runs/x-2")).text
+        assert (
+            '<span id="run-status" class="status status-handled">failed, handled by'
+            ' <a class="handled-by" href="/runs/x-2.onError.0">x-2.onError.0</a></span>' in text
+        )
+        assert "the handler's outcome: completed" in text
+        assert 'class="status status-completed">completed</span></h1>' not in text
+        handler = (await http.get("/runs/x-2.onError.0")).text
+        assert '<a class="handles" href="/runs/x-2">' in handler
+        # The step's traceback: the test's frame said first, the engine's folded.
+        assert re.search(r"raised in <code>[^<]*test_console_pages\.py:\d+ in explode</code>", text)
+        assert '<details class="own-frames"><summary>' in text
 
 
 async def test_the_fleet_page_shows_groups_workers_and_unserved_routes(

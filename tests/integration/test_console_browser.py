@@ -6,7 +6,7 @@ steps, 50 of which fail on their first execution; the console is served on
 a real socket. The browser lists the runs, opens the run, pages through its
 failed members, is refused an action without the token, then retries the
 run with the token and watches the page refresh itself until the run has
-completed, and sends a signal the ended run refuses. It takes a
+completed, where no action but a fork is offered any more. It takes a
 screenshot of each stage into a temporary folder; with
 ``TRIO_DURABLE_SCREENSHOTS=docs/images`` it refreshes the ones
 docs/console.md shows.
@@ -49,6 +49,7 @@ class World:
     """Whether the failing members are fixed (the test flips it)."""
 
     fixed = False
+    weighings = 0
 
 
 @app.step(group="g", retry=td.Retry(attempts=1))
@@ -76,6 +77,32 @@ async def pack(item: str) -> str:
 @app.workflow()
 async def packing(ctx: td.Context, item: str) -> str:
     return await ctx.step(pack, item)
+
+
+@app.step(retry=td.Retry(attempts=2, backoff=0.01))
+async def weigh(parcel: dict[str, object]) -> dict[str, object]:
+    if World.weighings == 0:
+        World.weighings += 1
+        raise ValueError("the scale was not ready")
+    return {"grams": 1250, "parcel": parcel["id"]}
+
+
+@app.step(group="ghost")
+async def label(parcel: dict[str, object]) -> str:
+    return f"label for {parcel['id']}"
+
+
+@app.workflow()
+async def ship(ctx: td.Context, parcel: dict[str, object]) -> dict[str, object]:
+    weight = await ctx.step(weigh, parcel)
+    await ctx.sleep(0.2)
+    return {"weight": weight, "shipped": True}
+
+
+@app.workflow()
+async def stuck(ctx: td.Context, parcel: dict[str, object]) -> str:
+    await ctx.step(weigh, parcel)
+    return await ctx.step(label, parcel)
 
 
 @pytest.fixture
@@ -225,17 +252,9 @@ def drive(url: str, engine: td.Engine, images: Path) -> None:
         assert run_status() == "completed"
         driver.save_screenshot(images / "console-completed.png")
 
-        # The signal form sends a JSON payload, and says why it is refused.
-        signal = driver.find_element(By.CSS_SELECTOR, 'form[data-action="signal"]')
-        signal.find_element(By.NAME, "name").send_keys("nudge")
-        payload = signal.find_element(By.NAME, "payload")
-        payload.send_keys("{not json")
-        signal.find_element(By.TAG_NAME, "button").click()
-        wait_for_text("#flash.error", "the payload is not JSON")
-        payload.clear()
-        payload.send_keys('{"by": "browser"}')
-        signal.find_element(By.TAG_NAME, "button").click()
-        wait_for_text("#flash.error", "signal refused (409)")
+        # A completed run offers no signal, cancel or retry.
+        for action in ("signal", "cancel", "retry"):
+            assert not driver.find_elements(By.CSS_SELECTOR, f'form[data-action="{action}"]')
         assert_nothing_refused(driver)
     finally:
         driver.quit()
@@ -340,4 +359,159 @@ async def test_breakpoints_in_a_browser(tmp_path: Path, browser_binaries: None) 
         [entry] = [e for e in (await engine.history("pack-b")).entries if e.name == "pack"]
         assert (entry.status, entry.attempts) == ("completed", 0)
         assert (images / "console-breakpoints.png").stat().st_size > 10_000
+        nursery.cancel_scope.cancel()
+
+
+PARCEL: Final[dict[str, object]] = {
+    "id": "p-7",
+    "to": "Lyon",
+    "items": [{"sku": f"sku-{i}", "n": i} for i in range(60)],
+}
+
+
+def drive_run_page(url: str, engine: td.Engine, images: Path) -> None:
+    """The run page of a completed run (its input and output in the JSON
+    viewer, the timeline's chart with durations, an attempt's error) and
+    of a run whose step waits for a group no worker serves, in a worker
+    thread."""
+    from selenium.webdriver.common.by import By
+
+    driver = open_driver()
+    images.mkdir(parents=True, exist_ok=True)
+    wait_for_text = text_waiter(driver)
+    try:
+        driver.get(f"{url}/runs/shipped")
+        wait_for_text("#run-status", "completed")
+        # Input and output in the viewer: a tree, the long list cut.
+        wait_for_text(".run-input .json-tree", '"to": "Lyon"')
+        inputs = driver.find_element(By.CSS_SELECTOR, ".run-input .json-tree")
+        assert "… 10 more" in inputs.text
+        inputs.find_element(By.CSS_SELECTOR, "button.show-all").click()
+        wait_for_text(".run-input .json-tree", "59:")
+        wait_for_text(".run-output .json-tree", '"shipped": true')
+        # The chart: the run's bar and one per operation, with durations.
+        chart = driver.find_element(By.CSS_SELECTOR, "svg.chart")
+        assert len(chart.find_elements(By.CSS_SELECTOR, "g.row")) == 3
+        took = [t.text for t in chart.find_elements(By.CSS_SELECTOR, "text.took")]
+        assert len(took) == 3
+        assert all(t.endswith(("ms", "s")) for t in took)
+        cells = driver.find_elements(By.CSS_SELECTOR, "section.timeline td.took")
+        assert all(cell.text != "—" for cell in cells)
+        # The step's first attempt failed: its error and traceback, the
+        # user's frames first and trio-durable's folded.
+        row = driver.find_element(By.CSS_SELECTOR, "section.timeline tr.entry")
+        assert "attempt 1" in row.text
+        row.find_element(By.CSS_SELECTOR, "details.error summary").click()
+        wait_for_text("section.timeline details.error[open]", "the scale was not ready")
+        assert "raised in" in row.find_element(By.CSS_SELECTOR, ".traceback").text
+        assert row.find_elements(By.CSS_SELECTOR, "details.own-frames")
+        # Relative times, the exact time on hover.
+        created = driver.find_element(By.CSS_SELECTOR, ".facts time")
+        assert created.text.endswith("ago")
+        assert (created.get_attribute("title") or "").endswith("Z")
+        # A completed run offers neither cancel nor retry.
+        assert not driver.find_elements(By.ID, "cancel")
+        assert not driver.find_elements(By.ID, "retry")
+        driver.execute_script("window.scrollTo(0, 0)")
+        driver.save_screenshot(images / "console-run.png")
+
+        # Dark mode, as the system asks (prefers-color-scheme).
+        driver.execute_cdp_cmd(
+            "Emulation.setEmulatedMedia",
+            {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
+        )
+        driver.get(f"{url}/")
+        wait_for_text("table.runs", "shipped")
+        assert "stuck" in driver.find_element(By.CSS_SELECTOR, "table.runs").text
+        background = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+        assert background == "rgb(20, 23, 31)"
+        driver.save_screenshot(images / "console-dark.png")
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+        driver.get(f"{url}/runs/stuck")
+        wait_for_text("#run-status", "suspended")
+        wait_for_text("section.timeline .reason", "no live worker of group ghost")
+        wait_for_text("section.timeline .reason", "waiting for")
+        assert driver.find_elements(By.ID, "cancel")
+        assert not driver.find_elements(By.ID, "retry")
+        # The signal form sends a JSON payload, and says what it refuses.
+        driver.find_element(By.ID, "token").send_keys(TOKEN)
+        signal = driver.find_element(By.CSS_SELECTOR, 'form[data-action="signal"]')
+        signal.find_element(By.NAME, "name").send_keys("nudge")
+        payload = signal.find_element(By.NAME, "payload")
+        payload.send_keys("{not json")
+        signal.find_element(By.TAG_NAME, "button").click()
+        wait_for_text("#flash.error", "the payload is not JSON")
+        payload.clear()
+        payload.send_keys('{"by": "browser"}')
+        signal.find_element(By.TAG_NAME, "button").click()
+        wait_for_text("#flash.ok", "signal: accepted")
+        driver.execute_script("document.querySelector('section.timeline').scrollIntoView()")
+        driver.save_screenshot(images / "console-run-pending.png")
+        assert_nothing_refused(driver)
+    finally:
+        driver.quit()
+
+
+async def test_the_run_page_in_a_browser(tmp_path: Path, browser_binaries: None) -> None:
+    World.weighings = 0
+    async with (
+        td.open_engine(app, store=f"sqlite:///{tmp_path / 'console.db'}") as engine,
+        trio.open_nursery() as nursery,
+    ):
+        await engine.start(ship, PARCEL, run_id="shipped")
+        assert (await engine.result("shipped"))["shipped"] is True
+        await engine.start(stuck, PARCEL, run_id="stuck")
+        url = await nursery.start(partial(serve_console, engine, port=0, token=TOKEN))
+        images = Path(os.environ.get("TRIO_DURABLE_SCREENSHOTS") or tmp_path / "images")
+        await trio.to_thread.run_sync(drive_run_page, url, engine, images)
+        for stage in ("run", "run-pending", "dark"):
+            assert (images / f"console-{stage}.png").stat().st_size > 10_000
+        nursery.cancel_scope.cancel()
+
+
+def drive_schedules(url: str, engine: td.Engine, images: Path) -> None:
+    """Pause a schedule and trigger it from its page, with the token, in a
+    worker thread."""
+    from selenium.webdriver.common.by import By
+
+    driver = open_driver()
+    images.mkdir(parents=True, exist_ok=True)
+    wait_for_text = text_waiter(driver)
+    row = 'tr[data-schedule="nightly"]'
+    try:
+        driver.get(f"{url}/schedules")
+        wait_for_text(row, "active")
+        driver.find_element(By.ID, "token").send_keys(TOKEN)
+        driver.find_element(
+            By.CSS_SELECTOR, f'{row} form[data-action="pause-schedule"] button'
+        ).click()
+        wait_for_text("#flash.ok", "pause-schedule: accepted")
+        wait_for_text(row, "paused")
+        driver.find_element(
+            By.CSS_SELECTOR, f'{row} form[data-action="trigger-schedule"] button'
+        ).click()
+        wait_for_text("#flash.ok", "trigger-schedule: accepted")
+        # The run it started is its last run, and it completes.
+        wait_for_text(f"{row} a.last-run", "nightly")
+        info = trio.from_thread.run(engine.get_schedule, "nightly")
+        assert (info.paused, info.triggered) == (True, 1)
+        assert info.last_run_id is not None
+        assert trio.from_thread.run(engine.result, info.last_run_id) == 3
+        driver.save_screenshot(images / "console-schedules.png")
+        assert_nothing_refused(driver)
+    finally:
+        driver.quit()
+
+
+async def test_schedules_in_a_browser(tmp_path: Path, browser_binaries: None) -> None:
+    async with (
+        td.open_engine(app, store=f"sqlite:///{tmp_path / 'console.db'}") as engine,
+        trio.open_nursery() as nursery,
+    ):
+        await engine.create_schedule("nightly", small, cron="0 3 * * *", args=(3,))
+        url = await nursery.start(partial(serve_console, engine, port=0, token=TOKEN))
+        images = Path(os.environ.get("TRIO_DURABLE_SCREENSHOTS") or tmp_path / "images")
+        await trio.to_thread.run_sync(drive_schedules, url, engine, images)
+        assert (images / "console-schedules.png").stat().st_size > 10_000
         nursery.cancel_scope.cancel()

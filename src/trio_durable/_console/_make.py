@@ -21,6 +21,7 @@ from .._base._exceptions import (
     InvalidRunStateError,
     RunConflictError,
     RunNotFoundError,
+    ScheduleNotFoundError,
     UsageError,
     WebhookNotFoundError,
     WebhookUsedError,
@@ -31,6 +32,7 @@ from ._app import API_PREFIXES, ApiError, Console, ConsoleSource, error_body
 from ._guard import Guard, Limits
 from ._hooks import hook_routes
 from ._pages import error_page, page_routes
+from ._schedules import schedule_routes
 
 
 def _is_api(request: Request) -> bool:
@@ -52,6 +54,8 @@ def _classify(exc: Exception) -> tuple[int, str, str]:
         return 409, "webhook_used", str(exc)
     if isinstance(exc, BreakpointNotFoundError):
         return 404, "breakpoint_not_found", str(exc)
+    if isinstance(exc, ScheduleNotFoundError):
+        return 404, "schedule_not_found", str(exc)
     if isinstance(exc, RunConflictError):
         return 409, "run_conflict", str(exc)
     if isinstance(exc, UsageError):
@@ -112,7 +116,12 @@ def console_app(
     if not isinstance(source, RunQueries):
         raise UsageError(f"console_app needs a td.Engine or a td.Client, not {source!r}")
     options = console_options(options, settings)
-    routes: list[BaseRoute] = [*api_routes(), *hook_routes(), *page_routes()]
+    routes: list[BaseRoute] = [
+        *api_routes(),
+        *hook_routes(),
+        *schedule_routes(),
+        *page_routes(),
+    ]
     middleware = []
     if options.cors_origins:
         middleware.append(

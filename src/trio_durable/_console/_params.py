@@ -36,6 +36,8 @@ RUN_FILTERS: Final = frozenset(
         "cursor",
         "facets",
         "where",
+        "id_prefix",
+        "top_level",
     }
 )
 FAN_PARAMETERS: Final = frozenset({"offset", "limit", "failed", "namespace"})
@@ -168,5 +170,7 @@ def run_filters(request: Request) -> dict[str, Any]:
         "limit": limit(request),
         "cursor": one(request, "cursor"),
         "facets": boolean(request, "facets"),
+        "id_prefix": one(request, "id_prefix"),
+        "top_level": boolean(request, "top_level"),
     }
     return found

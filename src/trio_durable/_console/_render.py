@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse, Response
 
 from .._base._search_values import search_terms
 from .._kernel._views import FanStats, span
+from ._frames import fold_traceback
 
 FAN_PAGE: Final = 50
 """Members per page of a fan on a run's page."""
@@ -37,6 +38,39 @@ def when(seconds: float | None) -> str:
     except (OverflowError, ValueError, OSError):
         return f"{seconds:.6g} s after the epoch"
     return moment.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def iso(seconds: float | None) -> str:
+    """A durable time as ISO 8601 in UTC (what ``<time datetime>`` holds);
+    an empty string for None or one past the calendar's years."""
+    if seconds is None:
+        return ""
+    try:
+        moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    except (OverflowError, ValueError, OSError):
+        return ""
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def duration(seconds: float) -> str:
+    """A duration as people read it: ``12ms`` under a second, else as
+    `span` writes it (``1.25s``, ``4m05s``, ``3h12m``)."""
+    if seconds < 1:
+        return f"{max(seconds, 0.0) * 1000:.0f}ms"
+    return span(seconds)
+
+
+EMBEDDED_JSON: Final = 256 * 1024
+"""The longest JSON text of a value a page embeds for its viewer; a longer
+one shows its start, and the JSON API has it all."""
+SHOWN_JSON: Final = 2000
+"""How much of a value's JSON a page shows before its viewer runs (or of
+one too long to embed)."""
+
+
+def json_text(value: Any) -> str:
+    """A JSON value as compact JSON text (what the viewer parses)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=repr)
 
 
 def pretty(value: Any) -> str:
@@ -82,7 +116,12 @@ def environment() -> jinja2.Environment:
     )
     env.filters["when"] = when
     env.filters["pretty"] = pretty
-    env.filters["duration"] = span
+    env.filters["duration"] = duration
+    env.filters["iso"] = iso
+    env.filters["json_text"] = json_text
+    env.filters["fold_traceback"] = fold_traceback
+    env.globals["EMBEDDED_JSON"] = EMBEDDED_JSON
+    env.globals["SHOWN_JSON"] = SHOWN_JSON
     env.globals["query"] = query
     env.globals["segments"] = segments
     env.filters["search_terms"] = search_terms

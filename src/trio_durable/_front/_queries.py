@@ -170,9 +170,15 @@ def run_filter(
         created_after=_time("created_after", created_after),
         created_before=_time("created_before", created_before),
         parent_id=_text("parent_id", parent_id),
-        top_level=top_level,
+        top_level=_flag("top_level", top_level),
         id_prefix=_text("id_prefix", id_prefix),
     )
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{name} must be True or False, not {value!r}")
+    return value
 
 
 def _limit(limit: object) -> int:

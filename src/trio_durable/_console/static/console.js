@@ -1,5 +1,5 @@
-// The console's script: live refresh and the action buttons. No build
-// step, no dependencies.
+// The console's script: live refresh, the action buttons, the JSON
+// viewer and relative times. No build step, no dependencies.
 //
 // Live refresh: every 2 s the page asks its own URL again with the ETag of
 // the last copy it got (If-None-Match). A 304 means nothing changed; a 200
@@ -55,11 +55,150 @@
     const open = new Map(
       [...main.querySelectorAll("details[data-key]")].map((d) => [d.dataset.key, d.open]),
     );
-    for (const details of fresh.querySelectorAll("details[data-key]")) {
+    main.replaceChildren(...fresh.childNodes);
+    enhance(main);
+    // After the viewers are drawn: their nodes are details too.
+    for (const details of main.querySelectorAll("details[data-key]")) {
       if (open.has(details.dataset.key)) details.open = open.get(details.dataset.key);
     }
-    main.replaceChildren(...fresh.childNodes);
     document.title = page.title;
+  }
+
+  // -- relative times: "3 min ago", the exact time on hover (title) --------
+
+  function ago(seconds) {
+    const a = Math.abs(seconds);
+    const [n, unit] =
+      a < 1 ? [Math.round(a * 1000), "ms"]
+      : a < 60 ? [Math.round(a), "s"]
+      : a < 3600 ? [Math.round(a / 60), "min"]
+      : a < 86400 ? [Math.round(a / 3600), "h"]
+      : [Math.round(a / 86400), "d"];
+    return `${n} ${unit}`;
+  }
+
+  function relativeTimes(root) {
+    const now = Date.now();
+    for (const time of root.querySelectorAll("time.ago[datetime]")) {
+      const at = Date.parse(time.getAttribute("datetime"));
+      if (Number.isNaN(at)) continue;
+      const seconds = (now - at) / 1000;
+      if (time.classList.contains("since")) {
+        time.textContent = `for ${ago(seconds)}`;
+      } else {
+        time.textContent = seconds >= 0 ? `${ago(seconds)} ago` : `in ${ago(seconds)}`;
+      }
+    }
+  }
+
+  // -- the JSON viewer: collapsible, long values cut with "show all" -------
+
+  const SHOWN_ITEMS = 50;
+  const SHOWN_CHARS = 200;
+  const OPEN_DEPTH = 3;
+  const shownAll = new Set();
+
+  function showAll(key, node, draw) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "show-all";
+    button.textContent = "show all";
+    button.addEventListener("click", () => {
+      shownAll.add(key);
+      node.replaceWith(draw());
+    });
+    return button;
+  }
+
+  function scalar(value, key) {
+    const span = document.createElement("span");
+    if (value === null) {
+      span.className = "j-null";
+      span.textContent = "null";
+    } else if (typeof value === "string") {
+      span.className = "j-string";
+      const cut = value.length > SHOWN_CHARS && !shownAll.has(key);
+      span.textContent = JSON.stringify(cut ? value.slice(0, SHOWN_CHARS) : value);
+      if (cut) {
+        span.append(` … (${value.length} characters) `);
+        span.append(showAll(key, span, () => scalar(value, key)));
+      }
+    } else {
+      span.className = typeof value === "number" ? "j-number" : "j-boolean";
+      span.textContent = JSON.stringify(value);
+    }
+    return span;
+  }
+
+  // A value's node; a label (its key or index) goes in its summary line.
+  function tree(value, key, depth, label = null, openDepth = OPEN_DEPTH) {
+    if (value === null || typeof value !== "object") {
+      const leaf = scalar(value, key);
+      if (label === null) return leaf;
+      const line = document.createElement("span");
+      line.append(label, leaf);
+      return line;
+    }
+    const isArray = Array.isArray(value);
+    const items = isArray ? value.map((v, i) => [i, v]) : Object.entries(value);
+    if (items.length === 0) {
+      const empty = document.createElement("span");
+      empty.className = "j-empty";
+      empty.textContent = isArray ? "[]" : "{}";
+      if (label === null) return empty;
+      const line = document.createElement("span");
+      line.append(label, empty);
+      return line;
+    }
+    const details = document.createElement("details");
+    details.className = "j-node";
+    details.dataset.key = key;
+    details.open = depth < openDepth;
+    const summary = document.createElement("summary");
+    if (label !== null) summary.append(label);
+    summary.append(isArray ? `[ ${items.length} item${items.length === 1 ? "" : "s"} ]` : `{ ${items.length} key${items.length === 1 ? "" : "s"} }`);
+    details.append(summary);
+    const list = document.createElement("ul");
+    const cut = items.length > SHOWN_ITEMS && !shownAll.has(key);
+    for (const [name, item] of cut ? items.slice(0, SHOWN_ITEMS) : items) {
+      const li = document.createElement("li");
+      const label = document.createElement("span");
+      label.className = isArray ? "j-index" : "j-key";
+      label.textContent = isArray ? `${name}: ` : `${JSON.stringify(name)}: `;
+      li.append(tree(item, `${key}/${name}`, depth + 1, label, openDepth));
+      list.append(li);
+    }
+    if (cut) {
+      const li = document.createElement("li");
+      li.append(`… ${items.length - SHOWN_ITEMS} more `);
+      li.append(showAll(key, details, () => tree(value, key, depth, label, openDepth)));
+      list.append(li);
+    }
+    details.append(list);
+    return details;
+  }
+
+  function viewers(root) {
+    for (const view of root.querySelectorAll(".json-view[data-json]")) {
+      let value;
+      try {
+        value = JSON.parse(view.dataset.json);
+      } catch {
+        continue;
+      }
+      const key = view.dataset.key || "json";
+      const drawn = document.createElement("div");
+      drawn.className = "json-tree";
+      // In a table's cell, only the outermost level is open.
+      drawn.append(tree(value, key, 0, null, view.closest("td") ? 1 : OPEN_DEPTH));
+      view.replaceChildren(drawn);
+      view.removeAttribute("data-json");
+    }
+  }
+
+  function enhance(root) {
+    viewers(root);
+    relativeTimes(root);
   }
 
   // A JSON field of a form: its value parsed, null when empty; undefined
@@ -101,6 +240,12 @@
         ];
       case "set-breakpoint":
         return ["POST", "/api/breakpoints", { workflow: field("workflow"), step: field("step") }];
+      case "pause-schedule":
+      case "resume-schedule":
+      case "trigger-schedule": {
+        const verb = action.replace("-schedule", "");
+        return ["POST", `/api/schedules/${encodeURIComponent(form.dataset.schedule)}/${verb}`, {}];
+      }
       case "clear-breakpoint":
         return ["DELETE", `/api/breakpoints/${encodeURIComponent(form.dataset.breakpoint)}`, null];
       default: // retry, continue
@@ -149,5 +294,7 @@
     act(form);
   });
 
+  enhance(document.getElementById("main"));
   setInterval(refresh, PERIOD_MS);
+  setInterval(() => relativeTimes(document.getElementById("main")), 1000);
 })();

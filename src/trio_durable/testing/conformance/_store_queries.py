@@ -40,7 +40,9 @@ async def check_find_runs_filters_and_orders_newest_first(
     factory: StoreFactory | OpenStore,
 ) -> None:
     """`Store.find_runs` orders by ``(created_at, id)`` descending, applies
-    every filter given (tags: has all), and goes on strictly after ``before``."""
+    every filter given (tags: has all; an id prefix: case-sensitive, with
+    no wildcard; top level: no parent), and goes on strictly after
+    ``before``."""
     async with fresh_store(factory) as store:
         await _runs(store)
 
@@ -93,6 +95,18 @@ async def check_find_runs_filters_and_orders_newest_first(
             RunFilter(workflow="refund", statuses=frozenset({"running"}))
         )
         assert found == await store.get_run("c")
+        assert await ids(top_level=True) == ["g", "f", "e", "b", "a"]
+        assert await ids(top_level=True, tags=("vip",), limit=2) == ["g", "e"]
+        for run_id, created in (("order-1", 8.0), ("order-10", 9.0), ("Order-2", 10.0)):
+            await store.create_run(make_run(run_id, created_at=created))
+        await store.create_run(make_run("order_%x", created_at=11.0, parent_id="order-1"))
+        assert await ids(id_prefix="order-1") == ["order-10", "order-1"]
+        assert await ids(id_prefix="order") == ["order_%x", "order-10", "order-1"]
+        assert await ids(id_prefix="order", top_level=True) == ["order-10", "order-1"]
+        # No wildcard: % and _ are themselves.
+        assert await ids(id_prefix="order_%") == ["order_%x"]
+        assert await ids(id_prefix="orde_") == []
+        assert await ids(id_prefix="order-10", before=(9.0, "order-10")) == []
 
 
 async def check_count_runs_per_status(factory: StoreFactory | OpenStore) -> None:
@@ -116,6 +130,12 @@ async def check_count_runs_per_status(factory: StoreFactory | OpenStore) -> None
             RunFilter(statuses=frozenset({"completed", "pending"}), created_after=4.0)
         ) == {"completed": 2, "pending": 1}
         assert await store.count_runs(RunFilter(namespace="blue", parent_id="zz")) == {}
+        assert await store.count_runs(RunFilter(top_level=True, id_prefix="g")) == {"failed": 1}
+        assert await store.count_runs(RunFilter(top_level=True)) == {
+            "completed": 2,
+            "failed": 2,
+            "suspended": 1,
+        }
 
 
 async def check_find_runs_top_level_and_by_id_prefix(factory: StoreFactory | OpenStore) -> None:
