@@ -154,6 +154,37 @@ async def test_cancel_and_terminate_many(
         assert (await engine.list_runs(status="failed")).runs.__len__() == 15
 
 
+@app.workflow()
+async def parent(ctx: td.Context, order: str) -> str:
+    return await ctx.child(checkout, order, "in-child")
+
+
+async def test_top_level_and_id_prefix_narrow_a_selection(
+    kind: str,
+    autojump_clock: trio.testing.MockClock,
+    tmp_path: Path,
+    open_test_engine: EngineFactory,
+) -> None:
+    async with shared_store(kind, tmp_path) as store, open_test_engine(app, store=store) as engine:
+        await _failed_runs(engine)
+        await engine.start(parent, "p", run_id="p0")
+        await engine.drain()
+        everything = await engine.retry_many(td.RunSelection(status="failed"), dry_run=True)
+        assert everything.matched == 17
+        top = await engine.retry_many(td.RunSelection(top_level=True), dry_run=True)
+        assert top.matched == 16
+        assert "p0.child.1" not in top.first_ids
+        prefix = td.RunSelection(id_prefix="x", top_level=True)
+        report = await engine.retry_many(prefix)
+        assert (report.matched, report.acted, sorted(report.first_ids)) == (
+            3,
+            3,
+            ["x0", "x1", "x2"],
+        )
+        with pytest.raises(td.UsageError, match="id_prefix"):
+            await engine.retry_many(td.RunSelection(id_prefix=""), dry_run=True)
+
+
 async def test_bad_input_is_refused(
     autojump_clock: trio.testing.MockClock, open_test_engine: EngineFactory
 ) -> None:

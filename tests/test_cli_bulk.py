@@ -52,6 +52,8 @@ def _env(path: Path) -> dict[str, str]:
         (["terminate", "doubled-1"], 1, "Error: run 'doubled-1' is completed; it cannot be"),
         (["terminate", "nope"], 1, "Error: no run 'nope'"),
         (["retry", "--status", "failed", "--batch", "0"], 2, "Error: Invalid value for '--batch'"),
+        (["retry", "--id-prefix", ""], 2, "Error: Invalid value for '--id-prefix'"),
+        (["cancel", "--top-level", "--dry-run"], 0, None),
     ],
 )
 def test_a_dry_run_and_bad_input_write_nothing(
@@ -116,3 +118,15 @@ def test_terminate_one_run_and_many(copy: Path) -> None:
         ["runs", "terminate", "--workflow", "approval", "--yes", "--json"], env=_env(copy)
     )
     assert json.loads(many.stdout)["matched"] == 0
+
+
+def test_top_level_and_id_prefix_narrow_a_bulk_action(copy: Path) -> None:
+    def matched(*args: str) -> list[str]:
+        result = invoke(["runs", *args, "--dry-run", "--json"], env=_env(copy))
+        assert result.exit_code == 0, result.output
+        return list(json.loads(result.stdout)["first_ids"])
+
+    assert matched("terminate", "--top-level") == ["approval-1"]
+    assert matched("terminate", "--id-prefix", "appr") == ["approval-1"]
+    assert matched("terminate", "--id-prefix", "needs") == []
+    assert matched("retry", "--id-prefix", "needs-") == ["needs-1"]

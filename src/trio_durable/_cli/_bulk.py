@@ -38,7 +38,17 @@ from ._run_views import document, run_line
 from ._runs import namespace_option, opened_client, with_client
 from ._values import PointInTime, at
 
-_FILTERS: Final = ("status", "workflow", "tags", "where", "created_after", "created_before", "code")
+_FILTERS: Final = (
+    "status",
+    "workflow",
+    "tags",
+    "where",
+    "created_after",
+    "created_before",
+    "code",
+    "top_level",
+    "id_prefix",
+)
 _PAST: Final[dict[BulkAction, str]] = {
     "cancel": "cancelled",
     "retry": "retried",
@@ -72,6 +82,14 @@ def _filter_options(command: click.Command) -> click.Command:
         ),
         click.option("--created-before", type=PointInTime(), help="Only runs created before WHEN."),
         click.option("--code", metavar="CODE", help="Only runs whose error has this code."),
+        click.option(
+            "--top-level",
+            is_flag=True,
+            help="Only runs without a parent: no child run, fan member or on-error handler's run.",
+        ),
+        click.option(
+            "--id-prefix", metavar="PREFIX", help="Only runs whose id starts with PREFIX."
+        ),
         click.option(
             "--dry-run", is_flag=True, help="Count the runs and show the first ids; change nothing."
         ),
@@ -122,6 +140,10 @@ def _run_bulk(
         raise click.BadParameter(
             f"{unknown[0]!r} is not a status ({', '.join(STATUSES)})", param_hint="'--status'"
         )
+    if filters["id_prefix"] == "":
+        raise click.BadParameter(
+            "give a prefix of one character or more", param_hint="'--id-prefix'"
+        )
     url = need_store(store)
     name = operation or _operation(action, {**filters, "namespace": namespace})
 
@@ -140,6 +162,8 @@ def _run_bulk(
                     parse_where(where, await stored_types(client.store)) if where else None
                 ),
                 code=filters["code"],
+                top_level=filters["top_level"],
+                id_prefix=filters["id_prefix"],
             )
             act = _bulk_method(client, action)
             preview = await act(selection, dry_run=True, operation=name, **options)
@@ -227,7 +251,7 @@ def _bulk_command(
     def callback(run_id: str | None, **params: Any) -> None:
         filters = {key: params.pop(key) for key in _FILTERS}
         bulk = {key: params.pop(key) for key in ("dry_run", "yes", "batch", "operation")}
-        given = [key for key, value in filters.items() if value not in (None, ())]
+        given = [key for key, value in filters.items() if value not in (None, (), False)]
         if run_id is not None:
             if given or bulk["dry_run"] or bulk["operation"]:
                 raise click.UsageError("give RUN, or filters for a bulk action, not both")
@@ -237,7 +261,7 @@ def _bulk_command(
             raise click.UsageError(
                 f"give RUN, or at least one filter to {action} every run it matches"
                 " (--status, --workflow, --tag, --where, --created-after, --created-before,"
-                " --code)"
+                " --code, --top-level, --id-prefix)"
             )
         options: dict[str, Any] = {}
         if action == "cancel":

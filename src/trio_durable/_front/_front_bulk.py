@@ -93,6 +93,9 @@ class RunSelection:
         `Engine.list_runs` takes them.
       code: Runs whose error has this code (a failed run's `FatalError`
         code, ``dead``, ...).
+      top_level: Only runs without a parent: no child run, fan member or
+        on-error handler's run.
+      id_prefix: Runs whose id starts with this.
     """
 
     status: frozenset[RunStatus] | None = attrs.field(default=None, converter=_statuses)
@@ -103,6 +106,8 @@ class RunSelection:
     created_before: float | datetime.datetime | None = None
     search_attributes: Mapping[str, Any] | None = None
     code: str | None = None
+    top_level: bool = False
+    id_prefix: str | None = None
 
     def key(self, action: BulkAction) -> str:
         """The name of the operation of ``action`` on this selection, when
@@ -384,6 +389,8 @@ class BulkActions(FrontPart):
                 created_after=selection.created_after,
                 created_before=selection.created_before,
                 search_attributes=selection.search_attributes,
+                top_level=selection.top_level,
+                id_prefix=selection.id_prefix,
                 limit=_PAGE,
                 cursor=cursor,
             )
