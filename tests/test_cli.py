@@ -17,12 +17,14 @@ from pathlib import Path
 import attrs
 import click
 import pytest
+import trio
 from click.testing import CliRunner, Result
+from rich.console import Console
 
 import cli_app
 import trio_durable as td
 from cli_processes import ROOT, TESTS, read_terminal
-from trio_durable._cli import cli, main
+from trio_durable._cli import _common, _fleet, cli, main
 from trio_durable._cli._common import command_error, exit_code_of
 from trio_durable._cli._fleet import print_report, report_json
 from trio_durable._front._fleet_report import fleet_report
@@ -348,6 +350,30 @@ async def test_workers_reports_disagreements_and_gaps_over_the_memory_broker(
         " s ago, held",
     ):
         assert text in out, out
+
+
+async def test_workers_wide_folds_no_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    broker = td.MemoryBroker()
+    async with open_worker(
+        cli_app.rollout, broker=broker, groups=["cli"], instance_id="w-new", capabilities=["cpu"]
+    ):
+        report = await fleet_report(broker)
+
+    async def read_report(*_: object) -> object:
+        return report
+
+    monkeypatch.setattr(_fleet, "_read_report", read_report)
+    # A terminal of 40 columns: without --wide the table folds its cells.
+    monkeypatch.setattr(
+        _common, "stdout_console", lambda: Console(file=sys.stdout, width=40, soft_wrap=False)
+    )
+    args = ["workers", "--listen", "0", "--broker", "memory://"]
+    narrow = await trio.to_thread.run_sync(invoke, args)
+    wide = await trio.to_thread.run_sync(invoke, [*args, "--wide"])
+    assert wide.exit_code == 0, wide.output
+    assert max(map(len, wide.stdout.splitlines())) > 40
+    assert max(map(len, narrow.stdout.splitlines())) <= 40
+    assert len(wide.stdout.splitlines()) < len(narrow.stdout.splitlines())
 
 
 def test_workers_with_no_live_worker() -> None:

@@ -5,9 +5,12 @@ deliver`` in process, on a SQLite file an engine writes between commands
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
 import trio
+from rich.console import Console
 
 import trio_durable as td
 from test_breakpoints import CALLS
@@ -15,6 +18,7 @@ from test_breakpoints import app as bp_app
 from test_cli import invoke, one_error_line
 from test_webhooks import _handed, quiet
 from test_webhooks import app as hook_app
+from trio_durable._cli import _common
 from trio_durable._features.hooks._webhooks import token_hash
 from trio_durable._stores._hook_ops import CreateWebhook
 
@@ -37,7 +41,7 @@ async def _finish(url: str, run_id: str) -> list[str]:
         return result
 
 
-def test_breakpoint_commands(tmp_path: Path) -> None:
+def test_breakpoint_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     CALLS.clear()
     url = f"sqlite:///{tmp_path / 'bp.db'}"
     trio.run(_finish_nothing, url)
@@ -57,6 +61,18 @@ def test_breakpoint_commands(tmp_path: Path) -> None:
     table = invoke(["breakpoints", "list", "--store", url])
     assert bp["id"] in table.stdout
     assert "cli-1" in table.stdout
+    # On a terminal of 30 columns, --wide still draws each row on one line.
+    monkeypatch.setattr(
+        _common, "stdout_console", lambda: Console(file=sys.stdout, width=30, soft_wrap=False)
+    )
+    narrow = invoke(["breakpoints", "list", "--store", url])
+    assert not any("order" in line and "charge" in line for line in narrow.stdout.splitlines())
+    wide = invoke(["breakpoints", "list", "--store", url, "--wide"])
+    assert wide.exit_code == 0, wide.stderr
+    rows = wide.stdout.splitlines()
+    assert any(bp["id"] in row and "order" in row and "charge" in row for row in rows), rows
+    assert any("cli-1" in row and "charge" in row and bp["id"] in row for row in rows), rows
+    monkeypatch.undo()
 
     history = invoke(["runs", "history", "cli-1", "--store", url])
     assert "paused" in history.stdout, history.stdout

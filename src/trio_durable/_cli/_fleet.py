@@ -34,6 +34,7 @@ from ._common import (
     print_tables,
     shown,
     table,
+    wide_option,
 )
 
 # -- output --------------------------------------------------------------------
@@ -133,6 +134,7 @@ def print_report(report: FleetReport, broker_url: str) -> None:
     show_default=True,
     help="Seconds to gather announcements before reporting.",
 )
+@wide_option
 @json_option
 def workers_command(broker: str | None, app_spec: str | None, listen: float, as_json: bool) -> None:
     """Show the live workers, where they disagree, and what nothing serves.

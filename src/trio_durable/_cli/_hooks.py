@@ -10,7 +10,15 @@ from typing import Any
 import click
 
 from .._front._client import Client
-from ._common import json_option, plain, print_json, print_tables, store_option, table
+from ._common import (
+    json_option,
+    plain,
+    print_json,
+    print_tables,
+    store_option,
+    table,
+    wide_option,
+)
 from ._run_views import document, run_line
 from ._runs import runs_group, with_client
 from ._values import JSONValue
@@ -42,6 +50,7 @@ def set_command(store: str | None, workflow: str, step: str, as_json: bool) -> N
 
 @breakpoints_group.command("list", short_help="List breakpoints and the runs paused at them.")
 @store_option()
+@wide_option
 @json_option
 def list_command(store: str | None, as_json: bool) -> None:
     """The breakpoints, oldest first, and the runs paused at one."""
