@@ -122,3 +122,20 @@ def test_wide_folds_no_cell(filled: Path) -> None:
     assert len(max(wide.stdout.splitlines(), key=len)) >= len(
         max(narrow.stdout.splitlines(), key=len)
     )
+
+
+def test_a_run_handed_to_its_handler_shows_failed_handled_by_it(filled: Path) -> None:
+    env = env_of(filled)
+    with unchanged(filled):
+        listed = invoke(["runs", "list", "--id-prefix", "failing-1", "--wide"], env=env)
+        shown = invoke(["runs", "show", "failing-1", "--wide"], env=env)
+    assert listed.exit_code == 0, listed.output
+    [handled] = [line for line in listed.stdout.splitlines() if "│ failing-1 " in line]
+    assert "│ failed, handled " in handled
+    assert "completed" not in handled
+    [handler] = [line for line in listed.stdout.splitlines() if "│ failing-1.onError.0 " in line]
+    assert "│ completed " in handler
+    assert shown.exit_code == 0, shown.output
+    assert (
+        "failed, handled by failing-1.onError.0 (the handler's outcome: completed)" in shown.stdout
+    )

@@ -326,6 +326,16 @@ async def test_a_run_handed_to_its_handler_shows_failed_handled_by_it(
         # The step's traceback: the test's frame said first, the engine's folded.
         assert re.search(r"raised in <code>[^<]*test_console_pages\.py:\d+ in explode</code>", text)
         assert '<details class="own-frames"><summary>' in text
+        # The runs list says so too, not plain completed.
+        listed = (await http.get("/?id=x-2")).text
+        assert (
+            '<span class="status status-handled" title="the handler\'s outcome: completed">'
+            'failed, handled by <a class="handled-by" href="/runs/x-2.onError.0">x-2.onError.0</a>'
+            in listed
+        )
+        # The handler's own row: its outcome.
+        handler_row = listed.split('<a href="/runs/x-2.onError.0">x-2.onError.0</a></td>')[1]
+        assert handler_row.split("</tr>")[0].count("status-completed") == 1
 
 
 async def test_the_fleet_page_shows_groups_workers_and_unserved_routes(

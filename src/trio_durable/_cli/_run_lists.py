@@ -24,6 +24,7 @@ from .._base._records import RunStatus
 from .._base._search_values import parse_where
 from .._features.search._search_attributes import stored_types
 from .._front._client import Client
+from .._front._queries import handed_to
 from .._kernel._views import RunPage
 from ._common import json_option, names, print_json, print_tables, store_option, table, wide_option
 from ._run_views import document, facets_table, runs_table
@@ -178,17 +179,18 @@ def list_command(
     or false, a datetime is ISO 8601 with an offset.
     """
 
-    async def read_page(client: Client) -> RunPage:
-        return await client.list_runs(
+    async def read_page(client: Client) -> tuple[RunPage, dict[str, str]]:
+        page = await client.list_runs(
             **await filters.arguments(client), limit=limit, cursor=cursor, facets=facets
         )
+        return page, {} if as_json else await handed_to(client.store, page.runs)
 
-    page = with_client(store, read_page)
+    page, handed = with_client(store, read_page)
     if as_json:
         print_json(document(page))
         return
     sections: list[Any] = [
-        runs_table(page, f"Runs ({len(page.runs)}, newest first)")
+        runs_table(page, f"Runs ({len(page.runs)}, newest first)", handed)
         if page.runs
         else "No runs match."
     ]

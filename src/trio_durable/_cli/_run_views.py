@@ -79,12 +79,26 @@ def run_line(run: Run) -> str:
     return text
 
 
-def run_table(run: Run, parent_id: str | None = None) -> RenderableType:
+def shown_status(run: Run, handler: str | None, *, named: bool = True) -> str:
+    """A run's status for people: a run handed to an on-error handler
+    failed, whatever its status (its handler's outcome) says; ``named``
+    says by which handler."""
+    if handler is None:
+        return run.status
+    return f"failed, handled by {handler}" if named else "failed, handled"
+
+
+def run_table(
+    run: Run, parent_id: str | None = None, handlers: Sequence[str] = ()
+) -> RenderableType:
     """The fields of one run, a row each."""
+    status = run.status
+    if handlers:
+        status = f"{shown_status(run, handlers[-1])} (the handler's outcome: {run.status})"
     rows: list[tuple[str, Any]] = [
         ("workflow", f"{run.workflow} (version {run.version})"),
         ("namespace", run.namespace),
-        ("status", run.status),
+        ("status", status),
         # A payload read without its codec or blob store: what its mark says.
         ("input", said(run.input)),
         ("output", said(run.output)),
@@ -103,8 +117,15 @@ def run_table(run: Run, parent_id: str | None = None) -> RenderableType:
     return table(f"Run {run.id}", ["field", "value"], rows)
 
 
-def runs_table(page: RunPage, title: str) -> RenderableType:
-    """A page of runs, newest first."""
+def runs_table(
+    page: RunPage, title: str, handed: Mapping[str, str] | None = None
+) -> RenderableType:
+    """A page of runs, newest first; ``handed`` names the on-error handler
+    of each run handed to one. Its status says it was handled, not by
+    which run: an id there would be the widest word of a column that a
+    narrow terminal folds (the handler is the run ``RUN.onError.N`` of the
+    list, and ``runs show RUN`` names it)."""
+    handed = handed or {}
     return table(
         title,
         ["run", "workflow", "status", "namespace", "tags", "created", "updated"],
@@ -112,7 +133,7 @@ def runs_table(page: RunPage, title: str) -> RenderableType:
             [
                 r.id,
                 r.workflow,
-                r.status,
+                shown_status(r, handed.get(r.id), named=False),
                 r.namespace,
                 r.tags,
                 when(r.created_at),
@@ -215,7 +236,7 @@ def history_tables(history: RunHistory, now: float) -> list[RenderableType | str
     """A run's timeline: its fields, each checkpoint, its children and
     handlers; how long pending steps have been out, as of ``now``."""
     sections: list[RenderableType | str] = [
-        run_table(history.run),
+        run_table(history.run, handlers=history.handlers),
         _timeline(
             f"Timeline of {history.run.id} (times from its creation)",
             [_entry_row(entry, history.run.created_at, now) for entry in history.entries],
@@ -290,7 +311,7 @@ def detail_tables(detail: RunDetail, now: float) -> list[RenderableType | str]:
         for item in detail.timeline
     ]
     sections: list[RenderableType | str] = [
-        run_table(detail.run, detail.parent_id),
+        run_table(detail.run, detail.parent_id, detail.handlers),
         _timeline(f"Timeline of {detail.run.id} (times from its creation; wide fans folded)", rows),
     ]
     if detail.fans:

@@ -25,6 +25,7 @@ from .._base._exceptions import UsageError
 from .._base._records import RunFilter, RunStatus
 from .._base._search_values import parse_where
 from .._features.search._search_attributes import stored_types
+from .._front._queries import handed_to
 from ._page_params import one
 from ._render import error_response, page_response
 from ._run_page import run_page
@@ -109,6 +110,8 @@ async def runs_page(request: Request) -> Response:
         total=sum(facets.values()),
         page=page,
         started=started,
+        # A run handed to its on-error handler shows so, as its page does.
+        handled=await handed_to(source.store, page.runs),
         attributes=attributes[:SEARCH_COLUMNS],
         cursor=cursor,
     )

@@ -295,6 +295,19 @@ def _links(
     return tuple(children), tuple(handlers)
 
 
+async def handed_to(store: Store, runs: Iterable[Run]) -> dict[str, str]:
+    """The on-error handler each of ``runs`` was last handed to, for those
+    handed to one (their status is their handler's outcome, so a list shows
+    them as failed and handled instead): one read of the handoff seqs per
+    run, as `run_detail` finds its handlers."""
+    handed: dict[str, str] = {}
+    for run in runs:
+        _, handlers = _links(await store.get_checkpoints(run.id, HANDOFF_BASE), ())
+        if handlers:
+            handed[run.id] = handlers[-1]
+    return handed
+
+
 async def history(store: Store, run_id: str, *, namespace: str | None = None) -> RunHistory:
     """Every checkpoint of the run, by seq, without payloads, and what each
     retry of it replaced (see `Engine.history`).
