@@ -159,7 +159,7 @@ async def parent(ctx: td.Context, order: str) -> str:
     return await ctx.child(checkout, order, "in-child")
 
 
-async def test_top_level_and_id_prefix_narrow_a_selection(
+async def test_top_level_id_prefix_and_parent_narrow_a_selection(
     kind: str,
     autojump_clock: trio.testing.MockClock,
     tmp_path: Path,
@@ -181,6 +181,10 @@ async def test_top_level_and_id_prefix_narrow_a_selection(
             3,
             ["x0", "x1", "x2"],
         )
+        children = await engine.retry_many(td.RunSelection(parent_id="p0"), dry_run=True)
+        assert children.first_ids == ("p0.child.1",)
+        with pytest.raises(td.UsageError, match="top_level and parent_id"):
+            await engine.retry_many(td.RunSelection(parent_id="p0", top_level=True), dry_run=True)
         with pytest.raises(td.UsageError, match="id_prefix"):
             await engine.retry_many(td.RunSelection(id_prefix=""), dry_run=True)
 

@@ -90,6 +90,8 @@ async def test_every_route_refuses_a_foreign_host_and_every_answer_is_guarded() 
             "token": token,
             "breakpoint_id": breakpoint_id,
             "name": "nightly",
+            "action": "retry",
+            "operation": "retry-0000",
         }
         walked: list[tuple[str, str]] = []
         for route in console_app(engine).routes:

@@ -92,7 +92,7 @@ def run_table(
     run: Run, parent_id: str | None = None, handlers: Sequence[str] = ()
 ) -> RenderableType:
     """The fields of one run, a row each."""
-    status = run.status
+    status: str = run.status
     if handlers:
         status = f"{shown_status(run, handlers[-1])} (the handler's outcome: {run.status})"
     rows: list[tuple[str, Any]] = [

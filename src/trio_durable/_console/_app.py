@@ -20,6 +20,8 @@ import attrs
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from ._bulk_operations import BulkOperations
+
 if TYPE_CHECKING:
     from .._front._client import Client
     from .._front._engine import Engine
@@ -53,11 +55,14 @@ class Console:
       source: The engine or client the console reads and acts through.
       token: The bearer token actions need; None makes the API read-only.
       webhooks: Whether ``POST /hooks/{token}`` delivers webhooks.
+      bulk: The bulk operations it started, run in the nursery its
+        lifespan opens.
     """
 
     source: ConsoleSource
     token: str | None = attrs.field(default=None, repr=False)
     webhooks: bool = False
+    bulk: BulkOperations = attrs.field(factory=BulkOperations, repr=False)
 
     def check_webhooks(self) -> None:
         """Let a webhook's delivery through only if this console delivers

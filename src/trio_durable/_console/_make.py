@@ -4,6 +4,8 @@ under /api, /hooks and /metrics, HTML elsewhere)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, final
 
 import attrs
@@ -29,6 +31,7 @@ from .._base._exceptions import (
 from .._kernel._options import ConsoleOptions
 from ._api import api_routes
 from ._app import API_PREFIXES, ApiError, Console, ConsoleSource, error_body
+from ._bulk import bulk_routes
 from ._guard import Guard, Limits
 from ._hooks import hook_routes
 from ._pages import error_page, page_routes
@@ -118,6 +121,7 @@ def console_app(
     options = console_options(options, settings)
     routes: list[BaseRoute] = [
         *api_routes(),
+        *bulk_routes(),
         *hook_routes(),
         *schedule_routes(),
         *page_routes(),
@@ -144,6 +148,7 @@ def console_app(
         limits,
         routes=routes,
         middleware=middleware,
+        lifespan=_lifespan,
         # The library's errors and the API's own answer with their status;
         # anything else is a 500 (and is raised on, for the server to log).
         exception_handlers={
@@ -157,6 +162,15 @@ def console_app(
         source=source, token=options.token, webhooks=options.delivers_webhooks
     )
     return app
+
+
+@asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    # The nursery of the console's background work (its bulk operations),
+    # held while the server runs the application.
+    console: Console = app.state.console
+    async with console.bulk.open():
+        yield
 
 
 def console_options(options: ConsoleOptions | None, settings: dict[str, Any]) -> ConsoleOptions:

@@ -98,6 +98,7 @@ async def runs_page(request: Request) -> Response:
             counts = await source.store.count_runs(RunFilter(parent_id=run.id))
             started[run.id] = sum(counts.values())
     attributes = sorted({name for run in page.runs for name in run.search_attributes})
+    console: Console = request.app.state.console
     return page_response(
         request,
         "runs.html",
@@ -114,7 +115,24 @@ async def runs_page(request: Request) -> Response:
         handled=await handed_to(source.store, page.runs),
         attributes=attributes[:SEARCH_COLUMNS],
         cursor=cursor,
+        bulk_selection=_bulk_selection(filters, top_level),
+        bulk_operations=console.bulk.recent(),
     )
+
+
+def _bulk_selection(filters: dict[str, str | None], top_level: bool) -> dict[str, Any]:
+    """The `RunSelection` of the list's filters, as ``POST /api/bulk/{action}``
+    takes it: a bulk action from the list acts on the runs it lists."""
+    given = {
+        "status": filters["status"],
+        "workflow": filters["workflow"],
+        "namespace": filters["namespace"],
+        "tags": None if filters["tag"] is None else [filters["tag"]],
+        "parent_id": filters["parent"],
+        "where": None if filters["where"] is None else [filters["where"]],
+        "id_prefix": filters["id"],
+    }
+    return {key: value for key, value in given.items() if value} | {"top_level": top_level}
 
 
 # -- the fleet and the queues -------------------------------------------------------

@@ -96,6 +96,8 @@ class RunSelection:
       top_level: Only runs without a parent: no child run, fan member or
         on-error handler's run.
       id_prefix: Runs whose id starts with this.
+      parent_id: Only the runs this run started (its children and
+        on-error handlers); excludes ``top_level``.
     """
 
     status: frozenset[RunStatus] | None = attrs.field(default=None, converter=_statuses)
@@ -108,6 +110,7 @@ class RunSelection:
     code: str | None = None
     top_level: bool = False
     id_prefix: str | None = None
+    parent_id: str | None = None
 
     def key(self, action: BulkAction) -> str:
         """The name of the operation of ``action`` on this selection, when
@@ -391,6 +394,7 @@ class BulkActions(FrontPart):
                 search_attributes=selection.search_attributes,
                 top_level=selection.top_level,
                 id_prefix=selection.id_prefix,
+                parent_id=selection.parent_id,
                 limit=_PAGE,
                 cursor=cursor,
             )

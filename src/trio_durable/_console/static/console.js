@@ -287,11 +287,113 @@
     }
   }
 
+  // -- bulk actions: a dry run's count, a confirmation, then progress ------
+
+  const PAST = { cancel: "cancelled", retry: "retried", terminate: "terminated" };
+  const FOLLOW_MS = 500;
+
+  async function send(method, path, body) {
+    const headers = { "Content-Type": "application/json" };
+    if (token.value.trim()) headers.Authorization = `Bearer ${token.value.trim()}`;
+    const response = await fetch(base + path, { method, headers, body: JSON.stringify(body) });
+    const answer = await response.json().catch(() => null);
+    if (!response.ok) {
+      const message = answer && answer.error ? answer.error.message : response.statusText;
+      throw new Error(`refused (${response.status}): ${message}`);
+    }
+    return answer;
+  }
+
+  async function bulkCount(form) {
+    const action = form.elements.namedItem("bulk_action").value;
+    const selection = JSON.parse(form.dataset.selection);
+    const code = form.elements.namedItem("code").value.trim();
+    if (code) selection.code = code;
+    let report;
+    try {
+      report = await send("POST", `/api/bulk/${action}`, { selection, dry_run: true });
+    } catch (error) {
+      say(`${action}: ${error.message}`, "error");
+      return;
+    }
+    if (report.matched === 0) {
+      say(`${action}: no run of this filter to ${action}`, "ok");
+      return;
+    }
+    confirmBulk(action, selection, report);
+  }
+
+  // A dialog outside <main>, so that a live refresh keeps it.
+  function confirmBulk(action, selection, report) {
+    document.getElementById("bulk-confirm")?.remove();
+    flash.hidden = true;
+    const dialog = document.createElement("dialog");
+    dialog.id = "bulk-confirm";
+    const question = document.createElement("p");
+    question.textContent = `${action} ${report.matched} runs?`;
+    const first = document.createElement("p");
+    const more = report.matched - report.first_ids.length;
+    first.className = "note";
+    first.textContent = `first: ${report.first_ids.join(" ")}${more > 0 ? ` (and ${more} more)` : ""}`;
+    const no = document.createElement("button");
+    no.type = "button";
+    no.textContent = "Cancel";
+    no.addEventListener("click", () => dialog.remove());
+    const yes = document.createElement("button");
+    yes.type = "button";
+    yes.id = "bulk-go";
+    yes.textContent = `${action} ${report.matched} runs`;
+    yes.addEventListener("click", () => {
+      dialog.remove();
+      startBulk(action, selection);
+    });
+    dialog.append(question, first, no, " ", yes);
+    document.body.append(dialog);
+    dialog.showModal();
+  }
+
+  async function startBulk(action, selection) {
+    let operation;
+    try {
+      operation = await send("POST", `/api/bulk/${action}`, { selection });
+    } catch (error) {
+      say(`${action}: ${error.message}`, "error");
+      return;
+    }
+    // Its filters stay in the page's link; the form's own fields go back
+    // to their defaults, or the live refresh would wait for them forever.
+    document.getElementById("bulk-form")?.reset();
+    const progress = operation.progress;
+    while (operation.state === "running") {
+      const bar = document.createElement("progress");
+      bar.max = Math.max(operation.total, 1);
+      bar.value = operation.done;
+      say(`${action}: ${operation.done} of ${operation.total} runs `, "ok");
+      flash.append(bar);
+      await new Promise((resolve) => setTimeout(resolve, FOLLOW_MS));
+      try {
+        const response = await fetch(progress, { cache: "no-store" });
+        if (!response.ok) throw new Error(response.statusText);
+        operation = await response.json();
+      } catch (error) {
+        say(`${action}: the console did not answer: ${error}`, "error");
+        return;
+      }
+    }
+    if (operation.state === "finished") {
+      say(`${action}: ${PAST[action]} ${operation.report.acted} runs (operation ${operation.report.operation})`, "ok");
+    } else {
+      say(`${action}: ${operation.state}${operation.error ? `: ${operation.error}` : ""}`, "error");
+    }
+    refresh();
+  }
+
   document.addEventListener("submit", (event) => {
     const form = event.target.closest("form[data-action]");
     if (!form) return;
     event.preventDefault();
-    act(form);
+    if (form.dataset.action === "bulk") bulkCount(form);
+    else act(form);
   });
 
   enhance(document.getElementById("main"));
