@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import trio_durable as td
 from test_cli import invoke, one_error_line
 from test_cli_runs import APP, _dump, _fill
-from trio_durable._cli import cli
+from trio_durable._cli import cli, main
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +130,34 @@ def test_top_level_and_id_prefix_narrow_a_bulk_action(copy: Path) -> None:
     assert matched("terminate", "--id-prefix", "appr") == ["approval-1"]
     assert matched("terminate", "--id-prefix", "needs") == []
     assert matched("retry", "--id-prefix", "needs-") == ["needs-1"]
+
+
+@pytest.mark.parametrize("where", ["main task", "another task"])
+def test_ctrl_c_in_any_task_exits_130(
+    copy: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+) -> None:
+    # Trio raises KeyboardInterrupt in whichever task runs when SIGINT
+    # comes: the command's own, or one of the client's or the store's
+    # (their watch, their thread's), from whose nursery it leaves in an
+    # exception group. Either is an interruption, exit status 130.
+    async def interrupted(self: td.Client, *args: object, **kwargs: object) -> None:
+        if where == "main task":
+            raise KeyboardInterrupt
+
+        async def elsewhere() -> None:
+            raise KeyboardInterrupt
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(elsewhere)
+            await trio.sleep_forever()
+
+    monkeypatch.setattr(td.Client, "retry_many", interrupted)
+    for name, value in _env(copy).items():
+        monkeypatch.setenv(name, value)
+    before = _dump(copy)
+    assert main(["runs", "retry", "--code", "missing_file", "--yes"]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "Aborted."
+    assert _dump(copy) == before

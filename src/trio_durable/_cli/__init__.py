@@ -121,6 +121,17 @@ def main(argv: Sequence[str] | None = None, *, prog_name: str = PROG_NAME) -> in
     except click.Abort:
         click.echo("Aborted.", err=True)
         return EXIT_INTERRUPTED
+    except BaseExceptionGroup as group:
+        # Trio raises KeyboardInterrupt in whichever task runs when SIGINT
+        # comes: in the command's own task it comes out bare (click makes
+        # it an Abort), but in another (a client's or a store's watch, a
+        # store's thread task) it leaves their nurseries in a group, which
+        # would end the command with a traceback and status 1.
+        if group.subgroup(KeyboardInterrupt) is None:
+            raise
+        click.echo(err=True)
+        click.echo("Aborted.", err=True)
+        return EXIT_INTERRUPTED
     return status if isinstance(status, int) else 0
 
 
