@@ -4,6 +4,7 @@ abandons a call to a cancellation, and is joined when closed."""
 
 from __future__ import annotations
 
+import signal
 import threading
 
 import pytest
@@ -94,3 +95,44 @@ async def test_closing_joins_the_thread_after_the_calls_made_before() -> None:
     with pytest.raises(RuntimeError, match="closed"):
         await thread.run(lambda: None)
     thread.close()  # closing twice is harmless
+
+
+def test_ctrl_c_right_after_a_call_is_queued_waits_for_the_call() -> None:
+    # SIGINT comes when the call is on the thread's queue but its caller
+    # has not yet suspended. Raised there, the KeyboardInterrupt would leave
+    # the call to wake its caller later, wherever it then waits (Trio's
+    # internal error, "assert task._next_send_fn is None", once in eight
+    # interrupted bulk retries). The caller gets it once the call is back.
+    done = threading.Event()
+    after: list[str] = []
+
+    async def main() -> None:
+        async with open_store_thread("test") as thread:
+            calls = thread._calls
+
+            class Interrupting:
+                """The thread's queue, with SIGINT right after a put."""
+
+                get = calls.get
+
+                def put(self, call: object) -> None:
+                    calls.put(call)  # type: ignore[arg-type]
+                    signal.raise_signal(signal.SIGINT)
+
+            def slow() -> str:
+                threading.Event().wait(0.05)
+                done.set()
+                return "written"
+
+            thread._calls = Interrupting()  # type: ignore[assignment]
+            try:
+                after.append(await thread.run(slow))
+                # Delivered at the next checkpoint, the call having returned.
+                await trio.lowlevel.checkpoint()
+            finally:
+                thread._calls = calls
+
+    with pytest.raises(KeyboardInterrupt):
+        trio.run(main)
+    assert done.is_set()
+    assert after == ["written"]

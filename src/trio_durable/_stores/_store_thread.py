@@ -74,11 +74,19 @@ class StoreThread:
         finally:
             thread.name = was
 
+    # Protected from KeyboardInterrupt: raised between queueing the call
+    # and suspending (Trio raises it in whatever code runs when SIGINT
+    # comes), it would leave the thread to wake this task later, wherever
+    # it then waits, for a call it no longer waits for (Trio's internal
+    # error). Protected, it is delivered at the caller's next checkpoint,
+    # once the call is back, as a cancellation is.
+    @trio.lowlevel.enable_ki_protection
     async def run(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` in the thread and return what it returns (or raise
-        what it raises). A cancellation delivered while it runs waits for
-        it to end, as with `trio.to_thread.run_sync`'s default: a store's
-        call is never abandoned half-way.
+        what it raises). A cancellation or a KeyboardInterrupt delivered
+        while it runs waits for it to end, as with
+        `trio.to_thread.run_sync`'s default: a store's call is never
+        abandoned half-way.
 
         Raises:
           RuntimeError: The thread was closed.
