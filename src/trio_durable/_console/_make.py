@@ -29,6 +29,7 @@ from .._base._exceptions import (
 from .._kernel._options import ConsoleOptions
 from ._api import api_routes
 from ._app import API_PREFIXES, ApiError, Console, ConsoleSource, error_body
+from ._fleet import fleet_routes
 from ._guard import Guard, Limits
 from ._hooks import hook_routes
 from ._pages import error_page, page_routes
@@ -120,6 +121,7 @@ def console_app(
         *api_routes(),
         *hook_routes(),
         *schedule_routes(),
+        *fleet_routes(),
         *page_routes(),
     ]
     middleware = []
