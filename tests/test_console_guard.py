@@ -90,6 +90,7 @@ async def test_every_route_refuses_a_foreign_host_and_every_answer_is_guarded() 
             "token": token,
             "breakpoint_id": breakpoint_id,
             "name": "nightly",
+            "event_id": "e",
         }
         walked: list[tuple[str, str]] = []
         for route in console_app(engine).routes:

@@ -29,6 +29,7 @@ from .._base._exceptions import (
 from .._kernel._options import ConsoleOptions
 from ._api import api_routes
 from ._app import API_PREFIXES, ApiError, Console, ConsoleSource, error_body
+from ._events import event_routes
 from ._fleet import fleet_routes
 from ._guard import Guard, Limits
 from ._hooks import hook_routes
@@ -122,6 +123,7 @@ def console_app(
         *hook_routes(),
         *schedule_routes(),
         *fleet_routes(),
+        *event_routes(),
         *page_routes(),
     ]
     middleware = []
