@@ -50,3 +50,21 @@ def test_queues_list(tmp_path: Path) -> None:
     assert with_app.exit_code == 0, with_app.output
     assert "idle" in with_app.stdout
     assert "mail" in with_app.stdout
+
+
+def test_queues_list_with_the_brokers_backlog(tmp_path: Path) -> None:
+    """With --broker, the backlog per group route: here a memory broker of
+    the command's own, so nothing waits, and the route comes from --app."""
+    path = tmp_path / "q.db"
+    trio.run(_fill, f"sqlite:///{path}")
+    env = env_of(path, None)
+    args = ["queues", "list", "--app", "test_cli_queues:app", "--broker", "memory://"]
+    with unchanged(path):
+        as_json = invoke([*args, "--listen", "0", "--json"], env=env)
+        plain = invoke([*args, "--listen", "0"], env=env)
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["group_backlogs"] == [
+        {"group": "mailers", "workers": 0, "backlog": 0}
+    ]
+    assert "Broker backlog per group" in plain.stdout
+    assert "mailers" in plain.stdout

@@ -550,7 +550,9 @@ async def test_fleet_queues_and_metrics_of_an_engine(
         await engine.start(sleeper, 1.0, run_id="q")
         await engine.result("q")
         queues = (await client.get("/api/queues")).json()
-        assert queues == {"queues": [{"name": "gate", "limit": 2, "admitted": 0, "waiting": 0}]}
+        assert queues["queues"] == [{"name": "gate", "limit": 2, "admitted": 0, "waiting": 0}]
+        # The broker's backlog per group route: nothing waits.
+        assert {b["route"]: b["backlog"] for b in queues["group_backlogs"]} == {"g": 0}
         metrics = await client.get("/metrics")
         assert metrics.status_code == 200
         assert metrics.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
@@ -569,7 +571,7 @@ async def test_a_client_console_without_broker_or_metrics(
         response = await client.get("/metrics")
         assert (response.status_code, error_of(response)) == (404, "no_metrics")
         # Without an app, no queue limits are known.
-        assert (await client.get("/api/queues")).json() == {"queues": []}
+        assert (await client.get("/api/queues")).json() == {"queues": [], "group_backlogs": None}
         assert [r["id"] for r in (await client.get("/api/runs")).json()["runs"]] == ["one"]
         detail = (await client.get("/api/runs/one")).json()
         assert detail["run"]["output"] == 4

@@ -344,7 +344,8 @@ async def test_the_fleet_page_shows_groups_workers_and_unserved_routes(
     async with console(open_test_engine) as (engine, http):
         [worker] = (await engine.fleet()).workers
         text = (await http.get("/fleet")).text
-        assert f"<tr><td>g</td><td>{worker.instance_id}</td></tr>" in text
+        assert '<tr class="group" data-group="g">' in text
+        assert f"1 <small>{worker.instance_id}</small>" in text
         assert "<tr><td>member</td><td>g</td>" in text
         assert "Live workers agree." in text
         assert "Every on-error handler is served." in text
@@ -352,6 +353,7 @@ async def test_the_fleet_page_shows_groups_workers_and_unserved_routes(
         # with no heartbeat: the page says so, so its age alarms nobody.
         assert worker.held
         assert "held until withdrawn (no heartbeat)" in text
+        assert "no load reported (no heartbeat)" in text
 
 
 async def test_the_fleet_page_of_a_client_without_a_broker_says_so() -> None:

@@ -161,7 +161,10 @@ async def test_the_console_command_serves_until_sigint(tmp_path: Path) -> None:
             assert (await client.get("/api/runs/five")).json()["run"]["output"] == 10
             fleet = await client.get("/api/fleet")
             assert fleet.status_code == 503
-            assert (await client.get("/api/queues")).json() == {"queues": []}
+            assert (await client.get("/api/queues")).json() == {
+                "queues": [],
+                "group_backlogs": None,
+            }
             # The token came from the environment: a wrong one is refused.
             wrong = await client.post(
                 "/api/runs/five/retry", headers={"Authorization": "Bearer nope"}

@@ -11,7 +11,10 @@ finds here:
   member of that name (False: announcements last until withdrawn, with no
   heartbeat; True where a broker does not have it), and `ping`, which asks
   a broker whose optional ``ping`` member (`Pingable`) makes one round
-  trip to its server whether it answers now;
+  trip to its server whether it answers now, and `backlog`, which asks
+  one whose optional ``backlog`` member (`SupportsBacklog`) counts the
+  messages waiting on a queue; `WorkerLoad`, how busy a worker said it was
+  in its descriptor;
 - the errors it raises: `BrokerUnavailable` (the client library's error
   translated at the boundary, chained as ``__cause__``), `PayloadTooLarge`
   (checked with `check_payload_sizes` before anything is sent), both kinds
@@ -58,7 +61,10 @@ from ._brokers._base import Delivery as Delivery
 from ._brokers._base import Outgoing as Outgoing
 from ._brokers._base import PayloadTooLarge as PayloadTooLarge
 from ._brokers._base import Pingable as Pingable
+from ._brokers._base import SupportsBacklog as SupportsBacklog
 from ._brokers._base import WorkerDescriptor as WorkerDescriptor
+from ._brokers._base import WorkerLoad as WorkerLoad
+from ._brokers._base import backlog as backlog
 from ._brokers._base import check_payload_sizes as check_payload_sizes
 from ._brokers._base import is_broker_safe as is_broker_safe
 from ._brokers._base import needs_heartbeat as needs_heartbeat
@@ -101,8 +107,11 @@ __all__ = [
     "Outgoing",
     "PayloadTooLarge",
     "Pingable",
+    "SupportsBacklog",
     "UsageError",
     "WorkerDescriptor",
+    "WorkerLoad",
+    "backlog",
     "bridge_mode",
     "check_payload_sizes",
     "descriptor_from_json",

@@ -10,6 +10,7 @@ autojump clock, so waiting out `EVENTUALLY` costs no real time.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -399,6 +400,23 @@ class DropsCapabilities(BrokerWrapper):
 
     async def announce(self, descriptor: WorkerDescriptor, ttl: float) -> None:
         await self.inner.announce(attrs.evolve(descriptor, capabilities=()), ttl)
+
+
+class CountsDispatchesAsBacklog(BrokerWrapper):
+    """Says a queue's backlog is every message ever dispatched to it, taken
+    and acked ones too."""
+
+    def __init__(self, inner: MemoryBroker, nursery: trio.Nursery) -> None:
+        super().__init__(inner, nursery)
+        self.dispatched: Counter[str] = Counter()
+
+    async def dispatch(self, messages: Sequence[Outgoing]) -> None:
+        self.dispatched.update(m.queue for m in messages)
+        await self.inner.dispatch(messages)
+
+    async def backlog(self, queue: str) -> int:
+        await trio.lowlevel.checkpoint()
+        return self.dispatched[queue]
 
 
 class KeepsDescriptorsForever(BrokerWrapper):

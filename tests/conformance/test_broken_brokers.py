@@ -25,6 +25,7 @@ from broken_brokers import (
     AlwaysQuiet,
     BrokerWrapper,
     CorruptsLargeBodies,
+    CountsDispatchesAsBacklog,
     DeafWhileWaiting,
     DropsCapabilities,
     ForgetsHeldAnnouncements,
@@ -120,6 +121,11 @@ CASES: Final = [
         AlwaysQuiet,
         ["check_quiet_says_nothing_or_exactly_when_the_queues_hold_nothing"],
         id="quiet-while-holding",
+    ),
+    pytest.param(
+        CountsDispatchesAsBacklog,
+        ["check_backlog_counts_what_waits"],
+        id="backlog-counts-acked",
     ),
     pytest.param(
         WithdrawIgnored, ["check_announce_withdraw_and_lookup_by_group"], id="withdraw-ignored"

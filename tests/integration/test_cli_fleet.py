@@ -49,6 +49,19 @@ async def _workers(broker: str, *more: str) -> tuple[int, str]:
     return done.returncode, done.stdout.decode()
 
 
+async def _queues(store: str, broker: str) -> tuple[int, str]:
+    with trio.fail_after(WITHIN):
+        done = await trio.run_process(
+            [str(CONSOLE_SCRIPT), "queues", "list", "--store", store, "--broker", broker, "--json"],
+            cwd=TESTS,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert b"Traceback" not in done.stderr, done.stderr.decode()
+    return done.returncode, done.stdout.decode()
+
+
 def _ours(document: dict[str, Any], ids: set[str]) -> list[dict[str, Any]]:
     # Another test's worker, killed, may still be announced on the shared
     # server until its announcement's time to live ends.
@@ -107,6 +120,16 @@ async def test_engine_and_worker_processes_on_postgres_and_rabbitmq(
             assert [(w["instance_id"], w["groups"], w["app"]) for w in listed] == [
                 (old, [route], "cli-test")
             ]
+            # Its heartbeats carry its load; nothing waits on its route.
+            [listed_old] = listed
+            assert listed_old["held"] is False
+            assert listed_old["heartbeat_age"] >= 0
+            assert set(listed_old["load"]) >= {"in_flight", "completed", "completed_per_minute"}
+            [group] = [g for g in json.loads(out)["group_loads"] if g["route"] == route]
+            assert (group["workers"], group["backlog"]) == ([old], 0)
+            status, out = await _queues(store, broker)
+            assert status == 0
+            assert {"group": route, "workers": 1, "backlog": 0} in json.loads(out)["group_backlogs"]
 
             # A worker of another deploy joins: it requires a capability for
             # `double` that nobody offers, and routes failures to a handler
@@ -148,7 +171,14 @@ async def test_engine_and_worker_processes_on_postgres_and_rabbitmq(
 
                 status, out = await _workers(broker)
                 assert status == 0
-                for text in ("Live workers on amqp://guest:***@", "Disagreements", "page_oncall"):
+                for text in (
+                    "Live workers on amqp://guest:***@",
+                    "completed/min",
+                    "Groups",
+                    "backlog",
+                    "Disagreements",
+                    "page_oncall",
+                ):
                     assert text in out, out
                 assert await newer.stop(signal.SIGTERM) == 0
 

@@ -29,7 +29,9 @@ A broker says whether what it accepted outlives its own process
 
 A broker may answer a `Pingable.ping`: one round trip to its server, which
 fails while the server cannot be reached (an engine's ``/readyz`` asks it;
-`ping` reads it).
+`ping` reads it), and may tell how many messages wait on a queue: its
+`SupportsBacklog.backlog` (the console's fleet and queues pages show it;
+`backlog` reads it).
 
 Every implementation passes the suites of `trio_durable.testing.conformance`.
 """
@@ -134,6 +136,40 @@ async def ping(broker: Broker) -> None:
         await broker.worker_groups()
 
 
+@runtime_checkable
+class SupportsBacklog(Protocol):
+    """A broker that can tell how many messages wait on a queue: the
+    optional `backlog` member of `Broker` (an adapter written before it
+    still type-checks as a `Broker`)."""
+
+    async def backlog(self, queue: str) -> int | None:
+        """How many messages wait on ``queue`` to be delivered: dispatched
+        and not yet delivered to a consumer (delayed ones and ones given
+        back with ``requeue`` included; ones delivered and not yet acked
+        not counted). 0 for a queue nothing was dispatched to. None where
+        the broker cannot tell for this queue.
+
+        A count the server keeps, read in one round trip: a moment later it
+        may have changed.
+
+        Raises:
+          BrokerUnavailable: The server cannot be reached now.
+        """
+        ...
+
+
+async def backlog(broker: Broker, queue: str) -> int | None:
+    """How many messages wait on ``queue`` to be delivered: ``broker``'s
+    optional `SupportsBacklog.backlog`, or None where it has none.
+
+    Raises:
+      BrokerError: The broker could not tell (`BrokerUnavailable`).
+    """
+    if isinstance(broker, SupportsBacklog):
+        return await broker.backlog(queue)
+    return None
+
+
 def check_payload_sizes(messages: Sequence[Outgoing], limit: int | None) -> None:
     """What `Broker.dispatch` checks before it sends anything: every body is
     at most ``limit`` bytes (None: no limit).
@@ -203,6 +239,30 @@ class Consumer(Protocol):
 
 @final
 @attrs.define(frozen=True, kw_only=True)
+class WorkerLoad:
+    """How busy a worker was when it last announced itself
+    (`WorkerDescriptor.load`), counted by the worker since it opened.
+
+    Attributes:
+      in_flight: Tasks it had received and not yet acked.
+      completed: Tasks whose step (or decision) returned.
+      failed: Tasks whose step raised.
+      completed_per_minute: Tasks completed per minute over the last
+        ``window`` seconds (0.0 while ``window`` is 0).
+      window: The seconds that rate covers: from the heartbeat about a
+        minute before this announcement (or from the worker's opening, in
+        its first minute) to this announcement.
+    """
+
+    in_flight: int = 0
+    completed: int = 0
+    failed: int = 0
+    completed_per_minute: float = 0.0
+    window: float = 0.0
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
 class WorkerDescriptor:
     """What a live worker announces about itself.
 
@@ -229,6 +289,10 @@ class WorkerDescriptor:
         as long as it is listed). False: it lapses unless the worker
         announces again within its time to live, and ``announced_at`` is
         its last heartbeat.
+      load: How busy it was at that heartbeat (`WorkerLoad`). None for a
+        held announcement, which no heartbeat refreshes, and for one made
+        by a worker older than this field (its JSON has no ``load``; a
+        reader older than it ignores the field).
     """
 
     instance_id: str
@@ -242,6 +306,7 @@ class WorkerDescriptor:
     registration_hash: str = ""
     announced_at: float = 0.0
     held: bool = False
+    load: WorkerLoad | None = None
 
 
 class Broker(Protocol):
@@ -250,7 +315,9 @@ class Broker(Protocol):
     Besides the members below, a broker may have optional ones that this
     protocol does not require (so that an adapter written before them
     still type-checks as a `Broker`): ``async def ping(self) -> None``,
-    one round trip to its server (see `Pingable`, read through `ping`), and
+    one round trip to its server (see `Pingable`, read through `ping`),
+    ``async def backlog(self, queue: str) -> int | None``, the messages
+    waiting on a queue (see `SupportsBacklog`, read through `backlog`), and
     one read through `needs_heartbeat`:
 
     ``needs_heartbeat: bool``

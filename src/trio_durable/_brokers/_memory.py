@@ -291,6 +291,12 @@ class MemoryBroker:
         long as the process is (see `Pingable`)."""
         await trio.lowlevel.checkpoint()
 
+    async def backlog(self, queue: str) -> int:
+        """The messages waiting on ``queue``, visible or delayed (see
+        `SupportsBacklog`): its `depth`."""
+        await trio.lowlevel.checkpoint()
+        return self.depth(queue)
+
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
 

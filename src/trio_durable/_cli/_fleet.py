@@ -1,8 +1,10 @@
 """``trio-durable workers``: the live fleet as its announcements tell it.
 
 Reads the workers' announcements from the broker and aggregates them as
-`Engine.fleet` does (`aggregate`): the live workers, their deploys, where
-they disagree. On top of that it lists two kinds of gaps:
+`Engine.fleet` does (`aggregate`): the live workers with their heartbeat
+age and load, each group route's workers, tasks in flight, completed per
+minute and the broker's backlog, their deploys, where they disagree. On
+top of that it lists two kinds of gaps:
 
 - capability gaps: a remote step that requires capabilities no live worker
   of its group route offers (the engine parks such a step as ``blocked``);
@@ -53,16 +55,53 @@ def _announced(worker: WorkerDescriptor, now: float) -> str:
     return f"{age}, held" if worker.held else age
 
 
+def _shown(value: float | None, form: str = "{}") -> str:
+    # "-": not reported (a held announcement, an older worker, a broker
+    # that cannot count its backlog).
+    return "-" if value is None else form.format(value)
+
+
+def _groups_table(report: FleetReport) -> Any:
+    return table(
+        "Groups",
+        ["group", "live workers", "in flight", "completed/min", "backlog"],
+        [
+            [
+                g.route,
+                len(g.workers),
+                _shown(g.in_flight),
+                _shown(g.completed_per_minute, "{:.1f}"),
+                _shown(g.backlog),
+            ]
+            for g in report.groups
+        ],
+        no_wrap=["group", "live workers", "in flight", "completed/min", "backlog"],
+    )
+
+
 def print_report(report: FleetReport, broker_url: str) -> None:
     """``report`` as tables for people."""
     fleet = report.fleet
     if not fleet.workers:
-        print_tables(f"No live worker announces itself on {shown(broker_url)}.")
+        sections: list[Any] = [f"No live worker announces itself on {shown(broker_url)}."]
+        if report.groups:
+            sections.append(_groups_table(report))
+        print_tables(*sections)
         return
-    sections: list[Any] = [
+    sections = [
         table(
             f"Live workers on {shown(broker_url)}",
-            ["worker", "app", "groups", "capabilities", "deploy", "announced", "runtime"],
+            [
+                "worker",
+                "app",
+                "groups",
+                "capabilities",
+                "deploy",
+                "heartbeat",
+                "in flight",
+                "completed/min",
+                "runtime",
+            ],
             [
                 [
                     d.instance_id,
@@ -71,11 +110,15 @@ def print_report(report: FleetReport, broker_url: str) -> None:
                     d.capabilities,
                     d.registration_hash[:12],
                     _announced(d, report.now),
+                    _shown(None if d.load is None else d.load.in_flight),
+                    _shown(None if d.load is None else d.load.completed_per_minute, "{:.1f}"),
                     f"python {d.runtime.get('python', '?')}, trio {d.runtime.get('trio', '?')}",
                 ]
                 for d in fleet.workers
             ],
-        )
+            no_wrap=["heartbeat", "in flight", "completed/min"],
+        ),
+        _groups_table(report),
     ]
     if len(fleet.deploys) > 1:
         sections.append(

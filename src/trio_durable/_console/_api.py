@@ -1,5 +1,5 @@
-"""The JSON API: runs, a run's detail, history and fan pages, the fleet,
-the flow-control queues, ``/metrics``, and the actions on a run.
+"""The JSON API: runs, a run's detail, history and fan pages, ``/metrics``,
+and the actions on a run (the fleet and the queues are `_fleet`'s).
 
 The reads go through the console's source (`Engine` or `Client`) as any
 caller's would; `_json` makes their answers, `_params` reads their query
@@ -19,11 +19,10 @@ from .._base._bounds import MAX_INTEGER
 from .._base._exceptions import UsageError
 from .._base._search_values import parse_where
 from .._features.search._search_attributes import stored_types
-from .._front._fleet_report import fleet_report
 from . import _params
 from ._app import ApiError, console_of, read_object
 from ._etags import etag, matches, not_modified, read_stamp
-from ._json import Paths, detail_json, fan_page_json, fleet_json, history_json, run_page_json
+from ._json import Paths, detail_json, fan_page_json, history_json, run_page_json
 from ._stream import stream_route
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -168,36 +167,6 @@ async def _fan_page(request: Request) -> Response:
     return _json(fan_page_json(page, failed, _paths(request)), tag)
 
 
-async def _fleet(request: Request) -> JSONResponse:
-    _params.only(request, ())
-    source = console_of(request).source
-    if source.broker is None:
-        raise ApiError(
-            503, "no_broker", "the fleet is read from the broker: give the console a broker URL"
-        )
-    report = await fleet_report(source.broker, source.app)
-    return _json(fleet_json(report))
-
-
-async def _queues(request: Request) -> JSONResponse:
-    _params.only(request, ())
-    source = console_of(request).source
-    limits = {} if source.app is None else {q.name: q.concurrency for q in source.app.queues}
-    depths = {depth.queue: depth for depth in await source.store.queue_depths()}
-    queues = []
-    for name in sorted(limits.keys() | depths.keys()):
-        depth = depths.get(name)
-        queues.append(
-            {
-                "name": name,
-                "limit": limits.get(name),
-                "admitted": 0 if depth is None else depth.admitted,
-                "waiting": 0 if depth is None else depth.waiting,
-            }
-        )
-    return _json({"queues": queues})
-
-
 async def _metrics(request: Request) -> Response:
     metrics = getattr(console_of(request).source, "metrics", None)
     if metrics is None:
@@ -212,8 +181,6 @@ def api_routes() -> list[BaseRoute]:
         Route("/api/runs/{run_id}", _run_detail, methods=["GET"]),
         Route("/api/runs/{run_id}/history", _history, methods=["GET"]),
         Route("/api/runs/{run_id}/fans/{group}", _fan_page, methods=["GET"]),
-        Route("/api/fleet", _fleet, methods=["GET"]),
-        Route("/api/queues", _queues, methods=["GET"]),
         Route("/metrics", _metrics, methods=["GET"]),
         Route("/api/runs/{run_id}/signal", _signal, methods=["POST"]),
         Route("/api/runs/{run_id}/cancel", _cancel, methods=["POST"]),

@@ -32,6 +32,8 @@ from .._kernel._options import ConsoleOptions
 from ._api import api_routes
 from ._app import API_PREFIXES, ApiError, Console, ConsoleSource, error_body
 from ._bulk import bulk_routes
+from ._events import event_routes
+from ._fleet import fleet_routes
 from ._guard import Guard, Limits
 from ._hooks import hook_routes
 from ._pages import error_page, page_routes
@@ -124,6 +126,8 @@ def console_app(
         *bulk_routes(),
         *hook_routes(),
         *schedule_routes(),
+        *fleet_routes(),
+        *event_routes(),
         *page_routes(),
     ]
     middleware = []

@@ -1,8 +1,8 @@
 """The console's pages: server-rendered HTML with a little JavaScript.
 
 ``/`` lists runs, ``/runs/{id}`` shows one (its timeline, fans, lineage and
-actions), ``/fleet`` the live workers and ``/queues`` the flow-control
-queues; ``/static`` serves the script and the style sheet. Every page reads
+actions), ``/breakpoints`` the breakpoints (``/fleet`` and ``/queues`` are
+`_fleet`'s); ``/static`` serves the script and the style sheet. Every page reads
 through the console's source only, never renders more than a page of a
 fan's members, and carries an ETag (`_render.page_response`) that its live
 refresh polls with.
@@ -135,56 +135,6 @@ def _bulk_selection(filters: dict[str, str | None], top_level: bool) -> dict[str
     return {key: value for key, value in given.items() if value} | {"top_level": top_level}
 
 
-# -- the fleet and the queues -------------------------------------------------------
-
-
-async def fleet_page(request: Request) -> Response:
-    """``/fleet``: worker groups, live workers and what they announce,
-    their disagreements, and on-error routes nothing serves."""
-    source = _source(request)
-    try:
-        fleet = await source.fleet()
-        unserved = await source.unserved_on_error_routes()
-    except UsageError:
-        # A client opened without a broker cannot see workers.
-        fleet, unserved = None, []
-    groups: dict[str, list[str]] = {}
-    for worker in fleet.workers if fleet is not None else ():
-        for group in worker.groups:
-            groups.setdefault(group, []).append(worker.instance_id)
-    return page_response(
-        request,
-        "fleet.html",
-        title="Fleet",
-        nav="fleet",
-        fleet=fleet,
-        groups=sorted(groups.items()),
-        unserved=unserved,
-    )
-
-
-async def queues_page(request: Request) -> Response:
-    """``/queues``: each flow-control queue's limit (when the source has an
-    app registering it), the steps admitted (holding a slot) and waiting."""
-    source = _source(request)
-    app = source.app
-    registered = {queue.name: queue for queue in app.queues} if app is not None else {}
-    depths = {depth.queue: depth for depth in await source.store.queue_depths()}
-    rows: list[dict[str, Any]] = []
-    for name in sorted(registered.keys() | depths.keys()):
-        queue, depth = registered.get(name), depths.get(name)
-        rows.append(
-            {
-                "name": name,
-                "limit": None if queue is None else queue.concurrency,
-                "priority": None if queue is None else queue.priority,
-                "admitted": 0 if depth is None else depth.admitted,
-                "waiting": 0 if depth is None else depth.waiting,
-            }
-        )
-    return page_response(request, "queues.html", title="Queues", nav="queues", queues=rows)
-
-
 async def breakpoints_page(request: Request) -> Response:
     """``/breakpoints``: the breakpoints set, a form to set one, and the runs
     paused at them with their continue and skip actions."""
@@ -204,8 +154,6 @@ def page_routes() -> list[BaseRoute]:
     return [
         Route("/", runs_page, methods=["GET"]),
         Route("/runs/{run_id}", run_page, methods=["GET"]),
-        Route("/fleet", fleet_page, methods=["GET"]),
-        Route("/queues", queues_page, methods=["GET"]),
         Route("/breakpoints", breakpoints_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=_STATIC), name="static"),
     ]

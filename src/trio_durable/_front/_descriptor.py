@@ -1,19 +1,58 @@
-"""What a worker announces of itself (its descriptor), and the group routes
-it may serve."""
+"""What a worker announces of itself (its descriptor, with its load at
+each heartbeat), and the group routes it may serve."""
 
 from __future__ import annotations
 
 import platform
 import sys
+from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final, final
 
 import trio
 
 from .._base._exceptions import UsageError
-from .._brokers._base import WorkerDescriptor, is_broker_safe
+from .._brokers._base import WorkerDescriptor, WorkerLoad, is_broker_safe
 from .._kernel._dispatch import split_group_route
 from ._app import App, Step, remote_body
+
+RATE_WINDOW: Final = 60.0
+"""Seconds of heartbeats a worker's completed-per-minute rate covers."""
+
+
+@final
+class LoadMeter:
+    """A worker's `WorkerLoad` at each heartbeat: its counters, and its
+    completed tasks per minute over the last `RATE_WINDOW` seconds, from
+    the counts it had at its earlier heartbeats (readers keep no state of
+    their own, so the rate travels in the announcement).
+
+    Args:
+      opened_at: When the worker opened (durable time), with nothing
+        completed yet.
+    """
+
+    def __init__(self, opened_at: float) -> None:
+        # (when, completed) at each reading, oldest first; the oldest kept
+        # is the last one at least RATE_WINDOW seconds old.
+        self._samples: deque[tuple[float, int]] = deque([(opened_at, 0)])
+
+    def read(self, now: float, in_flight: int, completed: int, failed: int) -> WorkerLoad:
+        """The load to announce at ``now``, remembered for later rates."""
+        samples = self._samples
+        samples.append((now, completed))
+        while len(samples) > 2 and samples[1][0] <= now - RATE_WINDOW:
+            samples.popleft()
+        since, before = samples[0]
+        window = max(now - since, 0.0)
+        rate = (completed - before) * 60.0 / window if window > 0 else 0.0
+        return WorkerLoad(
+            in_flight=in_flight,
+            completed=completed,
+            failed=failed,
+            completed_per_minute=rate,
+            window=window,
+        )
 
 
 def check_group_routes(app: App, routes: Sequence[str], what: str) -> tuple[str, ...]:
@@ -89,6 +128,7 @@ def describe(
     at: float,
     *,
     held: bool = False,
+    load: WorkerLoad | None = None,
 ) -> WorkerDescriptor:
     """The descriptor a worker announces for ``app``.
 
@@ -99,7 +139,7 @@ def describe(
     group. For each remote step of a group it serves: its ``group``,
     ``requires``, ``retry``, ``timeout`` and ``queue`` (the flow-control
     queue's spec, or None). ``held``: announced until withdrawn, with no
-    heartbeat (see `WorkerDescriptor.held`).
+    heartbeat (see `WorkerDescriptor.held`); ``load``: how busy it is.
     """
     groups = {split_group_route(route)[0] for route in routes}
     workflows: dict[str, dict[str, Any]] = {}
@@ -134,4 +174,5 @@ def describe(
         registration_hash=app.registration_hash(),
         announced_at=at,
         held=held,
+        load=load,
     )

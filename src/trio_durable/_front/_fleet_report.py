@@ -1,8 +1,10 @@
-"""The fleet as its announcements tell it, with its gaps: what
+"""The fleet as its announcements tell it, with its load and its gaps: what
 ``trio-durable workers`` prints and the console's ``GET /api/fleet`` answers.
 
 On top of `aggregate` (the live workers, their deploys, where they
-disagree) it lists two kinds of gaps:
+disagree) it sums each group route's load (`GroupLoad`: its live workers,
+their tasks in flight and completed per minute from their heartbeats, and
+the broker's backlog of its queues) and lists two kinds of gaps:
 
 - capability gaps: a remote step that requires capabilities no live worker
   of its group route offers (the engine parks such a step as ``blocked``);
@@ -18,11 +20,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
+import trio
 
 from .._base._clock import Clock
-from .._brokers._base import Broker, WorkerDescriptor
+from .._brokers._base import Broker, WorkerDescriptor, backlog
 from .._features.on_error._handoff import unserved_on_error_routes
-from .._kernel._dispatch import split_group_route
+from .._kernel._dispatch import broker_queue, split_group_route
 from .._kernel._fleet import Fleet, aggregate
 from .._kernel._views import plain
 
@@ -73,6 +76,36 @@ class UnservedHandler:
 
 @final
 @attrs.define(frozen=True, kw_only=True)
+class GroupLoad:
+    """One group route's load: its live workers, what they reported at
+    their last heartbeat, and the broker's backlog.
+
+    Attributes:
+      route: The group route (``group`` or ``group@namespace``).
+      workers: The live workers serving it, by instance id.
+      reporting: Those of them whose announcement carries a load (not
+        held, not from a worker older than `WorkerDescriptor.load`).
+      in_flight: Tasks in flight on the reporting workers (a worker that
+        serves several routes counts toward each); None if none reports.
+      completed_per_minute: Their completed tasks per minute, summed (as
+        ``in_flight``); None if none reports.
+      backlog: Messages waiting on its queues (see `SupportsBacklog`);
+        None where the broker cannot tell.
+      queues: The broker queues counted: the route's own, and one per
+        set of capabilities its steps require.
+    """
+
+    route: str
+    workers: tuple[str, ...]
+    reporting: tuple[str, ...]
+    in_flight: int | None
+    completed_per_minute: float | None
+    backlog: int | None
+    queues: tuple[str, ...]
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
 class FleetReport:
     """What ``trio-durable workers`` shows.
 
@@ -81,12 +114,21 @@ class FleetReport:
       capability_gaps: Steps no live worker of their route can run.
       unserved: On-error routes whose handler nothing known runs.
       now: Durable time when it was read (for the announcements' ages).
+      groups: Each group route's load, by route: those live workers
+        serve, and with an App the groups of its remote steps.
     """
 
     fleet: Fleet
     capability_gaps: tuple[CapabilityGap, ...]
     unserved: tuple[UnservedHandler, ...]
     now: float
+    groups: tuple[GroupLoad, ...] = ()
+
+    def heartbeat_age(self, worker: WorkerDescriptor) -> float:
+        """Seconds from ``worker``'s last announcement to when the report
+        was read (for a held announcement: since it announced what it
+        serves, no sign of whether it is alive)."""
+        return max(0.0, self.now - worker.announced_at)
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON values: what ``trio-durable workers
@@ -94,7 +136,10 @@ class FleetReport:
         fleet = self.fleet
         document: dict[str, Any] = plain(
             {
-                "workers": fleet.workers,
+                "workers": [
+                    {**plain(d), "heartbeat_age": self.heartbeat_age(d)} for d in fleet.workers
+                ],
+                "group_loads": self.groups,
                 "workflows": fleet.workflows,
                 "steps": fleet.steps,
                 "deploys": fleet.deploys,
@@ -172,11 +217,81 @@ def unserved_handlers(fleet: Fleet, app: Registry | None = None) -> tuple[Unserv
     )
 
 
-async def fleet_report(broker: Broker, app: Registry | None = None) -> FleetReport:
-    """Read the live announcements from ``broker`` and report on them.
+def group_queues(
+    workers: Sequence[WorkerDescriptor], app: Registry | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Each group route's broker queues, by route: the routes live workers
+    serve (and with ``app`` the groups of its remote steps), each with its
+    own queue and one per set of capabilities its steps require (as the
+    workers announce them, and ``app``'s)."""
+    requires: dict[str, set[tuple[str, ...]]] = {}
+    for d in workers:
+        for route in d.groups:
+            requires.setdefault(route, set())
+    if app is not None:
+        for step in app.steps:
+            if step.group is not None:
+                requires.setdefault(step.group, set())
+    for route, needed in requires.items():
+        group = split_group_route(route)[0]
+        for d in workers:
+            for info in d.steps.values():
+                if info.get("group") == group and info.get("requires"):
+                    needed.add(tuple(sorted(info["requires"])))
+        for step in app.steps if app is not None else ():
+            if step.group == group and step.requires:
+                needed.add(tuple(sorted(step.requires)))
+    return {
+        route: tuple(dict.fromkeys([route, *(broker_queue(route, r) for r in sorted(needed))]))
+        for route, needed in sorted(requires.items())
+    }
+
+
+async def group_loads(
+    broker: Broker, workers: Sequence[WorkerDescriptor], app: Registry | None = None
+) -> tuple[GroupLoad, ...]:
+    """Each group route's load (see `GroupLoad`), its queues' backlogs read
+    from ``broker`` concurrently.
 
     Raises:
-      BrokerError: The announcements cannot be read.
+      BrokerError: A backlog cannot be read.
+    """
+    queues = group_queues(workers, app)
+    counts: dict[str, int | None] = {}
+
+    async def count(queue: str) -> None:
+        counts[queue] = await backlog(broker, queue)
+
+    async with trio.open_nursery() as nursery:
+        for queue in sorted({q for qs in queues.values() for q in qs}):
+            nursery.start_soon(count, queue)
+    loads: list[GroupLoad] = []
+    for route, its_queues in queues.items():
+        serving = [d for d in workers if route in d.groups]
+        reporting = [d for d in serving if d.load is not None]
+        waiting = [counts[q] for q in its_queues]
+        loads.append(
+            GroupLoad(
+                route=route,
+                workers=tuple(d.instance_id for d in serving),
+                reporting=tuple(d.instance_id for d in reporting),
+                in_flight=sum(d.load.in_flight for d in reporting if d.load) if reporting else None,
+                completed_per_minute=sum(d.load.completed_per_minute for d in reporting if d.load)
+                if reporting
+                else None,
+                backlog=None if None in waiting else sum(n for n in waiting if n is not None),
+                queues=its_queues,
+            )
+        )
+    return tuple(loads)
+
+
+async def fleet_report(broker: Broker, app: Registry | None = None) -> FleetReport:
+    """Read the live announcements from ``broker`` and report on them, with
+    each group route's load and backlog.
+
+    Raises:
+      BrokerError: The announcements or a backlog cannot be read.
     """
     fleet = aggregate(await broker.worker_descriptors())
     unserved = {(u.workflow, u.code or "", u.handler): u for u in unserved_handlers(fleet, app)}
@@ -196,4 +311,5 @@ async def fleet_report(broker: Broker, app: Registry | None = None) -> FleetRepo
         capability_gaps=capability_gaps(fleet.workers, app),
         unserved=tuple(unserved[key] for key in sorted(unserved)),
         now=Clock().now(),
+        groups=await group_loads(broker, fleet.workers, app),
     )

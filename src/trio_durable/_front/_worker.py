@@ -52,7 +52,7 @@ from .._wire._messages import Result, Task, WireError
 from .._wire._signing import SignatureRejected, count_rejection, open_signed
 from .._wire._tracing import DISABLED, Tracing, attributes
 from ._app import App, Step
-from ._descriptor import describe
+from ._descriptor import LoadMeter, describe
 from ._health import Readiness
 from ._result_publisher import Outcome, ResultPublisher
 
@@ -179,6 +179,7 @@ class Worker:
         self.heartbeats = needs_heartbeat(broker)
         # What it last announced.
         self._announced: WorkerDescriptor | None = None
+        self._load = LoadMeter(clock.now())
 
     def statistics(self) -> WorkerStatistics:
         """A snapshot of this worker's counters."""
@@ -219,14 +220,19 @@ class Worker:
             self._idle = trio.Event()
 
     def descriptor(self) -> WorkerDescriptor:
-        """What this worker announces."""
+        """What this worker announces: with its load where heartbeats
+        refresh the announcement (a held one would show it stale)."""
+        now, stats = self._clock.now(), self._stats
         return describe(
             self.app,
             self.instance_id,
             self.routes,
             self._capabilities,
-            self._clock.now(),
+            now,
             held=not self.heartbeats,
+            load=self._load.read(now, stats.in_flight, stats.completed, stats.failed)
+            if self.heartbeats
+            else None,
         )
 
     async def announce(self) -> None:

@@ -171,6 +171,9 @@ class ForgingBroker:
     async def ping(self) -> None:
         await self.inner.ping()
 
+    async def backlog(self, queue: str) -> int:
+        return await self.inner.backlog(queue)
+
     def quiet(self, queues: Sequence[str]) -> trio.Event | None:
         return self.inner.quiet(queues)
 

@@ -86,7 +86,7 @@ from ._nats_publish import (
     Item,
     Publishing,
 )
-from ._nats_setup import read_descriptors, set_up
+from ._nats_setup import queue_backlog, read_descriptors, set_up
 
 logger = logging.getLogger("trio_durable.brokers.nats")
 
@@ -373,6 +373,20 @@ class NatsBroker:
             await self._nc.flush(timeout=timeout)  # type: ignore[arg-type]
 
         await self._call(round_trip, "reach the server")
+
+    async def backlog(self, queue: str) -> int:
+        """How many of ``queue``'s messages wait to be delivered (see
+        `trio_durable.brokers.SupportsBacklog`): its durable consumer's
+        pending count (``num_pending``, from consumer info), or before
+        anyone consumed it, the messages its subject holds. A message given
+        back with requeue counts again once the server redelivers it.
+
+        Raises:
+          BrokerUnavailable: The server did not answer.
+        """
+        return await self._call_through_election(
+            lambda: queue_backlog(self._js, queue), f"read the backlog of {queue!r}"
+        )
 
     def quiet(self, queues: Sequence[str]) -> None:
         """None: its streams live on the server, and only a query to it

@@ -1,7 +1,7 @@
 """What the NATS adapter keeps on the server, made or brought up to date
 on the asyncio side of the bridge: the streams, the durable pull consumer
 of each queue and the bucket of worker announcements, and reading that
-bucket (see ``docs/nats.md``)."""
+bucket and a queue's backlog (see ``docs/nats.md``)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from ._nats_url import (
     TASKS_STREAM,
     WORKERS_BUCKET,
     NatsOptions,
+    stream_and_subject,
+    token,
 )
 
 
@@ -119,3 +121,18 @@ async def _value(kv: KeyValue, key: str) -> bytes | None:
     except nats.js.errors.KeyNotFoundError:
         return None
     return entry.value
+
+
+async def queue_backlog(js: JetStreamContext, queue: str) -> int:
+    """How many of ``queue``'s messages wait to be delivered: its durable
+    consumer's ``num_pending`` (messages of its subject past what the
+    consumer delivered), or, before any consumer of it exists (or after the
+    server deleted an idle one), every message its subject holds in the
+    stream, since none of them was delivered."""
+    stream, subject = stream_and_subject(queue)
+    try:
+        info = await js.consumer_info(stream, token(queue))
+    except nats.js.errors.NotFoundError:
+        state = await js.stream_info(stream, subjects_filter=subject)
+        return int((state.state.subjects or {}).get(subject, 0))
+    return int(info.num_pending or 0)

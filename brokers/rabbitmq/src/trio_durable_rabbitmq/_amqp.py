@@ -51,6 +51,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar, final
 
 import aio_pika
+import aiormq
 import attrs
 import trio
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel
@@ -457,6 +458,44 @@ class AmqpBroker:
                 )
 
         await self._run(round_trip)
+
+    async def backlog(self, queue: str) -> int | None:
+        """How many of ``queue``'s messages wait to be delivered (see
+        `trio_durable.brokers.SupportsBacklog`): the message count of a
+        passive declare (messages ready; those delivered and not acked are
+        not counted), on a channel of its own, since RabbitMQ closes the
+        channel of a passive declare of a queue that does not exist (0:
+        nothing was dispatched to it), within ``connect_timeout`` seconds.
+        None for a name the client library refuses to send.
+
+        Raises:
+          BrokerUnavailable: The connection is down, or the server did not
+            answer in time.
+        """
+        check_queue_name(queue)
+        connection = self._connection
+        if connection is None or not connection.connected.is_set():
+            raise BrokerUnavailable("RabbitMQ: not connected; reconnecting")
+
+        async def count() -> int | None:
+            async with asyncio.timeout(self.options.connect_timeout):
+                channel = await connection.channel(publisher_confirms=False)
+                try:
+                    declared = await channel.declare_queue(queue, passive=True)
+                except aiormq.exceptions.ChannelNotFoundEntity:
+                    return 0
+                except ValueError:
+                    # pamqp refuses the name before sending anything (its
+                    # queue-name characters leave out the "~" of a
+                    # capability queue): no count to read.
+                    return None
+                finally:
+                    if not channel.is_closed:
+                        await channel.close()
+                result = declared.declaration_result
+                return int(result.message_count or 0)
+
+        return await self._run(count)
 
     def quiet(self, queues: Sequence[str]) -> None:
         """None: its queues live on the server, and only a query to it

@@ -23,6 +23,7 @@ run.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -159,3 +160,56 @@ def _joined(wf: Workflow[..., Any], stored: str, run_input: str) -> str:
     [payloads] = json.loads(stored)
     [[payload]] = json.loads(run_input)
     return _serde.dumps([[*payloads, payload]])
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class DebounceWindow:
+    """A debounce window still open: its run has not started, and events
+    for its key join it until ``until``.
+
+    Attributes:
+      workflow: The debounced workflow.
+      key: The events' key (None is a key too).
+      run_id: The run the window's events land in.
+      until: When the window ends and its run starts (durable time), unless
+        another event moves it on.
+      events: How many events joined it so far.
+      opened_at: When its first event came (the run's creation).
+    """
+
+    workflow: str
+    key: str | None
+    run_id: str
+    until: float
+    events: int
+    opened_at: float
+
+
+async def open_windows(
+    store: Store, workflows: Sequence[str], now: float, *, limit: int = 100
+) -> list[DebounceWindow]:
+    """The windows of ``workflows`` open at ``now`` (at most ``limit`` read
+    per workflow, by key), by workflow and key: those whose end is still to
+    come and whose run is still waiting for it (``suspended``, written by
+    nothing but the window since)."""
+    found: list[DebounceWindow] = []
+    for workflow in workflows:
+        for stored in await store.list_values(debounce_scope(workflow), limit=limit):
+            state = json.loads(stored.value)
+            if now >= state["until"]:
+                continue
+            run = await store.get_run(state["run"])
+            if run is None or run.status != "suspended" or run.updated_at != state["stamp"]:
+                continue
+            found.append(
+                DebounceWindow(
+                    workflow=workflow,
+                    key=json.loads(stored.key),
+                    run_id=run.id,
+                    until=state["until"],
+                    events=state["events"],
+                    opened_at=run.created_at,
+                )
+            )
+    return found

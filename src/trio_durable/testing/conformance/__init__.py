@@ -47,6 +47,7 @@ from ._broker import (
 from ._broker import (
     check_acked_messages_are_never_delivered_again as check_acked_messages_are_never_delivered_again,
 )
+from ._broker import check_backlog_counts_what_waits as check_backlog_counts_what_waits
 from ._broker import check_broker as check_broker
 from ._broker import check_dispatched_bodies_arrive_intact as check_dispatched_bodies_arrive_intact
 from ._broker import (

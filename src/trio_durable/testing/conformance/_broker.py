@@ -32,6 +32,7 @@ from ..._brokers._base import (
     Outgoing,
     PayloadTooLarge,
     Pingable,
+    SupportsBacklog,
     is_broker_safe,
 )
 from ._broker_descriptors import (
@@ -505,6 +506,39 @@ async def check_ping_answers_and_disturbs_nothing(factory: BrokerFactory | Broke
         skip("the broker has no ping (it is optional: see Pingable)")
 
 
+async def check_backlog_counts_what_waits(factory: BrokerFactory | BrokerMaker) -> None:
+    """A broker with the optional `SupportsBacklog.backlog` counts what
+    waits on a queue: 0 for a queue nothing was dispatched to; N once N
+    messages were dispatched (another queue's not counted); 0 again once a
+    consumer received them all (delivered, not yet acked) and once it acked
+    them. Skipped for a broker without ``backlog``."""
+    factory = as_factory(factory)
+    queue, other = unique_name("backlog"), unique_name("backlog-other")
+    bodies = [b"one", b"two", b"three", b"four", b"five"]
+    async with factory() as broker:
+        counts = isinstance(broker, SupportsBacklog)
+        if isinstance(broker, SupportsBacklog):
+            with trio.fail_after(EVENTUALLY):
+                assert await broker.backlog(queue) == 0, "a queue never used holds no message"
+                await broker.dispatch(outgoing(queue, *bodies))
+                await broker.dispatch(outgoing(other, b"elsewhere"))
+                assert await broker.backlog(queue) == len(bodies)
+                assert await broker.backlog(other) == 1
+            async with broker.open_consumer(queue, prefetch=len(bodies)) as consumer:
+                received = await receive_exactly(consumer, len(bodies))
+                with trio.fail_after(EVENTUALLY):
+                    # Delivered and not acked: no longer waiting.
+                    assert await broker.backlog(queue) == 0
+                await consumer.ack(received)
+                with trio.fail_after(EVENTUALLY):
+                    assert await broker.backlog(queue) == 0
+                    assert await broker.backlog(other) == 1
+            async with broker.open_consumer(other, prefetch=1) as consumer:
+                await consumer.ack(await receive_exactly(consumer, 1))
+    if not counts:
+        skip("the broker has no backlog (it is optional: see SupportsBacklog)")
+
+
 BROKER_CHECKS: Final[tuple[Callable[[BrokerFactory | BrokerMaker], Awaitable[None]], ...]] = (
     check_dispatched_bodies_arrive_intact,
     check_a_body_over_max_payload_is_refused_and_nothing_is_sent,
@@ -521,6 +555,7 @@ BROKER_CHECKS: Final[tuple[Callable[[BrokerFactory | BrokerMaker], Awaitable[Non
     check_the_results_queue_is_a_queue,
     check_quiet_says_nothing_or_exactly_when_the_queues_hold_nothing,
     check_ping_answers_and_disturbs_nothing,
+    check_backlog_counts_what_waits,
     check_announce_withdraw_and_lookup_by_group,
     check_descriptors_round_trip_every_field,
     check_a_descriptor_is_forgotten_after_its_ttl,

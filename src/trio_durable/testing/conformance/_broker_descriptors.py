@@ -9,7 +9,7 @@ import math
 import attrs
 import trio
 
-from ..._brokers._base import Broker, WorkerDescriptor, needs_heartbeat
+from ..._brokers._base import Broker, WorkerDescriptor, WorkerLoad, needs_heartbeat
 from ._broker_factory import (
     EVENTUALLY,
     BrokerFactory,
@@ -113,6 +113,9 @@ async def check_descriptors_round_trip_every_field(factory: BrokerFactory | Brok
         registration_hash="sha256:" + "ab" * 32,
         announced_at=1_700_000_123.25,
         held=True,
+        load=WorkerLoad(
+            in_flight=3, completed=1234, failed=5, completed_per_minute=61.5, window=60.25
+        ),
     )
     async with factory() as broker:
         try:
