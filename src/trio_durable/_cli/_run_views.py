@@ -160,18 +160,30 @@ def _entry_row(entry: HistoryEntry, origin: float, now: float) -> list[Any]:
     if entry.parallel_size and entry.parallel_group is not None:
         # A fan member: its place in the fan (which starts at parallel_group).
         name = f"{name} [{entry.seq - entry.parallel_group + 1} of {entry.parallel_size}]"
-    at, took = _at(origin, entry.started_at or entry.enqueued_at, entry.finished_at)
+    # From when it was recorded: a retried step's last attempt began later.
+    began = entry.enqueued_at if entry.enqueued_at is not None else entry.started_at
+    at, took = _at(origin, began, entry.finished_at)
     return [
         entry.seq,
         entry.kind,
         name,
         "paused" if entry.paused else entry.status,
-        entry.attempts,
+        _attempts_cell(entry),
         at,
         took,
         entry.child_id or (f"wakes {when(entry.wake_at)}" if entry.wake_at else None),
         error,
     ]
+
+
+def _attempts_cell(entry: HistoryEntry) -> int | str:
+    """How many attempts ran, and, for a step that failed at least once,
+    how long each took (``?`` where a row written before attempts had
+    times does not say)."""
+    if not entry.errors or not entry.attempt_log:
+        return entry.attempts
+    took = ", ".join("?" if a.duration is None else span(a.duration) for a in entry.attempt_log)
+    return f"{entry.attempts} ({took})"
 
 
 _ENTRY_COLUMNS: Final = (

@@ -101,6 +101,7 @@ async def execute(
     errors: list[ErrorInfo] = []
     started_at = clock.now()
     last_exc: BaseException | None = None
+    attempt_started_at = started_at
     extra = {} if undo_of is None else {"compensation": True, "undoes": undo_of}
     attempt = 0
 
@@ -117,8 +118,11 @@ async def execute(
             errors=tuple(errors),
             attempts=attempt,
             compensation=compensation,
+            # The step's first attempt started when it was recorded; the
+            # checkpoint's own start is its last attempt's, as a remote
+            # step's is, and the attempts before keep theirs on their errors.
             enqueued_at=started_at,
-            started_at=started_at,
+            started_at=attempt_started_at,
             finished_at=clock.now(),
         )
         replay.turn.put(cp)
@@ -127,6 +131,7 @@ async def execute(
     for attempt in range(1, retry.attempts + 1):
         replay.emit("step.started", seq, step.name, attempt=attempt, **extra)
         attempt_start = trio.current_time()
+        attempt_started_at = clock.now()
         value: Any = None
         try:
             with rt.tracing.span(f"step {step.name}", _span_attributes(replay, step, seq, attempt)):
@@ -142,6 +147,7 @@ async def execute(
             info = error_info(exc, step=step.name, traceback_limit=rt.options.traceback_limit)
             if isinstance(exc, TimeoutError) and info.code is None:
                 info = attrs.evolve(info, code="timeout")
+            info = attrs.evolve(info, started_at=attempt_started_at, finished_at=clock.now())
             errors.append(info)
             may_retry = retryable(exc) and not isinstance(exc, SerializationError)
             logger.warning(
