@@ -20,7 +20,7 @@ import trio
 from ..._base import _serde
 from ..._base._current import StepInfo, call_step
 from ..._base._exceptions import SerializationError
-from ..._base._failures import error_info, retryable, step_failure
+from ..._base._failures import error_info, logged_traceback, retryable, step_failure
 from ..._base._records import Checkpoint, CheckpointStatus, ErrorInfo
 from ..._kernel._definitions import Step
 from ..._kernel._replay import Replay, recorded_value
@@ -151,7 +151,7 @@ async def execute(
             errors.append(info)
             may_retry = retryable(exc) and not isinstance(exc, SerializationError)
             logger.warning(
-                "%s %r of run %r failed (attempt %d of %d%s): %s",
+                "%s %r of run %r failed (attempt %d of %d%s): %s%s",
                 "undo" if undo_of is not None else "step",
                 step.name,
                 run.id,
@@ -160,8 +160,9 @@ async def execute(
                 "" if may_retry and attempt < retry.attempts else ", final",
                 info.message,
                 # The traceback is in the history; the log shows it only
-                # when asked for everything (a retried failure is routine).
-                exc_info=exc if logger.isEnabledFor(logging.DEBUG) else None,
+                # when asked for everything (a retried failure is routine),
+                # trio-durable's own frames folded.
+                logged_traceback(logger, exc),
                 extra={"run_id": run.id, "workflow": run.workflow, "step": step.name},
             )
             replay.emit(
