@@ -141,7 +141,9 @@ def _at(origin: float, start: float | None, end: float | None) -> tuple[str | No
     return at, took
 
 
-def _entry_row(entry: HistoryEntry, origin: float, now: float) -> list[Any]:
+def _entry_row(
+    entry: HistoryEntry, origin: float, now: float, position: int | None = None
+) -> list[Any]:
     error = error_text(entry.error)
     if error is None and entry.errors:
         # Failed attempts before the one that succeeded.
@@ -154,6 +156,8 @@ def _entry_row(entry: HistoryEntry, origin: float, now: float) -> list[Any]:
             stands = f"out {span(max(0.0, now - entry.started_at))} on {entry.out_on}"
         else:
             stands = entry.waiting
+        if stands is not None and position is not None:
+            stands += f": queued at position {position}"
         if stands is not None:
             error = stands if error is None else f"{stands}; {error}"
     name = entry.name
@@ -292,13 +296,19 @@ def _tracebacks(kept: RetriedHistory) -> list[str]:
     return shown
 
 
-def detail_tables(detail: RunDetail, now: float) -> list[RenderableType | str]:
+def detail_tables(
+    detail: RunDetail, now: float, positions: Mapping[int, int] | None = None
+) -> list[RenderableType | str]:
     """A run's detail: its fields, the timeline with wide fans folded, the
     fans' statistics, its children and handlers; how long pending steps
-    have been out, as of ``now``."""
+    have been out, as of ``now``, and the place in its queue's line of each
+    step that waits in one (``positions``, by seq)."""
     origin = detail.run.created_at
+    places = positions or {}
     rows = [
-        _fan_row(item, origin) if isinstance(item, FanStats) else _entry_row(item, origin, now)
+        _fan_row(item, origin)
+        if isinstance(item, FanStats)
+        else _entry_row(item, origin, now, places.get(item.seq))
         for item in detail.timeline
     ]
     sections: list[RenderableType | str] = [

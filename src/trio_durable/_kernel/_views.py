@@ -11,6 +11,7 @@ outputs) stay in the store: a history says what happened, not with what.
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Mapping
 from typing import Any, Final, final
 
@@ -18,7 +19,15 @@ import attrs
 
 from .._base._bounds import is_finite
 from .._base._exceptions import UsageError
-from .._base._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
+from .._base._records import (
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStatus,
+    ErrorInfo,
+    Mark,
+    Run,
+    RunStatus,
+)
 from .._payloads._stored_payloads import sealed_for_people, shown_error
 
 FOLD_WIDTH: Final = 20
@@ -151,6 +160,9 @@ class HistoryEntry:
         window...), else None.
       attempt_log: A step's attempts, each with its times and error (see
         `AttemptEntry`); empty for other operations.
+      queue: For a pending step that waits in the line of a flow-control
+        queue: the queue's name (`Engine.queue_position` tells its place),
+        else None.
     """
 
     seq: int
@@ -172,6 +184,7 @@ class HistoryEntry:
     out_on: str | None = None
     waiting: str | None = None
     attempt_log: tuple[AttemptEntry, ...] = ()
+    queue: str | None = None
 
     @classmethod
     def of(cls, cp: Checkpoint) -> HistoryEntry:
@@ -213,7 +226,24 @@ class HistoryEntry:
                 else None
             ),
             attempt_log=attempt_log(cp, errors),
+            queue=_queue_of(mark),
         )
+
+
+_QUEUE_NAMED: Final = re.compile(r"^waiting for a slot of queue '([^']*)'$")
+"""How a ``queued`` mark's message names its queue: the only place marks
+written before they carried the queue in their details name it."""
+
+
+def _queue_of(mark: Mark | None) -> str | None:
+    """The flow-control queue in whose line a pending step waits, from its
+    mark (`_ops.QUEUED`; this module imports no store part)."""
+    if mark is None or mark.code != "queued":
+        return None
+    if isinstance(mark.details, dict) and isinstance(mark.details.get("queue"), str):
+        return str(mark.details["queue"])
+    named = _QUEUE_NAMED.match(mark.message)
+    return None if named is None else named.group(1)
 
 
 @final

@@ -199,7 +199,11 @@ class StepPlanner:
         # told it failed).
         queued = attrs.evolve(
             cp,
-            mark=Mark(code=QUEUED, message=f"waiting for a slot of queue {self.flow.name!r}"),
+            mark=Mark(
+                code=QUEUED,
+                message=f"waiting for a slot of queue {self.flow.name!r}",
+                details={"queue": self.flow.name},
+            ),
             wake_at=next_look(cp.enqueued_at, now, self.rt.options.blocked_recheck),
         )
         ops: list[Op] = [
