@@ -131,7 +131,8 @@ async def execute(
     for attempt in range(1, retry.attempts + 1):
         replay.emit("step.started", seq, step.name, attempt=attempt, **extra)
         attempt_start = trio.current_time()
-        attempt_started_at = clock.now()
+        # The first attempt starts as the step does (one reading of the clock).
+        attempt_started_at = started_at if attempt == 1 else clock.now()
         value: Any = None
         try:
             with rt.tracing.span(f"step {step.name}", _span_attributes(replay, step, seq, attempt)):
