@@ -17,6 +17,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(td.__all__) == [
         "AesGcmCodec",
         "App",
+        "AttemptEntry",
         "BlobCorrupted",
         "BlobInfo",
         "BlobNotFound",

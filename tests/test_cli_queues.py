@@ -68,3 +68,22 @@ def test_queues_list_with_the_brokers_backlog(tmp_path: Path) -> None:
     ]
     assert "Broker backlog per group" in plain.stdout
     assert "mailers" in plain.stdout
+
+
+def test_runs_show_says_the_place_of_a_step_in_its_queues_line(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    trio.run(_fill, f"sqlite:///{path}")
+    shown = {}
+    with unchanged(path):
+        for to in ("a", "b", "c"):
+            result = invoke(["runs", "show", f"mail-{to}", "--wide"], env=env_of(path, None))
+            assert result.exit_code == 0, result.output
+            shown[to] = result.stdout
+    # One holds the slot; the two others wait, one behind the other.
+    places = sorted(
+        text.split("queued at position ")[1][0]
+        for text in shown.values()
+        if "queued at position " in text
+    )
+    assert places == ["1", "2"]
+    assert sum("waiting for a slot of queue 'mail'" in text for text in shown.values()) == 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -299,6 +300,13 @@ def test_list_show_and_history(store: dict[str, str]) -> None:
     assert (entry["kind"], entry["name"], entry["status"]) == ("local", "read_file", "failed")
     assert entry["error"]["code"] == "missing_file"
     assert "Traceback" in entry["error"]["traceback"]
+    # Its one attempt, with its times (on its error too).
+    (attempt,) = entry["attempt_log"]
+    assert (attempt["number"], attempt["status"]) == (1, "failed")
+    assert attempt["started_at"] <= attempt["finished_at"]
+    assert entry["errors"][0]["started_at"] == attempt["started_at"]
+    result = invoke(["runs", "history", "needs-1"], env=store)
+    assert re.search(r"│ 1 +│ local +│ read_file +│ failed +│ 1 \(\d+(ms|\.\d+s)\)", result.stdout)
     result = invoke(["runs", "history", "approval-1"], env=store)
     assert "│ 1   │ signal │ approve │ pending" in result.stdout
 

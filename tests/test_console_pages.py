@@ -83,6 +83,34 @@ async def waits(ctx: td.Context, item: str) -> str:
     return await ctx.step(unserved, wrapped)
 
 
+shaky_calls: list[int] = []
+
+
+@app.step(retry=td.Retry(attempts=3, backoff=1.0, jitter=0))
+async def shaky() -> str:
+    """Takes 2 s, failing the first two times."""
+    shaky_calls.append(1)
+    await trio.sleep(2)
+    if len(shaky_calls) < 3:
+        raise ValueError(f"shaky call {len(shaky_calls)}")
+    return "steady"
+
+
+@app.workflow()
+async def steadied(ctx: td.Context) -> str:
+    return await ctx.step(shaky)
+
+
+@app.step(group="postroom", queue="mail")
+async def post(letter: int) -> int:
+    return letter
+
+
+@app.workflow()
+async def mailing(ctx: td.Context, letter: int) -> int:
+    return await ctx.step(post, letter)
+
+
 @asynccontextmanager
 async def console(
     open_test_engine: EngineFactory, **kwargs: Any
@@ -286,6 +314,52 @@ async def test_the_run_page_shows_payloads_durations_a_chart_and_fitting_actions
         for action in ("cancel", "retry", "signal"):
             assert f'data-action="{action}"' not in text
         assert 'data-action="fork"' in text
+
+
+async def test_the_run_page_shows_each_attempts_duration_in_the_table_and_the_chart(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    shaky_calls.clear()
+    async with console(open_test_engine) as (engine, http):
+        await engine.start(steadied, run_id="s-1")
+        assert await engine.result("s-1") == "steady"
+        text = (await http.get("/runs/s-1")).text
+    # Three attempts of 2 s, with 1 s then 2 s of backoff between them: the
+    # step took 9 s, each attempt 2 s.
+    assert '<td class="took">9.00s</td>' in text
+    attempts = re.findall(
+        r'<div class="attempt">attempt (\d) <small class="took"[^>]*>([^<]+)<', text
+    )
+    assert attempts == [("1", "2.00s"), ("2", "2.00s"), ("3", "2.00s")]
+    assert '<span class="status status-completed">completed</span>' in text
+    # On the chart: the step's bar, and its attempts on it.
+    drawn = re.findall(r'<rect class="attempt bar-(\w+)"[^>]*><title>([^<]*)</title>', text)
+    assert [status for status, _ in drawn] == ["failed", "failed", "completed"]
+    assert "attempt 1 (failed)" in drawn[0][1]
+    assert "took 2.00s: shaky call 1" in drawn[0][1]
+
+
+async def test_a_step_in_a_queues_line_says_its_place(
+    open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    # No worker serves the postroom: the first three hold the queue's three
+    # slots, the last two wait in its line, in the order they came.
+    async with console(open_test_engine) as (engine, http):
+        for letter in range(5):
+            await engine.start(mailing, letter, run_id=f"m-{letter}")
+            await engine.drain()
+        [entry] = (await engine.history("m-4")).entries
+        assert entry.queue == "mail"
+        assert await engine.queue_position("mail", "m-3", 1) == 1
+        assert await engine.queue_position("mail", "m-4", 1) == 2
+        assert await engine.queue_position("mail", "m-0", 1) is None
+        fourth = (await http.get("/runs/m-3")).text
+        last = (await http.get("/runs/m-4")).text
+        first = (await http.get("/runs/m-0")).text
+    said = "waiting for a slot of queue &#39;mail&#39;: queued at position {} of 2 (2 waiting, 3 admitted)"
+    assert f'<span class="why">{said.format(1)}</span>' in fourth
+    assert f'<span class="why">{said.format(2)}</span>' in last
+    assert "queued at position" not in first
 
 
 async def test_a_pending_step_says_why_it_waits_and_since_when(

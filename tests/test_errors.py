@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,16 @@ async def test_a_local_step_failure_records_type_step_and_traceback_on_each_atte
     assert isinstance(failure.__cause__, RecordedTraceback)
     assert failure.__cause__.traceback == run_error.traceback
     assert "KeyError: 'missing'" in str(failure.__cause__)
+    # Printed with trio-durable's own frames folded, the user's first; the
+    # traceback itself keeps every frame.
+    assert failure.folded_traceback is not None
+    assert str(failure.__cause__) == "\n" + failure.folded_traceback.rstrip("\n")
+    assert "/trio_durable/" in (failure.traceback or "")
+    assert "/trio_durable/" not in failure.folded_traceback
+    folded_lines = failure.folded_traceback.splitlines()
+    assert folded_lines[0] == "Traceback (most recent call last):"
+    assert re.fullmatch(r"  \[\d+ trio-durable frames? folded\]", folded_lines[1])
+    assert folded_lines[2].endswith(", in lookup")
     # One WARNING line per failed attempt (its traceback is in the history;
     # the log shows it at DEBUG only), one ERROR for the run (with its
     # traceback).
@@ -145,6 +156,8 @@ async def test_a_local_step_failure_records_type_step_and_traceback_on_each_atte
         "run 'r' (workflow 'needs_lookup') failed in step 'lookup': 'missing'\nTraceback"
     )
     assert "KeyError: 'missing'" in logged.getMessage()
+    assert "/trio_durable/" not in logged.getMessage()
+    assert "trio-durable frames folded]" in logged.getMessage()
 
 
 async def test_a_remote_step_failure_keeps_type_and_traceback_across_the_broker(
@@ -194,14 +207,18 @@ async def test_a_failed_attempt_logs_its_exception_at_debug(
             with pytest.raises(td.RunFailed):
                 await engine.result(run.id)
     failed = [r for r in _records(caplog, logging.WARNING) if " failed " in r.getMessage()]
-    # Both runs' attempts, each with its exception (the two runs interleave).
-    assert sorted(type(r.exc_info[1]).__name__ for r in failed if r.exc_info) == [
-        "KeyError",
-        "KeyError",
-        "RuntimeError",
-        "RuntimeError",
-    ]
+    # Both runs' attempts, each with its traceback under its line (the two
+    # runs interleave), trio-durable's own frames folded so that the step's
+    # frame comes right after the header.
     assert len(failed) == 4
+    assert [r.exc_info for r in failed] == [None] * 4
+    raised = sorted(r.getMessage().splitlines()[-1] for r in failed)
+    assert raised == ["KeyError: 'missing'"] * 2 + ["RuntimeError: remote 4"] * 2
+    for record in failed:
+        _, header, folded, user, *_ = record.getMessage().splitlines()
+        assert header == "Traceback (most recent call last):"
+        assert re.fullmatch(r"  \[\d+ trio-durable frames? folded\]", folded)
+        assert user.endswith(("in lookup", "in remote_boom"))
 
 
 async def test_a_step_failure_replayed_from_its_record_keeps_its_traceback(

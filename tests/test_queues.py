@@ -411,3 +411,16 @@ async def test_a_step_sent_again_after_a_retry_asks_its_queue_for_a_slot_again(
         assert peak[0] == 1
         [cp] = await engine.store.get_checkpoints("p.child.1")
         assert (cp.status, cp.attempts, cp.error) == ("completed", 2, None)
+
+
+def test_a_history_entry_names_the_queue_a_step_waits_in() -> None:
+    def entry(mark: td.Mark) -> td.HistoryEntry:
+        return td.HistoryEntry.of(
+            td.Checkpoint(run_id="r", seq=1, name="s", kind="remote", mark=mark)
+        )
+
+    said = "waiting for a slot of queue 'mail'"
+    assert entry(td.Mark("queued", said, {"queue": "mail"})).queue == "mail"
+    # A mark written before marks carried the queue names it in its message.
+    assert entry(td.Mark("queued", said)).queue == "mail"
+    assert entry(td.Mark("blocked", said)).queue is None

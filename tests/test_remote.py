@@ -856,6 +856,7 @@ async def test_retries_follow_the_steps_policy_with_exact_backoff(
         assert await engine.result(run.id) == "ok after 4"
         # Attempt k fails at t_fail; attempt k+1 goes out at t_fail + 2 * 2**(k-1).
         assert trio.current_time() == 18
+        [entry] = (await engine.history("r")).entries
     tasks = tasks_of(sent)
     assert [(s.at, s.task().attempt) for s in tasks] == [(0, 1), (3, 2), (8, 3), (17, 4)]
     # Each retry's checkpoint was pending with the attempt it carries.
@@ -872,6 +873,18 @@ async def test_retries_follow_the_steps_policy_with_exact_backoff(
     assert cp.attempts == 4
     assert [e.message for e in cp.errors] == ["flaky call 1", "flaky call 2", "flaky call 3"]
     assert [t for name, _, t in calls if name == "flaky"] == [0, 3, 8, 17]
+    # Each failed attempt keeps when the worker ran it (a second each); the
+    # last attempt's times are the checkpoint's own: sent at 17, settled at 18.
+    assert [(e.started_at, e.finished_at) for e in cp.errors] == [
+        (WALL_START + t, WALL_START + t + 1) for t in (0, 3, 8)
+    ]
+    assert [(a.number, a.status, a.duration) for a in entry.attempt_log] == [
+        (1, "failed", 1.0),
+        (2, "failed", 1.0),
+        (3, "failed", 1.0),
+        (4, "completed", 1.0),
+    ]
+    assert entry.attempt_log[-1].started_at == WALL_START + 17
 
 
 async def test_exhausted_retries_raise_remote_step_error_in_the_body(

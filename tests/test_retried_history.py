@@ -170,7 +170,14 @@ async def test_a_retried_run_keeps_the_failure_that_made_it_retried(
     assert all(e.traceback and "_fail(card)" in e.traceback for e in entry.errors)
     assert entry.error is not None
     assert entry.error.message == "card visa declined"
-    assert (entry.started_at, entry.finished_at) == (WALL_START, WALL_START + 1.0)
+    assert (entry.enqueued_at, entry.finished_at) == (WALL_START, WALL_START + 1.0)
+    # Each attempt with its times: the first at 0 s, the second after 1 s
+    # of backoff (the last attempt's start is the entry's own).
+    assert entry.started_at == WALL_START + 1.0
+    assert [(a.number, a.status, a.started_at, a.finished_at) for a in entry.attempt_log] == [
+        (1, "failed", WALL_START, WALL_START),
+        (2, "failed", WALL_START + 1.0, WALL_START + 1.0),
+    ]
     assert [e.seq for e in before.entries if e.status == "failed"] == [2]
 
 

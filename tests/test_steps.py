@@ -187,9 +187,17 @@ async def test_backoff_doubles_from_backoff_and_is_capped(
     assert [e.message for e in cp.errors] == ["no 3"] * 5
     assert [e.type for e in cp.errors] == ["ValueError"] * 5
     assert cp.error == cp.errors[-1]
+    assert cp.enqueued_at is not None
     assert cp.started_at is not None
     assert cp.finished_at is not None
-    assert cp.finished_at - cp.started_at == pytest.approx(16.0)
+    assert cp.finished_at - cp.enqueued_at == pytest.approx(16.0)
+    # Each attempt's times are on its error; the checkpoint's start is the
+    # last attempt's.
+    assert [e.started_at - cp.enqueued_at for e in cp.errors if e.started_at] == [
+        pytest.approx(t) for t in (0.0, 2.0, 6.0, 11.0, 16.0)
+    ]
+    assert [e.duration for e in cp.errors] == [0.0] * 5
+    assert cp.started_at == cp.errors[-1].started_at
     step_events = [(e.kind, e.data["attempt"]) for e in received if e.kind.startswith("step.")]
     assert step_events == [
         (kind, attempt) for attempt in range(1, 6) for kind in ("step.started", "step.failed")

@@ -106,6 +106,7 @@ from ._kernel._fleet import Disagreement as Disagreement
 from ._kernel._fleet import Fleet as Fleet
 from ._kernel._options import ConsoleOptions as ConsoleOptions
 from ._kernel._runtime import EngineStatistics as EngineStatistics
+from ._kernel._views import AttemptEntry as AttemptEntry
 from ._kernel._views import FanPage as FanPage
 from ._kernel._views import FanStats as FanStats
 from ._kernel._views import HistoryEntry as HistoryEntry
@@ -130,6 +131,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AesGcmCodec",
     "App",
+    "AttemptEntry",
     "BlobCorrupted",
     "BlobInfo",
     "BlobNotFound",

@@ -13,6 +13,8 @@ from typing import Any, final
 
 import attrs
 
+from ._frames import folded_text
+
 JSON = Any
 """A value that `json.dumps` accepts (dicts, lists, strings, numbers, bools, None)."""
 
@@ -165,7 +167,9 @@ class RunFailed(TrioDurableError):
       step: The step whose failure failed the run, or None (the body itself
         raised, or the run was cancelled).
       traceback: The traceback recorded with the run's error (cut to the
-        engine's ``traceback_limit``), or None.
+        engine's ``traceback_limit``), or None. `folded_traceback` is the
+        same with trio-durable's own frames folded; an uncaught `RunFailed`
+        prints that one (its ``__cause__``'s message).
     """
 
     def __init__(
@@ -185,6 +189,14 @@ class RunFailed(TrioDurableError):
         self.details = details
         self.step = step
         self.traceback = traceback
+
+    @property
+    def folded_traceback(self) -> str | None:
+        """`traceback` with each run of trio-durable's own frames (and its
+        adapters') folded into one line, so that your code's frames are
+        what you read first; None without a traceback. `traceback` keeps
+        every frame."""
+        return None if self.traceback is None else folded_text(self.traceback)
 
 
 @final
@@ -209,8 +221,9 @@ class RecordedTraceback(Exception):
         self.traceback = traceback
 
     def __str__(self) -> str:
-        # On a line of its own, so the traceback reads as it was printed.
-        return "\n" + self.traceback.rstrip("\n")
+        # On a line of its own, so the traceback reads as it was printed;
+        # with trio-durable's own frames folded (``traceback`` keeps them).
+        return "\n" + folded_text(self.traceback.rstrip("\n"))
 
 
 @final

@@ -9,10 +9,13 @@ exception the body saw the first time (`StepFailed`, `RemoteStepError`).
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import traceback as _traceback
 from typing import Any, Final
 
 from ._exceptions import FatalError, RemoteStepError, RunFailed, StepFailed
+from ._frames import folded_text
 from ._nesting import nesting_exceeds
 from ._records import Checkpoint, ErrorInfo, bound_traceback
 
@@ -85,6 +88,18 @@ def format_traceback(exc: BaseException, limit: int) -> str | None:
             + text
         )
     return bound_traceback(text, limit)
+
+
+def logged_traceback(logger: logging.Logger, exc: BaseException) -> str:
+    """What the log line of a failed attempt adds after its message: nothing,
+    unless ``logger`` logs DEBUG; then, on lines of their own, ``exc``'s
+    traceback (see `format_traceback`) with trio-durable's own frames
+    folded, so that the user's frames are what a reader meets first (the
+    history keeps every frame, within the ``traceback_limit``)."""
+    if not logger.isEnabledFor(logging.DEBUG):
+        return ""
+    text = format_traceback(exc, sys.maxsize) or ""
+    return "\n" + folded_text(text.rstrip("\n"))
 
 
 def retryable(exc: BaseException) -> bool:

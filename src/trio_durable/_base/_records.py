@@ -9,6 +9,7 @@ as read from the engine's `Clock`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any, Final, Literal, final
 
@@ -76,6 +77,14 @@ class ErrorInfo:
         describes (``"encrypted with k1"``) and ``details`` and
         ``traceback`` leave out. None for an error in the clear. Kept apart
         from the details, so that no details of a user's can pass for it.
+      started_at: For the error of one attempt of a step: when that attempt
+        started (durable time; for a remote step, when the worker started
+        it, by the worker's clock, or when the engine sent it, for an
+        attempt no worker answered). None for an error that is no
+        attempt's (a run's), and in rows written before attempts had times.
+      finished_at: When that attempt ended (the worker's or the engine's
+        durable time, as ``started_at``), or None likewise. Neither takes
+        part in comparing errors (``==``).
     """
 
     message: str
@@ -85,6 +94,15 @@ class ErrorInfo:
     step: str | None = None
     traceback: str | None = attrs.field(default=None, eq=False)
     sealed: str | None = None
+    started_at: float | None = attrs.field(default=None, eq=False)
+    finished_at: float | None = attrs.field(default=None, eq=False)
+
+    @property
+    def duration(self) -> float | None:
+        """How long the attempt took, if both of its times are known."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return max(0.0, self.finished_at - self.started_at)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"message": self.message}
@@ -100,6 +118,10 @@ class ErrorInfo:
             data["traceback"] = self.traceback
         if self.sealed is not None:
             data["sealed"] = self.sealed
+        if self.started_at is not None:
+            data["started_at"] = self.started_at
+        if self.finished_at is not None:
+            data["finished_at"] = self.finished_at
         return data
 
     @classmethod
@@ -113,7 +135,18 @@ class ErrorInfo:
             step=data.get("step"),
             traceback=data.get("traceback"),
             sealed=data.get("sealed"),
+            started_at=_time_or_none(data.get("started_at")),
+            finished_at=_time_or_none(data.get("finished_at")),
         )
+
+
+def _time_or_none(value: Any) -> float | None:
+    # A time only if it is a number: an attempt's times are for people, and
+    # a row (or a message) that holds something else for one reads as
+    # holding none, rather than failing to read.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 @final
@@ -300,7 +333,10 @@ class Checkpoint:
         ``settled``).
       wake_at: When a timer (or a signal's timeout) is due (durable time).
       enqueued_at: When the operation was recorded.
-      started_at: When its first attempt started.
+      started_at: When its last attempt started (a remote step's: when it
+        was sent; None while it waits to be sent again). The attempts before
+        keep their times on their errors (`ErrorInfo.started_at`). A local
+        step recorded before attempts had times holds its first attempt's.
       finished_at: When it settled.
       executions: The execution ids of the dispatches of a remote step (or
         of a remote workflow's decision task) since the checkpoint was

@@ -162,7 +162,9 @@ def _at(origin: float, start: float | None, end: float | None) -> tuple[str | No
     return at, took
 
 
-def _entry_row(entry: HistoryEntry, origin: float, now: float) -> list[Any]:
+def _entry_row(
+    entry: HistoryEntry, origin: float, now: float, position: int | None = None
+) -> list[Any]:
     error = error_text(entry.error)
     if error is None and entry.errors:
         # Failed attempts before the one that succeeded.
@@ -175,24 +177,38 @@ def _entry_row(entry: HistoryEntry, origin: float, now: float) -> list[Any]:
             stands = f"out {span(max(0.0, now - entry.started_at))} on {entry.out_on}"
         else:
             stands = entry.waiting
+        if stands is not None and position is not None:
+            stands += f": queued at position {position}"
         if stands is not None:
             error = stands if error is None else f"{stands}; {error}"
     name = entry.name
     if entry.parallel_size and entry.parallel_group is not None:
         # A fan member: its place in the fan (which starts at parallel_group).
         name = f"{name} [{entry.seq - entry.parallel_group + 1} of {entry.parallel_size}]"
-    at, took = _at(origin, entry.started_at or entry.enqueued_at, entry.finished_at)
+    # From when it was recorded: a retried step's last attempt began later.
+    began = entry.enqueued_at if entry.enqueued_at is not None else entry.started_at
+    at, took = _at(origin, began, entry.finished_at)
     return [
         entry.seq,
         entry.kind,
         name,
         "paused" if entry.paused else entry.status,
-        entry.attempts,
+        _attempts_cell(entry),
         at,
         took,
         entry.child_id or (f"wakes {when(entry.wake_at)}" if entry.wake_at else None),
         error,
     ]
+
+
+def _attempts_cell(entry: HistoryEntry) -> int | str:
+    """How many attempts ran, and, for a step that failed at least once,
+    how long each took (``?`` where a row written before attempts had
+    times does not say)."""
+    if not entry.errors or not entry.attempt_log:
+        return entry.attempts
+    took = ", ".join("?" if a.duration is None else span(a.duration) for a in entry.attempt_log)
+    return f"{entry.attempts} ({took})"
 
 
 _ENTRY_COLUMNS: Final = (
@@ -301,13 +317,19 @@ def _tracebacks(kept: RetriedHistory) -> list[str]:
     return shown
 
 
-def detail_tables(detail: RunDetail, now: float) -> list[RenderableType | str]:
+def detail_tables(
+    detail: RunDetail, now: float, positions: Mapping[int, int] | None = None
+) -> list[RenderableType | str]:
     """A run's detail: its fields, the timeline with wide fans folded, the
     fans' statistics, its children and handlers; how long pending steps
-    have been out, as of ``now``."""
+    have been out, as of ``now``, and the place in its queue's line of each
+    step that waits in one (``positions``, by seq)."""
     origin = detail.run.created_at
+    places = positions or {}
     rows = [
-        _fan_row(item, origin) if isinstance(item, FanStats) else _entry_row(item, origin, now)
+        _fan_row(item, origin)
+        if isinstance(item, FanStats)
+        else _entry_row(item, origin, now, places.get(item.seq))
         for item in detail.timeline
     ]
     sections: list[RenderableType | str] = [

@@ -34,7 +34,7 @@ from .._base._exceptions import RunFailed
 from .._base._records import TERMINAL_STATUSES, Run
 from .._front._app import App
 from .._front._client import Client, open_client
-from .._kernel._views import FanPage, Retention
+from .._kernel._views import FanPage, HistoryEntry, Retention, RunDetail
 from .._stores._blob_store import with_blobs_from_env
 from .._stores._versions import has_schema_versions, schema_version
 from ._apps import load_app
@@ -204,13 +204,11 @@ def show_command(
     if fan is None:
         if offset or failed or limit != 100:
             raise click.UsageError("--offset, --limit and --failed page a fan: give --fan too")
-        detail, now = with_client(
-            store, lambda c: read_at_now(c, c.run_detail(run_id, namespace=namespace))
-        )
+        detail, positions, now = with_client(store, lambda c: _read_detail(c, run_id, namespace))
         if as_json:
             print_json(document(detail))
         else:
-            print_tables(*detail_tables(detail, now))
+            print_tables(*detail_tables(detail, now, positions))
         return
 
     async def read_page(client: Client) -> tuple[FanPage, Run, float]:
@@ -224,6 +222,21 @@ def show_command(
         print_json(document(page))
     else:
         print_tables(*fan_page_tables(page, run.created_at, now, failed=failed))
+
+
+async def _read_detail(
+    client: Client, run_id: str, namespace: str | None
+) -> tuple[RunDetail, dict[int, int], float]:
+    """A run's detail, the places of its steps that wait in a queue's line,
+    and the client's durable time once it had read them."""
+    detail = await client.run_detail(run_id, namespace=namespace)
+    positions: dict[int, int] = {}
+    for entry in detail.timeline:
+        if isinstance(entry, HistoryEntry) and entry.queue is not None:
+            place = await client.queue_position(entry.queue, detail.run.id, entry.seq)
+            if place is not None:
+                positions[entry.seq] = place
+    return detail, positions, client.clock.now()
 
 
 async def read_at_now(client: Client, reading: Awaitable[T]) -> tuple[T, float]:

@@ -20,9 +20,9 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from .._base._frames import fold_traceback
 from .._base._search_values import search_terms
 from .._kernel._views import FanStats, span
-from ._frames import fold_traceback
 
 FAN_PAGE: Final = 50
 """Members per page of a fan on a run's page."""

@@ -12,7 +12,6 @@ remote step waits) and the flow-control queues' depths.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -44,8 +43,9 @@ STREAM_TAIL: Final = 50
 """The most values of a run's stream its page shows: the last ones."""
 
 _HANDLER: Final = ".onError."
-_QUEUE_NAME: Final = re.compile(r"queue '([^']*)'")
-"""The queue a ``queued`` mark's message names (``waiting for a slot of queue 'q'``)."""
+POSITIONS_READ: Final = 50
+"""The most places in queues' lines one page reads (one count each); the
+reasons of pending steps past them give the queue's depth alone."""
 
 
 def _source(request: Request) -> ConsoleSource:
@@ -144,10 +144,15 @@ async def _live_groups(source: ConsoleSource) -> set[str] | None:
 
 
 def reason(
-    entry: HistoryEntry, cp: Checkpoint | None, live: set[str] | None, queues: dict[str, QueueDepth]
+    entry: HistoryEntry,
+    cp: Checkpoint | None,
+    live: set[str] | None,
+    queues: dict[str, QueueDepth],
+    position: int | None = None,
 ) -> tuple[str, float | None] | None:
     """Why a pending operation waits, in words, and until when if that is
-    known; None for one that does not wait."""
+    known; None for one that does not wait. ``position`` is its place in
+    its queue's line, if it waits in one and that was read."""
     if entry.status not in ("pending", "running"):
         return None
     code = None if cp is None or cp.mark is None else cp.mark.code
@@ -156,11 +161,15 @@ def reason(
     if code == "rate_limited":
         return entry.waiting or "rate-limited", entry.wake_at
     if code == "queued" and entry.waiting:
-        named = _QUEUE_NAME.search(entry.waiting)
-        depth = None if named is None else queues.get(named.group(1))
+        depth = None if entry.queue is None else queues.get(entry.queue)
+        said = entry.waiting
+        if position is not None:
+            said += f": queued at position {position}"
+            if depth is not None:
+                said += f" of {depth.waiting}"
         if depth is None:
-            return entry.waiting, None
-        return f"{entry.waiting} ({depth.waiting} waiting, {depth.admitted} admitted)", None
+            return said, None
+        return f"{said} ({depth.waiting} waiting, {depth.admitted} admitted)", None
     if code == "blocked":
         return f"blocked: {entry.waiting}", entry.wake_at
     if entry.waiting:
@@ -241,6 +250,10 @@ async def run_page(request: Request) -> Response:
     pending = [e for e in [*entries, *members] if e.status in ("pending", "running")]
     live = await _live_groups(source) if pending else None
     queues = {d.queue: d for d in await source.store.queue_depths()} if pending else {}
+    positions: dict[int, int | None] = {}
+    for entry in [e for e in pending if e.queue is not None][:POSITIONS_READ]:
+        assert entry.queue is not None
+        positions[entry.seq] = await source.store.queue_position(entry.queue, run.id, entry.seq)
     now = source.clock.now()
     handles = run.id.rpartition(_HANDLER)[0] if _HANDLER in run.id else None
     return page_response(
@@ -253,7 +266,9 @@ async def run_page(request: Request) -> Response:
         run_input=payload(run.input),
         run_output=payload(run.output),
         payloads={seq: (payload(cp.input), payload(cp.output)) for seq, cp in stored.items()},
-        reasons={e.seq: reason(e, stored.get(e.seq), live, queues) for e in pending},
+        reasons={
+            e.seq: reason(e, stored.get(e.seq), live, queues, positions.get(e.seq)) for e in pending
+        },
         actions=actions(run, detail),
         chart=chart(run, detail.timeline, now),
         ancestors=list(reversed(lineage(run.id)[1:])),

@@ -4,7 +4,8 @@ inline SVG by the template from the layout this module computes.
 One row per operation of the timeline (a wide fan is one row, its bar cut
 into its members' statuses), a bar from when the operation was recorded
 (or its first attempt started) to when it settled, or to now while it is
-pending; the run's own bar above them. x runs over `WIDTH` units of the
+pending, with a step's attempts drawn on it where their times are known;
+the run's own bar above them. x runs over `WIDTH` units of the
 SVG's view box, which the page stretches to its width.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from .._base._records import TERMINAL_STATUSES, Run
-from .._kernel._views import FanStats, HistoryEntry
+from .._kernel._views import AttemptEntry, FanStats, HistoryEntry
 from ._render import duration, segments, when
 
 WIDTH: Final = 1000.0
@@ -48,11 +49,29 @@ def _label(item: HistoryEntry | FanStats) -> str:
     return f"{item.seq} {item.name}{attempts}"
 
 
+def _attempts(entry: HistoryEntry) -> list[tuple[AttemptEntry, str]]:
+    """The attempts of a step that the chart draws (those whose start is
+    known), each with its tooltip."""
+    drawn = []
+    for attempt in entry.attempt_log:
+        if attempt.started_at is None:
+            continue
+        took = attempt.duration
+        said = f"attempt {attempt.number} ({attempt.status})"
+        said += f", started {when(attempt.started_at)}"
+        if took is not None:
+            said += f", took {duration(took)}"
+        if attempt.error is not None:
+            said += f": {attempt.error.message}"
+        drawn.append((attempt, said))
+    return drawn
+
+
 def chart(run: Run, timeline: Sequence[HistoryEntry | FanStats], now: float) -> dict[str, Any]:
     """The chart's layout: its height, the axis's ticks ``(x, label)``, the
     run's bar and a row per operation (``y``, ``label``, ``x``, ``w``,
-    ``status``, ``title``, and for a fan its ``segments`` as ``(status, x,
-    w, count)``)."""
+    ``status``, ``title``, for a fan its ``segments`` as ``(status, x, w,
+    count)``, and for a step its ``attempts`` as ``(status, x, w, title)``)."""
     start = run.created_at
     ended = run.status in TERMINAL_STATUSES
     end = run.updated_at if ended else now
@@ -81,6 +100,7 @@ def chart(run: Run, timeline: Sequence[HistoryEntry | FanStats], now: float) -> 
             "w": w,
             "took": took,
             "segments": [],
+            "attempts": [],
         }
         if isinstance(item, FanStats):
             row["status"] = "fan"
@@ -94,6 +114,10 @@ def chart(run: Run, timeline: Sequence[HistoryEntry | FanStats], now: float) -> 
             row["title"] = f"fan of {item.size} {item.name}: {counts}"
         else:
             row["status"] = item.status
+            row["attempts"] = [
+                (attempt.status, *bar(attempt.started_at, attempt.finished_at or now), title)
+                for attempt, title in _attempts(item)
+            ]
             row["title"] = (
                 f"{item.kind} {item.name} ({item.status}), recorded {when(item.enqueued_at)}"
                 f", started {when(item.started_at)}, settled {when(item.finished_at)}"

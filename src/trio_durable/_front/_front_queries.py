@@ -204,3 +204,11 @@ class RunQueries(FrontPart):
         in the store (a queue with neither is left out; its limit is the
         app's, `App.queue`)."""
         return await self._query_store().queue_depths()
+
+    async def queue_position(self, queue: str, run_id: str, seq: int) -> int | None:
+        """Where the step at ``seq`` of ``run_id`` stands in the line of the
+        flow-control queue ``queue`` (a `HistoryEntry`'s ``queue``): 1 for
+        the next one a released slot lets in, in the order releases let
+        waiters in (priority, then arrival); None if it does not wait in
+        that line. One count over the store's index of the line."""
+        return await self._query_store().queue_position(queue, run_id, seq)

@@ -26,7 +26,7 @@ from .._base import _serde
 from .._base._clock import Clock
 from .._base._current import StepInfo, call_step
 from .._base._exceptions import FatalError, SerializationError, UnknownWorkflowError
-from .._base._failures import error_info
+from .._base._failures import error_info, logged_traceback
 from .._base._keyring import Keyring
 from .._base._observe import Metrics
 from .._base._records import DEFAULT_NAMESPACE, DEFAULT_TRACEBACK_LIMIT
@@ -431,7 +431,7 @@ class Worker:
                 getattr(exc, "retryable", True) is not False
             )
             logger.warning(
-                "step %r of run %r failed on worker %s (attempt %d%s): %s",
+                "step %r of run %r failed on worker %s (attempt %d%s): %s%s",
                 step.name,
                 task.run_id,
                 self.instance_id,
@@ -439,8 +439,8 @@ class Worker:
                 "" if retryable else ", not retryable",
                 info.message,
                 # The traceback travels in the result, to the history; the
-                # log shows it only when asked for everything.
-                exc_info=exc if logger.isEnabledFor(logging.DEBUG) else None,
+                # log shows it (folded) only when asked for everything.
+                logged_traceback(logger, exc),
                 extra={"run_id": task.run_id, "workflow": task.workflow, "step": step.name},
             )
             return result(

@@ -369,6 +369,9 @@ def out_verdict(rt: Runtime, cp: Attempt, now: float) -> ErrorInfo | float | Non
             message=f"attempt {cp.attempts} went out on {broker}, which kept nothing"
             " across its process; sent again",
             code=LOST_WITH_BROKER,
+            # The attempt's times, as this engine knows them: sent, given up.
+            started_at=cp.started_at,
+            finished_at=now,
         )
     policy = rt.options.remote_redispatch
     if policy is None:
@@ -376,4 +379,9 @@ def out_verdict(rt: Runtime, cp: Attempt, now: float) -> ErrorInfo | float | Non
     deadline = cp.started_at + policy[0]
     if deadline > now:
         return deadline
-    return ErrorInfo(message=f"no result within {policy[0]} s; dispatched again", code=REDISPATCHED)
+    return ErrorInfo(
+        message=f"no result within {policy[0]} s; dispatched again",
+        code=REDISPATCHED,
+        started_at=cp.started_at,
+        finished_at=now,
+    )

@@ -21,6 +21,7 @@ import trio
 from .._base import _serde
 from .._base._exceptions import LeaseLostError, NonDeterminismError, StoreError
 from .._base._failures import error_info
+from .._base._frames import folded_text
 from .._base._on_error import RETIRED_PREFIX
 from .._base._records import (
     ACTIVE_STATUSES,
@@ -516,7 +517,8 @@ def _log_failed_run(run: Run, status: RunStatus, error: ErrorInfo) -> None:
         "failed" if status == "failed" else "is dead",
         "" if error.step is None else f" in step {error.step!r}",
         error.message,
-        "" if error.traceback is None else "\n" + error.traceback.rstrip("\n"),
+        # trio-durable's own frames folded: the history keeps every frame.
+        "" if error.traceback is None else "\n" + folded_text(error.traceback.rstrip("\n")),
         extra={"run_id": run.id, "workflow": run.workflow, "step": error.step},
     )
 

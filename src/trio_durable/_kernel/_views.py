@@ -11,6 +11,7 @@ outputs) stay in the store: a history says what happened, not with what.
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Mapping
 from typing import Any, Final, final
 
@@ -18,7 +19,15 @@ import attrs
 
 from .._base._bounds import is_finite
 from .._base._exceptions import UsageError
-from .._base._records import Checkpoint, CheckpointKind, CheckpointStatus, ErrorInfo, Run, RunStatus
+from .._base._records import (
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStatus,
+    ErrorInfo,
+    Mark,
+    Run,
+    RunStatus,
+)
 from .._payloads._stored_payloads import sealed_for_people, shown_error
 
 FOLD_WIDTH: Final = 20
@@ -52,6 +61,71 @@ class RunPage:
 
 @final
 @attrs.define(frozen=True, kw_only=True)
+class AttemptEntry:
+    """One attempt of a step, as its run's history shows it
+    (`HistoryEntry.attempt_log`).
+
+    Attributes:
+      number: The attempt's number, from 1.
+      status: ``failed``, ``completed``, or ``pending`` while it is out.
+      started_at: When it started (durable time): for a remote step, when
+        the worker started it (by the worker's clock), or, for the last
+        attempt and one no worker answered, when it was sent. None where
+        unknown: in a step recorded before attempts had times.
+      finished_at: When it ended, or None (unknown, or still out).
+      error: Its error, if it failed, else None.
+    """
+
+    number: int
+    status: CheckpointStatus
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: ErrorInfo | None = None
+
+    @property
+    def duration(self) -> float | None:
+        """How long it took, if both of its times are known."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return max(0.0, self.finished_at - self.started_at)
+
+
+def attempt_log(cp: Checkpoint, errors: tuple[ErrorInfo, ...]) -> tuple[AttemptEntry, ...]:
+    """The attempts of a local or remote step (none for another kind of
+    operation): one per error in ``errors`` (the step's, its final one
+    included), then the attempt that succeeded or is out, whose times are
+    the checkpoint's own (its ``started_at`` is its last attempt's)."""
+    if cp.kind not in ("local", "remote"):
+        return ()
+    log = [
+        AttemptEntry(
+            number=index,
+            status="failed",
+            started_at=error.started_at,
+            finished_at=error.finished_at,
+            error=error,
+        )
+        for index, error in enumerate(errors, start=1)
+    ]
+    if cp.status == "completed" or (cp.status != "failed" and cp.started_at is not None):
+        started_at = cp.started_at
+        if cp.kind == "local" and errors and errors[-1].started_at is None:
+            # Recorded before attempts had times: a local step's start was
+            # then its first attempt's, not its last one's.
+            started_at = None
+        log.append(
+            AttemptEntry(
+                number=len(log) + 1,
+                status="completed" if cp.status == "completed" else "pending",
+                started_at=started_at,
+                finished_at=cp.finished_at if cp.status == "completed" else None,
+            )
+        )
+    return tuple(log)
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
 class HistoryEntry:
     """One durable operation of a run, as its history shows it.
 
@@ -69,7 +143,9 @@ class HistoryEntry:
       parallel_group: The first seq of the fan it belongs to, if any.
       parallel_size: That fan's size.
       enqueued_at: When it was recorded.
-      started_at: When its first attempt started.
+      started_at: When its last attempt started (for a step that is not
+        out, but waits to be sent again: None). Rows written before steps
+        recorded attempt times hold a local step's first attempt's start.
       finished_at: When it settled.
       wake_at: When a timer, a signal's timeout or a retry is due.
       paused: Whether the run is paused at a breakpoint before this step
@@ -82,6 +158,11 @@ class HistoryEntry:
         words (a slot of a flow-control queue, a live worker that can take
         it, the broker after a refused send, its place in a fan's
         window...), else None.
+      attempt_log: A step's attempts, each with its times and error (see
+        `AttemptEntry`); empty for other operations.
+      queue: For a pending step that waits in the line of a flow-control
+        queue: the queue's name (`Engine.queue_position` tells its place),
+        else None.
     """
 
     seq: int
@@ -102,6 +183,8 @@ class HistoryEntry:
     paused: bool = False
     out_on: str | None = None
     waiting: str | None = None
+    attempt_log: tuple[AttemptEntry, ...] = ()
+    queue: str | None = None
 
     @classmethod
     def of(cls, cp: Checkpoint) -> HistoryEntry:
@@ -142,7 +225,25 @@ class HistoryEntry:
                 if mark is not None and not out and mark.code not in ("out", "paused")
                 else None
             ),
+            attempt_log=attempt_log(cp, errors),
+            queue=_queue_of(mark),
         )
+
+
+_QUEUE_NAMED: Final = re.compile(r"^waiting for a slot of queue '([^']*)'$")
+"""How a ``queued`` mark's message names its queue: the only place marks
+written before they carried the queue in their details name it."""
+
+
+def _queue_of(mark: Mark | None) -> str | None:
+    """The flow-control queue in whose line a pending step waits, from its
+    mark (`_ops.QUEUED`; this module imports no store part)."""
+    if mark is None or mark.code != "queued":
+        return None
+    if isinstance(mark.details, dict) and isinstance(mark.details.get("queue"), str):
+        return str(mark.details["queue"])
+    named = _QUEUE_NAMED.match(mark.message)
+    return None if named is None else named.group(1)
 
 
 @final

@@ -214,6 +214,15 @@ class Store(Protocol):
         line, by name: how many hold one, how many wait."""
         ...
 
+    async def queue_position(self, queue: str, run_id: str, seq: int) -> int | None:
+        """Where the step at ``seq`` of ``run_id`` stands in the line of the
+        flow-control queue ``queue``, in the order a release lets waiters in
+        (highest priority first, then first come, first served): 1 for the
+        next one; None if it does not wait in that line (it holds a slot,
+        was let in or never queued). A count of the waiters ahead of it
+        over the line's index, not a read of the line."""
+        ...
+
     async def run_stamp(self, run_id: str) -> RunStamp | None:
         """The run's state columns with an aggregate of its checkpoints, in
         one read that reads no payload (no input, output or error), or None

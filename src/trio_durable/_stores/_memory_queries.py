@@ -111,6 +111,15 @@ class MemoryQueries:
             for name in sorted(self._holders.keys() | self._waiting.keys())
         ]
 
+    async def queue_position(self, queue: str, run_id: str, seq: int) -> int | None:
+        await self._enter()
+        # The line is kept in admission order: a walk of a tuple in memory,
+        # as admission's own.
+        for place, entry in enumerate(self._waiting.get(queue, ()), start=1):
+            if (entry[3], entry[4]) == (run_id, seq):
+                return place
+        return None
+
     async def run_stamp(self, run_id: str) -> RunStamp | None:
         await self._enter()
         run = self._runs.get(run_id)

@@ -108,6 +108,19 @@ _QUEUE_DEPTHS = """
     ) AS depths GROUP BY queue ORDER BY queue
 """
 
+_QUEUE_POSITION = """
+    SELECT 1
+        + (SELECT COUNT(*) FROM queue_waiters a
+           WHERE a.queue = w.queue AND a.priority > w.priority)
+        + (SELECT COUNT(*) FROM queue_waiters a
+           WHERE a.queue = w.queue AND a.priority = w.priority AND (a.at, a.id) < (w.at, w.id))
+    FROM queue_waiters w WHERE w.queue = {p} AND w.run_id = {p} AND w.seq = {p}
+"""
+"""A waiter's place in its queue's line, in the order of release
+(``priority DESC, at, id``): the waiters ahead of it counted as two
+ranges of the index ``queue_waiters_line`` (a higher priority; the same
+priority and an earlier ``(at, id)``), never the whole line."""
+
 
 def _where(
     d: Dialect[Any],
@@ -347,6 +360,15 @@ class SQLQueries:
             return [
                 QueueDepth(queue=row[0], admitted=int(row[1]), waiting=int(row[2])) for row in rows
             ], None
+
+        return await self._commit.submit(work, writes=False)
+
+    async def queue_position(self, queue: str, run_id: str, seq: int) -> int | None:
+        statement = _QUEUE_POSITION.format(p=self._dialect.param)
+
+        def work(cur: Any) -> tuple[int | None, None]:
+            row = cur.execute(statement, (queue, run_id, seq)).fetchone()
+            return None if row is None else int(row[0]), None
 
         return await self._commit.submit(work, writes=False)
 

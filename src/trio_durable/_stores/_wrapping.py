@@ -152,6 +152,9 @@ class StoreWrapper(StoreHelpers):
     async def queue_depths(self) -> list[QueueDepth]:
         return await self.inner.queue_depths()
 
+    async def queue_position(self, queue: str, run_id: str, seq: int) -> int | None:
+        return await self.inner.queue_position(queue, run_id, seq)
+
     async def run_stamp(self, run_id: str) -> RunStamp | None:
         return await self.inner.run_stamp(run_id)
 

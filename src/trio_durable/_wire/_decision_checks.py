@@ -87,5 +87,7 @@ def error_field(value: Any) -> ErrorInfo | None:
     for key in ("code", "type", "step", "traceback"):
         if value.get(key) is not None and not isinstance(value[key], str):
             reject(f"an error's {key} must be a string")
+    for key in ("started_at", "finished_at"):
+        number_field(value, key)
     # An error from a worker is in the clear: only a codec store seals one.
     return ErrorInfo.from_json({key: item for key, item in value.items() if key != "sealed"})

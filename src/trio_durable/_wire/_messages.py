@@ -577,4 +577,7 @@ def result_error(result: Result, traceback_limit: int) -> ErrorInfo:
         type=result.error_type,
         step=result.step if result.kind == "step" else None,
         traceback=bound_traceback(result.traceback, traceback_limit),
+        # A result from a worker older than attempt times says 0 for both.
+        started_at=result.started_at or None,
+        finished_at=result.finished_at or None,
     )

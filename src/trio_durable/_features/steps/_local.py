@@ -20,7 +20,7 @@ import trio
 from ..._base import _serde
 from ..._base._current import StepInfo, call_step
 from ..._base._exceptions import SerializationError
-from ..._base._failures import error_info, retryable, step_failure
+from ..._base._failures import error_info, logged_traceback, retryable, step_failure
 from ..._base._records import Checkpoint, CheckpointStatus, ErrorInfo
 from ..._kernel._definitions import Step
 from ..._kernel._replay import Replay, recorded_value
@@ -101,6 +101,7 @@ async def execute(
     errors: list[ErrorInfo] = []
     started_at = clock.now()
     last_exc: BaseException | None = None
+    attempt_started_at = started_at
     extra = {} if undo_of is None else {"compensation": True, "undoes": undo_of}
     attempt = 0
 
@@ -117,8 +118,11 @@ async def execute(
             errors=tuple(errors),
             attempts=attempt,
             compensation=compensation,
+            # The step's first attempt started when it was recorded; the
+            # checkpoint's own start is its last attempt's, as a remote
+            # step's is, and the attempts before keep theirs on their errors.
             enqueued_at=started_at,
-            started_at=started_at,
+            started_at=attempt_started_at,
             finished_at=clock.now(),
         )
         replay.turn.put(cp)
@@ -127,6 +131,8 @@ async def execute(
     for attempt in range(1, retry.attempts + 1):
         replay.emit("step.started", seq, step.name, attempt=attempt, **extra)
         attempt_start = trio.current_time()
+        # The first attempt starts as the step does (one reading of the clock).
+        attempt_started_at = started_at if attempt == 1 else clock.now()
         value: Any = None
         try:
             with rt.tracing.span(f"step {step.name}", _span_attributes(replay, step, seq, attempt)):
@@ -142,10 +148,11 @@ async def execute(
             info = error_info(exc, step=step.name, traceback_limit=rt.options.traceback_limit)
             if isinstance(exc, TimeoutError) and info.code is None:
                 info = attrs.evolve(info, code="timeout")
+            info = attrs.evolve(info, started_at=attempt_started_at, finished_at=clock.now())
             errors.append(info)
             may_retry = retryable(exc) and not isinstance(exc, SerializationError)
             logger.warning(
-                "%s %r of run %r failed (attempt %d of %d%s): %s",
+                "%s %r of run %r failed (attempt %d of %d%s): %s%s",
                 "undo" if undo_of is not None else "step",
                 step.name,
                 run.id,
@@ -154,8 +161,9 @@ async def execute(
                 "" if may_retry and attempt < retry.attempts else ", final",
                 info.message,
                 # The traceback is in the history; the log shows it only
-                # when asked for everything (a retried failure is routine).
-                exc_info=exc if logger.isEnabledFor(logging.DEBUG) else None,
+                # when asked for everything (a retried failure is routine),
+                # trio-durable's own frames folded.
+                logged_traceback(logger, exc),
                 extra={"run_id": run.id, "workflow": run.workflow, "step": step.name},
             )
             replay.emit(

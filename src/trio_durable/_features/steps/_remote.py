@@ -199,7 +199,11 @@ class StepPlanner:
         # told it failed).
         queued = attrs.evolve(
             cp,
-            mark=Mark(code=QUEUED, message=f"waiting for a slot of queue {self.flow.name!r}"),
+            mark=Mark(
+                code=QUEUED,
+                message=f"waiting for a slot of queue {self.flow.name!r}",
+                details={"queue": self.flow.name},
+            ),
             wake_at=next_look(cp.enqueued_at, now, self.rt.options.blocked_recheck),
         )
         ops: list[Op] = [
@@ -375,6 +379,8 @@ class StepPlanner:
         error = ErrorInfo(
             message=f"no result after {redispatches + 1} dispatches of step {cp.name!r}",
             code=LOST,
+            started_at=cp.started_at,
+            finished_at=now,
         )
         store = self.rt.store
         ops: list[Any] = [SettleCheckpoint(cp.run_id, cp.seq, "failed", None, error, now)]
@@ -480,6 +486,8 @@ def resend_on_retry(cp: AttemptT) -> AttemptT | None:
     retried = ErrorInfo(
         message=f"attempt {cp.attempts} was out when its run was retried; sent again",
         code="retried",
+        # When it went out; it never ended, as far as the run knows.
+        started_at=cp.started_at,
     )
     resend = Mark(code=RESEND, message="to be sent again: its run was retried")
     return attrs.evolve(

@@ -23,6 +23,7 @@ import trio
 from ..._stores._base import RunWatch, Store, StoreStatistics, WriteConflict
 from ..._stores._ops import Announce, CreateRun, PutCheckpoint, UpdateRun
 from ._outcomes import CheckResult, run_suite, skip
+from ._store_attempts import ATTEMPTS_CHECKS
 from ._store_checkpoints import CHECKPOINTS_CHECKS
 from ._store_executions import EXECUTIONS_CHECKS
 from ._store_hooks import HOOKS_CHECKS
@@ -202,6 +203,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     check_statistics_are_a_live_store_statistics,
     *RUNS_CHECKS,
     *CHECKPOINTS_CHECKS,
+    *ATTEMPTS_CHECKS,
     *EXECUTIONS_CHECKS,
     *RECORDS_CHECKS,
     *QUEUES_CHECKS,

@@ -336,6 +336,47 @@ async def check_queue_depths_count_holders_and_waiters(factory: StoreFactory | O
         assert await store.queue_depths() == []
 
 
+async def check_queue_position_is_the_place_a_release_lets_a_waiter_in(
+    factory: StoreFactory | OpenStore,
+) -> None:
+    """`Store.queue_position` is a waiter's place in its queue's line, in the
+    order releases let waiters in (priority, then arrival; two that came at
+    the same time, in the order they asked); None for a step that holds a
+    slot or waits in no line of that queue."""
+    async with fresh_store(factory) as store:
+        names = ("holder", "low1", "high1", "mid", "high2", "low2", "low3")
+        keys = [(name, 1) for name in names]
+        await queued_steps(store, *keys)
+        priorities = {"high1": 9, "mid": 4, "high2": 9}
+        # low2 and low3 come at the same time: low2 asked first.
+        times = {"holder": 0.0, "low1": 1.0, "high1": 2.0, "mid": 3.0, "high2": 4.0}
+        await store.apply(
+            [admit(r, priority=priorities.get(r, 0), at=times.get(r, 5.0)) for r, _ in keys]
+        )
+        await store.apply([AdmitToQueue("other", "elsewhere", 1, 0, 0, 0.0)])
+
+        async def line() -> list[str]:
+            places = {r: await store.queue_position("q", r, 1) for r in names}
+            assert places["holder"] is None
+            waiting = sorted((p, r) for r, p in places.items() if p is not None)
+            assert [p for p, _ in waiting] == list(range(1, len(waiting) + 1))
+            return [r for _, r in waiting]
+
+        expected = ["high1", "high2", "mid", "low1", "low2", "low3"]
+        assert await line() == expected
+        assert await store.queue_position("q", "high1", 2) is None
+        assert await store.queue_position("other", "high1", 1) is None
+        assert await store.queue_position("other", "elsewhere", 1) == 1
+        # Each release lets the first in: the rest move up.
+        current = "holder"
+        while expected:
+            await settle(store, current)
+            [[(current, _)]] = await store.apply([release(current)])
+            assert current == expected.pop(0)
+            assert await store.queue_position("q", current, 1) is None
+            assert await line() == expected
+
+
 QUEUES_CHECKS = (
     check_admission_respects_the_limit,
     check_asking_again_while_holding_or_waiting_changes_nothing,
@@ -349,4 +390,5 @@ QUEUES_CHECKS = (
     check_release_drops_waiters_that_no_longer_need_a_slot,
     check_queue_operations_roll_back_with_their_batch,
     check_queue_depths_count_holders_and_waiters,
+    check_queue_position_is_the_place_a_release_lets_a_waiter_in,
 )

@@ -3,9 +3,13 @@ frames of the user's code are what a reader sees first.
 
 A traceback as Python prints it is cut into parts: text (the header, the
 exception lines, the user's frames) and runs of consecutive frames of
-trio-durable's own modules (the core and its broker adapters), which a page
-shows folded under one line. Where the user's code raised, its innermost
-frame, is said first of all.
+trio-durable's own modules (the core and its broker adapters), which the
+console's run page shows folded under one line, and log lines and
+`RunFailed` as one line (`folded_text`). Where the user's code raised, its
+innermost frame, is said first of all on a page.
+
+The whole traceback stays where it is recorded (the history, an error's
+``traceback``); folding is only how it is shown.
 """
 
 from __future__ import annotations
@@ -100,3 +104,17 @@ def fold_traceback(text: str) -> FoldedTraceback:
         parts.append(Part(text="\n".join(plain)))
     flush()
     return FoldedTraceback(parts=tuple(parts), raised_in=raised_in)
+
+
+def folded_text(text: str) -> str:
+    """``text`` as a log line or an exception shows it: each run of
+    trio-durable's own frames as one line that says how many it held
+    (``[3 trio-durable frames folded]``), the rest as printed."""
+    shown = []
+    for part in fold_traceback(text).parts:
+        if part.folded:
+            plural = "s" if part.frames != 1 else ""
+            shown.append(f"  [{part.frames} trio-durable frame{plural} folded]")
+        else:
+            shown.append(part.text)
+    return "\n".join(shown)

@@ -1,10 +1,10 @@
-"""Tracebacks folded for people (`trio_durable._console._frames`): runs of
+"""Tracebacks folded for people (`trio_durable._base._frames`): runs of
 trio-durable's own frames (and its adapters') fold, the user's stay, and
 where the user's code raised is said."""
 
 from __future__ import annotations
 
-from trio_durable._console._frames import fold_traceback
+from trio_durable._base._frames import fold_traceback, folded_text
 
 TRACEBACK = """\
 Traceback (most recent call last):
@@ -50,3 +50,19 @@ def test_a_traceback_of_trio_durable_alone_says_no_user_frame() -> None:
     assert folded.raised_in is None
     assert [part.folded for part in folded.parts] == [False, True, False]
     assert fold_traceback("no traceback at all").parts[0].text == "no traceback at all"
+
+
+def test_folded_text_says_how_many_frames_each_fold_holds() -> None:
+    text = folded_text(TRACEBACK)
+    assert text.splitlines() == [
+        "Traceback (most recent call last):",
+        "  [1 trio-durable frame folded]",
+        '  File "/home/me/shop/flows.py", line 12, in checkout',
+        "    await ctx.step(charge, order)",
+        "  [2 trio-durable frames folded]",
+        '  File "/home/me/shop/payments.py", line 40, in charge',
+        "    raise CardDeclined(order.card)",
+        "shop.payments.CardDeclined: card 4242 declined",
+    ]
+    # Text that is no traceback stays as it is.
+    assert folded_text("no traceback at all") == "no traceback at all"
