@@ -372,7 +372,7 @@ async def test_a_pending_step_says_why_it_waits_and_since_when(
         text = (await http.get("/runs/w-1")).text
         assert 'id="run-status" class="status status-suspended">suspended<' in text
         assert (
-            '<span class="why">no live worker of group nobody: the task waits on the broker</span>'
+            '<span class="why">no live worker of group nobody: the task waits on memory://</span>'
             in text
         )
         assert re.search(r'waiting <time class="ago since" datetime="[^"]+"', text)

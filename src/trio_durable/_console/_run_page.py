@@ -176,7 +176,8 @@ def reason(
         return entry.waiting, None
     if entry.kind == "remote" and entry.group is not None:
         if live is not None and entry.group not in live:
-            return f"no live worker of group {entry.group}: the task waits on the broker", None
+            where = entry.out_on or "the broker"
+            return f"no live worker of group {entry.group}: the task waits on {where}", None
         if entry.out_on:
             return f"sent to group {entry.group} on {entry.out_on}: a worker runs it", None
         return f"to be sent to group {entry.group}", entry.wake_at
