@@ -161,3 +161,82 @@ def test_ctrl_c_in_any_task_exits_130(
     assert main(["runs", "retry", "--code", "missing_file", "--yes"]) == 130
     assert capsys.readouterr().err.splitlines()[-1] == "Aborted."
     assert _dump(copy) == before
+
+
+# -- runs prune with filters -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        (["--status", "completed", "--dry-run"], 0, None),
+        (["--workflow", "approval", "--dry-run", "--json"], 0, None),
+        (["--completed", "1d", "--status", "failed"], 2, "Error: give ages per status (--comp"),
+        (["--dead", "0", "--namespace", "x"], 2, "Error: give ages per status (--dead) or"),
+        (["--completed", "1d", "--dry-run"], 2, "Error: --dry-run, --operation and --namespace"),
+        (["--operation", "x", "--yes"], 2, "Error: --dry-run, --operation and --namespace"),
+        (["--namespace", "default"], 2, "Error: --dry-run, --operation and --namespace"),
+        ([], 2, "Error: give an age for at least one status"),
+        (["--yes"], 2, "Error: give an age for at least one status"),
+        (["--status", "nope"], 2, "Error: Invalid value for '--status': 'nope'"),
+        (["--code", "x", "--batch", "5000"], 2, "Error: Invalid value for '--batch': 5000 runs"),
+        (["--id-prefix", ""], 2, "Error: Invalid value for '--id-prefix'"),
+        (["--created-after", "yesterday"], 2, "Error: Invalid value for '--created-after'"),
+        (["--where", "nope"], 2, "Error: "),
+    ],
+)
+def test_a_prune_dry_run_and_bad_input_write_nothing(
+    copy: Path, args: list[str], status: int, message: str | None
+) -> None:
+    before = _dump(copy)
+    result = invoke(["runs", "prune", *args], env=_env(copy))
+    assert result.exit_code == status, result.output
+    if message is not None:
+        assert one_error_line(result).startswith(message)
+    assert _dump(copy) == before
+
+
+def test_a_prune_dry_run_shows_the_ended_runs_it_would_delete(copy: Path) -> None:
+    result = invoke(["runs", "prune", "--status", "completed", "--dry-run"], env=_env(copy))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("2 runs to prune (operation prune-")
+    assert lines[1] == "first: fan-1 doubled-1"
+    # A run that has not ended is never pruned.
+    result = invoke(
+        ["runs", "prune", "--workflow", "approval", "--dry-run", "--json"], env=_env(copy)
+    )
+    shown = json.loads(result.stdout)
+    assert (shown["action"], shown["matched"], shown["dry_run"]) == ("prune", 0, True)
+
+
+def test_a_declined_prune_changes_nothing(copy: Path) -> None:
+    before = _dump(copy)
+    result = CliRunner(env=_env(copy)).invoke(
+        cli, ["runs", "prune", "--top-level", "--code", "missing_file"], input="n\n"
+    )
+    assert result.exit_code == 1
+    assert "prune 1 runs? [y/N]" in result.stderr
+    assert one_error_line(result) == "Error: nothing changed"
+    assert _dump(copy) == before
+
+
+def test_prune_deletes_the_ended_runs_the_filters_match(copy: Path) -> None:
+    result = CliRunner(env=_env(copy)).invoke(
+        cli, ["runs", "prune", "--status", "completed,failed", "--id-prefix", "d"], input="y\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0].startswith("pruned 1 runs (operation prune-")
+    result = invoke(["runs", "prune", "--code", "missing_file", "--yes", "--json"], env=_env(copy))
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)
+    assert (shown["matched"], shown["acted"], shown["first_ids"]) == (1, 1, ["needs-1"])
+    listed = invoke(["runs", "list", "--json"], env=_env(copy))
+    assert [r["id"] for r in json.loads(listed.stdout)["runs"]] == ["fan-1", "approval-1"]
+    # Run again, it finds nothing left to delete.
+    again = invoke(["runs", "prune", "--code", "missing_file", "--yes", "--json"], env=_env(copy))
+    assert json.loads(again.stdout)["matched"] == 0
+    # Pruning by age is as it was (and takes --yes, which changes nothing).
+    result = invoke(["runs", "prune", "--completed", "0", "--yes", "--json"], env=_env(copy))
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["pruned"] == 1

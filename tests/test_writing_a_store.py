@@ -131,6 +131,7 @@ def test_the_store_sdk_is_pinned() -> None:
         "RemoveSignalWaiter",
         "RescheduleCheckpoint",
         "ResumeStep",
+        "RunDeleter",
         "RunFilter",
         "RunRecord",
         "RunStamp",

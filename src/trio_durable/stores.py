@@ -21,6 +21,7 @@ from ._base._records import StoredValue as StoredValue
 from ._base._records import Webhook as Webhook
 from ._base._run_records import RunRecord as RunRecord
 from ._stores._base import ChangeFeed as ChangeFeed
+from ._stores._base import RunDeleter as RunDeleter
 from ._stores._base import RunWatch as RunWatch
 from ._stores._base import Store as Store
 from ._stores._base import StoreStatistics as StoreStatistics
@@ -103,6 +104,7 @@ __all__ = [
     "ReleaseRun",
     "RemoveSignalWaiter",
     "RescheduleCheckpoint",
+    "RunDeleter",
     "RunFilter",
     "RunStamp",
     "RunStatus",

@@ -1,16 +1,20 @@
-"""``trio-durable runs cancel|retry|terminate``: one run by its id, or every
-run a filter matches (a bulk action, `Client.cancel_many`, `retry_many`,
-`terminate_many`), with a dry run, a confirmation, progress, and resumed
-when run again after an interruption.
+"""``trio-durable runs cancel|retry|terminate|prune``: one run by its id
+(for prune: the ended runs older than an age per status), or every run a
+filter matches (a bulk action, `Client.cancel_many`, `retry_many`,
+`terminate_many`, `prune_many`), with a dry run, a confirmation, progress,
+and resumed when run again after an interruption.
 
-`with_bulk` replaces ``runs cancel`` and ``runs retry`` of ``_runs`` with
-commands that take RUN or the filters (RUN given, the command of ``_runs``
-runs as before) and adds ``runs terminate``.
+`with_bulk` replaces ``runs cancel``, ``runs retry`` and ``runs prune`` of
+``_runs`` with commands that take RUN (for prune: the ages) or the filters
+(RUN or the ages given, the command of ``_runs`` runs as before) and adds
+``runs terminate``.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import inspect
 import json
 from collections.abc import Callable
 from typing import Any, Final, cast
@@ -53,12 +57,15 @@ _PAST: Final[dict[BulkAction, str]] = {
     "cancel": "cancelled",
     "retry": "retried",
     "terminate": "terminated",
+    "prune": "pruned",
 }
+_AGES: Final = ("completed", "failed", "cancelled", "terminated", "dead", "events")
 
 
-def _filter_options(command: click.Command) -> click.Command:
+def _filter_options(command: click.Command, *, batch: bool = True) -> click.Command:
     """``command`` with the filters of ``runs list`` that a bulk action
-    takes, ``--code``, and the options of a bulk action."""
+    takes, ``--code``, and the options of a bulk action (``--batch`` too,
+    unless the command has its own)."""
     options = [
         click.option(
             "--status",
@@ -94,12 +101,18 @@ def _filter_options(command: click.Command) -> click.Command:
             "--dry-run", is_flag=True, help="Count the runs and show the first ids; change nothing."
         ),
         click.option("--yes", is_flag=True, help="Act without asking for a confirmation."),
-        click.option(
-            "--batch",
-            type=click.IntRange(min=1, max=1000),
-            default=100,
-            show_default=True,
-            help="Runs acted on per store write.",
+        *(
+            [
+                click.option(
+                    "--batch",
+                    type=click.IntRange(min=1, max=1000),
+                    default=100,
+                    show_default=True,
+                    help="Runs acted on per store write.",
+                )
+            ]
+            if batch
+            else []
         ),
         click.option(
             "--operation",
@@ -201,6 +214,7 @@ def _bulk_method(client: Client, action: BulkAction) -> Callable[..., Any]:
         "cancel": client.cancel_many,
         "retry": client.retry_many,
         "terminate": client.terminate_many,
+        "prune": client.prune_many,
     }[action]
 
 
@@ -225,7 +239,9 @@ def _show(report: BulkReport, *, as_json: bool, err: bool) -> None:
         lines.append(f"{report.matched} runs to {report.action} (operation {report.operation})")
     else:
         lines.append(f"{_PAST[report.action]} {report.acted} runs (operation {report.operation})")
-    if report.skipped:
+    if report.skipped and report.action == "prune":
+        lines.append(f"{report.skipped} left alone: their parent has not ended")
+    elif report.skipped:
         lines.append(f"{report.skipped} left alone: acted on already by this operation")
     if report.refused:
         lines.append(f"{report.refused} left alone: they changed meanwhile")
@@ -308,14 +324,94 @@ def _terminate_one(
         click.echo(f"terminate requested: {run_line(run)}")
 
 
+def _prune_command(by_age: click.Command) -> click.Command:
+    """``runs prune``: ``by_age`` (the command of ``_runs``) when given ages,
+    or the bulk prune of the ended runs the filters match. The two are
+    exclusive: an age is no filter, and a dry run or an operation of
+    pruning by age would mislead."""
+
+    def callback(**params: Any) -> None:
+        filters = {key: params.pop(key) for key in _FILTERS}
+        bulk = {key: params.pop(key) for key in ("dry_run", "yes", "operation")}
+        namespace = params.pop("namespace")
+        given = [key for key, value in filters.items() if value not in (None, (), False)]
+        ages = [f"--{name}" for name in _AGES if params[name] is not None]
+        if ages and (given or namespace is not None):
+            raise click.UsageError(
+                f"give ages per status ({', '.join(ages)}) or filters, not both: an age"
+                " prunes every ended run of its status older than it; filters choose the"
+                " ended runs to prune"
+            )
+        if ages or not given:
+            if bulk["dry_run"] or bulk["operation"] or (namespace is not None and not ages):
+                raise click.UsageError(
+                    "--dry-run, --operation and --namespace go with filters (--status,"
+                    " --workflow, ...); pruning by age has none of them"
+                )
+            if not ages:
+                raise click.UsageError(
+                    "give an age for at least one status: --completed, --failed, --cancelled,"
+                    " --terminated or --dead (or --events); or filters to prune every ended"
+                    " run they match (--status, --workflow, --tag, --where, --created-after,"
+                    " --created-before, --code, --top-level, --id-prefix)"
+                )
+            # --yes is accepted and changes nothing: pruning by age never asks.
+            del bulk["yes"]
+            by_age.callback(**params)  # type: ignore[misc]
+            return
+        if params["batch"] > 1000:
+            raise click.BadParameter(
+                f"{params['batch']} runs per write is over 1000, the most with filters",
+                param_hint="'--batch'",
+            )
+        _run_bulk(
+            "prune",
+            params["store"],
+            namespace,
+            filters,
+            batch=params["batch"],
+            as_json=params["as_json"],
+            options={},
+            **bulk,
+        )
+
+    command = click.Command(
+        "prune",
+        callback=callback,
+        short_help="Delete ended runs older than an age per status, or that filters match.",
+        help=inspect.cleandoc(by_age.help or "")
+        + "\n\nWith filters instead of ages, it deletes every ended run they match (at"
+        " least one filter; --namespace narrows them), with the same rows and blobs, but"
+        " never a run whose parent has not ended, in batches (--batch, at most 1000),"
+        " after showing the count and the first ids and asking (unless --yes); --dry-run"
+        " only shows them. Ages and filters are exclusive. Interrupted (Ctrl-C), the same"
+        " command run again deletes the runs that are left.",
+    )
+    command.params = [
+        *(_batch_of_prune(param) if param.name == "batch" else param for param in by_age.params),
+        click.Option(
+            ["--namespace"], metavar="NAMESPACE", help="With filters: only runs of this namespace."
+        ),
+    ]
+    return _filter_options(command, batch=False)
+
+
+def _batch_of_prune(param: click.Parameter) -> click.Parameter:
+    """``runs prune``'s ``--batch``, saying its bound with filters."""
+    batch = copy.copy(param)
+    assert isinstance(batch, click.Option)
+    batch.help = "Runs deleted per transaction (with filters: at most 1000)."
+    return batch
+
+
 def _replaced(runs_group: click.Group, name: str) -> tuple[list[click.Parameter], Any]:
     command = runs_group.commands[name]
     return command.params, command.callback
 
 
 def with_bulk(runs_group: click.Group) -> None:
-    """Make ``runs cancel`` and ``runs retry`` take filters too, and add
-    ``runs terminate``."""
+    """Make ``runs cancel``, ``runs retry`` and ``runs prune`` take filters
+    too, and add ``runs terminate``."""
     runs_group.add_command(
         _bulk_command(
             "cancel",
@@ -349,6 +445,7 @@ def with_bulk(runs_group: click.Group) -> None:
             " ends it. A run that has ended cannot be terminated (exit status 1).\n\n" + _BULK_HELP,
         )
     )
+    runs_group.add_command(_prune_command(runs_group.commands["prune"]))
 
 
 _BULK_HELP: Final = (

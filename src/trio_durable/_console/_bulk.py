@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, cast, get_args
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -26,7 +26,6 @@ from ._bulk_operations import report_json
 if TYPE_CHECKING:
     from ._app import ConsoleSource
 
-_ACTIONS: Final[tuple[str, ...]] = get_args(BulkAction)
 _SELECTION_KEYS: Final = frozenset(
     {
         "status",
@@ -47,6 +46,8 @@ _BODY_KEYS: Final[dict[str, frozenset[str]]] = {
     "retry": frozenset({"selection", "dry_run", "batch_size"}),
     "terminate": frozenset({"selection", "dry_run", "batch_size", "reason"}),
 }
+# The console offers these (pruning runs is the CLI's and the client's).
+_ACTIONS: Final[tuple[str, ...]] = tuple(_BODY_KEYS)
 
 
 def _instant(name: str, value: object) -> float | datetime.datetime | None:

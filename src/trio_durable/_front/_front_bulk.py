@@ -1,5 +1,7 @@
 """Bulk actions: cancel, retry or terminate every run a selection matches
-(`BulkActions`, a method family `Engine` and `Client` share).
+(`BulkActions`, a method family `Engine` and `Client` share), and what
+the bulk prune of `_front_prune` shares with them: the selection, its
+checks, the report and the progress.
 
 An action acts on the runs that matched when it began, in batches, each in
 one store write that also marks every run it acted on with the
@@ -18,23 +20,23 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Final, Literal, final, get_args
 
 import attrs
 
-from .._base._exceptions import InvalidRunStateError, UsageError
-from .._base._records import ACTIVE_STATUSES, Run, RunStatus
+from .._base._exceptions import InvalidRunStateError, RunNotFoundError, UsageError
+from .._base._records import ACTIVE_STATUSES, TERMINAL_STATUSES, Run, RunStatus
 from .._base._run_records import value_record
 from .._kernel._cancellation import TERMINATE
-from .._stores._base import WriteConflict
+from .._stores._base import Store, WriteConflict
 from .._stores._ops import Op, PutValue
 from .._stores._record_ops import PutRecord
 from . import _queries
 from ._control import RETRYABLE, cancel_ops, retry_ops, terminate_ops
 from ._front_core import FrontPart
 
-BulkAction = Literal["cancel", "retry", "terminate"]
+BulkAction = Literal["cancel", "retry", "terminate", "prune"]
 
 BULK: Final = "bulk"
 """The kind of a run's record of the last bulk operation that acted on it
@@ -50,6 +52,7 @@ _ACTS_ON: Final[dict[BulkAction, frozenset[RunStatus]]] = {
     "cancel": frozenset({"pending", "running", "suspended"}),
     "retry": RETRYABLE,
     "terminate": ACTIVE_STATUSES,
+    "prune": TERMINAL_STATUSES,
 }
 
 
@@ -76,10 +79,11 @@ def _tags(value: Collection[str]) -> tuple[str, ...]:
 @attrs.define(frozen=True, kw_only=True)
 class RunSelection:
     """Which runs a bulk action (`Engine.cancel_many`, `retry_many`,
-    `terminate_many`) acts on: those matching every filter given, as
-    `Engine.list_runs` filters them, among those the action applies to
-    (cancel: pending, running or suspended runs; retry: failed or dead
-    ones; terminate: any that has not ended).
+    `terminate_many`, `prune_many`) acts on: those matching every filter
+    given, as `Engine.list_runs` filters them, among those the action
+    applies to (cancel: pending, running or suspended runs; retry: failed
+    or dead ones; terminate: any that has not ended; prune: any that has
+    ended, whose parent has ended too or is gone).
 
     Attributes:
       status: A run status, or a collection of them.
@@ -152,18 +156,21 @@ class BulkReport:
     """What a bulk action did (or, on a dry run, would do).
 
     Attributes:
-      action: ``cancel``, ``retry`` or ``terminate``.
+      action: ``cancel``, ``retry``, ``terminate`` or ``prune``.
       operation: The operation's id (its name and generation); rerun
-        with the same name while it has not finished, it resumes.
+        with the same name while it has not finished, it resumes. A
+        prune's is its name alone: it keeps no state, since a run it
+        deleted is gone and cannot be deleted twice.
       dry_run: Whether nothing was written.
       matched: Runs it acts on (or would): those matching the selection
         that it had not acted on before.
       acted: Runs it acted on in this call (0 on a dry run).
       skipped: Runs matching the selection that this operation acted on
-        in an earlier call (it was interrupted), or that a terminate was
-        already asked for: left alone.
+        in an earlier call (it was interrupted), that a terminate was
+        already asked for, or (a prune) whose parent has not ended: left
+        alone.
       refused: Runs that changed between the selection and the action
-        (they ended, say): left alone.
+        (they ended, were retried or were deleted, say): left alone.
       first_ids: The first run ids it acts on (or would), at most 10.
       finished: Whether the operation went through every run (False on a
         dry run).
@@ -300,15 +307,7 @@ class BulkActions(FrontPart):
     ) -> BulkReport:
         core = self._core
         core.check_open()
-        if not isinstance(selection, RunSelection):
-            raise UsageError("a bulk action takes a RunSelection")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise UsageError("batch_size is a whole number from 1 to 1000")
-        if not 1 <= batch_size <= 1000:
-            raise UsageError("batch_size is a whole number from 1 to 1000")
-        key = selection.key(action) if operation is None else operation
-        if not isinstance(key, str) or not key or len(key) > 200:
-            raise UsageError("an operation's name is a string of 1 to 200 characters")
+        key = operation_name(action, selection, operation, batch_size)
         store = core.store
         stored = await store.get_value(BULK, key)
         state = {} if stored is None else json.loads(stored.value)
@@ -316,7 +315,11 @@ class BulkActions(FrontPart):
         if state.get("state") != "running":
             generation += 1
         op_id = f"{key}.{generation}"
-        ids, skipped = await self._select(action, selection, op_id)
+
+        async def acted_on(run: Run) -> bool:
+            return await _acted_on(store, run, action, op_id)
+
+        ids, skipped = await select_runs(store, action, selection, acted_on)
         if dry_run:
             return BulkReport(
                 action=action,
@@ -369,48 +372,6 @@ class BulkActions(FrontPart):
             ) from exc
         return int(written)
 
-    async def _select(
-        self, action: BulkAction, selection: RunSelection, op_id: str
-    ) -> tuple[list[str], int]:
-        """The ids of the runs to act on, newest first, and how many that
-        match were left alone as acted on already."""
-        store = self._core.store
-        acts_on = _ACTS_ON[action]
-        wanted = acts_on if selection.status is None else acts_on & selection.status
-        ids: list[str] = []
-        skipped = 0
-        if not wanted:
-            return ids, skipped
-        cursor: str | None = None
-        while True:
-            page = await _queries.list_runs(
-                store,
-                status=wanted,
-                workflow=selection.workflow,
-                namespace=selection.namespace,
-                tags=selection.tags,
-                created_after=selection.created_after,
-                created_before=selection.created_before,
-                search_attributes=selection.search_attributes,
-                top_level=selection.top_level,
-                id_prefix=selection.id_prefix,
-                parent_id=selection.parent_id,
-                limit=_PAGE,
-                cursor=cursor,
-            )
-            for run in page.runs:
-                if selection.code is not None and (
-                    run.error is None or run.error.code != selection.code
-                ):
-                    continue
-                if await _acted_on(store, run, action, op_id):
-                    skipped += 1
-                else:
-                    ids.append(run.id)
-            cursor = page.next_cursor
-            if cursor is None:
-                return ids, skipped
-
     async def _act(
         self, action: BulkAction, ids: list[str], op_id: str, options: dict[str, Any]
     ) -> tuple[int, int]:
@@ -424,7 +385,8 @@ class BulkActions(FrontPart):
         for run_id in ids:
             try:
                 ops, runs = await self._plan(action, run_id, now, options)
-            except InvalidRunStateError:
+            except (InvalidRunStateError, RunNotFoundError):
+                # It changed since it was selected: it ended, or was deleted.
                 refused += 1
                 continue
             ops.append(PutRecord(value_record(runs[-1].id, BULK, mark, now)))
@@ -466,6 +428,71 @@ class BulkActions(FrontPart):
             return ops, [run]
         run = await self.get(run_id)
         return await retry_ops(store, self._core.types, now, run)
+
+
+def operation_name(
+    action: BulkAction, selection: RunSelection, operation: str | None, batch_size: int
+) -> str:
+    """The name of a bulk action's operation, its arguments checked.
+
+    Raises:
+      UsageError: ``selection``, ``operation`` or ``batch_size`` is malformed.
+    """
+    if not isinstance(selection, RunSelection):
+        raise UsageError("a bulk action takes a RunSelection")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise UsageError("batch_size is a whole number from 1 to 1000")
+    if not 1 <= batch_size <= 1000:
+        raise UsageError("batch_size is a whole number from 1 to 1000")
+    key = selection.key(action) if operation is None else operation
+    if not isinstance(key, str) or not key or len(key) > 200:
+        raise UsageError("an operation's name is a string of 1 to 200 characters")
+    return key
+
+
+async def select_runs(
+    store: Store,
+    action: BulkAction,
+    selection: RunSelection,
+    left_alone: Callable[[Run], Awaitable[bool]],
+) -> tuple[list[str], int]:
+    """The ids of the runs ``action`` acts on, newest first, and how many
+    that match were ``left_alone`` (acted on already, say)."""
+    acts_on = _ACTS_ON[action]
+    wanted = acts_on if selection.status is None else acts_on & selection.status
+    ids: list[str] = []
+    skipped = 0
+    if not wanted:
+        return ids, skipped
+    cursor: str | None = None
+    while True:
+        page = await _queries.list_runs(
+            store,
+            status=wanted,
+            workflow=selection.workflow,
+            namespace=selection.namespace,
+            tags=selection.tags,
+            created_after=selection.created_after,
+            created_before=selection.created_before,
+            search_attributes=selection.search_attributes,
+            top_level=selection.top_level,
+            id_prefix=selection.id_prefix,
+            parent_id=selection.parent_id,
+            limit=_PAGE,
+            cursor=cursor,
+        )
+        for run in page.runs:
+            if selection.code is not None and (
+                run.error is None or run.error.code != selection.code
+            ):
+                continue
+            if await left_alone(run):
+                skipped += 1
+            else:
+                ids.append(run.id)
+        cursor = page.next_cursor
+        if cursor is None:
+            return ids, skipped
 
 
 async def _acted_on(store: Any, run: Run, action: BulkAction, op_id: str) -> bool:

@@ -33,6 +33,7 @@ from ._front_events import SendsEvents
 from ._front_fork import ForksRuns
 from ._front_hooks import HookActions
 from ._front_messages import QueriesAndUpdates
+from ._front_prune import PrunesRuns
 from ._front_queries import RunQueries
 from ._front_schedules import ManagesSchedules
 from ._front_starts import StartsRuns
@@ -58,6 +59,7 @@ class FrontEnd(
     ForksRuns,
     ReadsStreams,
     BulkActions,
+    PrunesRuns,
 ):
     """What `Engine` and `Client` share: every method of theirs but an
     engine's own (see `_front_end`)."""

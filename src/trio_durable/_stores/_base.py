@@ -14,12 +14,12 @@ import contextlib
 import functools
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Final, Protocol, final, runtime_checkable
+from typing import Any, Final, Protocol, cast, final, runtime_checkable
 
 import attrs
 import trio
 
-from .._base._exceptions import StoreError
+from .._base._exceptions import StoreError, UsageError
 from .._base._records import (
     Breakpoint,
     Checkpoint,
@@ -96,7 +96,10 @@ class Store(Protocol):
     """What the engine needs from a database.
 
     All methods are safe to call from several tasks at once. Times are durable
-    times (seconds since the Unix epoch).
+    times (seconds since the Unix epoch). Besides the members below, a store
+    may have optional ones that this protocol does not require (so that a
+    store written before them still type-checks as a `Store`): those of
+    `ChangeFeed`, `RunWatch` and `RunDeleter`.
     """
 
     async def apply(self, ops: Sequence[Op]) -> list[Any]:
@@ -253,7 +256,8 @@ class Store(Protocol):
         each its input, checkpoints, signal waiters, buffered signals,
         flow-control queue entries, webhooks, pauses and the keyed values
         that go with it (`StoredValue.run_id`), in one transaction. Returns
-        the ids deleted, sorted."""
+        the ids deleted, sorted. (`RunDeleter.delete_runs`, an optional
+        member, deletes runs given by id.)"""
         ...
 
     async def prune_values(self, scope: str, older_than: float, limit: int) -> int:
@@ -410,6 +414,45 @@ class RunWatch(Protocol):
         ...
 
 
+@runtime_checkable
+class RunDeleter(Protocol):
+    """A store that deletes the ended runs it is given: the optional
+    `delete_runs` member of `Store`, which `Engine.prune_many` needs (a
+    store written before it still type-checks as a `Store`, and still
+    prunes by age through `Store.prune_runs`; read it through
+    `delete_runs`, which says when a store has none)."""
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> list[str]:
+        """Delete those of ``run_ids`` that have ended (their status is
+        terminal) and whose parent, if they have one, has ended too or is
+        gone, with everything of theirs that `Store.prune_runs` deletes
+        with a run, in one transaction. The other ids (of no run, of a run
+        that has not ended, of one whose parent has not) are left alone.
+        Returns the ids deleted, sorted (none given: none, and nothing is
+        written)."""
+        ...
+
+
+async def delete_runs(store: Store, run_ids: Sequence[str]) -> list[str]:
+    """``store``'s optional `RunDeleter.delete_runs`.
+
+    Raises:
+      UsageError: ``store`` has no ``delete_runs``: it cannot prune
+        selected runs (pruning by age, `Store.prune_runs`, still works).
+    """
+    if not offers(store, RunDeleter):
+        raise cannot_delete_runs(store)
+    return await cast(RunDeleter, store).delete_runs(run_ids)
+
+
+def cannot_delete_runs(store: object) -> UsageError:
+    """The error of `delete_runs` on a store that is no `RunDeleter`."""
+    return UsageError(
+        f"the store {store!r} cannot prune selected runs: it has no delete_runs"
+        " (trio_durable.stores.RunDeleter); prune its runs by age instead"
+    )
+
+
 @functools.cache
 def _members(protocol: type) -> tuple[str, ...]:
     return tuple(sorted(name for name in vars(protocol) if not name.startswith("_")))
@@ -422,7 +465,7 @@ come and go)."""
 
 def offers(store: object, protocol: type) -> bool:
     """``isinstance(store, protocol)`` for the optional store protocols
-    (`ChangeFeed`, `RunWatch`), whose members are all methods: whether
+    (`ChangeFeed`, `RunWatch`, `RunDeleter`), whose members are all methods: whether
     ``store`` has each of them, not None. The same answer, without the cost
     of a runtime-checkable protocol's check, which the engine's hot path
     would pay several times per run; found once per store and protocol."""

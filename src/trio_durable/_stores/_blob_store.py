@@ -22,8 +22,9 @@ copied into another run's row (by hand, or by a process without the blob
 store) reads as a missing blob (`BlobNotFound`), never as the other run's
 payload.
 
-When runs are pruned (`Store.prune_runs`, which retention calls), their
-rows are deleted, and then each blob that no run refers to any more is
+When runs are pruned (`Store.prune_runs`, which retention calls, or
+`RunDeleter.delete_runs`, which `Engine.prune_many` calls), their rows are
+deleted, and then each blob that no run refers to any more is
 deleted too, unless it was written less than ``grace`` seconds ago: a
 writer puts a blob before it commits the row that refers to it, and a blob
 is content-addressed, so another run may be about to refer to the very
@@ -51,7 +52,7 @@ from .._base._records import (
 )
 from .._payloads._blobs import Blobs, BlobStore, check_blob_options
 from .._payloads._stored_payloads import IN_BLOB, blob_mark, legacy_blob_content, parse_blob_mark
-from ._base import Store, TurnState
+from ._base import Store, TurnState, delete_runs
 from ._ops import (
     ClaimCheckpoint,
     CreateRun,
@@ -381,19 +382,30 @@ class BlobbingStore(StoreWrapper):
 
     async def prune_runs(self, older_than: Mapping[RunStatus, float], limit: int) -> list[str]:
         pruned = await self.inner.prune_runs(older_than, limit)
-        if pruned:
-            # Their references go: a run made again under one of their ids
-            # refers to no blob until it writes one.
-            gone = set(pruned)
-            for pair in [pair for pair in self._listed if pair[0] in gone]:
-                del self._listed[pair]
-            await collect(self.inner, self.blobs.store, pruned, self.blobs.clock, self.grace)
+        await self._collect(pruned)
         if len(pruned) < limit:
             # The end of a pruning pass: sweep on for blobs no row refers to.
             self._swept_to = await sweep_orphans(
                 self.inner, self.blobs.store, self.blobs.clock, self.grace, self._swept_to
             )
         return pruned
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> list[str]:
+        deleted = await delete_runs(self.inner, run_ids)
+        await self._collect(deleted)
+        return deleted
+
+    async def _collect(self, gone: list[str]) -> None:
+        """Forget the blob references of the runs just deleted, and delete
+        the blobs no run refers to any more (see `collect`)."""
+        if not gone:
+            return
+        # Their references go: a run made again under one of their ids
+        # refers to no blob until it writes one.
+        deleted = set(gone)
+        for pair in [pair for pair in self._listed if pair[0] in deleted]:
+            del self._listed[pair]
+        await collect(self.inner, self.blobs.store, gone, self.blobs.clock, self.grace)
 
 
 async def collect(

@@ -1,5 +1,5 @@
 """The memory store's queries for people and tools: finding runs, summing up
-fans, reading checkpoint pages, pruning ended runs.
+fans, reading checkpoint pages, pruning ended runs (by age, or given by id).
 
 `MemoryQueries` is a part of `MemoryStore` (a base class), kept apart so
 each file stays about one thing; it works on the store's dictionaries.
@@ -8,7 +8,7 @@ each file stays about one thing; it works on the store's dictionaries.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -180,8 +180,7 @@ class MemoryQueries:
             cutoff = older_than.get(run.status)
             if run.status not in TERMINAL_STATUSES or cutoff is None or run.updated_at >= cutoff:
                 continue
-            parent = None if run.parent_id is None else self._runs.get(run.parent_id)
-            if parent is not None and parent.status not in TERMINAL_STATUSES:
+            if self._parent_running(run):
                 continue
             doomed.append(run.id)
         for run_id in doomed:
@@ -189,6 +188,27 @@ class MemoryQueries:
         self._stats.batches += 1
         self._stats.transactions += 1
         return sorted(doomed)
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> list[str]:
+        await self._enter()
+        if not run_ids:
+            return []
+        doomed = []
+        for run_id in sorted(set(run_ids)):
+            run = self._runs.get(run_id)
+            if run is None or run.status not in TERMINAL_STATUSES or self._parent_running(run):
+                continue
+            doomed.append(run_id)
+        for run_id in doomed:
+            self._forget(run_id)
+        self._stats.batches += 1
+        self._stats.transactions += 1
+        return doomed
+
+    def _parent_running(self, run: Run) -> bool:
+        """Whether ``run``'s parent exists and has not ended (it is kept)."""
+        parent = None if run.parent_id is None else self._runs.get(run.parent_id)
+        return parent is not None and parent.status not in TERMINAL_STATUSES
 
     def _forget(self, run_id: str) -> None:
         del self._runs[run_id]

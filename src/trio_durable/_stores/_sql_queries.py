@@ -1,5 +1,6 @@
 """The SQL stores' queries for people and tools: finding runs, counting them
-by status, summing up fans, reading checkpoint pages, pruning ended runs.
+by status, summing up fans, reading checkpoint pages, pruning ended runs
+(by age, or given by id).
 
 SQLite and PostgreSQL answer them with the same statements, which the
 indexes of their schemas serve (their tests assert the plans):
@@ -16,7 +17,7 @@ indexes of their schemas serve (their tests assert the plans):
 - a fan's members by status, a fan summed up and a run's stamp:
   ``checkpoints_status``, which covers the columns they read (``(run_id,
   status, seq, attempts, enqueued_at, started_at, finished_at)``); ended
-  runs by age: ``runs_ended``.
+  runs by age: ``runs_ended``; runs to delete by id: the primary key.
 
 Several statuses are read one status at a time, each in index order, and
 merged: never a sort of every matching run.
@@ -24,8 +25,10 @@ merged: never a sort of every matching run.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, get_args
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, get_args
+
+import trio
 
 from .._base._records import (
     TERMINAL_STATUSES,
@@ -267,7 +270,6 @@ def prune(
     cur: Any, d: Dialect[Any], older_than: Mapping[RunStatus, float], limit: int
 ) -> list[str]:
     """Delete the runs `Store.prune_runs` names (in a write transaction)."""
-    p = d.param
     candidates = prune_candidates_statement(d)
     doomed: list[str] = []
     for status, cutoff in sorted(older_than.items()):
@@ -275,8 +277,47 @@ def prune(
             continue
         rows = cur.execute(candidates, (status, cutoff, limit - len(doomed))).fetchall()
         doomed.extend(row[0] for row in rows)
+    delete_run_rows(cur, d, doomed)
+    return sorted(doomed)
+
+
+_IDS_PER_SELECT: Final = 500
+"""Run ids per select of `delete_runs` (well under SQLite's limit of
+parameters per statement)."""
+
+
+def deletable_statement(d: Dialect[Any], count: int) -> str:
+    """Of ``count`` run ids, those of ended runs whose parent (if any) has
+    ended too: what `RunDeleter.delete_runs` deletes."""
+    p = d.param
+    terminal = ", ".join(f"'{status}'" for status in sorted(TERMINAL_STATUSES))
+    return (
+        f"SELECT r.id FROM runs r WHERE r.id IN ({', '.join([p] * count)})"
+        f" AND r.status IN ({terminal})"
+        " AND NOT EXISTS (SELECT 1 FROM runs q WHERE q.id = r.parent_id"
+        f" AND q.status NOT IN ({terminal}))"
+        f" ORDER BY r.id{d.lock_skipping}"
+    )
+
+
+def delete_runs(cur: Any, d: Dialect[Any], run_ids: Sequence[str]) -> list[str]:
+    """Delete the runs `RunDeleter.delete_runs` names (in a write transaction)."""
+    wanted = sorted(set(run_ids))
+    doomed: list[str] = []
+    for start in range(0, len(wanted), _IDS_PER_SELECT):
+        chunk = wanted[start : start + _IDS_PER_SELECT]
+        rows = cur.execute(deletable_statement(d, len(chunk)), chunk).fetchall()
+        doomed.extend(row[0] for row in rows)
+    delete_run_rows(cur, d, doomed)
+    return sorted(doomed)
+
+
+def delete_run_rows(cur: Any, d: Dialect[Any], doomed: Sequence[str]) -> None:
+    """Delete the runs ``doomed`` with every row of theirs (in a write
+    transaction): what pruning a run deletes."""
     if not doomed:
-        return []
+        return
+    p = d.param
     by_run = [(run_id,) for run_id in doomed]
     # The keyed values that go with a run (claims, windows, published and
     # stream values, updates) by ``durable_values_run``.
@@ -295,7 +336,6 @@ def prune(
         )
     # The runs last: their triggers delete their run_tags rows.
     cur.executemany(f"DELETE FROM runs WHERE id = {p}", by_run)
-    return sorted(doomed)
 
 
 class SQLQueries:
@@ -419,6 +459,18 @@ class SQLQueries:
 
         def work(cur: Any) -> tuple[list[str], Counts]:
             return prune(cur, dialect, older, max(limit, 0)), (1, 0, 0, 0)
+
+        return await self._commit.submit(work, writes=True)
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> list[str]:
+        dialect = self._dialect
+        wanted = list(run_ids)
+        if not wanted:
+            await trio.lowlevel.checkpoint()
+            return []
+
+        def work(cur: Any) -> tuple[list[str], Counts]:
+            return delete_runs(cur, dialect, wanted), (1, 0, 0, 0)
 
         return await self._commit.submit(work, writes=True)
 

@@ -8,7 +8,9 @@ extras, such as a memory store's scope) is the wrapped store's.
 
 The optional protocols (`ChangeFeed`, `RunWatch`) are checked on the class,
 not through ``__getattr__``, so `wrapped` gives a wrapper the variant of its
-class that offers those of them the wrapped store offers.
+class that offers those of them the wrapped store offers. `RunDeleter`'s
+``delete_runs`` every wrapper has (the blob store's deletes blobs after
+it): `check_deletes_runs` asks whether the store under the wrappers has it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,17 @@ from .._base._records import (
     Webhook,
 )
 from .._base._run_records import RunRecord
-from ._base import ChangeFeed, RunWatch, Store, StoreStatistics, TurnState
+from ._base import (
+    ChangeFeed,
+    RunDeleter,
+    RunWatch,
+    Store,
+    StoreStatistics,
+    TurnState,
+    cannot_delete_runs,
+    delete_runs,
+    offers,
+)
 from ._helpers import StoreHelpers
 from ._ops import Announce, Op
 
@@ -118,6 +130,10 @@ class StoreWrapper(StoreHelpers):
 
     async def prune_values(self, scope: str, older_than: float, limit: int) -> int:
         return await self.inner.prune_values(scope, older_than, limit)
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> list[str]:
+        # Every wrapper has it, so `check_deletes_runs` asks the store under them.
+        return await delete_runs(self.inner, run_ids)
 
     # Reads of no payload.
 
@@ -209,6 +225,19 @@ class _WatchThrough:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         await self.inner.watch(origin, deliver, task_status=task_status)
+
+
+def check_deletes_runs(store: Store) -> None:
+    """Check that `delete_runs` works on ``store``: that the store under its
+    wrappers is a `RunDeleter`.
+
+    Raises:
+      UsageError: It is not.
+    """
+    while isinstance(store, StoreWrapper):
+        store = store.inner
+    if not offers(store, RunDeleter):
+        raise cannot_delete_runs(store)
 
 
 _variants: dict[tuple[type[Any], bool, bool], type[Any]] = {}

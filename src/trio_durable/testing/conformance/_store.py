@@ -5,7 +5,8 @@ stores it needs from ``factory`` (a `StoreFactory`, or a plain `OpenStore`),
 runs operations on them and asserts what the engine relies on: atomic
 batches, exactly one winner of a claim, settles bound to execution ids,
 leases, the join barrier's counts, flow-control queues, signals, webhooks
-and breakpoints, keyed values, due times, statistics and closing.
+and breakpoints, keyed values, due times, pruning (and the optional
+`RunDeleter.delete_runs`), statistics and closing.
 `STORE_CHECKS` lists them all, for ``pytest.mark.parametrize``; `check_store` runs them one
 after another.
 
@@ -25,6 +26,7 @@ from ..._stores._ops import Announce, CreateRun, PutCheckpoint, UpdateRun
 from ._outcomes import CheckResult, run_suite, skip
 from ._store_attempts import ATTEMPTS_CHECKS
 from ._store_checkpoints import CHECKPOINTS_CHECKS
+from ._store_deletes import DELETES_CHECKS
 from ._store_executions import EXECUTIONS_CHECKS
 from ._store_hooks import HOOKS_CHECKS
 from ._store_queries import QUERIES_CHECKS
@@ -211,6 +213,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = (
     *SIGNALS_CHECKS,
     *HOOKS_CHECKS,
     *QUERIES_CHECKS,
+    *DELETES_CHECKS,
     *STAMPS_CHECKS,
     *VALUES_CHECKS,
     *SEARCH_CHECKS,
