@@ -105,8 +105,18 @@ async def local_step_retried(h: Harness) -> None:
     (entry,) = await h.entries("r", "flaky")
     assert (entry.kind, entry.status, entry.attempts) == ("local", "completed", 3)
     assert [e.message for e in entry.errors] == ["k not yet", "k not yet"]
-    # Backoffs of 2 s then 4 s, without jitter, in durable time.
-    assert (entry.started_at, entry.finished_at) == (WALL_START, WALL_START + 6)
+    # Backoffs of 2 s then 4 s, without jitter, in durable time: recorded at
+    # the start, its last attempt started and ended 6 s later, and each
+    # failed attempt keeps its own times.
+    assert (entry.enqueued_at, entry.started_at, entry.finished_at) == (
+        WALL_START,
+        WALL_START + 6,
+        WALL_START + 6,
+    )
+    assert [(e.started_at, e.finished_at) for e in entry.errors] == [
+        (WALL_START, WALL_START),
+        (WALL_START + 2, WALL_START + 2),
+    ]
 
 
 async def remote_steps(h: Harness) -> None:
