@@ -15,8 +15,11 @@ from urllib.parse import urlsplit, urlunsplit
 import aio_pika
 import pytest
 import trio
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
-from trio_durable import InvalidURLError
+import trio_durable as td
+from trio_durable import InvalidURLError, UsageError
 from trio_durable.brokers import BrokerUnavailable, Delivery, Outgoing, PayloadTooLarge, open_broker
 from trio_durable_rabbitmq import (
     DEFAULT_MAX_PAYLOAD,
@@ -25,6 +28,7 @@ from trio_durable_rabbitmq import (
     parse_amqp_url,
     queue_arguments,
 )
+from trio_durable_rabbitmq._amqp_topology import amqp_queue
 
 
 def threads() -> list[str]:
@@ -283,3 +287,72 @@ async def test_a_refused_login_does_not_show_the_password(
     for secret in ("n0t", "Th1s"):
         assert secret not in shown
         assert secret not in logged
+
+
+# -- queue names the client library does not send as they are ----------------------
+
+
+def test_a_queue_name_is_sent_as_it_is_or_escaped() -> None:
+    assert amqp_queue("payments@acme") == "payments@acme"
+    assert amqp_queue("g.x-1:2/3 #,_") == "g.x-1:2/3 #,_"
+    assert amqp_queue("g~gpu") == "g+7e+gpu"
+    assert amqp_queue("g~cuda~gpu") == "g+7e+cuda+7e+gpu"
+    assert amqp_queue("a+b") == "a+2b+b"
+    assert amqp_queue("café") == "caf+e9+"
+    with pytest.raises(UsageError):
+        amqp_queue("")
+    with pytest.raises(UsageError):
+        amqp_queue("amq.mine")
+    with pytest.raises(UsageError):
+        amqp_queue("~" * 70)
+
+
+@given(st.text(min_size=1, max_size=40), st.text(min_size=1, max_size=40))
+def test_two_queues_never_share_a_name_on_the_server(first: str, second: str) -> None:
+    assume(first != second and not first.startswith("amq.") and not second.startswith("amq."))
+    assert amqp_queue(first) != amqp_queue(second)
+
+
+@pytest.mark.parametrize("queue", ["amqp-test~gpu", "amqp-test~café", "amqp-test+x"])
+async def test_a_queue_of_any_name_carries_its_messages(
+    real_server: Callable[[str], str], queue: str
+) -> None:
+    queue = f"{queue}.{secrets.token_hex(4)}"
+    async with open_broker(real_server("rabbitmq")) as broker:
+        await broker.dispatch([Outgoing(queue=queue, body=b"for the capable")])
+        assert isinstance(broker, AmqpBroker)
+        # Confirmed by the server: it holds the message.
+        assert await broker.backlog(queue) == 1
+        async with broker.open_consumer(queue, prefetch=1) as consumer:
+            with trio.fail_after(10):
+                [delivery] = await consumer.receive(1)
+            assert delivery.body == b"for the capable"
+            await consumer.ack([delivery])
+        assert await broker.backlog(queue) == 0
+
+
+capable = td.App("amqp-capable")
+
+
+@capable.step(group="amqp-gpu", requires=["gpu"])
+async def render(frame: int) -> str:
+    return f"frame {frame} rendered"
+
+
+@capable.workflow()
+async def film(ctx: td.Context, frames: int) -> list[str]:
+    return [await ctx.step(render, frame) for frame in range(frames)]
+
+
+async def test_a_step_that_requires_a_capability_runs_over_rabbitmq(
+    real_server: Callable[[str], str],
+) -> None:
+    url = real_server("rabbitmq")
+    async with (
+        td.open_engine(capable, broker=url) as engine,
+        td.open_worker(capable, broker=url, groups=["amqp-gpu"], capabilities=["gpu"]),
+    ):
+        run_id = f"film-{secrets.token_hex(4)}"
+        await engine.start(film, 2, run_id=run_id)
+        with trio.fail_after(30):
+            assert await engine.result(run_id) == ["frame 0 rendered", "frame 1 rendered"]

@@ -83,7 +83,7 @@ from ._amqp_topology import (
     MAX_PRIORITY,
     TRANSIENT,
     WORKERS_EXCHANGE,
-    check_queue_name,
+    amqp_queue,
 )
 from ._amqp_url import AmqpOptions, parse_amqp_url
 
@@ -267,13 +267,15 @@ class AmqpBroker:
             return
         if self._closed:
             raise trio.ClosedResourceError("the broker is closed")
-        for message in messages:
-            check_queue_name(message.queue)
+        queues = [amqp_queue(message.queue) for message in messages]
         # Checked here, not left to the server: it would close the publishing
         # channel, failing the other confirms in flight on it.
         check_payload_sizes(messages, self.options.max_payload)
         job = await self._outbox.publish(
-            [(m.queue, m.body, max(0, min(MAX_PRIORITY, int(m.priority))), None) for m in messages]
+            [
+                (queue, m.body, max(0, min(MAX_PRIORITY, int(m.priority))), None)
+                for queue, m in zip(queues, messages, strict=True)
+            ]
         )
         error = job.error
         if error is None:
@@ -301,7 +303,7 @@ class AmqpBroker:
           BrokerUnavailable: The queue could not be declared or consumed.
           UsageError: ``queue`` is not a usable queue name.
         """
-        check_queue_name(queue)
+        queue = amqp_queue(queue)
         limit = max(1, int(prefetch))
         if self.options.prefetch is not None:
             limit = min(limit, self.options.prefetch)
@@ -466,13 +468,12 @@ class AmqpBroker:
         not counted), on a channel of its own, since RabbitMQ closes the
         channel of a passive declare of a queue that does not exist (0:
         nothing was dispatched to it), within ``connect_timeout`` seconds.
-        None for a name the client library refuses to send.
 
         Raises:
           BrokerUnavailable: The connection is down, or the server did not
             answer in time.
         """
-        check_queue_name(queue)
+        queue = amqp_queue(queue)
         connection = self._connection
         if connection is None or not connection.connected.is_set():
             raise BrokerUnavailable("RabbitMQ: not connected; reconnecting")
@@ -484,11 +485,6 @@ class AmqpBroker:
                     declared = await channel.declare_queue(queue, passive=True)
                 except aiormq.exceptions.ChannelNotFoundEntity:
                     return 0
-                except ValueError:
-                    # pamqp refuses the name before sending anything (its
-                    # queue-name characters leave out the "~" of a
-                    # capability queue): no count to read.
-                    return None
                 finally:
                     if not channel.is_closed:
                         await channel.close()

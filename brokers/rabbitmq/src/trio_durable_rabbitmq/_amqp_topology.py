@@ -87,17 +87,38 @@ def type_mismatch(
     )
 
 
-def check_queue_name(queue: str) -> None:
-    if (
-        not isinstance(queue, str)
-        or not queue
-        or len(queue.encode()) > MAX_QUEUE_NAME
-        or queue.startswith("amq.")
-    ):
+_SENT_AS_IS: Final = re.compile(r"[a-zA-Z0-9_.:@#,/ -]*")
+"""The characters of a queue name RabbitMQ's client library sends (pamqp's
+``queue-name`` domain), but ``+``, which marks an escape (`amqp_queue`)."""
+
+
+def amqp_queue(queue: str) -> str:
+    """The name of ``queue`` on the server: ``queue`` itself when every
+    character is one the client library sends in a queue name, else each
+    other character (a ``~`` of a capability queue, a ``+``, a letter
+    outside ASCII) written as ``+<hex code point>+``. Names sent as they are
+    never hold a ``+`` and every escaped one does, so no two queues share a
+    name on the server, and queues of plain names keep theirs.
+
+    Raises:
+      UsageError: ``queue`` is empty, starts with ``amq.``, or its name on
+        the server is longer than RabbitMQ allows.
+    """
+    if not isinstance(queue, str) or not queue or queue.startswith("amq."):
         raise UsageError(
             f"{queue!r} is not a usable RabbitMQ queue name (1 to {MAX_QUEUE_NAME} bytes,"
             " not starting with 'amq.')"
         )
+    if _SENT_AS_IS.fullmatch(queue):
+        named = queue
+    else:
+        named = "".join(c if _SENT_AS_IS.fullmatch(c) else f"+{ord(c):x}+" for c in queue)
+    if len(named.encode()) > MAX_QUEUE_NAME:
+        raise UsageError(
+            f"{queue!r} is not a usable RabbitMQ queue name: {len(named.encode())} bytes on the"
+            f" server ({named!r}), more than {MAX_QUEUE_NAME}"
+        )
+    return named
 
 
 _REFUSED_SIZE: Final = re.compile(r"message size (\d+) is larger than configured max size (\d+)")
