@@ -305,6 +305,8 @@ async def test_changed_deploy_fails_the_run_with_non_determinism(
         "seq": 1,
         "recorded": "first",
         "requested": "sleep" if other is timer_instead else "second",
+        "recorded_kind": "local",
+        "requested_kind": "timer" if other is timer_instead else "local",
     }
     stored = await store.get_run(run_id)
     assert stored is not None
@@ -346,7 +348,13 @@ async def test_after_non_determinism_the_body_runs_and_records_nothing_more(
         stored = await engine.get(run_id)
     assert info.value.code == "non_determinism"
     # The error names the first divergence, not a later operation.
-    assert info.value.details == {"seq": 1, "recorded": "first", "requested": "second"}
+    assert info.value.details == {
+        "seq": 1,
+        "recorded": "first",
+        "requested": "second",
+        "recorded_kind": "local",
+        "requested_kind": "local",
+    }
     assert seen == ["caught", ("again", info.value.details)]
     assert calls == {"first": 1}
     assert [(cp.seq, cp.name, cp.status) for cp in cps] == [

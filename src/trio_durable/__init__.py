@@ -18,6 +18,7 @@ from ._base._exceptions import BreakpointNotFoundError as BreakpointNotFoundErro
 from ._base._exceptions import Cancelled as Cancelled
 from ._base._exceptions import CodecError as CodecError
 from ._base._exceptions import ContinueAsNewError as ContinueAsNewError
+from ._base._exceptions import EncryptedHistoryError as EncryptedHistoryError
 from ._base._exceptions import EngineClosedError as EngineClosedError
 from ._base._exceptions import EntityError as EntityError
 from ._base._exceptions import EntityKeyError as EntityKeyError
@@ -26,6 +27,7 @@ from ._base._exceptions import FatalError as FatalError
 from ._base._exceptions import ForkPointError as ForkPointError
 from ._base._exceptions import GatherError as GatherError
 from ._base._exceptions import GatherFailure as GatherFailure
+from ._base._exceptions import HistoryError as HistoryError
 from ._base._exceptions import InvalidArgumentsError as InvalidArgumentsError
 from ._base._exceptions import InvalidRunStateError as InvalidRunStateError
 from ._base._exceptions import InvalidURLError as InvalidURLError
@@ -154,6 +156,7 @@ __all__ = [
     "ContinueAsNewError",
     "current_step",
     "Disagreement",
+    "EncryptedHistoryError",
     "Engine",
     "EngineClosedError",
     "EngineStatistics",
@@ -175,6 +178,7 @@ __all__ = [
     "GatherError",
     "GatherFailure",
     "HistoryEntry",
+    "HistoryError",
     "InvalidArgumentsError",
     "InvalidRunStateError",
     "InvalidURLError",

@@ -630,3 +630,21 @@ class SearchAttributeError(UsageError, TypeError):
     already holds for that name, or a filter that cannot apply to the
     attribute. Raised before anything is written (see
     docs/search-attributes.md)."""
+
+
+@final
+class HistoryError(UsageError):
+    """An exported history cannot be read: a path that is no file or folder
+    (or a folder without histories), a file that is not JSON, or no history
+    of the format and version this release reads (or a field is missing or
+    of the wrong type). Raised by `trio_durable.testing.replay`,
+    `replay_all` and ``trio-durable replay`` before any body runs; never
+    for a history the code does not fit (`NonDeterminismError`)."""
+
+
+@final
+class EncryptedHistoryError(UsageError):
+    """A history's payloads are encrypted and no codec decodes them: raised by
+    `Engine.export_history` and `Client.export_history` unless ``encrypted=True``
+    (``trio-durable runs export`` then writes nothing), and by `trio_durable.testing.replay`
+    for such an export replayed without the codec (a key it lacks: `CodecError`)."""

@@ -15,12 +15,19 @@ The whole traceback stays where it is recorded (the history, an error's
 from __future__ import annotations
 
 import re
+from types import TracebackType
 from typing import Final, final
 
 import attrs
 
 _OWN: Final = re.compile(r"""^\s*File "[^"]*[/\\]trio_durable(?:_\w+)?[/\\]""")
 """A frame line of a module of trio-durable or of one of its adapters."""
+
+_UNDER_USERS: Final = re.compile(
+    r"[/\\](?:trio_durable(?:_\w+)?|trio|outcome)[/\\]|[/\\]contextlib\.py$"
+)
+"""A path of a module the user's code runs on, not of the user's: of
+trio-durable or of one of its adapters, of Trio, or ``contextlib``."""
 
 _FRAME: Final = re.compile(r"""^\s*File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<name>.*)$""")
 
@@ -118,3 +125,16 @@ def folded_text(text: str) -> str:
         else:
             shown.append(part.text)
     return "\n".join(shown)
+
+
+def user_frame(tb: TracebackType | None) -> str | None:
+    """Where the user's code was in the traceback ``tb``, innermost
+    (``file:line in name`` of the last frame of neither trio-durable nor
+    what it runs on, as `FoldedTraceback.raised_in` says it), or None."""
+    found = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not _UNDER_USERS.search(code.co_filename):
+            found = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+        tb = tb.tb_next
+    return found

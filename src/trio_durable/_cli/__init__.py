@@ -16,6 +16,8 @@ group of commands to it:
 - ``_bulk``: ``runs cancel|retry|terminate`` of one run or, with filters,
   of every run they match (bulk actions, resumed when run again);
 - ``_fork``: ``runs fork`` (and ``retry`` and ``fork`` at the top too);
+- ``_export``: ``runs export``, runs' histories written to files;
+- ``_replay``: ``replay``, exported histories replayed against an app's code;
 - ``_fleet``: ``workers``, the live fleet and its gaps;
 - ``_migrate``: ``migrate``, a store's schema created or upgraded;
 - ``_simulate``: ``simulate``, the deterministic simulation;
@@ -44,12 +46,14 @@ from ._common import EXIT_INTERRUPTED, DurableGroup
 from ._console import console_command
 from ._entities import entities_group
 from ._events import events_group
+from ._export import export_command
 from ._fleet import workers_command
 from ._fork import fork_command
 from ._hooks import breakpoints_group, hooks_group
 from ._migrate import migrate_command
 from ._processes import engine_command, worker_command
 from ._queues import queues_group
+from ._replay import replay_command
 from ._run_lists import count_command, list_command
 from ._run_starts import execute_command, signal_command, start_command
 from ._runs import retry_command, runs_group
@@ -85,6 +89,7 @@ for runs_command in (
     signal_command,
     query_command,
     update_command,
+    export_command,
 ):
     runs_group.add_command(runs_command)
 # ``runs cancel|retry`` take filters too (bulk actions); ``runs terminate``.
@@ -106,6 +111,7 @@ cli.add_command(hooks_group)
 cli.add_command(fork_command)
 cli.add_command(retry_command)
 cli.add_command(stream_command)
+cli.add_command(replay_command)
 
 
 def main(argv: Sequence[str] | None = None, *, prog_name: str = PROG_NAME) -> int:

@@ -58,8 +58,9 @@ _RESULT_POLL_INTERVAL: Final = 1.0
 class Client(FrontEnd):
     """Starts, reads and controls runs; runs none of them.
 
-    It also finds and reads runs, and prunes ended ones, as `Engine` does
-    (`list_runs`, `history`, `run_detail`, `fan_page`, `prune`).
+    It also finds and reads runs, exports their histories, and prunes
+    ended ones, as `Engine` does (`list_runs`, `history`, `run_detail`,
+    `fan_page`, `export_history`, `prune`).
 
     Made by `open_client`. It takes no leases: engines (in this process or
     others) sharing its store run the runs it starts, signals, cancels and

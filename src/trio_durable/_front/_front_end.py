@@ -30,6 +30,7 @@ from .._kernel._run_reads import read_run
 from ._control import cancel_run, retry_run, signal_run, terminate_run
 from ._front_bulk import BulkActions
 from ._front_events import SendsEvents
+from ._front_export import ExportsHistories
 from ._front_fork import ForksRuns
 from ._front_hooks import HookActions
 from ._front_messages import QueriesAndUpdates
@@ -60,6 +61,7 @@ class FrontEnd(
     ReadsStreams,
     BulkActions,
     PrunesRuns,
+    ExportsHistories,
 ):
     """What `Engine` and `Client` share: every method of theirs but an
     engine's own (see `_front_end`)."""

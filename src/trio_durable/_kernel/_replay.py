@@ -264,12 +264,15 @@ class Decider:
         """Before a remote step's `reach`: the chance to settle it first (a
         worker running it at once)."""
 
-    def check(self, cp: Checkpoint | None) -> None:
-        """What the history holds at a seq an operation takes, read:
-        return to go on, or stop the body (a reader at an unsettled one).
+    def check(self, replay: Replay, seq: int, name: str, kind: CheckpointKind) -> None:
+        """What the history holds at ``seq``, which the operation ``name``
+        of ``kind`` takes, read (of that name and kind, or nothing): return
+        to go on, or stop the body (a reader at an unsettled one).
 
         Raises:
           Suspend: The body stops here.
+          NonDeterminismError: The history cannot go on here (a replay
+            test of a run that ended before this operation).
         """
 
     def carry_value(self, offset: int, value_json: str) -> bool:
@@ -437,12 +440,18 @@ class Replay:
             error = NonDeterminismError(
                 f"at seq {seq} the run recorded {cp.kind} {cp.name!r}, "
                 f"but the workflow now asks for {kind} {name!r}",
-                details={"seq": seq, "recorded": cp.name, "requested": name},
+                details={
+                    "seq": seq,
+                    "recorded": cp.name,
+                    "requested": name,
+                    "recorded_kind": cp.kind,
+                    "requested_kind": kind,
+                },
             )
             if self.turn.nondeterminism is None:
                 self.turn.nondeterminism = error
             raise error
-        self.decider.check(cp)
+        self.decider.check(self, seq, name, kind)
         return cp
 
     def workflow(self, target: Workflow[..., Any] | str) -> Workflow[..., Any]:

@@ -86,7 +86,7 @@ def check_arguments(
         # Nothing recorded under the check here (a changed name or kind is
         # the replay's own check, made next).
         return
-    recorded_digest = digest((recorded or _recorded)(cp))
+    recorded_digest = digest((recorded or recorded_arguments)(cp))
     requested = digest(arguments(cp))
     if recorded_digest == requested:
         return
@@ -97,6 +97,8 @@ def check_arguments(
             "seq": seq,
             "recorded": name,
             "requested": name,
+            "recorded_kind": kind,
+            "requested_kind": kind,
             "recorded_arguments": recorded_digest,
             "requested_arguments": requested,
         },
@@ -105,7 +107,9 @@ def check_arguments(
     raise error
 
 
-def _recorded(cp: Checkpoint) -> str:
+def recorded_arguments(cp: Checkpoint) -> str:
+    """What ``cp`` recorded its operation was called with, as text to
+    digest: a timer's due time, else its input."""
     if cp.kind == "timer":
         return repr(cp.wake_at)
     return cp.input or ""

@@ -143,7 +143,8 @@ class DeterminismOperations:
         marker (a ``local`` checkpoint named ``patch:<change id>``) so that
         every replay answers True too; False for a run whose history already
         went past this point without the marker (recorded by the code before
-        the change). The answer is kept for the rest of the turn: later
+        the change), and for a run that ended without it (replayed for a
+        query, or by `trio_durable.testing.replay`). The answer is kept for the rest of the turn: later
         calls with the same id return it. See docs/changing-workflow-code.md.
 
         Raises:
@@ -189,8 +190,10 @@ class DeterminismOperations:
         seen = state.markers.get(change_id)
         if seen is not None and seen < position:
             answer = True
-        elif position > (state.last_seq or 0):
-            # Nothing recorded from here on: new code runs from here.
+        elif position > (state.last_seq or 0) and not replay.run.done:
+            # Nothing recorded from here on: new code runs from here. (A
+            # run that ended, replayed by a reader or a replay test, went
+            # past every point without the marker.)
             seq = replay.take_marker_seq()
             now = replay.runtime.clock.now()
             replay.turn.put(record(replay.run.id, seq, patch_marker_name(change_id), "true", now))

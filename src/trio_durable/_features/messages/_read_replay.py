@@ -12,14 +12,14 @@ a turn. The handlers registered by then answer.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Literal, final
 
 import attrs
 
 from ..._base import _serde
 from ..._base._exceptions import QueryFailed, UnknownHandlerError, UsageError
 from ..._base._failures import error_info
-from ..._base._records import Checkpoint, Run
+from ..._base._records import Checkpoint, CheckpointKind, Run
 from ..._base._run_records import RunRecord
 from ..._kernel._definitions import Workflow, remote_body
 from ..._kernel._handlers import check_arguments, plain_args
@@ -55,7 +55,8 @@ class ReadOnly(Decider):
 
     __slots__ = ()
 
-    def check(self, cp: Checkpoint | None) -> None:
+    def check(self, replay: Replay, seq: int, name: str, kind: CheckpointKind) -> None:
+        cp = replay.turn.checkpoints.get(seq)
         if cp is None or cp.status not in ("completed", "failed"):
             raise Suspend("read-only replay")
 
@@ -157,26 +158,65 @@ async def replay_history(
     Raises:
       NonDeterminismError: The history does not match the body.
     """
+    end = await replay_body(app, clock, traceback_limit, wf, run, checkpoints, records, ReadOnly())
+    # The body may have raised where the run failed: the handlers
+    # registered by then answer (a failure of the replay itself is raised).
+    if end.replay.turn.nondeterminism is not None:
+        raise end.replay.turn.nondeterminism
+    end.replay.handlers.finish()
+    return end.replay
+
+
+@final
+@attrs.define(frozen=True, kw_only=True)
+class BodyEnd:
+    """How a body replayed outside an engine's turn ended.
+
+    Attributes:
+      replay: Its replay: the turn holds the history (and whether it
+        diverged, `TurnDraft.nondeterminism`), the handlers what the body
+        registered.
+      how: ``returned``; ``raised``; ``stopped`` where the decider stopped
+        it (`Suspend`); ``continued`` (`Context.continue_as_new`).
+      value: What it returned, or the exception that ended it.
+    """
+
+    replay: Replay
+    how: Literal["returned", "raised", "stopped", "continued"]
+    value: Any = None
+
+
+async def replay_body(
+    app: Registry,
+    clock: Clock,
+    traceback_limit: int,
+    wf: Workflow[..., Any],
+    run: Run,
+    checkpoints: Iterable[Checkpoint],
+    records: Iterable[RunRecord],
+    decider: Decider,
+) -> BodyEnd:
+    """Replay ``run``'s body ``wf`` against ``checkpoints`` and ``records``
+    in this process, writing nothing, each operation going through
+    ``decider`` (a reader's `ReadOnly`, or a replay test's); return how
+    the body ended."""
     state = TurnDraft(
         run=run,
         checkpoints={cp.seq: cp for cp in checkpoints},
         records={record.kind: record for record in records},
     )
     runtime = _ReadRuntime(app=app, clock=clock, options=_Options(traceback_limit))
-    replay = Replay(runtime, state, ReadOnly())
+    replay = Replay(runtime, state, decider)
     try:
         args = _serde.load_args(run.input, wf.fn, skip=1)
-        await wf.fn(replay.runtime.app.context(replay), *args)
-    except (Suspend, ContinueAsNew):
-        pass
-    except Exception:
-        # The body raised where the run failed: the handlers registered by
-        # then answer (a failure of the replay itself is raised below).
-        pass
-    if state.nondeterminism is not None:
-        raise state.nondeterminism
-    replay.handlers.finish()
-    return replay
+        value = await wf.fn(replay.runtime.app.context(replay), *args)
+    except Suspend as stop:
+        return BodyEnd(replay=replay, how="stopped", value=stop)
+    except ContinueAsNew as cont:
+        return BodyEnd(replay=replay, how="continued", value=cont)
+    except Exception as exc:
+        return BodyEnd(replay=replay, how="raised", value=exc)
+    return BodyEnd(replay=replay, how="returned", value=value)
 
 
 async def query_run(
