@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 import trio_durable as td
+import trio_durable.testing
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "changing-workflow-code.md"
 
@@ -63,3 +64,37 @@ async def test_deprecate_patch_replays_a_run_with_the_marker(
 ) -> None:
     async with _store(kind, tmp_path) as store:
         await page.deprecate(store)
+
+
+async def _runs_of_deploy_a(store: td.Store) -> None:
+    """o-1 waits for "packed"; o-2 completed."""
+    async with td.open_engine(_page_module().deploy_a(), store=store) as engine:
+        await engine.start("order", "o-1", run_id="o-1")
+        await engine.start("order", "o-2", run_id="o-2")
+        await engine.drain()
+        await engine.signal("o-2", "packed")
+        await engine.result("o-2")
+
+
+async def test_the_tests_before_a_deploy_run_as_the_page_says(
+    kind: str, clock: trio.testing.MockClock, tmp_path: Path, page: Any
+) -> None:
+    histories = tmp_path / "histories"
+    histories.mkdir()
+    async with _store(kind, tmp_path) as store:
+        await _runs_of_deploy_a(store)
+        await page.export_histories(store, histories)
+    assert sorted(p.name for p in histories.iterdir()) == ["o-1.json", "o-2.json"]
+    # replay and replay_all run Trio themselves: a plain test calls them.
+    await trio.to_thread.run_sync(page.test_deploy_b_replays_the_runs_in_flight, histories)
+    await trio.to_thread.run_sync(page.test_an_unpatched_change_breaks_a_run_in_flight, histories)
+    with pytest.raises(td.NonDeterminismError) as info:
+        await trio.to_thread.run_sync(
+            td.testing.replay, page.deploy_b_unpatched(), histories / "o-1.json"
+        )
+    shown = re.search(r"```text\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
+    assert shown is not None
+    # The page's report is this one, but for the path, the digest and the line.
+    assert [re.sub(r"[0-9a-f]{16}\)|/\S+:\d+ in", "...", line) for line in shown[1].splitlines()][
+        1:4
+    ] == [re.sub(r"[0-9a-f]{16}\)", "...", line) for line in str(info.value).splitlines()][1:4]

@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 import replay_app
 import trio_durable as td
@@ -140,6 +143,63 @@ def test_bad_input_gets_a_history_error(histories: Path, tmp_path: Path) -> None
 def test_an_unknown_workflow_is_no_history_error(histories: Path) -> None:
     with pytest.raises(td.UnknownWorkflowError):
         td.testing.replay(td.App("other"), histories / "o-done.json")
+
+
+rich = td.App("rich")
+
+
+@rich.step()
+async def double(x: int) -> int:
+    return 2 * x
+
+
+@rich.step(group="remote")
+async def increment(x: int) -> int:
+    return x + 1
+
+
+@rich.workflow()
+async def kid(ctx: td.Context, x: int) -> int:
+    return await ctx.step(double, x)
+
+
+@rich.workflow()
+async def many(ctx: td.Context, n: int) -> dict[str, Any]:
+    fan = await ctx.all(increment, list(range(n)), concurrency=2)
+    settled = await ctx.all_settled(kid, [1, 2])
+    child = await ctx.child(kid, n)
+    await ctx.start_child(kid, 7)
+    await ctx.sleep(60)
+    try:
+        first = await ctx.wait_signal("go", timeout=30)
+    except td.SignalTimeout:
+        first = "timed out"
+    second = await ctx.wait_signal("go2")
+    return {
+        "fan": fan,
+        "settled": len(settled),
+        "child": child,
+        "first": first,
+        "second": second,
+        "at": ctx.now().timestamp(),
+        "id": str(ctx.uuid4()),
+    }
+
+
+async def test_fans_children_timers_and_signals_replay_cleanly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with td.open_engine(rich, store=td.MemoryStore(), serve=["remote"]) as engine:
+        await engine.start(many, 3, run_id="done")
+        await engine.start(many, 4, run_id="open")
+        await engine.drain()
+        await engine.signal("done", "go2", 5)
+        await engine.result("done")
+        page = await engine.list_runs()
+        documents = [await engine.export_history(run.id) for run in page.runs]
+    assert len(documents) == 10  # two runs, each with two fan members and three children
+    for document in documents:
+        await trio.to_thread.run_sync(td.testing.replay, rich, document)
 
 
 # -- trio-durable replay ---------------------------------------------------------
