@@ -5,7 +5,7 @@ that would break runs in flight fails a test instead of a deploy.
 `replay` replays one history, `replay_all` every history of a folder, and
 ``trio-durable replay`` files and folders for CI; each reads the files
 here (`history_paths`, `load_history`) and replays them with
-`replay_against` (`.._features.determinism._history_replay`). See
+`replay_against` (`.._features.messages._history_replay`). See
 docs/changing-workflow-code.md.
 """
 
@@ -22,7 +22,7 @@ import trio
 
 from .._base._clock import Clock
 from .._base._exceptions import EncryptedHistoryError, HistoryError, TrioDurableError
-from .._features.determinism._history_replay import Replayed, replay_against
+from .._features.messages._history_replay import Replayed, replay_against
 from .._front._app import App
 from .._payloads._codec import PayloadCodec
 from .._stores._codec import PayloadCoder

@@ -32,8 +32,8 @@ from ..._base._records import Checkpoint, CheckpointKind, Run
 from ..._kernel._definitions import remote_body
 from ..._kernel._markers import body_seqs
 from ..._kernel._replay import Decider, Replay, Suspend
-from ..messages._read_replay import BodyEnd, replay_body
-from ._argument_check import digest, recorded_arguments
+from ..determinism._argument_check import digest, recorded_arguments
+from ._read_replay import BodyEnd, replay_body
 
 if TYPE_CHECKING:
     from ..._base._clock import Clock
