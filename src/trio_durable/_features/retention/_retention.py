@@ -25,6 +25,7 @@ import trio
 
 from ..._base._clock import Clock
 from ..._base._exceptions import StoreError, UsageError
+from ..._front._front_bulk import BULK
 from ..._kernel._views import Retention
 from ..._stores._base import Store
 from ..events._events import EVENT_SCOPE
@@ -61,16 +62,19 @@ async def prune(store: Store, retention: Retention, now: float, limit: int | Non
 
 
 async def prune_events(store: Store, retention: Retention, now: float) -> int:
-    """Delete the event records older than ``retention.events`` at durable
-    time ``now``, a batch per write; return how many."""
+    """Delete the event records, and the states of bulk operations, older
+    than ``retention.events`` at durable time ``now``, a batch per write;
+    return how many."""
     if retention.events is None:
         return 0
     total = 0
-    while True:
-        deleted = await store.prune_values(EVENT_SCOPE, now - retention.events, retention.batch)
-        total += deleted
-        if deleted < retention.batch:
-            return total
+    for scope in (EVENT_SCOPE, BULK):
+        while True:
+            deleted = await store.prune_values(scope, now - retention.events, retention.batch)
+            total += deleted
+            if deleted < retention.batch:
+                break
+    return total
 
 
 async def prune_forever(store: Store, retention: Retention, clock: Clock) -> None:
