@@ -17,8 +17,8 @@ A session reads a command in one of four forms (anything else runs with
 - ``kill [-SIGNAL] %N ...`` (``; wait`` after it is allowed and changes
   nothing): sends the signal (TERM by default) to those jobs, waits for
   each to exit, and prints what each printed after its ready line, job
-  after job in the order named (interleaved as they come, a terminal would
-  show the same lines in an order that varies from run to run). What a job
+  after job in the order named (where a terminal interleaves their lines
+  as they come, in an order that varies from run to run). What a job
   logged meanwhile is there too (an engine's record of a run that failed,
   with the run's traceback), so a job stopped by TERM or INT must exit with
   status 0, where other commands must print no traceback.
