@@ -59,3 +59,31 @@ async def shared_store(kind: str, tmp_path: Path) -> AsyncIterator[td.Store]:
     else:
         async with td.open_store(f"sqlite:///{tmp_path / 'runs.db'}") as store:
             yield store
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """Which `shared_store` a test runs on: each test that takes it runs on
+    both (a module may define its own, with other kinds)."""
+    return str(request.param)
+
+
+StoreEngineFactory = Callable[..., AbstractAsyncContextManager[tuple[td.Store, td.Engine]]]
+
+
+@pytest.fixture
+def open_store_engine(
+    kind: str, tmp_path: Path, open_test_engine: EngineFactory
+) -> StoreEngineFactory:
+    """``open_test_engine`` on the test's ``kind`` of `shared_store`: opens
+    both and yields them, the store first."""
+
+    @asynccontextmanager
+    async def factory(app: td.App, **kwargs: Any) -> AsyncIterator[tuple[td.Store, td.Engine]]:
+        async with (
+            shared_store(kind, tmp_path) as store,
+            open_test_engine(app, store=store, **kwargs) as engine,
+        ):
+            yield store, engine
+
+    return factory

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 import trio_durable as td
-from trio_durable._base._records import Checkpoint, ErrorInfo, dump_errors, load_errors
+from trio_durable._base._error_json import dump_errors, load_errors
+from trio_durable._base._records import Checkpoint, ErrorInfo
 from trio_durable._wire._decision_checks import error_field
 from trio_durable._wire._messages import WireError
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import EngineFactory, shared_store
+from conftest import EngineFactory, StoreEngineFactory
 
 app = td.App("bulk")
 
@@ -26,11 +25,6 @@ def _reset() -> Iterator[None]:
     attempts.clear()
     yield
     attempts.clear()
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @app.step(retry=td.Retry(attempts=1))
@@ -53,6 +47,10 @@ class Interrupt(Exception):
     pass
 
 
+DECLINED = td.RunSelection(status="failed", code="declined")
+"""The runs `_failed_runs` fails with code ``declined`` (12 of its 15)."""
+
+
 async def _failed_runs(engine: td.Engine) -> None:
     for i in range(12):
         await engine.start(checkout, f"o{i}", "declined", run_id=f"o{i:02}")
@@ -62,15 +60,11 @@ async def _failed_runs(engine: td.Engine) -> None:
 
 
 async def test_a_dry_run_counts_and_writes_nothing(
-    kind: str,
-    autojump_clock: trio.testing.MockClock,
-    tmp_path: Path,
-    open_test_engine: EngineFactory,
+    open_store_engine: StoreEngineFactory, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with shared_store(kind, tmp_path) as store, open_test_engine(app, store=store) as engine:
+    async with open_store_engine(app) as (store, engine):
         await _failed_runs(engine)
-        selection = td.RunSelection(status="failed", code="declined")
-        report = await engine.retry_many(selection, dry_run=True)
+        report = await engine.retry_many(DECLINED, dry_run=True)
         assert (report.matched, report.acted, report.dry_run, report.finished) == (
             12,
             0,
@@ -78,21 +72,17 @@ async def test_a_dry_run_counts_and_writes_nothing(
             False,
         )
         assert report.first_ids == tuple(f"o{i:02}" for i in range(11, 1, -1))
-        assert report.operation == f"{selection.key('retry')}.1"
+        assert report.operation == f"{DECLINED.key('retry')}.1"
         # Nothing was written: not even the operation.
-        assert await store.get_value("bulk", selection.key("retry")) is None
+        assert await store.get_value("bulk", DECLINED.key("retry")) is None
         assert {run.status for run in (await engine.list_runs()).runs} == {"failed"}
 
 
 async def test_retry_many_resumes_without_retrying_a_run_twice(
-    kind: str,
-    autojump_clock: trio.testing.MockClock,
-    tmp_path: Path,
-    open_test_engine: EngineFactory,
+    open_store_engine: StoreEngineFactory, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with shared_store(kind, tmp_path) as store, open_test_engine(app, store=store) as engine:
+    async with open_store_engine(app) as (_, engine):
         await _failed_runs(engine)
-        selection = td.RunSelection(status="failed", code="declined")
         seen: list[td.BulkProgress] = []
 
         def interrupt(progress: td.BulkProgress) -> None:
@@ -100,14 +90,14 @@ async def test_retry_many_resumes_without_retrying_a_run_twice(
             raise Interrupt
 
         with pytest.raises(Interrupt):
-            await engine.retry_many(selection, batch_size=5, on_progress=interrupt)
+            await engine.retry_many(DECLINED, batch_size=5, on_progress=interrupt)
         assert [(p.done, p.total) for p in seen] == [(5, 12)]
         # The runs it retried fail again at once, with the same code.
         await engine.drain()
         assert sum(attempts.values()) == 15 + 5
         progress: list[tuple[int, int]] = []
         report = await engine.retry_many(
-            selection, batch_size=5, on_progress=lambda p: progress.append((p.done, p.total))
+            DECLINED, batch_size=5, on_progress=lambda p: progress.append((p.done, p.total))
         )
         assert (report.matched, report.acted, report.skipped, report.finished) == (7, 7, 5, True)
         assert report.operation == seen[0].operation
@@ -116,17 +106,14 @@ async def test_retry_many_resumes_without_retrying_a_run_twice(
         # Each run of the code was retried exactly once; the others never.
         assert attempts == Counter({**{f"o{i}": 2 for i in range(12)}, "x0": 1, "x1": 1, "x2": 1})
         # Finished, the same call is a new operation, which retries them again.
-        again = await engine.retry_many(selection, dry_run=True)
-        assert (again.operation, again.matched) == (f"{selection.key('retry')}.2", 12)
+        again = await engine.retry_many(DECLINED, dry_run=True)
+        assert (again.operation, again.matched) == (f"{DECLINED.key('retry')}.2", 12)
 
 
 async def test_cancel_and_terminate_many(
-    kind: str,
-    autojump_clock: trio.testing.MockClock,
-    tmp_path: Path,
-    open_test_engine: EngineFactory,
+    open_store_engine: StoreEngineFactory, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with shared_store(kind, tmp_path) as store, open_test_engine(app, store=store) as engine:
+    async with open_store_engine(app) as (store, engine):
         await _failed_runs(engine)
         for i in range(6):
             await engine.start(waits, str(i), run_id=f"w{i}")
@@ -160,12 +147,9 @@ async def parent(ctx: td.Context, order: str) -> str:
 
 
 async def test_top_level_id_prefix_and_parent_narrow_a_selection(
-    kind: str,
-    autojump_clock: trio.testing.MockClock,
-    tmp_path: Path,
-    open_test_engine: EngineFactory,
+    open_store_engine: StoreEngineFactory, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with shared_store(kind, tmp_path) as store, open_test_engine(app, store=store) as engine:
+    async with open_store_engine(app) as (_, engine):
         await _failed_runs(engine)
         await engine.start(parent, "p", run_id="p0")
         await engine.drain()

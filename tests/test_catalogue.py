@@ -211,8 +211,15 @@ async def test_workers_announce_decision_groups_routes_and_step_specs(
             "on_error": sorted_routes,
             "routes": {"1": sorted_routes, "2": sorted_routes},
             "group": "orders",
+            # Its inputs after the context, with their JSON types.
+            "params": [{"name": "order", "type": ["string"]}],
         },
-        "refund": {"versions": ["1"], "on_error": [], "routes": {"1": []}},
+        "refund": {
+            "versions": ["1"],
+            "on_error": [],
+            "routes": {"1": []},
+            "params": [{"name": "failure", "type": ["object"]}],
+        },
     }
     # The group is announced only by the workers that serve it.
     assert "group" not in other.workflows["checkout"]

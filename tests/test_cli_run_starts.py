@@ -20,6 +20,7 @@ from test_cli import invoke, one_error_line
 from trio_durable._front._client import Client
 from trio_durable._front._descriptor import describe
 from trio_durable._kernel._fleet import Fleet, aggregate
+from trio_durable.brokers import descriptor_from_json, descriptor_to_json
 
 __all__ = ["filled"]
 
@@ -64,7 +65,6 @@ def test_start_without_the_app_by_the_announcements(
     args = ["runs", "start", "greet", "--broker", "memory://", "--listen", "0"]
     unknown = refused(copy, [*args[:2], "nope", *args[3:]], 1, app=None)
     assert "no live worker on memory:// announces the workflow 'nope' (announced:" in unknown
-    # Announcements carry no parameters: the input is only JSON.
     assert "is not a JSON array" in refused(copy, [*args, "--input", "{}"], 2, app=None)
 
     result = invoke([*args, "--input", '["ada"]', "--run-id", "g-1"], env=env_of(copy, None))
@@ -73,6 +73,108 @@ def test_start_without_the_app_by_the_announcements(
     run = trio.run(_run, copy, "g-1")
     # By name: the engine that first runs it picks the version.
     assert (run.workflow, run.version, json.loads(run.input)) == ("greet", "", ["ada"])
+
+
+def _announced(monkeypatch: pytest.MonkeyPatch, *apps: tuple[str, td.App]) -> None:
+    """Make the client's fleet what live workers of ``apps`` (instance id,
+    app) announce, as `describe` writes it."""
+
+    async def fleet(self: Client) -> Fleet:
+        return aggregate([describe(app, instance, [], [], 0.0) for instance, app in apps])
+
+    monkeypatch.setattr(Client, "fleet", fleet)
+
+
+WITHOUT_APP = ["--broker", "memory://", "--listen", "0"]
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (
+            ["runs", "start", "greet", "--input", "[]"],
+            "Error: workflow 'greet' takes 1 positional input after the context (name),"
+            " but 0 were given (announced: greet(name: string))",
+        ),
+        (
+            ["runs", "start", "greet", "--input", '["ada", "bo"]'],
+            "Error: workflow 'greet' takes 1 positional input after the context (name),"
+            " but 2 were given (announced: greet(name: string))",
+        ),
+        (
+            ["runs", "start", "parent", "--input", '["3"]', "--run-id", "p-9"],
+            "Error: workflow 'parent': input 'n' must be an integer, not a string (\"3\")"
+            " (announced: parent(n: integer))",
+        ),
+        (
+            ["runs", "execute", "greet", "--input", "[7]"],
+            "Error: workflow 'greet': input 'name' must be a string, not an integer (7)"
+            " (announced: greet(name: string))",
+        ),
+        (
+            ["runs", "signal", "fresh-1", "submit", "--start", "order", "--input", "[null]"],
+            "Error: workflow 'order': input 'order_id' must be a string, not null"
+            " (announced: order(order_id: string))",
+        ),
+    ],
+)
+def test_start_without_the_app_checks_the_input_against_the_announced_signature(
+    filled: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], message: str
+) -> None:
+    _announced(monkeypatch, ("worker-1", cli_families_app.app))
+    # Refused as a usage error, and the file is left byte-identical.
+    assert refused(filled, [*command, *WITHOUT_APP], 2, app=None) == message
+
+
+def _greet_v2() -> td.App:
+    """A newer deploy of `cli_families_app`'s greet: it takes a count too."""
+    app = td.App("families", version="2")
+
+    @app.workflow(name="greet")
+    async def greet(ctx: td.Context, name: str, times: int) -> str:
+        return name * times
+
+    return app
+
+
+def test_start_without_the_app_during_a_rollout_takes_an_input_any_signature_fits(
+    copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _announced(monkeypatch, ("worker-1", cli_families_app.app), ("worker-2", _greet_v2()))
+    args = ["runs", "start", "greet", *WITHOUT_APP, "--run-id", "g-2"]
+    result = invoke([*args, "--input", '["ada", 2]'], env=env_of(copy, None))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        "note: live workers announce 2 signatures (greet(name: string) by worker-1;"
+        " greet(name: string, times: integer) by worker-2); the input fits"
+        " greet(name: string, times: integer)\n"
+    )
+    assert json.loads(trio.run(_run, copy, "g-2").input) == ["ada", 2]
+    message = refused(copy, [*args, "--input", "[1]"], 2, app=None)
+    assert message == (
+        "Error: the input fits none of the 2 signatures live workers announce"
+        " (greet(name: string) by worker-1; greet(name: string, times: integer) by"
+        " worker-2): greet(name: string): workflow 'greet': input 'name' must be a string,"
+        " not an integer (1); greet(name: string, times: integer): workflow 'greet' takes"
+        " 2 positional inputs after the context (name, times), but 1 was given"
+    )
+
+
+def test_start_without_the_app_by_older_workers_checks_only_the_array(
+    copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def fleet(self: Client) -> Fleet:
+        # A worker older than the announced parameters: no "params".
+        plain = descriptor_to_json(describe(cli_families_app.app, "worker-old", [], [], 0.0))
+        for entry in plain["workflows"].values():
+            del entry["params"]
+        return aggregate([descriptor_from_json(json.loads(json.dumps(plain)))])
+
+    monkeypatch.setattr(Client, "fleet", fleet)
+    args = ["runs", "start", "greet", *WITHOUT_APP, "--input", "[1, 2]", "--run-id", "g-3"]
+    result = invoke(args, env=env_of(copy, None))
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert json.loads(trio.run(_run, copy, "g-3").input) == [1, 2]
 
 
 # -- execute -------------------------------------------------------------------------

@@ -232,3 +232,17 @@ async def test_errors_in_the_block_come_out_unwrapped(tmp_path: Path) -> None:
     with pytest.raises(td.RunNotFoundError):
         async with td.open_client(f"sqlite:///{tmp_path / 'e.db'}") as client:
             await client.get("missing")
+
+
+async def test_a_start_whose_id_exists_writes_nothing(tmp_path: Path) -> None:
+    # The client announces each run it creates, for an engine to take at
+    # once; a start that finds its id taken creates nothing, so it
+    # announces nothing either, and the file stays byte-identical.
+    path = tmp_path / "runs.db"
+    async with td.open_client(f"sqlite:///{path}", wall_clock=fixed_wall) as client:
+        first = await client.start("wait_go", run_id="once")
+    before = path.read_bytes()
+    async with td.open_client(f"sqlite:///{path}", wall_clock=fixed_wall) as client:
+        again = await client.start("wait_go", run_id="once")
+    assert path.read_bytes() == before
+    assert (again.id, again.created_at) == ("once", first.created_at)

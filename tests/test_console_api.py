@@ -311,6 +311,12 @@ async def test_lineage_of_an_on_error_handler_and_the_run_it_handles(
         handled = (await client.get(f"/api/runs/{handler_id}")).json()
         assert handled["lineage"]["handles"] == {"id": "d", "href": "/api/runs/d"}
         assert handled["lineage"]["ancestors"] == [{"id": "d", "href": "/api/runs/d"}]
+        # The list says which run was handed off, and to which handler.
+        listed = (await client.get("/api/runs")).json()["runs"]
+        assert {run["id"]: run["handled_by"] for run in listed} == {
+            "d": handler_id,
+            handler_id: None,
+        }
 
 
 async def test_unknown_runs_and_fans_and_bad_fan_parameters(

@@ -147,6 +147,8 @@ async def test_the_fleet_and_queues_pages_show_load_and_backlog(
         assert '<td class="num backlog">1</td>' in ghost
         assert re.search(r'heartbeat <time class="ago" datetime="[^"]+"', text)
         assert '<span class="in-flight">2 in flight</span>' in text
+        # Each workflow with the parameters its worker announces.
+        assert '<td class="signature"><code>pay(amount: integer)</code></td>' in text
         queues = (await client.get("/queues")).text
         assert "Broker backlog" in queues
         assert re.search(r'data-group="payments">.*?<td class="num backlog">3</td>', queues, re.S)

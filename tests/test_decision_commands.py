@@ -22,7 +22,7 @@ import trio_durable as td
 from conftest import fixed_wall
 from trio_durable._base._clock import Clock
 from trio_durable._base._records import Run
-from trio_durable._front._worker import worker_features
+from trio_durable._front._remote_turns import worker_features
 from trio_durable._kernel._decide import decide
 from trio_durable._wire._decision_wire import Decision, request_input
 from trio_durable._wire._messages import Task, WireError

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import doc_transcripts
-from doc_transcripts import commands, marked_blocks, normalized, pages, stale, transcripts
+from doc_transcripts import commands, marked_blocks, needs, normalized, pages, stale, transcripts
 
 PAGES = pages()
 
@@ -26,8 +26,14 @@ def test_the_pages_with_transcripts() -> None:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_a_page_s_transcripts_are_current(page: Path) -> None:
-    _, differ = stale(page)
+def test_a_page_s_transcripts_are_current(page: Path, request: pytest.FixtureRequest) -> None:
+    # The servers a page needs (its ``needs`` markers) as other tests get
+    # them: from AMQP_URL and the like, else started for the session; a
+    # missing one skips the page, and fails it under CI=true.
+    names = needs(page.read_text(encoding="utf-8"))
+    real_server = request.getfixturevalue("real_server") if names else None
+    servers = {name: real_server(name) for name in names} if real_server else {}
+    _, differ = stale(page, servers)
     assert differ == [], (
         f"run `python tests/doc_transcripts.py {page.relative_to(page.parents[1])}`"
     )
@@ -78,6 +84,34 @@ def test_the_markers(tmp_path: Path) -> None:
 def test_a_misplaced_marker_is_refused(broken: str) -> None:
     with pytest.raises(ValueError, match=r"^line \d+: "):
         marked_blocks(broken)
+
+
+def test_what_normalizing_hides_in_processes_lines() -> None:
+    shown = (
+        "2026-12-07 23:44:04,583 WARNING x\n"
+        "trio-durable: worker w ready: collector thresholds 10000,50,100, 48413 objects frozen\n"
+        "│ w │ 4.4 s ago │ python 3.11.7, trio 0.35.0 │"
+    )
+    now = (
+        "2027-01-01 00:00:00,001 WARNING x\n"
+        "trio-durable: worker w ready: collector thresholds 10000,50,100, 512 objects frozen\n"
+        "│ w │ 12.0 s ago │ python 3.13.1rc1, trio 0.31.0+dev │"
+    )
+    assert normalized(shown) == normalized(now)
+    assert normalized("thresholds 10000,50,100") != normalized("thresholds 700,10,10")
+
+
+def test_a_session_s_jobs_and_exports(tmp_path: Path) -> None:
+    job = "trap 'echo stopped; exit 0' TERM; echo job $SAID; echo later; sleep 60 & wait &"
+    page = f"<!-- transcript -->\n```console\n$ export SAID=ready\n$ {job}\n$ echo $SAID\n"
+    page += "$ kill -TERM %1; wait\n$ echo done &\n```\n"
+    [text] = transcripts(doc_transcripts.transcribed(page, tmp_path))
+    # A job shows its lines up to the ready one; the rest, when it stops.
+    # One that never says ready shows all it printed, once it ended.
+    assert text == (
+        f"$ export SAID=ready\n$ {job}\njob ready\n$ echo $SAID\nready\n"
+        "$ kill -TERM %1; wait\nlater\nstopped\n$ echo done &\ndone\n"
+    )
 
 
 def test_what_normalizing_hides() -> None:

@@ -19,8 +19,9 @@ import trio.testing
 
 import trio_durable as td
 from conftest import EngineFactory
+from trio_durable._base._error_json import load_error, load_errors
 from trio_durable._base._exceptions import RecordedTraceback
-from trio_durable._base._records import ErrorInfo, bound_traceback, load_error, load_errors
+from trio_durable._base._records import ErrorInfo, bound_traceback
 
 app = td.App("errors")
 

@@ -214,8 +214,13 @@ async def test_descriptor_says_what_the_worker_serves(autojump_clock: trio.abc.C
     }
     # It serves neither "checkout" nor "report" as a group: no "group".
     assert d.workflows == {
-        "checkout": {"versions": ["1", "2"], "on_error": [], "routes": {"1": [], "2": []}},
-        "report": {"versions": ["1"], "on_error": [], "routes": {"1": []}},
+        "checkout": {
+            "versions": ["1", "2"],
+            "on_error": [],
+            "routes": {"1": [], "2": []},
+            "params": [{"name": "amount", "type": ["integer"]}],
+        },
+        "report": {"versions": ["1"], "on_error": [], "routes": {"1": []}, "params": []},
     }
     assert d.capabilities == ("crane", "gpu")
     assert d.registration_hash == app.registration_hash()

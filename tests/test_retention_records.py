@@ -1,6 +1,7 @@
 """Retention of the records runs and features leave besides the runs' own
 rows: the keyed values that go with a run are pruned with it, and event
-records go by age (`Retention.events`), on the memory and SQLite stores."""
+records and bulk operations' states go by age (`Retention.events`), on the
+memory and SQLite stores."""
 
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ async def on_order(ctx: td.Context, n: int) -> int:
 @app.workflow(events=["burst"], debounce=5.0)
 async def on_burst(ctx: td.Context, n: int) -> int:
     return n
+
+
+@app.workflow()
+async def refuses(ctx: td.Context) -> None:
+    raise td.FatalError("refused", code="refused")
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -143,3 +149,27 @@ async def test_event_records_go_by_age(
     ) as engine:
         await trio.sleep(1000)
         assert [e.event_id for e in await engine.list_events()] == ["e1"]
+
+
+async def test_a_bulk_operations_state_goes_by_age(
+    store: td.Store, open_test_engine: EngineFactory, autojump_clock: trio.testing.MockClock
+) -> None:
+    retention = td.Retention(events=100, interval=10)
+    selection = td.RunSelection(workflow="refuses")
+    async with open_test_engine(app, store=store, retention=retention) as engine:
+        handle = await engine.start(refuses, run_id="r1")
+        with pytest.raises(td.RunFailed):
+            await handle.result()
+        first = await engine.retry_many(selection)
+        assert (first.operation, first.acted) == (f"{selection.key('retry')}.1", 1)
+        with pytest.raises(td.RunFailed):
+            await handle.result()
+        assert len(await store.list_values("bulk")) == 1
+        # Its state, last written at 0, goes at the pass after 100 s.
+        await trio.sleep(115)
+        assert await store.list_values("bulk") == []
+        # Started again, the operation counts from generation 1 again:
+        # the run's mark of the first generation 1 is older than this
+        # one's start, so the run (which failed again) is retried.
+        again = await engine.retry_many(selection)
+        assert (again.operation, again.acted, again.skipped) == (first.operation, 1, 0)

@@ -12,9 +12,10 @@ an engine kept, and retention pruning it with the run.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import trio
@@ -30,6 +31,8 @@ from trio_durable._stores._base import WriteConflict
 from trio_durable._stores._ops import Op
 
 app = td.App("retried")
+
+T = TypeVar("T")
 
 failing: dict[str, int] = {}
 """How many more attempts fail, per card."""
@@ -109,33 +112,49 @@ async def publishing(ctx: td.Context, card: str) -> str:
     return await ctx.step(charge, card)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+EngineOn = Callable[[], AbstractAsyncContextManager[td.Engine]]
 
 
-@asynccontextmanager
-async def engine_on(
-    kind: str, tmp_path: Path, open_test_engine: EngineFactory
-) -> AsyncIterator[td.Engine]:
-    async with (
-        shared_store(kind, tmp_path) as store,
-        open_test_engine(app, store=store, broker="memory://", serve=["cards"]) as engine,
-    ):
-        yield engine
+@pytest.fixture
+def engine_on(kind: str, tmp_path: Path, open_test_engine: EngineFactory) -> EngineOn:
+    """Opens an engine on the ``kind`` of store, whose worker serves ``cards``."""
+
+    @asynccontextmanager
+    async def open_engine() -> AsyncIterator[td.Engine]:
+        async with (
+            shared_store(kind, tmp_path) as store,
+            open_test_engine(app, store=store, broker="memory://", serve=["cards"]) as engine,
+        ):
+            yield engine
+
+    return open_engine
+
+
+async def _run_until_failed(
+    engine: td.Engine, workflow: td.Workflow[[T], Any], arg: T, run_id: str
+) -> td.RunFailed:
+    """Start ``workflow`` as ``run_id`` and wait for it to fail."""
+    await engine.start(workflow, arg, run_id=run_id)
+    with pytest.raises(td.RunFailed) as failed:
+        await engine.result(run_id)
+    return failed.value
+
+
+async def _fail_and_retry(
+    engine: td.Engine, workflow: td.Workflow[[T], Any], arg: T, run_id: str
+) -> td.RunFailed:
+    """Start ``workflow`` as ``run_id``, wait for it to fail, and retry it."""
+    failed = await _run_until_failed(engine, workflow, arg, run_id)
+    await engine.retry(run_id)
+    return failed
 
 
 async def test_a_retried_run_keeps_the_failure_that_made_it_retried(
-    kind: str,
-    tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
-    open_test_engine: EngineFactory,
+    engine_on: EngineOn, autojump_clock: trio.testing.MockClock
 ) -> None:
     failing["visa"] = 2
-    async with engine_on(kind, tmp_path, open_test_engine) as engine:
-        await engine.start(checkout, "visa", run_id="c")
-        with pytest.raises(td.RunFailed):
-            await engine.result("c")
+    async with engine_on() as engine:
+        await _run_until_failed(engine, checkout, "visa", "c")
         failed = await engine.get("c")
         before = await engine.history("c")
         assert before.retried == ()
@@ -182,13 +201,10 @@ async def test_a_retried_run_keeps_the_failure_that_made_it_retried(
 
 
 async def test_two_retries_keep_two_histories_in_order(
-    kind: str,
-    tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
-    open_test_engine: EngineFactory,
+    engine_on: EngineOn, autojump_clock: trio.testing.MockClock
 ) -> None:
     failing["visa"] = 4
-    async with engine_on(kind, tmp_path, open_test_engine) as engine:
+    async with engine_on() as engine:
         await engine.start(checkout_remote, "visa", run_id="c")
         for _ in range(2):
             with pytest.raises(td.RunFailed):
@@ -213,20 +229,14 @@ async def test_two_retries_keep_two_histories_in_order(
 
 
 async def test_a_retried_fan_keeps_every_failed_members_errors(
-    kind: str,
-    tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
-    open_test_engine: EngineFactory,
+    engine_on: EngineOn, autojump_clock: trio.testing.MockClock
 ) -> None:
     cards = [f"card-{i}" for i in range(8)]
     for card in cards[1::2]:
         failing[card] = 2
-    async with engine_on(kind, tmp_path, open_test_engine) as engine:
-        await engine.start(charge_all, cards, run_id="fan")
-        with pytest.raises(td.RunFailed) as info:
-            await engine.result("fan")
-        assert info.value.code == "gather_failed"
-        await engine.retry("fan")
+    async with engine_on() as engine:
+        failed = await _fail_and_retry(engine, charge_all, cards, "fan")
+        assert failed.code == "gather_failed"
         assert await engine.result("fan") == [f"paid-{card}" for card in cards]
         history = await engine.history("fan")
     [kept] = history.retried
@@ -241,17 +251,11 @@ async def test_a_retried_fan_keeps_every_failed_members_errors(
 
 
 async def test_children_retried_with_their_parent_keep_their_failures(
-    kind: str,
-    tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
-    open_test_engine: EngineFactory,
+    engine_on: EngineOn, autojump_clock: trio.testing.MockClock
 ) -> None:
     failing["b"] = 2
-    async with engine_on(kind, tmp_path, open_test_engine) as engine:
-        await engine.start(members, ["a", "b"], run_id="p")
-        with pytest.raises(td.RunFailed):
-            await engine.result("p")
-        await engine.retry("p")
+    async with engine_on() as engine:
+        await _fail_and_retry(engine, members, ["a", "b"], "p")
         assert await engine.result("p") == ["paid-a", "paid-b"]
         parent = await engine.history("p")
         failed_child = await engine.history("p.all.1.1")
@@ -276,17 +280,11 @@ async def test_children_retried_with_their_parent_keep_their_failures(
 
 
 async def test_undone_steps_and_their_undos_are_kept(
-    kind: str,
-    tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
-    open_test_engine: EngineFactory,
+    engine_on: EngineOn, autojump_clock: trio.testing.MockClock
 ) -> None:
     failing["visa"] = 2
-    async with engine_on(kind, tmp_path, open_test_engine) as engine:
-        await engine.start(saga, "visa", run_id="s")
-        with pytest.raises(td.RunFailed):
-            await engine.result("s")
-        await engine.retry("s")
+    async with engine_on() as engine:
+        await _fail_and_retry(engine, saga, "visa", "s")
         assert await engine.result("s") == "paid-visa"
         history = await engine.history("s")
     [kept] = history.retried
@@ -299,12 +297,9 @@ async def test_undone_steps_and_their_undos_are_kept(
 
 
 async def test_a_retry_from_a_seq_keeps_what_it_replaced(
-    kind: str,
-    tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
-    open_test_engine: EngineFactory,
+    engine_on: EngineOn, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with engine_on(kind, tmp_path, open_test_engine) as engine:
+    async with engine_on() as engine:
         await engine.start(publishing, "visa", run_id="r")
         assert await engine.result("r") == "paid-visa"
         completed = await engine.get("r")
@@ -335,12 +330,9 @@ async def test_a_retry_from_a_seq_keeps_what_it_replaced(
 
 
 async def test_a_retry_that_changes_nothing_keeps_nothing(
-    kind: str,
-    tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
-    open_test_engine: EngineFactory,
+    engine_on: EngineOn, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with engine_on(kind, tmp_path, open_test_engine) as engine:
+    async with engine_on() as engine:
         await engine.start(checkout, "visa", run_id="c")
         assert await engine.result("c") == "paid-visa"
         with pytest.raises(td.InvalidRunStateError):
@@ -352,16 +344,11 @@ async def test_a_retry_that_changes_nothing_keeps_nothing(
 
 
 async def test_a_retry_that_lost_a_race_keeps_nothing(
-    kind: str,
-    tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
-    open_test_engine: EngineFactory,
+    engine_on: EngineOn, autojump_clock: trio.testing.MockClock
 ) -> None:
     failing["visa"] = 2
-    async with engine_on(kind, tmp_path, open_test_engine) as engine:
-        await engine.start(checkout, "visa", run_id="c")
-        with pytest.raises(td.RunFailed):
-            await engine.result("c")
+    async with engine_on() as engine:
+        await _run_until_failed(engine, checkout, "visa", "c")
         # Two retries read the failed run; the other one writes first.
         ops: list[Op] = []
         failed = await engine.get("c")
@@ -381,9 +368,7 @@ async def test_the_client_reads_what_an_engines_retry_kept(
     failing["visa"] = 2
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     async with open_test_engine(app, store=url) as engine:
-        await engine.start(checkout, "visa", run_id="c")
-        with pytest.raises(td.RunFailed):
-            await engine.result("c")
+        await _run_until_failed(engine, checkout, "visa", "c")
         await engine.drain()
     async with td.open_client(url, wall_clock=fixed_wall) as client:
         # The client retries (no engine runs it yet), then reads.
@@ -396,17 +381,11 @@ async def test_the_client_reads_what_an_engines_retry_kept(
 
 
 async def test_retention_prunes_what_retries_kept_with_the_run(
-    kind: str,
-    tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
-    open_test_engine: EngineFactory,
+    engine_on: EngineOn, autojump_clock: trio.testing.MockClock
 ) -> None:
     failing["visa"] = 2
-    async with engine_on(kind, tmp_path, open_test_engine) as engine:
-        await engine.start(checkout, "visa", run_id="c")
-        with pytest.raises(td.RunFailed):
-            await engine.result("c")
-        await engine.retry("c")
+    async with engine_on() as engine:
+        await _fail_and_retry(engine, checkout, "visa", "c")
         await engine.result("c")
         await engine.drain()
         assert len(await engine.store.list_values(retried_scope("c"))) == 1

@@ -7,14 +7,13 @@ cancel would cancel are cancelled, on the memory and SQLite stores."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
 import trio_durable as td
-from conftest import EngineFactory, fixed_wall, shared_store
+from conftest import EngineFactory, StoreEngineFactory, fixed_wall
 from trio_durable._base._records import signal_token
 from trio_durable._front._control import terminate_run
 
@@ -31,11 +30,6 @@ def _reset() -> Iterator[None]:
         items.clear()
     yield
     done.clear()
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @app.step()
@@ -116,12 +110,9 @@ async def parent(ctx: td.Context, x: int) -> str:
 
 
 async def test_terminate_runs_no_cleanup_and_no_compensation(
-    kind: str,
-    autojump_clock: trio.testing.MockClock,
-    tmp_path: Path,
-    open_test_engine: EngineFactory,
+    open_store_engine: StoreEngineFactory, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with shared_store(kind, tmp_path) as store, open_test_engine(app, store=store) as engine:
+    async with open_store_engine(app) as (store, engine):
         await engine.start(booking, 7, run_id="b")
         await engine.drain()
         await engine.terminate("b", reason="stuck for a week")
@@ -139,12 +130,9 @@ async def test_terminate_runs_no_cleanup_and_no_compensation(
 
 
 async def test_terminate_ends_a_cleanup_that_a_cancel_began(
-    kind: str,
-    autojump_clock: trio.testing.MockClock,
-    tmp_path: Path,
-    open_test_engine: EngineFactory,
+    open_store_engine: StoreEngineFactory, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with shared_store(kind, tmp_path) as store, open_test_engine(app, store=store) as engine:
+    async with open_store_engine(app) as (_, engine):
         await engine.start(cleanup_waits, 7, run_id="c")
         await engine.drain()
         await engine.cancel("c")
@@ -180,14 +168,11 @@ async def test_an_ended_run_or_one_terminated_already_is_refused(
 
 
 async def test_a_turn_in_flight_elsewhere_cannot_bring_the_run_back(
-    kind: str,
-    autojump_clock: trio.testing.MockClock,
-    tmp_path: Path,
-    open_test_engine: EngineFactory,
+    open_store_engine: StoreEngineFactory, autojump_clock: trio.testing.MockClock
 ) -> None:
     hold.append(trio.Event())
     entered.append(trio.Event())
-    async with shared_store(kind, tmp_path) as store, open_test_engine(app, store=store) as engine:
+    async with open_store_engine(app) as (store, engine):
         await engine.start(two_steps, 1, run_id="t")
         await entered[0].wait()
         # Written as another process would, without telling this engine:
@@ -212,17 +197,11 @@ async def test_a_turn_in_flight_elsewhere_cannot_bring_the_run_back(
 
 
 async def test_a_remote_result_that_comes_later_changes_nothing(
-    kind: str,
-    autojump_clock: trio.testing.MockClock,
-    tmp_path: Path,
-    open_test_engine: EngineFactory,
+    open_store_engine: StoreEngineFactory, autojump_clock: trio.testing.MockClock
 ) -> None:
     hold.append(trio.Event())
     entered.append(trio.Event())
-    async with (
-        shared_store(kind, tmp_path) as store,
-        open_test_engine(app, store=store, broker=td.MemoryBroker(), serve=["far"]) as engine,
-    ):
+    async with open_store_engine(app, broker=td.MemoryBroker(), serve=["far"]) as (store, engine):
         await engine.start(remote, 1, run_id="r")
         await entered[0].wait()
         await engine.terminate("r")
@@ -240,12 +219,9 @@ async def test_a_remote_result_that_comes_later_changes_nothing(
 
 
 async def test_a_parent_sees_its_child_terminated_and_a_terminated_parent_cancels_it(
-    kind: str,
-    autojump_clock: trio.testing.MockClock,
-    tmp_path: Path,
-    open_test_engine: EngineFactory,
+    open_store_engine: StoreEngineFactory, autojump_clock: trio.testing.MockClock
 ) -> None:
-    async with shared_store(kind, tmp_path) as store, open_test_engine(app, store=store) as engine:
+    async with open_store_engine(app) as (_, engine):
         await engine.start(parent, 1, run_id="p")
         await engine.drain()
         await engine.terminate("p.child.1", reason="bad data")

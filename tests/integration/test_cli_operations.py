@@ -6,9 +6,8 @@ read a history and a run detail, cancel one, retry one and prune; then
 SIGTERM stops the engine, which drains and exits with status 0.
 
 Every command's output is checked: its JSON document, and its table for
-people. With ``TRIO_DURABLE_TRANSCRIPT=PATH`` the SQLite session's commands
-and their output for people are also written to PATH (the transcript in
-docs/operations.md comes from there).
+people. (The session shown in docs/operations.md is the page's own
+transcript, run by tests/test_doc_transcripts.py.)
 """
 
 from __future__ import annotations
@@ -59,13 +58,12 @@ class Done:
 @attrs.define
 class Shell:
     """Runs ``trio-durable`` commands with a store and a broker in the
-    environment, and keeps a transcript of those shown to people."""
+    environment."""
 
     env: dict[str, str]
     cwd: Path
-    transcript: list[str] = attrs.field(factory=list)
 
-    async def __call__(self, *args: str, record: bool = True) -> Done:
+    async def __call__(self, *args: str) -> Done:
         environment = {
             k: v for k, v in os.environ.items() if not k.startswith("TRIO_DURABLE_")
         } | self.env
@@ -80,14 +78,7 @@ class Shell:
             )
         result = Done(done.returncode, done.stdout.decode(), done.stderr.decode())
         assert "Traceback" not in result.err, result.err
-        if record and "--json" not in args:
-            command = " ".join(_quoted(a) for a in args)
-            self.transcript.append(f"$ trio-durable {command}\n{result.out}{result.err}".rstrip())
         return result
-
-
-def _quoted(arg: str) -> str:
-    return arg if re.fullmatch(r"[\w@%+=:,./-]+", arg) else "'" + arg.replace("'", "'\\''") + "'"
 
 
 def _table_rows(text: str) -> list[list[str]]:
@@ -124,9 +115,8 @@ async def test_runs_operated_through_the_command(
     kind: str, tmp_path: Path, real_server: Callable[[str], str]
 ) -> None:
     broker = real_server("rabbitmq")
-    # A fixed token when the run makes the transcript of the docs (run by
-    # hand, alone); else one that no other test on the broker uses.
-    token = "7" if os.environ.get("TRIO_DURABLE_TRANSCRIPT") else secrets.token_hex(3)
+    # One that no other test on the broker uses.
+    token = secrets.token_hex(3)
     # A namespace, and so a route, of this test's own on the shared broker.
     ns = f"ops-{token}"
     route = f"ops@{ns}"
@@ -136,10 +126,10 @@ async def test_runs_operated_through_the_command(
         sh = Shell(env, tmp_path)
 
         # -- the store: no schema yet, then created once --------------------------
-        done = await sh("runs", "list", record=False)
+        done = await sh("runs", "list")
         assert done.status == 3
         assert "holds no trio-durable store (it has no schema)" in done.error()
-        done = await sh("migrate", "--check", record=False)
+        done = await sh("migrate", "--check")
         assert done.status == 1
         assert "`trio-durable migrate` would create it" in done.out
         done = await sh("migrate")
@@ -160,12 +150,8 @@ async def test_runs_operated_through_the_command(
                 env={"TRIO_DURABLE_BROKER": broker, "PYTHONPATH": EXAMPLES},
             ) as worker,
         ):
-            ready = await engine.wait_for(f"engine {engine_id} ready: app ops")
-            sh.transcript.append(f"$ trio-durable engine {APP} --engine-id {engine_id} &\n{ready}")
-            ready = await worker.wait_for(f"worker {worker_id} ready")
-            sh.transcript.append(
-                f"$ trio-durable worker {APP} --groups {route} --instance-id {worker_id} &\n{ready}"
-            )
+            await engine.wait_for(f"engine {engine_id} ready: app ops")
+            await worker.wait_for(f"worker {worker_id} ready")
 
             # -- start ------------------------------------------------------------------
             starts = {
@@ -261,7 +247,7 @@ async def test_runs_operated_through_the_command(
             done = await sh("runs", "cancel", ids["unwanted"])
             assert done.status == 0, done.err
             assert done.out.startswith(f"cancel requested: run {ids['unwanted']}")
-            done = await sh("runs", "result", ids["unwanted"], "--wait", "--json", record=False)
+            done = await sh("runs", "result", ids["unwanted"], "--wait", "--json")
             assert done.status == 1
             assert json.loads(done.out)["status"] == "cancelled"
             # Ended runs take no signal and no cancel; nothing changes.
@@ -291,7 +277,7 @@ async def test_runs_operated_through_the_command(
                 done.out
                 == "pruned 4 runs (completed older than 0s; kept: failed, cancelled, terminated, dead)\n"
             )
-            left = (await sh("runs", "list", "--json", record=False)).json()
+            left = (await sh("runs", "list", "--json")).json()
             assert [r["id"] for r in left["runs"]] == [ids["unwanted"]]
             done = await sh("runs", "show", ids["approval"])
             assert done.status == 1
@@ -300,18 +286,7 @@ async def test_runs_operated_through_the_command(
             # -- SIGTERM: the engine and the worker drain and exit 0 ----------------------
             assert await worker.stop(signal.SIGTERM) == 0
             assert await engine.stop(signal.SIGTERM) == 0
-            stopping = [
-                line
-                for process in (worker, engine)
-                for line in process.lines
-                if line.startswith("trio-durable: ") and "ready" not in line
-            ]
-            sh.transcript.append("\n".join(["$ kill -TERM %2 %1; wait", *stopping]))
         for process, name in ((worker, f"worker {worker_id}"), (engine, f"engine {engine_id}")):
             assert f"trio-durable: {name} draining (SIGTERM), for at most 30 s" in process.lines
             assert f"trio-durable: {name} stopped" in process.lines
             assert "undrained" not in process.output
-
-    target = os.environ.get("TRIO_DURABLE_TRANSCRIPT")
-    if target and kind == "sqlite":
-        await trio.Path(target).write_text("\n".join(sh.transcript) + "\n")

@@ -209,32 +209,6 @@ def bound_traceback(text: str | None, limit: int) -> str | None:
     return text[:head] + marker + text[len(text) - (room - head) :]
 
 
-def dump_error(error: ErrorInfo | None) -> str | None:
-    return None if error is None else json.dumps(error.to_json(), separators=(",", ":"))
-
-
-def load_error(text: str | None) -> ErrorInfo | None:
-    return None if text is None else ErrorInfo.from_json(json.loads(text))
-
-
-def dump_mark(mark: Mark | None) -> str | None:
-    return None if mark is None else json.dumps(mark.to_json(), separators=(",", ":"))
-
-
-def load_mark(text: str | None) -> Mark | None:
-    return None if text is None else Mark.from_json(json.loads(text))
-
-
-def dump_errors(errors: tuple[ErrorInfo, ...]) -> str:
-    return json.dumps([e.to_json() for e in errors], separators=(",", ":"))
-
-
-def load_errors(text: str | None) -> tuple[ErrorInfo, ...]:
-    if not text:
-        return ()
-    return tuple(ErrorInfo.from_json(item) for item in json.loads(text))
-
-
 @attrs.define(frozen=True, kw_only=True)
 class Run:
     """A run of a workflow, as the store holds it.

@@ -276,9 +276,13 @@ class WorkerDescriptor:
         (``requires``), ``retry`` policy, ``timeout`` and flow-control
         ``queue`` (``{"name", "concurrency", "priority"}`` or None).
       workflows: For each workflow it knows: its ``versions``, the
-        ``on_error`` routes of them all, each version's own ``routes``, and
-        the ``group`` whose decision tasks it takes for the workflow, when it
-        serves that group.
+        ``on_error`` routes of them all, each version's own ``routes``, the
+        ``group`` whose decision tasks it takes for the workflow, when it
+        serves that group, and ``params``, the parameters after the context
+        of the version registered last (one object each: ``name``, and
+        ``kind``, ``default`` and JSON ``type`` where they say something;
+        absent from a worker older than the key, which a reader older than
+        it ignores).
       capabilities: What it offers to steps with ``requires=``.
       registration_hash: The canonical hash of its registrations (a deploy).
       announced_at: When it last announced (durable time).

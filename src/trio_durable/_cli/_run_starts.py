@@ -7,13 +7,17 @@ ways (`StartSource`):
 
 - with the App (``--app`` or ``TRIO_DURABLE_APP``), against its code: the
   name, and the inputs against the workflow's parameters;
-- without it, against what the live workers announce on ``--broker``
-  (``TRIO_DURABLE_BROKER``): the name must be one they know. Workers
-  announce each workflow's name, versions and on-error routes, not its
-  parameters, so the inputs are only checked to be a JSON array; the
-  engine that first runs the run runs the version it registered last.
-  Engines announce nothing, so a workflow that only engines register is
-  started with ``--app``.
+- without it, against what the live workers (and engines with ``serve=``,
+  whose embedded worker announces) announce on ``--broker``
+  (``TRIO_DURABLE_BROKER``): the name must be one they know, and the
+  inputs must fit the parameters they announce for it (those of the
+  version each registered last, which the engine that first runs the run
+  runs: `check_announced_inputs`). Where the announcers disagree (a
+  rollout), inputs that fit any of their signatures are taken, with a note
+  on stderr saying which; a worker older than the announced parameters
+  counts as a signature any JSON array fits. Engines without ``serve=``
+  announce nothing, so a workflow that only they register is started
+  with ``--app``.
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ import attrs
 import click
 import trio
 
-from .._base._exceptions import RunFailed
+from .._base._exceptions import InvalidArgumentsError, RunFailed
 from .._base._records import TERMINAL_STATUSES, Run
 from .._front._app import App
 from .._front._client import Client
+from .._front._signatures import check_announced_inputs
 from ._apps import load_app
 from ._common import (
     EXIT_FAILED,
@@ -75,12 +80,16 @@ class StartSource:
             " or a --broker whose live workers announce it"
         )
 
-    async def check(self, client: Client, workflow: str) -> None:
-        """Refuse ``workflow`` if no live worker announces it (with the App,
-        starting it checks it).
+    async def check(self, client: Client, workflow: str, inputs: tuple[Any, ...]) -> None:
+        """Refuse ``workflow`` if no live worker announces it, or ``inputs``
+        if they fit no signature announced for it (with the App, starting
+        it checks both). Where the announcers disagree (a rollout), say on
+        stderr which signatures they announce and which the inputs fit.
 
         Raises:
           CommandError: (exit 1) No live worker announces it.
+          InvalidArgumentsError: (exit 2) The inputs fit no announced
+            signature.
         """
         if self.app is not None or self.broker is None:
             return
@@ -94,6 +103,13 @@ class StartSource:
                 f"no live worker on {shown(self.broker)} announces the workflow {workflow!r}"
                 f" (announced: {known}); start it with --app MODULE:APP"
             )
+        checked = check_announced_inputs(fleet.workers, workflow, inputs)
+        if checked is None:
+            return  # no announcer says its parameters: any JSON array
+        if not checked.fits:
+            raise InvalidArgumentsError(checked.refusal(), target=f"workflow {workflow!r}")
+        if checked.note:
+            click.echo(f"note: {checked.note}", err=True)
 
 
 def start_options(fn: F) -> F:
@@ -106,7 +122,8 @@ def start_options(fn: F) -> F:
                 " without it, --broker."
             ),
             broker_option(
-                "Without --app: the broker whose live workers must announce the workflow."
+                "Without --app: the broker whose live workers must announce the workflow"
+                " (and the parameters --input must fit)."
             ),
             click.option(
                 "--listen",
@@ -156,14 +173,14 @@ def start_command(
 
     An engine of the store runs it. Idempotent by --run-id: a run of that id
     that exists already is printed, and nothing is written. Without --app,
-    WORKFLOW must be one that live workers on --broker announce (inputs
-    are then checked to be a JSON array only: announcements carry no
-    parameters).
+    WORKFLOW must be one that live workers on --broker announce, and the
+    inputs must fit the parameters they announce for it (during a rollout,
+    those of any of them, with a note saying which).
     """
     source = StartSource.of(app_spec, broker, listen, workflow)
 
     async def start(client: Client) -> Run:
-        await source.check(client, workflow)
+        await source.check(client, workflow, inputs)
         return await client.start(
             workflow, *inputs, run_id=run_id, namespace=namespace, tags=names(tags)
         )
@@ -218,7 +235,7 @@ def execute_command(
     source = StartSource.of(app_spec, broker, listen, workflow)
 
     async def execute(client: Client) -> tuple[Run, bool]:
-        await source.check(client, workflow)
+        await source.check(client, workflow, inputs)
         handle = await client.start(
             workflow, *inputs, run_id=run_id, namespace=namespace, tags=names(tags)
         )
@@ -303,7 +320,7 @@ def signal_command(
         source = StartSource.of(app_spec, broker, listen, workflow)
 
         async def send_with_start(client: Client) -> Run:
-            await source.check(client, workflow)
+            await source.check(client, workflow, inputs)
             handle = await client.signal_with_start(
                 workflow,
                 name,

@@ -19,6 +19,7 @@ from .._base._bounds import MAX_INTEGER
 from .._base._exceptions import UsageError
 from .._base._search_values import parse_where
 from .._features.search._search_attributes import stored_types
+from .._front._queries import handed_to
 from . import _params
 from ._app import ApiError, console_of, read_object
 from ._etags import etag, matches, not_modified, read_stamp
@@ -117,7 +118,7 @@ async def _runs(request: Request) -> JSONResponse:
     except UsageError as exc:
         # The filters' values that only the query checks (statuses, cursor).
         raise ApiError(400, "bad_parameter", str(exc)) from None
-    return _json(run_page_json(page, _paths(request)))
+    return _json(run_page_json(page, await handed_to(source.store, page.runs), _paths(request)))
 
 
 async def _run_detail(request: Request) -> Response:

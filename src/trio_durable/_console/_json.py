@@ -8,6 +8,7 @@ id beside the API path that reads it (under the path the app is mounted at).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -92,10 +93,11 @@ def run_json(run: Run, paths: Paths, *, payloads: bool = False) -> dict[str, Any
     return data
 
 
-def run_page_json(page: RunPage, paths: Paths) -> dict[str, Any]:
-    """``GET /api/runs``."""
+def run_page_json(page: RunPage, handled: Mapping[str, str], paths: Paths) -> dict[str, Any]:
+    """``GET /api/runs``; ``handled`` maps each run handed to an on-error
+    handler to that handler's run (its status is the handler's outcome)."""
     return {
-        "runs": [run_json(run, paths) for run in page.runs],
+        "runs": [run_json(run, paths) | {"handled_by": handled.get(run.id)} for run in page.runs],
         "next_cursor": page.next_cursor,
         "facets": None if page.facets is None else dict(page.facets),
     }

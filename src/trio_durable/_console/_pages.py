@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, get_args
 
+import trio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -93,10 +94,16 @@ async def runs_page(request: Request) -> Response:
     )
     facets = dict(page.facets or {})
     started: dict[str, int] = {}
+
+    async def count_started(run_id: str) -> None:
+        counts = await source.store.count_runs(RunFilter(parent_id=run_id))
+        started[run_id] = sum(counts.values())
+
     if top_level:
-        for run in page.runs:
-            counts = await source.store.count_runs(RunFilter(parent_id=run.id))
-            started[run.id] = sum(counts.values())
+        # All at once: a store that groups its calls reads them in one trip.
+        async with trio.open_nursery() as nursery:
+            for run in page.runs:
+                nursery.start_soon(count_started, run.id)
     attributes = sorted({name for run in page.runs for name in run.search_attributes})
     console: Console = request.app.state.console
     return page_response(

@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse, Response
 
 from .._base._frames import fold_traceback
 from .._base._search_values import search_terms
+from .._front._signatures import read_params, signature_shown
 from .._kernel._views import FanStats, span
 
 FAN_PAGE: Final = 50
@@ -103,6 +104,13 @@ def segments(fan: FanStats) -> list[tuple[str, int, float]]:
     ]
 
 
+def announced_signature(workflow: str, entry: Mapping[str, Any]) -> str:
+    """A workflow's parameters as a worker announces them, for people
+    (``greet(name: string)``), or "—" for a worker older than them."""
+    params = read_params(dict(entry))
+    return "—" if params is None else signature_shown(workflow, params)
+
+
 @functools.cache
 def environment() -> jinja2.Environment:
     """The templates' environment (made once): autoescaped, strict about
@@ -124,6 +132,7 @@ def environment() -> jinja2.Environment:
     env.globals["SHOWN_JSON"] = SHOWN_JSON
     env.globals["query"] = query
     env.globals["segments"] = segments
+    env.globals["announced_signature"] = announced_signature
     env.filters["search_terms"] = search_terms
     return env
 

@@ -54,6 +54,7 @@ from .._stores._ops import ReleaseRun
 from .._wire._layers import engine_layers
 from .._wire._tracing import Tracing, make_tracing
 from ._carry_out import DecisionCommands
+from ._front_bulk import BULK
 from ._open_worker import open_worker
 from ._worker import Worker
 
@@ -179,6 +180,7 @@ async def open_runtime(
                         store,
                         options.retention,
                         rt.clock,
+                        (BULK,),
                         name="trio_durable pruner",
                     )
                 try:

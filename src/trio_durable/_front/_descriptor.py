@@ -15,6 +15,7 @@ from .._base._exceptions import UsageError
 from .._brokers._base import WorkerDescriptor, WorkerLoad, is_broker_safe
 from .._kernel._dispatch import split_group_route
 from ._app import App, Step, remote_body
+from ._signatures import announced_params
 
 RATE_WINDOW: Final = 60.0
 """Seconds of heartbeats a worker's completed-per-minute rate covers."""
@@ -136,7 +137,8 @@ def describe(
     versions together; ``routes``, each version's own routes; and ``group``,
     the group whose decision tasks this worker takes for it (the decision
     group of the version registered last), only when the worker serves that
-    group. For each remote step of a group it serves: its ``group``,
+    group; and ``params``, the parameters after the context of the version
+    registered last (see `trio_durable._front._signatures`). For each remote step of a group it serves: its ``group``,
     ``requires``, ``retry``, ``timeout`` and ``queue`` (the flow-control
     queue's spec, or None). ``held``: announced until withdrawn, with no
     heartbeat (see `WorkerDescriptor.held`); ``load``: how busy it is.
@@ -155,7 +157,9 @@ def describe(
         for on_error in wf.on_error:
             if on_error.to_json() not in entry["on_error"]:
                 entry["on_error"].append(on_error.to_json())
-        # Registration order: the version registered last says the group.
+        # Registration order: the version registered last says the group,
+        # and the parameters (those of the version a run by name runs).
+        entry["params"] = [param.to_json() for param in announced_params(wf.fn)]
         if wf.decision_group in groups:
             entry["group"] = wf.decision_group
         else:

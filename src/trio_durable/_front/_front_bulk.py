@@ -13,6 +13,12 @@ interrupted), it resumes under the same id and skips the runs marked with
 it, so no run is acted on twice, even one that a retry made ``pending``
 and that failed again since; called once ``finished``, it starts the next
 generation, a new operation.
+
+Retention prunes the keyed value with the event records, by the age of
+`Retention.events` since it was last written. A generation counts only
+the marks written since it began, so an operation started again after
+its value went (its generation counted from 1 again) does not take an
+older operation's marks for its own.
 """
 
 from __future__ import annotations
@@ -312,12 +318,16 @@ class BulkActions(FrontPart):
         stored = await store.get_value(BULK, key)
         state = {} if stored is None else json.loads(stored.value)
         generation = int(state.get("generation", 0))
+        # Durable time the generation began; None for a value written
+        # before it was kept.
+        started: float | None = state.get("started")
         if state.get("state") != "running":
             generation += 1
+            started = core.clock.now()
         op_id = f"{key}.{generation}"
 
         async def acted_on(run: Run) -> bool:
-            return await _acted_on(store, run, action, op_id)
+            return await _acted_on(store, run, action, op_id, started)
 
         ids, skipped = await select_runs(store, action, selection, acted_on)
         if dry_run:
@@ -333,7 +343,7 @@ class BulkActions(FrontPart):
                 finished=False,
             )
         version = 0 if stored is None else stored.version
-        version = await self._state(key, generation, "running", version)
+        version = await self._state(key, generation, "running", started, version)
         acted = refused = 0
         for start in range(0, len(ids), batch_size):
             done, changed = await self._act(action, ids[start : start + batch_size], op_id, options)
@@ -341,7 +351,7 @@ class BulkActions(FrontPart):
             refused += changed
             if on_progress is not None:
                 on_progress(BulkProgress(operation=op_id, done=acted + refused, total=len(ids)))
-        await self._state(key, generation, "finished", version)
+        await self._state(key, generation, "finished", started, version)
         return BulkReport(
             action=action,
             operation=op_id,
@@ -354,14 +364,16 @@ class BulkActions(FrontPart):
             finished=True,
         )
 
-    async def _state(self, key: str, generation: int, state: str, version: int) -> int:
+    async def _state(
+        self, key: str, generation: int, state: str, started: float | None, version: int
+    ) -> int:
         """Write the operation's state; returns the version written.
 
         Raises:
           UsageError: Another call of the same operation wrote it meanwhile.
         """
         core = self._core
-        value = json.dumps({"generation": generation, "state": state})
+        value = json.dumps({"generation": generation, "state": state, "started": started})
         try:
             [written] = await core.store.apply(
                 [PutValue(BULK, key, value, core.clock.now(), expect_version=version)]
@@ -495,9 +507,12 @@ async def select_runs(
             return ids, skipped
 
 
-async def _acted_on(store: Any, run: Run, action: BulkAction, op_id: str) -> bool:
-    """Whether ``run`` is to be left alone: this operation acted on it, or
-    (for a terminate) a terminate of it was asked for already."""
+async def _acted_on(
+    store: Any, run: Run, action: BulkAction, op_id: str, started: float | None
+) -> bool:
+    """Whether ``run`` is to be left alone: this operation (the one of
+    ``op_id`` that began at ``started``) acted on it, or (for a terminate)
+    a terminate of it was asked for already."""
     for record in await store.get_records(run.id):
         if record.kind == TERMINATE and action == "terminate":
             return True
@@ -505,6 +520,7 @@ async def _acted_on(store: Any, run: Run, action: BulkAction, op_id: str) -> boo
             record.kind == BULK
             and record.output is not None
             and json.loads(record.output).get("operation") == op_id
+            and (started is None or (record.finished_at or 0.0) >= started)
         ):
             return True
     return False

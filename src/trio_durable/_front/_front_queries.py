@@ -12,6 +12,7 @@ from .._features.retention import _retention
 from .._kernel._views import FanPage, Retention, RunDetail, RunHistory, RunPage
 from .._stores._base import Store
 from . import _queries
+from ._front_bulk import BULK
 from ._front_core import FrontPart
 
 
@@ -190,13 +191,16 @@ class RunQueries(FrontPart):
     async def prune(self, retention: Retention, *, limit: int | None = None) -> int:
         """Delete the ended runs ``retention`` no longer keeps, now, in its
         batches, each with the records that go with it; at most ``limit``
-        (None: all). The event records older than its ``events`` age go
-        too. Returns how many runs were deleted.
+        (None: all). The event records and the states of bulk operations
+        older than its ``events`` age go too. Returns how many runs were
+        deleted.
 
         Raises:
           UsageError: ``retention`` is not a `Retention` or ``limit`` is bad.
         """
-        return await _retention.prune(self._query_store(), retention, self._core.clock.now(), limit)
+        return await _retention.prune(
+            self._query_store(), retention, self._core.clock.now(), limit, aged=(BULK,)
+        )
 
     async def queue_depths(self) -> list[QueueDepth]:
         """Each flow-control queue that holds or awaits a slot now, by name:

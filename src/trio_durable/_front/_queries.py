@@ -18,6 +18,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, get_args
 
 import attrs
+import trio
 
 from .._base._bounds import MAX_INTEGER, check_integer, check_name, is_finite, shown
 from .._base._exceptions import RunNotFoundError, UsageError
@@ -299,12 +300,18 @@ async def handed_to(store: Store, runs: Iterable[Run]) -> dict[str, str]:
     """The on-error handler each of ``runs`` was last handed to, for those
     handed to one (their status is their handler's outcome, so a list shows
     them as failed and handled instead): one read of the handoff seqs per
-    run, as `run_detail` finds its handlers."""
+    run, as `run_detail` finds its handlers, all at once (a store that
+    groups its calls reads them in one trip)."""
     handed: dict[str, str] = {}
-    for run in runs:
-        _, handlers = _links(await store.get_checkpoints(run.id, HANDOFF_BASE), ())
+
+    async def read(run_id: str) -> None:
+        _, handlers = _links(await store.get_checkpoints(run_id, HANDOFF_BASE), ())
         if handlers:
-            handed[run.id] = handlers[-1]
+            handed[run_id] = handlers[-1]
+
+    async with trio.open_nursery() as nursery:
+        for run in runs:
+            nursery.start_soon(read, run.id)
     return handed
 
 

@@ -6,17 +6,17 @@ only workers offering them consume: see `broker_queue`),
 runs each task's step once (retries are the engine's: it dispatches a new
 attempt when a result says the step may be retried), and hands the result to
 its `ResultPublisher`, which acks each task only after its result was
-published. A heartbeat re-announces the worker's descriptor well within its
-time to live.
+published. The decision and query tasks of remote workflows go to its
+`RemoteTurns` (`_remote_turns`). A heartbeat re-announces the worker's
+descriptor well within its time to live.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, final
 
 import attrs
@@ -25,7 +25,7 @@ import trio
 from .._base import _serde
 from .._base._clock import Clock
 from .._base._current import StepInfo, call_step
-from .._base._exceptions import FatalError, SerializationError, UnknownWorkflowError
+from .._base._exceptions import FatalError, SerializationError
 from .._base._failures import error_info, logged_traceback
 from .._base._keyring import Keyring
 from .._base._observe import Metrics
@@ -38,13 +38,8 @@ from .._brokers._base import (
     WorkerDescriptor,
     needs_heartbeat,
 )
-from .._features.lifecycle._feature import Lifecycle
-from .._features.messages._decision_updates import RemoteUpdates
-from .._features.messages._remote_queries import answer_query, query_failure_code
-from .._kernel._decide import decide
 from .._kernel._decider import EagerSteps
 from .._kernel._dispatch import served_broker_queues, split_group_route
-from .._kernel._hooks import Features
 from .._kernel._options import DEFAULT_MAX_DELIVERIES
 from .._payloads._blobs import Blobs
 from .._wire._blob_wire import offload_result, resolve_task_input
@@ -54,6 +49,7 @@ from .._wire._tracing import DISABLED, Tracing, attributes
 from ._app import App, Step
 from ._descriptor import LoadMeter, describe
 from ._health import Readiness
+from ._remote_turns import RemoteTurns
 from ._result_publisher import Outcome, ResultPublisher
 
 if TYPE_CHECKING:
@@ -148,12 +144,10 @@ class Worker:
         self.counts_steps = True
         self._registry: CollectorRegistry | None = None
         self._max_deliveries = max_deliveries
-        self._rng = rng
         self.broker = broker
         self.instance_id = instance_id
         self.routes = routes
         self.queues = served_broker_queues(app, routes, capabilities)
-        self._features = worker_features()
         self._concurrency = concurrency
         self._limiter = trio.CapacityLimiter(concurrency)
         self._capabilities = capabilities
@@ -180,6 +174,20 @@ class Worker:
         # What it last announced.
         self._announced: WorkerDescriptor | None = None
         self._load = LoadMeter(clock.now())
+        self._turns = RemoteTurns(
+            app=app,
+            clock=clock,
+            rng=rng,
+            worker_id=instance_id,
+            traceback_limit=traceback_limit,
+            tracing=tracing,
+            eager=EagerSteps(
+                routes=frozenset(routes),
+                capabilities=frozenset(capabilities),
+                execute=self._execute,
+            ),
+            span=self._span,
+        )
 
     def statistics(self) -> WorkerStatistics:
         """A snapshot of this worker's counters."""
@@ -399,9 +407,17 @@ class Worker:
             )
 
         if task.kind == "decision":
-            return await self._decide(task, result, redelivered)
+            decided = await self._turns.decide(
+                task, result, blobs=self.blobs, redelivered=redelivered
+            )
+            # Counted as a step's attempt is (a query is counted as neither).
+            if decided.status == "completed":
+                self._stats.completed += 1
+            else:
+                self._stats.failed += 1
+            return decided
         if task.kind == "query":
-            return await self._answer_query(task, result)
+            return await self._turns.answer_query(task, result, blobs=self.blobs)
         if step is None or not step.remote:
             self._stats.failed += 1
             return result(
@@ -412,12 +428,7 @@ class Worker:
             )
         self._count_step(task, "started")
         try:
-            with self._tracing.span(
-                f"execute {step.name}",
-                self._span_attributes(task),
-                parent=_trace_context(task),
-                consumer=True,
-            ):
+            with self._span(f"execute {step.name}", task):
                 value = await self._call(step, task)
                 output = _serde.dumps(value)
         except Exception as exc:
@@ -463,100 +474,22 @@ class Worker:
         if self.counts_steps:
             self._step_metrics.count_step(task.step, what, duration)
 
-    async def _decide(self, task: Task, result: Callable[..., Result], redelivered: bool) -> Result:
-        """Decide a remote workflow's turn (see `_decide`). A task the
-        broker delivers again runs no step at once: its decision may be
-        stale (its run moved on, or ended, while it was out), and the
-        engine sends the step if it is not."""
-        try:
-            with self._tracing.span(
-                f"decide {task.step}",
-                self._span_attributes(task),
-                parent=_trace_context(task),
-                consumer=True,
-            ):
-                decision = await decide(
-                    self.app,
-                    attrs.evolve(task, input=await resolve_task_input(self.blobs, task.input)),
-                    clock=self._clock,
-                    rng=self._rng,
-                    worker_id=self.instance_id,
-                    traceback_limit=self._traceback_limit,
-                    tracing=self._tracing,
-                    features=self._features,
-                    eager=None
-                    if redelivered
-                    else EagerSteps(
-                        routes=frozenset(self.routes),
-                        capabilities=frozenset(self._capabilities),
-                        execute=self._execute,
-                    ),
-                )
-        except WireError as exc:
-            self._stats.failed += 1
-            return result("failed", error=str(exc), code="bad_task", retryable=False)
-        except UnknownWorkflowError as exc:
-            self._stats.failed += 1
-            return result("failed", error=str(exc), code="unknown_workflow", retryable=False)
-        except Exception as exc:
-            # A fault of this worker (not of the body, whose failure is a
-            # decision): the run fails with it rather than loop on it.
-            self._stats.failed += 1
-            info = error_info(exc, traceback_limit=self._traceback_limit)
-            logger.error(
-                "worker %s could not decide run %r: %s",
-                self.instance_id,
-                task.run_id,
-                info.message,
-                exc_info=exc,
-            )
-            return result(
-                "failed",
-                error=info.message,
-                code=info.code or "decision_failed",
-                retryable=False,
-                error_type=info.type,
-                traceback=info.traceback,
-            )
-        self._stats.completed += 1
-        return result(
-            "completed",
-            output=json.dumps(decision.encode()),
-            version=decision.wire_version,
-        )
-
-    async def _answer_query(self, task: Task, result: Callable[..., Result]) -> Result:
-        """Answer a query of a remote workflow's run (see `_remote_queries`):
-        the body replayed read-only on the task's history, then the handler."""
-        try:
-            value = await answer_query(
-                self.app,
-                attrs.evolve(task, input=await resolve_task_input(self.blobs, task.input)),
-                clock=self._clock,
-                traceback_limit=self._traceback_limit,
-            )
-        except Exception as exc:
-            info = error_info(exc, traceback_limit=self._traceback_limit)
-            return result(
-                "failed",
-                error=info.message,
-                code=query_failure_code(exc),
-                details=info.details,
-                retryable=False,
-                error_type=info.type,
-                version=2,
-            )
-        return result("completed", output=value, version=2)
-
-    def _span_attributes(self, task: Task) -> dict[str, str | int]:
-        return attributes(
-            run_id=task.run_id,
-            workflow=task.workflow,
-            step=task.step,
-            seq=task.seq,
-            attempt=task.attempt,
-            namespace=split_group_route(task.route)[1] or DEFAULT_NAMESPACE,
-            worker=self.instance_id,
+    def _span(self, name: str, task: Task) -> AbstractContextManager[None]:
+        """The span around a task this worker handles, a child of the trace
+        the task carries."""
+        return self._tracing.span(
+            name,
+            attributes(
+                run_id=task.run_id,
+                workflow=task.workflow,
+                step=task.step,
+                seq=task.seq,
+                attempt=task.attempt,
+                namespace=split_group_route(task.route)[1] or DEFAULT_NAMESPACE,
+                worker=self.instance_id,
+            ),
+            parent=_trace_context(task),
+            consumer=True,
         )
 
     @staticmethod
@@ -603,9 +536,3 @@ def worker_metrics(worker: Worker) -> Metrics:
     """The counters of ``worker`` (an engine adds its embedded worker's
     to its own)."""
     return worker._metrics
-
-
-def worker_features() -> Features:
-    """The features a worker decides remote workflows' turns with: undoing
-    a body's work, and applying the updates a decision task carries."""
-    return Features([Lifecycle(), RemoteUpdates()])

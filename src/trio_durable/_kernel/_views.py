@@ -446,8 +446,9 @@ class Retention:
     run whose parent has not ended (the parent may still read or retry it).
 
     Event records (`Engine.send_event`) belong to no run: they are pruned
-    once older than ``events`` (docs/operations.md has the table of every
-    kind of record, what removes it and when).
+    once older than ``events``, as are the states of bulk operations
+    (`Engine.retry_many`, ...) not written for that long (docs/operations.md
+    has the table of every kind of record, what removes it and when).
 
     Attributes:
       completed: The age of ``completed`` runs to prune (seconds or a

@@ -17,8 +17,9 @@ from typing import Any, Final
 
 import psycopg
 
+from .._base._error_json import dump_error
 from .._base._exceptions import LeaseLostError, StoreError
-from .._base._records import TERMINAL_STATUSES, Checkpoint, Run, dump_error
+from .._base._records import TERMINAL_STATUSES, Checkpoint, Run
 from . import _ops
 from ._base import TurnState, WriteConflict
 from ._group_commit import Counts

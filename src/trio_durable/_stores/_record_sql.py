@@ -7,7 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from .._base._records import dump_error, dump_errors, dump_mark, load_error, load_errors, load_mark
+from .._base._error_json import (
+    dump_error,
+    dump_errors,
+    dump_mark,
+    load_error,
+    load_errors,
+    load_mark,
+)
 from .._base._run_records import RunRecord
 from ._ops import QUEUE_SLOT, queue_slot_record
 from ._record_ops import (

@@ -7,9 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Final
 
-from .._base._records import (
-    Checkpoint,
-    Run,
+from .._base._error_json import (
     dump_error,
     dump_errors,
     dump_mark,
@@ -17,6 +15,7 @@ from .._base._records import (
     load_errors,
     load_mark,
 )
+from .._base._records import Checkpoint, Run
 from .._base._search_values import dump_attributes, load_attributes
 from ._base import run_due_at
 

@@ -16,13 +16,12 @@ from typing import Any, Final
 
 import attrs
 
+from .._base._error_json import dump_error, dump_errors
 from .._base._records import (
     TERMINAL_STATUSES,
     Checkpoint,
     CheckpointStatus,
     Run,
-    dump_error,
-    dump_errors,
 )
 from . import _ops
 from ._base import TurnState, run_due_at

@@ -20,6 +20,7 @@ in its nursery that prunes every `Retention.interval` seconds of Trio time
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import trio
 
@@ -32,10 +33,17 @@ from ..events._events import EVENT_SCOPE
 logger = logging.getLogger("trio_durable")
 
 
-async def prune(store: Store, retention: Retention, now: float, limit: int | None = None) -> int:
+async def prune(
+    store: Store,
+    retention: Retention,
+    now: float,
+    limit: int | None = None,
+    aged: Sequence[str] = (),
+) -> int:
     """Delete the runs ``retention`` no longer keeps at durable time ``now``,
-    at most ``limit`` (None: all), and the event records older than its
-    ``events`` age; return how many runs were deleted.
+    at most ``limit`` (None: all), and the event records, and the values of
+    the scopes of ``aged``, older than its ``events`` age (see
+    `prune_events`); return how many runs were deleted.
 
     Raises:
       UsageError: ``retention`` is not a `Retention` or ``limit`` is not an
@@ -54,26 +62,35 @@ async def prune(store: Store, retention: Retention, now: float, limit: int | Non
         total += len(pruned)
         if len(pruned) < size:
             break
-    events = await prune_events(store, retention, now)
+    events = await prune_events(store, retention, now, aged)
     if events:
         logger.info("pruned %d event records", events)
     return total
 
 
-async def prune_events(store: Store, retention: Retention, now: float) -> int:
+async def prune_events(
+    store: Store, retention: Retention, now: float, aged: Sequence[str] = ()
+) -> int:
     """Delete the event records older than ``retention.events`` at durable
-    time ``now``, a batch per write; return how many."""
+    time ``now``, and the values of the scopes of ``aged`` (records that go
+    with no run and by the same age: the states of bulk operations, whose
+    scope the engine passes) last written before then, a batch per write;
+    return how many."""
     if retention.events is None:
         return 0
     total = 0
-    while True:
-        deleted = await store.prune_values(EVENT_SCOPE, now - retention.events, retention.batch)
-        total += deleted
-        if deleted < retention.batch:
-            return total
+    for scope in (EVENT_SCOPE, *aged):
+        while True:
+            deleted = await store.prune_values(scope, now - retention.events, retention.batch)
+            total += deleted
+            if deleted < retention.batch:
+                break
+    return total
 
 
-async def prune_forever(store: Store, retention: Retention, clock: Clock) -> None:
+async def prune_forever(
+    store: Store, retention: Retention, clock: Clock, aged: Sequence[str] = ()
+) -> None:
     """Prune at once, then every ``retention.interval`` seconds, forever.
 
     A store failure is logged and the pass is tried again an interval later:
@@ -81,7 +98,7 @@ async def prune_forever(store: Store, retention: Retention, clock: Clock) -> Non
     """
     while True:
         try:
-            pruned = await prune(store, retention, clock.now())
+            pruned = await prune(store, retention, clock.now(), aged=aged)
         except StoreError as exc:
             logger.warning("pruning ended runs failed, trying again later: %s", exc)
         else:

@@ -166,19 +166,24 @@ async def create_runs(
         also,
         own=own,
         # Many starts write none if one id given conflicts, and a run that
-        # exists must not get another start's search attributes: such ids
-        # are looked up first. One start by id, with nothing beside its
-        # `CreateRun`, skips the read: the write finds a run that exists
-        # and changes nothing. A derived id is new but for a seed used
-        # again, which its write finds.
-        read_first=_look_up_ids(news),
+        # exists must not get another start's search attributes nor a
+        # client's wake announcement: such ids are looked up first. One
+        # start by id, with nothing beside its `CreateRun`, skips the read:
+        # the write finds a run that exists and changes nothing. A derived
+        # id is new but for a seed used again, which its write finds.
+        read_first=_look_up_ids(news, pairs, also),
         check=lambda new, run: same_workflow(run, new.workflow, new.namespace),
     )
 
 
-def _look_up_ids(news: Sequence[NewRun]) -> bool:
+def _look_up_ids(
+    news: Sequence[NewRun],
+    pairs: Sequence[tuple[NewRun, Run]],
+    also: Callable[[Run], Sequence[Op]],
+) -> bool:
     if len(news) == 1:
-        return news[0].run_id is not None and bool(news[0].search_records)
+        [(new, run)] = pairs
+        return new.run_id is not None and bool(new.search_records or also(run))
     return any(new.run_id is not None for new in news)
 
 
