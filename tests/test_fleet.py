@@ -194,7 +194,8 @@ async def test_descriptor_says_what_the_worker_serves(autojump_clock: trio.abc.C
     assert d.groups == ("payments", "shipping@acme")
     # Only the remote steps of the groups it serves; the local step is not
     # announced. Requirements are sorted; retries and timeouts are told, for
-    # an engine without the steps' code.
+    # an engine without the steps' code, and their parameters, for the
+    # safety checks of a new build.
     default_retry = {"attempts": 3, "backoff": 1.0, "max_backoff": 60.0, "jitter": 0.1}
     assert d.steps == {
         "charge": {
@@ -203,6 +204,7 @@ async def test_descriptor_says_what_the_worker_serves(autojump_clock: trio.abc.C
             "retry": default_retry,
             "timeout": None,
             "queue": None,
+            "params": [{"name": "amount", "type": ["integer"]}],
         },
         "ship": {
             "group": "shipping",
@@ -210,6 +212,7 @@ async def test_descriptor_says_what_the_worker_serves(autojump_clock: trio.abc.C
             "retry": default_retry,
             "timeout": None,
             "queue": None,
+            "params": [{"name": "item", "type": ["string"]}],
         },
     }
     # It serves neither "checkout" nor "report" as a group: no "group".
@@ -224,6 +227,8 @@ async def test_descriptor_says_what_the_worker_serves(autojump_clock: trio.abc.C
     }
     assert d.capabilities == ("crane", "gpu")
     assert d.registration_hash == app.registration_hash()
+    # No build given: the registration hash is its build.
+    assert d.build_id == app.registration_hash()
     assert (d.announced_at, d.held) == (WALL_START, True)
 
 

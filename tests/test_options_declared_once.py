@@ -292,6 +292,8 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
         "1000",
         "--blob-grace",
         "0",
+        "--build-id",
+        "b1",
     ]
     result = CliRunner(env={"TRIO_DURABLE_BROKER": None}).invoke(cli, args)
     assert result.exit_code == 0, result.output
@@ -318,6 +320,7 @@ def test_each_flag_reaches_open_engine_under_its_option_s_name(
         "blobs": "blobs-dir",
         "blob_threshold": 1000,
         "blob_grace": 0.0,
+        "build_id": "b1",
         "codec": None,
         "signing": None,
     }

@@ -81,6 +81,8 @@ from ._brokers._base import BrokerUnavailable as BrokerUnavailable
 from ._brokers._base import WorkerDescriptor as WorkerDescriptor
 from ._brokers._memory import BrokerFaults as BrokerFaults
 from ._brokers._memory import MemoryBroker as MemoryBroker
+from ._features.deployments._deployments import Deployment as Deployment
+from ._features.deployments._deployments import DeploymentError as DeploymentError
 from ._features.entities._entities import EntityRef as EntityRef
 from ._features.entities._entity_defs import exclusive as exclusive
 from ._features.entities._entity_defs import shared as shared
@@ -100,6 +102,8 @@ from ._front._engine import Engine as Engine
 from ._front._front_bulk import BulkProgress as BulkProgress
 from ._front._front_bulk import BulkReport as BulkReport
 from ._front._front_bulk import RunSelection as RunSelection
+from ._front._front_deployments import BuildStatus as BuildStatus
+from ._front._front_deployments import DeploymentReport as DeploymentReport
 from ._front._handle import RunHandle as RunHandle
 from ._front._open_worker import open_worker as open_worker
 from ._front._worker import Worker as Worker
@@ -144,6 +148,7 @@ __all__ = [
     "BrokerError",
     "BrokerFaults",
     "BrokerUnavailable",
+    "BuildStatus",
     "BulkProgress",
     "BulkReport",
     "Cancelled",
@@ -155,6 +160,9 @@ __all__ = [
     "Context",
     "ContinueAsNewError",
     "current_step",
+    "Deployment",
+    "DeploymentError",
+    "DeploymentReport",
     "Disagreement",
     "EncryptedHistoryError",
     "Engine",

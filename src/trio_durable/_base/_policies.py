@@ -1,16 +1,24 @@
-"""Policies a registration carries: how a step is retried (`Retry`), and
-the flow-control queues (`FlowQueue`) that limit steps fleet-wide."""
+"""Policies a registration carries: how a step is retried (`Retry`), the
+flow-control queues (`FlowQueue`) that limit steps fleet-wide, and how a
+workflow's runs follow its builds (`Versioning`)."""
 
 from __future__ import annotations
 
 import random
-from typing import Final, final
+from typing import Final, Literal, final
 
 import attrs
 
 from ._bounds import is_finite
 from ._controls import RateLimit
 from ._exceptions import RegistrationError
+
+Versioning = Literal["pinned", "auto_upgrade"]
+"""How a workflow's runs follow the builds of the workers
+(docs/deployments.md): ``pinned`` stays on the build it started on,
+``auto_upgrade`` moves to its workflow's current build at each turn."""
+
+VERSIONINGS: Final[tuple[Versioning, ...]] = ("pinned", "auto_upgrade")
 
 
 def finite(name: str, value: float, *, minimum: float = 0.0) -> float:

@@ -297,6 +297,10 @@ class WorkerDescriptor:
         held announcement, which no heartbeat refreshes, and for one made
         by a worker older than this field (its JSON has no ``load``; a
         reader older than it ignores the field).
+      build_id: The build it belongs to (``--build-id``; by default its
+        registration hash): besides its group routes' queues it consumes
+        their queues of this build, where the tasks of runs on the build
+        go (docs/deployments.md). Empty from a worker older than the field.
     """
 
     instance_id: str
@@ -311,6 +315,7 @@ class WorkerDescriptor:
     announced_at: float = 0.0
     held: bool = False
     load: WorkerLoad | None = None
+    build_id: str = ""
 
 
 class Broker(Protocol):

@@ -120,6 +120,11 @@ _ENGINE_FLAGS: Final[dict[str, dict[str, Any]]] = {
         "callback": _names,
         "help": "What the worker inside the engine offers to steps with requires= (with --serve).",
     },
+    "build_id": {
+        "metavar": "ID",
+        "help": "The build the worker inside the engine announces (default: the app's"
+        " registration hash).",
+    },
     "blocked_recheck": {
         "type": Seconds(),
         "show_default": True,

@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 import click
 import trio
 
+from .._base._exceptions import UsageError
 from .._base._records import DEFAULT_TRACEBACK_LIMIT
 from .._front._app import App
 from .._front._health import Readiness, engine_readiness, serve_http_face
 from .._front._open_worker import open_worker
+from .._kernel._builds import check_build_id
 from .._kernel._definitions import remote_groups
 from .._kernel._options import DEFAULT_MAX_DELIVERIES, ConsoleOptions, token_problem
 from .._payloads._blobs import DEFAULT_BLOB_THRESHOLD
@@ -366,6 +368,11 @@ async def _serve_until_signalled(
     help="What it offers to steps with requires= (repeat it, or separate with commas).",
 )
 @click.option("--instance-id", metavar="ID", help="Its id in announcements; unique per worker.")
+@click.option(
+    "--build-id",
+    metavar="ID",
+    help="The build it announces and takes the tasks of (default: the app's registration hash).",
+)
 @click.option("--heartbeat", type=float, default=5.0, show_default=True, help="Seconds.")
 @click.option(
     "--ttl", type=float, default=15.0, show_default=True, help="Seconds an announcement lives."
@@ -412,6 +419,7 @@ def worker_command(
     concurrency: int,
     capabilities: tuple[str, ...],
     instance_id: str | None,
+    build_id: str | None,
     heartbeat: float,
     ttl: float,
     max_deliveries: int,
@@ -440,6 +448,11 @@ def worker_command(
         )
     if not names(groups):
         raise click.UsageError("give the group routes to serve: --groups GROUP")
+    if build_id is not None:
+        try:
+            check_build_id(build_id, "--build-id")
+        except UsageError as exc:
+            raise click.BadParameter(str(exc), param_hint="--build-id") from None
     app = load_app(app_spec)
     signing = signing_from_env()
     with (
@@ -456,6 +469,7 @@ def worker_command(
                 "concurrency": concurrency,
                 "capabilities": names(capabilities),
                 "instance_id": instance_id or default_id("worker"),
+                "build_id": build_id,
                 "heartbeat": heartbeat,
                 "ttl": ttl,
                 "max_deliveries": max_deliveries,
@@ -486,6 +500,7 @@ async def _serve_worker(
                 f"worker {worker.instance_id}",
                 f"app {app.name}, broker {shown(options['broker'])},"
                 f" groups {_list(worker.routes)}, capabilities {_list(options['capabilities'])},"
+                f" build {worker.build_id},"
                 f" {collected}{http}",
                 worker.wait_idle,
                 "the tasks of its unfinished steps go back to the broker",

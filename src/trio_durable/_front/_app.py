@@ -23,6 +23,7 @@ from .._base._on_error import OnError, check_on_error_routes
 from .._base._policies import NO_RETRY as NO_RETRY
 from .._base._policies import FlowQueue as FlowQueue
 from .._base._policies import Retry as Retry
+from .._base._policies import Versioning as Versioning
 from .._base._records import LATEST_VERSION
 from .._base._search_values import SearchAttributeType
 from .._features.entities._entity_defs import Entity, define_entity
@@ -57,6 +58,7 @@ from .._kernel._registration_checks import (
     check_step_options,
     check_subscriber,
     check_unregistered,
+    check_versioning,
     check_workflow_options,
 )
 from ._context import Context
@@ -211,6 +213,7 @@ class App:
         debounce: float | None = None,
         debounce_collect: Collect = "last",
         check_arguments: bool = False,
+        versioning: Versioning = "auto_upgrade",
     ) -> Callable[[Callable[Concatenate[Context, P], Awaitable[R]]], Workflow[P, R]]: ...
 
     def workflow(
@@ -232,6 +235,7 @@ class App:
         debounce: float | None = None,
         debounce_collect: Collect = "last",
         check_arguments: bool = False,
+        versioning: Versioning = "auto_upgrade",
     ) -> Any:
         """Register an ``async def`` as a workflow: ``@app.workflow``, or
         ``@app.workflow(...)`` with options.
@@ -275,6 +279,12 @@ class App:
             of each durable operation's arguments, not only its kind and
             name; checkpoints recorded before it was turned on are accepted
             as they are (docs/determinism.md).
+          versioning: How its runs follow the builds of the workers
+            (docs/deployments.md): ``"auto_upgrade"`` (the default) moves a
+            run to the workflow's current build at each turn (guard changes
+            with `Context.patched`); ``"pinned"`` keeps a run, its remote
+            steps and its decisions on the build it started on while it
+            lasts.
 
         Raises:
           RegistrationError: The name and version are taken, the name is
@@ -287,7 +297,7 @@ class App:
             subscribes to events but cannot take a payload (the list of
             them, with ``debounce_collect="all"``) as its one input.
         """
-        check_workflow_options(version, group, check_arguments)
+        check_workflow_options(version, group, check_arguments, versioning)
 
         # Options are checked before anything else, under the name given
         # (none of them depends on the name).
@@ -326,6 +336,7 @@ class App:
                 group=group,
                 controls=wf_controls,
                 check_arguments=check_arguments,
+                versioning=versioning,
             )
             self._workflows[key] = wf
             self._latest[wf_name] = wf
@@ -333,7 +344,9 @@ class App:
 
         return register if fn is None else register(fn)
 
-    def remote_workflow(self, name: str, *, group: str | None = None) -> Workflow[..., Any]:
+    def remote_workflow(
+        self, name: str, *, group: str | None = None, versioning: Versioning = "auto_upgrade"
+    ) -> Workflow[..., Any]:
         """Declare by name a workflow whose body lives on workers: the engine
         sends each turn of its runs to a worker of ``group`` as a decision
         task (docs/remote-workflows.md). Start it by the object returned or
@@ -347,15 +360,17 @@ class App:
           name: The workflow's name.
           group: The group whose workers serve it; defaults to the group the
             workers announce for it, else its name.
+          versioning: As for `workflow`.
 
         Raises:
-          RegistrationError: The name is taken or invalid, or the group is
-            not broker-safe.
+          RegistrationError: The name is taken or invalid, the group is
+            not broker-safe, or the versioning is unknown.
         """
         check_name("workflow", name)
         check_group("workflow", group)
+        check_versioning(versioning)
         check_unregistered("workflow", name, self._latest, self.name)
-        wf = shadow_workflow(name, LATEST_VERSION, group)
+        wf = shadow_workflow(name, LATEST_VERSION, group, versioning)
         self._workflows[(name, LATEST_VERSION)] = wf
         self._latest[name] = wf
         return wf

@@ -19,6 +19,7 @@ from .._base._exceptions import EngineClosedError, StoreError
 from .._brokers._base import RESULTS, needs_heartbeat
 from .._features.children._children import Children
 from .._features.children._fan_window import FanWindows
+from .._features.deployments._deployments import Deployments
 from .._features.flow_control._admission import Admission
 from .._features.lifecycle._feature import Lifecycle
 from .._features.messages._context_streams import EmittedValues
@@ -289,6 +290,7 @@ def _assemble(
         DecisionCommands(),
         Handoffs(),
         Admission(),
+        Deployments(),
         Updates(),
         RemoteUpdates(),
         EmittedValues(),
@@ -328,6 +330,7 @@ async def _embedded_worker(
         blobs=None if rt.blobs is None else rt.blobs.store,
         blob_threshold=DEFAULT_BLOB_THRESHOLD if rt.blobs is None else rt.blobs.threshold,
         signing=rt.options.signing,
+        build_id=rt.options.build_id,
     ) as worker:
         # Its engine counts the steps it runs from their events.
         worker.counts_steps = False

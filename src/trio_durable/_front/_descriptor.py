@@ -118,6 +118,7 @@ def _step_entry(app: App, step: Step[..., Any]) -> dict[str, Any]:
         "queue": None
         if flow is None
         else {"name": flow.name, "concurrency": flow.concurrency, "priority": flow.priority},
+        "params": [param.to_json() for param in announced_params(step.fn, 0)],
     }
 
 
@@ -130,6 +131,7 @@ def describe(
     *,
     held: bool = False,
     load: WorkerLoad | None = None,
+    build_id: str | None = None,
 ) -> WorkerDescriptor:
     """The descriptor a worker announces for ``app``.
 
@@ -160,12 +162,17 @@ def describe(
         # Registration order: the version registered last says the group,
         # and the parameters (those of the version a run by name runs).
         entry["params"] = [param.to_json() for param in announced_params(wf.fn)]
+        if wf.versioning != "auto_upgrade":
+            entry["versioning"] = wf.versioning
+        else:
+            entry.pop("versioning", None)
         if wf.decision_group in groups:
             entry["group"] = wf.decision_group
         else:
             entry.pop("group", None)
     for entry in workflows.values():
         entry["on_error"].sort(key=_route_order)
+    registration = app.registration_hash()
     return WorkerDescriptor(
         instance_id=instance_id,
         app=app.name,
@@ -175,8 +182,9 @@ def describe(
         steps={s.name: _step_entry(app, s) for s in app.steps if s.group in groups},
         workflows=workflows,
         capabilities=tuple(sorted(set(capabilities))),
-        registration_hash=app.registration_hash(),
+        registration_hash=registration,
         announced_at=at,
         held=held,
         load=load,
+        build_id=registration if build_id is None else build_id,
     )

@@ -29,6 +29,7 @@ from .._kernel._fleet import Fleet, aggregate
 from .._kernel._run_reads import read_run
 from ._control import cancel_run, retry_run, signal_run, terminate_run
 from ._front_bulk import BulkActions
+from ._front_deployments import DeploymentActions
 from ._front_events import SendsEvents
 from ._front_export import ExportsHistories
 from ._front_fork import ForksRuns
@@ -62,6 +63,7 @@ class FrontEnd(
     BulkActions,
     PrunesRuns,
     ExportsHistories,
+    DeploymentActions,
 ):
     """What `Engine` and `Client` share: every method of theirs but an
     engine's own (see `_front_end`)."""

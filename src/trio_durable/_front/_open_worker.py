@@ -24,6 +24,7 @@ from .._brokers._base import (
     Broker,
     BrokerError,
 )
+from .._kernel._builds import check_build_id
 from .._kernel._options import DEFAULT_MAX_DELIVERIES, WorkerOptions
 from .._payloads._blobs import DEFAULT_BLOB_THRESHOLD, Blobs, BlobStore, check_blob_options
 from .._wire._tracing import make_tracing
@@ -59,6 +60,7 @@ async def open_worker(
     blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
     signing: Keyring | None = None,
     http: tuple[str, int] | str | None = None,
+    build_id: str | None = None,
 ) -> AsyncIterator[Worker]:
     """Run a worker for ``groups`` until the block exits.
 
@@ -106,6 +108,9 @@ async def open_worker(
         does not answer within 2 s (the worker announces itself again,
         a round trip), and from when the block starts to exit
         (docs/operations.md).
+      build_id: The build it belongs to (a broker-safe token), which it
+        announces; it also takes the tasks of runs on that build
+        (docs/deployments.md). None: its app's registration hash.
 
     Raises:
       UsageError: A group is unknown or malformed, an option is out of
@@ -113,6 +118,8 @@ async def open_worker(
       InvalidURLError: The broker URL is malformed.
     """
     address = None if http is None else check_address(http)
+    if build_id is not None:
+        check_build_id(build_id)
     routes = check_group_routes(app, groups, "groups")
     if not routes:
         raise UsageError("a worker needs at least one group to serve")
@@ -152,6 +159,7 @@ async def open_worker(
             traceback_limit=options.traceback_limit,
             tracing=tracer,
             signing=options.signing,
+            build_id=build_id,
         )
         if blob_store is not None:
             worker.blobs = Blobs(blob_store, blob_threshold, clock)

@@ -59,6 +59,8 @@ def registration_hash(app: App) -> str:
                 # Only when given, so that a deploy declaring no workflow
                 # group hashes as it did before groups existed.
                 *([] if wf.group is None else [wf.group]),
+                # Likewise only when not the default.
+                *([] if wf.versioning == "auto_upgrade" else [wf.versioning]),
             ]
             for wf in app.workflows
         ),

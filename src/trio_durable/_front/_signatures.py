@@ -137,8 +137,9 @@ def json_types(hint: Any) -> tuple[str, ...] | None:
 
 
 @cache
-def announced_params(fn: Callable[..., Any]) -> tuple[AnnouncedParam, ...]:
-    """The parameters of the workflow function ``fn`` after its context.
+def announced_params(fn: Callable[..., Any], skip: int = 1) -> tuple[AnnouncedParam, ...]:
+    """The parameters of the workflow function ``fn`` after its context
+    (those of a step's function, all of them, with ``skip=0``).
 
     Cached: a worker describes itself at every heartbeat.
     """
@@ -154,7 +155,7 @@ def announced_params(fn: Callable[..., Any]) -> tuple[AnnouncedParam, ...]:
             default=p.default is not p.empty,
             types=json_types(hints.get(p.name, Any)),
         )
-        for p in list(inspect.signature(fn).parameters.values())[1:]
+        for p in list(inspect.signature(fn).parameters.values())[skip:]
     )
 
 

@@ -128,8 +128,11 @@ class Worker:
         traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
         tracing: Tracing = DISABLED,
         signing: Keyring | None = None,
+        build_id: str | None = None,
     ) -> None:
         self.app = app
+        # Its build: by default, its registration hash (see `_builds`).
+        self.build_id = app.registration_hash() if build_id is None else build_id
         self._signing = signing
         self._tracing = tracing
         self._traceback_limit = traceback_limit
@@ -147,7 +150,7 @@ class Worker:
         self.broker = broker
         self.instance_id = instance_id
         self.routes = routes
-        self.queues = served_broker_queues(app, routes, capabilities)
+        self.queues = served_broker_queues(app, routes, capabilities, self.build_id)
         self._concurrency = concurrency
         self._limiter = trio.CapacityLimiter(concurrency)
         self._capabilities = capabilities
@@ -241,6 +244,7 @@ class Worker:
             load=self._load.read(now, stats.in_flight, stats.completed, stats.failed)
             if self.heartbeats
             else None,
+            build_id=self.build_id,
         )
 
     async def announce(self) -> None:

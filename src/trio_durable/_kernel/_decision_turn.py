@@ -53,6 +53,7 @@ from .._wire._decision_commands import Command
 from .._wire._decision_wire import Decision, Eager, history, request_input
 from .._wire._messages import Task, WireError
 from .._wire._wire_records import DECISION_ON_WIRE, is_record_on_wire, record_off_wire
+from ._builds import run_build
 from ._cancellation import cancel_marker, in_cleanup
 from ._carrier import CONTINUED, REDISPATCHED, RESEND, out_verdict, sent_now
 from ._decider import eager_events
@@ -453,6 +454,7 @@ async def _dispatch(
         dispatched_at=now,
         kind="decision",
         execution=new.executions[-1],
+        build=run_build(state.records),
     )
     state.dispatch.append((len(state.ops) - 1, task))
     if compensate or cleanup:

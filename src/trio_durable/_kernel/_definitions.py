@@ -20,7 +20,7 @@ from typing import (
 from .._base._controls import NO_CONTROLS, RunControls
 from .._base._exceptions import FatalError, UnknownWorkflowError
 from .._base._on_error import OnError
-from .._base._policies import FlowQueue, Retry
+from .._base._policies import FlowQueue, Retry, Versioning
 
 if TYPE_CHECKING:
     from .._base._search_values import SearchAttributeType
@@ -111,6 +111,9 @@ class Workflow(Generic[P, R]):
         deduplication, rate limit, events, debounce; see `App.workflow`).
       check_arguments: Whether replay also compares each durable
         operation's arguments (see `App.workflow`).
+      versioning: ``"auto_upgrade"`` (the default: a run moves to its
+        workflow's current build at each turn) or ``"pinned"`` (a run
+        stays on the build it started on); see docs/deployments.md.
     """
 
     def __init__(
@@ -123,8 +126,10 @@ class Workflow(Generic[P, R]):
         group: str | None = None,
         controls: RunControls = NO_CONTROLS,
         check_arguments: bool = False,
+        versioning: Versioning = "auto_upgrade",
     ) -> None:
         self.fn = fn
+        self.versioning: Versioning = versioning
         self.name = name
         self.version = version
         self.on_error = on_error
@@ -172,9 +177,11 @@ async def remote_step_body(*args: Any) -> Any:
     raise FatalError("this remote step runs on workers only", code="remote_step")
 
 
-def shadow_workflow(name: str, version: str, group: str | None = None) -> Workflow[..., Any]:
+def shadow_workflow(
+    name: str, version: str, group: str | None = None, versioning: Versioning = "auto_upgrade"
+) -> Workflow[..., Any]:
     """A workflow known here by name only, whose body lives on workers."""
-    return Workflow(remote_body, name=name, version=version, group=group)
+    return Workflow(remote_body, name=name, version=version, group=group, versioning=versioning)
 
 
 class Registry(Protocol):

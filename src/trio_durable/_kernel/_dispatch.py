@@ -25,6 +25,7 @@ from .._brokers._base import Broker, BrokerError, Outgoing, PayloadTooLarge, Wor
 from .._stores._ops import ClaimCheckpoint, Op, UpdateRun
 from .._stores._record_ops import ClaimRecord
 from .._wire._payload import lowered, task_message
+from ._builds import build_gap, build_queue
 from ._decision_record import DECISION, decision_of
 from ._learned import Learned, step_of
 from ._sent import Key, sent_key
@@ -79,37 +80,42 @@ def split_group_route(route: str) -> tuple[str, str | None]:
     return group, namespace or None
 
 
-def broker_queue(route: str, requires: Sequence[str]) -> str:
-    """The broker queue a step's tasks travel on: its group route, or for a
-    step that requires capabilities, the route's queue for exactly those, which
-    only workers offering them consume. (The engine's check that a capable
-    worker is live does not keep a worker of the group without them from
-    taking the task off a queue they share.)"""
+def broker_queue(route: str, requires: Sequence[str], build: str | None = None) -> str:
+    """The broker queue a step's tasks travel on: its group route (its
+    build's queue of it, for a run on a build: see `_builds`), or for a
+    step that requires capabilities, that queue's queue for exactly those,
+    which only workers offering them consume. (The engine's check that a
+    capable worker is live does not keep a worker of the group without
+    them from taking the task off a queue they share.)"""
+    route = build_queue(route, build)
     if not requires:
         return route
     return f"{route}~{'~'.join(sorted(set(requires)))}"
 
 
 def served_broker_queues(
-    app: Registry, routes: Sequence[str], capabilities: Sequence[str]
+    app: Registry, routes: Sequence[str], capabilities: Sequence[str], build: str | None = None
 ) -> tuple[str, ...]:
     """The broker queues a worker consumes: each group route, and each
     route's queue for the requirements of its steps that the worker's
-    capabilities cover."""
+    capabilities cover; with ``build``, each of these queues of the build
+    too."""
     offered = set(capabilities)
     queues: list[str] = []
     for route in routes:
         group = split_group_route(route)[0]
-        for queue in (
-            route,
-            *(
-                broker_queue(route, step.requires)
-                for step in app.steps
-                if step.group == group and step.requires and offered >= set(step.requires)
-            ),
-        ):
-            if queue not in queues:
-                queues.append(queue)
+        needs = [
+            step.requires
+            for step in app.steps
+            if step.group == group and step.requires and offered >= set(step.requires)
+        ]
+        for of_build in (None, build) if build is not None else (None,):
+            for queue in (
+                broker_queue(route, (), of_build),
+                *(broker_queue(route, requires, of_build) for requires in needs),
+            ):
+                if queue not in queues:
+                    queues.append(queue)
     return tuple(queues)
 
 
@@ -313,7 +319,9 @@ class Dispatcher:
             message = task_message(
                 task,
                 broker_queue(
-                    task.route, () if task.kind == "decision" else self._requires(task.step)
+                    task.route,
+                    () if task.kind == "decision" else self._requires(task.step),
+                    task.build,
                 ),
                 limit,
                 now,
@@ -352,20 +360,27 @@ class Dispatcher:
             cached = self._descriptor_cache[group_route] = (now, descriptors)
         return cached[1]
 
-    async def capability_gap(self, group_route: str, requires: tuple[str, ...]) -> str | None:
-        """Why no live worker of ``group_route`` can run a step that ``requires``
-        these capabilities, or None if one can (or nothing is required)."""
-        if not requires:
+    async def capability_gap(
+        self, group_route: str, requires: tuple[str, ...], build: str | None = None
+    ) -> str | None:
+        """Why no live worker of ``group_route`` (of ``build``, if given)
+        can run a step that ``requires`` these capabilities, or None if one
+        can (or nothing is required, nor a build)."""
+        if not requires and build is None:
             return None
         try:
             descriptors = await self.live_workers(group_route)
         except BrokerError as exc:
             return f"cannot read worker announcements: {exc}"
+        gap = build_gap(descriptors, group_route, build)
+        if gap is not None or not requires:
+            return gap
         needed = set(requires)
-        if any(needed <= set(d.capabilities) for d in descriptors):
+        if any(needed <= set(d.capabilities) for d in descriptors if build in (None, d.build_id)):
             return None
         needs = ", ".join(sorted(needed))
-        return f"blocked: no live worker of group {group_route!r} offers {needs}"
+        of_build = "" if build is None else f" of build {build!r}"
+        return f"blocked: no live worker{of_build} of group {group_route!r} offers {needs}"
 
 
 async def read_seqs(store: Store, run_id: str, seqs: list[int]) -> list[Checkpoint]:

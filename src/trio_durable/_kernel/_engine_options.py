@@ -27,6 +27,7 @@ from .._base._exceptions import UsageError
 from .._base._keyring import Keyring
 from .._base._records import DEFAULT_TRACEBACK_LIMIT
 from .._payloads._blobs import DEFAULT_BLOB_GRACE, DEFAULT_BLOB_THRESHOLD
+from ._builds import check_build_id
 from ._options import (
     DEFAULT_TIMER_BATCH_SIZE,
     ConsoleOptions,
@@ -54,6 +55,11 @@ def _is_number(value: object) -> TypeGuard[int | float]:
 def _engine_id(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None:
         check_id(attribute.name, value)
+
+
+def _build_id(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        check_build_id(value)
 
 
 def _retention(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -305,6 +311,17 @@ class EngineOptions:
         metadata=declared(
             "What the embedded worker offers to steps with `requires=`.",
             cli="--capabilities",
+        ),
+    )
+    build_id: str | None = attrs.field(
+        default=None,
+        validator=_build_id,
+        metadata=declared(
+            "The build the embedded worker announces and takes the tasks of (a broker-safe"
+            " token; [deployments.md](deployments.md)). None: the app's registration hash."
+            " Anything else raises `td.UsageError`.",
+            cli="--build-id",
+            shown="`None` (the registration hash)",
         ),
     )
     remote_redispatch: tuple[float, int] | None = attrs.field(

@@ -20,7 +20,7 @@ from typing import Any
 from .._base._controls import RateLimit, RunControls
 from .._base._exceptions import RegistrationError, SearchAttributeError
 from .._base._index_text import refuse_nul
-from .._base._policies import Retry, finite
+from .._base._policies import VERSIONINGS, Retry, finite
 from .._base._search_values import SearchAttributeType, declared_type
 from .._base._search_values import check_name as check_attribute_name
 from .._brokers._base import is_broker_safe
@@ -171,9 +171,20 @@ def check_queue_options(concurrency: int, priority: int, rate_limit: RateLimit |
         raise RegistrationError(f"queue rate_limit must be a td.RateLimit, not {rate_limit!r}")
 
 
-def check_workflow_options(version: str, group: str | None, check_arguments: bool) -> None:
+def check_versioning(versioning: object) -> None:
+    """Refuse a ``versioning`` that is not one of `VERSIONINGS`."""
+    if versioning not in VERSIONINGS:
+        raise RegistrationError(
+            f"versioning must be one of {', '.join(map(repr, VERSIONINGS))}, not {versioning!r}"
+        )
+
+
+def check_workflow_options(
+    version: str, group: str | None, check_arguments: bool, versioning: object = "auto_upgrade"
+) -> None:
     """Refuse the options of `App.workflow` that its run controls do not
     cover (`run_controls` checks those)."""
+    check_versioning(versioning)
     if not isinstance(version, str) or not version:
         raise RegistrationError(f"workflow version must be a non-empty string, not {version!r}")
     refuse_nul("a workflow's version", version, RegistrationError)

@@ -45,8 +45,9 @@ class Waker(Protocol):
         """``run`` was cancelled (its batch committed)."""
         ...
 
-    def changed(self, what: Literal["breakpoints", "schedules"]) -> None:
-        """This front end set or cleared a breakpoint, or changed a schedule."""
+    def changed(self, what: Literal["breakpoints", "schedules", "builds"]) -> None:
+        """This front end set or cleared a breakpoint, or changed a schedule
+        or a deployment."""
         ...
 
     def unended(self, run_id: str, namespace: str | None) -> bool:
@@ -96,7 +97,7 @@ class SchedulerWaker:
             self._rt.scheduler.interrupt(run.id)
             self._rt.scheduler.wake(run.id)
 
-    def changed(self, what: Literal["breakpoints", "schedules"]) -> None:
+    def changed(self, what: Literal["breakpoints", "schedules", "builds"]) -> None:
         self._rt.features.announced(what, None)
 
     def unended(self, run_id: str, namespace: str | None) -> bool:
@@ -142,7 +143,7 @@ class AnnouncingWaker:
     def cancelled(self, run: Run) -> None:
         pass
 
-    def changed(self, what: Literal["breakpoints", "schedules"]) -> None:
+    def changed(self, what: Literal["breakpoints", "schedules", "builds"]) -> None:
         pass
 
     def unended(self, run_id: str, namespace: str | None) -> bool:

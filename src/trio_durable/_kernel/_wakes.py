@@ -137,7 +137,7 @@ def engine_delivery(rt: Runtime) -> Deliver:
             rt.features.missed()
             return
         for item in announced:
-            if item.kind in ("stream", "breakpoints", "schedules"):
+            if item.kind in ("stream", "breakpoints", "schedules", "builds"):
                 # What features keep changed elsewhere: no turn.
                 rt.features.announced(item.kind, item.run_id)
             elif item.kind == "end":

@@ -65,6 +65,7 @@ async def open_engine(
     serve: Sequence[str] = (),
     worker_concurrency: int = 16,
     capabilities: Sequence[str] = (),
+    build_id: str | None = None,
     remote_redispatch: tuple[float, int] | None = None,
     blocked_recheck: float = 5.0,
     traceback_limit: int = DEFAULT_TRACEBACK_LIMIT,
@@ -118,6 +119,8 @@ async def open_engine(
       worker_concurrency: Tasks that embedded worker runs at once.
       capabilities: What the embedded worker offers to steps with
         ``requires=``.
+      build_id: The build the embedded worker announces and takes the
+        tasks of (docs/deployments.md); None: the app's registration hash.
       remote_redispatch: ``(seconds, maximum)``: a remote step with no result
         ``seconds`` after it was sent is sent again with its attempt count
         raised, at most ``maximum`` times; then it fails with code ``lost``.
@@ -189,6 +192,7 @@ async def open_engine(
         serve=serve,
         worker_concurrency=worker_concurrency,
         capabilities=capabilities,
+        build_id=build_id,
         remote_redispatch=remote_redispatch,
         blocked_recheck=blocked_recheck,
         traceback_limit=traceback_limit,

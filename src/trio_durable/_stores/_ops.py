@@ -306,7 +306,7 @@ class ReleaseRun:
 
 
 AnnounceKind = Literal[
-    "wake", "cancel", "end", "breakpoints", "due", "schedules", "values", "stream"
+    "wake", "cancel", "end", "breakpoints", "due", "schedules", "values", "stream", "builds"
 ]
 
 
@@ -332,7 +332,9 @@ class Announce:
         (``run_id`` is its name), engines read their schedules again;
         ``"values"``: the run wrote keyed values its callers wait for (a
         published value, an update's outcome), they read again.
-        ``"stream"``: the run emitted values (readers of its stream read).
+        ``"stream"``: the run emitted values (readers of its stream read);
+        ``"builds"``: a workflow's deployment changed (``run_id`` is the
+        workflow's name), engines read the deployments again.
       workflow: Its workflow, or None if the writer does not know it.
       version: Its version, or None.
       origin: Who wrote it (an engine or client id); its own watch skips it.

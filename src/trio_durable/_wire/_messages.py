@@ -109,6 +109,9 @@ class Task:
       version: The envelope version it is written in: 1, or 2 for a
         query (kind ``query``: a remote workflow's run asked by an engine
         that lacks its body, see `_remote_queries`).
+      build: The build whose workers take it (its run's, see `_builds`),
+        or None for any worker. Not on the wire: it picks the broker
+        queue the task is sent on.
     """
 
     run_id: str
@@ -128,6 +131,7 @@ class Task:
     kind: MessageKind = "step"
     execution: str | None = None
     version: int = 1
+    build: str | None = None
 
     def encode(self) -> bytes:
         head = {

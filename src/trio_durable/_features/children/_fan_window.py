@@ -101,6 +101,8 @@ class Window:
       next: The index of the next member to start.
       inflight: The indexes of the members started whose end has not
         started another yet, in the order they started.
+      build: The build the parent's tasks went to when the fan began
+        (see `_builds`): the members the window starts go there too.
     """
 
     concurrency: int
@@ -109,10 +111,14 @@ class Window:
     version: str | None = None
     next: int = 0
     inflight: tuple[int, ...] = ()
+    build: str | None = None
 
     def dump(self) -> str:
         data = attrs.asdict(self)
         data["inflight"] = list(self.inflight)
+        if self.build is None:
+            # Left out: the window reads as the releases before wrote it.
+            del data["build"]
         return json.dumps(data, sort_keys=True)
 
     def slide(self, ended: Iterable[int], size: int) -> tuple[Window, list[int]]:
@@ -261,9 +267,10 @@ class _Starts:
         if (
             cp.kind == "remote"
             and step is not None
-            and step.requires
+            and (step.requires or self.window.build is not None)
             and cp.group is not None
-            and await self.rt.dispatcher.capability_gap(cp.group, step.requires) is not None
+            and await self.rt.dispatcher.capability_gap(cp.group, step.requires, self.window.build)
+            is not None
         ):
             self.gaps.add(cp.group)
 
@@ -298,6 +305,7 @@ class _Starts:
                 timeout=step.timeout,
                 dispatched_at=now,
                 execution=sent.executions[-1],
+                build=self.window.build,
             )
             self.tasks.append((len(turn.ops) - 1, task))
             return True

@@ -31,6 +31,7 @@ from ..._base import _serde
 from ..._base._exceptions import UsageError
 from ..._base._failures import FAN_CANCELLED as FAN_CANCELLED
 from ..._base._records import Checkpoint, CheckpointKind, ErrorInfo, FanMode, Mark
+from ..._kernel._builds import run_build
 from ..._kernel._decider import fan_command
 from ..._kernel._definitions import Step, Workflow
 from ..._kernel._dispatch import group_route
@@ -303,6 +304,7 @@ class _FanPlan:
             version=version,
             next=self.width,
             inflight=tuple(range(self.width)),
+            build=run_build(self.replay.turn.records),
         )
         self.windowed = True
         now = self.replay.runtime.clock.now()
@@ -354,6 +356,7 @@ class _FanPlan:
                 inflight=tuple(
                     i for i in range(next_) if not unstarted[i] and _pending(members[i])
                 ),
+                build=run_build(self.replay.turn.records),
             )
         owed = [i for i in window.inflight if members[i] is None]
         ended = [

@@ -37,6 +37,7 @@ from ..._base._exceptions import UsageError
 from ..._base._failures import LOST, step_failure
 from ..._base._policies import FlowQueue
 from ..._base._records import Checkpoint, ErrorInfo, FanMode, Mark
+from ..._kernel._builds import run_build
 from ..._kernel._carrier import BROKER_WAIT, AttemptT, sent_now
 from ..._kernel._carrier import REDISPATCHED as REDISPATCHED
 from ..._kernel._carrier import RESEND as RESEND
@@ -97,6 +98,8 @@ class StepPlanner:
         self.replay = replay
         self.step = step
         self.group_route = group_route(step, replay.run.namespace)
+        # The build its tasks go to (see `_builds`), as the turn began.
+        self.build = run_build(replay.turn.records)
         self.flow = flow
         self.priority = priority
         self.dedup_key = dedup_key
@@ -113,7 +116,7 @@ class StepPlanner:
     async def gap(self) -> str | None:
         if self._gap is False:
             self._gap = await self.rt.dispatcher.capability_gap(
-                self.group_route, self.step.requires
+                self.group_route, self.step.requires, self.build
             )
         return self._gap  # type: ignore[return-value]
 
@@ -145,6 +148,7 @@ class StepPlanner:
             priority=max(0, min(9, self.priority)),
             reply_to=self.rt.results_queue,
             execution=cp.executions[-1],
+            build=self.build,
         )
 
     async def new(

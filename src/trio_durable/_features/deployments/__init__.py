@@ -1,0 +1,1 @@
+"""The deployments feature: builds of the workers, and the runs on them."""
