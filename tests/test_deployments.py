@@ -6,6 +6,7 @@ end), and bad input refused with `DeploymentError`, storing nothing."""
 
 from __future__ import annotations
 
+import json
 import math
 from contextlib import AbstractAsyncContextManager
 
@@ -28,6 +29,7 @@ from trio_durable._front._open_worker import open_worker
 from trio_durable._front._worker import Worker
 from trio_durable._kernel._builds import BUILD, run_build
 from trio_durable._kernel._dispatch import served_broker_queues
+from trio_durable._kernel._fleet import aggregate
 
 RECHECK = 5.0
 
@@ -292,3 +294,81 @@ async def test_workflows_without_a_deployment_keep_no_build(
         assert BUILD not in {r.kind for r in await engine.store.get_records("plain")}
         report = await engine.deployments()
         assert [b.build for b in report.builds] == ["A"]
+
+
+def _descriptor(
+    instance: str, build: str, params: list[dict[str, object]], version: str = "1"
+) -> td.WorkerDescriptor:
+    return td.WorkerDescriptor(
+        instance_id=instance,
+        app="shop",
+        workflows={"checkout": {"versions": [version], "params": params}},
+        steps={"charge": {"group": "g", "params": params}},
+        build_id=build,
+    )
+
+
+AMOUNT: dict[str, object] = {"name": "amount", "type": ["integer"]}
+
+
+@pytest.mark.parametrize(
+    ("new", "current", "breaking"),
+    [
+        # Unchanged: nothing to say.
+        ([AMOUNT], None, False),
+        # A parameter added with a default: safe from the current build.
+        ([AMOUNT, {"name": "note", "default": True}], {"checkout": "A"}, False),
+        # A required parameter added, one renamed, a narrower type: breaking.
+        ([AMOUNT, {"name": "note"}], {"checkout": "A"}, True),
+        ([{"name": "total", "type": ["integer"]}], None, True),
+        ([{"name": "amount", "type": ["string"]}], None, True),
+        # A wider type takes what was recorded.
+        ([{"name": "amount", "type": ["integer", "null"]}], {"checkout": "A"}, False),
+    ],
+)
+def test_a_new_builds_breaking_changes_are_flagged(
+    new: list[dict[str, object]], current: dict[str, str] | None, breaking: bool
+) -> None:
+    fleet = aggregate([_descriptor("w-a", "A", [AMOUNT]), _descriptor("w-b", "B", new)], current)
+    flagged = [d for d in fleet.disagreements if d.kind == "breaking"]
+    if not breaking:
+        assert flagged == []
+        return
+    # The workflow's version, and the step (as the same parameters).
+    assert [d.subject for d in flagged] == ["charge", "checkout"]
+    values = [json.loads(v) for v in flagged[1].values]
+    assert [(v["build"], v["version"]) for v in values] == [("A", "1"), ("B", "1")]
+    assert list(flagged[1].values.values()) == [("w-a",), ("w-b",)]
+
+
+def test_a_version_bump_is_no_breaking_change() -> None:
+    fleet = aggregate(
+        [_descriptor("w-a", "A", [AMOUNT]), _descriptor("w-b", "B", [{"name": "x"}], "2")]
+    )
+    assert [d.subject for d in fleet.disagreements if d.kind == "breaking"] == ["charge"]
+
+
+async def test_the_engines_fleet_compares_against_the_current_build(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    broker = MemoryBroker()
+    app_c = td.App("shop")
+
+    @app_c.step(group="g", name="which")
+    async def which(extra: int) -> str:
+        return "C"
+
+    stop = trio.Event()
+    async with (
+        open_test_engine(APP_A, broker=broker) as engine,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(serve_until, APP_A, broker, "A", stop)
+        nursery.start_soon(serve_until, app_c, broker, "C", stop)
+        await trio.testing.wait_all_tasks_blocked()
+        await engine.set_current_build("once", "A")
+        fleet = await engine.fleet()
+        [flagged] = [d for d in fleet.disagreements if d.kind == "breaking"]
+        assert flagged.subject == "which"
+        assert sorted(json.loads(v)["build"] for v in flagged.values) == ["A", "C"]
+        stop.set()

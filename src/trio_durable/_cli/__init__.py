@@ -19,6 +19,8 @@ group of commands to it:
 - ``_export``: ``runs export``, runs' histories written to files;
 - ``_replay``: ``replay``, exported histories replayed against an app's code;
 - ``_fleet``: ``workers``, the live fleet and its gaps;
+- ``_deployments``: ``deployments set-current|list``, the builds workflows'
+  runs go to;
 - ``_migrate``: ``migrate``, a store's schema created or upgraded;
 - ``_simulate``: ``simulate``, the deterministic simulation;
 - ``_console``: ``console``, the web console and its JSON API over a store;
@@ -44,6 +46,7 @@ from ._bulk import with_bulk
 from ._calls import query_command, update_command
 from ._common import EXIT_INTERRUPTED, DurableGroup
 from ._console import console_command
+from ._deployments import deployments_group
 from ._entities import entities_group
 from ._events import events_group
 from ._export import export_command
@@ -102,6 +105,7 @@ cli.add_command(queues_group)
 cli.add_command(engine_command)
 cli.add_command(worker_command)
 cli.add_command(workers_command)
+cli.add_command(deployments_group)
 cli.add_command(migrate_command)
 cli.add_command(simulate_command)
 cli.add_command(console_command)

@@ -22,6 +22,7 @@ import trio
 
 from .._brokers import open_broker
 from .._brokers._base import WorkerDescriptor
+from .._features.deployments._deployments import current_builds
 from .._front._app import App
 from .._front._fleet_report import (
     FleetReport,
@@ -38,6 +39,7 @@ from ._common import (
     table,
     wide_option,
 )
+from ._runs import opened_client
 
 # -- output --------------------------------------------------------------------
 
@@ -96,6 +98,7 @@ def print_report(report: FleetReport, broker_url: str) -> None:
                 "app",
                 "groups",
                 "capabilities",
+                "build",
                 "deploy",
                 "heartbeat",
                 "in flight",
@@ -108,6 +111,7 @@ def print_report(report: FleetReport, broker_url: str) -> None:
                     f"{d.app} {d.app_version}",
                     d.groups,
                     d.capabilities,
+                    d.build_id or d.registration_hash,
                     d.registration_hash[:12],
                     _announced(d, report.now),
                     _shown(None if d.load is None else d.load.in_flight),
@@ -177,9 +181,17 @@ def print_report(report: FleetReport, broker_url: str) -> None:
     show_default=True,
     help="Seconds to gather announcements before reporting.",
 )
+@click.option(
+    "--store",
+    metavar="URL",
+    help="Compare new builds with each workflow's current build in this store (breaking"
+    " changes); without it, a change counts that breaks both ways.",
+)
 @wide_option
 @json_option
-def workers_command(broker: str | None, app_spec: str | None, listen: float, as_json: bool) -> None:
+def workers_command(
+    broker: str | None, app_spec: str | None, listen: float, store: str | None, as_json: bool
+) -> None:
     """Show the live workers, where they disagree, and what nothing serves.
 
     A broker that keeps no store of announcements (RabbitMQ) learns them as
@@ -189,14 +201,20 @@ def workers_command(broker: str | None, app_spec: str | None, listen: float, as_
     """
     broker = need_broker(broker)
     app = None if app_spec is None else load_app(app_spec)
-    report = trio.run(_read_report, broker, app, listen)
+    report = trio.run(_read_report, broker, app, listen, store)
     if as_json:
         print_json(report_json(report, broker))
     else:
         print_report(report, broker)
 
 
-async def _read_report(broker_url: str, app: App | None, listen: float) -> FleetReport:
+async def _read_report(
+    broker_url: str, app: App | None, listen: float, store: str | None = None
+) -> FleetReport:
+    current = None
+    if store is not None:
+        async with opened_client(store) as client:
+            current = await current_builds(client.store)
     async with open_broker(broker_url) as broker:
         await trio.sleep(listen)
-        return await fleet_report(broker, app)
+        return await fleet_report(broker, app, current)

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from .._features.deployments._deployments import current_builds
 from .._front._fleet_report import GroupLoad, fleet_report, group_loads
 from . import _params
 from ._app import ApiError, console_of
@@ -73,7 +74,7 @@ async def fleet_api(request: Request) -> JSONResponse:
     source = console_of(request).source
     if source.broker is None:
         raise _no_broker()
-    report = await fleet_report(source.broker, source.app)
+    report = await fleet_report(source.broker, source.app, await current_builds(source.store))
     return JSONResponse(fleet_json(report))
 
 
@@ -100,7 +101,11 @@ async def fleet_page(request: Request) -> Response:
     per minute and backlog; per worker its heartbeat age, load and what it
     announces; their disagreements, and on-error routes nothing serves."""
     source = console_of(request).source
-    report = None if source.broker is None else await fleet_report(source.broker, source.app)
+    report = (
+        None
+        if source.broker is None
+        else await fleet_report(source.broker, source.app, await current_builds(source.store))
+    )
     unserved = [] if report is None else await source.unserved_on_error_routes()
     return page_response(
         request,

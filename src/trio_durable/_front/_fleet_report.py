@@ -4,8 +4,11 @@
 On top of `aggregate` (the live workers, their deploys, where they
 disagree) it sums each group route's load (`GroupLoad`: its live workers,
 their tasks in flight and completed per minute from their heartbeats, and
-the broker's backlog of its queues) and lists two kinds of gaps:
+the broker's backlog of its queues) and lists what breaks or waits:
 
+- breaking changes: among the disagreements, a new build announcing a
+  workflow version's or a step's parameters so that inputs recorded under
+  the current build no longer bind (see `breaking_changes`);
 - capability gaps: a remote step that requires capabilities no live worker
   of its group route offers (the engine parks such a step as ``blocked``);
 - unserved on-error routes: a route whose handler workflow no live worker
@@ -16,7 +19,7 @@ the broker's backlog of its queues) and lists two kinds of gaps:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
@@ -286,14 +289,18 @@ async def group_loads(
     return tuple(loads)
 
 
-async def fleet_report(broker: Broker, app: Registry | None = None) -> FleetReport:
+async def fleet_report(
+    broker: Broker, app: Registry | None = None, current: Mapping[str, str] | None = None
+) -> FleetReport:
     """Read the live announcements from ``broker`` and report on them, with
-    each group route's load and backlog.
+    each group route's load and backlog; ``current``: each workflow's
+    current build, where known (for ``breaking`` disagreements: see
+    `breaking_changes`).
 
     Raises:
       BrokerError: The announcements or a backlog cannot be read.
     """
-    fleet = aggregate(await broker.worker_descriptors())
+    fleet = aggregate(await broker.worker_descriptors(), current)
     unserved = {(u.workflow, u.code or "", u.handler): u for u in unserved_handlers(fleet, app)}
     if app is not None:
         # The App's own routes, checked as its engine checks them when it opens.

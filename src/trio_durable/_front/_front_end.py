@@ -19,6 +19,7 @@ from .._base import _serde
 from .._base._bounds import check_name
 from .._base._exceptions import UsageError
 from .._base._records import DEFAULT_NAMESPACE, Run
+from .._features.deployments._deployments import current_builds
 from .._features.entities._entities import EntityRef, find_entity
 from .._features.fork._fork import retry_from
 from .._features.lifecycle._lifecycle import continued_to
@@ -368,13 +369,16 @@ class FrontEnd(
 
     async def fleet(self) -> Fleet:
         """What live workers announce, aggregated per workflow, with their
-        disagreements (a rollout in progress, or a misconfigured worker).
+        disagreements (a rollout in progress, a misconfigured worker, or a
+        new build whose workflow or step parameters break runs of the
+        current build: kind ``breaking``).
 
         Raises:
           UsageError: A client opened without a broker.
         """
         self._core.check_open()
-        return aggregate(await self._broker().worker_descriptors())
+        descriptors = await self._broker().worker_descriptors()
+        return aggregate(descriptors, await current_builds(self._core.store))
 
     async def unserved_on_error_routes(self) -> list[UnservedRoute]:
         """Routes whose handler workflow is neither registered on this engine

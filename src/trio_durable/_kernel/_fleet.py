@@ -5,12 +5,20 @@ step, the announcements show what is served; where two live workers say
 different things about one step (its group or its requirements) or one
 workflow (its versions), a rollout is in progress or a worker is
 misconfigured, and the disagreement is listed with who says what.
+
+Where two builds announce one workflow version, or one step, with
+parameters that inputs recorded under one do not bind to under the other
+(`accepts`), the new build breaks runs in flight unless the workflow's
+version is bumped (a step: renamed): a ``breaking`` disagreement, before
+any run meets it. With the workflows' current builds known, only a change
+from the current build counts (adding a parameter with a default is safe
+then); without, a change that breaks both ways.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, final
 
 import attrs
@@ -24,14 +32,16 @@ class Disagreement:
     """Live workers announcing different things about one subject.
 
     Attributes:
-      kind: What differs: ``group``, ``requires``, ``version`` or
-        ``on_error``.
+      kind: What differs: ``group``, ``requires``, ``version``,
+        ``on_error``, or ``breaking``: builds announce a workflow version's
+        (or a step's) parameters incompatibly; each value is then
+        ``{"build", "params"}`` (with ``"version"`` for a workflow).
       subject: The step or workflow name.
       values: Each announced value (as canonical JSON) with the instance ids
         announcing it.
     """
 
-    kind: Literal["group", "requires", "version", "on_error"]
+    kind: Literal["group", "requires", "version", "on_error", "breaking"]
     subject: str
     values: dict[str, tuple[str, ...]]
 
@@ -61,8 +71,86 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def aggregate(descriptors: Sequence[WorkerDescriptor]) -> Fleet:
-    """Aggregate announcements; the result does not depend on their order."""
+def accepts(old: Sequence[Any], new: Sequence[Any]) -> bool:
+    """Whether inputs recorded for the parameters ``old`` (as announced:
+    ``name``, ``kind``, ``default``, ``type``) bind to ``new``: each old
+    parameter is still there, in its place, passed alike, taking at least
+    the JSON types it took, and every parameter added has a default."""
+    for i, was in enumerate(old):
+        if i >= len(new):
+            return False
+        now = new[i]
+        if now.get("name") != was.get("name") or now.get("kind") != was.get("kind"):
+            return False
+        took, takes = was.get("type"), now.get("type")
+        if takes is not None and (took is None or not set(took) <= set(takes)):
+            return False
+    return all(
+        p.get("default") or p.get("kind") in ("var_positional", "var_keyword")
+        for p in new[len(old) :]
+    )
+
+
+def _build(d: WorkerDescriptor) -> str:
+    return d.build_id or d.registration_hash
+
+
+def breaking_changes(
+    descriptors: Sequence[WorkerDescriptor], current: Mapping[str, str] | None = None
+) -> tuple[Disagreement, ...]:
+    """The ``breaking`` disagreements between the builds of ``descriptors``
+    (see the module's docstring); ``current``: each workflow's current
+    build, where known."""
+    # (kind, name, version) -> build -> (value, workers)
+    signatures: dict[tuple[str, str, str], dict[str, tuple[dict[str, Any], list[str]]]] = {}
+    for d in sorted(descriptors, key=lambda d: d.instance_id):
+        for name, info in d.workflows.items():
+            versions, params = info.get("versions") or [], info.get("params")
+            if params is None or not versions:
+                continue
+            value = {"build": _build(d), "version": versions[-1], "params": params}
+            per = signatures.setdefault(("workflow", name, versions[-1]), {})
+            per.setdefault(_build(d), (value, []))[1].append(d.instance_id)
+        for name, info in d.steps.items():
+            if info.get("params") is None:
+                continue
+            value = {"build": _build(d), "params": info["params"]}
+            per = signatures.setdefault(("step", name, ""), {})
+            per.setdefault(_build(d), (value, []))[1].append(d.instance_id)
+    found: list[Disagreement] = []
+    for (kind, name, _), builds in sorted(signatures.items()):
+        base = None if current is None or kind != "workflow" else current.get(name)
+        pairs = [
+            (a, b)
+            for a in sorted(builds)
+            for b in sorted(builds)
+            if a != b and (a == base if base in builds else a < b)
+        ]
+        broken = any(
+            not accepts(builds[a][0]["params"], builds[b][0]["params"])
+            and (base in builds or not accepts(builds[b][0]["params"], builds[a][0]["params"]))
+            for a, b in pairs
+        )
+        if broken:
+            found.append(
+                Disagreement(
+                    kind="breaking",
+                    subject=name,
+                    values={
+                        _canonical(value): tuple(who)
+                        for value, who in sorted(builds.values(), key=lambda v: v[0]["build"])
+                    },
+                )
+            )
+    return tuple(found)
+
+
+def aggregate(
+    descriptors: Sequence[WorkerDescriptor], current: Mapping[str, str] | None = None
+) -> Fleet:
+    """Aggregate announcements; the result does not depend on their order.
+    ``current``: each workflow's current build, where known (for the
+    ``breaking`` disagreements)."""
     ordered = sorted(descriptors, key=lambda d: d.instance_id)
     workflows: dict[str, list[str]] = {}
     steps: dict[str, list[str]] = {}
@@ -90,7 +178,7 @@ def aggregate(descriptors: Sequence[WorkerDescriptor]) -> Fleet:
         )
         for (kind, subject), values in sorted(said.items())
         if len(values) > 1
-    )
+    ) + breaking_changes(ordered, current)
     return Fleet(
         workers=tuple(ordered),
         workflows={k: tuple(v) for k, v in sorted(workflows.items())},

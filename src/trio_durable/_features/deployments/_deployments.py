@@ -203,6 +203,11 @@ async def list_deployments(store: Store) -> list[Deployment]:
         after = page[-1].key
 
 
+async def current_builds(store: Store) -> dict[str, str]:
+    """Each workflow's current build, where it has one."""
+    return {d.workflow: d.current for d in await list_deployments(store) if d.current is not None}
+
+
 async def open_runs(store: Store) -> dict[str, dict[str, int]]:
     """For each build with open runs, how many of them per versioning
     (``pinned``, ``auto_upgrade``)."""
