@@ -16,6 +16,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
+from test_console_api import api
 from trio_durable._base._policies import Versioning
 from trio_durable._brokers._base import Broker
 from trio_durable._brokers._memory import MemoryBroker
@@ -372,3 +373,33 @@ async def test_the_engines_fleet_compares_against_the_current_build(
         assert flagged.subject == "which"
         assert sorted(json.loads(v)["build"] for v in flagged.values) == ["A", "C"]
         stop.set()
+
+
+async def test_the_console_shows_the_builds(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    broker = MemoryBroker()
+    async with (
+        open_test_engine(APP_A, broker=broker) as engine,
+        worker(APP_A, broker, "A"),
+        api(engine) as client,
+    ):
+        await engine.set_current_build("pinned", "A")
+        await engine.start("pinned", run_id="p1")
+        await engine.drain()
+        body = (await client.get("/api/deployments")).json()
+        assert body["deployments"][0]["current"] == "A"
+        [a] = body["builds"]
+        assert (a["build"], a["workers"], a["pinned_runs"], a["drained"]) == (
+            "A",
+            ["w-A"],
+            1,
+            False,
+        )
+        page = (await client.get("/deployments")).text
+        assert 'data-build="A"' in page
+        assert "open runs" in page
+        await engine.signal("p1", "go", True)
+        await engine.result("p1")
+        page = (await client.get("/deployments")).text
+        assert "drained" in page

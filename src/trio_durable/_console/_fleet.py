@@ -133,11 +133,34 @@ async def queues_page(request: Request) -> Response:
     )
 
 
+async def deployments_api(request: Request) -> JSONResponse:
+    """``GET /api/deployments``: each workflow's deployment, and per build
+    its live workers, open runs and whether it is drained."""
+    _params.only(request, ())
+    report = await console_of(request).source.deployments()
+    return JSONResponse(report.to_json())
+
+
+async def deployments_page(request: Request) -> Response:
+    """``/deployments``: what ``trio-durable deployments list`` shows."""
+    source = console_of(request).source
+    return page_response(
+        request,
+        "deployments.html",
+        title="Deployments",
+        nav="deployments",
+        report=await source.deployments(),
+        has_broker=source.broker is not None,
+    )
+
+
 def fleet_routes() -> list[BaseRoute]:
-    """The fleet's and the queues' page and API routes."""
+    """The fleet's, the queues' and the deployments' page and API routes."""
     return [
         Route("/fleet", fleet_page, methods=["GET"]),
         Route("/queues", queues_page, methods=["GET"]),
+        Route("/deployments", deployments_page, methods=["GET"]),
         Route("/api/fleet", fleet_api, methods=["GET"]),
         Route("/api/queues", queues_api, methods=["GET"]),
+        Route("/api/deployments", deployments_api, methods=["GET"]),
     ]
