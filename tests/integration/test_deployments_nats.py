@@ -50,7 +50,7 @@ def logs(processes: dict[str, CliProcess]) -> str:
     return "\n".join(f"--- {name}:\n{p.output}" for name, p in processes.items())
 
 
-async def test_pinned_runs_finish_on_their_build_as_new_runs_go_to_the_next(
+async def test_pinned_runs_finish_on_their_build_as_new_runs_go_to_the_next_over_nats(
     real_server: Callable[[str], str], tmp_path: Path
 ) -> None:
     broker = real_server("nats")
