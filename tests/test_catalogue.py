@@ -230,6 +230,7 @@ async def test_workers_announce_decision_groups_routes_and_step_specs(
             "retry": {"attempts": 5, "backoff": 2.0, "max_backoff": 60.0, "jitter": 0.1},
             "timeout": 30.0,
             "queue": {"name": "charges", "concurrency": 4, "priority": 2},
+            "params": [{"name": "order", "type": ["string"]}],
         }
     }
 
@@ -417,6 +418,7 @@ async def test_steps_and_queues_as_announced(autojump_clock: trio.abc.Clock) -> 
             "retry": {"attempts": 5, "backoff": 2.0, "max_backoff": 60.0, "jitter": 0.1},
             "timeout": 30.0,
             "queue": {"name": "charges", "concurrency": 4, "priority": 2},
+            "params": [{"name": "order", "type": ["string"]}],
         }
         assert await catalogue.queue("charges") == td.FlowQueue(
             name="charges", concurrency=4, priority=2

@@ -57,6 +57,14 @@ def _announced(worker: WorkerDescriptor, now: float) -> str:
     return f"{age}, held" if worker.held else age
 
 
+def _deploy(worker: WorkerDescriptor) -> str:
+    # The registration hash, and the build where it is named otherwise
+    # (--build-id).
+    deploy = worker.registration_hash[:12]
+    build = worker.build_id
+    return deploy if build in ("", worker.registration_hash) else f"{deploy} (build {build})"
+
+
 def _shown(value: float | None, form: str = "{}") -> str:
     # "-": not reported (a held announcement, an older worker, a broker
     # that cannot count its backlog).
@@ -98,7 +106,6 @@ def print_report(report: FleetReport, broker_url: str) -> None:
                 "app",
                 "groups",
                 "capabilities",
-                "build",
                 "deploy",
                 "heartbeat",
                 "in flight",
@@ -111,8 +118,7 @@ def print_report(report: FleetReport, broker_url: str) -> None:
                     f"{d.app} {d.app_version}",
                     d.groups,
                     d.capabilities,
-                    d.build_id or d.registration_hash,
-                    d.registration_hash[:12],
+                    _deploy(d),
                     _announced(d, report.now),
                     _shown(None if d.load is None else d.load.in_flight),
                     _shown(None if d.load is None else d.load.completed_per_minute, "{:.1f}"),

@@ -500,7 +500,7 @@ async def _serve_worker(
                 f"worker {worker.instance_id}",
                 f"app {app.name}, broker {shown(options['broker'])},"
                 f" groups {_list(worker.routes)}, capabilities {_list(options['capabilities'])},"
-                f" build {worker.build_id},"
+                f"{'' if options['build_id'] is None else f' build {worker.build_id},'}"
                 f" {collected}{http}",
                 worker.wait_idle,
                 "the tasks of its unfinished steps go back to the broker",
