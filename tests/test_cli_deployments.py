@@ -58,3 +58,19 @@ def test_deployment_commands(tmp_path: Path) -> None:
     ]
     shown = invoke(["deployments", "list"], env)
     assert "drained" in shown.stdout
+
+
+def test_a_build_no_live_worker_announces_is_set_with_a_note(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'deploy.db'}"
+    trio.run(_create, url)
+    env = {"TRIO_DURABLE_STORE": url}
+    app = ["--app", "test_deployments:APP_A"]
+    # With a broker to ask: none of its (no) workers is of build C.
+    made = invoke(["deployments", "set-current", "once", "C", *app, "--broker", "memory://"], env)
+    assert made.exit_code == 0, made.stderr
+    assert made.stdout.strip() == "once: new runs to C"
+    assert "note: no live worker announces build C: runs given it wait, blocked" in made.stderr
+    # Without one, nothing is known of the workers, and nothing is said.
+    quiet = invoke(["deployments", "set-current", "once", "C", *app], env)
+    assert quiet.exit_code == 0, quiet.stderr
+    assert quiet.stderr == ""

@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
+from .._features.deployments._deployments import Deployment
 from .._front._client import Client
-from .._front._front_deployments import DeploymentReport
+from .._front._front_deployments import DeploymentReport, live_workers_of
 from ._apps import load_app
 from ._common import (
     broker_option,
@@ -72,9 +73,18 @@ def set_current_command(
     """Make BUILD the current build of WORKFLOW (with --ramp, the build that
     takes that share of its new runs)."""
     app = None if app_spec is None else load_app(app_spec)
-    found = with_client(
-        store, lambda c: c.set_current_build(workflow, build, ramp=ramp), app=app, broker=broker
-    )
+
+    async def set_current(client: Client) -> tuple[Deployment, int | None]:
+        found = await client.set_current_build(workflow, build, ramp=ramp)
+        return found, await live_workers_of(client.broker, build)
+
+    found, workers = with_client(store, set_current, app=app, broker=broker)
+    if workers == 0:
+        click.echo(
+            f"note: no live worker announces build {build}: runs given it wait, blocked,"
+            " until one does (trio-durable workers lists the live builds)",
+            err=True,
+        )
     if as_json:
         print_json(plain(found))
     elif found.ramping is not None:

@@ -89,9 +89,13 @@ def shown_status(run: Run, handler: str | None, *, named: bool = True) -> str:
 
 
 def run_table(
-    run: Run, parent_id: str | None = None, handlers: Sequence[str] = ()
+    run: Run,
+    parent_id: str | None = None,
+    handlers: Sequence[str] = (),
+    waiting: str | None = None,
 ) -> RenderableType:
-    """The fields of one run, a row each."""
+    """The fields of one run, a row each (``waiting``: what its next
+    decision task waits for, see `RunDetail.waiting`)."""
     status: str = run.status
     if handlers:
         status = f"{shown_status(run, handlers[-1])} (the handler's outcome: {run.status})"
@@ -108,6 +112,7 @@ def run_table(
         ("created", when(run.created_at)),
         ("updated", when(run.updated_at)),
         ("wakes at", when(run.wake_at)),
+        *([("waiting", waiting)] if waiting is not None else []),
         ("lease", f"{run.lease_owner} until {when(run.lease_expiry)}" if run.lease_owner else None),
         ("recoveries", run.recoveries),
     ]
@@ -252,7 +257,7 @@ def history_tables(history: RunHistory, now: float) -> list[RenderableType | str
     """A run's timeline: its fields, each checkpoint, its children and
     handlers; how long pending steps have been out, as of ``now``."""
     sections: list[RenderableType | str] = [
-        run_table(history.run, handlers=history.handlers),
+        run_table(history.run, handlers=history.handlers, waiting=history.waiting),
         _timeline(
             f"Timeline of {history.run.id} (times from its creation)",
             [_entry_row(entry, history.run.created_at, now) for entry in history.entries],
@@ -333,7 +338,7 @@ def detail_tables(
         for item in detail.timeline
     ]
     sections: list[RenderableType | str] = [
-        run_table(detail.run, detail.parent_id, detail.handlers),
+        run_table(detail.run, detail.parent_id, detail.handlers, detail.waiting),
         _timeline(f"Timeline of {detail.run.id} (times from its creation; wide fans folded)", rows),
     ]
     if detail.fans:

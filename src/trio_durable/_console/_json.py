@@ -160,6 +160,7 @@ def detail_json(detail: RunDetail, paths: Paths) -> dict[str, Any]:
         "fans": [fan_json(fan, run.id, paths) for fan in detail.fans],
         "lineage": lineage_json(run, detail.children, detail.handlers, paths),
         "retried": [retried_json(kept, paths) for kept in detail.retried],
+        "waiting": detail.waiting,
         "links": {"history": paths.history(run.id)},
     }
 
@@ -172,6 +173,7 @@ def history_json(history: RunHistory, paths: Paths) -> dict[str, Any]:
         "entries": [entry_json(entry, paths) for entry in history.entries],
         "lineage": lineage_json(run, history.children, history.handlers, paths),
         "retried": [retried_json(kept, paths) for kept in history.retried],
+        "waiting": history.waiting,
     }
 
 

@@ -5,8 +5,9 @@ console shows."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 
@@ -20,6 +21,8 @@ from .._features.deployments._deployments import (
 from .._kernel._views import plain
 from .._stores._base import Store
 from ._front_core import FrontPart
+
+logger: Final = logging.getLogger("trio_durable")
 
 
 @final
@@ -74,6 +77,18 @@ class DeploymentReport:
         }
 
 
+async def live_workers_of(broker: Broker | None, build: str) -> int | None:
+    """How many live workers announce ``build``; None if that is not
+    known (no broker, or its announcements cannot be read)."""
+    if broker is None:
+        return None
+    try:
+        descriptors = await broker.worker_descriptors()
+    except BrokerError:
+        return None
+    return sum(1 for d in descriptors if d.build_id == build)
+
+
 def build_of(descriptor: WorkerDescriptor) -> str:
     """The build a worker announces (its registration hash, for a worker
     older than build ids)."""
@@ -124,6 +139,10 @@ class DeploymentActions(FrontPart):
         runs instead (those whose `ramp_share` is below it), and the
         current build keeps the rest.
 
+        A build no live worker announces is taken (its workers may start
+        next), with a warning logged: the runs given it wait, blocked,
+        until one does.
+
         Raises:
           DeploymentError: ``workflow`` is neither the app's nor announced
             by a live worker, ``build`` is not a broker-safe token, or
@@ -133,13 +152,23 @@ class DeploymentActions(FrontPart):
         core.check_open()
         known = await self._known_workflows()
         try:
-            return await set_current(
+            found = await set_current(
                 core.store, core.clock.now(), core.origin, workflow, build, ramp, known
             )
         finally:
             # Even if the write raised: it may have been applied, and this
             # front end's own watch skips the announcement it carried.
             core.waker.changed("builds")
+        if await live_workers_of(core.broker, build) == 0:
+            # Allowed (the workers may start next), but a misspelt build
+            # would strand every new run: say so.
+            logger.warning(
+                "no live worker announces build %r: runs of %r given it wait, blocked,"
+                " until one does",
+                build,
+                workflow,
+            )
+        return found
 
     async def deployments(self) -> DeploymentReport:
         """Every workflow's deployment, and per build its live workers and

@@ -30,6 +30,7 @@ from .._features.fork._fork import fork_origin
 from .._features.lifecycle._lifecycle import CONTINUED_AS
 from .._features.lifecycle._retried import retried_histories
 from .._features.search._search_attributes import filter_conditions
+from .._kernel._decision_record import decision_of
 from .._kernel._options import check_id
 from .._kernel._views import (
     FIRST_FAILURES,
@@ -324,13 +325,15 @@ async def history(store: Store, run_id: str, *, namespace: str | None = None) ->
     """
     run = await find_run(store, run_id, namespace)
     checkpoints = await store.get_checkpoints(run.id)
-    children, handlers = _links(checkpoints, await store.get_records(run.id))
+    records = await store.get_records(run.id)
+    children, handlers = _links(checkpoints, records)
     return RunHistory(
         run=run,
         entries=tuple(HistoryEntry.of(cp) for cp in checkpoints),
         children=children,
         handlers=handlers,
         retried=await retried_histories(store, run.id),
+        waiting=decision_waits(records),
     )
 
 
@@ -414,7 +417,19 @@ async def run_detail(store: Store, run_id: str, *, namespace: str | None = None)
         parent_id=run.parent_id,
         forked_from=fork_origin(records),
         retried=await retried_histories(store, run.id),
+        waiting=decision_waits(records),
     )
+
+
+def decision_waits(records: Iterable[RunRecord]) -> str | None:
+    """What a remote workflow's run waits for before its next decision
+    task is sent (blocked for a live worker of its build, the broker
+    after a refused send), from its decision record; None if the task is
+    out, or none waits."""
+    marker = decision_of({record.kind: record for record in records})
+    if marker is None or marker.status != "pending" or marker.started_at is not None:
+        return None
+    return None if marker.mark is None else marker.mark.message
 
 
 async def fan_page(

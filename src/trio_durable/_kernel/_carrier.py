@@ -85,6 +85,12 @@ BROKER_WAIT: Final = "broker_unavailable"
 """The mark (its code) of a pending remote step whose send the broker
 refused: it is sent again when its ``wake_at`` comes."""
 
+BLOCKED: Final = "blocked"
+"""The mark of a remote step, or a decision record, that no live worker can
+take (none of its group offers what the step requires, or none is of its
+run's build: see `_builds`): not sent, it is looked at again after
+``blocked_recheck``."""
+
 RESEND: Final = "resend"
 """The mark of a step to send again as a new attempt: its run was cancelled
 while an attempt was out (its result was dropped), then retried, or it was

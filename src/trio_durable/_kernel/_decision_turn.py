@@ -44,6 +44,7 @@ from .._base._records import (
     LATEST_VERSION,
     Checkpoint,
     ErrorInfo,
+    Mark,
     Run,
 )
 from .._base._run_records import RunRecord
@@ -55,7 +56,7 @@ from .._wire._messages import Task, WireError
 from .._wire._wire_records import DECISION_ON_WIRE, is_record_on_wire, record_off_wire
 from ._builds import run_build
 from ._cancellation import cancel_marker, in_cleanup
-from ._carrier import CONTINUED, REDISPATCHED, RESEND, out_verdict, sent_now
+from ._carrier import BLOCKED, CONTINUED, REDISPATCHED, RESEND, out_verdict, sent_now
 from ._decider import eager_events
 from ._decision_record import DECISION, decided, decision_of
 from ._definitions import Workflow, remote_body
@@ -409,6 +410,13 @@ async def _dispatch(
             tokens[cp.seq] = derive_token(secret, json.loads(cp.output or "{}")["nonce"])
     again = marker is not None and marker.status == "pending"
     errors = () if marker is None or not again else marker.errors
+    if lost is not None:
+        errors = (*errors, lost)
+    build = run_build(state.records)
+    gap = None if build is None else await rt.dispatcher.capability_gap(route, (), build)
+    if gap is not None:
+        await _park(turn, route, marker, errors, gap, now, cancelling=compensate or cleanup)
+        return
     attempt = (0 if marker is None else marker.attempts) + 1
     new = sent_now(
         RunRecord(
@@ -417,7 +425,7 @@ async def _dispatch(
             status="pending",
             attempts=attempt,
             group=route,
-            errors=errors if lost is None else (*errors, lost),
+            errors=errors,
             enqueued_at=now,
         ),
         now,
@@ -454,13 +462,54 @@ async def _dispatch(
         dispatched_at=now,
         kind="decision",
         execution=new.executions[-1],
-        build=run_build(state.records),
+        build=build,
     )
     state.dispatch.append((len(state.ops) - 1, task))
     if compensate or cleanup:
         await _wait_cancelling(turn, wake_at)
     else:
         await turn.suspend(_waiting(run, wake_at))
+
+
+async def _park(
+    turn: Turn,
+    route: str,
+    marker: RunRecord | None,
+    errors: tuple[ErrorInfo, ...],
+    gap: str,
+    now: float,
+    *,
+    cancelling: bool,
+) -> None:
+    """Keep the run's next decision task unsent while no live worker of
+    its build serves ``route`` (``gap`` says so): its record waits
+    ``pending``, marked `BLOCKED` with the reason, and is looked at again
+    after ``blocked_recheck``, as a blocked step is. No attempt is
+    counted: the next one is numbered as it is sent."""
+    rt, state = turn.runtime, turn.state
+    wake_at = now + rt.options.blocked_recheck
+    parked = RunRecord(
+        run_id=state.run.id,
+        kind=DECISION,
+        status="pending",
+        attempts=0 if marker is None else marker.attempts,
+        group=route,
+        errors=errors,
+        enqueued_at=now,
+        wake_at=wake_at,
+        mark=Mark(code=BLOCKED, message=gap),
+    )
+    if marker is not None and marker.status == "pending":
+        # A claim, as a send again is: a decision that settled the record
+        # meanwhile wins.
+        state.records[DECISION] = parked
+        state.ops.append(ClaimRecord(parked))
+    else:
+        state.put_record(parked)
+    if cancelling:
+        await _wait_cancelling(turn, wake_at)
+    else:
+        await turn.suspend(_waiting(state.run, wake_at))
 
 
 async def _eager(rt: Runtime, run: Run) -> Eager:

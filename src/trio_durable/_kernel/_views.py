@@ -305,6 +305,8 @@ class RunHistory:
       handlers: The ids of the on-error handlers it was handed to, by attempt.
       retried: What each retry of the run replaced, oldest first: the
         failures that made someone retry it (see `RetriedHistory`).
+      waiting: What its next decision task waits for, if it is a remote
+        workflow's run whose task is not sent (see `RunDetail.waiting`).
     """
 
     run: Run
@@ -312,6 +314,7 @@ class RunHistory:
     children: tuple[str, ...]
     handlers: tuple[str, ...]
     retried: tuple[RetriedHistory, ...] = ()
+    waiting: str | None = None
 
 
 @final
@@ -367,6 +370,10 @@ class RunDetail:
         at (see `Engine.fork`), if it is a fork.
       retried: What each retry of the run replaced, oldest first (see
         `RetriedHistory`): one row per retry.
+      waiting: For a remote workflow's run whose next decision task is not
+        sent: what it waits for, in words (``blocked: no live worker of
+        build 'A' serves group 'g'``, the broker after a refused send),
+        else None.
     """
 
     run: Run
@@ -377,6 +384,7 @@ class RunDetail:
     parent_id: str | None
     forked_from: tuple[str, int] | None = None
     retried: tuple[RetriedHistory, ...] = ()
+    waiting: str | None = None
 
 
 @final

@@ -342,6 +342,12 @@ class _FanPlan:
         rt, members, run = self.replay.engine, self.members, self.replay.run
         stored = await rt.store.get_value(WINDOW_SCOPE, self.key)
         window = read_window(stored)
+        build = run_build(self.replay.turn.records)
+        moved = window is not None and window.build != build
+        if window is not None and moved:
+            # An upgrading parent moved to another build at this turn: the
+            # members its window starts from now on follow it there.
+            window = attrs.evolve(window, build=build)
         if window is None:
             # Lost with the members still waiting: read it off the members.
             unstarted = [cp is None or waiting(cp) for cp in members]
@@ -356,7 +362,7 @@ class _FanPlan:
                 inflight=tuple(
                     i for i in range(next_) if not unstarted[i] and _pending(members[i])
                 ),
-                build=run_build(self.replay.turn.records),
+                build=build,
             )
         owed = [i for i in window.inflight if members[i] is None]
         ended = [
@@ -366,7 +372,7 @@ class _FanPlan:
         ]
         slid, starts = window.slide(ended, self.total)
         starts = [i for i in starts if members[i] is None or waiting(members[i])]
-        if owed or starts:
+        if owed or starts or moved:
             self.replay.turn.ops.append(
                 PutValue(
                     WINDOW_SCOPE,

@@ -3,19 +3,23 @@
 A workflow's `Deployment` (a keyed value of scope `DEPLOYMENTS`, one per
 workflow) names its current build and, while one is ramped, the build that
 takes a share of new runs. A run is given its build at its first turn
-(`Deployment.build_for`: the ramped build for a run whose `ramp_share` is
-below the ramp, else the current one) and keeps it in a `BUILD` record,
-which sends its remote steps and decisions to that build's workers only
-(see `_builds`). A run of a ``pinned`` workflow keeps that build until it
-ends; one of an ``auto_upgrade`` workflow is given its workflow's build
-again at each turn, so it moves when the current build changes. A workflow
-with no deployment runs as before: its runs keep no build, and any worker
-takes their tasks.
+(`Deployment.build_for`: the ramped build for a new run whose `ramp_share`
+is below the ramp, else the current one) and keeps it in a `BUILD` record
+(a `Placement`), which sends its remote steps, decisions and queries to
+that build's workers only (see `_builds`). A run of a ``pinned`` workflow
+keeps that build until it ends; one of an ``auto_upgrade`` workflow is
+given its workflow's build again at each turn, so it moves when the
+current build changes (a ramp never moves a run in flight). A run keeps
+the versioning it was first placed with. A workflow with no deployment
+runs as before: its runs keep no build, and any worker takes their tasks.
 
 Each run on a build is listed under it (a keyed value of scope
-`BUILD_RUNS`, key ``<build>/<run id>``, deleted when the run ends and
-pruned with it), so that `open_runs` counts them without a scan of runs:
-a build with no open run left is drained.
+`BUILD_RUNS`, key ``<build>/<run id>``, pruned with the run), so that
+`open_runs` counts them without a scan of runs: a build with no open run
+left is drained. A run's end deletes its listing and marks its placement
+unlisted, so the next turn of a run made active again (a retry, a retry
+from a seq, a fork of a pinned run, which carries the placement) lists
+it again.
 
 Engines keep the deployments in memory (`Deployments`): read at the first
 turn that needs them, again after an announcement (kind ``builds``) says
@@ -35,14 +39,17 @@ import trio
 
 from ..._base._exceptions import UsageError
 from ..._base._policies import Versioning
-from ..._base._records import ErrorInfo, RunStatus, StoredValue
-from ..._kernel._builds import BUILD, build_record, check_build_id, run_build
-from ..._kernel._definitions import Registry
+from ..._base._records import ErrorInfo, Run, RunStatus, StoredValue
+from ..._brokers._base import WorkerDescriptor
+from ..._kernel._builds import Placement, build_record, check_build_id, placement
+from ..._kernel._definitions import Registry, Workflow, remote_body
 from ..._kernel._hooks import Feature
 from ..._stores._base import RunWatch, offers
 from ..._stores._ops import Announce, Op, PutValue
+from ..._stores._record_ops import PutRecord
 
 if TYPE_CHECKING:
+    from ..._kernel._runtime import Runtime
     from ..._kernel._turn import Turn
     from ..._stores._base import Store
 
@@ -89,10 +96,16 @@ class Deployment:
     ramp: float = 0.0
     updated_at: float = 0.0
 
-    def build_for(self, run_id: str) -> str | None:
-        """The build a new run ``run_id`` goes to: ``ramping`` if its
-        `ramp_share` is below ``ramp``, else ``current``."""
-        if self.ramping is not None and ramp_share(self.workflow, run_id) < self.ramp:
+    def build_for(self, run_id: str, on: str | None = None) -> str | None:
+        """The build run ``run_id`` goes to, given the build it is ``on``
+        (None: it is given its first). A new run goes to ``ramping`` if
+        its `ramp_share` is below ``ramp``; a run on the ramped build stays
+        there while it is ramped, whatever the ramp becomes; every other
+        goes to ``current``. So a ramp only ever takes new runs, and a
+        change of it moves no run in flight, either way."""
+        if self.ramping is not None and (
+            on == self.ramping or (on is None and ramp_share(self.workflow, run_id) < self.ramp)
+        ):
             return self.ramping
         return self.current
 
@@ -141,12 +154,28 @@ def check_ramp(ramp: object) -> float | None:
 def versioning_of(app: Registry, workflow: str, version: str) -> Versioning:
     """How runs of ``workflow`` follow its builds, as ``app`` declares it
     (``auto_upgrade`` for a workflow it lacks)."""
+    declared = _declared(app, workflow, version)
+    return "auto_upgrade" if declared is None else declared.versioning
+
+
+def _declared(app: Registry, workflow: str, version: str) -> Workflow[..., Any] | None:
     if app.has_workflow(workflow, version):
-        return app.get_workflow(workflow, version).versioning
+        return app.get_workflow(workflow, version)
     for wf in app.workflows:
         if wf.name == workflow:
-            return wf.versioning
-    return "auto_upgrade"
+            return wf
+    return None
+
+
+def announced_versioning(
+    descriptors: Sequence[WorkerDescriptor], workflow: str
+) -> Versioning | None:
+    """``pinned`` if a live worker announces ``workflow`` pinned, else None."""
+    for descriptor in descriptors:
+        entry = descriptor.workflows.get(workflow)
+        if isinstance(entry, dict) and entry.get("versioning") == "pinned":
+            return "pinned"
+    return None
 
 
 async def set_current(
@@ -273,20 +302,41 @@ class Deployments(Feature):
     async def take_turn(self, turn: Turn, now: float) -> bool:
         rt, state = turn.runtime, turn.state
         run = state.run
-        had = run_build(state.records)
-        versioning = versioning_of(rt.app, run.workflow, run.version)
-        if had is not None and versioning == "pinned":
+        placed = placement(state.records)
+        had = None if placed is None else placed.build
+        if placed is not None and placed.versioning == "pinned":
+            build: str | None = had
+            versioning = placed.versioning
+        else:
+            # A run keeps the versioning it was first given a build with.
+            versioning = await self._versioning(rt, run) if placed is None else placed.versioning
+            deployment = await self.of(rt.store, run.workflow)
+            build = None if deployment is None else deployment.build_for(run.id, had)
+        if build is None:
+            # No deployment (left): it stays where it is, if anywhere.
+            build = had
+        if build is None or (build == had and placed is not None and placed.listed):
             return False
-        deployment = await self.of(rt.store, run.workflow)
-        build = None if deployment is None else deployment.build_for(run.id)
-        if build is None or build == had:
-            return False
-        state.put_record(build_record(run.id, build, versioning, now))
+        # Given a build, moved to another, or made active again after its
+        # end (a retry): on the list of its build's open runs again.
+        state.put_record(build_record(run.id, Placement(build=build, versioning=versioning), now))
         listed = json.dumps({"workflow": run.workflow, "versioning": versioning})
-        if had is not None:
+        if had is not None and had != build:
             state.ops.append(PutValue(BUILD_RUNS, f"{had}/{run.id}", None, now))
         state.ops.append(PutValue(BUILD_RUNS, f"{build}/{run.id}", listed, now, run_id=run.id))
         return False
+
+    async def _versioning(self, rt: Runtime, run: Run) -> Versioning:
+        """How a run that has no build yet follows its workflow's builds:
+        as the app declares it, if the app holds the body; else ``pinned``
+        if the app or a live worker (which holds the body) says so."""
+        declared = _declared(rt.app, run.workflow, run.version)
+        if declared is not None and (
+            declared.fn is not remote_body or declared.versioning == "pinned"
+        ):
+            return declared.versioning
+        announced = announced_versioning(await rt.catalogue.descriptors(), run.workflow)
+        return announced or "auto_upgrade"
 
     def end_ops(
         self,
@@ -297,8 +347,13 @@ class Deployments(Feature):
         returned_by: tuple[str, str] | None,
     ) -> Sequence[Op]:
         state = turn.state
-        build = run_build(state.records)
-        if build is None or BUILD not in state.records:
+        placed = placement(state.records)
+        if placed is None or not placed.listed:
             return ()
         now = turn.runtime.clock.now()
-        return (PutValue(BUILD_RUNS, f"{build}/{state.run.id}", None, now),)
+        # Off the list, and marked so: a retry lists it again.
+        unlisted = attrs.evolve(placed, listed=False)
+        return (
+            PutValue(BUILD_RUNS, f"{placed.build}/{state.run.id}", None, now),
+            PutRecord(build_record(state.run.id, unlisted, now)),
+        )

@@ -40,6 +40,7 @@ from ..._base._records import (
     signal_token,
 )
 from ..._base._run_records import RunRecord, value_record
+from ..._kernel._builds import build_record, placement
 from ..._kernel._cancellation import CANCEL_SENT, CANCELLED_AT, TERMINATE
 from ..._kernel._decision_record import ask_afresh
 from ..._kernel._executions import rerun_record
@@ -169,11 +170,18 @@ def _carried(
 ) -> list[Op]:
     """The writes that give a fork the original's records of what came
     before ``from_seq`` other than its body checkpoints: the updates applied
-    then (replayed at the same points), the values published then, and the
-    start of the argument check if it began before."""
+    then (replayed at the same points), the values published then, the
+    start of the argument check if it began before, and the build of a
+    pinned original (see `_builds`)."""
     ops: list[Op] = []
     log, _ = _update_log(records, from_seq)
     checked = _recorded_seq(records, CHECKED_FROM)
+    placed = placement({record.kind: record for record in records})
+    if placed is not None and placed.versioning == "pinned":
+        # The history it keeps was made by that build's code: the fork runs
+        # there too, listed among the build's open runs at its first turn.
+        unlisted = attrs.evolve(placed, listed=False)
+        ops.append(PutRecord(build_record(fork_id, unlisted, now)))
     for record in records:
         if record.kind == UPDATES_NAME and log is not None:
             ops.append(PutRecord(attrs.evolve(record, run_id=fork_id, output=log)))

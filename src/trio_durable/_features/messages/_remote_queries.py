@@ -3,9 +3,10 @@
 An engine whose app holds a workflow's body answers a query by replaying the
 run itself (`_read_replay`). For a remote workflow whose body only the
 workers hold, the engine sends a task of kind ``query`` on the route its
-decision tasks take (`decision_route`), carrying the run, its history and
-the query (envelope version 2: a worker of the release before refuses it,
-naming both versions). A worker replays the body read-only, as the caller
+decision tasks take (`decision_route`), on the queue of the build the run
+is on (see `_builds`: the code that decides the run answers), carrying the
+run, its history and the query (envelope version 2: a worker of the
+release before refuses it, naming both versions). A worker replays the body read-only, as the caller
 would, calls the handler and answers with a result of kind ``query`` on the
 engine's results queue; the result consumer hands it to the caller waiting
 for that execution id (`QueryAnswers`) and writes nothing. A query is
@@ -33,6 +34,8 @@ from ..._base._exceptions import (
 from ..._base._records import Run
 from ..._base._run_records import RunRecord
 from ..._brokers._base import BrokerError
+from ..._kernel._builds import build_queue, run_build
+from ..._kernel._carrier import BLOCKED
 from ..._kernel._decide import pick_workflow
 from ..._kernel._decision_turn import decision_route
 from ..._kernel._executions import new_execution
@@ -132,11 +135,18 @@ async def ask_workers(
       UpdateRejected: The update's validator refused it.
       NonDeterminismError: The history does not match the workers' body.
       QueryFailed: The query's handler raised, no worker answered within
-        ``patience`` seconds (code ``no_answer``), or the broker refused
-        the task (code ``broker_unavailable``).
+        ``patience`` seconds (code ``no_answer``), the broker refused
+        the task (code ``broker_unavailable``), or no live worker of the
+        run's build serves ``route`` (code ``blocked``; nothing is sent).
     """
     checkpoints = await rt.store.get_checkpoints(run.id)
     records = await rt.store.get_records(run.id)
+    # Answered by the code that decides the run: its build's workers (for
+    # an upgrading run, those of the build its last turn was on).
+    build = run_build({record.kind: record for record in records})
+    gap = None if build is None else await rt.dispatcher.capability_gap(route, (), build)
+    if gap is not None:
+        raise QueryFailed(run.id, name, f"{gap}: nothing can answer the {kind}", BLOCKED, None)
     execution = new_execution(rt.rng)
     task = Task(
         run_id=run.id,
@@ -150,8 +160,10 @@ async def ask_workers(
         kind="query",
         execution=execution,
         version=2,
+        build=build,
     )
-    message = task_message(task, route, rt.broker.max_payload, rt.clock.now(), rt.layers.signing)
+    queue = build_queue(route, build)
+    message = task_message(task, queue, rt.broker.max_payload, rt.clock.now(), rt.layers.signing)
     event, answers = rt.features.part(QueryAnswers).expect(execution)
     try:
         if message is not None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
@@ -38,6 +38,7 @@ from ..._base._failures import LOST, step_failure
 from ..._base._policies import FlowQueue
 from ..._base._records import Checkpoint, ErrorInfo, FanMode, Mark
 from ..._kernel._builds import run_build
+from ..._kernel._carrier import BLOCKED as BLOCKED
 from ..._kernel._carrier import BROKER_WAIT, AttemptT, sent_now
 from ..._kernel._carrier import REDISPATCHED as REDISPATCHED
 from ..._kernel._carrier import RESEND as RESEND
@@ -66,10 +67,6 @@ from ._step_dedup import CLAIM_ATTEMPTS, DEDUPLICATED, check_dedup_key, claim
 
 if TYPE_CHECKING:
     from ..._kernel._runtime import Runtime
-
-BLOCKED: Final = "blocked"
-"""The mark of a step no live worker of its group can take (none offers
-what it requires): it is looked at again after ``blocked_recheck``."""
 
 
 @final
