@@ -94,12 +94,12 @@ def test_ci_budget_of_200_seeds(first: int) -> None:
         simulate_builtin(seed, faults=Faults.everything()) for seed in range(first, first + 50)
     ]
     assert _failures(reports) == ""
-    # Every seed made all 76 runs (53 started by the workload, 23 children),
+    # Every seed made all 81 runs (58 started by the workload, 23 children),
     # plus those of the schedule's ticks, and injected faults.
     for report in reports:
         ticks = sum(run_id.startswith("tick@") for run_id in report.outputs)
         assert ticks >= 1, report.seed
-        assert sum(report.statuses.values()) == 76 + ticks, (report.seed, report.statuses)
+        assert sum(report.statuses.values()) == 81 + ticks, (report.seed, report.statuses)
         assert report.faults, report.seed
 
 
@@ -352,7 +352,7 @@ def test_report_of_the_builtin_workload() -> None:
     report = simulate_builtin(5, keep_trace=True)
     assert report.seed == 5
     assert report.ok, report.violations
-    # 53 runs started by the workload (a fork among them), plus children: 1
+    # 58 runs started by the workload (a fork among them), plus children: 1
     # child and 5 fan members of "children", the on-error handler of
     # "routed", 2 children and 4 fan members of "remote-parent", the remote
     # handler of "remote-saga", and the 9 exclusive calls of the "tally-<w>"
@@ -362,7 +362,7 @@ def test_report_of_the_builtin_workload() -> None:
     assert ticks
     assert all(run_id.startswith("tick@2023-11-14T22:") for run_id in ticks)
     assert set(ticks.values()) == {("completed", "tick")}
-    assert report.statuses == {"cancelled": 3, "completed": 71 + len(ticks), "failed": 2}
+    assert report.statuses == {"cancelled": 3, "completed": 76 + len(ticks), "failed": 2}
     # What the entity's calls return depends on their order (the invariants
     # check it): each tally run returns its 3 adds' results, then its read.
     tallies = {run_id: outputs.pop(run_id) for run_id in sorted(outputs) if "tally" in run_id}
@@ -416,6 +416,14 @@ def test_report_of_the_builtin_workload() -> None:
             for i in range(4)
         },
         **{f"keyed-one:b-{i}": ("completed", f"one:b-{i}") for i in range(3)},
+        # The rollout's, each step 3x + 1: a pinned run's fan over x and
+        # x + 1, then a step of their sum; an upgrading run's step of x,
+        # then a step of its result.
+        "rollout-pinned-a": ("completed", 3 * (6 * 0 + 5) + 1),
+        "rollout-upgrading-a": ("completed", 3 * (3 * 1 + 1) + 1),
+        "rollout-remote-pinned-a": ("completed", 3 * (6 * 2 + 5) + 1),
+        "rollout-remote-upgrading-a": ("completed", 3 * (3 * 3 + 1) + 1),
+        "rollout-pinned-ramp": ("completed", 3 * (6 * 4 + 5) + 1),
     }
     assert report.faults
     assert set(report.faults) <= FAULT_KINDS

@@ -1,7 +1,8 @@
 """The simulation's invariants of every feature, and the parts that check
 them: nothing readable reaches the store under a codec, nothing forged gets
 through, blobs are whole, queries and updates, streams, fork and retry from
-a seq, webhooks, breakpoints and cancellation in the body.
+a seq, webhooks, breakpoints, cancellation in the body, and builds changing
+under runs in flight.
 
 Each invariant of the built-in workload is shown to fail: a test breaks the
 feature on purpose and reads the violation the simulation reports (the
@@ -29,6 +30,7 @@ import trio_durable._features.messages._streams as streams_module
 from trio_durable._base._records import Checkpoint, ErrorInfo, Run
 from trio_durable._features.fork._fork import fork_run as fork_run_of_the_engine
 from trio_durable._features.fork._fork import retry_from as retry_from_of_the_engine
+from trio_durable._kernel._dispatch import served_broker_queues
 from trio_durable._stores._blob_store import SCOPE as BLOB_SCOPE
 from trio_durable._stores._blob_store import blob_listing
 from trio_durable._stores._codec import PayloadCoder
@@ -37,6 +39,7 @@ from trio_durable._stores._memory import MemoryStore
 from trio_durable._stores._memory_hooks import MemoryHooks, put_undoable
 from trio_durable._stores._ops import CreateRun, DeliverSignal, Op, PutCheckpoint, PutValue
 from trio_durable.testing import Faults, SimulationReport, simulate
+from trio_durable.testing._build_checks import queue_build
 from trio_durable.testing._forgery import FORGED, forgery_violations
 from trio_durable.testing._memory_blobs import MemoryBlobStore, blob_violations
 from trio_durable.testing._sealed import SealedWrites
@@ -406,3 +409,99 @@ def test_a_shield_that_shields_nothing_is_caught(monkeypatch: pytest.MonkeyPatch
         assert _matching(report, rf"^{run_id}: its cleanup did not run after the cancel"), (
             report.violations
         )
+
+
+# -- builds changing under runs in flight ---------------------------------------------
+
+
+def _ran(report: SimulationReport, run_id: str) -> list[tuple[float, str, str]]:
+    """When each step or decision of ``run_id`` ran, and on which worker of
+    which build, as the trace says."""
+    found = []
+    for line in report.trace:
+        at, what, *rest = line.split()
+        if what == "ran" and rest[0] == run_id:
+            found.append((float(at), rest[4], rest[7]))
+    return found
+
+
+def test_the_rollout_runs_each_run_on_the_builds_it_is_allowed_on() -> None:
+    report = simulate_builtin(3, faults=Faults.none(), keep_trace=True)
+    assert report.ok, report.violations
+    rollout = {run_id: out for run_id, out in report.outputs.items() if "rollout" in run_id}
+    assert rollout == {
+        "rollout-pinned-a": ("completed", 16),
+        "rollout-upgrading-a": ("completed", 13),
+        "rollout-remote-pinned-a": ("completed", 52),
+        "rollout-remote-upgrading-a": ("completed", 31),
+        "rollout-pinned-ramp": ("completed", 88),
+    }
+    [back] = [float(line.split()[0]) for line in report.trace if "of build A added" in line][2:]
+    # Pinned to A: every step and decision on A, the last ones once a
+    # worker of A came back (they waited, blocked, meanwhile).
+    for run_id in ("rollout-pinned-a", "rollout-remote-pinned-a"):
+        ran = _ran(report, run_id)
+        assert {build for _, _, build in ran} == {"A"}, ran
+        assert ran[-1][0] >= back, (ran, back)
+    # Upgrading: from A to B, the one the ramp takes at the ramp, the other
+    # once B is current; the pinned run the ramp sent to B stays there.
+    assert _ran(report, "rollout-upgrading-a")[-1][2] == "B"
+    assert _ran(report, "rollout-remote-upgrading-a")[-1][2] == "B"
+    assert {build for _, _, build in _ran(report, "rollout-pinned-ramp")} == {"B"}
+
+
+def test_queue_build_reads_the_build_of_a_queue() -> None:
+    assert queue_build("work") is None
+    assert queue_build("work@tenant+B-2.1") == "B-2.1"
+    assert queue_build("render+A~gpu~ram") == "A"
+    assert queue_build("render~gpu") is None
+
+
+def test_tasks_sent_to_no_build_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The planted bug: remote steps forget their run's build, so any worker
+    # (of A, B or the fleet's own build) takes them.
+    monkeypatch.setattr("trio_durable._features.steps._remote.run_build", lambda records: None)
+    report = _quiet()
+    assert _matching(
+        report, r"^the step rollout-upgrading-a@\d+ \(auto_upgrade, allowed on A\).*to build -"
+    ), report.violations
+    assert "the pinned run rollout-pinned-a started on build - and is on build A" in (
+        report.violations
+    )
+
+
+def test_pinned_runs_that_upgrade_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The planted bug: the engines take every workflow for an upgrading one,
+    # so runs pinned to A move to B when it becomes current.
+    monkeypatch.setattr(
+        "trio_durable._features.deployments._deployments.versioning_of",
+        lambda *args: "auto_upgrade",
+    )
+    report = _quiet()
+    for what in ("step rollout-pinned-a", "decision rollout-remote-pinned-a"):
+        assert _matching(report, rf"^the {what}@\d+ \(pinned, allowed on A\).* to build B and"), (
+            report.violations
+        )
+    assert "the pinned run rollout-pinned-a started on build A and is on build B" in (
+        report.violations
+    )
+
+
+def test_workers_that_take_another_builds_tasks_are_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The planted bug: every worker consumes the queues of both builds.
+    real = served_broker_queues
+
+    def served(app_: Any, routes: Any, capabilities: Any, build: Any = None) -> tuple[str, ...]:
+        both = [*real(app_, routes, capabilities, "A"), *real(app_, routes, capabilities, "B")]
+        return tuple(dict.fromkeys(both))
+
+    monkeypatch.setattr("trio_durable._front._worker.served_broker_queues", served)
+    report = _quiet()
+    assert _matching(report, r"^the (step|decision) rollout-\S+, sent to build A, ran on"), (
+        report.violations
+    )
+    assert _matching(report, r"^the (step|decision) rollout-\S+, sent to build B, ran on"), (
+        report.violations
+    )

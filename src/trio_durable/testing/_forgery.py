@@ -2,7 +2,8 @@
 
 `ForgingBroker` passes everything to the simulation's `MemoryBroker` and
 watches what the fleet publishes (it also tells the harness each time a task
-goes out, so that a worker crash can land while work is in flight). With
+goes out, so that a worker crash can land while work is in flight, and
+hands each task and result it sees to the harness's `BuildWatch`). With
 signing on, for each task an engine sends it may (`Faults.forge`) publish a
 forgery beside it: a result for that task, or a
 task of its own, either unsigned, signed with a key the fleet does not
@@ -33,6 +34,7 @@ from .._brokers._memory import MemoryBroker
 from .._stores._base import Store
 from .._wire._messages import Result, Task, WireError
 from .._wire._signing import MessageRole, open_signed, sign
+from ._build_checks import BuildWatch
 
 FORGED: Final = "forged-by-the-simulation"
 """What a forged result returns (or its error code, for a failure)."""
@@ -63,6 +65,8 @@ class ForgingBroker:
         nothing accepts anything, by design).
       rate: Probability of a forgery beside each task sent.
       rng: The intruder's random source.
+      builds: What it hands each genuine task and result it sees going
+        out to, before any forgery beside it.
 
     Attributes:
       forged: How many forged messages were published.
@@ -71,9 +75,15 @@ class ForgingBroker:
     """
 
     def __init__(
-        self, inner: MemoryBroker, signing: Keyring | None, rate: float, rng: random.Random
+        self,
+        inner: MemoryBroker,
+        signing: Keyring | None,
+        rate: float,
+        rng: random.Random,
+        builds: BuildWatch,
     ) -> None:
         self.inner = inner
+        self._builds = builds
         self._rate = rate if signing is not None else 0.0
         self._rng = rng
         self._intruder = Keyring.single(rng.randbytes(32), "intruder")
@@ -109,12 +119,15 @@ class ForgingBroker:
         if task is not None:
             self.task_sent.set()
             self.task_sent = trio.Event()
+            self._builds.task_sent(task, message.queue, trio.current_time())
         if task is None:
             result = _result(message.body)
             if result is not None and result.run_id.startswith(FORGED_RUN):
                 self.violations.append(
                     f"a worker ran the forged task of {result.run_id!r} ({result.step})"
                 )
+            elif result is not None:
+                self._builds.result_sent(result, trio.current_time())
             return []
         if self._rate <= 0 or self._rng.random() >= self._rate:
             return []

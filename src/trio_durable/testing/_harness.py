@@ -11,7 +11,10 @@ trace: the same seed gives the same hash, so a failing seed replays exactly.
 The fleet may run with a payload codec, message signing and a blob store,
 as a production fleet does: then nothing may reach the store readable
 (`_sealed`), no forged message may get through (`_forgery`), and every
-blob a row refers to must be there (`_memory_blobs`).
+blob a row refers to must be there (`_memory_blobs`). A workload may add
+workers of a build and stop them, and set workflows' current builds: no
+run's step or decision may then run on a build it is not allowed on
+(`_build_checks`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import hashlib
 import json
 import random
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -43,6 +46,7 @@ from .._stores._base import Store
 from .._stores._blob_store import BlobOptions
 from .._stores._codec import check_codec, with_codec
 from .._stores._memory import MemoryStore
+from ._build_checks import BuildWatch, build_violations
 from ._faults import Faults, FaultyStore
 from ._forgery import ForgingBroker, forgery_violations
 from ._memory_blobs import MemoryBlobStore, blob_violations
@@ -189,19 +193,27 @@ class _Fleet:
                 seed=rng.getrandbits(32),
             )
         )
+        self.trace: list[str] = []
+        self.builds = BuildWatch(self.trace)
         self.broker = ForgingBroker(
             self.memory_broker,
             setup.signing,
             faults.forge,
             random.Random(rng.getrandbits(64)),
+            self.builds,
         )
         self.sim = Simulation(random.Random(rng.getrandbits(64)))
-        self.trace: list[str] = []
+        self.sim._hosting = self
         self.injected: dict[str, int] = {}
         self.engine_scopes: dict[int, trio.CancelScope] = {}
         self.worker_scopes: dict[int, trio.CancelScope] = {}
         self.live_engines: dict[int, Engine] = {}
         self.live_workers: dict[int, Any] = {}
+        # Workers the workload added (`Simulation.add_workers`): their
+        # builds and groups by index, and those it stopped for good.
+        self.added: dict[int, tuple[str, list[str]]] = {}
+        self.retired: set[int] = set()
+        self._hosts: trio.Nursery | None = None
         self.stopping = trio.Event()
         # What engines and workers raised (each error once).
         self.errors: list[str] = []
@@ -271,25 +283,52 @@ class _Fleet:
 
     async def host_worker(self, index: int) -> None:
         rng = self.rng
-        while not self.stopping.is_set():
+        while not self.stopping.is_set() and index not in self.retired:
             with self._reporting(f"worker-{index}"), trio.CancelScope() as scope:
                 self.worker_scopes[index] = scope
                 async with open_worker(
                     self.app,
                     broker=self.broker,
-                    groups=self.groups,
+                    groups=self.added[index][1] if index in self.added else self.groups,
                     concurrency=8,
                     instance_id=f"worker-{index}",
                     wall_clock=_wall,
                     seed=rng.getrandbits(64),
+                    build_id=self.added[index][0] if index in self.added else None,
                     **self._options(),
                 ) as worker:
+                    self.builds.worker_builds[worker.instance_id] = worker.build_id
                     self.live_workers[index] = worker
                     await trio.sleep_forever()
             self.live_workers.pop(index, None)
-            if self.stopping.is_set():
+            if self.stopping.is_set() or index in self.retired:
                 return
             await trio.sleep(rng.uniform(5.0, 60.0))
+
+    def add_worker(self, build: str, groups: Sequence[str] | None) -> str:
+        """`WorkerHosting.add_worker`: a worker of ``build``, hosted as the
+        fleet's own are."""
+        if self._hosts is None or not self.groups:
+            raise UsageError("workers can be added while the workload runs, to an app with groups")
+        served = self.groups if groups is None else sorted(groups)
+        if not served or not set(served) <= set(self.groups):
+            raise UsageError(f"a worker may serve some of {self.groups}, not {groups}")
+        index = self.setup.workers + len(self.added)
+        self.added[index] = (build, served)
+        self._hosts.start_soon(self.host_worker, index, name=f"sim worker {index}")
+        self.trace.append(f"{trio.current_time():.6f} worker-{index} of build {build} added")
+        return f"worker-{index}"
+
+    def stop_worker(self, instance_id: str) -> None:
+        """`WorkerHosting.stop_worker`: cancelled, it withdraws its
+        announcement as it leaves, and does not come back."""
+        index = int(instance_id.removeprefix("worker-"))
+        if index not in self.added:
+            raise UsageError(f"{instance_id} is not a worker the workload added")
+        self.retired.add(index)
+        if index in self.worker_scopes:
+            self.worker_scopes[index].cancel()
+        self.trace.append(f"{trio.current_time():.6f} {instance_id} stopped")
 
     def count(self, kind: str) -> None:
         self.injected[kind] = self.injected.get(kind, 0) + 1
@@ -352,6 +391,7 @@ class _Fleet:
         setup, sim, store = self.setup, self.sim, self.store
         violations: list[str] = []
         async with trio.open_nursery() as nursery:
+            self._hosts = nursery
             for index in range(setup.engines):
                 nursery.start_soon(self.host_engine, index, name=f"sim engine {index}")
             for index in range(setup.workers if self.groups else 0):
@@ -380,6 +420,7 @@ class _Fleet:
             if store.statistics().ops != ops:
                 violations.append("the store changed after drain()")
             self.stopping.set()
+            self._hosts = None
             for scope in [*self.engine_scopes.values(), *self.worker_scopes.values()]:
                 scope.cancel()
         leftovers = [
@@ -456,6 +497,7 @@ async def _simulation(
     for check in sim.checks:
         with fleet._reporting("a check of the workload's"):
             violations.extend(await check(view))
+    violations.extend(await build_violations(view, fleet.builds, sim.deployments, app, WALL_START))
     violations.extend(await fleet.at_rest())
     store = fleet.store
     for (run_id, seq), settles in sorted(store.settles.items(), key=lambda kv: str(kv[0])):

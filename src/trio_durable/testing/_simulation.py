@@ -10,9 +10,9 @@ nature (a fork by id, a retry in place, a stream read) are made so here.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import attrs
 import trio
@@ -25,6 +25,7 @@ from .._base._exceptions import (
     TrioDurableError,
 )
 from .._base._records import TERMINAL_STATUSES, Run
+from .._features.deployments._deployments import Deployment
 from .._front._app import Workflow
 from .._front._engine import Engine
 from .._stores._base import Store
@@ -72,6 +73,22 @@ class SimulationReport:
 Check = Callable[[Store], Awaitable[list[str]]]
 
 
+class WorkerHosting(Protocol):
+    """How a workload adds workers of a build to the fleet and stops them
+    (the harness hosts them, crashes them and brings them back as it does
+    the fleet's own)."""
+
+    def add_worker(self, build: str, groups: Sequence[str] | None) -> str:
+        """Start a worker of ``build`` serving ``groups`` (None: all the
+        fleet's workers serve); return its instance id."""
+        ...
+
+    def stop_worker(self, instance_id: str) -> None:
+        """Stop a worker `add_worker` started, for good: it withdraws its
+        announcement as a worker shut down does, and does not come back."""
+        ...
+
+
 class Simulation:
     """What a workload drives the fleet with.
 
@@ -83,6 +100,8 @@ class Simulation:
       rng: The workload's own seeded random source.
       ledger: Effects steps recorded, by key (count of executions).
       notes: Ordered logs steps appended to, by name.
+      deployments: Each deployment `set_current_build` set, by workflow,
+        with the virtual time the call began.
     """
 
     def __init__(self, rng: random.Random) -> None:
@@ -96,6 +115,9 @@ class Simulation:
         self.may_skip_effects: set[str] = set()
         self.notes: dict[str, list[str]] = {}
         self.checks: list[Check] = []
+        # What the invariant of builds allows each run (`_build_checks`).
+        self.deployments: dict[str, list[tuple[float, Deployment]]] = {}
+        self._hosting: WorkerHosting | None = None
 
     def record(self, key: str) -> int:
         """Record one execution of an effect; return how many ran so far."""
@@ -225,6 +247,40 @@ class Simulation:
             except _RETRIED:
                 await trio.sleep(1.0)
         raise TrioDurableError(f"no engine read the stream in {_ATTEMPTS} attempts")
+
+    async def set_current_build(
+        self, workflow: str, build: str, *, ramp: float | None = None
+    ) -> None:
+        """Set ``workflow``'s current build (or ramp ``build`` to ``ramp``
+        percent of its new runs), as `Engine.set_current_build` does; from
+        the moment this is called, its runs may go to the builds it names."""
+        since = trio.current_time()
+        deployment: Deployment = await self._call(
+            lambda e: e.set_current_build(workflow, build, ramp=ramp)
+        )
+        self.deployments.setdefault(workflow, []).append((since, deployment))
+
+    async def add_workers(
+        self, build: str, count: int = 1, *, groups: Sequence[str] | None = None
+    ) -> list[str]:
+        """Start ``count`` workers of ``build`` serving ``groups`` (by
+        default every group the fleet's workers serve); return their
+        instance ids. Faults crash them as they do the fleet's own, and
+        they come back after a while, until `stop_workers`."""
+        if self._hosting is None:
+            raise TrioDurableError("this simulation hosts no workers of its own")
+        added = [self._hosting.add_worker(build, groups) for _ in range(count)]
+        await trio.lowlevel.checkpoint()
+        return added
+
+    async def stop_workers(self, instance_ids: Sequence[str]) -> None:
+        """Stop workers `add_workers` started, for good, as a rollout
+        switches an old build off."""
+        if self._hosting is None:
+            raise TrioDurableError("this simulation hosts no workers of its own")
+        for instance_id in instance_ids:
+            self._hosting.stop_worker(instance_id)
+        await trio.lowlevel.checkpoint()
 
     def may_skip(self, *keys: str) -> None:
         """Declare ledger effects that may never run under faults: those of a

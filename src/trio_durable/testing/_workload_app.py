@@ -1,7 +1,8 @@
 """The built-in workload's app, and how its steps reach the simulation.
 
 Every workflow and step of the built-in workload is registered on `app`
-(its parts live in `_workloads`, `_message_flows` and `_history_flows`). A
+(its parts live in `_workloads`, `_message_flows`, `_control_flows` and
+`_deploy_flows`). A
 step reaches the simulation that runs it through `record` and `note`, which
 write to the simulation the workload last `use`d: steps keep recording after
 the workload returns (its runs go on), and the next simulation replaces it.

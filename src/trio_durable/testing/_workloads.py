@@ -10,9 +10,10 @@ run there, remote steps, a timer, a signal, remote and local children, a
 fan over remote children, compensation, and a handoff to a remote handler).
 Keyed workflows, an entity and a schedule keep invariants of their own
 (`_checks`); so do the runs of `_message_flows` (queries and updates, a
-stream, a webhook, large payloads) and `_control_flows` (fork and retry from
-a seq, breakpoints, cancellation caught in the body). Steps record their
-effects in the simulation's ledger.
+stream, a webhook, large payloads), `_control_flows` (fork and retry from
+a seq, breakpoints, cancellation caught in the body) and `_deploy_flows`
+(builds changing under pinned and upgrading runs in flight). Steps record
+their effects in the simulation's ledger.
 
 `simulate_builtin` runs it on the fleet it is meant for: payloads encrypted
 at rest, messages signed, payloads over 256 characters in a blob store.
@@ -48,6 +49,7 @@ from ._control_flows import (
     reserve,
     set_breakpoint,
 )
+from ._deploy_flows import rollout
 from ._faults import Faults
 from ._harness import simulate
 from ._message_flows import big_payloads, cart_updates, stream_reader, webhook_deliveries
@@ -390,6 +392,7 @@ async def default_workload(sim: Simulation) -> None:
         nursery.start_soon(fork_and_rewind, sim)
         nursery.start_soon(breakpoint_runs, sim, breakpoint_id)
         nursery.start_soon(big_payloads, sim)
+        nursery.start_soon(rollout, sim)
         for i in range(6):
             await sim.start(steps_flow, f"s{i}", i, run_id=f"steps-{i}")
             await sim.sleep(rng.uniform(0, 20))
