@@ -473,9 +473,11 @@ def test_tasks_sent_to_no_build_are_caught(monkeypatch: pytest.MonkeyPatch) -> N
 def test_pinned_runs_that_upgrade_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     # The planted bug: the engines take every workflow for an upgrading one,
     # so runs pinned to A move to B when it becomes current.
+    async def upgrading(*args: object) -> str:
+        return "auto_upgrade"
+
     monkeypatch.setattr(
-        "trio_durable._features.deployments._deployments.versioning_of",
-        lambda *args: "auto_upgrade",
+        "trio_durable._features.deployments._deployments.Deployments._versioning", upgrading
     )
     report = _quiet()
     for what in ("step rollout-pinned-a", "decision rollout-remote-pinned-a"):
