@@ -93,6 +93,7 @@ async def test_every_route_refuses_a_foreign_host_and_every_answer_is_guarded() 
             "action": "retry",
             "operation": "retry-0000",
             "event_id": "e",
+            "workflow": "fanned",
         }
         walked: list[tuple[str, str]] = []
         for route in console_app(engine).routes:

@@ -16,7 +16,7 @@ import trio.testing
 
 import trio_durable as td
 from conftest import WALL_START, EngineFactory, fixed_wall
-from test_console_api import api
+from test_console_api import TOKEN, api
 from trio_durable._base._policies import Versioning
 from trio_durable._brokers._base import Broker
 from trio_durable._brokers._memory import MemoryBroker
@@ -403,3 +403,44 @@ async def test_the_console_shows_the_builds(
         await engine.result("p1")
         page = (await client.get("/deployments")).text
         assert "drained" in page
+
+
+async def test_the_console_sets_a_current_build_with_the_token(
+    autojump_clock: trio.abc.Clock, open_test_engine: EngineFactory
+) -> None:
+    broker = MemoryBroker()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        open_test_engine(APP_A, broker=broker) as engine,
+        worker(APP_A, broker, "A"),
+        api(engine) as client,
+    ):
+        path = "/api/deployments/pinned/current"
+        page = (await client.get("/deployments")).text
+        assert 'data-action="set-current-build"' in page
+        # Without the token, or with a malformed body, nothing is stored.
+        assert (await client.post(path, json={"build": "A"})).status_code == 401
+        for body, message in [
+            ({"build": 7}, "build must be a string"),
+            ({"build": "A", "ramp": "10%"}, "ramp must be a number"),
+            ({"build": "A", "extra": 1}, "unknown field 'extra'"),
+            ({"build": "A", "ramp": 150}, "ramp"),
+            ({"build": "not a build!"}, "build"),
+        ]:
+            response = await client.post(path, json=body, headers=auth)
+            assert response.status_code == 400, response.text
+            assert message in response.json()["error"]["message"]
+        nowhere = await client.post(
+            "/api/deployments/nope/current", json={"build": "A"}, headers=auth
+        )
+        assert nowhere.status_code == 400
+        assert (await engine.deployments()).deployments == ()
+        answer = await client.post(path, json={"build": "A", "ramp": 25}, headers=auth)
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["workflow"], answer.json()["ramping"], answer.json()["ramp"]) == (
+            "pinned",
+            "A",
+            25.0,
+        )
+        [deployment] = (await engine.deployments()).deployments
+        assert (deployment.current, deployment.ramping, deployment.ramp) == (None, "A", 25.0)

@@ -1,5 +1,7 @@
-"""The fleet and the queues: ``/fleet`` and ``/queues`` (the pages) and
-``GET /api/fleet`` and ``GET /api/queues``.
+"""The fleet, the queues and the deployments: ``/fleet``, ``/queues`` and
+``/deployments`` (the pages), ``GET /api/fleet``, ``GET /api/queues`` and
+``GET /api/deployments``, and ``POST /api/deployments/{workflow}/current``,
+which sets a workflow's current build (with the token).
 
 The fleet is what live workers announce (`fleet_report`): per worker its
 heartbeat age and load, per group route its live workers, their tasks in
@@ -20,8 +22,9 @@ from starlette.routing import BaseRoute, Route
 
 from .._features.deployments._deployments import current_builds
 from .._front._fleet_report import GroupLoad, fleet_report, group_loads
+from .._kernel._views import plain
 from . import _params
-from ._app import ApiError, console_of
+from ._app import ApiError, console_of, read_object
 from ._json import fleet_json
 from ._render import page_response
 
@@ -154,6 +157,29 @@ async def deployments_page(request: Request) -> Response:
     )
 
 
+async def set_current_build(request: Request) -> JSONResponse:
+    """``POST /api/deployments/{workflow}/current``: make the body's
+    ``build`` the workflow's current build (with ``ramp``, a percentage,
+    only that share of its new runs), as ``trio-durable deployments
+    set-current`` does; answers the workflow's deployment."""
+    console = console_of(request)
+    console.check_token(request)
+    body = await read_object(request)
+    unknown = sorted(set(body) - {"build", "ramp"})
+    if unknown:
+        raise ApiError(400, "bad_parameter", f"unknown field {unknown[0]!r}: build, ramp")
+    build = body.get("build")
+    if not isinstance(build, str):
+        raise ApiError(400, "bad_parameter", "build must be a string: the build id")
+    ramp = body.get("ramp")
+    if ramp is not None and (isinstance(ramp, bool) or not isinstance(ramp, int | float)):
+        raise ApiError(400, "bad_parameter", "ramp must be a number (a percentage) or null")
+    deployment = await console.source.set_current_build(
+        request.path_params["workflow"], build, ramp=ramp
+    )
+    return JSONResponse(plain(deployment))
+
+
 def fleet_routes() -> list[BaseRoute]:
     """The fleet's, the queues' and the deployments' page and API routes."""
     return [
@@ -163,4 +189,5 @@ def fleet_routes() -> list[BaseRoute]:
         Route("/api/fleet", fleet_api, methods=["GET"]),
         Route("/api/queues", queues_api, methods=["GET"]),
         Route("/api/deployments", deployments_api, methods=["GET"]),
+        Route("/api/deployments/{workflow}/current", set_current_build, methods=["POST"]),
     ]

@@ -246,6 +246,14 @@
         const verb = action.replace("-schedule", "");
         return ["POST", `/api/schedules/${encodeURIComponent(form.dataset.schedule)}/${verb}`, {}];
       }
+      case "set-current-build": {
+        const ramp = field("ramp").trim();
+        return [
+          "POST",
+          `/api/deployments/${encodeURIComponent(field("workflow").trim())}/current`,
+          { build: field("build").trim(), ramp: ramp === "" ? null : Number(ramp) },
+        ];
+      }
       case "clear-breakpoint":
         return ["DELETE", `/api/breakpoints/${encodeURIComponent(form.dataset.breakpoint)}`, null];
       default: // retry, continue
