@@ -106,9 +106,14 @@ async def test_consumers_of_closed_engines_are_deleted(nats_server: tuple[str, i
             assert await engine.result(f"one-{cycle}") == 2 * cycle
         if cycle == 0:
             first = await _consumers(monitor_port)
-            # The engine's results consumer, and its worker's of the group.
+            # The engine's results consumer, and its worker's of the group
+            # and of its build's queue of the group (its build: the app's
+            # registration hash).
             assert len(first[RESULTS_STREAM]) == 1
-            assert first[TASKS_STREAM] == [token("consumers-calc")]
+            build = app.registration_hash()
+            assert sorted(first[TASKS_STREAM]) == sorted(
+                [token("consumers-calc"), token(f"consumers-calc+{build}")]
+            )
     # Each consumer is deleted a moment after its last engine closed: none
     # is left of all those the engines made.
     left = await _until_none_left(monitor_port)
